@@ -1,0 +1,8 @@
+#!/usr/bin/env python3
+"""build.py -- port of build.pl; prints a run's job list. See cluster/cli/build.py for usage."""
+import sys
+
+from cluster.cli import build
+
+if __name__ == "__main__":
+    sys.exit(build.main(sys.argv[1:]))

@@ -1,0 +1,149 @@
+"""build.py -- print the job list of a run (port of build.pl, ARTIFEX.md §5).
+
+Usage::
+
+    build.py [--config FILE] [--home DIR] [--tests DIR] [--set key=value ...] [--seed N]
+             [PRODUCT ...] [lowres|highres] [nightly] [filter=a,b ...]
+
+PRODUCT is one of gs, pdfwrite, ps2write, mupdf; with none, gs pdfwrite ps2write (build.pl
+with no product built every non-mupdf product).  One job line ``<test> <logfile> true ;
+<command>`` is printed per (test file x configuration), slowfiles.lst jobs first and
+quickfiles.lst jobs last, each group in random order (``--seed`` makes the order repeatable).
+
+Words:
+  lowres        keep only 72 and 75 dpi configurations
+  highres       keep only 150, 200, 300 and 600 dpi configurations
+  nightly       include the files listed in the nightly_only.lst files
+  filter=a,b    keep tests whose id contains a and b; several filter= words are OR'ed
+
+Options:
+  --config FILE   INI configuration (see etc/master.conf)
+  --home DIR      master home (overrides the config's home)
+  --tests DIR     test corpus (default: <home>/<tests_dir>)
+  --set key=value override one configuration key (repeatable)
+  --seed N        seed of the shuffle
+
+Exit status: 0 with the list on stdout, 2 for bad arguments or configuration, 1 when the
+corpus cannot be read.  Differences from build.pl: see cluster/jobgen.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import sys
+from pathlib import Path
+
+from cluster import jobgen
+from cluster.config import load, parse_overrides
+from cluster.errors import ClusterError
+
+logger = logging.getLogger("cluster.build")
+
+PROG = "build.py"
+WORDS = ("lowres", "highres", "nightly", "filter=a,b")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that returns usage errors instead of exiting, so main() keeps its exit codes."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(message)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog=PROG, add_help=True, description="Print the job list of a run.",
+                epilog=__doc__.split("Words:", 1)[1] if __doc__ else None,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, help="INI configuration file")
+    p.add_argument("--home", help="master home directory")
+    p.add_argument("--tests", type=Path, help="test corpus root")
+    p.add_argument("--set", action="append", default=[], metavar="key=value",
+                   help="override a configuration key")
+    p.add_argument("--seed", help="shuffle seed (an integer)")
+    p.add_argument("words", nargs="*", metavar="WORD", help="products and selection words")
+    return p
+
+
+def parse_words(words: list[str]) -> tuple[list[str], jobgen.JobOptions]:
+    """Split positional words into products and options; ValueError names a bad word."""
+    products: list[str] = []
+    lowres = highres = nightly = False
+    filters: list[str] = []
+    for word in words:
+        if word in jobgen.PRODUCTS:
+            products.append(word)
+        elif word == "lowres":
+            lowres = True
+        elif word == "highres":
+            highres = True
+        elif word == "nightly":
+            nightly = True
+        elif word.startswith("filter="):
+            value = word[len("filter="):]
+            if not any(value.split(",")):
+                raise ValueError(f"empty filter in {word!r}; expected filter=a[,b...]")
+            filters.append(value)
+        else:
+            raise ValueError(f"unknown word {word!r}; expected a product "
+                             f"({', '.join(jobgen.PRODUCTS)}) or one of {', '.join(WORDS)}")
+    options = jobgen.JobOptions(lowres=lowres, highres=highres, filters=tuple(filters),
+                                nightly=nightly)
+    return products or list(jobgen.DEFAULT_PRODUCTS), options
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run build.py with ``argv`` (default: sys.argv[1:]); return the exit status."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    args_in = sys.argv[1:] if argv is None else argv
+    try:
+        args = _parser().parse_args(args_in)
+    except _UsageError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help printed the usage
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        products, options = parse_words(args.words)
+        seed = None
+        if args.seed is not None:
+            try:
+                seed = int(args.seed)
+            except ValueError:
+                raise ValueError(f"--seed {args.seed!r}: expected an integer") from None
+        overrides = parse_overrides(args.set)
+        if args.home is not None:
+            overrides["home"] = args.home
+        cfg = load(args.config, overrides)
+    except (ValueError, ClusterError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    tests_root = args.tests if args.tests is not None else cfg.home / cfg.tests_dir
+    rng = random.Random(seed)
+    try:
+        jobs = jobgen.generate(cfg, products, tests_root, options, rng)
+    except (ValueError, ClusterError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{PROG}: cannot read the test corpus {exc.filename or tests_root}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    out = sys.stdout
+    try:
+        for job in jobs:
+            out.write(job.line + "\n")
+        out.flush()
+    except BrokenPipeError:
+        # `build.py ... | head` is fine.  Point stdout at /dev/null so the interpreter's
+        # final flush does not complain (the recipe of the signal module's docs).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+    return 0

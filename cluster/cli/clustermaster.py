@@ -1,0 +1,55 @@
+"""clustermaster.py -- one clustermaster invocation (port of clustermaster.pl).
+
+Usage: clustermaster.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--priority N]
+
+The priority comes from the name the script was invoked by: clustermaster.py is 0,
+clustermaster1.py (a symlink) is 1, clustermaster2.py is 2; --priority overrides it.
+Each invocation does phase 1 (queue scan), phase 2 (the PID-file dance) and, if it wins,
+one run from the head of its queue (seed 000), then exits.  run_clustermaster.py starts
+all three every supervisor_interval seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+from cluster.cli import common
+from cluster.errors import ClusterError
+from cluster.home import PRIORITIES, suffixed
+from cluster.master import ClusterMaster
+
+
+def priority_from_name(argv0: str) -> int:
+    """0 for clustermaster.py, N for clustermasterN.py (seed 000's symlink trick)."""
+    match = re.fullmatch(r"clustermaster(\d*)(\.py)?", Path(argv0).name)
+    return int(match.group(1)) if match and match.group(1) else 0
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_config_options(parser)
+    parser.add_argument("--priority", type=int, choices=PRIORITIES)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    priority = args.priority if args.priority is not None else priority_from_name(
+        prog or sys.argv[0])
+    if priority not in PRIORITIES:
+        print(f"clustermaster: priority {priority} from the program name is not one of "
+              f"{PRIORITIES}", file=sys.stderr)
+        return 2
+    try:
+        cfg = common.load_config(args)
+    except ClusterError as exc:
+        print(f"clustermaster: {exc}", file=sys.stderr)
+        return 2
+    common.setup_logging(cfg.home / "log" / suffixed("clustermaster.log", priority), args.verbose)
+    try:
+        return ClusterMaster(cfg, priority, common.config_argv(args)).main()
+    except ClusterError as exc:
+        logging.getLogger("cluster.master").error("%s", exc)
+        return 1

@@ -1,0 +1,58 @@
+"""clusterpush.py -- submit your tree to the cluster as a user run (port of clusterpush.pl).
+
+Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree DIR]
+                      [--user NAME] [PRODUCT...] [lowres|highres] [relaxtimeout]
+                      [filter=A,B] [abort]
+
+PRODUCT is gs, pdfwrite, ps2write or mupdf (mupdf alone); the default is gs.  The user is
+--user, else $CLUSTER_USER, else $USER.  The tree (default: the current directory) is
+mirrored to users/<user>/<ghostpdl|mupdf> in the master home and the run is queued at
+priority 0.  `abort` removes your queued runs instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from cluster.cli import common
+from cluster.errors import ClusterError
+from cluster.home import Home
+from cluster.push import abort_user, push_tree
+from cluster.queuefiles import RunSpec
+
+PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="clusterpush.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_config_options(parser)
+    parser.add_argument("--tree", type=Path, default=Path.cwd())
+    parser.add_argument("--user", default=os.environ.get("CLUSTER_USER")
+                        or os.environ.get("USER") or "")
+    parser.add_argument("words", nargs="*")
+    args = parser.parse_args(argv)
+    try:
+        cfg = common.load_config(args)
+        home = Home(cfg.home)
+        if not args.user:
+            raise ClusterError("no user name: pass --user or set $CLUSTER_USER or $USER")
+        if "abort" in args.words:
+            removed = abort_user(home, args.user)
+            print(f"dequeueing: removed {removed} queued run(s) of {args.user}")
+            return 0
+        products = [w for w in args.words if w in PRODUCTS] or ["gs"]
+        options = [w for w in args.words if w not in PRODUCTS]
+        spec = RunSpec.parse(" ".join(["user", args.user, ",".join(products), *options]),
+                             source="command line")
+        if not args.tree.is_dir():
+            raise ClusterError(f"tree {args.tree} is not a directory")
+        push_tree(home, args.tree, spec)
+    except ClusterError as exc:
+        print(f"clusterpush.py: {exc}", file=sys.stderr)
+        return 2
+    print(f"queueing: {spec.line()}")
+    return 0

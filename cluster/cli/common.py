@@ -1,0 +1,51 @@
+"""What every command-line entry point shares: the config options and the logging setup."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from cluster import config
+from cluster.config import Config
+
+LOG_FORMAT = "%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s"
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """--config FILE, --home DIR and repeatable --set key=value."""
+    parser.add_argument("--config", type=Path, help="INI configuration file (see etc/)")
+    parser.add_argument("--home", type=Path, help="master home (overrides the config)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one configuration key")
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """Build the frozen Config from parsed options (raises ConfigError)."""
+    overrides = config.parse_overrides(args.set)
+    if args.home is not None:
+        overrides["home"] = str(args.home)
+    return config.load(args.config, overrides)
+
+
+def config_argv(args: argparse.Namespace) -> list[str]:
+    """The options to hand a child script so it sees the same configuration."""
+    argv: list[str] = []
+    if args.config is not None:
+        argv += ["--config", str(args.config.resolve())]
+    if getattr(args, "home", None) is not None:
+        argv += ["--home", str(Path(args.home).resolve())]
+    for pair in args.set:
+        argv += ["--set", pair]
+    return argv
+
+
+def setup_logging(log_file: Path | None = None, verbose: bool = False) -> None:
+    """Log to stderr, and to ``log_file`` too when given."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT,
+                        handlers=handlers, force=True)

@@ -1,0 +1,66 @@
+"""heartbeat.py -- port of heartbeat.pl: tell the master's monitor this node lives.
+
+Usage: heartbeat.py [--config FILE] [--set key=value]... [--status TEXT] [--caps LINE]
+
+Sends one heartbeat (node ``node_name``, or the host name) to the monitor at
+``master_host``:``monitor_port`` and prints the runs waiting to be joined, one per line::
+
+    <priority> <job id>
+
+Exit status, as seed 000 has clusterpull read it ("if heartbeat.pl returns with a non-zero
+exit code, it knows that there is a job to start"):
+
+    0  nothing waits
+    1  at least one run waits (printed)
+    2  error: bad configuration, monitor unreachable, or a reply not understood
+
+``--caps`` sends a capability line along (e.g. ``--caps "$(send_caps.py)"``); the monitor
+stores it as nodes/<name>.caps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cluster.config import load, parse_overrides
+from cluster.errors import ConfigError
+from cluster.heartbeat import HeartbeatError, send_heartbeat
+
+EXIT_NONE = 0
+EXIT_JOB_WAITS = 1
+EXIT_ERROR = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="heartbeat.py", description="Send one heartbeat to the "
+                                "master's monitor (port of heartbeat.pl).")
+    p.add_argument("--config", metavar="FILE", help="INI configuration file")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one configuration key (repeatable)")
+    p.add_argument("--status", metavar="TEXT", default="",
+                   help="free-text status for the dashboards")
+    p.add_argument("--caps", metavar="LINE", default="", help="capability line to send")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
+        return EXIT_NONE if not exc.code else EXIT_ERROR
+    try:
+        cfg = load(Path(args.config) if args.config else None, parse_overrides(args.set))
+    except ConfigError as exc:
+        print(f"heartbeat.py: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        jobs = send_heartbeat(cfg.master_host, cfg.monitor_port, cfg.effective_node_name(),
+                              status=args.status, caps=args.caps, timeout=cfg.io_timeout)
+    except HeartbeatError as exc:
+        print(f"heartbeat.py: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    for priority, job_id in jobs:
+        print(f"{priority} {job_id}")
+    return EXIT_JOB_WAITS if jobs else EXIT_NONE

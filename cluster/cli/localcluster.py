@@ -1,0 +1,76 @@
+"""localcluster.py -- a complete regression run on a cluster on this machine.
+
+Usage: localcluster.py [--home DIR] [--nodes N] [--corpus DIR] [--product gs|pdfwrite|
+                       ps2write|mupdf] [--tree DIR] [--option OPT]... [--user NAME]
+                       [--set KEY=VALUE]... [--timeout SECONDS]
+
+Creates a master home (default ./cluster-home), starts the supervisor, the monitor and N
+local nodes (default 2), pushes a product tree (default: a demo tree wrapping the installed
+ghostscript or mutool; --option adds options to its command line) against the corpus
+(default: the ghostpdl examples), waits for the run, prints the report, stops everything
+it started and prints the run's archive folder as its last line.
+
+Run it twice: the second run reports no differences.  Run it with --option -dNOINTERPOLATE
+(or any option) and the report names exactly the tests whose output changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from cluster.cli import common
+from cluster.config import parse_overrides
+from cluster.errors import ClusterError
+from cluster.localcluster import DEFAULT_CORPUS, LocalCluster, write_demo_tree
+
+PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="localcluster.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", type=Path, default=Path("cluster-home"))
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--product", choices=PRODUCTS, default="gs")
+    parser.add_argument("--tree", type=Path, help="your product tree instead of the demo one")
+    parser.add_argument("--option", action="append", default=[], metavar="OPT",
+                        help="add OPT to the demo product's command line (repeatable)")
+    parser.add_argument("--user", default="local")
+    parser.add_argument("--run-option", action="append", default=[], metavar="WORD",
+                        help="queue option for the run: lowres, highres, filter=...")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    if args.nodes < 1:
+        parser.error(f"--nodes {args.nodes}: need at least one node")
+    common.setup_logging(verbose=args.verbose)
+    log = logging.getLogger("cluster.localcluster")
+    try:
+        cluster = LocalCluster(args.home, args.nodes, args.corpus, parse_overrides(args.set))
+        cluster.prepare()
+    except (ClusterError, OSError) as exc:
+        print(f"localcluster.py: {exc}", file=sys.stderr)
+        return 2
+    tree = args.tree
+    if tree is None:
+        tree = write_demo_tree(cluster.home_dir / "demo" / args.product, args.product,
+                               args.option)
+    with cluster:
+        cluster.start()
+        before = cluster.archives()
+        spec = cluster.push(tree, args.user, [args.product], args.run_option)
+        log.info("pushed %s; waiting for the run (logs in %s)", spec.line(),
+                 cluster.home.log_dir)
+        try:
+            archive = cluster.wait_for_run(spec, before, args.timeout)
+        except TimeoutError as exc:
+            print(f"localcluster.py: {exc}", file=sys.stderr)
+            return 1
+    sys.stdout.write((archive / "report.txt").read_text(encoding="utf-8"))
+    print(archive)
+    return 0

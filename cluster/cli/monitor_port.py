@@ -1,0 +1,74 @@
+"""monitor_port.py -- port of monitorPort.pl: the master's heartbeat listener.
+
+Usage: monitor_port.py [--config FILE] [--set key=value]... [--nodes]
+
+Listens on ``listen_address``:``monitor_port`` for heartbeats (see cluster.monitor for the
+wire format), records them in ``home``/nodes/ and answers with the runs waiting in
+``home``.  Like the Perl, it first makes sure it is the only one: if another monitor holds
+``home``/monitor_port.lock it logs "already running" and exits 0, so cron can start it
+every few minutes.  SIGTERM or SIGINT stops it cleanly.
+
+``--nodes`` prints instead what the monitor has learnt, one node per line:
+``<name> <seconds since last heartbeat> <status>``.
+
+Deviations from monitorPort.pl: port 9010 instead of 9001 (priority 1's master port), and
+the request/answer format of cluster.monitor instead of "machine name, file suffix, file
+contents" / "1 or 0".
+
+Exit status: 0 (stopped, or already running), 2 for a bad configuration or a port that
+cannot be bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from cluster import monitor
+from cluster.config import load, parse_overrides
+from cluster.errors import ConfigError
+from cluster.home import Home
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="monitor_port.py", description="The master's heartbeat "
+                                "listener (port of monitorPort.pl).")
+    p.add_argument("--config", metavar="FILE", help="INI configuration file")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one configuration key (repeatable)")
+    p.add_argument("--nodes", action="store_true",
+                   help="print the nodes seen and their status, then exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
+        return int(exc.code or 0)
+    try:
+        cfg = load(Path(args.config) if args.config else None, parse_overrides(args.set))
+    except ConfigError as exc:
+        print(f"monitor_port.py: {exc}", file=sys.stderr)
+        return 2
+    home = Home(cfg.home)
+    if args.nodes:
+        for name, (age, status) in sorted(monitor.nodes_seen(home).items()):
+            print(f"{name} {age:.0f} {status}".rstrip())
+        return 0
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(name)s[%(process)d]: %(message)s")
+    stopping = False
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        # Only record: the daemon loop sees the flag within its poll interval and stops.
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    return monitor.run(home, (cfg.listen_address, cfg.monitor_port), lambda: stopping)

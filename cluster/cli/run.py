@@ -1,0 +1,39 @@
+"""run.py -- take part in the running run of one priority (port of run.pl).
+
+Usage: run.py [--config FILE] [--set KEY=VALUE]... [--priority N]
+
+Reads job.start of that priority from the master, then follows the master's orders
+(BUILD, JOBS, UPLOAD, CONTINUE, ABORT) until the run is over.  clusterpull.py starts it.
+Exit status: 0 run over for this node, 1 failure, 3 master unreachable, 4 aborted (may
+rejoin later), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cluster import caps
+from cluster.cli import common
+from cluster.errors import ClusterError
+from cluster.home import PRIORITIES
+from cluster.node import NodeRun, install_signal_handlers
+from cluster.transport import make_transport
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="run.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_config_options(parser)
+    parser.add_argument("--priority", type=int, choices=PRIORITIES, default=0)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        cfg = common.load_config(args)
+    except ClusterError as exc:
+        print(f"run.py: {exc}", file=sys.stderr)
+        return 2
+    common.setup_logging(verbose=args.verbose)
+    run = NodeRun(cfg, make_transport(cfg), args.priority, caps.detect().format())
+    install_signal_handlers(run)
+    return run.run()

@@ -1,0 +1,148 @@
+"""run_clustermaster.py -- port of runClustermaster.sh: keep the clustermasters coming.
+
+Usage: run_clustermaster.py [--config FILE] [--home DIR] [--set key=value]...
+                            [--interval SECONDS] [--once] [--kill-children]
+
+Seed 000: "checks to see if another instance of runClustermaster.sh is already running - if
+it is it just exits.  If not it goes into an infinite loop, kicking off clustermaster.pl,
+clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
+
+* the single-instance check is a non-blocking flock on ``<home>/run_clustermaster.lock``;
+  a second instance logs that another one runs and exits at once with status 0, so cron
+  can start this every minute;
+* every ``--interval`` seconds (default: config ``supervisor_interval``, 10 s) the repo's
+  top-level ``clustermaster.py``, ``clustermaster1.py`` and ``clustermaster2.py`` are started
+  with this interpreter and the same ``--config``/``--home``/``--set`` arguments; their output
+  is appended to ``<home>/log/run_clustermaster.children.log``;
+* SIGTERM or SIGINT stops the loop.  Running clustermasters are left to finish their run,
+  unless ``--kill-children`` is given: then they get SIGTERM (a second signal: SIGKILL).
+* ``--once`` does one round of starts and exits (for tests and manual use).
+
+Exit status: 0 (also when another instance runs), 2 for a bad option or configuration.
+
+Deviation: the shell script's loop is a plain ``sleep 10``; ours is drift-corrected and
+skips missed periods, and its children run in their own sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from cluster.config import load, parse_overrides
+from cluster.errors import AlreadyRunning, ConfigError
+from cluster.home import Home
+from cluster.singleton import SingleInstance, read_holder
+from cluster.supervisor import StopFlag, Supervisor, install_signal_handlers
+
+logger = logging.getLogger("cluster.supervisor")
+
+PROG = "run_clustermaster.py"
+#: The repository root: the top-level scripts live beside the ``cluster`` package.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: One script per priority, 0, 1, 2 (seed 000: clustermaster.pl, clustermaster1.pl, ...).
+SCRIPTS = ("clustermaster.py", "clustermaster1.py", "clustermaster2.py")
+LOCK_NAME = "run_clustermaster.lock"
+CHILD_LOG_NAME = "run_clustermaster.children.log"
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Start clustermaster 0, 1 and 2 every "
+                                "few seconds (port of runClustermaster.sh).")
+    p.add_argument("--config", metavar="FILE", help="INI configuration file")
+    p.add_argument("--home", metavar="DIR", help="master home (overrides config 'home')")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one configuration key (repeatable)")
+    p.add_argument("--interval", metavar="SECONDS", type=float,
+                   help="seconds between rounds (default: config supervisor_interval)")
+    p.add_argument("--once", action="store_true", help="start each clustermaster once, exit")
+    p.add_argument("--kill-children", action="store_true",
+                   help="on stop, SIGTERM the running clustermasters instead of leaving them")
+    return p
+
+
+def passthrough_args(config: Path | None, home: Path | None, sets: list[str]) -> list[str]:
+    """The arguments every clustermaster gets: ours, with paths made absolute."""
+    args: list[str] = []
+    if config is not None:
+        args += ["--config", str(config.resolve())]
+    if home is not None:
+        args += ["--home", str(home.resolve())]
+    for pair in sets:
+        args += ["--set", pair]
+    return args
+
+
+def clustermaster_commands(root: Path, args: list[str]) -> list[list[str]]:
+    """One argv per priority: this interpreter running ``root``'s clustermaster scripts."""
+    return [[sys.executable, str(root / script), *args] for script in SCRIPTS]
+
+
+def _setup_logging() -> None:
+    # Only when nothing configured logging yet (main() may be called from a test).
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(name)s[%(process)d]: %(message)s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
+        return int(exc.code or 0)
+    _setup_logging()
+    overrides_list = list(args.set)
+    try:
+        overrides = parse_overrides(overrides_list)
+        if args.home is not None:
+            overrides["home"] = args.home
+        cfg = load(Path(args.config) if args.config else None, overrides)
+        interval = cfg.supervisor_interval if args.interval is None else args.interval
+        if not interval > 0:
+            raise ConfigError("--interval", interval, "seconds > 0")
+    except ConfigError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    home = Home(cfg.home)
+    try:
+        home.create()
+    except OSError as exc:
+        print(f"{PROG}: cannot create master home {home.root}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    lock_path = home.root / LOCK_NAME
+    guard = SingleInstance(lock_path, PROG)
+    try:
+        guard.acquire()
+    except AlreadyRunning as exc:
+        holder = read_holder(lock_path)
+        logger.info("%s%s; exiting", exc, f" by pid {holder}" if holder else "")
+        return EXIT_OK
+
+    try:
+        passthrough = passthrough_args(Path(args.config) if args.config else None,
+                                       Path(args.home) if args.home else None, overrides_list)
+        supervisor = Supervisor(clustermaster_commands(REPO_ROOT, passthrough),
+                                interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
+                                kill_children=args.kill_children)
+        if args.once:
+            supervisor.initialize()
+            try:
+                supervisor.tick(supervisor.clock.monotonic())
+            finally:
+                supervisor.shutdown()
+            return EXIT_OK
+        stop = StopFlag()
+        restore = install_signal_handlers(stop)
+        try:
+            supervisor.run(stop)
+        finally:
+            restore()
+        return EXIT_OK
+    finally:
+        guard.release()

@@ -1,0 +1,51 @@
+"""send_caps.py -- port of sendCaps.pl: print this node's capability line.
+
+Usage: send_caps.py [--config FILE] [--set key=value]...
+
+Prints one line of key=value words (see cluster.caps), e.g.
+
+    os=Linux arch=x86_64 bits=64 cc=gcc-12.2.0 cpus=2 ram_mb=23975 tools=gs,md5sum,mutool
+
+Deviation from sendCaps.pl, which sent the line to the master itself: in the protocol of
+seed 001 the caps travel in the ``caps`` header of every node request, so run.py and
+clusterpull.py call cluster.caps.detect() directly and this script only prints the line
+(to send it with a heartbeat: ``heartbeat.py --caps "$(send_caps.py)"``).
+
+Exit status: 0, or 2 for a bad option or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cluster import caps
+from cluster.config import load, parse_overrides
+from cluster.errors import ConfigError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="send_caps.py", description="Print this node's "
+                                "capability line (port of sendCaps.pl).")
+    p.add_argument("--config", metavar="FILE", help="INI configuration file")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one configuration key (repeatable)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
+        return int(exc.code or 0)
+    try:
+        # The configuration is not needed to detect caps; loading it still rejects a bad
+        # file, so every script of the node fails the same way on the same mistake.
+        load(Path(args.config) if args.config else None, parse_overrides(args.set))
+    except ConfigError as exc:
+        print(f"send_caps.py: {exc}", file=sys.stderr)
+        return 2
+    print(caps.detect().format())
+    return 0
+

@@ -1,0 +1,89 @@
+"""Time as a dependency (STYLE guideline 6).
+
+Anything that waits, schedules or compares timestamps takes a :class:`Clock` instead of
+calling :mod:`time` directly, so tests can drive it with :class:`FakeClock`:
+
+* ``time()`` is wall-clock seconds since the epoch: use it only for timestamps that are
+  written down or compared with file mtimes (the PID file's staleness, for instance);
+* ``monotonic()`` is for intervals and deadlines;
+* ``sleep(s)`` blocks for ``s`` seconds.
+
+Usage::
+
+    clock = SystemClock()            # production
+    clock = FakeClock(start=1e9)     # tests: nothing ever blocks
+    clock.sleep(300)                 # FakeClock: both clocks jump 300 s, the call is recorded
+    clock.advance(5)                 # FakeClock: let 5 s pass without a sleep
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """What the cluster needs to know about time."""
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes backwards (for intervals only)."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block for ``seconds`` (non-positive values return at once)."""
+        ...
+
+
+class SystemClock:
+    """The real clocks of the :mod:`time` module."""
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class FakeClock:
+    """A clock for tests: time moves only through :meth:`advance` and :meth:`sleep`.
+
+    Both clocks move together.  Every :meth:`sleep` is recorded in :attr:`sleeps` (so a test
+    can assert "slept 300 s") and returns at once.  Safe to share between threads.
+    """
+
+    def __init__(self, start: float = 1_000_000_000.0, monotonic_start: float = 0.0) -> None:
+        self._lock = threading.Lock()
+        self._time = float(start)
+        self._monotonic = float(monotonic_start)
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        with self._lock:
+            return self._time
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._monotonic
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass on both clocks; negative values are refused (time is monotonic)."""
+        if seconds < 0:
+            raise ValueError(f"FakeClock.advance: got {seconds!r}, expected seconds >= 0")
+        with self._lock:
+            self._time += seconds
+            self._monotonic += seconds
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.sleeps.append(seconds)
+        if seconds > 0:
+            self.advance(seconds)

@@ -1,0 +1,287 @@
+"""The one configuration table of the cluster.
+
+Every tunable is a field of :class:`Config` below: its default, its unit and its meaning live
+there and nowhere else.  A configuration file is INI with a ``[master]`` and a ``[node]``
+section (one file may hold both); each key belongs to the section its field names.  The
+commented examples in ``etc/`` are generated from this table (``python -m cluster.config
+master``) and a test keeps them in step.
+
+Usage::
+
+    cfg = load(Path("etc/master.conf"), overrides={"base_port": "9100"})
+    cfg.port_for(1)   # -> 9101
+
+Paths in the file are taken relative to the directory of the file; paths given as overrides
+relative to the working directory.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.errors import ConfigError
+
+MASTER = "master"
+NODE = "node"
+
+
+def _opt(default: Any, section: str, unit: str, doc: str) -> Any:
+    return field(default=default, metadata={"section": section, "unit": unit, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Config:
+    """All settings of a master and of a node, with their defaults."""
+
+    # --- shared by master and node -------------------------------------------------------
+    base_port: int = _opt(9000, MASTER, "TCP port",
+                          "clustermaster of priority p listens on base_port + p")
+    monitor_port: int = _opt(9010, MASTER, "TCP port",
+                             "heartbeat listener (monitor_port.py); seed 000 says 9001, which is "
+                             "priority 1's port, so we moved it")
+    # --- master ----------------------------------------------------------------------------
+    home: Path = _opt(Path("cluster-home"), MASTER, "directory",
+                      "master home: queues, job.start, jobs, results, archive, users/, tests/")
+    listen_address: str = _opt("127.0.0.1", MASTER, "address",
+                               "address the master and the monitor listen on; 0.0.0.0 for "
+                               "a real cluster")
+    supervisor_interval: float = _opt(10.0, MASTER, "seconds",
+                                      "run_clustermaster.py starts clustermaster 0/1/2 this often")
+    pid_stale: float = _opt(7200.0, MASTER, "seconds",
+                            "a clustermaster.pid older than this is a dead or hung run")
+    pid_wait: float = _opt(300.0, MASTER, "seconds",
+                           "after taking over a stale PID file, wait this long before freeing it")
+    pid_check_interval: float = _opt(2.0, MASTER, "seconds",
+                                     "how often a running master checks the PID file is still its")
+    heartbeat_timeout: float = _opt(180.0, MASTER, "seconds",
+                                    "a node not heard from this long is dead; its jobs go back")
+    connection_deadline: float = _opt(10.0, MASTER, "seconds",
+                                      "a node connection must deliver its request within this")
+    max_line_bytes: int = _opt(65536, MASTER, "bytes", "longest protocol line accepted")
+    max_request_lines: int = _opt(200000, MASTER, "lines",
+                                  "most header and result lines in one node request")
+    journal_sync_interval: float = _opt(1.0, MASTER, "seconds",
+                                        "results journal is fsync'ed at most this often")
+    linger: float = _opt(15.0, MASTER, "seconds",
+                         "after a run ends, keep answering ABORT this long so nodes leave cleanly")
+    upload_timeout: float = _opt(300.0, MASTER, "seconds",
+                                 "longest wait for nodes' log uploads after the last result")
+    batch_per_slot: int = _opt(2, MASTER, "jobs",
+                               "a node is kept holding up to this many jobs per slot")
+    speculate_tail: bool = _opt(True, MASTER, "flag",
+                                "when no job is left to hand out, give idle nodes copies of "
+                                "jobs still running elsewhere (first result wins)")
+    build_command: str = _opt("make", MASTER, "shell command",
+                              "how a node builds a product tree (run in the tree's top directory)")
+    tests_dir: Path = _opt(Path("tests"), MASTER, "directory",
+                           "test corpus, relative to home; nodes mirror it during BUILD")
+    gs_configs: tuple[str, ...] = _opt(
+        ("pbmraw.72.0", "pbmraw.300.0", "pbmraw.300.1",
+         "pgmraw.72.0", "pgmraw.300.0", "pgmraw.300.1",
+         "pkmraw.72.0", "pkmraw.300.0", "pkmraw.300.1",
+         "ppmraw.72.0", "ppmraw.300.0", "ppmraw.300.1",
+         "pam.72.0", "psdcmyk.72.0", "cups.300.1"),
+        MASTER, "device.res.band list", "raster configurations of product gs (band 1 = banded)")
+    pdfwrite_configs: tuple[str, ...] = _opt(
+        ("pdf.ppmraw.72.0", "pdf.ppmraw.300.0", "pdf.pkmraw.300.0"),
+        MASTER, "pdf.device.res.band list", "two-stage configurations of product pdfwrite")
+    ps2write_configs: tuple[str, ...] = _opt(
+        ("ps.ppmraw.72.0", "ps.ppmraw.300.0", "ps.pkmraw.300.0"),
+        MASTER, "ps.device.res.band list", "two-stage configurations of product ps2write")
+    mupdf_configs: tuple[str, ...] = _opt(
+        ("ppmraw.72.0", "ppmraw.300.0", "ppmraw.300.1"),
+        MASTER, "device.res.band list", "configurations of product mupdf (mutool draw)")
+    gs_extensions: tuple[str, ...] = _opt(("ps", "eps", "pdf", "ai"), MASTER, "suffix list",
+                                          "test files gs, pdfwrite and ps2write run on")
+    mupdf_extensions: tuple[str, ...] = _opt(("pdf", "xps", "cbz", "epub"), MASTER, "suffix list",
+                                             "test files mupdf runs on")
+    required_tools: tuple[str, ...] = _opt(("md5sum",), MASTER, "tool list",
+                                           "a node whose caps lack one of these is culled")
+    min_ram_mb: int = _opt(0, MASTER, "MiB", "a node with less RAM is culled (0 = no limit)")
+    gs_memory_kb: int = _opt(1000000, MASTER, "KiB", "gs -K memory limit of every gs job")
+    # --- node ------------------------------------------------------------------------------
+    node_name: str = _opt("", NODE, "name",
+                          "this node's name (letters, digits, . _ -); empty = the host name")
+    master_host: str = _opt("127.0.0.1", NODE, "host", "where the clustermaster listens")
+    master_home: Path = _opt(Path("cluster-home"), NODE, "directory",
+                             "the master home as this node sees it (shared file system transport)")
+    transport: str = _opt("local", NODE, "name",
+                          "how the node reaches the master's files: 'local' (shared file system)")
+    work_dir: Path = _opt(Path("node-work"), NODE, "directory",
+                          "the node's own directory: source, build, temp, logs")
+    slots: int = _opt(0, NODE, "jobs", "jobs run at once; 0 = the CPU count")
+    poll_interval: float = _opt(2.0, NODE, "seconds",
+                                "run.py calls the master at least this often (its heartbeat)")
+    report_interval: float = _opt(0.25, NODE, "seconds",
+                                  "finished results wait at most this long before being sent")
+    heartbeat_interval: float = _opt(10.0, NODE, "seconds",
+                                     "clusterpull.py sends a heartbeat to the monitor this often")
+    job_timeout: float = _opt(450.0, NODE, "seconds",
+                              "a test running longer is killed (whole process tree)")
+    kill_grace: float = _opt(2.0, NODE, "seconds",
+                             "between SIGHUP and SIGKILL when a test is killed")
+    max_timeouts: int = _opt(20, NODE, "tests",
+                             "more timeouts than max(this, 1% of started tests) fail the node")
+    connect_retries: int = _opt(10, NODE, "attempts", "tries to reach the master before giving up")
+    connect_retry_delay: float = _opt(5.0, NODE, "seconds", "pause between those tries")
+    io_timeout: float = _opt(60.0, NODE, "seconds", "longest wait for the master's reply")
+
+    # ------------------------------------------------------------------------------------------
+    def port_for(self, priority: int) -> int:
+        """The TCP port of the clustermaster of ``priority``."""
+        return self.base_port + priority
+
+    def effective_node_name(self) -> str:
+        """The configured node name, or the host's short name."""
+        return self.node_name or socket.gethostname().split(".")[0]
+
+    def effective_slots(self) -> int:
+        """The configured slot count, or the number of CPUs."""
+        return self.slots if self.slots > 0 else (os.cpu_count() or 1)
+
+    def with_changes(self, **changes: Any) -> Config:
+        """A copy with some fields replaced (values already converted)."""
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing
+
+def _field_table() -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(Config)}
+
+
+def _convert(f: dataclasses.Field[Any], raw: str, base: Path, source: str) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    text = raw.strip()
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            value = float(text)
+            if value < 0:
+                raise ValueError
+            return value
+        if kind == "bool":
+            low = text.lower()
+            if low in ("1", "yes", "true", "on"):
+                return True
+            if low in ("0", "no", "false", "off"):
+                return False
+            raise ValueError
+        if kind == "Path":
+            path = Path(os.path.expanduser(text))
+            return path if path.is_absolute() else base / path
+        if kind.startswith("tuple"):
+            return tuple(text.split())
+        return text
+    except ValueError:
+        expected = {"int": "an integer", "float": "a non-negative number",
+                    "bool": "yes or no"}.get(kind, kind)
+        raise ConfigError(f.name, raw, expected, source) from None
+
+
+def load(path: Path | None = None, overrides: dict[str, str] | None = None) -> Config:
+    """Read ``path`` (if given) and apply ``overrides`` (raw strings); return a frozen Config.
+
+    Unknown keys and keys in the wrong section are errors that list what is allowed.
+    """
+    table = _field_table()
+    values: dict[str, Any] = {}
+    if path is not None:
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                parser.read_file(fh)
+        except OSError as exc:
+            raise ConfigError("config file", str(path),
+                              f"a readable file ({exc.strerror})") from None
+        except configparser.Error as exc:
+            raise ConfigError("config file", str(path), f"INI syntax ({exc})") from None
+        base = path.resolve().parent
+        for section in parser.sections():
+            if section not in (MASTER, NODE):
+                raise ConfigError(f"[{section}]", section, "section [master] or [node]", str(path))
+            for key, raw in parser.items(section):
+                f = table.get(key)
+                if f is None:
+                    raise ConfigError(key, raw, "one of " + ", ".join(sorted(table)), str(path))
+                values[key] = _convert(f, raw, base, str(path))
+    for key, raw in (overrides or {}).items():
+        f = table.get(key)
+        if f is None:
+            raise ConfigError(key, raw, "one of " + ", ".join(sorted(table)), "command line")
+        values[key] = _convert(f, raw, Path.cwd(), "command line")
+    cfg = Config(**values)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Raise ConfigError for values that parse but make no sense."""
+    for name in ("base_port", "monitor_port"):
+        port = getattr(cfg, name)
+        if not 0 <= port <= 65533:
+            raise ConfigError(name, port, "a TCP port between 0 and 65533")
+    if cfg.transport not in ("local",):
+        raise ConfigError("transport", cfg.transport, "'local'")
+    if cfg.node_name and not _valid_name(cfg.node_name):
+        raise ConfigError("node_name", cfg.node_name, "letters, digits, '.', '_' or '-' (max 64)")
+    for name in ("batch_per_slot", "max_line_bytes", "max_request_lines", "connect_retries"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(name, getattr(cfg, name), "a positive integer")
+    if cfg.slots < 0:
+        raise ConfigError("slots", cfg.slots, "0 (CPU count) or a positive integer")
+
+
+def _valid_name(name: str) -> bool:
+    from cluster.protocol import valid_node_name
+
+    return valid_node_name(name)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """Turn ``["key=value", ...]`` from ``--set`` options into a dict, naming a bad pair."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("--set", pair, "key=value")
+        out[key.strip()] = value
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Example files (etc/master.conf, etc/node.conf)
+
+def example(section: str) -> str:
+    """A commented INI text listing every key of ``section`` with its default and unit."""
+    lines = [f"# Example {section} configuration of the regression cluster.",
+             "# Generated from cluster/config.py by `python -m cluster.config "
+             f"{section}`; every value shown is the default.",
+             f"[{section}]"]
+    for f in dataclasses.fields(Config):
+        if f.metadata["section"] != section:
+            continue
+        default = f.default
+        if isinstance(default, tuple):
+            shown = " ".join(default)
+        elif isinstance(default, bool):
+            shown = "yes" if default else "no"
+        else:
+            shown = str(default)
+        lines.append("")
+        lines.append(f"# {f.metadata['doc']} [{f.metadata['unit']}]")
+        lines.append(f"#{f.name} = {shown}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(example(sys.argv[1] if len(sys.argv) > 1 else MASTER))

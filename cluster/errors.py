@@ -1,0 +1,84 @@
+"""Exceptions of the cluster. Every message names the thing, the bad value and what was expected."""
+
+from __future__ import annotations
+
+
+class ClusterError(Exception):
+    """Base class of every error the cluster raises on purpose."""
+
+
+class ConfigError(ClusterError):
+    """A configuration value is missing or malformed."""
+
+    def __init__(self, key: str, value: object, expected: str, source: str = "") -> None:
+        super().__init__(key, value, expected, source)
+        self.key = key
+        self.value = value
+        self.expected = expected
+        self.source = source
+
+    def __str__(self) -> str:
+        where = f" in {self.source}" if self.source else ""
+        return f"config key {self.key!r}{where}: got {self.value!r}, expected {self.expected}"
+
+
+class ProtocolError(ClusterError):
+    """A message on the node protocol broke its grammar or its limits."""
+
+    def __init__(self, problem: str, line: str | None = None, lineno: int | None = None) -> None:
+        super().__init__(problem, line, lineno)
+        self.problem = problem
+        self.line = line
+        self.lineno = lineno
+
+    def __str__(self) -> str:
+        text = self.problem
+        if self.lineno is not None:
+            text = f"line {self.lineno}: {text}"
+        if self.line is not None:
+            shown = self.line if len(self.line) <= 80 else self.line[:77] + "..."
+            text = f"{text} (got {shown!r})"
+        return text
+
+
+class QueueLineError(ClusterError):
+    """A queue file line (or a clusterpush dropping) is not a valid run description."""
+
+    def __init__(self, line: str, problem: str, source: str = "",
+                 lineno: int | None = None) -> None:
+        super().__init__(line, problem, source, lineno)
+        self.line = line
+        self.problem = problem
+        self.source = source
+        self.lineno = lineno
+
+    def __str__(self) -> str:
+        where = self.source or "queue"
+        if self.lineno is not None:
+            where = f"{where}:{self.lineno}"
+        return f"{where}: {self.problem} (line {self.line!r})"
+
+
+class AlreadyRunning(ClusterError):
+    """Another instance of a single-instance program holds its lock."""
+
+    def __init__(self, program: str, lock_path: str) -> None:
+        super().__init__(program, lock_path)
+        self.program = program
+        self.lock_path = lock_path
+
+    def __str__(self) -> str:
+        return f"{self.program} is already running (lock {self.lock_path} is held)"
+
+
+class TransportError(ClusterError):
+    """Fetching from or uploading to the master failed."""
+
+    def __init__(self, action: str, path: str, reason: str) -> None:
+        super().__init__(action, path, reason)
+        self.action = action
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.path}: {self.reason}"

@@ -1,0 +1,460 @@
+"""Job generation: the port of build.pl (ARTIFEX.md §5).
+
+A *run* tests some products on every file of the test corpus in every configuration of that
+product.  :func:`generate` turns (config, products, corpus) into the run's job list, one
+:class:`cluster.records.Job` per (test file x configuration); ``build.py`` prints their lines.
+
+Contract of a job (seed 000 and ARTIFEX.md §4.6, §5.4, §5.5):
+
+* its name is the test id ``<relative path with / as __>.<config>``, e.g.
+  ``ghostpdl-examples__golfer.eps.ppmraw.300.1``; names are unique within one list;
+* its command is for ``sh``, uses the placeholders ``__temp__``, ``__bin__`` and ``__tests__``
+  that the node replaces, and leaves exactly two files behind: ``__temp__/<id>.log`` (first
+  line the product label, then echoed commands, interpreter output and ``/usr/bin/time``
+  lines, with a ``---`` line between the stages of a two-stage test) and ``__temp__/<id>.md5``
+  (the md5sum of the final raster stream).  :mod:`cluster.readlog` reads those two files.
+
+Products:
+
+``gs``        raster: gs renders the file, the raster is piped into md5sum (``gs_configs``;
+              like build.pl's gs list it may also hold ``pdf.``/``ps.`` two-stage configs)
+``pdfwrite``  two-stage: gs writes a PDF, then gs rasterises that PDF (``pdfwrite_configs``)
+``ps2write``  two-stage: gs writes PostScript, then gs rasterises it (``ps2write_configs``)
+``mupdf``     ``mutool draw`` renders the file to a PNM stream piped into md5sum
+
+Deliberate differences from build.pl (each also noted where it is implemented):
+
+* test files are found by walking the corpus directory (build.pl ran ``svn list``), and only
+  files with one of the product's configured extensions are used (build.pl took every file of
+  a gs directory);
+* files whose test id would not be a valid :data:`cluster.records.TEST_ID` (spaces, quotes,
+  shell metacharacters, control characters, a placeholder word) are skipped with a warning;
+  build.pl pasted names into the shell unquoted;
+* no ``nice``: the node owns the priority of its jobs;
+* CET files (``.PS``) get ``-dCETMODE`` instead of ``%rom%Resource/Init/gs_cet.ps``;
+* the shell redirections put the log before the input (``>> log 2>&1 < file``) so that a
+  missing input file is reported in the log;
+* two-stage tests record the md5 of the intermediate file in the log, rasterise with ``gs``
+  whatever the product, and delete the intermediate file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.config import Config
+from cluster.errors import ConfigError
+from cluster.records import BIN, TEMP, TEST_ID, TESTS, Job
+
+logger = logging.getLogger("cluster.build")
+
+#: The products build.py knows, in the order usage text lists them.
+PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf")
+#: What build.py builds when no product is named: build.pl with no product argument took
+#: every non-mupdf product, and its gs list held the pdfwrite configurations too.
+DEFAULT_PRODUCTS = ("gs", "pdfwrite", "ps2write")
+
+#: ``/usr/bin/time`` output format; readlog takes the user CPU time (%U) from these lines.
+TIME_COMMAND = '/usr/bin/time -f "%U %S %E %P"'
+#: -dMaxBitmap for band 0 (page mode) and band 1 (forced banding), as in build.pl.
+MAX_BITMAP = {0: 30000000, 1: 10000}
+#: mutool draw band height for band 1 (pdfdraw's -b20 no longer exists).
+MUPDF_BAND_HEIGHT = 64
+#: gs raster device -> mutool draw -F format producing the same kind of PNM/PAM stream.
+MUPDF_FORMATS = {"ppmraw": "ppm", "pgmraw": "pgm", "pbmraw": "pbm", "pkmraw": "pkm",
+                 "pam": "pam", "pamraw": "pam"}
+#: Resolutions kept by the ``lowres`` and ``highres`` words (build.pl: .72./.75. and
+#: .300./.600.; later clusterpush docs call 200 dpi "hires" too).
+LOWRES = frozenset({72, 75})
+HIGHRES = frozenset({150, 200, 300, 600})
+#: Files that steer build.py rather than being tests.
+NIGHTLY_ONLY = "nightly_only.lst"
+SLOW_FILES = "slowfiles.lst"
+QUICK_FILES = "quickfiles.lst"
+#: Two-stage config prefix -> (stage-1 device, intermediate file suffix).
+TWO_STAGE = {"pdf": ("pdfwrite", "pdf"), "ps": ("ps2write", "ps")}
+
+_CONFIG = re.compile(r"(?:(pdf|ps)\.)?([a-z][a-z0-9_]*)\.([1-9][0-9]{0,4})\.([01])")
+_PLACEHOLDERS = (TEMP, BIN, TESTS)
+CONFIG_FORM = ("[pdf.|ps.]device.res.band with band 0 (page mode) or 1 (banded), "
+               "e.g. ppmraw.300.1 or pdf.ppmraw.72.0")
+_ALLOWED = "letters, digits and _ . + , @ % = - (first character a letter or digit)"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Selection words of a build.py command line.
+
+    ``lowres``/``highres`` keep configurations of those resolutions (both given: either kind,
+    as in build.pl).  Each ``filters`` entry is the value of one ``filter=a,b`` word: a test
+    is kept when, for at least one entry, every comma-separated term is a substring of its
+    test id.  ``nightly`` keeps the files that ``nightly_only.lst`` reserves for nightly runs.
+    """
+
+    lowres: bool = False
+    highres: bool = False
+    filters: tuple[str, ...] = ()
+    nightly: bool = False
+
+    def keeps_resolution(self, res: int) -> bool:
+        if not self.lowres and not self.highres:
+            return True
+        return (self.lowres and res in LOWRES) or (self.highres and res in HIGHRES)
+
+    def keeps_name(self, name: str) -> bool:
+        if not self.filters:
+            return True
+        for entry in self.filters:
+            terms = [t for t in entry.split(",") if t]
+            if all(t in name for t in terms):
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class TestConfig:
+    """One parsed configuration: ``[pdf.|ps.]device.res.band``."""
+
+    text: str
+    device: str
+    res: int
+    band: int
+    two_stage: str | None = None  # "pdf" or "ps" for two-stage tests
+
+    @classmethod
+    def parse(cls, text: str) -> TestConfig:
+        """Parse a config word; ValueError says what the form is."""
+        m = _CONFIG.fullmatch(text)
+        if m is None:
+            raise ValueError(f"configuration {text!r} is not {CONFIG_FORM}")
+        prefix, device, res, band = m.groups()
+        return cls(text, device, int(res), int(band), prefix)
+
+
+@dataclass(frozen=True)
+class _ProductSpec:
+    configs_key: str
+    extensions_key: str
+    kinds: frozenset[str | None]  # allowed TestConfig.two_stage values
+
+
+_SPECS = {
+    "gs": _ProductSpec("gs_configs", "gs_extensions", frozenset({None, "pdf", "ps"})),
+    "pdfwrite": _ProductSpec("pdfwrite_configs", "gs_extensions", frozenset({"pdf"})),
+    "ps2write": _ProductSpec("ps2write_configs", "gs_extensions", frozenset({"ps"})),
+    "mupdf": _ProductSpec("mupdf_configs", "mupdf_extensions", frozenset({None})),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Test files
+
+def file_id(relpath: str) -> str:
+    """The test id stem of a test file: its relative path with ``/`` written as ``__``."""
+    return relpath.replace("/", "__")
+
+
+def _id_problem(test_id: str) -> str | None:
+    """Why ``test_id`` cannot be used, or None when it can."""
+    if not TEST_ID.fullmatch(test_id):
+        return f"its test id may only contain {_ALLOWED}, at most 401 characters"
+    for word in _PLACEHOLDERS:
+        if word in test_id:
+            # The node replaces placeholders everywhere in the command, file names included.
+            return f"its test id contains the placeholder {word}"
+    return None
+
+
+def _read_list(path: Path) -> set[str]:
+    """Non-blank, non-comment lines of an optional list file (missing file: empty set)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return set()
+    except OSError as exc:
+        logger.warning("build: cannot read %s (%s); ignoring it", path, exc.strerror)
+        return set()
+    out = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.add(line)
+    return out
+
+
+def find_test_files(tests_root: Path, extensions: Sequence[str], nightly: bool = False
+                    ) -> list[str]:
+    """Every test file under ``tests_root`` with one of ``extensions``, sorted.
+
+    Returns relative POSIX paths.  Matching of extensions ignores case (build.pl's mupdf list
+    took ``.pdf`` and ``.PDF``).  Skipped, as build.pl skipped them: dot files (and dot
+    directories), ``*.disabled``, anything that is not a file, and the names listed in the
+    ``nightly_only.lst`` of their directory unless ``nightly``.  Also skipped, with a warning
+    on the ``cluster.build`` logger: paths whose test id would be invalid (see
+    :data:`cluster.records.TEST_ID`) and paths whose id repeats an earlier one (``a/b__c`` and
+    ``a__b/c``).  Never raises for odd names; raises FileNotFoundError when ``tests_root``
+    is not a directory.
+    """
+    root = Path(tests_root)
+    if not root.is_dir():
+        raise FileNotFoundError(2, "tests root is not a directory", str(root))
+    wanted = {e.lower().lstrip(".") for e in extensions}
+    found: dict[str, str] = {}  # test id stem -> relative path
+
+    def onerror(exc: OSError) -> None:
+        logger.warning("build: cannot list %s (%s); its tests are left out",
+                       exc.filename, exc.strerror)
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        reldir = os.path.relpath(dirpath, root)
+        reldir = "" if reldir == "." else reldir.replace(os.sep, "/") + "/"
+        nightly_only = set() if nightly else _read_list(Path(dirpath) / NIGHTLY_ONLY)
+        for name in sorted(filenames):
+            if name.startswith(".") or name.endswith(".disabled") or name == NIGHTLY_ONLY:
+                continue
+            if not reldir and name in (SLOW_FILES, QUICK_FILES):
+                continue
+            if name in nightly_only:
+                continue
+            ext = name.rpartition(".")[2].lower() if "." in name else ""
+            if ext not in wanted:
+                continue
+            if not os.path.isfile(os.path.join(dirpath, name)):
+                continue  # broken symlink, fifo, socket...
+            rel = reldir + name
+            stem = file_id(rel)
+            problem = _id_problem(stem)
+            if problem is not None:
+                logger.warning("build: skipping test file %r: %s", rel, problem)
+                continue
+            if stem in found:
+                logger.warning("build: skipping test file %r: its test id %s is already used "
+                               "by %r", rel, stem, found[stem])
+                continue
+            found[stem] = rel
+    return sorted(found.values())
+
+
+# ----------------------------------------------------------------------------------------------
+# Commands
+
+def _gs_name(path_text: str) -> str:
+    """A file name as gs -sOutputFile reads it: gs expands %d-style formats, so % is doubled."""
+    return path_text.replace("%", "%%")
+
+
+def _is_pdf_like(relpath: str) -> bool:
+    """PDF and AI files are passed to gs as an argument; everything else goes on stdin."""
+    return relpath.lower().endswith((".pdf", ".ai"))
+
+
+def _gs_input(relpath: str) -> tuple[list[str], str]:
+    """(gs arguments naming the input, shell redirection feeding it) for a test file."""
+    path = f"{TESTS}/{shlex.quote(relpath)}"
+    args: list[str] = []
+    if relpath.endswith(".PS"):
+        # build.pl ran %rom%Resource/Init/gs_cet.ps for the CET suite; since gs 9.5x that
+        # file only works during initialisation (.forceput is gone afterwards), which is what
+        # -dCETMODE does.
+        args.append("-dCETMODE")
+    if _is_pdf_like(relpath):
+        return [*args, path], ""
+    return [*args, "-"], f" < {path}"
+
+
+def _run(log: str, argv: Sequence[str], stdin: str = "") -> str:
+    """Echo ``argv`` into the log, then run it under /usr/bin/time appending to the log.
+
+    The log redirection comes before the input redirection so that a missing input file
+    (which makes ``sh`` refuse to start the command) is reported in the log, where readlog
+    sees it, rather than on the node's stderr.
+    """
+    text = " ".join(argv)
+    return (f"echo {shlex.quote(text + stdin)} >> {log} ; "
+            f"{TIME_COMMAND} {text} >> {log} 2>&1{stdin}")
+
+
+def _raster_options(tc: TestConfig) -> list[str]:
+    """The gs options selecting the device, banding and resolution of ``tc``."""
+    opts = [f"-dMaxBitmap={MAX_BITMAP[tc.band]}", f"-sDEVICE={tc.device}"]
+    if tc.device == "bitrgb":
+        opts.append("-dGrayValues=256")
+    if tc.device == "cups":
+        opts.append("-dcupsColorSpace=0")
+    opts.append(f"-r{tc.res}")
+    return opts
+
+
+def _gs_raster_argv(name: str, tc: TestConfig, input_args: Sequence[str], memory_kb: int
+                    ) -> list[str]:
+    """gs rendering to ``tc`` with the raster piped into md5sum (ARTIFEX.md §5.4)."""
+    md5 = _gs_name(f"{TEMP}/{name}.md5")
+    return [f"{BIN}/gs", f"-sOutputFile='|md5sum >> {md5}'", *_raster_options(tc),
+            "-sDEFAULTPAPERSIZE=letter", "-dNOPAUSE", "-dBATCH", f"-K{memory_kb}",
+            # -dJOBSERVER as build.pl; checked on gs 10.0: same rasters as without it,
+            # for stdin and for file arguments alike.
+            "-dJOBSERVER", *input_args]
+
+
+def raster_command(name: str, relpath: str, tc: TestConfig, memory_kb: int) -> str:
+    """The command of a one-stage gs test."""
+    log = f"{TEMP}/{name}.log"
+    input_args, stdin = _gs_input(relpath)
+    return (f"touch {TEMP}/{name}.md5 ; echo gs >> {log} ; "
+            + _run(log, _gs_raster_argv(name, tc, input_args, memory_kb), stdin))
+
+
+def two_stage_command(name: str, relpath: str, tc: TestConfig, memory_kb: int) -> str:
+    """The command of a pdfwrite/ps2write test (ARTIFEX.md §5.5).
+
+    Stage 1 writes ``__temp__/<id>.pdf`` (or ``.ps``); a ``---`` line divides the stages in
+    the log; the intermediate file's md5 goes into the log (informational only: it changes
+    from run to run with embedded dates); stage 2 is always ``gs``, rasterising the
+    intermediate into md5sum; the intermediate is then removed.
+    """
+    assert tc.two_stage is not None
+    device, suffix = TWO_STAGE[tc.two_stage]
+    log = f"{TEMP}/{name}.log"
+    intermediate = f"{TEMP}/{name}.{suffix}"
+    input_args, stdin = _gs_input(relpath)
+    # As build.pl: stage 1 has no -K and no -dMaxBitmap, only the resolution.
+    stage1 = [f"{BIN}/gs", f"-sOutputFile={_gs_name(intermediate)}", f"-sDEVICE={device}",
+              f"-r{tc.res}", "-sDEFAULTPAPERSIZE=letter", "-dNOPAUSE", "-dBATCH",
+              "-dJOBSERVER", *input_args]
+    stage2 = _gs_raster_argv(name, tc, [intermediate], memory_kb)
+    return (f"touch {TEMP}/{name}.md5 ; echo 'gs {device}' >> {log} ; "
+            + _run(log, stage1, stdin)
+            + f" ; echo --- >> {log} ; md5sum {intermediate} >> {log} 2>&1 ; "
+            + _run(log, stage2)
+            + f" ; rm -f {intermediate}")
+
+
+def mupdf_command(name: str, relpath: str, tc: TestConfig) -> str:
+    """The command of a mupdf test: ``mutool draw`` streams PNM pages into md5sum.
+
+    build.pl wrote one file per page and md5summed their concatenation; writing the stream
+    to stdout gives the same bytes without the files.  Only mutool's stderr (and so
+    /usr/bin/time's status line) goes to the log, so a failed draw, whose empty output still
+    has an md5, shows up there as "Command exited with non-zero status".
+    """
+    log = f"{TEMP}/{name}.log"
+    argv = [f"{BIN}/mutool", "draw", "-q", f"-r{tc.res}"]
+    if tc.band == 1:
+        argv += ["-B", str(MUPDF_BAND_HEIGHT)]
+    argv += ["-F", MUPDF_FORMATS[tc.device], "-o", "-", f"{TESTS}/{shlex.quote(relpath)}"]
+    text = " ".join(argv)
+    return (f"touch {TEMP}/{name}.md5 ; echo mupdf >> {log} ; "
+            f"echo {shlex.quote(text)} >> {log} ; "
+            f"{TIME_COMMAND} {text} 2>> {log} | md5sum >> {TEMP}/{name}.md5")
+
+
+def job_for(product: str, relpath: str, tc: TestConfig, cfg: Config) -> Job:
+    """The job testing ``relpath`` in configuration ``tc`` of ``product``."""
+    name = f"{file_id(relpath)}.{tc.text}"
+    if product == "mupdf":
+        command = mupdf_command(name, relpath, tc)
+    elif tc.two_stage is not None:
+        command = two_stage_command(name, relpath, tc, cfg.gs_memory_kb)
+    else:
+        command = raster_command(name, relpath, tc, cfg.gs_memory_kb)
+    return Job(name, f"{TEMP}/{name}.log", command)
+
+
+# ----------------------------------------------------------------------------------------------
+# The job list
+
+def check_products(products: Iterable[str]) -> list[str]:
+    """``products`` without repeats; ValueError names an unknown one and lists the known."""
+    out: list[str] = []
+    for p in products:
+        if p not in _SPECS:
+            raise ValueError(f"unknown product {p!r}; known products: {', '.join(PRODUCTS)}")
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def product_configs(cfg: Config, product: str) -> list[TestConfig]:
+    """The parsed configurations of ``product``; ConfigError names a bad one."""
+    spec = _SPECS[product]
+    out = []
+    for text in getattr(cfg, spec.configs_key):
+        try:
+            tc = TestConfig.parse(text)
+        except ValueError:
+            raise ConfigError(spec.configs_key, text, CONFIG_FORM) from None
+        if tc.two_stage not in spec.kinds:
+            wanted = " or ".join(sorted("raster (device.res.band)" if k is None else f"{k}.*"
+                                        for k in spec.kinds))
+            raise ConfigError(spec.configs_key, text, f"a {wanted} configuration")
+        if product == "mupdf" and tc.device not in MUPDF_FORMATS:
+            raise ConfigError(spec.configs_key, text,
+                              "a device mutool draw can produce: " + ", ".join(MUPDF_FORMATS))
+        out.append(tc)
+    return out
+
+
+def generate(cfg: Config, products: Sequence[str], tests_root: Path,
+             options: JobOptions = JobOptions(), rng: random.Random | None = None) -> list[Job]:
+    """The job list of a run of ``products`` over the corpus at ``tests_root``.
+
+    Order (ARTIFEX.md §5.6): the jobs named in ``tests_root/slowfiles.lst``, then the others,
+    then those named in ``tests_root/quickfiles.lst``, each group shuffled with ``rng``.  A
+    list entry names a job by its test id, its test file's relative path or that path's id
+    stem (so one line can cover every configuration of a file).
+
+    Raises ValueError for an unknown product or when two products would produce the same
+    test id (gs and mupdf with the same configuration: build.pl never mixed them in one run),
+    ConfigError for a malformed configuration, FileNotFoundError for a missing corpus.
+    """
+    wanted = check_products(products)
+    rng = rng if rng is not None else random.Random()
+    root = Path(tests_root)
+    slow = _read_list(root / SLOW_FILES)
+    quick = _read_list(root / QUICK_FILES)
+    files_by_ext: dict[tuple[str, ...], list[str]] = {}
+    owner: dict[str, str] = {}  # test id -> product that made it
+    groups: tuple[list[Job], list[Job], list[Job]] = ([], [], [])
+    for product in wanted:
+        spec = _SPECS[product]
+        configs = [tc for tc in product_configs(cfg, product)
+                   if options.keeps_resolution(tc.res)]
+        extensions = tuple(getattr(cfg, spec.extensions_key))
+        if extensions not in files_by_ext:
+            files_by_ext[extensions] = find_test_files(root, extensions, options.nightly)
+        for relpath in files_by_ext[extensions]:
+            stem = file_id(relpath)
+            for tc in configs:
+                name = f"{stem}.{tc.text}"
+                if not options.keeps_name(name):
+                    continue
+                problem = _id_problem(name)
+                if problem is not None:
+                    logger.warning("build: skipping test %r of file %r: %s", name, relpath,
+                                   problem)
+                    continue
+                if name in owner:
+                    raise ValueError(
+                        f"test id {name} would be made by both product {owner[name]} and "
+                        f"product {product}; build them in separate runs or give them "
+                        "different configurations")
+                owner[name] = product
+                keys = (name, relpath, stem)
+                group = 0 if any(k in slow for k in keys) else (
+                    2 if any(k in quick for k in keys) else 1)
+                groups[group].append(job_for(product, relpath, tc, cfg))
+    jobs: list[Job] = []
+    for group_jobs in groups:
+        rng.shuffle(group_jobs)
+        jobs.extend(group_jobs)
+    logger.info("build: %d jobs (%d slow, %d quick) for %s", len(jobs), len(groups[0]),
+                len(groups[2]), " ".join(wanted))
+    return jobs

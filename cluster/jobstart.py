@@ -1,0 +1,63 @@
+"""job.start: what a running run is, written by the master and read by every node (seed 001).
+
+One ``key value`` per line; the first line is ``id <jobid>``.  The file stays on the master for
+the whole run (nodes do not delete it) and is removed when the run is over.
+
+Keys: ``id``, ``priority``, ``queue`` (the queue line being run), ``kind``, ``ref``,
+``products`` (comma list), ``tree`` (ghostpdl or mupdf), ``source`` (the tree to build,
+relative to the master home), ``build`` (the build command), ``tests`` (the corpus,
+relative to the master home), ``options`` (space list, may be empty).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KEYS = ("id", "priority", "queue", "kind", "ref", "products", "tree", "source", "build",
+        "tests", "options")
+
+
+@dataclass(frozen=True)
+class JobStart:
+    id: str
+    priority: int
+    queue: str
+    kind: str
+    ref: str
+    products: tuple[str, ...]
+    tree: str
+    source: str
+    build: str
+    tests: str
+    options: tuple[str, ...] = ()
+
+    def format(self) -> str:
+        values = {
+            "id": self.id, "priority": str(self.priority), "queue": self.queue,
+            "kind": self.kind, "ref": self.ref, "products": ",".join(self.products),
+            "tree": self.tree, "source": self.source, "build": self.build,
+            "tests": self.tests, "options": " ".join(self.options),
+        }
+        return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS)
+
+    @classmethod
+    def parse(cls, text: str) -> JobStart:
+        """Parse job.start text; ValueError names a missing or bad key."""
+        values: dict[str, str] = {}
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key in KEYS:
+                values[key] = value
+        missing = [k for k in KEYS if k not in values and k != "options"]
+        if missing:
+            raise ValueError("job.start lacks " + ", ".join(missing))
+        try:
+            priority = int(values["priority"])
+        except ValueError:
+            raise ValueError(f"job.start priority {values['priority']!r} is not an integer"
+                             ) from None
+        return cls(id=values["id"], priority=priority, queue=values["queue"],
+                   kind=values["kind"], ref=values["ref"],
+                   products=tuple(p for p in values["products"].split(",") if p),
+                   tree=values["tree"], source=values["source"], build=values["build"],
+                   tests=values["tests"], options=tuple(values.get("options", "").split()))

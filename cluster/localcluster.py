@@ -1,0 +1,213 @@
+"""A whole cluster on one machine: master home, supervisor, monitor, N nodes, one pushed run.
+
+:class:`LocalCluster` is what ``localcluster.py`` drives and what the end-to-end tests use:
+it writes a configuration into the home, starts the real scripts as child processes (each
+in its own process group, logging into ``home/log``), pushes a product tree with
+clusterpush, waits for the run's archive folder and stops everything it started.
+
+The demo product: a tree with a Makefile whose build writes ``bin/gs`` (or ``bin/mutool``),
+a wrapper around the installed program that adds the options listed in the tree's
+``options`` file.  Changing an option changes the product's command line, exactly as a
+developer's change to ghostpdl would change its output.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster import config
+from cluster.config import Config
+from cluster.home import Home
+from cluster.push import push_tree
+from cluster.queuefiles import RunSpec
+from cluster.transport import LocalTransport
+
+log = logging.getLogger("cluster.localcluster")
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = REPO / "corpus" / "ghostpdl-examples"
+
+MAKEFILE = """\
+# Demo product tree made by localcluster.py: `make` writes bin/<program>, a wrapper around
+# the installed program that adds the options listed in ./options.
+all:
+\tsh ./make_wrapper.sh
+"""
+
+WRAPPER_SCRIPT = {
+    "gs": """\
+set -e
+real=$(command -v gs)
+mkdir -p bin
+opts=$(cat options 2>/dev/null | tr '\\n' ' ')
+printf '#!/bin/sh\\nexec %s %s "$@"\\n' "$real" "$opts" > bin/gs
+chmod +x bin/gs
+""",
+    "mutool": """\
+set -e
+real=$(command -v mutool)
+mkdir -p bin
+opts=$(cat options 2>/dev/null | tr '\\n' ' ')
+printf '#!/bin/sh\\nsub=$1; shift\\nexec %s "$sub" %s "$@"\\n' "$real" "$opts" > bin/mutool
+chmod +x bin/mutool
+""",
+}
+
+
+def write_demo_tree(dest: Path, product: str, options: list[str]) -> Path:
+    """Write the demo product tree for ``product`` into ``dest`` and return it."""
+    program = "mutool" if product == "mupdf" else "gs"
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "Makefile").write_text(MAKEFILE, encoding="utf-8")
+    (dest / "make_wrapper.sh").write_text(WRAPPER_SCRIPT[program], encoding="utf-8")
+    (dest / "options").write_text("".join(o + "\n" for o in options), encoding="utf-8")
+    return dest
+
+
+@dataclass
+class LocalCluster:
+    """Starts and stops a master and ``nodes`` local nodes around one master home."""
+
+    home_dir: Path
+    nodes: int = 2
+    corpus: Path = DEFAULT_CORPUS
+    overrides: dict[str, str] = field(default_factory=dict)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    node_procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.home_dir = self.home_dir.resolve()
+        self.home = Home(self.home_dir)
+        self.conf_path = self.home_dir / "cluster.conf"
+
+    # ------------------------------------------------------------------ setup
+    def prepare(self) -> Config:
+        """Create the home, mirror the corpus into it, write cluster.conf; return the config."""
+        self.home.create()
+        if not self.corpus.is_dir():
+            raise FileNotFoundError(f"corpus {self.corpus} is not a directory")
+        tests = self.home_dir / "tests"
+        LocalTransport(self.corpus.resolve().parent).fetch_tree(
+            self.corpus.resolve().name, tests / self.corpus.resolve().name)
+        slots = max(1, (os.cpu_count() or 1) // max(self.nodes, 1))
+        text = ("# Written by localcluster.py: a master and its nodes on this machine.\n"
+                "[master]\nhome = .\n\n"
+                f"[node]\nmaster_home = .\nslots = {slots}\n")
+        self.conf_path.write_text(text, encoding="utf-8")
+        return self.config()
+
+    def config(self) -> Config:
+        return config.load(self.conf_path, self.overrides)
+
+    def _set_args(self) -> list[str]:
+        argv = ["--config", str(self.conf_path)]
+        for key, value in self.overrides.items():
+            argv += ["--set", f"{key}={value}"]
+        return argv
+
+    def _spawn(self, script: str, extra: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        log_path = self.home.log_dir / log_name
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen([sys.executable, str(REPO / script), *self._set_args(),
+                                     *extra], stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    cwd=self.home_dir)
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> None:
+        """Start the monitor, the supervisor and the nodes."""
+        self._spawn("monitor_port.py", [], "monitor_port.out")
+        self._spawn("run_clustermaster.py", [], "run_clustermaster.out")
+        for i in range(1, self.nodes + 1):
+            self.start_node(f"node{i}")
+
+    def start_node(self, name: str) -> subprocess.Popen[bytes]:
+        work = self.home_dir / "node-work" / name
+        proc = self._spawn("clusterpull.py", ["--set", f"node_name={name}",
+                                              "--set", f"work_dir={work}"], f"{name}.out")
+        self.node_procs[name] = proc
+        return proc
+
+    # ------------------------------------------------------------------ a run
+    def push(self, tree: Path, user: str, products: list[str], options: list[str]) -> RunSpec:
+        spec = RunSpec.parse(" ".join(["user", user, ",".join(products), *options]),
+                             source="localcluster")
+        push_tree(self.home, tree, spec)
+        return spec
+
+    def archives(self) -> set[str]:
+        if not self.home.archive.is_dir():
+            return set()
+        return {p.name for p in self.home.archive.iterdir()}
+
+    def wait_for_run(self, spec: RunSpec, before: set[str], timeout: float) -> Path:
+        """The archive folder of the run of ``spec`` that was not in ``before``."""
+        end = time.monotonic() + timeout
+        wanted = f"queue {spec.line()}\n"
+        while time.monotonic() < end:
+            for name in sorted(self.archives() - before):
+                folder = self.home.archive / name
+                info = folder / "run.info"
+                if (folder / "report.txt").exists() and info.exists() and \
+                        wanted in info.read_text(encoding="utf-8"):
+                    # The report is written before run.info; both exist: the run is done.
+                    self._wait_dequeued(spec, end)
+                    return folder
+            time.sleep(0.2)
+        raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
+                           f"(see {self.home.log_dir})")
+
+    def _wait_dequeued(self, spec: RunSpec, end: float) -> None:
+        from cluster.queuefiles import QueueFile
+
+        queue = QueueFile(self.home.queue(0), self.home.queue_lock(0))
+        while time.monotonic() < end and spec in queue.read():
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------------ teardown
+    def stop(self, grace: float = 20.0) -> None:
+        """TERM every process group started, wait ``grace`` seconds, then KILL."""
+        for proc in self.procs:
+            _signal_group(proc, signal.SIGTERM)
+        end = time.monotonic() + grace
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(end - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self.procs:
+            _signal_group(proc, signal.SIGKILL)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                log.error("process %d did not die", proc.pid)
+        # clustermasters started by the supervisor live in their own sessions.
+        for p in (0, 1, 2):
+            pid_file = self.home.pid_file(p)
+            try:
+                pid = int(pid_file.read_text().strip())
+                os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        self.procs.clear()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,509 @@
+"""run.py's engine: one node taking part in one run (port of run.pl, on seed 001's protocol).
+
+The node reads job.start, then talks to the master on base_port + priority:
+
+* BUILD: mirror the test corpus and the product's source tree from the master, run the
+  build command in a background thread; meanwhile every call says ``busy build``.
+* JOBS: jobs go into a local queue and run in ``slots`` parallel process groups; each one
+  is killed as a whole tree (SIGHUP, then SIGKILL) after ``job_timeout`` seconds.
+* Results are classified as they finish (readlog rules) and sent back with the next call;
+  a call is made as soon as results wait longer than ``report_interval``, when the local
+  queue falls below one job per slot (so the node never idles between batches), and at
+  least every ``poll_interval`` seconds (the node's heartbeat).
+* UPLOAD: the node's log and build log go to the master (busy meanwhile).
+* ABORT: everything running is killed and the node leaves.
+
+Results are dropped from the node's memory only after the master's reply has been read, so
+a failed call sends them again (the master records the first copy and counts the rest).
+
+Exit codes: 0 the run is over for this node, 1 failure, 3 the master could not be reached,
+4 aborted for a reason that may pass (the node may join again later).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import re
+import select
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from cluster import protocol, readlog
+from cluster.config import Config
+from cluster.errors import ClusterError, ProtocolError
+from cluster.home import suffixed
+from cluster.jobstart import JobStart
+from cluster.records import BIN, ERROR_INTERNAL, TEMP, TESTS, Job, JobResult
+from cluster.transport import Transport
+
+log = logging.getLogger("cluster.node")
+
+EXIT_DONE, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_ABORTED = 0, 1, 3, 4
+#: ABORT reasons after which this node must not join the same run again.
+FINAL_ABORTS = ("run complete", "unsuitable", "wrong job id", "run aborted", "dropped")
+SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
+RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
+
+
+@dataclass
+class Running:
+    job: Job
+    pid: int
+    fd: int  # pidfd, or -1 where pidfd_open is unavailable
+    deadline: float
+    hup_sent: float = 0.0
+
+
+@dataclass
+class Background:
+    """A BUILD or UPLOAD running in a thread; ``error`` is set if it failed."""
+
+    what: str
+    thread: threading.Thread
+    error: str = ""
+    done: bool = False
+
+
+@dataclass
+class Counters:
+    started: int = 0
+    finished: int = 0
+    timeouts: int = 0
+    contacts: int = 0
+    failed_contacts: int = 0
+    sent: dict[str, int] = field(default_factory=dict)
+
+
+class NodeRun:
+    """One node in one run.  Callers use :meth:`run` (returns an exit code) and :meth:`stop`."""
+
+    def __init__(self, cfg: Config, transport: Transport, priority: int, caps: str) -> None:
+        self.cfg = cfg
+        self.transport = transport
+        self.priority = priority
+        self.caps = caps
+        self.name = cfg.effective_node_name()
+        self.slots = cfg.effective_slots()
+        self.queue: collections.deque[Job] = collections.deque()
+        self.running: dict[int, Running] = {}
+        self.unsent: list[JobResult] = []
+        self.first_unsent = 0.0
+        self.counters = Counters()
+        self.background: Background | None = None
+        self.failure = 0
+        self.failure_reason = ""
+        self.uploaded = False
+        self.stop_requested = False
+        self.next_contact = 0.0
+        self.hungry_after = 0.0  # do not ask for work before this (after an empty answer)
+        self.consecutive_failures = 0
+        self.start: JobStart | None = None
+
+    # ------------------------------------------------------------------ setup
+    def stop(self, *_: object) -> None:
+        """Signal-safe: ask the loop to leave the run at its next pass."""
+        self.stop_requested = True
+
+    def _prepare(self) -> JobStart:
+        text = self.transport.read_text(suffixed("job.start", self.priority))
+        if text is None:
+            raise ClusterError(f"no {suffixed('job.start', self.priority)} on the master")
+        start = JobStart.parse(text)
+        work = self.cfg.work_dir.resolve()
+        if not SAFE_PATH.fullmatch(str(work)):
+            raise ClusterError(f"work_dir {work} must be a path of [A-Za-z0-9_./+,@%=:-] "
+                               "(it is pasted into shell commands)")
+        self.run_dir = work / "runs" / start.id
+        self.temp = self.run_dir / "temp"
+        self.temp.mkdir(parents=True, exist_ok=True)
+        self.src = work / "src" / start.source.replace("/", "__")
+        self.tests = work / "tests"
+        self.node_log_path = self.run_dir / f"{self.name}.log"
+        self.build_log = self.run_dir / f"{self.name}.build.log"
+        self.built_marker = self.run_dir / "built"
+        self.node_log = open(self.node_log_path, "a", encoding="utf-8")  # noqa: SIM115
+        relaxed = "relaxtimeout" in start.options
+        self.job_timeout = RELAXED_TIMEOUT if relaxed else self.cfg.job_timeout
+        subst = {TEMP: str(self.temp), BIN: str(self.src / "bin"), TESTS: str(self.tests)}
+        self.substitutions = tuple(subst.items())
+        return start
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> int:
+        try:
+            self.start = self._prepare()
+        except (ClusterError, ValueError, OSError) as exc:
+            log.error("node %s: cannot start: %s", self.name, exc)
+            return EXIT_FAILED
+        log.info("node %s: joining run %s with %d slots", self.name, self.start.id, self.slots)
+        try:
+            return self._loop()
+        finally:
+            self._kill_all()
+            self.node_log.close()
+
+    def _loop(self) -> int:
+        while True:
+            now = time.monotonic()
+            self._spawn(now)
+            if self.stop_requested:
+                self._kill_all()
+                self._contact(now, leaving=True)
+                return EXIT_ABORTED
+            if self._contact_due(now):
+                code = self._contact(now)
+                if code is not None:
+                    return code
+                continue
+            self._wait(self._next_wakeup(now) - now)
+            self._check_timeouts(time.monotonic())
+            if self._too_many_timeouts() and not self.failure:
+                self.failure = protocol.FAILURE_TIMEOUTS
+                self.failure_reason = f"{self.counters.timeouts} tests timed out"
+                log.error("node %s: %s; failing", self.name, self.failure_reason)
+                self.queue.clear()
+                self._kill_all()
+                self.next_contact = 0.0
+
+    def _contact_due(self, now: float) -> bool:
+        if now >= self.next_contact:
+            return True
+        if self.consecutive_failures:
+            return False  # retrying on the fixed schedule of run.pl (connect_retry_delay)
+        if self.failure:
+            return True
+        if self.unsent and now - self.first_unsent >= self.cfg.report_interval:
+            return True
+        if self.background is not None:
+            return self.background.done
+        hungry = len(self.queue) < self.slots and now >= self.hungry_after
+        return hungry and self._built()
+
+    def _built(self) -> bool:
+        return self.built_marker.exists()
+
+    def _next_wakeup(self, now: float) -> float:
+        wake = self.next_contact
+        if self.unsent:
+            wake = min(wake, self.first_unsent + self.cfg.report_interval)
+        if len(self.queue) < self.slots and self._built():
+            wake = min(wake, self.hungry_after)
+        for r in self.running.values():
+            wake = min(wake, r.deadline if not r.hup_sent else r.hup_sent + self.cfg.kill_grace)
+        if self.background is not None:
+            wake = min(wake, now + 0.05)
+        return max(wake, now)
+
+    # ------------------------------------------------------------------ talking to the master
+    def _request(self, leaving: bool) -> protocol.Request:
+        busy = ""
+        if self.background is not None and not self.background.done:
+            busy = self.background.what
+        status = (f"{busy}ing" if busy else
+                  f"{self.counters.finished} tests completed, {len(self.running)} running")
+        return protocol.Request(
+            node=self.name, job_id=self.start.id if self.start else "", caps=self.caps,
+            pending=len(self.queue), running=len(self.running), slots=self.slots, busy=busy,
+            failure=self.failure, failure_reason=self.failure_reason, status=status,
+            timeouts=self.counters.timeouts, max_timeouts=self._timeout_limit(),
+            results=tuple(self.unsent), leaving=leaving)
+
+    def _contact(self, now: float, leaving: bool = False) -> int | None:
+        """One call to the master; returns an exit code when the node must stop."""
+        self._settle_background()
+        req = self._request(leaving)
+        try:
+            reply = self._exchange(protocol.format_request(req))
+        except (OSError, ProtocolError) as exc:
+            self.consecutive_failures += 1
+            self.counters.failed_contacts += 1
+            if leaving or self.consecutive_failures >= self.cfg.connect_retries:
+                log.error("node %s: master unreachable after %d tries: %s", self.name,
+                          self.consecutive_failures, exc)
+                return EXIT_UNREACHABLE
+            log.warning("node %s: call to master failed (%s); retrying in %.0f s", self.name,
+                        exc, self.cfg.connect_retry_delay)
+            self.next_contact = now + self.cfg.connect_retry_delay
+            return None
+        self.consecutive_failures = 0
+        self.counters.contacts += 1
+        self.counters.sent[reply.verb] = self.counters.sent.get(reply.verb, 0) + 1
+        sent = len(req.results)
+        if sent:
+            del self.unsent[:sent]  # the master has them now
+            self.first_unsent = time.monotonic()
+        self.next_contact = time.monotonic() + self.cfg.poll_interval
+        return self._obey(reply)
+
+    def _exchange(self, data: bytes) -> protocol.Reply:
+        port = self.cfg.port_for(self.priority)
+        with socket.create_connection((self.cfg.master_host, port),
+                                      timeout=self.cfg.io_timeout) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(data)
+            chunks = []
+            while True:
+                chunk = sock.recv(262144)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        return protocol.parse_reply(b"".join(chunks))
+
+    def _obey(self, reply: protocol.Reply) -> int | None:
+        verb = reply.verb
+        if verb == protocol.ABORT:
+            self._kill_all()
+            final = reply.reason.startswith(FINAL_ABORTS) or self.failure != 0
+            log.info("node %s: told ABORT (%s)", self.name, reply.reason or "no reason")
+            if self.failure:
+                return EXIT_FAILED
+            return EXIT_DONE if final else EXIT_ABORTED
+        if verb == protocol.BUILD:
+            if self._built():
+                self.next_contact = 0.0  # already built for this run (master took over)
+            elif self.background is None:
+                self._start_background("build", self._do_build)
+        elif verb == protocol.UPLOAD:
+            if self.background is None:
+                self._start_background("upload", self._do_upload)
+        elif verb == protocol.JOBS:
+            for line in reply.jobs:
+                try:
+                    self.queue.append(Job.parse(line))
+                except ValueError as exc:
+                    # Answer it with an internal error so the run can still complete.
+                    name = line.split(" ", 1)[0]
+                    log.error("node %s: bad job line from master (%s): %r", self.name, exc,
+                              line[:120])
+                    if protocol.TEST_ID.fullmatch(name):
+                        self._add_result(JobResult(name, ERROR_INTERNAL, 0, 0, 0, "0",
+                                                   "unknown", self.name))
+            if not reply.jobs:
+                self.hungry_after = time.monotonic() + min(self.cfg.poll_interval, 1.0)
+        else:  # CONTINUE: nothing new; do not ask for work again at once
+            self.hungry_after = time.monotonic() + min(self.cfg.poll_interval, 0.5)
+        return None
+
+    # ------------------------------------------------------------------ BUILD and UPLOAD
+    def _start_background(self, what: str, target: object) -> None:
+        bg = Background(what, threading.Thread(target=self._background_main,
+                                               args=(target,), daemon=True))
+        self.background = bg
+        bg.thread.start()
+        self.next_contact = 0.0  # report busy at once
+
+    def _background_main(self, target: object) -> None:
+        bg = self.background
+        assert bg is not None
+        try:
+            target()  # type: ignore[operator]
+        except Exception as exc:  # reported to the master as a failure
+            log.exception("node %s: %s failed", self.name, bg.what)
+            bg.error = str(exc) or type(exc).__name__
+        bg.done = True
+
+    def _settle_background(self) -> None:
+        bg = self.background
+        if bg is None or not bg.done:
+            return
+        self.background = None
+        if bg.what == "build":
+            if bg.error:
+                self.failure = protocol.FAILURE_BUILD
+                self.failure_reason = f"build failed: {bg.error}"
+                self._upload_logs()  # seed 001: the failure logs are uploaded first
+            else:
+                self.built_marker.touch()
+        elif bg.what == "upload":
+            if bg.error:
+                self.failure = protocol.FAILURE_NETWORK
+                self.failure_reason = f"upload failed: {bg.error}"
+            else:
+                self.failure = 0
+                self.uploaded = True
+
+    def _do_build(self) -> None:
+        assert self.start is not None
+        with open(self.build_log, "w", encoding="utf-8") as out:
+            out.write(f"node {self.name}: building {self.start.source} for run {self.start.id}\n")
+            out.flush()
+            self.transport.fetch_tree(self.start.tests, self.tests)
+            self.transport.fetch_tree(self.start.source, self.src)
+            out.write(f"$ {self.start.build}\n")
+            out.flush()
+            import subprocess
+
+            done = subprocess.run(self.start.build, shell=True, cwd=self.src, stdout=out,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  check=False)
+            if done.returncode != 0:
+                raise ClusterError(f"{self.start.build!r} exited with status {done.returncode}")
+
+    def _do_upload(self) -> None:
+        self.node_log.flush()
+        self._upload_logs(strict=True)
+
+    def _upload_logs(self, strict: bool = False) -> None:
+        assert self.start is not None
+        for path in (self.node_log_path, self.build_log):
+            if not path.exists():
+                continue
+            try:
+                self.transport.upload(path, f"runs/{self.start.id}/logs/{path.name}")
+            except ClusterError as exc:
+                if strict:
+                    raise
+                log.error("node %s: could not upload %s: %s", self.name, path.name, exc)
+
+    # ------------------------------------------------------------------ running jobs
+    def _spawn(self, now: float) -> None:
+        while self.queue and len(self.running) < self.slots and not self.failure:
+            job = self.queue.popleft()
+            command = job.command
+            for placeholder, value in self.substitutions:
+                command = command.replace(placeholder, value)
+            pid = os.posix_spawn("/bin/sh", ["sh", "-c", command], os.environ,
+                                 setsid=True, file_actions=[
+                                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                fd = -1
+            self.running[pid] = Running(job, pid, fd, now + self.job_timeout)
+            self.counters.started += 1
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep until a job ends or ``timeout`` passes, reaping what ended."""
+        fds = {r.fd: r for r in self.running.values() if r.fd >= 0}
+        if fds and len(fds) == len(self.running):
+            ready, _, _ = select.select(list(fds), [], [], max(timeout, 0))
+            for fd in ready:
+                self._reap(fds[fd], block=True)
+            return
+        if not self.running:
+            time.sleep(max(min(timeout, 0.5), 0))
+            return
+        end = time.monotonic() + max(timeout, 0)
+        while True:  # no pidfd: poll
+            for r in list(self.running.values()):
+                self._reap(r, block=False)
+            if time.monotonic() >= end or not self.running:
+                return
+            time.sleep(0.01)
+
+    def _reap(self, r: Running, block: bool) -> None:
+        try:
+            pid, _status = os.waitpid(r.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            pid = r.pid
+        if pid == 0:
+            return
+        self._finish(r)
+
+    def _finish(self, r: Running) -> None:
+        del self.running[r.pid]
+        if r.fd >= 0:
+            os.close(r.fd)
+        killed = r.hup_sent > 0
+        if killed:
+            self._kill_group(r.pid, signal.SIGKILL)  # anything left of the tree
+        base = self.temp / r.job.name
+        log_text = _read_and_remove(base.with_name(base.name + ".log"))
+        md5_text = _read_and_remove(base.with_name(base.name + ".md5"))
+        result = readlog.classify(r.job.name, log_text, md5_text, killed, self.name)
+        self.node_log.write(readlog.log_entry(r.job.name, log_text, md5_text, killed))
+        self.counters.finished += 1
+        self._add_result(result)
+
+    def _add_result(self, result: JobResult) -> None:
+        if not self.unsent:
+            self.first_unsent = time.monotonic()
+        self.unsent.append(result)
+
+    def _check_timeouts(self, now: float) -> None:
+        for r in list(self.running.values()):
+            if not r.hup_sent and now >= r.deadline:
+                log.warning("node %s: %s timed out after %.0f s; killing its process tree",
+                            self.name, r.job.name, self.job_timeout)
+                self.counters.timeouts += 1
+                r.hup_sent = now
+                self._kill_tree(r.pid, signal.SIGHUP)
+            elif r.hup_sent and now >= r.hup_sent + self.cfg.kill_grace:
+                self._kill_tree(r.pid, signal.SIGKILL)
+                self._reap(r, block=False)
+
+    def _timeout_limit(self) -> int:
+        return max(self.cfg.max_timeouts, math.ceil(self.counters.started / 100))
+
+    def _too_many_timeouts(self) -> bool:
+        return self.counters.timeouts > self._timeout_limit()
+
+    def _kill_tree(self, pid: int, sig: int) -> None:
+        """Signal ``pid`` and all its descendants (run.pl's ps -ef walk), then its group."""
+        try:
+            procs = [psutil.Process(pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.Error:
+            procs = []
+        for proc in procs:
+            try:
+                proc.send_signal(sig)
+            except psutil.Error:
+                pass
+        self._kill_group(pid, sig)
+
+    @staticmethod
+    def _kill_group(pid: int, sig: int) -> None:
+        try:
+            os.killpg(pid, sig)  # catches anything re-parented out of the tree
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill_all(self) -> None:
+        for r in list(self.running.values()):
+            self._kill_tree(r.pid, signal.SIGKILL)
+            try:
+                os.waitpid(r.pid, 0)
+            except ChildProcessError:
+                pass
+            if r.fd >= 0:
+                os.close(r.fd)
+            del self.running[r.pid]
+        self.queue.clear()
+
+
+def _read_and_remove(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    return text
+
+
+def install_signal_handlers(run: NodeRun) -> None:
+    """TERM/INT/HUP only set a flag; the loop leaves the run cleanly (STYLE §5)."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, run.stop)
+
+
+def wait_for_start(transport: Transport, priority: int, timeout: float) -> bool:
+    """True once job.start of ``priority`` exists on the master (for tests and tools)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if transport.read_text(suffixed("job.start", priority)) is not None:
+            return True
+        time.sleep(0.1)
+    return False

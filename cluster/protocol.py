@@ -1,0 +1,295 @@
+"""The node protocol of seed 001, as pure code: no sockets, no files, no clock.
+
+See docs/protocol.md for the prose.  A node opens a TCP connection to port base+priority and
+sends ``<var> <value>`` lines ended by a line ``OK`` (or ``ABORT`` when it is leaving); the
+master answers with one reply and closes the connection.
+
+Request headers (node -> master)::
+
+    node <name>               required; letters, digits, '.', '_', '-'
+    id <jobid>                the run id the node read from job.start
+    caps <capability string>  what the node is (send_caps.py); key=value words
+    jobs <pending> <running>  jobs held but not started, jobs running now
+    slots <n>                 how many jobs the node runs at once
+    busy <task>               still working on BUILD or UPLOAD (keeps the lease alive)
+    failure <code> [reason]   <0: fatal for the run; >0: drop this node
+    status <text>             free text for dashboards
+    timeouts <n> <max>        tests killed by timeout so far, and the limit
+    result <test> <error> <t1> <t2> <t3> <md5> <product...>   one finished job (repeatable)
+
+Unknown headers are ignored (the format was made to grow); a malformed known header is an
+error.  Replies (master -> node)::
+
+    ABORT [reason] | BUILD | UPLOAD | CONTINUE | JOBS\\n<count>\\n<job line>...
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cluster.errors import ProtocolError
+from cluster.records import MD5, TEST_ID, JobResult
+
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+
+TERMINATORS = ("OK", "ABORT")
+DEFAULT_MAX_LINE = 65536
+DEFAULT_MAX_LINES = 200000
+
+# Reply verbs.
+ABORT = "ABORT"
+BUILD = "BUILD"
+UPLOAD = "UPLOAD"
+CONTINUE = "CONTINUE"
+JOBS = "JOBS"
+VERBS = (ABORT, BUILD, UPLOAD, CONTINUE, JOBS)
+
+# Failure codes of seed 001.
+FAILURE_BUILD = -1
+FAILURE_NETWORK = 1
+FAILURE_TIMEOUTS = 2
+
+
+def valid_node_name(name: str) -> bool:
+    return NODE_NAME.fullmatch(name) is not None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One node connection's headers, parsed."""
+
+    node: str
+    job_id: str = ""
+    caps: str = ""
+    pending: int = 0
+    running: int = 0
+    slots: int = 0
+    busy: str = ""
+    failure: int = 0
+    failure_reason: str = ""
+    status: str = ""
+    timeouts: int = 0
+    max_timeouts: int = 0
+    results: tuple[JobResult, ...] = ()
+    leaving: bool = False  # terminated by ABORT instead of OK
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The master's answer: a verb, and for JOBS the job lines, for ABORT a reason."""
+
+    verb: str
+    jobs: tuple[str, ...] = field(default=())
+    reason: str = ""
+
+
+def _ints(value: str, count: int, header: str, lineno: int, line: str) -> list[int]:
+    words = value.split()
+    if len(words) != count:
+        raise ProtocolError(f"header {header!r} takes {count} integer(s)", line, lineno)
+    try:
+        return [int(w) for w in words]
+    except ValueError:
+        raise ProtocolError(f"header {header!r} takes integers", line, lineno) from None
+
+
+def parse_result(value: str, machine: str = "") -> JobResult:
+    """Parse the value of a ``result`` header; ValueError says what is wrong."""
+    words = value.split(" ", 6)
+    if len(words) != 7:
+        raise ValueError("result takes <test> <error> <t1> <t2> <t3> <md5> <product>")
+    name, err, t1, t2, t3, md5, product = words
+    if not TEST_ID.fullmatch(name):
+        raise ValueError(f"bad test id {name!r}")
+    try:
+        error = int(err)
+        times = (float(t1), float(t2), float(t3))
+    except ValueError:
+        raise ValueError("error must be an integer and times numbers") from None
+    if not -1 <= error <= 10:
+        raise ValueError(f"error code {error} outside -1..10")
+    if md5 != "0" and not MD5.fullmatch(md5):
+        raise ValueError(f"md5 {md5!r} is neither 32 hex digits nor 0")
+    if not product.strip():
+        raise ValueError("empty product")
+    return JobResult(name, error, times[0], times[1], times[2], md5, product, machine)
+
+
+def format_result(r: JobResult) -> str:
+    return (f"result {r.name} {r.error} {r.time1:.2f} {r.time2:.2f} {r.time3:.2f} "
+            f"{r.md5} {r.product}")
+
+
+def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
+                  max_lines: int = DEFAULT_MAX_LINES) -> Request:
+    """Parse a complete request (bytes up to and including the OK/ABORT line).
+
+    Raises ProtocolError naming the line and the problem for anything malformed: a line
+    over ``max_line`` bytes, more than ``max_lines`` lines, bytes that are not UTF-8, a
+    missing terminator, a missing or bad ``node``, a known header with a bad value.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"request is not UTF-8 text (byte {exc.start})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) > max_lines + 1:
+        raise ProtocolError(f"request has {len(lines)} lines, more than the limit {max_lines}")
+    if not lines or lines[-1].rstrip("\r") not in TERMINATORS:
+        raise ProtocolError("request does not end with a line OK or ABORT")
+    node = ""
+    values: dict[str, object] = {}
+    results: list[tuple[int, str]] = []
+    for lineno, raw in enumerate(lines[:-1], 1):
+        line = raw.rstrip("\r")
+        if len(raw) > max_line:
+            raise ProtocolError(f"line longer than {max_line} bytes", line, lineno)
+        if not line:
+            continue
+        var, _, value = line.partition(" ")
+        if var == "result":
+            results.append((lineno, value))
+        elif var == "node":
+            if not valid_node_name(value):
+                raise ProtocolError("node name must be 1-64 of [A-Za-z0-9._-]", line, lineno)
+            node = value
+        elif var == "id":
+            if value and not JOB_ID.fullmatch(value):
+                raise ProtocolError("job id must be 1-64 of [A-Za-z0-9._:-]", line, lineno)
+            values["job_id"] = value
+        elif var == "jobs":
+            values["pending"], values["running"] = _ints(value, 2, var, lineno, line)
+        elif var == "timeouts":
+            values["timeouts"], values["max_timeouts"] = _ints(value, 2, var, lineno, line)
+        elif var == "slots":
+            (values["slots"],) = _ints(value, 1, var, lineno, line)
+        elif var == "failure":
+            code, _, reason = value.partition(" ")
+            (values["failure"],) = _ints(code, 1, var, lineno, line)
+            values["failure_reason"] = reason
+        elif var in ("caps", "status"):
+            values[var] = value
+        elif var == "busy":
+            values["busy"] = value or "yes"
+        # Any other header is ignored: the format is meant to grow (seed 001).
+    if not node:
+        raise ProtocolError("request has no 'node <name>' header")
+    for key in ("pending", "running", "slots", "timeouts", "max_timeouts"):
+        if int(values.get(key, 0)) < 0:  # type: ignore[call-overload]
+            raise ProtocolError(f"{key} must not be negative")
+    parsed: list[JobResult] = []
+    for lineno, value in results:
+        try:
+            parsed.append(parse_result(value, node))
+        except ValueError as exc:
+            raise ProtocolError(str(exc), "result " + value, lineno) from None
+    return Request(node=node, results=tuple(parsed),
+                   leaving=lines[-1].rstrip("\r") == "ABORT", **values)  # type: ignore[arg-type]
+
+
+def format_request(req: Request) -> bytes:
+    """The wire form of ``req`` (the inverse of :func:`parse_request`)."""
+    out = [f"node {req.node}"]
+    if req.job_id:
+        out.append(f"id {req.job_id}")
+    if req.caps:
+        out.append(f"caps {req.caps}")
+    out.append(f"jobs {req.pending} {req.running}")
+    if req.slots:
+        out.append(f"slots {req.slots}")
+    if req.busy:
+        out.append(f"busy {req.busy}")
+    if req.failure:
+        out.append(f"failure {req.failure} {req.failure_reason}".rstrip())
+    if req.status:
+        out.append(f"status {_one_line(req.status)}")
+    out.append(f"timeouts {req.timeouts} {req.max_timeouts}")
+    out.extend(format_result(r) for r in req.results)
+    out.append("ABORT" if req.leaving else "OK")
+    return ("\n".join(out) + "\n").encode("utf-8")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class RequestFramer:
+    """Collects a request from a byte stream, enforcing the limits as bytes arrive.
+
+    ``feed(chunk)`` returns the complete request (up to and including the OK/ABORT line)
+    once it has arrived, else None; it raises ProtocolError as soon as a line grows past
+    ``max_line`` bytes or the line count past ``max_lines``, so a hostile peer cannot make
+    the master buffer without bound.  Bytes after the terminator are ignored.
+    """
+
+    __slots__ = ("buf", "line_start", "lines", "max_line", "max_lines")
+
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE,
+                 max_lines: int = DEFAULT_MAX_LINES) -> None:
+        self.buf = bytearray()
+        self.line_start = 0
+        self.lines = 0
+        self.max_line = max_line
+        self.max_lines = max_lines
+
+    def feed(self, chunk: bytes) -> bytes | None:
+        buf = self.buf
+        buf += chunk
+        while True:
+            nl = buf.find(b"\n", self.line_start)
+            if nl < 0:
+                if len(buf) - self.line_start > self.max_line:
+                    raise ProtocolError(f"line longer than {self.max_line} bytes",
+                                        lineno=self.lines + 1)
+                return None
+            if nl - self.line_start > self.max_line:
+                raise ProtocolError(f"line longer than {self.max_line} bytes",
+                                    lineno=self.lines + 1)
+            line = bytes(buf[self.line_start:nl]).rstrip(b"\r")
+            self.lines += 1
+            self.line_start = nl + 1
+            if line in (b"OK", b"ABORT"):
+                return bytes(buf[:nl + 1])
+            if self.lines > self.max_lines:
+                raise ProtocolError(f"request has more than {self.max_lines} lines")
+
+
+def format_reply(reply: Reply) -> bytes:
+    if reply.verb == JOBS:
+        body = "".join(line + "\n" for line in reply.jobs)
+        return f"JOBS\n{len(reply.jobs)}\n{body}".encode()
+    if reply.verb == ABORT and reply.reason:
+        return f"ABORT {_one_line(reply.reason)}\n".encode()
+    return f"{reply.verb}\n".encode()
+
+
+def parse_reply(data: bytes) -> Reply:
+    """Parse the master's reply; ProtocolError if it is not one of the five forms."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("reply is not UTF-8 text") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise ProtocolError("empty reply")
+    verb, _, rest = lines[0].partition(" ")
+    if verb == JOBS:
+        if len(lines) < 2:
+            raise ProtocolError("JOBS reply without a count")
+        try:
+            count = int(lines[1])
+        except ValueError:
+            raise ProtocolError("JOBS count is not an integer", lines[1], 2) from None
+        jobs = lines[2:]
+        if count != len(jobs):
+            raise ProtocolError(f"JOBS announced {count} jobs but carried {len(jobs)}")
+        return Reply(JOBS, tuple(jobs))
+    if verb not in VERBS or (rest and verb != ABORT) or len(lines) > 1:
+        raise ProtocolError("reply must be ABORT, BUILD, UPLOAD, CONTINUE or JOBS", lines[0], 1)
+    return Reply(verb, reason=rest)

@@ -1,0 +1,99 @@
+"""The records every part of the cluster shares: a job line and a job's result.
+
+A job line is seed 000's format ``<test> <logfile> true ; <command string>``.  The command
+string is for ``sh`` and may use the placeholders a node substitutes before running it:
+
+``__temp__``   the node's temporary directory for this run
+``__bin__``    the ``bin`` directory of the product the node built
+``__tests__``  the node's mirror of the test corpus
+
+A result carries what the 10-column ``.tab`` of ARTIFEX.md §2.5 needs, less the run's
+revision, which the master adds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TEMP = "__temp__"
+BIN = "__bin__"
+TESTS = "__tests__"
+
+#: Test ids: no whitespace, no control characters, nothing a shell would expand unquoted.
+TEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400}")
+MD5 = re.compile(r"[0-9a-f]{32}")
+
+#: Error codes of ARTIFEX.md §2.5 (readlog.pl).
+ERROR_NONE = 0
+ERROR_READ = 1
+ERROR_READ_STAGE2 = 2
+ERROR_TIMEOUT = 3
+ERROR_TIMEOUT_STAGE2 = 4
+ERROR_MISSING_INPUT = 5
+ERROR_MISSING_STAGE2 = 6
+ERROR_SEGFAULT_STAGE1 = 7
+ERROR_SEGFAULT = 8
+ERROR_SEGFAULT_STAGE2 = 9
+ERROR_INTERNAL = 10
+
+ERROR_NAMES = {
+    0: "none",
+    1: "error reading input",
+    2: "error reading the generated PDF/PS",
+    3: "timeout",
+    4: "timeout reading the generated PDF/PS",
+    5: "input missing",
+    6: "generated PDF/PS missing",
+    7: "segfault during pdfwrite/ps2write",
+    8: "segfault",
+    9: "segfault reading the generated PDF/PS",
+    10: "internal error (no md5 produced)",
+}
+SEGFAULTS = frozenset({7, 8, 9})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One line of a jobs file."""
+
+    name: str
+    logfile: str
+    command: str
+
+    @property
+    def line(self) -> str:
+        return f"{self.name} {self.logfile} true ; {self.command}"
+
+    @classmethod
+    def parse(cls, line: str) -> Job:
+        """Parse ``<test> <logfile> true ; <command>``; ValueError names what is wrong."""
+        parts = line.rstrip("\n").split(" ", 4)
+        if len(parts) < 5 or parts[2] != "true" or parts[3] != ";":
+            raise ValueError("expected '<test> <logfile> true ; <command>'")
+        name, logfile, _, _, command = parts
+        if not TEST_ID.fullmatch(name):
+            raise ValueError(f"test id {name!r} has characters outside [A-Za-z0-9_.+,@%=-]")
+        if not command.strip():
+            raise ValueError("empty command")
+        return cls(name, logfile, command)
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """What a node found out by running one job."""
+
+    name: str
+    error: int
+    time1: float
+    time2: float
+    time3: float
+    md5: str
+    product: str
+    machine: str = ""
+
+    def tab_line(self, rev: str) -> str:
+        """The 10 TAB-separated columns of ARTIFEX.md §2.5 (md5 forced to 0 on error)."""
+        md5 = self.md5 if self.error == 0 else "0"
+        return "\t".join((self.name, str(self.error), f"{self.time1:.2f}", f"{self.time2:.2f}",
+                          f"{self.time3:.2f}", "0", md5, rev, self.product, self.machine))

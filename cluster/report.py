@@ -1,0 +1,314 @@
+"""The comparison report: a port of ``compare.pl`` (ARTIFEX.md §2.9).
+
+:func:`analyse` compares the table of this run with the previous one and returns a
+:class:`Comparison` that says which tests differ, which started or stopped producing errors,
+which were added or removed, which show a new banded/page-mode mismatch and which segfault.
+:func:`compare` renders that as the text of the report email, in compare.pl's order and
+wording::
+
+    [header lines]
+    [segfault block]
+    ran N tests in T seconds on M nodes
+    Differences in X of Y non-pdfwrite/ps2write test(s):   (then pdfwrite, then ps2write)
+    The following X regression file(s) have started producing errors:
+    The following X regression file(s) have stopped producing errors:
+    The following X regression file(s) have been removed:          \\
+    The following X regression file(s) have been added:             > not when skip_missing
+    The following files are showing a new mismatch between banded...  /
+    Nodes lost during the run:
+    N late duplicate result(s) ignored.
+
+The source is compare.pl at ghostpdl ``a9f881c0`` (2011-01-08), the last public version.
+Where this module departs from it, a comment says so and why.  Not ported yet, with the place
+they go: ``skip.lst`` (at the top of :func:`analyse`, drop skipped tests that did not error
+from both tables, and never list skipped tests as added/removed), the ``md5sum.cache`` "seen
+before" list (checked before a test is put in ``differences`` or an error list in
+:func:`analyse`, rendered after a dashed rule at the end of the ``skip_missing`` block in
+:func:`compare`), and the icc_work "all errors" list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cluster.records import ERROR_NAMES, SEGFAULTS
+from cluster.tab import Table, TabRow, product_columns
+
+#: Difference groups, in report order, with the words compare.pl uses for them.
+RASTER = "raster"
+PDFWRITE = "pdfwrite"
+PS2WRITE = "ps2write"
+GROUPS = (RASTER, PDFWRITE, PS2WRITE)
+GROUP_LABELS = {RASTER: "non-pdfwrite/ps2write", PDFWRITE: "pdfwrite", PS2WRITE: "ps2write"}
+
+STARS = "*" * 77  # compare.pl's segfault block rule, same width
+
+#: A banded test id: page-mode sibling is the same id with the final ``1`` turned into ``0``.
+_BANDED = re.compile(r"(.+\.)1", re.DOTALL)
+
+
+def group_of(product: str) -> str:
+    """The difference group of a product column (compare.pl tests "pdfwrite" first)."""
+    if "pdfwrite" in product:
+        return PDFWRITE
+    if "ps2write" in product:
+        return PS2WRITE
+    return RASTER
+
+
+def display_name(name: str) -> str:
+    """A test id as the report shows it: ``__`` back to ``/`` (ARTIFEX.md §2.5)."""
+    return name.replace("__", "/")
+
+
+def error_description(code: int) -> str:
+    """The words for an error code; ``unknown`` for a code outside ERROR_NAMES."""
+    return ERROR_NAMES.get(code, "unknown")
+
+
+def _effective_md5(row: TabRow) -> str:
+    # compare.pl: an errored test "is" md5 0 whatever the column says, so two errored runs of
+    # a test compare equal and an error <-> digest change compares different.
+    return row.md5 if row.error == 0 else "0"
+
+
+def _sorted(names: Iterable[str]) -> list[str]:
+    # compare.pl turns __ into / while reading and then sorts, so sort by the shown name
+    # ('/' sorts before letters, '_' after capitals): the report order matches the Perl's.
+    return sorted(names, key=lambda n: (display_name(n), n))
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the master knows of the run besides its results.
+
+    ``lost_nodes`` are ``"name (reason)"`` strings; ``duplicates`` counts late duplicate
+    results that were ignored; ``header`` is text put before everything else (e.g. the
+    "User regression: user alice ..." line of a user report).
+    """
+
+    tests: int
+    seconds: float
+    nodes: int
+    lost_nodes: tuple[str, ...] = ()
+    duplicates: int = 0
+    header: str = ""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of comparing a run's table with the previous one.
+
+    Every list holds test ids as they are in the table (with ``__``), ordered by shown name.
+    ``differences`` maps each of :data:`GROUPS` to the tests whose md5 changed; ``counts``
+    maps each group to the number of current tests in it.  ``started_errors`` lists first the
+    tests present in both tables that went from OK to an error, then the added tests that
+    error (compare.pl's order).  ``baseline`` is true when there was no previous table; then
+    every current test counts as added.
+    """
+
+    differences: dict[str, list[str]]
+    started_errors: list[str]
+    stopped_errors: list[str]
+    added: list[str]
+    removed: list[str]
+    band_mismatches: list[str]
+    segfaults: list[str]
+    counts: dict[str, int] = field(default_factory=dict)
+    baseline: bool = False
+
+    def differing(self) -> list[str]:
+        """Every test in ``differences``, all groups together, ordered by shown name."""
+        return _sorted(n for names in self.differences.values() for n in names)
+
+
+def analyse(current: Table, previous: Table | None,
+            products: Iterable[str] | None = None) -> Comparison:
+    """Compare *current* with *previous* (None: no previous run, this run is the baseline).
+
+    *products*, tested-product words as for :func:`cluster.tab.merge_baseline`, limits the
+    per-group ``counts`` to those products' tests, as compare.pl's ``products`` argument
+    does; None counts every current test.
+    """
+    prev: Table = previous if previous is not None else {}
+    differences: dict[str, list[str]] = {g: [] for g in GROUPS}
+    started: list[str] = []
+    stopped: list[str] = []
+    removed: list[str] = []
+
+    for name in _sorted(prev):
+        before = prev[name]
+        now = current.get(name)
+        if now is None:
+            removed.append(name)
+            continue
+        if now.error != 0 and before.error == 0:
+            started.append(name)  # OK -> error
+        elif now.error == 0 and before.error != 0:
+            stopped.append(name)  # error -> OK
+        # Decision (faithful to compare.pl a9f881c0): the md5 test is NOT in an else branch
+        # of the error transitions.  The Perl once had it there (c8579a08) and then commented
+        # the "} else {" out ("##    } else {"), so a test that started or stopped producing
+        # errors - md5 "0" on one side, a digest on the other - is listed both under its error
+        # transition and as a difference.  A test erroring in both runs, even with another
+        # error code, is md5 "0" twice: neither a difference nor a transition.
+        if _effective_md5(now) != _effective_md5(before):
+            differences[group_of(now.product)].append(name)
+
+    added = [name for name in _sorted(current) if name not in prev]
+    # compare.pl appends the added tests that error after the transitions found above.
+    started.extend(name for name in added if current[name].error != 0)
+
+    counted = product_columns(products) if products is not None else None
+    counts = {g: 0 for g in GROUPS}
+    for row in current.values():
+        if counted is None or row.product in counted:
+            counts[group_of(row.product)] += 1
+
+    return Comparison(
+        differences=differences,
+        started_errors=started,
+        stopped_errors=stopped,
+        added=added,
+        removed=removed,
+        band_mismatches=_band_mismatches(current, prev),
+        segfaults=[n for n in _sorted(current) if current[n].error in SEGFAULTS],
+        counts=counts,
+        baseline=previous is None,
+    )
+
+
+def _band_mismatches(current: Table, previous: Table) -> list[str]:
+    """Banded tests (``*.1``) whose md5 now differs from their page-mode sibling (``*.0``).
+
+    A mismatch is new unless the previous table had both tests and they already differed
+    there; with either missing from the previous table it counts as new (compare.pl).
+    """
+    found: list[str] = []
+    for name in _sorted(current):
+        m = _BANDED.fullmatch(name)
+        if m is None:
+            continue
+        sibling = m.group(1) + "0"
+        if sibling not in current:
+            continue
+        if _effective_md5(current[name]) == _effective_md5(current[sibling]):
+            continue
+        if (name in previous and sibling in previous
+                and _effective_md5(previous[name]) != _effective_md5(previous[sibling])):
+            continue  # the mismatch is old news
+        found.append(name)
+    return found
+
+
+def compare(current: Table, previous: Table | None, facts: RunFacts,
+            skip_missing: bool = False, previous_label: str = "previous run",
+            *, products: Iterable[str] | None = None, segfault_block: bool = True) -> str:
+    """The report text comparing *current* with *previous* (None: first run of a stream).
+
+    *skip_missing* (user runs) suppresses the removed/added lists and, as in compare.pl,
+    everything after them (the banding check).  *previous_label* says what *previous* is
+    ("previous run", "previous clusterpush"); it shows in the wording used when it is None.
+    *segfault_block* False drops the starred block; compare.pl does that when the previous
+    table is the user's own earlier push (the second comparison of a user report).
+    *products* is passed to :func:`analyse`.  The text ends with a newline.
+    """
+    c = analyse(current, previous, products=products)
+    prev: Table = previous if previous is not None else {}
+    out: list[str] = []
+
+    if facts.header:
+        out.append(facts.header.rstrip("\n") + "\n\n")
+
+    if segfault_block and c.segfaults:
+        out.append(f"\n{STARS}\nSeg faults with current rev:\n\n")
+        for name in c.segfaults:
+            row = current[name]
+            out.append(f"{display_name(name)} {row.machine} {error_description(row.error)}\n")
+        out.append(f"\n{STARS}\n\n\n")
+
+    # compare.pl prints the seconds it was given, which the master counts in whole seconds.
+    out.append(f"ran {facts.tests} tests in {int(facts.seconds)} seconds on {facts.nodes} nodes"
+               "\n\n")
+
+    if c.baseline:
+        # Not in compare.pl, which always had a previous table: the first run of a stream.
+        # "No previous results to compare with: ..." by default, or e.g. "No previous
+        # clusterpush to compare with: ..." for a user's first push.
+        missing = "previous results" if previous_label == "previous run" else previous_label
+        out.append(f"No {missing} to compare with: this run is the baseline.\n\n")
+        if c.started_errors:
+            # Every erroring test is new here; compare.pl's words for the complete error list.
+            out.append(f"The following {len(c.started_errors)} regression file(s) are producing"
+                       " errors:\n")
+            out.extend(_added_error_line(name, current[name]) for name in c.started_errors)
+            out.append("\n")
+    else:
+        for group in GROUPS:
+            names = c.differences[group]
+            label = GROUP_LABELS[group]
+            count = c.counts[group]
+            if names:
+                out.append(f"Differences in {len(names)} of {count} {label} test(s):\n")
+                out.extend(f"{display_name(n)} {prev[n].product} {prev[n].machine} "
+                           f"{current[n].machine}\n" for n in names)
+                out.append("\n")
+            else:
+                out.append(f"No differences in {count} {label} tests\n\n")
+
+        if c.started_errors:
+            out.append(f"The following {len(c.started_errors)} regression file(s) have started "
+                       "producing errors:\n")
+            for name in c.started_errors:
+                now = current[name]
+                before = prev.get(name)
+                if before is None:
+                    out.append(_added_error_line(name, now))
+                else:
+                    out.append(f"{display_name(name)} {before.product} {before.machine} "
+                               f"{now.machine} {error_description(now.error)}\n")
+            out.append("\n")
+
+        if c.stopped_errors:
+            out.append(f"The following {len(c.stopped_errors)} regression file(s) have stopped "
+                       "producing errors:\n")
+            out.extend(f"{display_name(n)} {prev[n].product} {prev[n].machine} "
+                       f"{current[n].machine} {error_description(prev[n].error)}\n"
+                       for n in c.stopped_errors)
+            out.append("\n")
+
+    # compare.pl's "if (!$skipMissing ...) {" block runs to the end of its report: besides
+    # removed/added it also holds the banding check (and the archive-match list, to come).
+    if not skip_missing:
+        if c.removed:
+            out.append(f"The following {len(c.removed)} regression file(s) have been removed:\n")
+            out.extend(f"{display_name(n)} {prev[n].product}\n" for n in c.removed)
+            out.append("\n")
+        if c.added and not c.baseline:
+            # On a first run every test is "added"; listing them all would bury the report.
+            out.append(f"The following {len(c.added)} regression file(s) have been added:\n")
+            out.extend(f"{display_name(n)} {current[n].product}\n" for n in c.added)
+            out.append("\n")
+        if c.band_mismatches:
+            out.append("\nThe following files are showing a new mismatch between banded and "
+                       "page mode:\n")
+            out.extend(f"{display_name(n)}\n" for n in c.band_mismatches)
+            out.append("\n")
+
+    # Not in compare.pl: the 2011 master had no way to say a node was lost mid-run.
+    if facts.lost_nodes:
+        out.append("Nodes lost during the run:\n")
+        out.extend(f"{node}\n" for node in facts.lost_nodes)
+        out.append("\n")
+    if facts.duplicates > 0:
+        out.append(f"{facts.duplicates} late duplicate result(s) ignored.\n\n")
+
+    return "".join(out)
+
+
+def _added_error_line(name: str, row: TabRow) -> str:
+    # compare.pl's shorter line for a test with no previous result: no previous product or
+    # machine to show.
+    return f"{display_name(name)} {row.machine} {error_description(row.error)}\n"

@@ -1,0 +1,191 @@
+"""The master's TCP listener: one thread, non-blocking sockets, one request per connection.
+
+Why not ``socketserver``: the Perl served one connection at a time, so a node that connects
+and says nothing stalled everybody for up to its 60 s alarm.  Here every connection is
+non-blocking and has a deadline, so a slow or silent client costs the others nothing, and
+there are no threads or locks around the run state.
+
+A connection's life: accepted -> bytes collected by a :class:`~cluster.protocol.RequestFramer`
+(limits enforced as bytes arrive) -> ``handler(request, peer)`` returns the reply bytes ->
+reply written -> closed.  A framing error or an expired deadline is logged with the peer and
+answered with ``ABORT <what was wrong>`` where the socket still allows it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import selectors
+import socket
+import time
+from collections.abc import Callable
+
+from cluster import protocol
+from cluster.errors import ProtocolError
+
+log = logging.getLogger("cluster.server")
+
+Handler = Callable[[bytes, str], bytes]
+_READ_SIZE = 262144
+
+
+class _Conn:
+    __slots__ = ("sock", "peer", "framer", "deadline", "out", "sent")
+
+    def __init__(self, sock: socket.socket, peer: str, framer: protocol.RequestFramer,
+                 deadline: float) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.framer = framer
+        self.deadline = deadline
+        self.out = b""
+        self.sent = 0
+
+
+class NodeServer:
+    """Listens on ``address`` and answers node requests through ``handler``.
+
+    Callers use :meth:`serve_once` in their own loop (the master interleaves it with its
+    health checks), :attr:`server_address` and :meth:`close`.
+    """
+
+    def __init__(self, address: tuple[str, int], handler: Handler, *,
+                 max_line: int = protocol.DEFAULT_MAX_LINE,
+                 max_lines: int = protocol.DEFAULT_MAX_LINES,
+                 deadline: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.handler = handler
+        self.max_line = max_line
+        self.max_lines = max_lines
+        self.deadline = deadline
+        self.clock = clock
+        self.listener = socket.create_server(address, reuse_port=False, backlog=1024)
+        self.listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, None)
+        self.conns: dict[int, _Conn] = {}
+        self.served = 0
+        self.rejected = 0
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        host, port = self.listener.getsockname()[:2]
+        return host, port
+
+    def serve_once(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for activity and deal with all of it."""
+        for key, events in self.selector.select(timeout):
+            if key.data is None:
+                self._accept()
+            else:
+                conn: _Conn = key.data
+                if events & selectors.EVENT_READ and not conn.out:
+                    self._read(conn)
+                elif events & selectors.EVENT_WRITE:
+                    self._write(conn)
+        self._expire()
+
+    def close(self) -> None:
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        self.selector.unregister(self.listener)
+        self.listener.close()
+        self.selector.close()
+
+    # ------------------------------------------------------------------ internals
+    def _accept(self) -> None:
+        now = self.clock()
+        while True:
+            try:
+                sock, addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: log, keep serving the others
+                log.warning("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = f"{addr[0]}:{addr[1]}"
+            conn = _Conn(sock, peer, protocol.RequestFramer(self.max_line, self.max_lines),
+                         now + self.deadline)
+            self.conns[sock.fileno()] = conn
+            self.selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            chunk = conn.sock.recv(_READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.info("peer %s: read failed: %s", conn.peer, exc)
+            self._close(conn)
+            return
+        if not chunk:
+            log.warning("peer %s: closed the connection before OK or ABORT", conn.peer)
+            self.rejected += 1
+            self._close(conn)
+            return
+        try:
+            request = conn.framer.feed(chunk)
+        except ProtocolError as exc:
+            self._reject(conn, str(exc))
+            return
+        if request is None:
+            return
+        try:
+            reply = self.handler(request, conn.peer)
+        except Exception:  # the handler's bug must not take the master down
+            log.exception("peer %s: handler failed", conn.peer)
+            reply = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="master error"))
+        self.served += 1
+        self._start_reply(conn, reply)
+
+    def _reject(self, conn: _Conn, problem: str) -> None:
+        log.warning("peer %s: bad request: %s", conn.peer, problem)
+        self.rejected += 1
+        self._start_reply(conn, protocol.format_reply(
+            protocol.Reply(protocol.ABORT, reason=f"bad request: {problem}")))
+
+    def _start_reply(self, conn: _Conn, reply: bytes) -> None:
+        conn.out = reply
+        conn.sent = 0
+        self._write(conn)
+        if conn.sock.fileno() >= 0 and conn.sent < len(conn.out):
+            self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+
+    def _write(self, conn: _Conn) -> None:
+        try:
+            while conn.sent < len(conn.out):
+                n = conn.sock.send(memoryview(conn.out)[conn.sent:])
+                conn.sent += n
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                log.info("peer %s: write failed: %s", conn.peer, exc)
+            self._close(conn)
+            return
+        self._close(conn)
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for conn in [c for c in self.conns.values() if c.deadline < now]:
+            if conn.out:
+                log.warning("peer %s: did not read its reply within %.0f s", conn.peer,
+                            self.deadline)
+                self._close(conn)
+            else:
+                self._reject(conn, f"no complete request within {self.deadline:.0f} s")
+                if conn.sock.fileno() >= 0:
+                    self._close(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        fd = conn.sock.fileno()
+        if fd < 0:
+            return
+        self.conns.pop(fd, None)
+        try:
+            self.selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()

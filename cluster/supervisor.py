@@ -1,0 +1,302 @@
+"""The supervisor loop: port of runClustermaster.sh (seed 000, ARTIFEX.md §2.6).
+
+Seed 000: runClustermaster.sh "checks to see if another instance ... is already running - if
+it is it just exits.  If not it goes into an infinite loop, kicking off clustermaster.pl,
+clustermaster1.pl and clustermaster2.pl every 10 seconds."  Every clustermaster invocation
+does phase 1 (queue discovery) and then the PID-file dance of phase 2, so starting each
+priority's master every tick, even while an earlier one is running a run, is the design: the
+extra invocations queue new work and exit.
+
+:class:`Supervisor` owns the children it starts:
+
+* :meth:`Supervisor.tick` reaps finished children, then starts one process per command;
+* :meth:`Supervisor.run` calls ``tick`` every ``interval`` seconds on a drift-corrected
+  schedule (tick k is due at ``start + k * interval``; periods missed because a tick ran
+  long are skipped, never run in a burst) and reaps between ticks, so no zombie outlives a
+  poll slice;
+* on stop, running clustermasters are left to finish their run (they are in their own
+  sessions, so a terminal's ^C does not reach them either); with ``kill_children`` their
+  process groups get SIGTERM, and a second stop request during the grace period SIGKILLs
+  them (STYLE guideline 5).
+
+Signal handlers (:func:`install_signal_handlers`) only record the request in a
+:class:`StopFlag`; the loop sees it within ``poll`` seconds.  The single-instance lock is
+the caller's business (see :mod:`cluster.cli.run_clustermaster`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO, Protocol
+
+from cluster.clock import Clock, SystemClock
+
+logger = logging.getLogger("cluster.supervisor")
+
+#: seed 000: the clustermasters are kicked off "every 10 seconds" (config: supervisor_interval).
+DEFAULT_INTERVAL = 10.0
+#: Longest the loop sleeps before looking at the stop flag and reaping again [seconds].
+DEFAULT_POLL = 0.25
+#: With kill_children: how long to wait for SIGTERMed clustermasters to exit [seconds].
+DEFAULT_KILL_GRACE = 30.0
+#: Warn when this many children of one command are alive at once (a hung phase 1?).
+PILE_UP_WARNING = 5
+
+
+class StopSignal(Protocol):
+    """Anything the loop can ask "stop now?" (a threading.Event, a StopFlag)."""
+
+    def is_set(self) -> bool: ...
+
+
+class StopFlag:
+    """A stop request that a signal handler may set: plain attribute writes, no locks.
+
+    (threading.Event.set takes a lock; a handler running while the main thread holds that
+    lock would deadlock.)  The first request means "stop looping"; a second one means "hard
+    stop" (:attr:`hard`).
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.signum: int | None = None
+
+    def set(self, signum: int | None = None) -> None:
+        self.count += 1
+        self.signum = signum
+
+    def is_set(self) -> bool:
+        return self.count > 0
+
+    @property
+    def hard(self) -> bool:
+        return self.count > 1
+
+
+def install_signal_handlers(flag: StopFlag,
+                            signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)
+                            ) -> Callable[[], None]:
+    """Make ``signals`` set ``flag``; return a function restoring the previous handlers.
+
+    Must be called from the main thread (a rule of the signal module).
+    """
+    def handler(signum: int, frame: FrameType | None) -> None:
+        flag.set(signum)  # record only; the loop logs and acts (STYLE guideline 5)
+
+    previous = {s: signal.signal(s, handler) for s in signals}
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return restore
+
+
+def describe_status(returncode: int) -> str:
+    """A Popen returncode in words: "exit status 2", "terminated by SIGKILL"."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"terminated by {name}"
+
+
+@dataclass
+class Child:
+    """A process started by the supervisor and not reaped yet."""
+
+    proc: subprocess.Popen[bytes]
+    command: tuple[str, ...]
+    started: float  # monotonic
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+class Supervisor:
+    """Starts every command each tick and keeps its children reaped.
+
+    Callers use :meth:`run` (the daemon) or :meth:`initialize` / :meth:`tick` /
+    :meth:`shutdown` (tests and ``--once``).  ``commands`` are argv lists, one per priority,
+    e.g. ``[[sys.executable, "clustermaster.py", "--home", h], ...]``.  Children write their
+    stdout and stderr to ``log_path`` (appended, shared) or to /dev/null.
+    """
+
+    def __init__(self, commands: Sequence[Sequence[str]], *, clock: Clock | None = None,
+                 interval: float = DEFAULT_INTERVAL, log_path: Path | None = None,
+                 kill_children: bool = False, kill_grace: float = DEFAULT_KILL_GRACE,
+                 poll: float = DEFAULT_POLL, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        if interval <= 0:
+            raise ValueError(f"supervisor interval {interval!r}: expected seconds > 0")
+        if poll <= 0:
+            raise ValueError(f"supervisor poll {poll!r}: expected seconds > 0")
+        self.commands = [tuple(c) for c in commands]
+        self.clock: Clock = clock or SystemClock()
+        self.interval = interval
+        self.log_path = log_path
+        self.kill_children = kill_children
+        self.kill_grace = kill_grace
+        self.poll = poll
+        self.cwd = cwd
+        self.env = env
+        self.children: list[Child] = []
+        self.ticks = 0
+        self.last_tick: float | None = None
+        self._log: IO[bytes] | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def initialize(self) -> None:
+        """Open the children's log file (appending); idempotent."""
+        if self._log is None and self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "ab")  # closed in shutdown()
+
+    def tick(self, now: float) -> None:
+        """One step: reap what finished, then start every command once.
+
+        ``now`` is the monotonic time the tick is for.  A command that cannot be started is
+        logged and the others are still started.
+        """
+        self.ticks += 1
+        self.last_tick = now
+        self.reap()
+        for command in self.commands:
+            self._start(command, now)
+
+    def reap(self) -> int:
+        """Collect every finished child (no zombies); return how many were reaped."""
+        reaped = 0
+        alive: list[Child] = []
+        for child in self.children:
+            code = child.proc.poll()
+            if code is None:
+                alive.append(child)
+                continue
+            reaped += 1
+            level = logging.DEBUG if code == 0 else logging.WARNING
+            logger.log(level, "pid %d (%s) ended: %s", child.pid, _short(child.command),
+                       describe_status(code))
+        self.children = alive
+        return reaped
+
+    def shutdown(self, stop: StopSignal | None = None) -> None:
+        """Stop supervising: reap, kill the children if asked, close the log."""
+        try:
+            self.reap()
+            if self.children and self.kill_children:
+                self._kill_all(stop)
+            if self.children:
+                logger.info("leaving %d clustermaster(s) running to finish their run: %s",
+                            len(self.children), " ".join(str(c.pid) for c in self.children))
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def run(self, stop: StopSignal) -> None:
+        """Tick every ``interval`` seconds until ``stop.is_set()``; shut down in any case."""
+        self.initialize()
+        logger.info("supervising %d command(s) every %gs", len(self.commands), self.interval)
+        try:
+            due = self.clock.monotonic()
+            while not stop.is_set():
+                now = self.clock.monotonic()
+                if now >= due:
+                    self.tick(now)
+                    due = self._next_due(due, self.clock.monotonic())
+                    continue
+                self.reap()  # the per-iteration housekeeping hook (STYLE guideline 4)
+                self.clock.sleep(min(self.poll, due - now))
+            logger.info("stop requested%s; supervisor stopping",
+                        _signal_text(getattr(stop, "signum", None)))
+        finally:
+            self.shutdown(stop)
+
+    # --- internals -------------------------------------------------------------------------
+    def _next_due(self, due: float, now: float) -> float:
+        """The tick after the one due at ``due``, skipping periods already missed."""
+        nxt = due + self.interval
+        if now > nxt:
+            missed = math.ceil((now - nxt) / self.interval)
+            logger.warning("tick ran %.1fs, past %d period(s) of %gs; skipping them",
+                           now - due, missed, self.interval)
+            nxt += missed * self.interval
+        return nxt
+
+    def _start(self, command: tuple[str, ...], now: float) -> None:
+        out: IO[bytes] | int = self._log if self._log is not None else subprocess.DEVNULL
+        try:
+            proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=self.cwd,
+                env=self.env,
+                # Own session: a ^C or SIGHUP aimed at the supervisor's terminal does not
+                # cut a run short, and --kill-children can signal the master's whole tree.
+                start_new_session=True)
+        except OSError:
+            logger.exception("cannot start %s", _short(command))
+            return
+        self.children.append(Child(proc, command, now))
+        logger.debug("started pid %d: %s", proc.pid, _short(command))
+        same = sum(1 for c in self.children if c.command == command)
+        if same >= PILE_UP_WARNING:
+            logger.warning("%d instances of %s are running; is phase 1 hanging?",
+                           same, _short(command))
+
+    def _kill_all(self, stop: StopSignal | None) -> None:
+        """SIGTERM every child's process group; SIGKILL on a hard stop; wait out the grace."""
+        logger.info("sending SIGTERM to %d clustermaster(s)", len(self.children))
+        self._signal_all(signal.SIGTERM)
+        deadline = self.clock.monotonic() + self.kill_grace
+        killed = False
+        while self.children and self.clock.monotonic() < deadline:
+            if not killed and isinstance(stop, StopFlag) and stop.hard:
+                logger.warning("second stop request: sending SIGKILL to %d clustermaster(s)",
+                               len(self.children))
+                self._signal_all(signal.SIGKILL)
+                killed = True
+            self.clock.sleep(min(self.poll, max(0.0, deadline - self.clock.monotonic())))
+            self.reap()
+        if self.children:
+            logger.warning("%d clustermaster(s) still running %gs after SIGTERM: %s",
+                           len(self.children), self.kill_grace,
+                           " ".join(str(c.pid) for c in self.children))
+
+    def _signal_all(self, signum: int) -> None:
+        for child in self.children:
+            # Only unreaped children are listed, so the pid (= the group id, own session)
+            # cannot have been recycled.
+            if child.proc.returncode is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signum)
+
+
+def _short(command: Sequence[str]) -> str:
+    """A command for log lines: the script rather than the interpreter."""
+    words = list(command)
+    if len(words) > 1 and Path(words[0]).name.startswith("python"):
+        words = words[1:]
+    text = " ".join(words)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _signal_text(signum: int | None) -> str:
+    if signum is None:
+        return ""
+    try:
+        return f" ({signal.Signals(signum).name})"
+    except ValueError:
+        return f" (signal {signum})"

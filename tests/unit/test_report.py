@@ -1,0 +1,362 @@
+"""Unit tests of cluster.report: compare.pl's analysis and report text, section by section."""
+
+from __future__ import annotations
+
+from cluster.report import (
+    PDFWRITE,
+    PS2WRITE,
+    RASTER,
+    STARS,
+    RunFacts,
+    analyse,
+    compare,
+    display_name,
+    group_of,
+)
+from cluster.tab import Table, TabRow
+
+A = "a" * 32
+B = "b" * 32
+C = "c" * 32
+
+FACTS = RunFacts(tests=10, seconds=83.9, nodes=3)
+
+
+def r(name: str, md5: str = A, error: int = 0, product: str = "gs",
+      machine: str = "m1") -> TabRow:
+    return TabRow(name=name, error=error, time1=1.0, time2=0.0, time3=0.0,
+                  md5=md5 if error == 0 else "0", rev="1", product=product, machine=machine)
+
+
+def table(*rows: TabRow) -> Table:
+    return {row.name: row for row in rows}
+
+
+def lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def section(text: str, title: str) -> list[str]:
+    """The lines after the line *title*, up to the next blank line."""
+    ls = lines(text)
+    start = ls.index(title) + 1
+    end = ls.index("", start)
+    return ls[start:end]
+
+
+def test_group_of_and_display_name() -> None:
+    """Products go to groups by the words pdfwrite/ps2write; __ is shown as /."""
+    assert group_of("gs") == RASTER and group_of("mupdf") == RASTER
+    assert group_of("gs pdfwrite") == PDFWRITE and group_of("pcl pdfwrite") == PDFWRITE
+    assert group_of("gs ps2write") == PS2WRITE
+    assert display_name("tests_private__comparefiles__a.pdf.ppmraw.72.0") == \
+        "tests_private/comparefiles/a.pdf.ppmraw.72.0"
+
+
+def test_ran_line_is_exact_with_integer_seconds() -> None:
+    """The header line reads 'ran N tests in T seconds on M nodes' with T a whole number."""
+    same = table(r("t"))
+    text = compare(same, same, RunFacts(tests=1234, seconds=3599.7, nodes=12))
+    assert lines(text)[0] == "ran 1234 tests in 3599 seconds on 12 nodes"
+    assert lines(text)[1] == ""
+
+
+def test_no_differences_wording_per_group() -> None:
+    """With nothing changed, each group says 'No differences in Y ... tests' with its count."""
+    cur = table(r("a"), r("b"), r("c", product="gs pdfwrite"))
+    text = compare(cur, dict(cur), FACTS)
+    assert lines(text) == [
+        "ran 10 tests in 83 seconds on 3 nodes", "",
+        "No differences in 2 non-pdfwrite/ps2write tests", "",
+        "No differences in 1 pdfwrite tests", "",
+        "No differences in 0 ps2write tests", "",
+        "",
+    ]
+
+
+def test_differences_split_into_three_groups() -> None:
+    """md5 changes are listed per group with '<name> <prevProduct> <prevMachine> <curMachine>'."""
+    prev = table(r("x__a.ps.ppmraw.72.0", machine="old"), r("b"), r("c"),
+                 r("p1", product="gs pdfwrite"), r("p2", product="gs pdfwrite"),
+                 r("s1", product="gs ps2write"))
+    cur = table(r("x__a.ps.ppmraw.72.0", md5=B, machine="new"), r("b"), r("c", md5=C),
+                r("p1", product="gs pdfwrite"), r("p2", md5=B, product="gs pdfwrite"),
+                r("s1", md5=B, product="gs ps2write"))
+    c = analyse(cur, prev)
+    assert c.differences == {RASTER: ["c", "x__a.ps.ppmraw.72.0"], PDFWRITE: ["p2"],
+                             PS2WRITE: ["s1"]}
+    assert c.counts == {RASTER: 3, PDFWRITE: 2, PS2WRITE: 1}
+    text = compare(cur, prev, FACTS)
+    assert section(text, "Differences in 2 of 3 non-pdfwrite/ps2write test(s):") == [
+        "c gs m1 m1", "x/a.ps.ppmraw.72.0 gs old new"]
+    assert section(text, "Differences in 1 of 2 pdfwrite test(s):") == ["p2 gs pdfwrite m1 m1"]
+    assert section(text, "Differences in 1 of 1 ps2write test(s):") == ["s1 gs ps2write m1 m1"]
+    assert "started producing errors" not in text
+
+
+def test_lists_are_sorted_by_shown_name() -> None:
+    """Names sort as the report shows them ('/' before letters), like compare.pl."""
+    prev = table(r("dirA__z"), r("dir__z"), r("dirZ"))
+    cur = table(r("dirA__z", md5=B), r("dir__z", md5=B), r("dirZ", md5=B))
+    assert analyse(cur, prev).differences[RASTER] == ["dir__z", "dirA__z", "dirZ"]
+
+
+def test_error_transitions_are_listed_and_also_differ() -> None:
+    """OK->error and error->OK are listed with descriptions, and (as compare.pl) as differences.
+
+    compare.pl compares md5s independently of error transitions, with an errored test's md5
+    being "0"; an error in both runs, even with another code, is no change at all.
+    """
+    prev = table(r("broke", machine="p"), r("fixed", error=3, machine="p"),
+                 r("still", error=1), r("other", error=1), r("ok"))
+    cur = table(r("broke", error=8, machine="c"), r("fixed", machine="c"),
+                r("still", error=1), r("other", error=5), r("ok"))
+    c = analyse(cur, prev)
+    assert c.started_errors == ["broke"]
+    assert c.stopped_errors == ["fixed"]
+    assert c.differences[RASTER] == ["broke", "fixed"]
+    text = compare(cur, prev, FACTS)
+    assert section(text, "The following 1 regression file(s) have started producing errors:") \
+        == ["broke gs p c segfault"]
+    assert section(text, "The following 1 regression file(s) have stopped producing errors:") \
+        == ["fixed gs p c timeout"]
+    # started comes before stopped, and both after the difference lists
+    ls = lines(text)
+    assert ls.index("Differences in 2 of 5 non-pdfwrite/ps2write test(s):") \
+        < ls.index("The following 1 regression file(s) have started producing errors:") \
+        < ls.index("The following 1 regression file(s) have stopped producing errors:")
+
+
+def test_unknown_error_code_is_described_as_unknown() -> None:
+    """An error code outside ERROR_NAMES is described as 'unknown'."""
+    prev = table(r("t"))
+    cur = table(r("t", error=42))
+    assert "t gs m1 m1 unknown" in lines(compare(cur, prev, FACTS))
+
+
+def test_added_and_removed_and_added_errors() -> None:
+    """Added/removed tests are listed; an added test that errors also started producing errors."""
+    prev = table(r("old1", product="mupdf"), r("keep"), r("broke"))
+    cur = table(r("keep"), r("broke", error=3, machine="n2"), r("new1", product="gs pdfwrite"),
+                r("anew", error=7, machine="n3"))
+    c = analyse(cur, prev)
+    assert c.removed == ["old1"]
+    assert c.added == ["anew", "new1"]
+    # tests present in both first, then the added ones (compare.pl's order)
+    assert c.started_errors == ["broke", "anew"]
+    text = compare(cur, prev, FACTS)
+    assert section(text, "The following 2 regression file(s) have started producing errors:") \
+        == ["broke gs m1 n2 timeout", "anew n3 segfault during pdfwrite/ps2write"]
+    assert section(text, "The following 1 regression file(s) have been removed:") \
+        == ["old1 mupdf"]
+    assert section(text, "The following 2 regression file(s) have been added:") \
+        == ["anew gs", "new1 gs pdfwrite"]
+    ls = lines(text)
+    assert ls.index("The following 1 regression file(s) have been removed:") \
+        < ls.index("The following 2 regression file(s) have been added:")
+
+
+def test_skip_missing_suppresses_added_removed_but_not_errors() -> None:
+    """skip_missing (user runs) drops the added/removed lists but keeps the error lists."""
+    prev = table(r("old1"), r("keep"))
+    cur = table(r("keep"), r("anew", error=1))
+    text = compare(cur, prev, FACTS, skip_missing=True)
+    assert "have been removed" not in text
+    assert "have been added" not in text
+    assert section(text, "The following 1 regression file(s) have started producing errors:") \
+        == ["anew m1 error reading input"]
+
+
+def test_band_mismatch_new_versus_old() -> None:
+    """A .1/.0 md5 mismatch is reported only if the previous run had them equal (or lacked one)."""
+    prev = table(r("new.ppmraw.300.0"), r("new.ppmraw.300.1"),
+                 r("old.ppmraw.300.0"), r("old.ppmraw.300.1", md5=B),
+                 r("half.ppmraw.300.0"),
+                 r("same.ppmraw.300.0"), r("same.ppmraw.300.1"))
+    cur = table(r("new.ppmraw.300.0"), r("new.ppmraw.300.1", md5=B),
+                r("old.ppmraw.300.0"), r("old.ppmraw.300.1", md5=C),
+                r("half.ppmraw.300.0"), r("half.ppmraw.300.1", md5=B),
+                r("same.ppmraw.300.0"), r("same.ppmraw.300.1"),
+                r("lonely.ppmraw.300.1", md5=B), r(".1", md5=B), r("0", md5=A))
+    c = analyse(cur, prev)
+    assert c.band_mismatches == ["half.ppmraw.300.1", "new.ppmraw.300.1"]
+    text = compare(cur, prev, FACTS)
+    title = "The following files are showing a new mismatch between banded and page mode:"
+    assert section(text, title) == ["half.ppmraw.300.1", "new.ppmraw.300.1"]
+    assert lines(text)[lines(text).index(title) - 1] == ""
+
+
+def test_band_mismatch_with_one_side_erroring() -> None:
+    """An errored sibling counts as md5 '0', so it mismatches a good one and matches an error."""
+    cur = table(r("e.pbmraw.72.0", error=1), r("e.pbmraw.72.1"),
+                r("f.pbmraw.72.0", error=1), r("f.pbmraw.72.1", error=3))
+    assert analyse(cur, {}).band_mismatches == ["e.pbmraw.72.1"]
+
+
+def test_skip_missing_also_suppresses_band_check() -> None:
+    """As in compare.pl, whose skipMissing block runs to the end, user runs show no band list."""
+    prev = table(r("n.ppmraw.300.0"), r("n.ppmraw.300.1"))
+    cur = table(r("n.ppmraw.300.0"), r("n.ppmraw.300.1", md5=B))
+    assert "banded" in compare(cur, prev, FACTS)
+    assert "banded" not in compare(cur, prev, FACTS, skip_missing=True)
+
+
+def test_segfault_block_is_first_and_exact() -> None:
+    """Every current segfault (codes 7, 8, 9) is in a starred block before the 'ran' line."""
+    prev = table(r("a"), r("b", error=8), r("c"), r("d"))
+    cur = table(r("a", error=7, machine="n1"), r("b", error=8, machine="n2"),
+                r("c", error=9, machine="n3"), r("d", error=3))
+    assert analyse(cur, prev).segfaults == ["a", "b", "c"]
+    text = compare(cur, prev, FACTS)
+    assert lines(text)[:12] == [
+        "",
+        STARS,
+        "Seg faults with current rev:",
+        "",
+        "a n1 segfault during pdfwrite/ps2write",
+        "b n2 segfault",
+        "c n3 segfault reading the generated PDF/PS",
+        "",
+        STARS,
+        "",
+        "",
+        "ran 10 tests in 83 seconds on 3 nodes",
+    ]
+    assert len(STARS) == 77 and set(STARS) == {"*"}
+
+
+def test_segfault_block_can_be_turned_off() -> None:
+    """segfault_block=False (a user's second comparison) leaves the block out."""
+    cur = table(r("a", error=8))
+    text = compare(cur, table(r("a")), FACTS, segfault_block=False)
+    assert "Seg faults" not in text
+    assert lines(text)[0].startswith("ran ")
+
+
+def test_header_goes_before_everything() -> None:
+    """RunFacts.header is printed first, then a blank line, then the segfault block."""
+    facts = RunFacts(tests=1, seconds=5, nodes=1,
+                     header="User regression: user alice options gs  start now")
+    text = compare(table(r("a", error=8)), table(r("a")), facts)
+    assert lines(text)[:4] == ["User regression: user alice options gs  start now", "", "",
+                               STARS]
+
+
+def test_lost_nodes_and_duplicates_come_last() -> None:
+    """Lost nodes get their own section and the duplicates count a line, after the rest."""
+    prev = table(r("gone"), r("n.x.1"))
+    cur = table(r("n.x.0"), r("n.x.1", md5=B))
+    facts = RunFacts(tests=2, seconds=60, nodes=2,
+                     lost_nodes=("nodeB (heartbeat lost)", "nodeC (killed)"), duplicates=3)
+    text = compare(cur, prev, facts)
+    assert section(text, "Nodes lost during the run:") == ["nodeB (heartbeat lost)",
+                                                           "nodeC (killed)"]
+    ls = lines(text)
+    assert ls.index("The following files are showing a new mismatch between banded and page "
+                    "mode:") < ls.index("Nodes lost during the run:")
+    assert ls[-3:] == ["3 late duplicate result(s) ignored.", "", ""]
+
+
+def test_no_lost_nodes_or_duplicates_no_sections() -> None:
+    """Without lost nodes or duplicates neither section appears."""
+    text = compare(table(r("a")), table(r("a")), FACTS)
+    assert "Nodes lost" not in text and "duplicate" not in text
+
+
+def test_first_run_wording_lists_segfaults_and_errors() -> None:
+    """With no previous table the report says so, and still lists segfaults and errors."""
+    cur = table(r("a"), r("b", error=8, machine="n2"), r("c", error=5, machine="n3"),
+                r("x.ppmraw.72.0"), r("x.ppmraw.72.1", md5=B))
+    c = analyse(cur, None)
+    assert c.baseline
+    assert c.added == ["a", "b", "c", "x.ppmraw.72.0", "x.ppmraw.72.1"]
+    assert c.removed == [] and c.stopped_errors == []
+    assert all(names == [] for names in c.differences.values())
+    text = compare(cur, None, RunFacts(tests=5, seconds=9, nodes=1))
+    ls = lines(text)
+    ran = ls.index("ran 5 tests in 9 seconds on 1 nodes")
+    assert "Seg faults with current rev:" in ls[:ran]
+    assert ls[ran + 2] == "No previous results to compare with: this run is the baseline."
+    assert section(text, "The following 2 regression file(s) are producing errors:") == [
+        "b n2 segfault", "c n3 input missing"]
+    assert "Differences in" not in text and "No differences" not in text
+    assert "have been added" not in text
+    assert "x.ppmraw.72.1" in section(
+        text, "The following files are showing a new mismatch between banded and page mode:")
+
+
+def test_first_run_wording_uses_previous_label() -> None:
+    """previous_label names what is missing on a first run."""
+    text = compare(table(r("a")), None, FACTS, previous_label="previous clusterpush")
+    assert "No previous clusterpush to compare with: this run is the baseline." in lines(text)
+
+
+def test_products_limit_the_group_counts() -> None:
+    """products counts only the tested products' tests in each group's Y."""
+    cur = table(r("g"), r("m", product="mupdf"), r("p", product="gs pdfwrite"),
+                r("s", product="gs ps2write"))
+    c = analyse(cur, dict(cur), products=["gs", "pdfwrite"])
+    assert c.counts == {RASTER: 1, PDFWRITE: 1, PS2WRITE: 0}
+    assert analyse(cur, dict(cur)).counts == {RASTER: 2, PDFWRITE: 1, PS2WRITE: 1}
+
+
+def test_differing_collects_all_groups() -> None:
+    """Comparison.differing() lists every differing test across groups, sorted."""
+    prev = table(r("b"), r("a", product="gs pdfwrite"))
+    cur = table(r("b", md5=B), r("a", md5=B, product="gs pdfwrite"))
+    assert analyse(cur, prev).differing() == ["a", "b"]
+
+
+def test_full_report_text() -> None:
+    """A report touching every section reads exactly as compare.pl would print it."""
+    prev = table(r("t__a.pdf.ppmraw.72.0", machine="p1"), r("t__b.ps.pbmraw.300.0"),
+                 r("t__b.ps.pbmraw.300.1"), r("t__c.pdf.pdf.ppmraw.72.0", product="gs pdfwrite"),
+                 r("t__d.ps", error=1, machine="p2"), r("t__gone.ps"))
+    cur = table(r("t__a.pdf.ppmraw.72.0", md5=B, machine="c1"), r("t__b.ps.pbmraw.300.0"),
+                r("t__b.ps.pbmraw.300.1", md5=B),
+                r("t__c.pdf.pdf.ppmraw.72.0", error=8, product="gs pdfwrite", machine="c2"),
+                r("t__d.ps", machine="c3"), r("t__new.ps", machine="c4"))
+    facts = RunFacts(tests=6, seconds=120.5, nodes=4, lost_nodes=("n9 (no heartbeat)",))
+    assert compare(cur, prev, facts) == "\n".join([
+        "",
+        STARS,
+        "Seg faults with current rev:",
+        "",
+        "t/c.pdf.pdf.ppmraw.72.0 c2 segfault",
+        "",
+        STARS,
+        "",
+        "",
+        "ran 6 tests in 120 seconds on 4 nodes",
+        "",
+        "Differences in 3 of 5 non-pdfwrite/ps2write test(s):",
+        "t/a.pdf.ppmraw.72.0 gs p1 c1",
+        "t/b.ps.pbmraw.300.1 gs m1 m1",
+        "t/d.ps gs p2 c3",
+        "",
+        "Differences in 1 of 1 pdfwrite test(s):",
+        "t/c.pdf.pdf.ppmraw.72.0 gs pdfwrite m1 c2",
+        "",
+        "No differences in 0 ps2write tests",
+        "",
+        "The following 1 regression file(s) have started producing errors:",
+        "t/c.pdf.pdf.ppmraw.72.0 gs pdfwrite m1 c2 segfault",
+        "",
+        "The following 1 regression file(s) have stopped producing errors:",
+        "t/d.ps gs p2 c3 error reading input",
+        "",
+        "The following 1 regression file(s) have been removed:",
+        "t/gone.ps gs",
+        "",
+        "The following 1 regression file(s) have been added:",
+        "t/new.ps gs",
+        "",
+        "",
+        "The following files are showing a new mismatch between banded and page mode:",
+        "t/b.ps.pbmraw.300.1",
+        "",
+        "Nodes lost during the run:",
+        "n9 (no heartbeat)",
+        "",
+        "",
+    ])

@@ -1,0 +1,244 @@
+"""Unit tests of cluster.transport (the node's view of the master home)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import cluster.transport as transport_mod
+from cluster.config import Config
+from cluster.errors import ConfigError, TransportError
+from cluster.transport import LocalTransport, Transport, check_rel, make_transport
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            out[path.relative_to(root).as_posix()] = path.read_text()
+    return out
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    root = tmp_path / "home"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def t(home: Path) -> LocalTransport:
+    return LocalTransport(home)
+
+
+def test_local_transport_satisfies_the_protocol(t: LocalTransport) -> None:
+    """LocalTransport is usable where a Transport is expected."""
+    as_protocol: Transport = t
+    assert as_protocol is t
+
+
+def test_read_text(home: Path, t: LocalTransport) -> None:
+    """read_text gives the file's text, None for a missing file, an error for a directory."""
+    _tree(home, {"job.start": "id 20190408115600\nproduct gs\n"})
+    assert t.read_text("job.start") == "id 20190408115600\nproduct gs\n"
+    assert t.read_text("job.1.start") is None
+    assert t.read_text("no/such/dir/file") is None
+    (home / "dir").mkdir()
+    with pytest.raises(TransportError, match="directory"):
+        t.read_text("dir")
+
+
+def test_read_text_rejects_non_utf8(home: Path, t: LocalTransport) -> None:
+    """A binary file is an error naming the path, not a crash."""
+    (home / "bin").write_bytes(b"\xff\xfe")
+    with pytest.raises(TransportError, match="bin: not UTF-8"):
+        t.read_text("bin")
+
+
+@pytest.mark.parametrize("rel", ["../x", "/etc/passwd", "a/../../b", "a/..", "..", "x\0y", "",
+                                 ".", "./"])
+def test_paths_escaping_the_home_are_rejected(t: LocalTransport, tmp_path: Path,
+                                              rel: str) -> None:
+    """Absolute paths, '..' components, NUL bytes and the home itself are refused."""
+    src = tmp_path / "src.txt"
+    src.write_text("x")
+    with pytest.raises(TransportError) as info:
+        t.read_text(rel)
+    assert repr(rel) in str(info.value) or rel in str(info.value)
+    with pytest.raises(TransportError):
+        t.fetch_tree(rel, tmp_path / "dest")
+    with pytest.raises(TransportError):
+        t.upload(src, rel)
+    assert not (tmp_path / "x").exists()
+
+
+def test_check_rel_messages_name_the_rule() -> None:
+    """Each refusal says which rule was broken."""
+    with pytest.raises(TransportError, match="absolute"):
+        check_rel("/etc/passwd")
+    with pytest.raises(TransportError, match=r"'\.\.'"):
+        check_rel("a/../../b")
+    with pytest.raises(TransportError, match="NUL"):
+        check_rel("a\0b")
+    assert check_rel("./tests//a.ps").as_posix() == "tests/a.ps"
+
+
+def test_fetch_tree_mirrors_nested_dirs(home: Path, t: LocalTransport, tmp_path: Path) -> None:
+    """fetch_tree copies every file of nested directories with its mtime."""
+    files = {"tests/a.ps": "A", "tests/sub/b.pdf": "B", "tests/sub/deeper/c.xps": "C",
+             "other/ignored": "no"}
+    _tree(home, files)
+    (home / "tests" / "empty").mkdir()
+    dest = tmp_path / "node" / "tests"
+    t.fetch_tree("tests", dest)
+    assert _snapshot(dest) == {"a.ps": "A", "sub/b.pdf": "B", "sub/deeper/c.xps": "C"}
+    assert (dest / "empty").is_dir()
+    src_st = (home / "tests/sub/b.pdf").stat()
+    assert (dest / "sub/b.pdf").stat().st_mtime_ns == src_st.st_mtime_ns
+
+
+def test_fetch_tree_deletes_extras_and_follows_changes(home: Path, t: LocalTransport,
+                                                       tmp_path: Path) -> None:
+    """Files and directories gone from the master go from dest; kind changes are handled."""
+    _tree(home, {"tests/keep": "1", "tests/gone": "2", "tests/dir/x": "3", "tests/flip": "4"})
+    dest = tmp_path / "dest"
+    t.fetch_tree("tests", dest)
+    (home / "tests/gone").unlink()
+    (home / "tests/dir/x").unlink()
+    (home / "tests/dir").rmdir()
+    (home / "tests/flip").unlink()
+    _tree(home, {"tests/flip/inside": "5", "tests/new": "6"})
+    (dest / "local-extra").write_text("junk")
+    (dest / "extra-dir").mkdir()
+    (dest / "extra-dir" / "f").write_text("junk")
+    t.fetch_tree("tests", dest)
+    assert _snapshot(dest) == {"keep": "1", "flip/inside": "5", "new": "6"}
+    assert sorted(p.name for p in dest.iterdir()) == ["flip", "keep", "new"]
+
+
+def test_fetch_tree_skips_unchanged_files(home: Path, t: LocalTransport, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second fetch copies only the files whose size or mtime changed."""
+    _tree(home, {"tests/a": "aaa", "tests/b": "bbb", "tests/s/c": "ccc"})
+    dest = tmp_path / "dest"
+    t.fetch_tree("tests", dest)
+    copied: list[str] = []
+    real = transport_mod._copy_atomic
+
+    def spy(src: Path, dst: Path) -> bool:
+        copied.append(src.name)
+        return real(src, dst)
+
+    monkeypatch.setattr(transport_mod, "_copy_atomic", spy)
+    t.fetch_tree("tests", dest)
+    assert copied == []
+    (home / "tests/b").write_text("bbbb")  # size changes
+    st = (home / "tests/s/c").stat()
+    (home / "tests/s/c").write_text("CCC")  # same size, new mtime
+    os.utime(home / "tests/s/c", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    t.fetch_tree("tests", dest)
+    assert sorted(copied) == ["b", "c"]
+    assert _snapshot(dest) == {"a": "aaa", "b": "bbbb", "s/c": "CCC"}
+
+
+def test_fetch_tree_leaves_no_temp_file_on_failure(home: Path, t: LocalTransport,
+                                                   tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy that fails midway leaves neither a half file nor a temp file in dest."""
+    _tree(home, {"tests/a": "new contents"})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "a").write_text("old")
+
+    def broken_copy(src: str, dst: str) -> None:
+        Path(dst).write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(transport_mod.shutil, "copy2", broken_copy)
+    with pytest.raises(TransportError, match="No space left"):
+        t.fetch_tree("tests", dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["a"]
+    assert (dest / "a").read_text() == "old"
+
+
+def test_fetch_tree_does_not_follow_symlinks_out_of_the_tree(home: Path, t: LocalTransport,
+                                                             tmp_path: Path) -> None:
+    """A link to a file inside the tree is copied as a file; links out or to dirs are not."""
+    outside = tmp_path / "secret"
+    outside.write_text("secret")
+    _tree(home, {"tests/real": "R", "tests/sub/x": "X"})
+    (home / "tests/inside-link").symlink_to("real")
+    (home / "tests/outside-link").symlink_to(outside)
+    (home / "tests/dir-link").symlink_to("sub")
+    (home / "tests/dangling").symlink_to("nowhere")
+    dest = tmp_path / "dest"
+    t.fetch_tree("tests", dest)
+    assert _snapshot(dest) == {"real": "R", "inside-link": "R", "sub/x": "X"}
+    assert not (dest / "inside-link").is_symlink()
+
+
+def test_fetch_tree_missing_source_is_an_error(t: LocalTransport, tmp_path: Path) -> None:
+    """Fetching a directory the master does not have raises TransportError naming it."""
+    with pytest.raises(TransportError, match="fetch tests: no such directory"):
+        t.fetch_tree("tests", tmp_path / "dest")
+
+
+def test_upload_creates_parents_and_replaces_atomically(home: Path, t: LocalTransport,
+                                                        tmp_path: Path) -> None:
+    """upload copies into new directories and replaces an existing file whole."""
+    src = tmp_path / "node7.log"
+    src.write_text("log 1")
+    t.upload(src, "runs/20190408/node7.log")
+    target = home / "runs/20190408/node7.log"
+    assert target.read_text() == "log 1"
+    src.write_text("log 2, longer")
+    t.upload(src, "runs/20190408/node7.log")
+    assert target.read_text() == "log 2, longer"
+    assert os.listdir(target.parent) == ["node7.log"]  # no temp file left
+
+
+def test_upload_is_atomic_on_failure(home: Path, t: LocalTransport, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed upload leaves the previous master copy intact and no temp file."""
+    _tree(home, {"runs/r/log": "previous"})
+    src = tmp_path / "log"
+    src.write_text("new")
+
+    def broken_copy(s: str, d: str) -> None:
+        Path(d).write_text("ne")
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(transport_mod.shutil, "copy2", broken_copy)
+    with pytest.raises(TransportError, match="upload runs/r/log: Input/output error"):
+        t.upload(src, "runs/r/log")
+    assert os.listdir(home / "runs/r") == ["log"]
+    assert (home / "runs/r/log").read_text() == "previous"
+
+
+def test_upload_errors(home: Path, t: LocalTransport, tmp_path: Path) -> None:
+    """A missing local file or a directory target is a TransportError."""
+    with pytest.raises(TransportError, match="does not exist"):
+        t.upload(tmp_path / "missing", "runs/x")
+    (home / "runs").mkdir()
+    src = tmp_path / "f"
+    src.write_text("x")
+    with pytest.raises(TransportError, match="is a directory"):
+        t.upload(src, "runs")
+
+
+def test_make_transport(tmp_path: Path) -> None:
+    """'local' gives a LocalTransport on master_home; anything else is a ConfigError."""
+    tr = make_transport(Config(master_home=tmp_path))
+    assert isinstance(tr, LocalTransport) and tr.root == tmp_path
+    with pytest.raises(ConfigError):
+        make_transport(Config(transport="ssh"))
