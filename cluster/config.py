@@ -4,7 +4,8 @@ Every tunable is a field of :class:`Config` below: its default, its unit and its
 there and nowhere else.  A configuration file is INI with a ``[master]`` and a ``[node]``
 section (one file may hold both); each key belongs to the section its field names.  The
 commented examples in ``etc/`` are generated from this table (``python -m cluster.config
-master``) and a test keeps them in step.
+master``) and a test keeps them in step.  Keys are looked up by name in either section;
+the section a field names is where the examples show it (``both``: in each).
 
 Usage::
 
@@ -30,6 +31,7 @@ from cluster.errors import ConfigError
 
 MASTER = "master"
 NODE = "node"
+BOTH = "both"  # keys a master and its nodes must agree on; allowed in either section
 
 
 def _opt(default: Any, section: str, unit: str, doc: str) -> Any:
@@ -41,9 +43,9 @@ class Config:
     """All settings of a master and of a node, with their defaults."""
 
     # --- shared by master and node -------------------------------------------------------
-    base_port: int = _opt(9000, MASTER, "TCP port",
+    base_port: int = _opt(9000, BOTH, "TCP port",
                           "clustermaster of priority p listens on base_port + p")
-    monitor_port: int = _opt(9010, MASTER, "TCP port",
+    monitor_port: int = _opt(9010, BOTH, "TCP port",
                              "heartbeat listener (monitor_port.py); seed 000 says 9001, which is "
                              "priority 1's port, so we moved it")
     # --- master ----------------------------------------------------------------------------
@@ -268,7 +270,7 @@ def example(section: str) -> str:
              f"{section}`; every value shown is the default.",
              f"[{section}]"]
     for f in dataclasses.fields(Config):
-        if f.metadata["section"] != section:
+        if f.metadata["section"] not in (section, BOTH):
             continue
         default = f.default
         if isinstance(default, tuple):

@@ -35,7 +35,11 @@ Deliberate differences from build.pl (each also noted where it is implemented):
 * the shell redirections put the log before the input (``>> log 2>&1 < file``) so that a
   missing input file is reported in the log;
 * two-stage tests record the md5 of the intermediate file in the log, rasterise with ``gs``
-  whatever the product, and delete the intermediate file.
+  whatever the product, and delete the intermediate file;
+* devices that seek in their output (psd*, tiff*; gs 10 fails on a pipe) write a temporary
+  file that is md5summed and removed, instead of the md5sum pipe;
+* mupdf uses ``mutool draw`` streaming all pages to md5sum (build.pl: ``pdfdraw`` writing one
+  file per page, then ``cat`` and ``md5sum``), band 1 is ``-B 64`` (was ``-b20``).
 """
 
 from __future__ import annotations
@@ -65,9 +69,14 @@ DEFAULT_PRODUCTS = ("gs", "pdfwrite", "ps2write")
 TIME_COMMAND = '/usr/bin/time -f "%U %S %E %P"'
 #: -dMaxBitmap for band 0 (page mode) and band 1 (forced banding), as in build.pl.
 MAX_BITMAP = {0: 30000000, 1: 10000}
+#: gs devices that seek in their output (PSD, TIFF): gs 10 fails on a pipe with "Illegal
+#: seek", so they write __temp__/<id>.raster, which is md5summed and removed.  (The 2011 gs
+#: could pipe psdcmyk; build.pl always piped.)
+SEEKING_DEVICE_PREFIXES = ("psd", "tiff")
 #: mutool draw band height for band 1 (pdfdraw's -b20 no longer exists).
 MUPDF_BAND_HEIGHT = 64
-#: gs raster device -> mutool draw -F format producing the same kind of PNM/PAM stream.
+#: gs raster device -> the nearest mutool draw -F format (pkm gives a CMYK PAM: mupdf has no
+#: gs-style pkm; mupdf results are only ever compared with mupdf results).
 MUPDF_FORMATS = {"ppmraw": "ppm", "pgmraw": "pgm", "pbmraw": "pbm", "pkmraw": "pkm",
                  "pam": "pam", "pamraw": "pam"}
 #: Resolutions kept by the ``lowres`` and ``highres`` words (build.pl: .72./.75. and
@@ -119,7 +128,7 @@ class JobOptions:
 
 
 @dataclass(frozen=True)
-class TestConfig:
+class JobConfig:
     """One parsed configuration: ``[pdf.|ps.]device.res.band``."""
 
     text: str
@@ -129,7 +138,7 @@ class TestConfig:
     two_stage: str | None = None  # "pdf" or "ps" for two-stage tests
 
     @classmethod
-    def parse(cls, text: str) -> TestConfig:
+    def parse(cls, text: str) -> JobConfig:
         """Parse a config word; ValueError says what the form is."""
         m = _CONFIG.fullmatch(text)
         if m is None:
@@ -142,7 +151,7 @@ class TestConfig:
 class _ProductSpec:
     configs_key: str
     extensions_key: str
-    kinds: frozenset[str | None]  # allowed TestConfig.two_stage values
+    kinds: frozenset[str | None]  # allowed JobConfig.two_stage values
 
 
 _SPECS = {
@@ -282,7 +291,7 @@ def _run(log: str, argv: Sequence[str], stdin: str = "") -> str:
             f"{TIME_COMMAND} {text} >> {log} 2>&1{stdin}")
 
 
-def _raster_options(tc: TestConfig) -> list[str]:
+def _raster_options(tc: JobConfig) -> list[str]:
     """The gs options selecting the device, banding and resolution of ``tc``."""
     opts = [f"-dMaxBitmap={MAX_BITMAP[tc.band]}", f"-sDEVICE={tc.device}"]
     if tc.device == "bitrgb":
@@ -293,26 +302,48 @@ def _raster_options(tc: TestConfig) -> list[str]:
     return opts
 
 
-def _gs_raster_argv(name: str, tc: TestConfig, input_args: Sequence[str], memory_kb: int
+def _needs_seekable_output(device: str) -> bool:
+    """Devices that seek in their output file and so fail on a pipe ("Illegal seek")."""
+    return device.startswith(SEEKING_DEVICE_PREFIXES)
+
+
+def _gs_raster_argv(name: str, tc: JobConfig, input_args: Sequence[str], memory_kb: int
                     ) -> list[str]:
     """gs rendering to ``tc`` with the raster piped into md5sum (ARTIFEX.md §5.4)."""
-    md5 = _gs_name(f"{TEMP}/{name}.md5")
-    return [f"{BIN}/gs", f"-sOutputFile='|md5sum >> {md5}'", *_raster_options(tc),
+    if _needs_seekable_output(tc.device):
+        output = f"-sOutputFile={_gs_name(f'{TEMP}/{name}.raster')}"
+    else:
+        output = f"-sOutputFile='|md5sum >> {_gs_name(f'{TEMP}/{name}.md5')}'"
+    return [f"{BIN}/gs", output, *_raster_options(tc),
             "-sDEFAULTPAPERSIZE=letter", "-dNOPAUSE", "-dBATCH", f"-K{memory_kb}",
             # -dJOBSERVER as build.pl; checked on gs 10.0: same rasters as without it,
             # for stdin and for file arguments alike.
             "-dJOBSERVER", *input_args]
 
 
-def raster_command(name: str, relpath: str, tc: TestConfig, memory_kb: int) -> str:
+def _gs_raster_after(name: str, tc: JobConfig) -> str:
+    """What follows the gs run: for a seeking device, the md5 of its file, then removal.
+
+    ``md5sum <`` prints the same "<hex>  -" line as the pipe.  The file is tested first so that
+    a run that wrote nothing leaves no md5 (readlog: error 10) instead of a shell complaint.
+    """
+    if not _needs_seekable_output(tc.device):
+        return ""
+    raster = f"{TEMP}/{name}.raster"
+    return (f" ; test -f {raster} && md5sum < {raster} >> {TEMP}/{name}.md5"
+            f" ; rm -f {raster}")
+
+
+def raster_command(name: str, relpath: str, tc: JobConfig, memory_kb: int) -> str:
     """The command of a one-stage gs test."""
     log = f"{TEMP}/{name}.log"
     input_args, stdin = _gs_input(relpath)
     return (f"touch {TEMP}/{name}.md5 ; echo gs >> {log} ; "
-            + _run(log, _gs_raster_argv(name, tc, input_args, memory_kb), stdin))
+            + _run(log, _gs_raster_argv(name, tc, input_args, memory_kb), stdin)
+            + _gs_raster_after(name, tc))
 
 
-def two_stage_command(name: str, relpath: str, tc: TestConfig, memory_kb: int) -> str:
+def two_stage_command(name: str, relpath: str, tc: JobConfig, memory_kb: int) -> str:
     """The command of a pdfwrite/ps2write test (ARTIFEX.md §5.5).
 
     Stage 1 writes ``__temp__/<id>.pdf`` (or ``.ps``); a ``---`` line divides the stages in
@@ -334,10 +365,11 @@ def two_stage_command(name: str, relpath: str, tc: TestConfig, memory_kb: int) -
             + _run(log, stage1, stdin)
             + f" ; echo --- >> {log} ; md5sum {intermediate} >> {log} 2>&1 ; "
             + _run(log, stage2)
+            + _gs_raster_after(name, tc)
             + f" ; rm -f {intermediate}")
 
 
-def mupdf_command(name: str, relpath: str, tc: TestConfig) -> str:
+def mupdf_command(name: str, relpath: str, tc: JobConfig) -> str:
     """The command of a mupdf test: ``mutool draw`` streams PNM pages into md5sum.
 
     build.pl wrote one file per page and md5summed their concatenation; writing the stream
@@ -356,7 +388,7 @@ def mupdf_command(name: str, relpath: str, tc: TestConfig) -> str:
             f"{TIME_COMMAND} {text} 2>> {log} | md5sum >> {TEMP}/{name}.md5")
 
 
-def job_for(product: str, relpath: str, tc: TestConfig, cfg: Config) -> Job:
+def job_for(product: str, relpath: str, tc: JobConfig, cfg: Config) -> Job:
     """The job testing ``relpath`` in configuration ``tc`` of ``product``."""
     name = f"{file_id(relpath)}.{tc.text}"
     if product == "mupdf":
@@ -382,13 +414,13 @@ def check_products(products: Iterable[str]) -> list[str]:
     return out
 
 
-def product_configs(cfg: Config, product: str) -> list[TestConfig]:
+def product_configs(cfg: Config, product: str) -> list[JobConfig]:
     """The parsed configurations of ``product``; ConfigError names a bad one."""
     spec = _SPECS[product]
     out = []
     for text in getattr(cfg, spec.configs_key):
         try:
-            tc = TestConfig.parse(text)
+            tc = JobConfig.parse(text)
         except ValueError:
             raise ConfigError(spec.configs_key, text, CONFIG_FORM) from None
         if tc.two_stage not in spec.kinds:

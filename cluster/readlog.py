@@ -14,8 +14,9 @@ log line                                               stage 1    stage 2
 ====================================================  =========  =========
 "Unrecoverable error", "Command exited with non-zero   1          2
 status", "Warning interpreter exited with error
-code", "Unable to open the initial device", "Command
-terminated by signal N" (N != 11)
+code", "Unable to open the initial device", "Couldn't
+initialise file" (gs 10 on an unreadable PDF, exit 0),
+"Command terminated by signal N" (N != 11)
 input missing: "Unable to open ...", "cannot open X:   5          6
 No such file" (sh, mutool), gs's "/undefinedfilename
 in (X)" (a file named on the command line)
@@ -37,7 +38,8 @@ shell "Segmentation fault ... temp/<id>.log" message into 7 or 8; our jobs run e
 under ``/usr/bin/time``, which writes "Command terminated by signal 11" into the log itself.
 readlog.pl filled time1, time2, time3 in order of appearance and skipped a zero time; we file
 each time line under its stage.  Missing input is recognised from the messages of today's
-sh, gs and mutool as well as from "Unable to open".
+sh, gs and mutool as well as from "Unable to open", and gs 10's "Couldn't initialise file"
+(an unreadable PDF, which gs answers with exit status 0 and no page) is a read error.
 """
 
 from __future__ import annotations
@@ -69,8 +71,10 @@ _MD5_LINES = (
     re.compile(r"([0-9a-f]{32}) [ *](?:-|\S.*)"),  # md5sum: "<hex>  -", "<hex>  ./temp/x"
     re.compile(r"MD5 .+ = ([0-9a-f]{32})"),       # BSD/macOS md5
 )
-#: /usr/bin/time -f "%U %S %E %P": "0.05 0.01 0:00.07 98%"; %E may be h:mm:ss, %P may be "?".
-_TIME_LINE = re.compile(r"(\d+\.\d+) (\d+\.\d+) (?:\d+:)?\d+:\d\d(?:\.\d+)? (?:\d+|\?)%\s*$")
+#: /usr/bin/time -f "%U %S %E %P": "0.05 0.01 0:00.07 98%"; %E may be h:mm:ss, %P may be "?",
+#: and a node with a non-C locale may write decimal commas.
+_TIME_LINE = re.compile(
+    r"(\d+[.,]\d+) (\d+[.,]\d+) (?:\d+:)?\d+:\d\d(?:[.,]\d+)? (?:\d+|\?)%\s*$")
 _SIGNAL = re.compile(r"Command terminated by signal (\d+)")
 _MISSING = (
     re.compile(r"Unable to open(?! the initial device)"),
@@ -78,7 +82,10 @@ _MISSING = (
     re.compile(r"/undefinedfilename in \("),          # file", mutool; gs naming an argument
 )
 _READ_ERRORS = ("Unrecoverable error", "Command exited with non-zero status",
-                "Warning interpreter exited with error code", "Unable to open the initial device")
+                "Warning interpreter exited with error code", "Unable to open the initial device",
+                # gs >= 9.55's PDF interpreter on a file it cannot read at all: it says
+                # this, renders no page and still exits 0.
+                "Couldn't initialise file")
 _CRASHES = ("Segmentation fault", "Backtrace:")
 
 _READ, _MISSING_KIND, _CRASH = "read", "missing", "crash"
@@ -152,7 +159,7 @@ def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | No
         if m:
             # Stage 1's time goes to time1 and stage 2's to time2 even when one is missing.
             slot = min(max(next_slot, stage - 1), 2)
-            times[slot] = float(m.group(1))
+            times[slot] = float(m.group(1).replace(",", "."))
             next_slot = slot + 1
             continue
         kind = _line_kind(line)

@@ -305,8 +305,9 @@ class RunState:
         if pending:
             total_slots = sum(n.slots for n in self.nodes.values()
                               if n.state in (NodeState.READY, NodeState.DONE))
-            share = math.ceil(len(pending) * node.slots / max(total_slots, node.slots))
-            size = max(1, min(want, share))
+            # Its fair share of all unfinished work, less what it already holds.
+            share = math.ceil(self.remaining * node.slots / max(total_slots, node.slots))
+            size = max(1, min(want, share - len(node.held)))
             batch: list[str] = []
             held = node.held
             in_flight = self.in_flight

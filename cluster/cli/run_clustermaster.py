@@ -95,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a bad option (argparse printed why)
         return int(exc.code or 0)
-    _setup_logging()
     overrides_list = list(args.set)
     try:
         overrides = parse_overrides(overrides_list)
@@ -109,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
+    _setup_logging()
     home = Home(cfg.home)
     try:
         home.create()
@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         guard.acquire()
     except AlreadyRunning as exc:
         holder = read_holder(lock_path)
-        logger.info("%s%s; exiting", exc, f" by pid {holder}" if holder else "")
+        # seed 000: "if it is it just exits" -- quietly, with status 0.
+        logger.info("%s%s; exiting", exc, f", by pid {holder}" if holder else "")
         return EXIT_OK
 
     try:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from cluster.clock import FakeClock
@@ -298,7 +299,6 @@ def test_is_clustermaster_by_command_line(tmp_path: Path, name: str, expected: b
         deadline = time.monotonic() + 10
         # Wait until the child exec'd python with its script (cmdline is set).
         while time.monotonic() < deadline:
-            import psutil
             try:
                 if str(script) in psutil.Process(proc.pid).cmdline():
                     break

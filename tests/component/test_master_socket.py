@@ -1,0 +1,140 @@
+"""A real clustermaster process on loopback, driven by scripted node clients."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster import protocol
+from cluster.home import Home
+from cluster.jobstart import JobStart
+from cluster.queuefiles import QueueFile, RunSpec
+from cluster.records import Job
+from cluster.tab import read_tab
+from tests.helpers import CORPUS, REPO, free_port, talk, wait_for
+
+MD5 = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[bytes]]]:
+    """A home with one queued user run over 3 corpus files, and its clustermaster."""
+    home = Home(tmp_path / "home")
+    home.create()
+    tests = home.root / "tests" / "ex"
+    tests.mkdir(parents=True)
+    for name in ("golfer.eps", "tiger.eps", "spots2.pdf"):
+        shutil.copy(CORPUS / name, tests / name)
+    QueueFile(home.queue(0), home.queue_lock(0)).append(RunSpec.parse("user ann gs"))
+    port = free_port()
+    argv = [sys.executable, str(REPO / "clustermaster.py"), "--home", str(home.root),
+            "--set", f"base_port={port}", "--set", "gs_configs=ppmraw.72.0 pbmraw.72.0",
+            "--set", "connection_deadline=3", "--set", "linger=2",
+            "--set", "heartbeat_timeout=60"]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    wait_for(lambda: home.job_start(0).exists(), 20, "job.start")
+
+    def listening() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    wait_for(listening, 20, "the master to listen")
+    yield home, port, proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def request(node: str, run_id: str, *extra: str) -> bytes:
+    return ("\n".join([f"node {node}", f"id {run_id}", "caps tools=md5sum", *extra, "OK"])
+            + "\n").encode()
+
+
+def test_scripted_nodes_run_a_whole_run(master: tuple[Home, int, subprocess.Popen[bytes]]
+                                        ) -> None:
+    """Two scripted nodes follow BUILD, JOBS, UPLOAD, ABORT; the run is archived."""
+    home, port, proc = master
+    run_id = JobStart.parse(home.job_start(0).read_text()).id
+    for node in ("n1", "n2"):
+        assert talk(port, request(node, run_id)) == b"BUILD\n"
+        assert talk(port, request(node, run_id, "busy build")) == b"CONTINUE\n"
+    held: dict[str, list[str]] = {"n1": [], "n2": []}
+    results: dict[str, list[str]] = {"n1": [], "n2": []}
+    done: set[str] = set()
+    for _ in range(40):
+        for node in ("n1", "n2"):
+            if results[node][-1:] == [protocol.ABORT]:
+                continue  # told to leave: a real node would be gone
+            lines = [f"result {name} 0 0.10 0.00 0.00 {MD5} gs" for name in held[node]]
+            done.update(held[node])
+            reply = protocol.parse_reply(talk(port, request(node, run_id, "slots 2",
+                                                            "jobs 0 0", *lines)))
+            held[node] = [Job.parse(line).name for line in reply.jobs]
+            results[node].append(reply.verb)
+        if all(r[-1] == protocol.ABORT for r in results.values()):
+            break
+    assert len(done) == 6  # 3 files x 2 configs, each once
+    for node in ("n1", "n2"):
+        assert protocol.UPLOAD in results[node] and results[node][-1] == protocol.ABORT
+    assert proc.wait(timeout=30) == 0
+    (archive,) = home.archive.iterdir()
+    table = read_tab(archive / f"{archive.name}.tab")
+    assert sorted(table) == sorted(done)
+    assert "ran 6 tests" in (archive / "report.txt").read_text()
+    assert not home.job_start(0).exists() and not home.results(0).exists()
+    assert QueueFile(home.queue(0), home.queue_lock(0)).read() == []
+
+
+def test_silent_client_does_not_stall_the_others(
+        master: tuple[Home, int, subprocess.Popen[bytes]]) -> None:
+    """A client that connects and says nothing costs the others nothing."""
+    home, port, proc = master
+    run_id = JobStart.parse(home.job_start(0).read_text()).id
+    silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+    half = socket.create_connection(("127.0.0.1", port))
+    half.sendall(b"node slow\nid ")  # half a request, then nothing
+    try:
+        started = time.monotonic()
+        for i in range(20):
+            assert talk(port, request(f"quick{i}", run_id), timeout=2) == b"BUILD\n"
+        assert time.monotonic() - started < 2.0  # the deadline is 3 s
+        # After its deadline the half-request is told what went wrong, and closed.
+        half.settimeout(10)
+        assert half.recv(1000).startswith(b"ABORT bad request: no complete request")
+    finally:
+        for s in silent + [half]:
+            s.close()
+    assert proc.poll() is None
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"garbage\nOK\n", b"no 'node"),
+    (b"node evil;rm\nOK\n", b"node name"),
+    (b"node a\nstatus " + b"x" * 70000 + b"\nOK\n", b"longer than"),
+    (b"node a\njobs x y\nOK\n", b"integers"),
+    (b"\xff\xfe\xfd\nOK\n", b"UTF-8"),
+])
+def test_malformed_requests_get_abort_and_the_master_keeps_serving(
+        master: tuple[Home, int, subprocess.Popen[bytes]], data: bytes, reason: bytes) -> None:
+    home, port, proc = master
+    run_id = JobStart.parse(home.job_start(0).read_text()).id
+    reply = talk(port, data)
+    assert reply.startswith(b"ABORT bad request") and reason in reply
+    assert talk(port, request("good", run_id)) == b"BUILD\n"
+    assert proc.poll() is None
+
+
+def test_wrong_job_id_gets_abort(master: tuple[Home, int, subprocess.Popen[bytes]]) -> None:
+    home, port, _ = master
+    assert talk(port, request("n1", "19990101000000-p0-dead")).startswith(
+        b"ABORT wrong job id")

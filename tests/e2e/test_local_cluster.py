@@ -1,0 +1,198 @@
+"""End to end: real scripts, real ghostscript and mutool, a master and two nodes on loopback."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cluster import jobgen, readlog, report
+from cluster.home import Home
+from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.records import BIN, TEMP, TESTS
+from cluster.tab import read_tab
+from tests.helpers import CORPUS, free_port, wait_for
+
+pytestmark = pytest.mark.e2e
+
+FAST = {
+    "supervisor_interval": "0.5", "heartbeat_interval": "0.5", "poll_interval": "0.5",
+    "pid_wait": "1", "pid_check_interval": "0.5", "connect_retry_delay": "0.5",
+    "connect_retries": "60", "linger": "3", "heartbeat_timeout": "6",
+}
+SMALL_GS = "ppmraw.72.0 pbmraw.72.0 pgmraw.300.1 pkmraw.72.0"
+HEAVY_GS = "ppmraw.300.0 ppmraw.300.1 pbmraw.300.0 pkmraw.300.1 pgmraw.300.0 pkmraw.300.0"
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[object]:
+    clusters: list[LocalCluster] = []
+
+    def make(nodes: int = 2, **settings: str) -> LocalCluster:
+        base = free_port(3)
+        overrides = {**FAST, "base_port": str(base), "monitor_port": str(free_port()),
+                     **settings}
+        cluster = LocalCluster(tmp_path / f"home{len(clusters)}", nodes, CORPUS, overrides)
+        cluster.prepare()
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.stop(grace=10)
+
+
+def run_once(cluster: LocalCluster, product: str = "gs", options: tuple[str, ...] = (),
+             timeout: float = 300) -> Path:
+    tree = write_demo_tree(cluster.home_dir / "demo" / product, product, list(options))
+    before = cluster.archives()
+    spec = cluster.push(tree, "tester", [product], [])
+    return cluster.wait_for_run(spec, before, timeout)
+
+
+def tab_names(archive: Path) -> list[str]:
+    """Test names in the run's .tab, with repeats if there are any."""
+    text = (archive / f"{archive.name}.tab").read_text()
+    return [line.split("\t", 1)[0] for line in text.splitlines()]
+
+
+def direct_md5s(cluster: LocalCluster, product: str, options: tuple[str, ...],
+                work: Path) -> dict[str, str]:
+    """Run every job of the run's job list by hand (sh), outside the cluster."""
+    cfg = cluster.config()
+    tree = write_demo_tree(work / "tree", product, list(options))
+    subprocess.run(["make"], cwd=tree, check=True, capture_output=True)
+    temp = work / "temp"
+    temp.mkdir()
+    out: dict[str, str] = {}
+    for job in jobgen.generate(cfg, [product], cluster.home_dir / "tests"):
+        command = (job.command.replace(TEMP, str(temp)).replace(BIN, str(tree / "bin"))
+                   .replace(TESTS, str(cluster.home_dir / "tests")))
+        subprocess.run(["sh", "-c", command], check=False)
+        log = (temp / f"{job.name}.log").read_text(errors="replace")
+        md5 = (temp / f"{job.name}.md5").read_text()
+        out[job.name] = readlog.classify(job.name, log, md5, False).md5
+    return out
+
+
+def test_gs_run_every_test_once_and_md5s_match_direct_runs(make_cluster, tmp_path: Path
+                                                           ) -> None:
+    """Two nodes, real gs over the whole corpus: one .tab line per test, true md5s."""
+    cluster = make_cluster(gs_configs=SMALL_GS)
+    cluster.start()
+    archive = run_once(cluster)
+    names = tab_names(archive)
+    expected = direct_md5s(cluster, "gs", (), tmp_path / "direct")
+    assert sorted(names) == sorted(expected)
+    assert len(names) == len(set(names)) == 15 * 4
+    table = read_tab(archive / f"{archive.name}.tab")
+    assert {n: r.md5 for n, r in table.items()} == expected
+    assert all(r.error == 0 for r in table.values())
+    assert {r.machine for r in table.values()} == {"node1", "node2"}
+    text = (archive / "report.txt").read_text()
+    assert "ran 60 tests in" in text and "on 2 nodes" in text
+    assert sorted(p.name for p in (archive / "logs").iterdir()) == [
+        "node1.build.log", "node1.log", "node2.build.log", "node2.log"]
+
+
+def test_same_run_twice_no_differences_then_an_option_change_names_exactly_the_changes(
+        make_cluster) -> None:
+    cluster = make_cluster(gs_configs=SMALL_GS)
+    cluster.start()
+    first = run_once(cluster)
+    second = run_once(cluster)
+    text2 = (second / "report.txt").read_text()
+    assert "No differences in 60 non-pdfwrite/ps2write tests" in text2
+    third = run_once(cluster, options=("-dTextAlphaBits=4", "-dGraphicsAlphaBits=4"))
+    old = read_tab(second / f"{second.name}.tab")
+    new = read_tab(third / f"{third.name}.tab")
+    changed = sorted(n for n in new if new[n].md5 != old[n].md5)
+    assert changed and len(changed) < len(new)  # some outputs change, not all
+    listed = report.analyse(new, old).differences["raster"]
+    assert sorted(listed) == changed
+    text3 = (third / "report.txt").read_text()
+    assert f"Differences in {len(changed)} of 60 non-pdfwrite/ps2write test" in text3
+    for name in changed:
+        assert name.replace("__", "/") in text3
+    assert first != second != third
+
+
+def test_pdfwrite_and_mupdf_products(make_cluster, tmp_path: Path) -> None:
+    """The two-stage product and the mutool product run and match direct runs."""
+    cluster = make_cluster(pdfwrite_configs="pdf.ppmraw.72.0")
+    cluster.start()
+    pdf = run_once(cluster, "pdfwrite")
+    table = read_tab(pdf / f"{pdf.name}.tab")
+    assert len(table) == 15 and {r.product for r in table.values()} == {"gs pdfwrite"}
+    assert all(r.error == 0 and r.time2 >= 0 for r in table.values())
+    mu = run_once(cluster, "mupdf")
+    mutable = read_tab(mu / f"{mu.name}.tab")
+    expected = direct_md5s(cluster, "mupdf", (), tmp_path / "mu")
+    assert {n: r.md5 for n, r in mutable.items()} == expected
+    assert len(expected) == 2 * 3  # the corpus has two PDFs
+
+
+def _processes_of(proc: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    root = psutil.Process(proc.pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _journal_machines(home: Home) -> Counter[str]:
+    try:
+        lines = home.results(0).read_text().splitlines()[1:]
+    except FileNotFoundError:
+        return Counter()
+    return Counter(line.split(" ", 1)[0] for line in lines)
+
+
+def test_node_killed_mid_run_run_completes_and_report_names_it(make_cluster) -> None:
+    cluster = make_cluster(gs_configs=HEAVY_GS)
+    cluster.start()
+    tree = write_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
+    before = cluster.archives()
+    spec = cluster.push(tree, "tester", ["gs"], [])
+    wait_for(lambda: _journal_machines(cluster.home)["node1"] >= 5, 120, "node1's results")
+    for proc in _processes_of(cluster.node_procs["node1"]):
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    archive = cluster.wait_for_run(spec, before, 300)
+    names = tab_names(archive)
+    assert len(names) == len(set(names)) == 15 * 6
+    text = (archive / "report.txt").read_text()
+    assert "Nodes lost during the run:" in text
+    assert re.search(r"node1 \(not heard from for \d+ s", text)
+
+
+def test_master_killed_mid_run_is_taken_over_without_rerunning_journaled_jobs(
+        make_cluster) -> None:
+    cluster = make_cluster(gs_configs=HEAVY_GS)
+    cluster.start()
+    tree = write_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
+    before = cluster.archives()
+    spec = cluster.push(tree, "tester", ["gs"], [])
+    home = cluster.home
+    wait_for(lambda: sum(_journal_machines(home).values()) >= 10, 120, "10 journaled results")
+    pid = int(home.pid_file(0).read_text().strip())
+    psutil.Process(pid).send_signal(signal.SIGKILL)
+    journaled = {line.split(" ")[2] for line in home.results(0).read_text().splitlines()[1:]}
+    assert len(journaled) >= 10
+    archive = cluster.wait_for_run(spec, before, 300)
+    names = tab_names(archive)
+    assert len(names) == len(set(names)) == 15 * 6
+    log = (home.log_dir / "clustermaster.log").read_text()
+    took = re.findall(r"taking over, (\d+) results already journaled", log)
+    assert took and int(took[-1]) >= len(journaled)
+    runs = Counter()
+    for node_log in (archive / "logs").glob("node?.log"):
+        runs.update(re.findall(r"^===(.+)===$", node_log.read_text(), re.M))
+    assert all(runs[name] == 1 for name in journaled), {n: runs[n] for n in journaled}
+    assert shutil.which("gs")

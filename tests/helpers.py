@@ -1,0 +1,59 @@
+"""Small helpers shared by the component and end-to-end tests."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "corpus" / "ghostpdl-examples"
+
+T = TypeVar("T")
+
+
+def free_port(count: int = 1) -> int:
+    """A base port such that ``count`` consecutive ports are free on loopback now."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65535:
+            continue
+        socks = []
+        try:
+            for i in range(count):
+                t = socket.socket()
+                socks.append(t)
+                t.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError("no free port range found")
+
+
+def talk(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``data`` to the master on ``port`` and read its reply to EOF."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str,
+             interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something true; fail naming ``what``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -1,0 +1,61 @@
+"""Phase 1 at priority 0: clusterpush droppings become queue lines, bad ones are set aside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cluster import discovery
+from cluster.cli.clustermaster import priority_from_name
+from cluster.config import Config
+from cluster.home import Home, suffixed
+from cluster.queuefiles import QueueFile
+
+
+def drop(home: Home, user: str, tree: str, text: str) -> Path:
+    path = home.users / user / tree / discovery.DROPPING
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_droppings_are_queued_once_and_removed(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    home.create()
+    queue = QueueFile(home.queue(0), home.queue_lock(0))
+    a = drop(home, "ann", "ghostpdl", "user ann gs lowres\n")
+    b = drop(home, "bob", "mupdf", "user bob mupdf\n")
+    added = discovery.scan_user_droppings(home, Config(), queue)
+    assert [s.line() for s in added] == ["user ann gs lowres", "user bob mupdf"]
+    assert not a.exists() and not b.exists()
+    drop(home, "ann", "ghostpdl", "user ann gs lowres\n")
+    assert discovery.scan_user_droppings(home, Config(), queue) == []  # already queued
+    assert [s.line() for s in queue.read()] == ["user ann gs lowres", "user bob mupdf"]
+
+
+def test_bad_droppings_are_set_aside_with_a_reason(tmp_path: Path, caplog) -> None:
+    home = Home(tmp_path)
+    home.create()
+    queue = QueueFile(home.queue(0), home.queue_lock(0))
+    drop(home, "ann", "ghostpdl", "user mallory gs\n")        # claims another user
+    drop(home, "bob", "ghostpdl", "user bob mupdf\n")         # wrong tree
+    drop(home, "cat", "ghostpdl", "user cat gs; rm -rf /\n")  # hostile words
+    drop(home, "dan", "ghostpdl", "x" * 5000)                 # absurd size
+    assert discovery.scan_user_droppings(home, Config(), queue) == []
+    assert queue.read() == []
+    rejected = sorted(p.parent.parent.name for p in home.users.glob("*/*/*.rejected"))
+    assert rejected == ["ann", "bob", "cat", "dan"]
+    text = caplog.text
+    assert "must be a 'user ann ...' line" in text and "belong in tree 'mupdf'" in text
+    assert "larger than 4096 bytes" in text
+
+
+def test_priority_comes_from_the_invoked_name() -> None:
+    assert priority_from_name("/x/clustermaster.py") == 0
+    assert priority_from_name("clustermaster1.py") == 1
+    assert priority_from_name("./clustermaster2.py") == 2
+
+
+def test_per_priority_names_follow_the_suffix_rule() -> None:
+    assert [suffixed("queue", p) for p in (0, 1, 2)] == ["queue", "queue.1", "queue.2"]
+    assert suffixed("job.start", 2) == "job.2.start"
+    assert suffixed("clustermaster.pid", 1) == "clustermaster.1.pid"

@@ -1,0 +1,68 @@
+"""The results journal: what a master accepted survives it, torn tails are dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cluster import journal
+from cluster.records import JobResult
+
+MD5 = "0123456789abcdef0123456789abcdef"
+
+
+def res(i: int, machine: str = "n1") -> JobResult:
+    return JobResult(f"t{i}.ps.ppmraw.72.0", 0, 0.25, 0, 0, MD5, "gs pdfwrite", machine)
+
+
+def test_results_survive_reopening_for_the_same_run(tmp_path: Path) -> None:
+    path = tmp_path / "results"
+    j = journal.Journal(path, "run-a")
+    j.append([res(1), res(2)])
+    j.append([res(3, "n2")])
+    j.close()
+    again = journal.Journal(path, "run-a")
+    assert again.loaded == [res(1), res(2), res(3, "n2")]
+    again.close()
+
+
+def test_results_are_on_disk_before_close(tmp_path: Path) -> None:
+    """append() writes through at once: a master killed now has lost nothing."""
+    path = tmp_path / "results"
+    j = journal.Journal(path, "run-a")
+    j.append([res(1)])
+    assert journal.load(path, "run-a") == [res(1)]
+    j.close()
+
+
+def test_another_runs_journal_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "results"
+    journal.Journal(path, "old").append([res(1)])
+    j = journal.Journal(path, "new")
+    assert j.loaded == []
+    assert path.read_text() == "run new\n"
+    j.close()
+
+
+def test_torn_last_line_is_dropped_and_trimmed(tmp_path: Path) -> None:
+    path = tmp_path / "results"
+    j = journal.Journal(path, "r")
+    j.append([res(1)])
+    j.close()
+    with open(path, "a") as fh:
+        fh.write("n1 result t9.ps.ppm")  # the machine died mid-write
+    again = journal.Journal(path, "r")
+    assert again.loaded == [res(1)]
+    again.append([res(2)])
+    again.close()
+    assert journal.load(path, "r") == [res(1), res(2)]
+
+
+def test_bad_lines_are_skipped_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "results"
+    path.write_text("run r\ngarbage line\nn1 result t1.ps.ppmraw.72.0 0 0.25 0.00 0.00 "
+                    f"{MD5} gs\n")
+    assert [r.name for r in journal.load(path, "r") or []] == ["t1.ps.ppmraw.72.0"]
+
+
+def test_missing_journal_loads_as_none(tmp_path: Path) -> None:
+    assert journal.load(tmp_path / "nothing", "r") is None

@@ -1,0 +1,135 @@
+"""The node protocol: parse/format round trips, and every kind of malformed input."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import protocol
+from cluster.errors import ProtocolError
+from cluster.protocol import Reply, Request, RequestFramer, parse_reply, parse_request
+from cluster.records import JobResult
+
+MD5 = "0123456789abcdef0123456789abcdef"
+
+
+def test_request_round_trip_keeps_every_header_and_result() -> None:
+    """format_request and parse_request are inverses, results included."""
+    req = Request(node="n1", job_id="20261122-p0-ab12", caps="os=Linux cpus=2", pending=3,
+                  running=2, slots=2, busy="build", failure=2, failure_reason="too many",
+                  status="12 tests completed", timeouts=1, max_timeouts=20,
+                  results=(JobResult("a__b.ps.ppmraw.72.0", 0, 0.5, 0, 0, MD5, "gs", "n1"),
+                           JobResult("c.pdf.pdf.ppmraw.72.0", 3, 1, 2, 0, "0",
+                                     "gs pdfwrite", "n1")))
+    assert parse_request(protocol.format_request(req)) == req
+
+
+def test_results_take_the_machine_from_the_node_header() -> None:
+    """A result line carries no machine; the node header supplies it."""
+    data = b"node alpha\nid x\nresult t.ps.ppmraw.72.0 0 0.1 0 0 " + MD5.encode() + b" gs\nOK\n"
+    (r,) = parse_request(data).results
+    assert r.machine == "alpha" and r.product == "gs" and r.md5 == MD5
+
+
+def test_abort_terminator_marks_a_leaving_node() -> None:
+    assert parse_request(b"node a\nABORT\n").leaving
+    assert not parse_request(b"node a\nOK\n").leaving
+
+
+def test_unknown_headers_are_ignored() -> None:
+    """The format was made to grow: a newer node's extra headers must not break us."""
+    req = parse_request(b"node a\ncolour blue\nx-future 1 2 3\nOK\n")
+    assert req.node == "a"
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"id 1\nOK\n", "no 'node"),
+    (b"node bad name!\nOK\n", "node name"),
+    (b"node ../etc\nOK\n", "node name"),
+    (b"node a\njobs 1\nOK\n", "takes 2 integer"),
+    (b"node a\njobs one two\nOK\n", "integers"),
+    (b"node a\njobs -1 0\nOK\n", "negative"),
+    (b"node a\nfailure x\nOK\n", "integer"),
+    (b"node a\nid bad id with spaces\nOK\n", "job id"),
+    (b"node a\n", "OK or ABORT"),
+    (b"", "OK or ABORT"),
+    (b"node a\n\xff\xfe\nOK\n", "UTF-8"),
+    (b"node a\nresult x 0 0 0 0\nOK\n", "result takes"),
+    (b"node a\nresult x 0 0 0 0 nothex gs\nOK\n", "md5"),
+    (b"node a\nresult x 99 0 0 0 0 gs\nOK\n", "outside"),
+    (b"node a\nresult x$(rm) 0 0 0 0 0 gs\nOK\n", "bad test id"),
+    (b"node a\nresult x 0 zero 0 0 0 gs\nOK\n", "times"),
+])
+def test_malformed_requests_name_the_problem(data: bytes, problem: str) -> None:
+    with pytest.raises(ProtocolError) as exc:
+        parse_request(data)
+    assert problem in str(exc.value)
+
+
+def test_error_names_the_line_number() -> None:
+    with pytest.raises(ProtocolError) as exc:
+        parse_request(b"node a\nid x\njobs 1\nOK\n")
+    assert "line 3" in str(exc.value)
+
+
+def test_oversized_line_and_too_many_lines_are_refused() -> None:
+    with pytest.raises(ProtocolError, match="longer than 100"):
+        parse_request(b"node a\nstatus " + b"x" * 200 + b"\nOK\n", max_line=100)
+    with pytest.raises(ProtocolError, match="lines"):
+        parse_request(b"node a\n" + b"status x\n" * 50 + b"OK\n", max_lines=10)
+
+
+@pytest.mark.parametrize("reply", [
+    Reply(protocol.ABORT), Reply(protocol.ABORT, reason="wrong job id"), Reply(protocol.BUILD),
+    Reply(protocol.UPLOAD), Reply(protocol.CONTINUE),
+    Reply(protocol.JOBS, ("a x true ; echo 1", "b y true ; echo 2")), Reply(protocol.JOBS, ()),
+])
+def test_reply_round_trip(reply: Reply) -> None:
+    assert parse_reply(protocol.format_reply(reply)) == reply
+
+
+def test_jobs_reply_has_the_seed_001_shape() -> None:
+    """JOBS, then the count, then the job lines, each on its own line."""
+    data = protocol.format_reply(Reply(protocol.JOBS, ("a x true ; echo 1",)))
+    assert data == b"JOBS\n1\na x true ; echo 1\n"
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"", "empty"), (b"HELLO\n", "must be"), (b"BUILD now\n", "must be"),
+    (b"JOBS\n", "without a count"), (b"JOBS\nmany\n", "not an integer"),
+    (b"JOBS\n3\na x true ; b\n", "announced 3"), (b"CONTINUE\nextra\n", "must be"),
+])
+def test_malformed_replies(data: bytes, problem: str) -> None:
+    with pytest.raises(ProtocolError, match=problem):
+        parse_reply(data)
+
+
+def test_framer_finds_the_terminator_across_chunks() -> None:
+    """Bytes may arrive one at a time; the request is complete at the OK line."""
+    framer = RequestFramer()
+    data = b"node a\nstatus OK then\nOK\ntrailing garbage"
+    out = None
+    for i in range(len(data)):
+        out = framer.feed(data[i:i + 1])
+        if out is not None:
+            break
+    assert out == b"node a\nstatus OK then\nOK\n"
+
+
+def test_framer_accepts_crlf_and_abort() -> None:
+    assert RequestFramer().feed(b"node a\r\nABORT\r\n") == b"node a\r\nABORT\r\n"
+
+
+def test_framer_stops_an_endless_line_early() -> None:
+    """A peer streaming one endless line is cut off once it passes the limit."""
+    framer = RequestFramer(max_line=1000)
+    framer.feed(b"node a\nstatus ")
+    with pytest.raises(ProtocolError, match="longer than 1000"):
+        for _ in range(100):
+            framer.feed(b"y" * 100)
+    assert len(framer.buf) < 20000
+
+
+def test_framer_stops_endless_lines() -> None:
+    framer = RequestFramer(max_lines=5)
+    with pytest.raises(ProtocolError, match="more than 5 lines"):
+        framer.feed(b"x\n" * 10)

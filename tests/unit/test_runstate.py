@@ -1,0 +1,260 @@
+"""The master's run state: batching, node death, late and duplicate results, joins, failures."""
+
+from __future__ import annotations
+
+from cluster import protocol
+from cluster.protocol import Request
+from cluster.records import Job, JobResult
+from cluster.runstate import NodeState, RunState, Settings
+
+MD5 = "0123456789abcdef0123456789abcdef"
+RUN = "run-1"
+
+
+def jobs(n: int) -> list[Job]:
+    return [Job(f"t{i:04d}.ps.ppmraw.72.0", f"__temp__/t{i:04d}.log", f"echo {i}")
+            for i in range(n)]
+
+
+def req(node: str, **kw: object) -> Request:
+    kw.setdefault("job_id", RUN)
+    kw.setdefault("slots", 2)
+    return Request(node=node, **kw)  # type: ignore[arg-type]
+
+
+def result(name: str, node: str, md5: str = MD5) -> JobResult:
+    return JobResult(name, 0, 0.1, 0, 0, md5, "gs", node)
+
+
+def names(reply: protocol.Reply) -> list[str]:
+    return [line.split(" ", 1)[0] for line in reply.jobs]
+
+
+def ready(state: RunState, node: str, now: float = 0.0, slots: int = 2) -> protocol.Reply:
+    """Walk a node through first contact (BUILD) and a not-busy call; return that reply."""
+    assert state.handle(req(node, slots=slots), now).reply.verb == protocol.BUILD
+    return state.handle(req(node, slots=slots), now).reply
+
+
+def finish(state: RunState, node: str, reply: protocol.Reply, now: float = 0.0,
+           slots: int = 2) -> protocol.Reply:
+    """Report every job of ``reply`` as done; return the master's next reply."""
+    results = tuple(result(n, node) for n in names(reply))
+    return state.handle(req(node, slots=slots, results=results), now).reply
+
+
+def test_wrong_id_is_aborted_and_not_remembered() -> None:
+    state = RunState(RUN, jobs(4), 0)
+    out = state.handle(req("a", job_id="old-run"), 0)
+    assert out.reply.verb == protocol.ABORT and "wrong job id" in out.reply.reason
+    assert "a" not in state.nodes
+    assert state.handle(req("a"), 1).reply.verb == protocol.BUILD  # may come back later
+
+
+def test_unsuitable_caps_cull_the_node_for_the_run() -> None:
+    def suitable(caps: str) -> tuple[bool, str]:
+        return ("tools=gs" in caps, "missing tools: gs")
+
+    state = RunState(RUN, jobs(4), 0, suitable=suitable)
+    first = state.handle(req("a", caps="tools=none"), 0)
+    assert first.reply.verb == protocol.ABORT and "missing tools: gs" in first.reply.reason
+    # Even with better caps later, a culled node stays out of this run.
+    assert state.handle(req("a", caps="tools=gs"), 1).reply.verb == protocol.ABORT
+    assert state.handle(req("b", caps="tools=gs"), 1).reply.verb == protocol.BUILD
+
+
+def test_first_contact_builds_busy_continues_then_jobs() -> None:
+    state = RunState(RUN, jobs(10), 0)
+    assert state.handle(req("a"), 0).reply.verb == protocol.BUILD
+    assert state.handle(req("a", busy="build"), 1).reply.verb == protocol.CONTINUE
+    assert state.nodes["a"].state is NodeState.BUILDING
+    reply = state.handle(req("a"), 2).reply
+    assert reply.verb == protocol.JOBS
+    assert state.nodes["a"].state is NodeState.READY
+
+
+def test_batch_fills_slots_times_depth_and_no_more() -> None:
+    """A 4-slot node is kept holding 8 jobs; it gets only what it lacks."""
+    state = RunState(RUN, jobs(100), 0, Settings(batch_per_slot=2))
+    reply = ready(state, "a", slots=4)
+    assert len(reply.jobs) == 8
+    # Holding 5 (3 pending, 2 running) it may take 3 more.
+    more = state.handle(req("a", slots=4, pending=3, running=2), 1).reply
+    assert len(more.jobs) == 3
+    full = state.handle(req("a", slots=4, pending=6, running=4), 2).reply
+    assert full.verb == protocol.CONTINUE
+
+
+def test_every_job_is_handed_out_once_across_nodes() -> None:
+    state = RunState(RUN, jobs(40), 0, Settings(speculate_tail=False))
+    seen: list[str] = []
+    replies = {n: ready(state, n) for n in ("a", "b", "c")}
+    for _ in range(50):
+        for node, reply in list(replies.items()):
+            seen += names(reply)
+            replies[node] = finish(state, node, reply)
+    assert sorted(seen) == sorted(j.name for j in jobs(40))
+    assert state.all_results_in and state.duplicates == 0
+
+
+def test_batches_shrink_toward_the_end_so_the_tail_spreads() -> None:
+    """With 6 jobs left and 3 equal nodes, no node gets more than its share of 2."""
+    state = RunState(RUN, jobs(6), 0, Settings(batch_per_slot=4))
+    for n in ("a", "b", "c"):
+        state.handle(req(n), 0)
+        state.nodes[n].state = NodeState.READY
+    sizes = [len(state.handle(req(n), 1).reply.jobs) for n in ("a", "b", "c")]
+    assert sizes == [2, 2, 2]
+
+
+def test_silent_node_is_dropped_and_its_jobs_go_to_the_front() -> None:
+    state = RunState(RUN, jobs(20), 0, Settings(heartbeat_timeout=180))
+    lost = names(ready(state, "a", 0))
+    b_jobs = names(ready(state, "b", 0))
+    state.handle(req("b", pending=4, running=0), 100)  # b keeps calling in
+    assert state.tick(150) == []
+    notes = state.tick(181)
+    assert any("node a dropped" in n for n in notes)
+    assert state.nodes["a"].state is NodeState.GONE
+    assert list(state.pending)[:len(lost)] == lost
+    assert any(entry.startswith("a (not heard from") for entry in state.lost)
+    # b, still alive, gets a's jobs next.
+    done = tuple(result(n, "b") for n in b_jobs)
+    reply = state.handle(req("b", pending=0, running=0, results=done), 182).reply
+    assert names(reply)[:2] == lost[:2]
+
+
+def test_busy_node_is_never_timed_out_while_it_keeps_calling() -> None:
+    state = RunState(RUN, jobs(5), 0, Settings(heartbeat_timeout=10))
+    state.handle(req("a"), 0)
+    for t in range(5, 100, 5):
+        assert state.handle(req("a", busy="build"), t).reply.verb == protocol.CONTINUE
+        assert state.tick(t) == []
+    assert state.nodes["a"].state is NodeState.BUILDING
+
+
+def test_late_result_from_a_dead_node_counts_once() -> None:
+    """First result wins; the late copy is a duplicate, recorded once."""
+    state = RunState(RUN, jobs(4), 0, Settings(heartbeat_timeout=10))
+    given = names(ready(state, "a", 0))
+    ready(state, "b", 0)
+    state.tick(20)  # a is presumed dead; b also called at 0 only, so it goes too
+    ready(state, "c", 21)
+    reply = state.handle(req("c"), 22).reply
+    assert given[0] in names(reply) or given[0] in state.nodes["c"].held
+    out1 = state.handle(req("c", results=(result(given[0], "c", MD5),)), 23)
+    assert [r.name for r in out1.new_results] == [given[0]]
+    # Now a comes back from the dead with its old result.
+    late = state.handle(req("a", results=(result(given[0], "a", "f" * 32),)), 24)
+    assert late.new_results == ()
+    assert state.results[given[0]].md5 == MD5 and state.duplicates == 1
+
+
+def test_result_for_unknown_test_is_counted_and_noted() -> None:
+    state = RunState(RUN, jobs(2), 0)
+    ready(state, "a")
+    out = state.handle(req("a", results=(result("nosuch.ps.x.72.0", "a"),)), 1)
+    assert state.unknown_results == 1 and "unknown test" in out.notes[0]
+    assert out.new_results == ()
+
+
+def test_node_joining_mid_run_gets_work() -> None:
+    state = RunState(RUN, jobs(30), 0)
+    first = ready(state, "a")
+    finish(state, "a", first)
+    late = ready(state, "late", 50)
+    assert late.verb == protocol.JOBS and late.jobs
+
+
+def test_negative_failure_aborts_the_whole_run_on_all_nodes() -> None:
+    state = RunState(RUN, jobs(10), 0)
+    ready(state, "a")
+    ready(state, "b")
+    out = state.handle(req("b", failure=-1, failure_reason="build failed"), 1)
+    assert out.reply.verb == protocol.ABORT
+    assert "build failed" in state.fatal and state.finished(1)
+    assert state.handle(req("a", pending=1), 2).reply.verb == protocol.ABORT
+    assert state.handle(req("new"), 3).reply.verb == protocol.ABORT
+
+
+def test_positive_failure_drops_the_node_and_requeues_its_unfinished_jobs() -> None:
+    state = RunState(RUN, jobs(10), 0)
+    given = names(ready(state, "a"))
+    done = result(given[0], "a")
+    out = state.handle(req("a", failure=2, failure_reason="too many timeouts",
+                           results=(done,)), 1)
+    assert out.reply.verb == protocol.ABORT
+    assert state.nodes["a"].state is NodeState.GONE
+    assert list(state.pending)[:len(given) - 1] == given[1:]
+    assert given[0] in state.results  # what it finished is kept
+    assert not state.fatal
+
+
+def test_failure_during_upload_means_try_again() -> None:
+    state = RunState(RUN, jobs(2), 0)
+    reply = ready(state, "a")
+    assert finish(state, "a", reply).verb == protocol.UPLOAD
+    assert state.handle(req("a", failure=1), 1).reply.verb == protocol.UPLOAD
+    assert state.handle(req("a", busy="upload"), 2).reply.verb == protocol.CONTINUE
+    assert not state.finished(2)
+    assert state.handle(req("a"), 3).reply.verb == protocol.ABORT  # uploaded -> done
+    assert state.finished(3) and state.everyone_told()
+
+
+def test_nodes_without_jobs_are_not_asked_to_upload() -> None:
+    state = RunState(RUN, jobs(2), 0)
+    reply = ready(state, "a")
+    state.handle(req("idle"), 0)
+    finish(state, "a", reply)
+    assert state.handle(req("idle"), 1).reply.verb == protocol.ABORT
+
+
+def test_a_node_that_reports_holding_nothing_gives_its_jobs_back() -> None:
+    """Its reply was lost, or it restarted: jobs we think it holds are put back."""
+    state = RunState(RUN, jobs(10), 0, Settings(batch_per_slot=1))
+    given = names(ready(state, "a"))
+    reply = state.handle(req("a", pending=0, running=0), 1).reply
+    assert names(reply) == given  # handed out again at once
+
+
+def test_tail_speculation_gives_idle_nodes_copies_of_old_jobs() -> None:
+    state = RunState(RUN, jobs(3), 0, Settings(batch_per_slot=1, speculate_tail=True))
+    slow = names(ready(state, "slow", 0, slots=3))
+    assert len(slow) == 3
+    copies = names(ready(state, "fast", 1, slots=2))
+    assert copies == slow[:2]
+    done = state.handle(req("fast", results=tuple(result(n, "fast") for n in copies)), 2)
+    assert len(done.new_results) == 2
+    late = state.handle(req("slow", slots=3, results=(result(slow[0], "slow"),)), 3)
+    assert late.new_results == () and state.duplicates == 1
+
+
+def test_no_speculation_when_disabled() -> None:
+    state = RunState(RUN, jobs(3), 0, Settings(batch_per_slot=1, speculate_tail=False))
+    ready(state, "slow", 0, slots=3)
+    assert ready(state, "fast", 1).verb == protocol.CONTINUE
+
+
+def test_journaled_results_are_not_handed_out_again() -> None:
+    all_jobs = jobs(6)
+    done = [result(j.name, "old") for j in all_jobs[:4]]
+    state = RunState(RUN, all_jobs, 0, done=done)
+    assert state.remaining == 2
+    reply = ready(state, "a", slots=4)
+    assert names(reply) == [j.name for j in all_jobs[4:]]
+
+
+def test_upload_timeout_ends_a_run_whose_node_never_uploads() -> None:
+    state = RunState(RUN, jobs(1), 0, Settings(upload_timeout=30, heartbeat_timeout=1000))
+    reply = ready(state, "a")
+    assert finish(state, "a", reply, now=5).verb == protocol.UPLOAD
+    assert not state.finished(20)
+    assert state.finished(36)
+
+
+def test_leaving_node_gives_back_its_jobs() -> None:
+    state = RunState(RUN, jobs(5), 0)
+    given = names(ready(state, "a"))
+    out = state.handle(req("a", leaving=True), 1)
+    assert out.reply.verb == protocol.ABORT
+    assert list(state.pending)[:len(given)] == given

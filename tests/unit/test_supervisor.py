@@ -1,0 +1,457 @@
+"""Tests of cluster.supervisor and run_clustermaster.py (the port of runClustermaster.sh)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cluster.cli import run_clustermaster as cli
+from cluster.clock import FakeClock
+from cluster.supervisor import (
+    StopFlag,
+    Supervisor,
+    describe_status,
+    install_signal_handlers,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+APPEND = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def _appender(out: Path, word: str) -> list[str]:
+    return [sys.executable, "-c", APPEND, str(out), word]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# ----------------------------------------------------------------------------------------------
+# tick, reaping, logs
+
+
+def test_tick_starts_one_process_per_command(tmp_path: Path) -> None:
+    """Each tick starts every command once; finished children are reaped."""
+    out = tmp_path / "out"
+    sup = Supervisor([_appender(out, "p0"), _appender(out, "p1"), _appender(out, "p2")])
+    sup.tick(0.0)
+    assert len(sup.children) == 3
+    assert wait_for(lambda: len(_lines(out)) == 3)
+    assert sorted(_lines(out)) == ["p0", "p1", "p2"]
+    assert wait_for(lambda: sup.reap() >= 0 and not sup.children)
+    sup.tick(10.0)
+    assert wait_for(lambda: len(_lines(out)) == 6)
+    assert sup.ticks == 2 and sup.last_tick == 10.0
+    sup.shutdown()
+
+
+def test_finished_children_leave_no_zombies(tmp_path: Path) -> None:
+    """After a reap no child of ours is left as a zombie."""
+    sup = Supervisor([[sys.executable, "-c", "pass"]] * 3)
+    sup.tick(0.0)
+    pids = [c.pid for c in sup.children]
+    me = psutil.Process()
+    assert wait_for(lambda: not any(_alive(p) for p in pids))  # exited: zombie or gone
+    sup.reap()
+    assert sup.children == []
+    zombies = [c.pid for c in me.children() if c.pid in pids]
+    assert zombies == []
+
+
+def test_children_output_goes_to_log(tmp_path: Path) -> None:
+    """stdout and stderr of the children are appended to the log file."""
+    log = tmp_path / "log" / "children.log"
+    cmd = [sys.executable, "-c", "import sys; print('to-out'); print('to-err', file=sys.stderr)"]
+    sup = Supervisor([cmd], log_path=log)
+    sup.initialize()
+    sup.tick(0.0)
+    assert wait_for(lambda: not sup.children or sup.reap() >= 0 and not sup.children)
+    sup.shutdown()
+    text = log.read_text()
+    assert "to-out" in text and "to-err" in text
+
+
+def test_children_get_devnull_without_log(tmp_path: Path,
+                                          capfd: pytest.CaptureFixture[str]) -> None:
+    """Without a log file the children's output is discarded, not mixed into ours."""
+    sup = Supervisor([[sys.executable, "-c", "print('noise-from-child')"]])
+    sup.tick(0.0)
+    assert wait_for(lambda: sup.reap() >= 0 and not sup.children)
+    assert "noise-from-child" not in capfd.readouterr().out
+
+
+def test_unstartable_command_is_logged_and_others_start(tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture
+                                                        ) -> None:
+    """A command that cannot be started is logged; the other commands still run."""
+    out = tmp_path / "out"
+    missing = str(tmp_path / "no-such-program")
+    sup = Supervisor([[missing], _appender(out, "ok")])
+    with caplog.at_level(logging.ERROR, logger="cluster.supervisor"):
+        sup.tick(0.0)
+    assert "cannot start" in caplog.text and "no-such-program" in caplog.text
+    assert wait_for(lambda: _lines(out) == ["ok"])
+    sup.shutdown()
+
+
+def test_nonzero_exit_is_logged_in_words(tmp_path: Path,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A child failing is logged with its exit status in words."""
+    sup = Supervisor([[sys.executable, "-c", "raise SystemExit(3)"]])
+    sup.tick(0.0)
+    with caplog.at_level(logging.WARNING, logger="cluster.supervisor"):
+        assert wait_for(lambda: sup.reap() == 1 or not sup.children)
+    assert "exit status 3" in caplog.text
+
+
+def test_describe_status() -> None:
+    """Return codes become words."""
+    assert describe_status(0) == "exit status 0"
+    assert describe_status(2) == "exit status 2"
+    assert describe_status(-signal.SIGKILL) == "terminated by SIGKILL"
+    assert describe_status(-250) == "terminated by signal 250"
+
+
+def test_invalid_interval_refused() -> None:
+    """A zero or negative interval is a programming error."""
+    with pytest.raises(ValueError, match="expected seconds > 0"):
+        Supervisor([], interval=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# the run loop (fake clock)
+
+
+class CountingStop:
+    """Stops the loop once `limit` ticks happened."""
+
+    def __init__(self, sup: Supervisor, limit: int) -> None:
+        self.sup = sup
+        self.limit = limit
+
+    def is_set(self) -> bool:
+        return self.sup.ticks >= self.limit
+
+
+class SlowSupervisor(Supervisor):
+    """A supervisor whose ticks take `cost` seconds of fake time and are recorded."""
+
+    def __init__(self, clock: FakeClock, cost: float, interval: float = 10.0) -> None:
+        super().__init__([], clock=clock, interval=interval)
+        self.fake = clock
+        self.cost = cost
+        self.tick_times: list[float] = []
+
+    def tick(self, now: float) -> None:
+        super().tick(now)
+        self.tick_times.append(now)
+        self.fake.advance(self.cost)
+
+
+def test_run_ticks_on_a_drift_corrected_schedule() -> None:
+    """Ticks that take time do not push the schedule: they stay at start + k * interval."""
+    clock = FakeClock(monotonic_start=100.0)
+    sup = SlowSupervisor(clock, cost=3.0)
+    sup.run(CountingStop(sup, 5))
+    assert sup.tick_times == [100.0, 110.0, 120.0, 130.0, 140.0]
+
+
+def test_run_skips_missed_periods(caplog: pytest.LogCaptureFixture) -> None:
+    """A tick longer than the interval skips the missed periods instead of bursting."""
+    clock = FakeClock(monotonic_start=0.0)
+    sup = SlowSupervisor(clock, cost=25.0)
+    with caplog.at_level(logging.WARNING, logger="cluster.supervisor"):
+        sup.run(CountingStop(sup, 3))
+    assert sup.tick_times == [0.0, 30.0, 60.0]
+    assert "skipping" in caplog.text
+
+
+def test_run_sleeps_in_short_slices() -> None:
+    """Between ticks the loop sleeps at most `poll` seconds at a time (to see a stop fast)."""
+    clock = FakeClock()
+    sup = SlowSupervisor(clock, cost=0.0)
+    sup.run(CountingStop(sup, 2))
+    assert clock.sleeps and max(clock.sleeps) <= sup.poll
+    assert sum(clock.sleeps) == pytest.approx(10.0)
+
+
+def test_run_stops_at_once_when_stop_already_set() -> None:
+    """A set stop means no tick at all."""
+    sup = Supervisor([], clock=FakeClock())
+    stop = threading.Event()
+    stop.set()
+    sup.run(stop)
+    assert sup.ticks == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# stopping and signals
+
+SLEEPER = """
+import os, sys, time
+open(sys.argv[1], 'w').write(str(os.getpid()))
+time.sleep(60)
+"""
+
+STUBBORN = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(sys.argv[1], 'w').write(str(os.getpid()))
+time.sleep(60)
+"""
+
+WITH_GRANDCHILD = """
+import subprocess, sys, time
+g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+open(sys.argv[1], 'w').write(str(g.pid))
+time.sleep(60)
+"""
+
+
+def test_stop_leaves_children_running_by_default(tmp_path: Path) -> None:
+    """Without kill_children a running clustermaster is left to finish its run."""
+    ready = tmp_path / "ready"
+    sup = Supervisor([[sys.executable, "-c", SLEEPER, str(ready)]])
+    sup.tick(0.0)
+    pid = sup.children[0].pid
+    try:
+        assert wait_for(ready.exists)
+        sup.shutdown(StopFlag())
+        assert _alive(pid)
+        # Own session: a ^C to the supervisor's terminal would not reach it.
+        assert os.getsid(pid) == pid
+    finally:
+        _kill_group(pid)
+        sup.children[0].proc.wait()
+
+
+def test_kill_children_terminates_the_process_group(tmp_path: Path) -> None:
+    """With kill_children, SIGTERM reaches the clustermaster and its own children."""
+    ready = tmp_path / "ready"
+    sup = Supervisor([[sys.executable, "-c", WITH_GRANDCHILD, str(ready)]], kill_children=True,
+                     kill_grace=10)
+    sup.tick(0.0)
+    proc = sup.children[0].proc
+    try:
+        assert wait_for(lambda: ready.exists() and ready.read_text() != "")
+        grandchild = int(ready.read_text())
+        sup.shutdown(StopFlag())
+        assert sup.children == []
+        assert proc.returncode == -signal.SIGTERM
+        assert wait_for(lambda: not _alive(grandchild))
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+
+
+def test_second_stop_request_kills_hard(tmp_path: Path,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A child ignoring SIGTERM is SIGKILLed when a second stop request arrives."""
+    ready = tmp_path / "ready"
+    sup = Supervisor([[sys.executable, "-c", STUBBORN, str(ready)]], kill_children=True,
+                     kill_grace=10)
+    sup.tick(0.0)
+    proc = sup.children[0].proc
+    try:
+        assert wait_for(ready.exists)
+        stop = StopFlag()
+        stop.set(signal.SIGTERM)
+        stop.set(signal.SIGTERM)
+        assert stop.hard
+        with caplog.at_level(logging.WARNING, logger="cluster.supervisor"):
+            sup.shutdown(stop)
+        assert proc.returncode == -signal.SIGKILL
+        assert "SIGKILL" in caplog.text
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+
+
+def test_grace_expires_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A child ignoring SIGTERM past the grace period is reported, not silently forgotten."""
+    ready = tmp_path / "ready"
+    sup = Supervisor([[sys.executable, "-c", STUBBORN, str(ready)]], kill_children=True,
+                     kill_grace=0.3)
+    sup.tick(0.0)
+    proc = sup.children[0].proc
+    try:
+        assert wait_for(ready.exists)
+        with caplog.at_level(logging.WARNING, logger="cluster.supervisor"):
+            sup.shutdown(StopFlag())
+        assert "still running" in caplog.text
+        assert _alive(proc.pid)
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+
+
+def test_signal_handler_only_sets_the_flag() -> None:
+    """SIGTERM sets the StopFlag (and nothing else); restore() puts the old handler back."""
+    before = signal.getsignal(signal.SIGTERM)
+    flag = StopFlag()
+    restore = install_signal_handlers(flag)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert wait_for(flag.is_set, 2)
+        assert flag.signum == signal.SIGTERM and not flag.hard
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_signal_stops_a_real_run_loop_promptly() -> None:
+    """With the system clock, a SIGINT during the sleep ends run() within a poll slice."""
+    sup = Supervisor([], interval=3600)
+    flag = StopFlag()
+    restore = install_signal_handlers(flag)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        started = time.monotonic()
+        timer.start()
+        sup.run(flag)
+        assert time.monotonic() - started < 3.0
+        assert sup.ticks == 1
+    finally:
+        timer.cancel()
+        restore()
+
+
+# ----------------------------------------------------------------------------------------------
+# run_clustermaster.py
+
+
+def test_commands_run_each_priority_script_with_our_arguments(tmp_path: Path) -> None:
+    """One command per priority script, with absolute --config/--home and every --set."""
+    args = cli.passthrough_args(tmp_path / "m.conf", tmp_path / "home", ["a=1", "b=2"])
+    cmds = cli.clustermaster_commands(Path("/repo"), args)
+    assert [c[1] for c in cmds] == ["/repo/clustermaster.py", "/repo/clustermaster1.py",
+                                    "/repo/clustermaster2.py"]
+    for c in cmds:
+        assert c[0] == sys.executable
+        assert c[2:] == ["--config", str(tmp_path / "m.conf"), "--home", str(tmp_path / "home"),
+                         "--set", "a=1", "--set", "b=2"]
+
+
+def test_repo_root_holds_the_scripts() -> None:
+    """REPO_ROOT is the checkout: run_clustermaster.py lives there."""
+    assert cli.REPO_ROOT == REPO
+    assert (REPO / "run_clustermaster.py").exists()
+    assert os.access(REPO / "run_clustermaster.py", os.X_OK)
+
+
+def test_cli_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown --set key is reported with the legal keys; exit status 2."""
+    assert cli.main(["--home", str(tmp_path), "--set", "nonsense=1", "--once"]) == 2
+    assert "nonsense" in capsys.readouterr().err
+    assert cli.main(["--home", str(tmp_path), "--interval", "0", "--once"]) == 2
+
+
+FAKE_MASTER = """#!/usr/bin/env python3
+import os, sys
+from pathlib import Path
+here = Path(__file__).parent
+with open(here / "calls.log", "a") as fh:
+    fh.write(" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) + "\\n")
+"""
+
+
+@pytest.fixture
+def fake_repo(tmp_path: Path) -> Path:
+    """A copy of the package and run_clustermaster.py with fake clustermaster scripts."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO / "cluster", repo / "cluster",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "run_clustermaster.py", repo / "run_clustermaster.py")
+    for name in cli.SCRIPTS:
+        (repo / name).write_text(FAKE_MASTER)
+    return repo
+
+
+def _cli(repo: Path, *args: str) -> list[str]:
+    return [sys.executable, str(repo / "run_clustermaster.py"), *args]
+
+
+def test_cli_once_starts_the_three_masters(fake_repo: Path, tmp_path: Path) -> None:
+    """--once starts clustermaster.py, clustermaster1.py and clustermaster2.py, then exits."""
+    home = tmp_path / "home"
+    res = subprocess.run(_cli(fake_repo, "--home", str(home), "--set", "base_port=9300",
+                              "--once"), capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    calls = fake_repo / "calls.log"
+    assert wait_for(lambda: len(_lines(calls)) == 3)
+    by_script = {line.split()[0]: line.split()[1:] for line in _lines(calls)}
+    assert sorted(by_script) == ["clustermaster.py", "clustermaster1.py", "clustermaster2.py"]
+    for args in by_script.values():
+        assert args == ["--home", str(home.resolve()), "--set", "base_port=9300"]
+    assert (home / "log" / cli.CHILD_LOG_NAME).exists()
+
+
+def test_cli_second_instance_exits_at_once(fake_repo: Path, tmp_path: Path) -> None:
+    """While one supervisor runs, a second one logs that and exits 0 promptly."""
+    home = tmp_path / "home"
+    args = ("--home", str(home), "--set", "supervisor_interval=3600")
+    first = subprocess.Popen(_cli(fake_repo, *args), stderr=subprocess.PIPE, text=True)
+    try:
+        calls = fake_repo / "calls.log"
+        assert wait_for(lambda: len(_lines(calls)) == 3, 20), "first instance did not tick"
+        lock = home / cli.LOCK_NAME
+        assert lock.read_text().strip() == str(first.pid)
+
+        started = time.monotonic()
+        second = subprocess.run(_cli(fake_repo, *args), capture_output=True, text=True,
+                                timeout=30)
+        assert time.monotonic() - started < 10
+        assert second.returncode == 0
+        assert "already running" in second.stderr
+        assert str(first.pid) in second.stderr
+        assert len(_lines(calls)) == 3  # the second one started nothing
+
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=10) == 0
+        assert first.stderr is not None
+        assert "stop requested (SIGTERM)" in first.stderr.read()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    # The lock is free again: a new supervisor can start.
+    res = subprocess.run(_cli(fake_repo, "--home", str(home), "--once"), capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 0 and "already running" not in res.stderr
