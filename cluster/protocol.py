@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from cluster.errors import ProtocolError
-from cluster.records import MD5, TEST_ID, JobResult
+from cluster.records import ERROR_INTERNAL, MD5, TEST_ID, JobResult
 
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
@@ -74,6 +74,7 @@ class Request:
     max_timeouts: int = 0
     results: tuple[JobResult, ...] = ()
     leaving: bool = False  # terminated by ABORT instead of OK
+    problems: tuple[str, ...] = ()  # result lines that were malformed (see parse_request)
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,11 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
     Raises ProtocolError naming the line and the problem for anything malformed: a line
     over ``max_line`` bytes, more than ``max_lines`` lines, bytes that are not UTF-8, a
     missing terminator, a missing or bad ``node``, a known header with a bad value.
+
+    A malformed ``result`` line is the exception: rejecting the whole request would also
+    reject the node's good results, and it would send them again forever.  So the line
+    is described in ``problems``; if its test id is readable the test gets an internal-error
+    result (error 10), so the run can still complete and the problem shows in the report.
     """
     try:
         text = data.decode("utf-8")
@@ -182,12 +188,17 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
         if int(values.get(key, 0)) < 0:  # type: ignore[call-overload]
             raise ProtocolError(f"{key} must not be negative")
     parsed: list[JobResult] = []
+    problems: list[str] = []
     for lineno, value in results:
         try:
             parsed.append(parse_result(value, node))
         except ValueError as exc:
-            raise ProtocolError(str(exc), "result " + value, lineno) from None
-    return Request(node=node, results=tuple(parsed),
+            problems.append(str(ProtocolError(str(exc), "result " + value, lineno)))
+            name = value.split(" ", 1)[0]
+            if TEST_ID.fullmatch(name):
+                parsed.append(JobResult(name, ERROR_INTERNAL, 0.0, 0.0, 0.0, "0", "unknown",
+                                        node))
+    return Request(node=node, results=tuple(parsed), problems=tuple(problems),
                    leaving=lines[-1].rstrip("\r") == "ABORT", **values)  # type: ignore[arg-type]
 
 

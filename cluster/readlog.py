@@ -96,6 +96,8 @@ _CODES = {  # (kind, stage) -> code; stage 1 of a two-stage test crashing is 7
 }
 
 
+UNKNOWN_PRODUCT = "unknown"
+
 def _text(value: str | bytes | None) -> str:
     """Log contents as text whatever the node managed to read (never raises)."""
     if value is None:
@@ -140,7 +142,8 @@ def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | No
     Never raises: empty or garbled input gives error 10 (3 when killed).
     """
     lines = _text(log_text).splitlines()
-    product = lines[0].strip() if lines else ""
+    # A log without its label line still needs a product for the .tab (and the protocol).
+    product = " ".join(lines[0].split()) if lines and lines[0].strip() else UNKNOWN_PRODUCT
     two_stage = product.endswith((" pdfwrite", " ps2write"))
     stage = 1
     error = ERROR_NONE

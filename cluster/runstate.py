@@ -175,6 +175,7 @@ class RunState:
         node.caps = req.caps or node.caps
         node.slots = max(req.slots, 1)
         node.status = req.status
+        notes.extend(f"node {name}: bad result: {problem}" for problem in req.problems)
         new = self._record(node, req.results, notes)
 
         def out(reply: Reply) -> Outcome:

@@ -10,7 +10,7 @@ ghostscript or mutool; --option adds options to its command line) against the co
 (default: the ghostpdl examples), waits for the run, prints the report, stops everything
 it started and prints the run's archive folder as its last line.
 
-Run it twice: the second run reports no differences.  Run it with --option -dNOINTERPOLATE
+Run it twice: the second run reports no differences.  Run it with --option=-dTextAlphaBits=4
 (or any option) and the report names exactly the tests whose output changed.
 """
 
@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--product", choices=PRODUCTS, default="gs")
     parser.add_argument("--tree", type=Path, help="your product tree instead of the demo one")
     parser.add_argument("--option", action="append", default=[], metavar="OPT",
-                        help="add OPT to the demo product's command line (repeatable)")
+                        help="add OPT to the demo product's command line (repeatable; write "
+                        "--option=-dFoo so it is not taken for an option)")
     parser.add_argument("--user", default="local")
     parser.add_argument("--run-option", action="append", default=[], metavar="WORD",
                         help="queue option for the run: lowres, highres, filter=...")

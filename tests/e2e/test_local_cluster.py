@@ -196,3 +196,20 @@ def test_master_killed_mid_run_is_taken_over_without_rerunning_journaled_jobs(
         runs.update(re.findall(r"^===(.+)===$", node_log.read_text(), re.M))
     assert all(runs[name] == 1 for name in journaled), {n: runs[n] for n in journaled}
     assert shutil.which("gs")
+
+
+def test_a_build_failure_aborts_the_run_with_a_report_quoting_the_build_log(
+        make_cluster) -> None:
+    cluster = make_cluster(gs_configs=SMALL_GS)
+    cluster.start()
+    tree = cluster.home_dir / "broken"
+    tree.mkdir()
+    (tree / "Makefile").write_text("all:\n\t@echo 'gdevxyz.c:12: error: expected ;'; false\n")
+    before = cluster.archives()
+    spec = cluster.push(tree, "tester", ["gs"], [])
+    archive = cluster.wait_for_run(spec, before, 120)
+    text = (archive / "report.txt").read_text()
+    assert "An error occurred that prevented the local cluster run from finishing" in text
+    assert "failed with code -1" in text and "gdevxyz.c:12: error: expected ;" in text
+    assert not (archive / f"{archive.name}.tab").exists()
+    assert not (cluster.home.tables / "user-tester.tab").exists()  # the baseline is kept

@@ -53,16 +53,33 @@ def test_unknown_headers_are_ignored() -> None:
     (b"node a\n", "OK or ABORT"),
     (b"", "OK or ABORT"),
     (b"node a\n\xff\xfe\nOK\n", "UTF-8"),
-    (b"node a\nresult x 0 0 0 0\nOK\n", "result takes"),
-    (b"node a\nresult x 0 0 0 0 nothex gs\nOK\n", "md5"),
-    (b"node a\nresult x 99 0 0 0 0 gs\nOK\n", "outside"),
-    (b"node a\nresult x$(rm) 0 0 0 0 0 gs\nOK\n", "bad test id"),
-    (b"node a\nresult x 0 zero 0 0 0 gs\nOK\n", "times"),
 ])
 def test_malformed_requests_name_the_problem(data: bytes, problem: str) -> None:
     with pytest.raises(ProtocolError) as exc:
         parse_request(data)
     assert problem in str(exc.value)
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    (b"result x 0 0 0 0", "result takes"),
+    (b"result x 0 0 0 0 nothex gs", "md5"),
+    (b"result x 99 0 0 0 0 gs", "outside"),
+    (b"result x 0 zero 0 0 0 gs", "times"),
+    (b"result x 0 0 0 0 0 ", "empty product"),
+])
+def test_a_bad_result_becomes_an_internal_error_and_spares_the_good_ones(
+        line: bytes, problem: str) -> None:
+    """One poisoned result must not make the master refuse the node's other results."""
+    good = b"result ok.ps.ppmraw.72.0 0 0.1 0 0 " + MD5.encode() + b" gs"
+    req = parse_request(b"node a\n" + good + b"\n" + line + b"\nOK\n")
+    assert [(r.name, r.error) for r in req.results] == [("ok.ps.ppmraw.72.0", 0), ("x", 10)]
+    (text,) = req.problems
+    assert problem in text and "line 3" in text
+
+
+def test_a_result_without_a_readable_test_id_is_only_reported() -> None:
+    req = parse_request(b"node a\nresult x$(rm) 0 0 0 0 0 gs\nOK\n")
+    assert req.results == () and "bad test id" in req.problems[0]
 
 
 def test_error_names_the_line_number() -> None:

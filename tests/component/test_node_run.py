@@ -1,0 +1,204 @@
+"""run.py's engine against a scripted master on loopback: timeouts, failures, resends."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cluster import protocol
+from cluster.config import Config
+from cluster.jobstart import JobStart
+from cluster.node import EXIT_DONE, EXIT_FAILED, NodeRun
+from cluster.protocol import Reply, Request
+from cluster.records import ERROR_TIMEOUT, Job
+from cluster.server import NodeServer
+from cluster.transport import LocalTransport
+
+RUN = "20261122000000-p0-beef"
+
+
+@dataclass
+class ScriptedMaster:
+    """A NodeServer whose replies come from ``script(request, seen_so_far)``."""
+
+    script: Callable[[Request, list[Request]], bytes]
+    seen: list[Request] = field(default_factory=list)
+
+    def handler(self, data: bytes, peer: str) -> bytes:
+        req = protocol.parse_request(data)
+        self.seen.append(req)
+        return self.script(req, self.seen)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    root = tmp_path / "home"
+    (root / "tests" / "t").mkdir(parents=True)
+    (root / "tests" / "t" / "f.ps").write_text("showpage\n")
+    (root / "src").mkdir()
+    (root / "src" / "Makefile").write_text("all:\n\tmkdir -p bin\n")
+    return root
+
+
+def write_start(home: Path, build: str = "make") -> None:
+    start = JobStart(id=RUN, priority=0, queue="user t gs", kind="user", ref="t",
+                     products=("gs",), tree="ghostpdl", source="src", build=build,
+                     tests="tests")
+    (home / "job.start").write_text(start.format())
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[ScriptedMaster], int]]:
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start(master: ScriptedMaster) -> int:
+        server = NodeServer(("127.0.0.1", 0), master.handler, deadline=5)
+
+        def loop() -> None:
+            while not stop.is_set():
+                server.serve_once(0.05)
+            server.close()
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        threads.append(t)
+        return server.server_address[1]
+
+    yield start
+    stop.set()
+    for t in threads:
+        t.join(5)
+
+
+def node(home: Path, tmp_path: Path, port: int, **settings: object) -> NodeRun:
+    cfg = Config(base_port=port, node_name="n1", work_dir=tmp_path / "work", slots=2,
+                 poll_interval=0.2, report_interval=0.05, connect_retry_delay=0.1,
+                 connect_retries=5, io_timeout=5).with_changes(**settings)
+    return NodeRun(cfg, LocalTransport(home), 0, "tools=md5sum")
+
+
+def jobs_reply(*commands: str) -> bytes:
+    lines = tuple(Job(f"t{i}.ps.ppmraw.72.0", f"__temp__/t{i}.log", c).line
+                  for i, c in enumerate(commands))
+    return protocol.format_reply(Reply(protocol.JOBS, lines))
+
+
+def script_once(*commands: str) -> Callable[[Request, list[Request]], bytes]:
+    """BUILD, then the jobs once, then CONTINUE until every result is in, then ABORT."""
+    given = {"done": False}
+
+    def script(req: Request, seen: list[Request]) -> bytes:
+        if len(seen) == 1:
+            return protocol.format_reply(Reply(protocol.BUILD))
+        if req.busy or req.failure:
+            if req.failure:
+                return protocol.format_reply(Reply(protocol.ABORT, reason="dropped"))
+            return protocol.format_reply(Reply(protocol.CONTINUE))
+        if not given["done"]:
+            given["done"] = True
+            return jobs_reply(*commands)
+        results = sum(len(r.results) for r in seen)
+        if results >= len(commands):
+            return protocol.format_reply(Reply(protocol.ABORT, reason="run complete"))
+        return protocol.format_reply(Reply(protocol.CONTINUE))
+
+    return script
+
+
+def test_a_timed_out_test_is_killed_with_its_whole_tree(home: Path, tmp_path: Path,
+                                                        serve) -> None:
+    write_start(home)
+    pidfile = tmp_path / "grandchild.pid"
+    master = ScriptedMaster(script_once(
+        f"echo gs > __temp__/t0.ps.ppmraw.72.0.log ; sh -c 'sleep 300 & echo $! > {pidfile}; wait'"))
+    port = serve(master)
+    code = node(home, tmp_path, port, job_timeout=1.0, kill_grace=0.5).run()
+    assert code == EXIT_DONE
+    (result,) = [r for req in master.seen for r in req.results]
+    assert result.error == ERROR_TIMEOUT and result.md5 == "0"
+    grandchild = int(pidfile.read_text())
+    assert not psutil.pid_exists(grandchild) or \
+        psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+    assert any(req.timeouts == 1 for req in master.seen)
+
+
+def test_too_many_timeouts_fail_the_node_with_code_2(home: Path, tmp_path: Path,
+                                                     serve) -> None:
+    write_start(home)
+    master = ScriptedMaster(script_once("sleep 30", "sleep 30", "sleep 30"))
+    port = serve(master)
+    code = node(home, tmp_path, port, slots=3, job_timeout=0.5, kill_grace=0.2,
+                max_timeouts=1).run()
+    assert code == EXIT_FAILED
+    failing = [r for r in master.seen if r.failure]
+    assert failing and failing[0].failure == protocol.FAILURE_TIMEOUTS
+    assert "timed out" in failing[0].failure_reason
+
+
+def test_results_are_sent_again_when_a_call_fails(home: Path, tmp_path: Path, serve) -> None:
+    """The node forgets results only once the master has answered."""
+    write_start(home)
+    base = script_once("echo gs > __temp__/t0.ps.ppmraw.72.0.log ; "
+                       "echo 0123456789abcdef0123456789abcdef > __temp__/t0.ps.ppmraw.72.0.md5")
+    dropped = {"n": 0}
+
+    def script(req: Request, seen: list[Request]) -> bytes:
+        if req.results and dropped["n"] == 0:
+            dropped["n"] += 1
+            return b""  # the master dies before answering
+        return base(req, seen)
+
+    master = ScriptedMaster(script)
+    port = serve(master)
+    assert node(home, tmp_path, port).run() == EXIT_DONE
+    carrying = [r for r in master.seen if r.results]
+    assert len(carrying) == 2 and carrying[0].results == carrying[1].results
+    assert carrying[0].results[0].md5 == "0123456789abcdef0123456789abcdef"
+
+
+def test_a_failed_build_reports_minus_one_after_uploading_its_log(home: Path, tmp_path: Path,
+                                                                  serve) -> None:
+    write_start(home, build="echo compiling; echo 'error: no compiler' >&2; exit 3")
+    master = ScriptedMaster(script_once("true"))
+    port = serve(master)
+    assert node(home, tmp_path, port).run() == EXIT_FAILED
+    failing = [r for r in master.seen if r.failure]
+    assert failing[0].failure == protocol.FAILURE_BUILD
+    assert "exited with status 3" in failing[0].failure_reason
+    log = (home / "runs" / RUN / "logs" / "n1.build.log").read_text()
+    assert "error: no compiler" in log
+    assert any(r.busy == "build" for r in master.seen)
+
+
+def test_the_node_asks_for_more_before_it_runs_dry(home: Path, tmp_path: Path,
+                                                   serve) -> None:
+    write_start(home)
+    batches = {"n": 0}
+
+    def script(req: Request, seen: list[Request]) -> bytes:
+        if len(seen) == 1:
+            return protocol.format_reply(Reply(protocol.BUILD))
+        if req.busy:
+            return protocol.format_reply(Reply(protocol.CONTINUE))
+        if batches["n"] < 3 and req.pending < 2:
+            batches["n"] += 1
+            return jobs_reply(*["sleep 0.3"] * 4)
+        if sum(len(r.results) for r in seen) >= 12:
+            return protocol.format_reply(Reply(protocol.ABORT, reason="run complete"))
+        return protocol.format_reply(Reply(protocol.CONTINUE))
+
+    master = ScriptedMaster(script)
+    port = serve(master)
+    assert node(home, tmp_path, port, poll_interval=5.0).run() == EXIT_DONE
+    # Asked while jobs were still running and fewer than one per slot were queued.
+    assert any(r.running > 0 and r.pending < 2 and not r.busy for r in master.seen)
+    assert batches["n"] == 3
+    assert sum(len(r.results) for r in master.seen) == 12
+    assert os.path.exists(tmp_path / "work" / "runs" / RUN / "n1.log")
