@@ -26,7 +26,7 @@ from cluster import config
 from cluster.config import Config
 from cluster.home import Home
 from cluster.push import push_tree
-from cluster.queuefiles import RunSpec
+from cluster.queuefiles import QueueFile, RunSpec
 from cluster.transport import LocalTransport
 
 log = logging.getLogger("cluster.localcluster")
@@ -125,7 +125,8 @@ class LocalCluster:
     def start(self) -> None:
         """Start the monitor, the supervisor and the nodes."""
         self._spawn("monitor_port.py", [], "monitor_port.out")
-        self._spawn("run_clustermaster.py", [], "run_clustermaster.out")
+        # --kill-children: when we stop, no clustermaster may outlive the local cluster.
+        self._spawn("run_clustermaster.py", ["--kill-children"], "run_clustermaster.out")
         for i in range(1, self.nodes + 1):
             self.start_node(f"node{i}")
 
@@ -148,8 +149,10 @@ class LocalCluster:
             return set()
         return {p.name for p in self.home.archive.iterdir()}
 
-    def wait_for_run(self, spec: RunSpec, before: set[str], timeout: float) -> Path:
-        """The archive folder of the run of ``spec`` that was not in ``before``."""
+    def wait_for_run(self, spec: RunSpec, before: set[str], timeout: float,
+                     priority: int = 0) -> Path:
+        """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
+        in ``before``, once the run has also left its queue."""
         end = time.monotonic() + timeout
         wanted = f"queue {spec.line()}\n"
         while time.monotonic() < end:
@@ -159,16 +162,14 @@ class LocalCluster:
                 if (folder / "report.txt").exists() and info.exists() and \
                         wanted in info.read_text(encoding="utf-8"):
                     # The report is written before run.info; both exist: the run is done.
-                    self._wait_dequeued(spec, end)
+                    self._wait_dequeued(spec, end, priority)
                     return folder
             time.sleep(0.2)
         raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
                            f"(see {self.home.log_dir})")
 
-    def _wait_dequeued(self, spec: RunSpec, end: float) -> None:
-        from cluster.queuefiles import QueueFile
-
-        queue = QueueFile(self.home.queue(0), self.home.queue_lock(0))
+    def _wait_dequeued(self, spec: RunSpec, end: float, priority: int) -> None:
+        queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
         while time.monotonic() < end and spec in queue.read():
             time.sleep(0.2)
 

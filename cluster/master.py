@@ -28,7 +28,7 @@ from pathlib import Path
 from cluster import caps, discovery, journal, protocol, report, tab
 from cluster.clock import Clock, SystemClock
 from cluster.config import Config
-from cluster.errors import ProtocolError
+from cluster.errors import ClusterError, ProtocolError
 from cluster.home import Home
 from cluster.jobstart import JobStart
 from cluster.pidfile import PidDecision, PidFile
@@ -59,6 +59,10 @@ def new_run_id(priority: int, clock: Clock) -> str:
     """A job id as seed 001 suggests (the start time), made unique across priorities."""
     stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(clock.time()))
     return f"{stamp}-p{priority}-{secrets.token_hex(2)}"
+
+
+class JobListError(ClusterError):
+    """build.py could not make the run's job list."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,13 @@ class ClusterMaster:
         home, p = self.home, self.priority
         start = self._job_start(spec)
         run_id = start.id
-        jobs = self._jobs(start)
+        try:
+            jobs = self._jobs(start)
+        except JobListError as exc:
+            # Retrying cannot help (bad corpus, bad configuration): report and dequeue,
+            # or the run would block its queue forever.
+            log.error("run %s: %s", run_id, exc)
+            return self._abandon(spec, start, str(exc))
         run_dir = home.run_dir(run_id)
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         jrnl = journal.Journal(home.results(p), run_id, self.cfg.journal_sync_interval)
@@ -153,10 +163,18 @@ class ClusterMaster:
                 jrnl.append(outcome.new_results)  # on disk before the node hears back
             return protocol.format_reply(outcome.reply)
 
-        server = NodeServer((self.cfg.listen_address, self.cfg.port_for(p)), handler,
-                            max_line=self.cfg.max_line_bytes,
-                            max_lines=self.cfg.max_request_lines,
-                            deadline=self.cfg.connection_deadline)
+        try:
+            server = NodeServer((self.cfg.listen_address, self.cfg.port_for(p)), handler,
+                                max_line=self.cfg.max_line_bytes,
+                                max_lines=self.cfg.max_request_lines,
+                                deadline=self.cfg.connection_deadline)
+        except OSError as exc:
+            # Another program holds the port: leave everything as it is and try again at
+            # the next invocation (the run keeps its id and journal).
+            log.error("run %s: cannot listen on %s:%d: %s", run_id, self.cfg.listen_address,
+                      self.cfg.port_for(p), exc)
+            jrnl.close()
+            return RunOutcome(run_id, None, replaced=True)
         try:
             replaced = self._serve(server, state, jrnl, pid)
             if replaced:
@@ -218,7 +236,8 @@ class ClusterMaster:
                     *[o for o in start.options if o in BUILD_OPTIONS or o.startswith("filter=")]]
             done = subprocess.run(argv, capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                raise RuntimeError(f"build.py failed ({done.returncode}): {done.stderr.strip()}")
+                raise JobListError(f"build.py failed with status {done.returncode}: "
+                                   f"{done.stderr.strip()}")
             if done.stderr.strip():
                 log.warning("build.py: %s", done.stderr.strip())
             atomic_write(path, done.stdout)
@@ -288,6 +307,20 @@ class ClusterMaster:
         atomic_write(archive / "report.txt", text)
         atomic_write(archive / "run.info", start.format() + f"elapsed {elapsed:.1f}\n")
         return archive
+
+    def _abandon(self, spec: RunSpec, start: JobStart, reason: str) -> RunOutcome:
+        """End a run that cannot start: a report saying why, then dequeue it."""
+        archive = self.home.archive / start.id
+        archive.mkdir(parents=True, exist_ok=True)
+        atomic_write(archive / "report.txt", "\n".join([
+            run_header(spec, start.id), "",
+            "The run could not start: its job list could not be made.", f"  {reason}", ""]))
+        atomic_write(archive / "run.info", start.format())
+        self.queue.remove(spec)
+        for path in (self.home.job_start(self.priority), self.home.jobs(self.priority),
+                     self.home.results(self.priority)):
+            self._unlink(path)
+        return RunOutcome(start.id, archive, failed=reason)
 
     def _stream_table(self, spec: RunSpec) -> Path:
         """The table a run is compared with: the user's previous push, or the baseline."""

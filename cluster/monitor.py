@@ -36,7 +36,6 @@ The single-instance "dance" is an ``fcntl.flock`` on ``home/monitor_port.lock``
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import socket
@@ -47,12 +46,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 from cluster.errors import AlreadyRunning, ProtocolError
 from cluster.home import PRIORITIES, Home
 from cluster.protocol import JOB_ID, RequestFramer, valid_node_name
+from cluster.singleton import SingleInstance
 
 log = logging.getLogger("cluster.monitor")
 
@@ -268,48 +267,11 @@ def nodes_seen(home: Home, now: float | None = None) -> dict[str, tuple[float, s
 # ----------------------------------------------------------------------------------------------
 # Single instance
 
-class InstanceLock:
-    """An exclusive ``flock`` on a lock file, held until :meth:`release` (or ``with`` exit).
-
-    Use :func:`acquire_lock`.  The kernel drops the lock when the process dies, so there is
-    no stale-lock recovery to do.
-    """
-
-    def __init__(self, path: Path, fh: IO[str]) -> None:
-        self.path = path
-        self._fh: IO[str] | None = fh
-
-    def release(self) -> None:
-        if self._fh is not None:
-            self._fh.close()  # closing the descriptor releases the flock
-            self._fh = None
-
-    def __enter__(self) -> InstanceLock:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.release()
-
-
-def acquire_lock(home: Home, program: str = "monitor_port") -> InstanceLock:
+def acquire_lock(home: Home, program: str = "monitor_port") -> SingleInstance:
     """Take ``home/monitor_port.lock`` without waiting; AlreadyRunning if another holds it."""
-    path = home.root / LOCK_NAME
-    fh = open(path, "a+", encoding="utf-8")  # kept open: the descriptor holds the lock
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise AlreadyRunning(program, str(path)) from None
-    except BaseException:
-        fh.close()
-        raise
-    # For the operator: who holds it.  The lock, not this content, is the semaphore.
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
-    return InstanceLock(path, fh)
+    lock = SingleInstance(home.root / LOCK_NAME, program)
+    lock.acquire()
+    return lock
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import re
 import select
 import signal
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -340,8 +341,6 @@ class NodeRun:
             self.transport.fetch_tree(self.start.source, self.src)
             out.write(f"$ {self.start.build}\n")
             out.flush()
-            import subprocess
-
             done = subprocess.run(self.start.build, shell=True, cwd=self.src, stdout=out,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   check=False)
@@ -497,13 +496,3 @@ def install_signal_handlers(run: NodeRun) -> None:
     """TERM/INT/HUP only set a flag; the loop leaves the run cleanly (STYLE §5)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, run.stop)
-
-
-def wait_for_start(transport: Transport, priority: int, timeout: float) -> bool:
-    """True once job.start of ``priority`` exists on the master (for tests and tools)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if transport.read_text(suffixed("job.start", priority)) is not None:
-            return True
-        time.sleep(0.1)
-    return False

@@ -119,8 +119,8 @@ class PidFile:
         content = ""
         for _attempt in range(_MAX_ATTEMPTS):
             if self._create():
-                logger.info("%s: no clustermaster running; pid %d takes the run",
-                            self.path, self.pid)
+                logger.debug("%s: no clustermaster running; pid %d takes the run",
+                             self.path, self.pid)
                 return PidDecision.RUN
             try:
                 content, mtime = self._read_with_mtime()
@@ -152,8 +152,8 @@ class PidFile:
             # Only we could have written our own pid (a second acquire in this process).
             return PidDecision.RUN
         if self.is_master(owner):
-            logger.info("%s: clustermaster %d is running (%.0fs); pid %d exits",
-                        self.path, owner, age, self.pid)
+            logger.debug("%s: clustermaster %d is running (%.0fs); pid %d exits",
+                         self.path, owner, age, self.pid)
             return PidDecision.EXIT_BUSY
         return self._take_over(f"missing clustermaster process {owner}")
 

@@ -48,8 +48,11 @@ DEFAULT_INTERVAL = 10.0
 DEFAULT_POLL = 0.25
 #: With kill_children: how long to wait for SIGTERMed clustermasters to exit [seconds].
 DEFAULT_KILL_GRACE = 30.0
-#: Warn when this many children of one command are alive at once (a hung phase 1?).
-PILE_UP_WARNING = 5
+#: At most this many copies of one clustermaster alive at once: the one running a run,
+#: and one more doing phase 1 and the PID-file check (which is how a hung run is found).
+MAX_ALIVE_PER_COMMAND = 2
+#: Warn when a copy that is not the runner has been alive this long (a hung phase 1?) [s].
+HANG_WARNING = 60.0
 
 
 class StopSignal(Protocol):
@@ -237,6 +240,18 @@ class Supervisor:
         return nxt
 
     def _start(self, command: tuple[str, ...], now: float) -> None:
+        same = sum(1 for c in self.children if c.command == command)
+        if same >= MAX_ALIVE_PER_COMMAND:
+            # One copy runs a run (it lives for the whole run), one more is enough to
+            # check the PID file and scan for new work.  More would only pile up on a
+            # loaded machine and make it slower still.
+            youngest = max(c.started for c in self.children if c.command == command)
+            if now - youngest >= HANG_WARNING:
+                logger.warning("not starting %s: %d copies alive, the younger for %.0f s; "
+                               "is phase 1 hanging?", _short(command), same, now - youngest)
+            else:
+                logger.debug("not starting %s: %d copies alive", _short(command), same)
+            return
         out: IO[bytes] | int = self._log if self._log is not None else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(
@@ -250,10 +265,6 @@ class Supervisor:
             return
         self.children.append(Child(proc, command, now))
         logger.debug("started pid %d: %s", proc.pid, _short(command))
-        same = sum(1 for c in self.children if c.command == command)
-        if same >= PILE_UP_WARNING:
-            logger.warning("%d instances of %s are running; is phase 1 hanging?",
-                           same, _short(command))
 
     def _kill_all(self, stop: StopSignal | None) -> None:
         """SIGTERM every child's process group; SIGKILL on a hard stop; wait out the grace."""

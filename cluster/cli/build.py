@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from cluster import jobgen
-from cluster.config import load, parse_overrides
+from cluster.cli import common
 from cluster.errors import ClusterError
 
 logger = logging.getLogger("cluster.build")
@@ -61,11 +61,8 @@ def _parser() -> _Parser:
     p = _Parser(prog=PROG, add_help=True, description="Print the job list of a run.",
                 epilog=__doc__.split("Words:", 1)[1] if __doc__ else None,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, help="INI configuration file")
-    p.add_argument("--home", help="master home directory")
+    common.add_config_options(p)
     p.add_argument("--tests", type=Path, help="test corpus root")
-    p.add_argument("--set", action="append", default=[], metavar="key=value",
-                   help="override a configuration key")
     p.add_argument("--seed", help="shuffle seed (an integer)")
     p.add_argument("words", nargs="*", metavar="WORD", help="products and selection words")
     return p
@@ -101,7 +98,9 @@ def parse_words(words: list[str]) -> tuple[list[str], jobgen.JobOptions]:
 def main(argv: list[str] | None = None) -> int:
     """Run build.py with ``argv`` (default: sys.argv[1:]); return the exit status."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+        common.setup_logging()
+        # Warnings only: the master logs whatever build.py writes on stderr as a warning.
+        logging.getLogger().setLevel(logging.WARNING)
     args_in = sys.argv[1:] if argv is None else argv
     try:
         args = _parser().parse_args(args_in)
@@ -118,10 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed = int(args.seed)
             except ValueError:
                 raise ValueError(f"--seed {args.seed!r}: expected an integer") from None
-        overrides = parse_overrides(args.set)
-        if args.home is not None:
-            overrides["home"] = args.home
-        cfg = load(args.config, overrides)
+        cfg = common.load_config(args)
     except (ValueError, ClusterError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

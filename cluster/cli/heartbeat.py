@@ -1,6 +1,7 @@
 """heartbeat.py -- port of heartbeat.pl: tell the master's monitor this node lives.
 
-Usage: heartbeat.py [--config FILE] [--set key=value]... [--status TEXT] [--caps LINE]
+Usage: heartbeat.py [--config FILE] [--home DIR] [--set key=value]... [--status TEXT]
+                    [--caps LINE]
 
 Sends one heartbeat (node ``node_name``, or the host name) to the monitor at
 ``master_host``:``monitor_port`` and prints the runs waiting to be joined, one per line::
@@ -22,10 +23,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from cluster.config import load, parse_overrides
-from cluster.errors import ConfigError
+from cluster.cli import common
+from cluster.errors import ClusterError
 from cluster.heartbeat import HeartbeatError, send_heartbeat
 
 EXIT_NONE = 0
@@ -36,9 +36,7 @@ EXIT_ERROR = 2
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="heartbeat.py", description="Send one heartbeat to the "
                                 "master's monitor (port of heartbeat.pl).")
-    p.add_argument("--config", metavar="FILE", help="INI configuration file")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="override one configuration key (repeatable)")
+    common.add_config_options(p)
     p.add_argument("--status", metavar="TEXT", default="",
                    help="free-text status for the dashboards")
     p.add_argument("--caps", metavar="LINE", default="", help="capability line to send")
@@ -51,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a bad option (argparse printed why)
         return EXIT_NONE if not exc.code else EXIT_ERROR
     try:
-        cfg = load(Path(args.config) if args.config else None, parse_overrides(args.set))
-    except ConfigError as exc:
+        cfg = common.load_config(args)
+    except ClusterError as exc:
         print(f"heartbeat.py: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:

@@ -1,6 +1,6 @@
 """monitor_port.py -- port of monitorPort.pl: the master's heartbeat listener.
 
-Usage: monitor_port.py [--config FILE] [--set key=value]... [--nodes]
+Usage: monitor_port.py [--config FILE] [--home DIR] [--set key=value]... [--nodes]
 
 Listens on ``listen_address``:``monitor_port`` for heartbeats (see cluster.monitor for the
 wire format), records them in ``home``/nodes/ and answers with the runs waiting in
@@ -22,24 +22,20 @@ cannot be bound.
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
-from pathlib import Path
 from types import FrameType
 
 from cluster import monitor
-from cluster.config import load, parse_overrides
-from cluster.errors import ConfigError
+from cluster.cli import common
+from cluster.errors import ClusterError
 from cluster.home import Home
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="monitor_port.py", description="The master's heartbeat "
                                 "listener (port of monitorPort.pl).")
-    p.add_argument("--config", metavar="FILE", help="INI configuration file")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="override one configuration key (repeatable)")
+    common.add_config_options(p)
     p.add_argument("--nodes", action="store_true",
                    help="print the nodes seen and their status, then exit")
     return p
@@ -51,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a bad option (argparse printed why)
         return int(exc.code or 0)
     try:
-        cfg = load(Path(args.config) if args.config else None, parse_overrides(args.set))
-    except ConfigError as exc:
+        cfg = common.load_config(args)
+    except ClusterError as exc:
         print(f"monitor_port.py: {exc}", file=sys.stderr)
         return 2
     home = Home(cfg.home)
@@ -60,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (age, status) in sorted(monitor.nodes_seen(home).items()):
             print(f"{name} {age:.0f} {status}".rstrip())
         return 0
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(name)s[%(process)d]: %(message)s")
+    common.setup_logging()
     stopping = False
 
     def _stop(signum: int, frame: FrameType | None) -> None:

@@ -31,8 +31,8 @@ import logging
 import sys
 from pathlib import Path
 
-from cluster.config import load, parse_overrides
-from cluster.errors import AlreadyRunning, ConfigError
+from cluster.cli import common
+from cluster.errors import AlreadyRunning, ClusterError, ConfigError
 from cluster.home import Home
 from cluster.singleton import SingleInstance, read_holder
 from cluster.supervisor import StopFlag, Supervisor, install_signal_handlers
@@ -54,10 +54,7 @@ EXIT_USAGE = 2
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Start clustermaster 0, 1 and 2 every "
                                 "few seconds (port of runClustermaster.sh).")
-    p.add_argument("--config", metavar="FILE", help="INI configuration file")
-    p.add_argument("--home", metavar="DIR", help="master home (overrides config 'home')")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="override one configuration key (repeatable)")
+    common.add_config_options(p)
     p.add_argument("--interval", metavar="SECONDS", type=float,
                    help="seconds between rounds (default: config supervisor_interval)")
     p.add_argument("--once", action="store_true", help="start each clustermaster once, exit")
@@ -66,28 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def passthrough_args(config: Path | None, home: Path | None, sets: list[str]) -> list[str]:
-    """The arguments every clustermaster gets: ours, with paths made absolute."""
-    args: list[str] = []
-    if config is not None:
-        args += ["--config", str(config.resolve())]
-    if home is not None:
-        args += ["--home", str(home.resolve())]
-    for pair in sets:
-        args += ["--set", pair]
-    return args
-
-
 def clustermaster_commands(root: Path, args: list[str]) -> list[list[str]]:
     """One argv per priority: this interpreter running ``root``'s clustermaster scripts."""
     return [[sys.executable, str(root / script), *args] for script in SCRIPTS]
-
-
-def _setup_logging() -> None:
-    # Only when nothing configured logging yet (main() may be called from a test).
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO,
-                            format="%(asctime)s %(name)s[%(process)d]: %(message)s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,20 +73,18 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a bad option (argparse printed why)
         return int(exc.code or 0)
-    overrides_list = list(args.set)
     try:
-        overrides = parse_overrides(overrides_list)
-        if args.home is not None:
-            overrides["home"] = args.home
-        cfg = load(Path(args.config) if args.config else None, overrides)
+        cfg = common.load_config(args)
         interval = cfg.supervisor_interval if args.interval is None else args.interval
         if not interval > 0:
             raise ConfigError("--interval", interval, "seconds > 0")
-    except ConfigError as exc:
+    except ClusterError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    _setup_logging()
+    # Only when nothing configured logging yet (main() may be called from a test).
+    if not logging.getLogger().handlers:
+        common.setup_logging()
     home = Home(cfg.home)
     try:
         home.create()
@@ -126,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
     try:
-        passthrough = passthrough_args(Path(args.config) if args.config else None,
-                                       Path(args.home) if args.home else None, overrides_list)
-        supervisor = Supervisor(clustermaster_commands(REPO_ROOT, passthrough),
+        supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args)),
                                 interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
                                 kill_children=args.kill_children)
         if args.once:

@@ -1,6 +1,6 @@
 """send_caps.py -- port of sendCaps.pl: print this node's capability line.
 
-Usage: send_caps.py [--config FILE] [--set key=value]...
+Usage: send_caps.py [--config FILE] [--home DIR] [--set key=value]...
 
 Prints one line of key=value words (see cluster.caps), e.g.
 
@@ -18,19 +18,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from cluster import caps
-from cluster.config import load, parse_overrides
-from cluster.errors import ConfigError
+from cluster.cli import common
+from cluster.errors import ClusterError
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="send_caps.py", description="Print this node's "
                                 "capability line (port of sendCaps.pl).")
-    p.add_argument("--config", metavar="FILE", help="INI configuration file")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="override one configuration key (repeatable)")
+    common.add_config_options(p)
     return p
 
 
@@ -42,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # The configuration is not needed to detect caps; loading it still rejects a bad
         # file, so every script of the node fails the same way on the same mistake.
-        load(Path(args.config) if args.config else None, parse_overrides(args.set))
-    except ConfigError as exc:
+        common.load_config(args)
+    except ClusterError as exc:
         print(f"send_caps.py: {exc}", file=sys.stderr)
         return 2
     print(caps.detect().format())

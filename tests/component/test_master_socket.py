@@ -138,3 +138,21 @@ def test_wrong_job_id_gets_abort(master: tuple[Home, int, subprocess.Popen[bytes
     home, port, _ = master
     assert talk(port, request("n1", "19990101000000-p0-dead")).startswith(
         b"ABORT wrong job id")
+
+
+def test_a_run_whose_job_list_cannot_be_made_is_reported_and_dequeued(tmp_path: Path) -> None:
+    """No corpus: build.py fails; the run must not block its queue forever."""
+    home = Home(tmp_path / "home")
+    home.create()
+    queue = QueueFile(home.queue(0), home.queue_lock(0))
+    queue.append(RunSpec.parse("user ann gs"))
+    queue.append(RunSpec.parse("user bob gs"))
+    done = subprocess.run([sys.executable, str(REPO / "clustermaster.py"), "--home",
+                           str(home.root), "--set", f"base_port={free_port()}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (archive,) = home.archive.iterdir()
+    text = (archive / "report.txt").read_text()
+    assert "could not start" in text and "build.py failed" in text
+    assert [s.line() for s in queue.read()] == ["user bob gs"]
+    assert not home.job_start(0).exists()

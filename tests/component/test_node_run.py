@@ -117,7 +117,8 @@ def test_a_timed_out_test_is_killed_with_its_whole_tree(home: Path, tmp_path: Pa
     write_start(home)
     pidfile = tmp_path / "grandchild.pid"
     master = ScriptedMaster(script_once(
-        f"echo gs > __temp__/t0.ps.ppmraw.72.0.log ; sh -c 'sleep 300 & echo $! > {pidfile}; wait'"))
+        f"echo gs > __temp__/t0.ps.ppmraw.72.0.log ; "
+        f"sh -c 'sleep 300 & echo $! > {pidfile}; wait'"))
     port = serve(master)
     code = node(home, tmp_path, port, job_timeout=1.0, kill_grace=0.5).run()
     assert code == EXIT_DONE

@@ -6,6 +6,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +17,15 @@ import pytest
 from cluster import jobgen, readlog, report
 from cluster.home import Home
 from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.queuefiles import RunSpec
 from cluster.records import BIN, TEMP, TESTS
 from cluster.tab import read_tab
-from tests.helpers import CORPUS, free_port, wait_for
+from tests.helpers import CORPUS, REPO, free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 
 FAST = {
-    "supervisor_interval": "0.5", "heartbeat_interval": "0.5", "poll_interval": "0.5",
+    "supervisor_interval": "1", "heartbeat_interval": "0.5", "poll_interval": "0.5",
     "pid_wait": "1", "pid_check_interval": "0.5", "connect_retry_delay": "0.5",
     "connect_retries": "60", "linger": "3", "heartbeat_timeout": "6",
 }
@@ -213,3 +215,43 @@ def test_a_build_failure_aborts_the_run_with_a_report_quoting_the_build_log(
     assert "failed with code -1" in text and "gdevxyz.c:12: error: expected ;" in text
     assert not (archive / f"{archive.name}.tab").exists()
     assert not (cluster.home.tables / "user-tester.tab").exists()  # the baseline is kept
+
+
+def test_an_auto_run_queued_by_enqueue_auto_runs_at_priority_2(make_cluster) -> None:
+    """enqueue_auto.py -> queue.2 -> clustermaster2.py on base_port+2 -> archive."""
+    cluster = make_cluster(gs_configs="ppmraw.72.0")
+    write_demo_tree(cluster.home_dir / "ghostpdl", "gs", [])  # the master's own tree
+    jobdef = cluster.home_dir / "auto" / "nightly" / "smoke" / "jobdef.txt"
+    jobdef.parent.mkdir(parents=True)
+    jobdef.write_text("gs filter=golfer\n")
+    done = subprocess.run([sys.executable, str(REPO / "enqueue_auto.py"), "--config",
+                           str(cluster.conf_path), "nightly"], capture_output=True, text=True)
+    assert done.returncode == 0 and "queued: auto nightly-smoke gs filter=golfer" in done.stdout
+    cluster.start()
+    spec = RunSpec.parse("auto nightly-smoke gs filter=golfer")
+    archive = cluster.wait_for_run(spec, set(), 120, priority=2)
+    assert tab_names(archive) == ["ghostpdl-examples__golfer.eps.ppmraw.72.0"]
+    assert "priority 2\n" in (archive / "run.info").read_text()
+    assert (cluster.home.tables / "current.tab").exists()  # auto runs feed the baseline
+    log = (cluster.home.log_dir / "clustermaster.2.log").read_text()
+    assert f"port {cluster.config().port_for(2)}" in log
+
+
+def test_the_readme_command_runs_a_cluster_and_prints_the_archive_last(tmp_path: Path) -> None:
+    """localcluster.py itself: report on stdout, archive folder as the last line."""
+    argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(tmp_path / "h"),
+            "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", "gs_configs=ppmraw.72.0 pbmraw.300.1"]
+    for key, value in FAST.items():
+        argv += ["--set", f"{key}={value}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    archive = Path(lines[-1])
+    assert archive.is_dir() and archive.parent.name == "archive"
+    assert "ran 30 tests in" in done.stdout and "on 2 nodes" in done.stdout
+    assert (archive / "report.txt").read_text() in done.stdout
+    leftover = [p for p in psutil.process_iter(["cmdline", "status"])
+                if str(tmp_path / "h") in " ".join(p.info["cmdline"] or [])
+                and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert leftover == []  # it stopped everything it started

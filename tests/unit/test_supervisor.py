@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cluster.cli import common
 from cluster.cli import run_clustermaster as cli
 from cluster.clock import FakeClock
 from cluster.supervisor import (
@@ -359,8 +360,9 @@ def test_signal_stops_a_real_run_loop_promptly() -> None:
 
 def test_commands_run_each_priority_script_with_our_arguments(tmp_path: Path) -> None:
     """One command per priority script, with absolute --config/--home and every --set."""
-    args = cli.passthrough_args(tmp_path / "m.conf", tmp_path / "home", ["a=1", "b=2"])
-    cmds = cli.clustermaster_commands(Path("/repo"), args)
+    parsed = cli._parser().parse_args(["--config", str(tmp_path / "m.conf"), "--home",
+                                       str(tmp_path / "home"), "--set", "a=1", "--set", "b=2"])
+    cmds = cli.clustermaster_commands(Path("/repo"), common.config_argv(parsed))
     assert [c[1] for c in cmds] == ["/repo/clustermaster.py", "/repo/clustermaster1.py",
                                     "/repo/clustermaster2.py"]
     for c in cmds:
@@ -455,3 +457,20 @@ def test_cli_second_instance_exits_at_once(fake_repo: Path, tmp_path: Path) -> N
     res = subprocess.run(_cli(fake_repo, "--home", str(home), "--once"), capture_output=True,
                          text=True, timeout=30)
     assert res.returncode == 0 and "already running" not in res.stderr
+
+
+def test_at_most_two_copies_of_a_command_are_alive(tmp_path: Path) -> None:
+    """The runner and one checker: slow invocations never pile up on a loaded machine."""
+    from cluster.supervisor import MAX_ALIVE_PER_COMMAND, Supervisor
+
+    slow = (sys.executable, "-c", "import time; time.sleep(30)")
+    sup = Supervisor([list(slow)], interval=1.0)
+    sup.initialize()
+    try:
+        for t in range(5):
+            sup.tick(float(t))
+        assert len(sup.children) == MAX_ALIVE_PER_COMMAND == 2
+    finally:
+        for child in sup.children:
+            child.proc.kill()
+            child.proc.wait()

@@ -1,0 +1,63 @@
+"""Auto runs (priority 2): the nightly and weekly job definitions that cron queues.
+
+Each job lives in ``auto/<nightly|weekly>/<name>/jobdef.txt`` in the master home (the layout
+of the ClusterWork TWiki page).  Its first non-comment line is
+``<products> [option ...]``, e.g. ``gs,pdfwrite highres relaxtimeout``.  Queuing it appends
+``auto <schedule>-<name> <products> [option ...]`` to the priority-2 queue (once: a run
+already queued is not queued twice).  An auto run builds the master's own tree of its
+product (``<home>/ghostpdl`` or ``<home>/mupdf``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from cluster.errors import QueueLineError
+from cluster.home import Home
+from cluster.queuefiles import QueueFile, RunSpec
+
+log = logging.getLogger("cluster.auto")
+
+SCHEDULES = ("nightly", "weekly")
+AUTO_PRIORITY = 2
+MAX_JOBDEF_BYTES = 4096
+
+
+def read_jobdef(path: Path, schedule: str) -> RunSpec:
+    """The run a jobdef.txt describes; QueueLineError naming the file and the problem."""
+    name = path.parent.name
+    if path.stat().st_size > MAX_JOBDEF_BYTES:
+        raise QueueLineError("", f"larger than {MAX_JOBDEF_BYTES} bytes", str(path))
+    lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace")
+             .splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise QueueLineError("", "empty; expected '<products> [option ...]'", str(path))
+    return RunSpec.parse(f"auto {schedule}-{name} {lines[0]}", source=str(path), lineno=1)
+
+
+def enqueue(home: Home, schedule: str, names: list[str] | None = None) -> list[RunSpec]:
+    """Queue the ``schedule`` jobs (all, or only ``names``); return the runs added."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+    root = home.root / "auto" / schedule
+    queue = QueueFile(home.queue(AUTO_PRIORITY), home.queue_lock(AUTO_PRIORITY))
+    wanted = set(names or [])
+    added: list[RunSpec] = []
+    found: set[str] = set()
+    for jobdef in sorted(root.glob("*/jobdef.txt")):
+        name = jobdef.parent.name
+        if wanted and name not in wanted:
+            continue
+        found.add(name)
+        try:
+            spec = read_jobdef(jobdef, schedule)
+        except (QueueLineError, OSError) as exc:
+            log.error("skipping auto job %s: %s", jobdef, exc)
+            continue
+        if queue.append(spec):
+            log.info("queued %s", spec.line())
+            added.append(spec)
+    for name in sorted(wanted - found):
+        log.error("no auto job %s/%s/jobdef.txt in %s", schedule, name, home.root)
+    return added
