@@ -50,7 +50,7 @@ from typing import Any
 
 from cluster.errors import AlreadyRunning, ProtocolError
 from cluster.home import PRIORITIES, Home
-from cluster.protocol import JOB_ID, RequestFramer, valid_node_name
+from cluster.protocol import JOB_ID, RequestFramer, decode_lines, valid_node_name
 from cluster.singleton import SingleInstance
 
 log = logging.getLogger("cluster.monitor")
@@ -106,13 +106,7 @@ def _one_line(text: str) -> str:
 
 def parse_heartbeat(data: bytes, max_line: int = MAX_LINE, max_lines: int = MAX_LINES) -> Heartbeat:
     """Parse a complete request (up to and including ``OK``); ProtocolError names the fault."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"request is not UTF-8 text (byte {exc.start})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = decode_lines(data)
     if not lines or lines[-1].rstrip("\r") != "OK":
         raise ProtocolError("request does not end with a line OK")
     if len(lines) - 1 > max_lines:

@@ -96,6 +96,18 @@ def _ints(value: str, count: int, header: str, lineno: int, line: str) -> list[i
         raise ProtocolError(f"header {header!r} takes integers", line, lineno) from None
 
 
+def decode_lines(data: bytes, what: str = "request") -> list[str]:
+    """``data`` as text lines (a final newline does not make an empty last line)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"{what} is not UTF-8 text (byte {exc.start})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def parse_result(value: str, machine: str = "") -> JobResult:
     """Parse the value of a ``result`` header; ValueError says what is wrong."""
     words = value.split(" ", 6)
@@ -136,13 +148,7 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
     is described in ``problems``; if its test id is readable the test gets an internal-error
     result (error 10), so the run can still complete and the problem shows in the report.
     """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"request is not UTF-8 text (byte {exc.start})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = decode_lines(data)
     if len(lines) > max_lines + 1:
         raise ProtocolError(f"request has {len(lines)} lines, more than the limit {max_lines}")
     if not lines or lines[-1].rstrip("\r") not in TERMINATORS:
@@ -280,13 +286,7 @@ def format_reply(reply: Reply) -> bytes:
 
 def parse_reply(data: bytes) -> Reply:
     """Parse the master's reply; ProtocolError if it is not one of the five forms."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ProtocolError("reply is not UTF-8 text") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = decode_lines(data, "reply")
     if not lines:
         raise ProtocolError("empty reply")
     verb, _, rest = lines[0].partition(" ")
