@@ -107,6 +107,9 @@ class Config:
     required_tools: tuple[str, ...] = _opt(("md5sum",), MASTER, "tool list",
                                            "a node whose caps lack one of these is culled")
     min_ram_mb: int = _opt(0, MASTER, "MiB", "a node with less RAM is culled (0 = no limit)")
+    shell_extensions: tuple[str, ...] = _opt(("cmds",), MASTER, "suffix list",
+                                             "files of product shell: one shell command "
+                                             "per line, each line a job")
     gs_memory_kb: int = _opt(1000000, MASTER, "KiB", "gs -K memory limit of every gs job")
     # --- node ------------------------------------------------------------------------------
     node_name: str = _opt("", NODE, "name",

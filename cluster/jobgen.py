@@ -60,7 +60,7 @@ from cluster.records import BIN, TEMP, TEST_ID, TESTS, Job
 logger = logging.getLogger("cluster.build")
 
 #: The products build.py knows, in the order usage text lists them.
-PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf")
+PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf", "shell")
 #: What build.py builds when no product is named: build.pl with no product argument took
 #: every non-mupdf product, and its gs list held the pdfwrite configurations too.
 DEFAULT_PRODUCTS = ("gs", "pdfwrite", "ps2write")
@@ -160,6 +160,8 @@ _SPECS = {
     "ps2write": _ProductSpec("ps2write_configs", "gs_extensions", frozenset({"ps"})),
     "mupdf": _ProductSpec("mupdf_configs", "mupdf_extensions", frozenset({None})),
 }
+#: Product shell has no configurations: every line of its command files is one job.
+SHELL = "shell"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -403,10 +405,47 @@ def job_for(product: str, relpath: str, tc: JobConfig, cfg: Config) -> Job:
 # ----------------------------------------------------------------------------------------------
 # The job list
 
+def shell_command(name: str, command: str) -> str:
+    """A job of product shell: ``command``'s stdout is the result, hashed by the node.
+
+    The output goes to ``__temp__/<id>.out``, which the node md5s itself (as Artifex's
+    Windows nodes hashed a temp file): no md5sum process per job, which matters when jobs
+    are as small as ``echo 17 | md5sum``.  A brace group, not a subshell, saves a fork; the
+    command's exit status is the job shell's, which the node hands to readlog.
+    """
+    log = f"{TEMP}/{name}.log"
+    return f"echo shell > {log} ; {{ {command} ; }} > {TEMP}/{name}.out 2>> {log}"
+
+
+def shell_jobs(cfg: Config, root: Path, options: JobOptions) -> list[Job]:
+    """The jobs of product shell: each non-blank, non-# line of each command file, in order.
+
+    Test ids are ``<file id>.<line number>``.  A line with a NUL or a newline cannot occur;
+    anything else is the user's own shell command, run as written.
+    """
+    jobs: list[Job] = []
+    for relpath in find_test_files(root, tuple(cfg.shell_extensions), options.nightly):
+        stem = file_id(relpath)
+        text = (root / relpath).read_text(encoding="utf-8", errors="replace")
+        for lineno, line in enumerate(text.splitlines(), 1):
+            command = line.strip()
+            if not command or command.startswith("#"):
+                continue
+            name = f"{stem}.{lineno}"
+            if options.keeps_name(name) and _id_problem(name) is None:
+                jobs.append(Job(name, f"{TEMP}/{name}.log", shell_command(name, command)))
+    return jobs
+
+
 def check_products(products: Iterable[str]) -> list[str]:
     """``products`` without repeats; ValueError names an unknown one and lists the known."""
     out: list[str] = []
     for p in products:
+        if p == SHELL:
+            if products != [SHELL] and tuple(products) != (SHELL,):
+                raise ValueError("product shell must be built alone")
+            out.append(p)
+            continue
         if p not in _SPECS:
             raise ValueError(f"unknown product {p!r}; known products: {', '.join(PRODUCTS)}")
         if p not in out:
@@ -448,8 +487,13 @@ def generate(cfg: Config, products: Sequence[str], tests_root: Path,
     ConfigError for a malformed configuration, FileNotFoundError for a missing corpus.
     """
     wanted = check_products(products)
-    rng = rng if rng is not None else random.Random()
     root = Path(tests_root)
+    if wanted == [SHELL]:
+        # Command lists keep their order: the user wrote them in the order they want.
+        jobs = shell_jobs(cfg, root, options)
+        logger.info("build: %d jobs for shell", len(jobs))
+        return jobs
+    rng = rng if rng is not None else random.Random()
     slow = _read_list(root / SLOW_FILES)
     quick = _read_list(root / QUICK_FILES)
     files_by_ext: dict[tuple[str, ...], list[str]] = {}

@@ -62,9 +62,16 @@ chmod +x bin/mutool
 
 
 def write_demo_tree(dest: Path, product: str, options: list[str]) -> Path:
-    """Write the demo product tree for ``product`` into ``dest`` and return it."""
-    program = "mutool" if product == "mupdf" else "gs"
+    """Write the demo product tree for ``product`` into ``dest`` and return it.
+
+    Product shell runs the corpus's own commands: its tree only has a Makefile that does
+    nothing.
+    """
     dest.mkdir(parents=True, exist_ok=True)
+    if product == "shell":
+        (dest / "Makefile").write_text("all:\n\t@true\n", encoding="utf-8")
+        return dest
+    program = "mutool" if product == "mupdf" else "gs"
     (dest / "Makefile").write_text(MAKEFILE, encoding="utf-8")
     (dest / "make_wrapper.sh").write_text(WRAPPER_SCRIPT[program], encoding="utf-8")
     (dest / "options").write_text("".join(o + "\n" for o in options), encoding="utf-8")

@@ -23,6 +23,7 @@ Exit codes: 0 the run is over for this node, 1 failure, 3 the master could not b
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import math
 import os
@@ -34,7 +35,6 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 
@@ -401,24 +401,28 @@ class NodeRun:
 
     def _reap(self, r: Running, block: bool) -> None:
         try:
-            pid, _status = os.waitpid(r.pid, 0 if block else os.WNOHANG)
+            pid, status = os.waitpid(r.pid, 0 if block else os.WNOHANG)
         except ChildProcessError:
-            pid = r.pid
+            pid, status = r.pid, 0
         if pid == 0:
             return
-        self._finish(r)
+        self._finish(r, os.waitstatus_to_exitcode(status))
 
-    def _finish(self, r: Running) -> None:
+    def _finish(self, r: Running, exit_status: int | None = None) -> None:
         del self.running[r.pid]
         if r.fd >= 0:
             os.close(r.fd)
         killed = r.hup_sent > 0
         if killed:
             self._kill_group(r.pid, signal.SIGKILL)  # anything left of the tree
-        base = self.temp / r.job.name
-        log_text = _read_and_remove(base.with_name(base.name + ".log"))
-        md5_text = _read_and_remove(base.with_name(base.name + ".md5"))
-        result = readlog.classify(r.job.name, log_text, md5_text, killed, self.name)
+        base = f"{self.temp}/{r.job.name}"
+        log_text = _read_and_remove(base + ".log")
+        md5_text = _read_and_remove(base + ".md5")
+        digest = _md5_and_remove(base + ".out")
+        if digest is not None:
+            md5_text += f"{digest}  -\n"  # the job's raw output is its result (product shell)
+        result = readlog.classify(r.job.name, log_text, md5_text, killed, self.name,
+                                  exit_status)
         self.node_log.write(readlog.log_entry(r.job.name, log_text, md5_text, killed))
         self.counters.finished += 1
         self._add_result(result)
@@ -480,16 +484,28 @@ class NodeRun:
         self.queue.clear()
 
 
-def _read_and_remove(path: Path) -> str:
+def _read_and_remove(path: str) -> str:
+    """The text of a job's file, which is then removed ("" if there is none)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with open(path, "rb") as fh:
+            data = fh.read()
     except FileNotFoundError:
         return ""
+    os.unlink(path)
+    return data.decode("utf-8", errors="replace")
+
+
+def _md5_and_remove(path: str) -> str | None:
+    """The md5 of a job's raw output file, which is then removed (None if there is none)."""
+    digest = hashlib.md5(usedforsecurity=False)
     try:
-        path.unlink()
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
     except FileNotFoundError:
-        pass
-    return text
+        return None
+    os.unlink(path)
+    return digest.hexdigest()
 
 
 def install_signal_handlers(run: NodeRun) -> None:

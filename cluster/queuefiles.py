@@ -13,8 +13,9 @@ the current or next run (ARTIFEX.md §2.1/§2.2)::
 ``ref``
     ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``; a git sha is lower-cased.
 ``products``
-    comma-separated, each of ``gs``, ``pdfwrite``, ``ps2write``, ``mupdf``, no duplicates;
-    ``mupdf`` must be alone (Artifex rule: mupdf is pushed alone).  Canonical order is the
+    comma-separated, each of ``gs``, ``pdfwrite``, ``ps2write``, ``mupdf``, ``shell``, no
+    duplicates; ``mupdf`` must be alone (Artifex rule: mupdf is pushed alone), and so must
+    ``shell`` (a list of shell commands, see cluster.jobgen).  Canonical order is the
     order of :data:`PRODUCTS`.
 ``option``
     a flag (``lowres``, ``highres``, ``relaxtimeout``, ``bmpcmp``; ``lowres`` and ``highres``
@@ -60,9 +61,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cluster.queue")
 
 KINDS = ("user", "git", "auto")
-PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf")
+PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf", "shell")
 #: Products that may only be queued on their own (RunningClusterJobs: "pushed alone").
-ALONE = ("mupdf",)
+ALONE = ("mupdf", "shell")
 FLAGS = ("lowres", "highres", "relaxtimeout", "bmpcmp")
 OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree")
 EXCLUSIVE_FLAGS = (("lowres", "highres"),)
@@ -228,11 +229,13 @@ class RunSpec:
 
     @property
     def tree(self) -> str:
-        """The source tree the run builds: option ``tree=``, else mupdf or ghostpdl."""
+        """The source tree the run builds: option ``tree=``, else mupdf, shell or ghostpdl."""
         explicit = self.option("tree")
         if explicit is not None:
             return explicit
-        return "mupdf" if self.products == ("mupdf",) else "ghostpdl"
+        if self.products in (("mupdf",), ("shell",)):
+            return self.products[0]
+        return "ghostpdl"
 
     def __str__(self) -> str:
         return self.line()

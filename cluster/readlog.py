@@ -97,6 +97,7 @@ _CODES = {  # (kind, stage) -> code; stage 1 of a two-stage test crashing is 7
 
 
 UNKNOWN_PRODUCT = "unknown"
+SHELL_PRODUCT = "shell"
 
 def _text(value: str | bytes | None) -> str:
     """Log contents as text whatever the node managed to read (never raises)."""
@@ -136,8 +137,13 @@ def final_md5(md5_text: str | bytes | None) -> str | None:
 
 
 def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | None,
-             killed: bool, machine: str = "") -> JobResult:
+             killed: bool, machine: str = "", exit_status: int | None = None) -> JobResult:
     """The result of job ``name`` from its log and md5 texts (see the module docstring).
+
+    ``exit_status`` is the exit status of the job's shell, where the node knows it.  Only
+    product ``shell`` uses it (a failing command is an error 1): gs and mupdf jobs report
+    their programs' failures through ``/usr/bin/time`` lines, and their shells end with
+    housekeeping such as ``rm -f`` whose status says nothing.
 
     Never raises: empty or garbled input gives error 10 (3 when killed).
     """
@@ -176,6 +182,8 @@ def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | No
                 and error in (ERROR_READ, ERROR_READ_STAGE2)):
             # A crash is the better diagnosis of a stage that also reported a read error.
             error, error_stage = code, stage
+    if product == SHELL_PRODUCT and exit_status and error == ERROR_NONE:
+        error = ERROR_READ
     if killed:
         error = ERROR_TIMEOUT_STAGE2 if stage == 2 else ERROR_TIMEOUT
     md5 = final_md5(md5_text)

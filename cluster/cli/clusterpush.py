@@ -4,10 +4,10 @@ Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree 
                       [--user NAME] [PRODUCT...] [lowres|highres] [relaxtimeout]
                       [filter=A,B] [abort]
 
-PRODUCT is gs, pdfwrite, ps2write or mupdf (mupdf alone); the default is gs.  The user is
---user, else $CLUSTER_USER, else $USER.  The tree (default: the current directory) is
-mirrored to users/<user>/<ghostpdl|mupdf> in the master home and the run is queued at
-priority 0.  `abort` removes your queued runs instead.
+PRODUCT is gs, pdfwrite, ps2write, mupdf or shell (the last two alone); the default is
+gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree (default: the current
+directory) is mirrored to users/<user>/<ghostpdl|mupdf|shell> in the master home and the
+run is queued at priority 0.  `abort` removes your queued runs instead.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from cluster.cli import common
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.push import abort_user, push_tree
-from cluster.queuefiles import RunSpec
-
-PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf")
+from cluster.queuefiles import PRODUCTS, RunSpec
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """localcluster.py -- a complete regression run on a cluster on this machine.
 
 Usage: localcluster.py [--home DIR] [--nodes N] [--corpus DIR] [--product gs|pdfwrite|
-                       ps2write|mupdf] [--tree DIR] [--option OPT]... [--user NAME]
+                       ps2write|mupdf|shell] [--tree DIR] [--option OPT]... [--user NAME]
                        [--set KEY=VALUE]... [--timeout SECONDS]
 
 Creates a master home (default ./cluster-home), starts the supervisor, the monitor and N
@@ -25,8 +25,7 @@ from cluster.cli import common
 from cluster.config import parse_overrides
 from cluster.errors import ClusterError
 from cluster.localcluster import DEFAULT_CORPUS, LocalCluster, write_demo_tree
-
-PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf")
+from cluster.queuefiles import PRODUCTS
 
 
 def main(argv: list[str] | None = None) -> int:

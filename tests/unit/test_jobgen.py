@@ -385,4 +385,39 @@ def test_cli_missing_corpus_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_product_list_matches_specs() -> None:
     """Every advertised product can be generated."""
-    assert set(jobgen.PRODUCTS) == set(jobgen.DEFAULT_PRODUCTS) | {"mupdf"}
+    assert set(jobgen.PRODUCTS) == set(jobgen.DEFAULT_PRODUCTS) | {"mupdf", "shell"}
+
+
+def test_shell_product_makes_one_job_per_command_line(tmp_path: Path) -> None:
+    """Each non-blank, non-comment line of a .cmds file is a job, in file order."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "small.cmds").write_text("# comment\necho 17 | md5sum\n\nfalse\n")
+    (tmp_path / "ignored.ps").write_text("%!\n")
+    jobs = jobgen.generate(Config(), ["shell"], tmp_path)
+    assert [j.name for j in jobs] == ["bench__small.cmds.2", "bench__small.cmds.4"]
+    assert "{ echo 17 | md5sum ; } > __temp__/bench__small.cmds.2.out" in jobs[0].command
+    with pytest.raises(ValueError, match="alone"):
+        jobgen.generate(Config(), ["shell", "gs"], tmp_path)
+
+
+def test_shell_jobs_report_output_md5_and_failures(tmp_path: Path) -> None:
+    """Run for real: stdout is the result; a failing command is an error."""
+    import hashlib
+    import subprocess
+
+    from cluster import readlog
+
+    (tmp_path / "t.cmds").write_text("echo 17 | md5sum\nexit 3\n")
+    for job in jobgen.generate(Config(), ["shell"], tmp_path):
+        status = subprocess.run(["sh", "-c", job.command.replace("__temp__", str(tmp_path))],
+                                check=False).returncode
+        log = (tmp_path / f"{job.name}.log").read_text()
+        out = (tmp_path / f"{job.name}.out").read_bytes()
+        md5 = hashlib.md5(out).hexdigest()
+        result = readlog.classify(job.name, log, f"{md5}  -\n", False, exit_status=status)
+        if job.name.endswith(".1"):
+            assert out == subprocess.run("echo 17 | md5sum", shell=True,
+                                         capture_output=True).stdout
+            assert (result.error, result.md5, result.product) == (0, md5, "shell")
+        else:
+            assert status == 3 and result.error == 1 and result.md5 == "0"
