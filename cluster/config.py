@@ -76,7 +76,10 @@ class Config:
     upload_timeout: float = _opt(300.0, MASTER, "seconds",
                                  "longest wait for nodes' log uploads after the last result")
     batch_per_slot: int = _opt(2, MASTER, "jobs",
-                               "a node is kept holding up to this many jobs per slot")
+                               "a node is kept holding at least this many jobs per slot")
+    batch_seconds: float = _opt(1.0, MASTER, "seconds",
+                                "and at most about this much work by its measured rate, so "
+                                "nodes running tiny jobs call once per batch, not per job")
     speculate_tail: bool = _opt(True, MASTER, "flag",
                                 "when no job is left to hand out, give idle nodes copies of "
                                 "jobs still running elsewhere (first result wins)")

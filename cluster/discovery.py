@@ -74,3 +74,42 @@ def _set_aside(path: Path) -> None:
 
 
 DISCOVERERS: dict[int, list[Discoverer]] = {0: [scan_user_droppings], 1: [], 2: []}
+
+
+class WorkWatcher:
+    """Tells the supervisor which priorities have new work, from a few stat calls.
+
+    A priority has new work when its queue file changed (a run was queued, or the running
+    one finished and was dequeued) and is not empty, or, for priority 0, when a clusterpush
+    dropping is waiting.  Call it as ``wakeup()`` -> priorities to start now.
+    """
+
+    def __init__(self, home: Home, priorities: tuple[int, ...] = (0, 1, 2)) -> None:
+        self.home = home
+        self.priorities = priorities
+        self.seen: dict[int, tuple[int, int]] = {p: self._signature(p) for p in priorities}
+        self.droppings: set[str] = set()
+
+    def _signature(self, priority: int) -> tuple[int, int]:
+        try:
+            st = os.stat(self.home.queue(priority))
+        except OSError:
+            return (0, 0)
+        return (st.st_mtime_ns, st.st_size)
+
+    def __call__(self) -> list[int]:
+        woken: list[int] = []
+        for p in self.priorities:
+            sig = self._signature(p)
+            if sig != self.seen[p]:
+                self.seen[p] = sig
+                if sig[1] > 0:
+                    woken.append(p)
+        if 0 in self.priorities:
+            # Only droppings not seen before: one that waits for phase 1 must not start a
+            # clustermaster at every poll.
+            now = {str(p) for p in self.home.users.glob(f"*/*/{DROPPING}")}
+            if now - self.droppings and 0 not in woken:
+                woken.append(0)
+            self.droppings = now
+        return woken

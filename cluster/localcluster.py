@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -76,6 +77,32 @@ def write_demo_tree(dest: Path, product: str, options: list[str]) -> Path:
     (dest / "make_wrapper.sh").write_text(WRAPPER_SCRIPT[program], encoding="utf-8")
     (dest / "options").write_text("".join(o + "\n" for o in options), encoding="utf-8")
     return dest
+
+
+def free_port(count: int = 1) -> int:
+    """A base port such that ``count`` consecutive ports are free on loopback now.
+
+    (Free now, not reserved: good enough for a local cluster or a test, which binds at once.)
+    """
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65535:
+            continue
+        socks = []
+        try:
+            for i in range(count):
+                t = socket.socket()
+                socks.append(t)
+                t.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError("no free port range found")
 
 
 @dataclass

@@ -135,6 +135,7 @@ class ClusterMaster:
                      len(jrnl.loaded))
         settings = Settings(heartbeat_timeout=self.cfg.heartbeat_timeout,
                             batch_per_slot=self.cfg.batch_per_slot,
+                            batch_seconds=self.cfg.batch_seconds,
                             speculate_tail=self.cfg.speculate_tail,
                             upload_timeout=self.cfg.upload_timeout)
         needs = self.cfg.required_tools

@@ -106,6 +106,8 @@ class NodeRun:
         self.stop_requested = False
         self.next_contact = 0.0
         self.hungry_after = 0.0  # do not ask for work before this (after an empty answer)
+        self.low_water = self.slots  # ask for more when fewer jobs than this wait
+        self.built = False
         self.consecutive_failures = 0
         self.start: JobStart | None = None
 
@@ -136,6 +138,8 @@ class NodeRun:
         self.job_timeout = RELAXED_TIMEOUT if relaxed else self.cfg.job_timeout
         subst = {TEMP: str(self.temp), BIN: str(self.src / "bin"), TESTS: str(self.tests)}
         self.substitutions = tuple(subst.items())
+        self.built = self.built_marker.exists()  # built for this run before (a restart)
+        self.spawn_env = dict(os.environ)  # a plain dict: os.environ re-encodes at each spawn
         return start
 
     # ------------------------------------------------------------------ main loop
@@ -186,17 +190,14 @@ class NodeRun:
             return True
         if self.background is not None:
             return self.background.done
-        hungry = len(self.queue) < self.slots and now >= self.hungry_after
-        return hungry and self._built()
-
-    def _built(self) -> bool:
-        return self.built_marker.exists()
+        hungry = len(self.queue) < self.low_water and now >= self.hungry_after
+        return hungry and self.built
 
     def _next_wakeup(self, now: float) -> float:
         wake = self.next_contact
         if self.unsent:
             wake = min(wake, self.first_unsent + self.cfg.report_interval)
-        if len(self.queue) < self.slots and self._built():
+        if len(self.queue) < self.low_water and self.built:
             wake = min(wake, self.hungry_after)
         for r in self.running.values():
             wake = min(wake, r.deadline if not r.hup_sent else r.hup_sent + self.cfg.kill_grace)
@@ -269,7 +270,7 @@ class NodeRun:
                 return EXIT_FAILED
             return EXIT_DONE if final else EXIT_ABORTED
         if verb == protocol.BUILD:
-            if self._built():
+            if self.built:
                 self.next_contact = 0.0  # already built for this run (master took over)
             elif self.background is None:
                 self._start_background("build", self._do_build)
@@ -277,6 +278,8 @@ class NodeRun:
             if self.background is None:
                 self._start_background("upload", self._do_upload)
         elif verb == protocol.JOBS:
+            # Ask again when half of this batch is used up (at least one job per slot).
+            self.low_water = max(self.slots, len(reply.jobs) // 2)
             for line in reply.jobs:
                 try:
                     self.queue.append(Job.parse(line))
@@ -324,6 +327,7 @@ class NodeRun:
                 self._upload_logs()  # seed 001: the failure logs are uploaded first
             else:
                 self.built_marker.touch()
+                self.built = True
         elif bg.what == "upload":
             if bg.error:
                 self.failure = protocol.FAILURE_NETWORK
@@ -370,7 +374,7 @@ class NodeRun:
             command = job.command
             for placeholder, value in self.substitutions:
                 command = command.replace(placeholder, value)
-            pid = os.posix_spawn("/bin/sh", ["sh", "-c", command], os.environ,
+            pid = os.posix_spawn("/bin/sh", ["sh", "-c", command], self.spawn_env,
                                  setsid=True, file_actions=[
                                      (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
             try:

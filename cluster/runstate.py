@@ -55,6 +55,7 @@ class NodeInfo:
     slots: int = 1
     status: str = ""
     held: dict[str, None] = field(default_factory=dict)  # jobs handed out, no result yet (ordered)
+    working_since: float | None = None  # when it first got jobs: its rate is measured from then
     ran_jobs: bool = False      # it was given jobs, so it has logs to upload
     told_abort: bool = False    # it has been told the run is over
     results: int = 0            # first results it delivered
@@ -73,6 +74,7 @@ class Outcome:
 class Settings:
     heartbeat_timeout: float = 180.0
     batch_per_slot: int = 2
+    batch_seconds: float = 1.0
     speculate_tail: bool = True
     upload_timeout: float = 300.0
 
@@ -213,7 +215,7 @@ class RunState:
             self._requeue(node, front=True)
             notes.append(f"node {name} lost jobs it was given; put back in the list")
         if not self.all_results_in:
-            batch = self._batch(node, req)
+            batch = self._batch(node, req, now)
             if batch:
                 if node.state is NodeState.DONE:
                     node.state = NodeState.READY  # DONE -> READY: work came back after a death
@@ -288,14 +290,22 @@ class RunState:
         else:
             self.pending.extend(back)
 
-    def _batch(self, node: NodeInfo, req: Request) -> list[str]:
+    def _batch(self, node: NodeInfo, req: Request, now: float) -> list[str]:
         """Jobs to hand ``node`` now; empty if it holds enough or nothing is left.
 
-        A node is kept holding up to ``batch_per_slot`` jobs per slot, so it asks for more
-        before it runs dry.  Near the end the batch shrinks to the node's share of what is
-        left (by slots), so the last jobs spread over all nodes instead of piling on one.
+        A node is kept holding ``batch_per_slot`` jobs per slot, or, once its rate is
+        known, about ``batch_seconds`` of work at that rate if that is more: a node that
+        runs a thousand tiny jobs a second then calls a few times a second, not a thousand.
+        It asks for more before it runs dry.  Near the end the batch shrinks to the node's
+        fair share of what is left (by slots), so the last jobs spread over all nodes
+        instead of piling on one.
         """
         capacity = node.slots * self.settings.batch_per_slot
+        if node.working_since is None:
+            node.working_since = now
+        elif now - node.working_since >= 0.5 and node.results:
+            rate = node.results / (now - node.working_since)
+            capacity = max(capacity, math.ceil(rate * self.settings.batch_seconds))
         want = capacity - (req.pending + req.running)
         if want <= 0:
             return []

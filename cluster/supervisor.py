@@ -32,7 +32,7 @@ import math
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -135,13 +135,19 @@ class Supervisor:
     :meth:`shutdown` (tests and ``--once``).  ``commands`` are argv lists, one per priority,
     e.g. ``[[sys.executable, "clustermaster.py", "--home", h], ...]``.  Children write their
     stdout and stderr to ``log_path`` (appended, shared) or to /dev/null.
+
+    ``wakeup``, if given, is asked every ``poll`` seconds between ticks which commands have
+    new work (their indexes); those are started at once instead of at the next tick, so a
+    run starts within a poll of being queued however long the interval.  It must be cheap
+    (a few stat calls): it runs in the supervisor's own loop.
     """
 
     def __init__(self, commands: Sequence[Sequence[str]], *, clock: Clock | None = None,
                  interval: float = DEFAULT_INTERVAL, log_path: Path | None = None,
                  kill_children: bool = False, kill_grace: float = DEFAULT_KILL_GRACE,
                  poll: float = DEFAULT_POLL, cwd: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 wakeup: Callable[[], Iterable[int]] | None = None) -> None:
         if interval <= 0:
             raise ValueError(f"supervisor interval {interval!r}: expected seconds > 0")
         if poll <= 0:
@@ -155,6 +161,7 @@ class Supervisor:
         self.poll = poll
         self.cwd = cwd
         self.env = env
+        self.wakeup = wakeup
         self.children: list[Child] = []
         self.ticks = 0
         self.last_tick: float | None = None
@@ -222,6 +229,9 @@ class Supervisor:
                     due = self._next_due(due, self.clock.monotonic())
                     continue
                 self.reap()  # the per-iteration housekeeping hook (STYLE guideline 4)
+                if self.wakeup is not None:
+                    for index in self.wakeup():
+                        self._start(self.commands[index], now)
                 self.clock.sleep(min(self.poll, due - now))
             logger.info("stop requested%s; supervisor stopping",
                         _signal_text(getattr(stop, "signum", None)))

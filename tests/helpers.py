@@ -8,33 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from cluster.localcluster import free_port  # noqa: F401 -- re-exported for the tests
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpus" / "ghostpdl-examples"
 
 T = TypeVar("T")
-
-
-def free_port(count: int = 1) -> int:
-    """A base port such that ``count`` consecutive ports are free on loopback now."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count >= 65535:
-            continue
-        socks = []
-        try:
-            for i in range(count):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no free port range found")
 
 
 def talk(port: int, data: bytes, timeout: float = 10.0) -> bytes:

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from cluster.cli import common
+from cluster.discovery import WorkWatcher
 from cluster.errors import AlreadyRunning, ClusterError, ConfigError
 from cluster.home import Home
 from cluster.singleton import SingleInstance, read_holder
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args)),
                                 interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
-                                kill_children=args.kill_children)
+                                kill_children=args.kill_children, wakeup=WorkWatcher(home))
         if args.once:
             supervisor.initialize()
             try:

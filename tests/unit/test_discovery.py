@@ -8,7 +8,7 @@ from cluster import discovery
 from cluster.cli.clustermaster import priority_from_name
 from cluster.config import Config
 from cluster.home import Home, suffixed
-from cluster.queuefiles import QueueFile
+from cluster.queuefiles import QueueFile, RunSpec
 
 
 def drop(home: Home, user: str, tree: str, text: str) -> Path:
@@ -59,3 +59,16 @@ def test_per_priority_names_follow_the_suffix_rule() -> None:
     assert [suffixed("queue", p) for p in (0, 1, 2)] == ["queue", "queue.1", "queue.2"]
     assert suffixed("job.start", 2) == "job.2.start"
     assert suffixed("clustermaster.pid", 1) == "clustermaster.1.pid"
+
+
+def test_work_watcher_wakes_a_priority_when_its_queue_gets_work(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    home.create()
+    watch = discovery.WorkWatcher(home)
+    assert watch() == []
+    QueueFile(home.queue(2), home.queue_lock(2)).append(RunSpec.parse("auto n-x gs"))
+    assert watch() == [2]
+    assert watch() == []  # nothing new since
+    drop(home, "ann", "ghostpdl", "user ann gs\n")
+    assert watch() == [0]
+    assert watch() == []  # the same dropping, still waiting for phase 1: no new start

@@ -1,0 +1,45 @@
+"""What every benchmark shares: the machine line, figures as name=value, medians, timing."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as `python3 bench/x.py` from anywhere
+    sys.path.insert(0, str(REPO))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def print_machine() -> None:
+    """The first line of every benchmark: what it ran on."""
+    mem = psutil.virtual_memory().total / 2**30
+    fields = {
+        "machine": platform.node() or "unknown", "os": f"{platform.system()}-{platform.release()}",
+        "cpu": cpu_model().replace(" ", "_"), "cores": os.cpu_count() or 0,
+        "ram_gib": f"{mem:.1f}", "python": platform.python_version(),
+    }
+    print(figures(fields), flush=True)
+
+
+def figures(values: dict[str, object]) -> str:
+    """One line of ``name=value`` pairs a script can read (values without spaces)."""
+    return " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in values.items())
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""bench/dispatch.py -- the cluster against xargs and GNU parallel on one list of small jobs.
+
+Usage: python3 bench/dispatch.py [--jobs 5000] [--slots 2] [--reps 3] [--gs]
+                                 [--keep DIR]
+
+One list of N jobs (``echo <i> | md5sum``) is run by four contenders, repetitions
+interleaved (a b c d a b c d ...):
+
+  xargs        ``xargs -P S sh -c`` -- the local limit
+  parallel     GNU parallel ``-j S``
+  cluster-1node   a master and one local node with S slots
+  cluster-2node   a master and two local nodes with S/2 slots each
+
+The cluster's time runs from the enqueue (clusterpush) to the report being written; the
+daemons are started before the clock starts and stopped after it stops.  Every contender's
+output is checked: xargs and parallel must print the N expected lines, the cluster's .tab
+must hold every job once with the md5 of the expected output.
+
+With --gs the real case is timed as well: one gs run over the example corpus
+(contender=gs-cluster-1node, the same S slots).
+
+Prints the machine, then one line per contender:
+  contender=xargs median_s=4.02 ratio=1.00 runs=3 ok=yes
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import figures, median, print_machine  # noqa: E402
+from cluster.localcluster import (  # noqa: E402
+    DEFAULT_CORPUS,
+    LocalCluster,
+    free_port,  # noqa: E402
+    write_demo_tree,
+)
+from cluster.tab import read_tab  # noqa: E402
+
+#: Intervals for a cluster that should react in well under a second.
+QUICK = {"supervisor_interval": "10", "heartbeat_interval": "0.2", "poll_interval": "1",
+         "report_interval": "0.1", "linger": "2", "pid_check_interval": "1"}
+
+
+def commands(n: int) -> list[str]:
+    return [f"echo {i} | md5sum" for i in range(n)]
+
+
+def output_line(i: int) -> str:
+    """What ``echo <i> | md5sum`` prints (without the newline)."""
+    return hashlib.md5(b"%d\n" % i).hexdigest() + "  -"
+
+
+def expected_lines(n: int) -> Counter[str]:
+    return Counter(output_line(i) for i in range(n))
+
+
+def run_local(argv: list[str], jobs_file: Path, n: int) -> tuple[float, bool]:
+    """Time a local runner reading the job list on stdin; check its output."""
+    with open(jobs_file, "rb") as stdin:
+        start = time.monotonic()
+        done = subprocess.run(argv, stdin=stdin, capture_output=True, check=False)
+        elapsed = time.monotonic() - start
+    ok = done.returncode == 0 and Counter(done.stdout.decode().splitlines()) == \
+        expected_lines(n)
+    return elapsed, ok
+
+
+class ClusterContender:
+    """A local cluster that is started for each repetition and timed from the enqueue."""
+
+    def __init__(self, root: Path, nodes: int, slots: int, corpus: Path, product: str,
+                 expected: dict[str, str] | None, settings: dict[str, str]) -> None:
+        self.nodes = nodes
+        self.product = product
+        self.expected = expected
+        self.cluster = LocalCluster(root, nodes, corpus, {
+            **QUICK, **settings, "slots": str(slots), "base_port": str(free_port(3)),
+            "monitor_port": str(free_port())})
+        self.cluster.prepare()
+        self.tree = write_demo_tree(root / "demo" / product, product, [])
+
+    def run(self) -> tuple[float, bool]:
+        cluster = self.cluster
+        cluster.start()
+        try:
+            # Wait until every node has said hello, so only the run is timed.
+            nodes_dir = cluster.home.nodes
+            deadline = time.monotonic() + 60
+            while len(list(nodes_dir.glob("*.up"))) < self.nodes:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("nodes did not start; see " + str(cluster.home.log_dir))
+                time.sleep(0.05)
+            before = cluster.archives()
+            start = time.time()
+            spec = cluster.push(self.tree, "bench", [self.product], [])
+            archive = cluster.wait_for_run(spec, before, 3600)
+            elapsed = (archive / "report.txt").stat().st_mtime - start
+        finally:
+            cluster.stop(grace=10)
+            for up in cluster.home.nodes.glob("*.up"):
+                up.unlink()
+        table = read_tab(archive / f"{archive.name}.tab")
+        names = [line.split("\t", 1)[0]
+                 for line in (archive / f"{archive.name}.tab").read_text().splitlines()]
+        ok = len(names) == len(set(names)) and all(r.error == 0 for r in table.values())
+        if self.expected is not None:
+            ok = ok and {n: r.md5 for n, r in table.items()} == self.expected
+        return elapsed, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--gs", action="store_true", help="also time a gs corpus run")
+    parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.slots < 1 or args.reps < 1:
+        parser.error("--jobs, --slots and --reps must be positive")
+    for tool in ("xargs", "parallel", "md5sum"):
+        if shutil.which(tool) is None:
+            print(f"dispatch: {tool} is not installed", file=sys.stderr)
+            return 2
+    print_machine()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="dispatch-"))
+    work.mkdir(parents=True, exist_ok=True)
+    n, s = args.jobs, args.slots
+    jobs_file = work / "jobs.txt"
+    jobs_file.write_text("".join(c + "\n" for c in commands(n)))
+    corpus = work / "corpus"
+    corpus.mkdir(exist_ok=True)
+    shutil.copy(jobs_file, corpus / "small.cmds")
+    # The md5 the node computes is that of the job's output line.
+    expected = {f"{corpus.name}__small.cmds.{i + 1}": hashlib.md5((output_line(i) + "\n").encode()).hexdigest()
+                for i in range(n)}
+
+    contenders: dict[str, Callable[[], tuple[float, bool]]] = {
+        "xargs": lambda: run_local(["xargs", "-d", "\n", "-P", str(s), "-n", "1", "sh", "-c"],
+                                   jobs_file, n),
+        "parallel": lambda: run_local(["parallel", "--will-cite", "-j", str(s)], jobs_file, n),
+    }
+    one = ClusterContender(work / "c1", 1, s, corpus, "shell", expected, {})
+    contenders["cluster-1node"] = one.run
+    two = ClusterContender(work / "c2", 2, max(1, s // 2), corpus, "shell", expected, {})
+    contenders["cluster-2node"] = two.run
+    if args.gs:
+        gs = ClusterContender(work / "gs", 1, s, DEFAULT_CORPUS, "gs", None, {})
+        contenders["gs-cluster-1node"] = gs.run
+
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    ok: dict[str, bool] = {name: True for name in contenders}
+    for rep in range(args.reps):
+        for name, run in contenders.items():
+            elapsed, good = run()
+            times[name].append(elapsed)
+            ok[name] = ok[name] and good
+            print(f"# rep {rep + 1} {name} {elapsed:.2f}s ok={good}", flush=True)
+    base = median(times["xargs"])
+    print(figures({"jobs": n, "slots": s, "reps": args.reps}))
+    for name in contenders:
+        med = median(times[name])
+        print(figures({"contender": name, "median_s": f"{med:.2f}",
+                       "ratio": f"{med / base:.2f}", "runs": len(times[name]),
+                       "ok": "yes" if ok[name] else "no"}), flush=True)
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(ok.values()) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
