@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus.mkdir(exist_ok=True)
     shutil.copy(jobs_file, corpus / "small.cmds")
     # The md5 the node computes is that of the job's output line.
-    expected = {f"{corpus.name}__small.cmds.{i + 1}": hashlib.md5((output_line(i) + "\n").encode()).hexdigest()
-                for i in range(n)}
+    expected = {f"{corpus.name}__small.cmds.{i + 1}":
+                hashlib.md5((output_line(i) + "\n").encode()).hexdigest() for i in range(n)}
 
     contenders: dict[str, Callable[[], tuple[float, bool]]] = {
         "xargs": lambda: run_local(["xargs", "-d", "\n", "-P", str(s), "-n", "1", "sh", "-c"],
