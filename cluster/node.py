@@ -28,7 +28,6 @@ import logging
 import math
 import os
 import re
-import select
 import signal
 import socket
 import subprocess
@@ -36,14 +35,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import psutil
-
 from cluster import protocol, readlog
 from cluster.config import Config
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import suffixed
 from cluster.jobstart import JobStart
 from cluster.records import BIN, ERROR_INTERNAL, TEMP, TESTS, Job, JobResult
+from cluster.slots import Finished, SlotPool
 from cluster.transport import Transport
 
 log = logging.getLogger("cluster.node")
@@ -53,15 +51,6 @@ EXIT_DONE, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_ABORTED = 0, 1, 3, 4
 FINAL_ABORTS = ("run complete", "unsuitable", "wrong job id", "run aborted", "dropped")
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
 RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
-
-
-@dataclass
-class Running:
-    job: Job
-    pid: int
-    fd: int  # pidfd, or -1 where pidfd_open is unavailable
-    deadline: float
-    hup_sent: float = 0.0
 
 
 @dataclass
@@ -95,7 +84,6 @@ class NodeRun:
         self.name = cfg.effective_node_name()
         self.slots = cfg.effective_slots()
         self.queue: collections.deque[Job] = collections.deque()
-        self.running: dict[int, Running] = {}
         self.unsent: list[JobResult] = []
         self.first_unsent = 0.0
         self.counters = Counters()
@@ -139,7 +127,7 @@ class NodeRun:
         subst = {TEMP: str(self.temp), BIN: str(self.src / "bin"), TESTS: str(self.tests)}
         self.substitutions = tuple(subst.items())
         self.built = self.built_marker.exists()  # built for this run before (a restart)
-        self.spawn_env = dict(os.environ)  # a plain dict: os.environ re-encodes at each spawn
+        self.pool = SlotPool(self.slots, os.environ, self.job_timeout, self.cfg.kill_grace)
         return start
 
     # ------------------------------------------------------------------ main loop
@@ -153,7 +141,7 @@ class NodeRun:
         try:
             return self._loop()
         finally:
-            self._kill_all()
+            self.pool.close()
             self.node_log.close()
 
     def _loop(self) -> int:
@@ -199,8 +187,9 @@ class NodeRun:
             wake = min(wake, self.first_unsent + self.cfg.report_interval)
         if len(self.queue) < self.low_water and self.built:
             wake = min(wake, self.hungry_after)
-        for r in self.running.values():
-            wake = min(wake, r.deadline if not r.hup_sent else r.hup_sent + self.cfg.kill_grace)
+        deadline = self.pool.next_deadline()
+        if deadline is not None:
+            wake = min(wake, deadline)
         if self.background is not None:
             wake = min(wake, now + 0.05)
         return max(wake, now)
@@ -211,10 +200,10 @@ class NodeRun:
         if self.background is not None and not self.background.done:
             busy = self.background.what
         status = (f"{busy}ing" if busy else
-                  f"{self.counters.finished} tests completed, {len(self.running)} running")
+                  f"{self.counters.finished} tests completed, {self.pool.running()} running")
         return protocol.Request(
             node=self.name, job_id=self.start.id if self.start else "", caps=self.caps,
-            pending=len(self.queue), running=len(self.running), slots=self.slots, busy=busy,
+            pending=len(self.queue), running=self.pool.running(), slots=self.slots, busy=busy,
             failure=self.failure, failure_reason=self.failure_reason, status=status,
             timeouts=self.counters.timeouts, max_timeouts=self._timeout_limit(),
             results=tuple(self.unsent), leaving=leaving)
@@ -369,65 +358,34 @@ class NodeRun:
 
     # ------------------------------------------------------------------ running jobs
     def _spawn(self, now: float) -> None:
-        while self.queue and len(self.running) < self.slots and not self.failure:
+        pool = self.pool
+        while self.queue and pool.free() and not self.failure:
             job = self.queue.popleft()
             command = job.command
             for placeholder, value in self.substitutions:
                 command = command.replace(placeholder, value)
-            pid = os.posix_spawn("/bin/sh", ["sh", "-c", command], self.spawn_env,
-                                 setsid=True, file_actions=[
-                                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
-            try:
-                fd = os.pidfd_open(pid)
-            except (AttributeError, OSError):
-                fd = -1
-            self.running[pid] = Running(job, pid, fd, now + self.job_timeout)
+            pool.start(job, command, now)
             self.counters.started += 1
 
     def _wait(self, timeout: float) -> None:
-        """Sleep until a job ends or ``timeout`` passes, reaping what ended."""
-        fds = {r.fd: r for r in self.running.values() if r.fd >= 0}
-        if fds and len(fds) == len(self.running):
-            ready, _, _ = select.select(list(fds), [], [], max(timeout, 0))
-            for fd in ready:
-                self._reap(fds[fd], block=True)
-            return
-        if not self.running:
+        """Sleep until a job ends or ``timeout`` passes, collecting what ended."""
+        if not self.pool.running():
             time.sleep(max(min(timeout, 0.5), 0))
             return
-        end = time.monotonic() + max(timeout, 0)
-        while True:  # no pidfd: poll
-            for r in list(self.running.values()):
-                self._reap(r, block=False)
-            if time.monotonic() >= end or not self.running:
-                return
-            time.sleep(0.01)
+        for done in self.pool.wait(timeout):
+            self._finish(done)
 
-    def _reap(self, r: Running, block: bool) -> None:
-        try:
-            pid, status = os.waitpid(r.pid, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            pid, status = r.pid, 0
-        if pid == 0:
-            return
-        self._finish(r, os.waitstatus_to_exitcode(status))
-
-    def _finish(self, r: Running, exit_status: int | None = None) -> None:
-        del self.running[r.pid]
-        if r.fd >= 0:
-            os.close(r.fd)
-        killed = r.hup_sent > 0
-        if killed:
-            self._kill_group(r.pid, signal.SIGKILL)  # anything left of the tree
-        base = f"{self.temp}/{r.job.name}"
+    def _finish(self, done: Finished) -> None:
+        name = done.job.name
+        base = f"{self.temp}/{name}"
         log_text = _read_and_remove(base + ".log")
         md5_text = _read_and_remove(base + ".md5")
         digest = _md5_and_remove(base + ".out")
         if digest is not None:
             md5_text += f"{digest}  -\n"  # the job's raw output is its result (product shell)
-        result = readlog.classify(r.job.name, log_text, md5_text, killed, self.name,
-                                  exit_status)
-        self.node_log.write(readlog.log_entry(r.job.name, log_text, md5_text, killed))
+        result = readlog.classify(name, log_text, md5_text, done.killed, self.name,
+                                  done.exit_status)
+        self.node_log.write(readlog.log_entry(name, log_text, md5_text, done.killed))
         self.counters.finished += 1
         self._add_result(result)
 
@@ -437,16 +395,7 @@ class NodeRun:
         self.unsent.append(result)
 
     def _check_timeouts(self, now: float) -> None:
-        for r in list(self.running.values()):
-            if not r.hup_sent and now >= r.deadline:
-                log.warning("node %s: %s timed out after %.0f s; killing its process tree",
-                            self.name, r.job.name, self.job_timeout)
-                self.counters.timeouts += 1
-                r.hup_sent = now
-                self._kill_tree(r.pid, signal.SIGHUP)
-            elif r.hup_sent and now >= r.hup_sent + self.cfg.kill_grace:
-                self._kill_tree(r.pid, signal.SIGKILL)
-                self._reap(r, block=False)
+        self.counters.timeouts += self.pool.check_timeouts(now)
 
     def _timeout_limit(self) -> int:
         return max(self.cfg.max_timeouts, math.ceil(self.counters.started / 100))
@@ -454,37 +403,8 @@ class NodeRun:
     def _too_many_timeouts(self) -> bool:
         return self.counters.timeouts > self._timeout_limit()
 
-    def _kill_tree(self, pid: int, sig: int) -> None:
-        """Signal ``pid`` and all its descendants (run.pl's ps -ef walk), then its group."""
-        try:
-            procs = [psutil.Process(pid)]
-            procs += procs[0].children(recursive=True)
-        except psutil.Error:
-            procs = []
-        for proc in procs:
-            try:
-                proc.send_signal(sig)
-            except psutil.Error:
-                pass
-        self._kill_group(pid, sig)
-
-    @staticmethod
-    def _kill_group(pid: int, sig: int) -> None:
-        try:
-            os.killpg(pid, sig)  # catches anything re-parented out of the tree
-        except (ProcessLookupError, PermissionError):
-            pass
-
     def _kill_all(self) -> None:
-        for r in list(self.running.values()):
-            self._kill_tree(r.pid, signal.SIGKILL)
-            try:
-                os.waitpid(r.pid, 0)
-            except ChildProcessError:
-                pass
-            if r.fd >= 0:
-                os.close(r.fd)
-            del self.running[r.pid]
+        self.pool.kill_all()
         self.queue.clear()
 
 

@@ -1,0 +1,37 @@
+"""The benchmarks keep working: small runs that must complete with correct results.
+
+CI checks that they run and that their results are right, never how fast they are.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.e2e
+
+
+def figures(line: str) -> dict[str, str]:
+    return dict(word.split("=", 1) for word in line.split())
+
+
+def run_bench(*argv: str, timeout: float = 600) -> list[str]:
+    done = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("#")]
+    assert lines[0].startswith("machine=")  # every benchmark says what it ran on
+    return lines
+
+
+def test_dispatch_small() -> None:
+    lines = run_bench("bench/dispatch.py", "--jobs", "300", "--slots", "2", "--reps", "1")
+    rows = {f["contender"]: f for f in map(figures, lines) if "contender" in f}
+    assert set(rows) == {"xargs", "parallel", "cluster-1node", "cluster-2node"}
+    for row in rows.values():
+        assert row["ok"] == "yes" and float(row["median_s"]) > 0
+    assert rows["xargs"]["ratio"] == "1.00"
