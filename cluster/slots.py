@@ -15,8 +15,9 @@ each job as one line on its stdin and runs it in a subshell (a fork, no exec)::
 
 A timed-out job gets SIGHUP to its whole process tree (run.pl's ``ps -ef`` walk, here
 psutil), then after ``kill_grace`` SIGKILL to the slot's whole process group, which also
-catches anything re-parented; the slot then gets a fresh shell.  A shell that dies on its
-own ends its job as an internal error and is replaced.
+catches anything re-parented; the slot then gets a fresh shell.  If the job ends on the
+SIGHUP, the group is killed at once all the same: a descendant may ignore HUP.  A shell
+that dies on its own ends its job as an internal error and is replaced.
 
 Callers use :meth:`SlotPool.start`, :meth:`SlotPool.wait`, :meth:`SlotPool.check_timeouts`,
 :meth:`SlotPool.kill_all` and :meth:`SlotPool.close`.
@@ -171,6 +172,10 @@ class SlotPool:
                 elif kind == b"E" and slot.job is not None:
                     done.append(Finished(slot.job, int(value), slot.hup_sent > 0))
                     slot.job = None
+                    if slot.hup_sent:
+                        # It ended after SIGHUP, but a descendant may ignore HUP: kill the
+                        # slot's whole group and start a fresh shell.
+                        gone = True
             if gone:
                 if slot.job is not None:
                     done.append(Finished(slot.job, None, slot.hup_sent > 0))

@@ -1,0 +1,91 @@
+"""The per-slot shells: jobs stay isolated, failures stay contained, timeouts kill trees."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cluster.records import Job
+from cluster.slots import Finished, SlotPool
+
+
+@pytest.fixture
+def pool() -> Iterator[SlotPool]:
+    p = SlotPool(2, os.environ, timeout=30, kill_grace=0.3)
+    yield p
+    p.close()
+
+
+def job(name: str) -> Job:
+    return Job(name, f"__temp__/{name}.log", "true")
+
+
+def run(pool: SlotPool, name: str, command: str, limit: float = 10) -> Finished:
+    pool.start(job(name), command, time.monotonic())
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        pool.check_timeouts(time.monotonic())
+        for done in pool.wait(0.05):
+            return done
+    raise AssertionError(f"{name} did not finish")
+
+
+def test_exit_status_and_output(pool: SlotPool, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    assert run(pool, "a", f"echo 17 | md5sum > {out}").exit_status == 0
+    assert out.read_text().startswith("4d095eeac8ed659b1ce69dcef32ed0dc")
+    assert run(pool, "b", "exit 3").exit_status == 3
+
+
+def test_a_syntax_error_fails_alone_and_the_slot_goes_on(pool: SlotPool) -> None:
+    assert run(pool, "bad", "echo 'unbalanced").exit_status == 2
+    assert run(pool, "bad2", "if then fi ) (").exit_status == 2
+    assert run(pool, "good", "true").exit_status == 0
+
+
+def test_jobs_do_not_leak_state_into_each_other(pool: SlotPool, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    for i in range(4):  # both slots, twice
+        run(pool, f"set{i}", "cd / ; X=leaked ; export Y=leaked ; umask 077")
+    run(pool, "look", f"echo \"$(pwd) ${{X:-clean}} ${{Y:-clean}}\" > {out}")
+    assert out.read_text().split()[1:] == ["clean", "clean"]
+
+
+def test_a_job_reading_stdin_gets_nothing(pool: SlotPool, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    assert run(pool, "cat", f"cat > {out}").exit_status == 0
+    assert out.read_text() == ""
+    assert run(pool, "after", "true").exit_status == 0  # the shell's own input is intact
+
+
+def test_a_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
+    pool = SlotPool(1, os.environ, timeout=0.5, kill_grace=0.3)
+    try:
+        pidfile = tmp_path / "p"
+        done = run(pool, "slow", f"sh -c 'trap \"\" HUP; sleep 60 & echo $! > {pidfile}; wait'")
+        assert done.killed
+        grandchild = int(pidfile.read_text())
+        time.sleep(0.1)
+        assert not psutil.pid_exists(grandchild) or \
+            psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        assert run(pool, "next", "true").exit_status == 0  # a fresh shell took over
+    finally:
+        pool.close()
+
+
+def test_a_shell_killed_from_outside_ends_its_job_and_is_replaced(pool: SlotPool) -> None:
+    pool.start(job("victim"), "sleep 30", time.monotonic())
+    (slot,) = [s for s in pool.slots if s.job is not None]
+    os.killpg(slot.pid, signal.SIGKILL)
+    end = time.monotonic() + 10
+    done: list[Finished] = []
+    while not done and time.monotonic() < end:
+        done = pool.wait(0.1)
+    assert done[0].job.name == "victim" and done[0].exit_status is None
+    assert run(pool, "again", "true").exit_status == 0
