@@ -114,6 +114,22 @@ class Config:
                                              "files of product shell: one shell command "
                                              "per line, each line a job")
     gs_memory_kb: int = _opt(1000000, MASTER, "KiB", "gs -K memory limit of every gs job")
+    nightly_schedule: str = _opt("0 1 * * *", MASTER, "cron schedule",
+                                 "when the crontab entry of enqueue_auto.py --install-cron "
+                                 "queues the nightly auto runs")
+    weekly_schedule: str = _opt("0 3 * * 6", MASTER, "cron schedule",
+                                "when the crontab entry of enqueue_auto.py --install-cron "
+                                "queues the weekly auto runs")
+    smtp_host: str = _opt("localhost", MASTER, "host", "SMTP server the reports are mailed through")
+    smtp_port: int = _opt(25, MASTER, "TCP port", "port of that SMTP server")
+    mail_from: str = _opt("regression@localhost", MASTER, "address", "From: of report mails")
+    list_address: str = _opt("gs-regression@localhost", MASTER, "address",
+                             "where the reports of commit and auto runs go")
+    maintainer: str = _opt("regression-maintainer@localhost", MASTER, "address",
+                           "Cc of user run reports; gets the reports of unknown users")
+    emails_table: Path = _opt(Path("emails.tab"), MASTER, "file",
+                              "'user<TAB>address' lines (# comments); the default is in home, "
+                              "a path set in a config file is relative to that file")
     # --- node ------------------------------------------------------------------------------
     node_name: str = _opt("", NODE, "name",
                           "this node's name (letters, digits, . _ -); empty = the host name")
@@ -131,6 +147,9 @@ class Config:
                                   "finished results wait at most this long before being sent")
     heartbeat_interval: float = _opt(10.0, NODE, "seconds",
                                      "clusterpull.py sends a heartbeat to the monitor this often")
+    clusterpull_schedule: str = _opt("*/10 * * * *", NODE, "cron schedule",
+                                     "when the crontab entry of clusterpull.py --install-cron "
+                                     "restarts clusterpull.py if it is not running")
     job_timeout: float = _opt(450.0, NODE, "seconds",
                               "a test running longer is killed (whole process tree)")
     kill_grace: float = _opt(2.0, NODE, "seconds",

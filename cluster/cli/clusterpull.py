@@ -1,9 +1,15 @@
 """clusterpull.py -- the node's resident loop (port of clusterpull.sh).
 
-Usage: clusterpull.py [--config FILE] [--set KEY=VALUE]... [--once]
+Usage: clusterpull.py [--config FILE] [--set KEY=VALUE]... [--once | --install-cron | --remove-cron]
 
 Single instance per work_dir.  Every heartbeat_interval seconds: heartbeat to the master's
 monitor, and when a run waits that this node has not finished, start run.py for it.
+
+--install-cron puts one entry in the current user's crontab (clusterpull_schedule, every 10
+minutes by default) that starts this script with the same --config/--set options, so a
+node that died or rebooted comes back; running it again replaces the entry, never adds a
+second.  --remove-cron takes it out.  The entry is tagged with work_dir, so several nodes
+on one machine each have their own.  Both exit without starting the loop.
 """
 
 from __future__ import annotations
@@ -13,18 +19,58 @@ import signal
 import sys
 import time
 
-from cluster import caps
+from cluster import caps, cron
 from cluster.cli import common
-from cluster.errors import AlreadyRunning, ClusterError
+from cluster.config import Config
+from cluster.errors import AlreadyRunning, ClusterError, ConfigError
 from cluster.pull import ClusterPull
 from cluster.singleton import SingleInstance
+
+
+def cron_tag(cfg: Config) -> str:
+    """The crontab tag of this node's entry (see cluster.cron)."""
+    return f"clusterpull:{cfg.work_dir.resolve()}"
+
+
+def cron_entry(args: argparse.Namespace, cfg: Config) -> cron.CronEntry:
+    """The node's crontab entry; ConfigError if clusterpull_schedule is not cron syntax."""
+    schedule = cron.check_schedule("clusterpull_schedule", cfg.clusterpull_schedule)
+    options = cron.config_argv(args.config, args.home, args.set, cfg,
+                               pin=("work_dir", "master_home"))
+    return cron.CronEntry(cron_tag(cfg), schedule,
+                          cron.script_command("clusterpull.py", options))
+
+
+def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
+    """--install-cron / --remove-cron; the exit status (0 done, 1 crontab failed, 2 config)."""
+    try:
+        if args.remove_cron:
+            count = cron.remove([cron_tag(cfg)])
+            print(f"removed {count} crontab entr{'y' if count == 1 else 'ies'}")
+            return 0
+        try:
+            entry = cron_entry(args, cfg)
+        except ConfigError as exc:
+            print(f"clusterpull.py: {exc}", file=sys.stderr)
+            return 2
+        for line in cron.install([entry]):
+            print(f"installed: {line}")
+        return 0
+    except ClusterError as exc:
+        print(f"clusterpull.py: {exc}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="clusterpull.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
-    parser.add_argument("--once", action="store_true", help="one heartbeat, then exit")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="one heartbeat, then exit")
+    mode.add_argument("--install-cron", action="store_true",
+                      help="install (or update) this node's crontab entry, then exit")
+    mode.add_argument("--remove-cron", action="store_true",
+                      help="remove this node's crontab entry, then exit")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -32,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"clusterpull.py: {exc}", file=sys.stderr)
         return 2
+    if args.install_cron or args.remove_cron:
+        # Before the log and work_dir set-up: managing the crontab must not create them.
+        return _manage_cron(args, cfg)
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     common.setup_logging(cfg.work_dir / "log" / "clusterpull.log", args.verbose)
     pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args))

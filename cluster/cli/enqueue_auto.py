@@ -1,11 +1,19 @@
 """enqueue_auto.py -- queue the nightly or weekly auto runs (port of enqueueAuto.pl).
 
 Usage: enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... nightly|weekly [NAME...]
+       enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... --install-cron
+       enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... --remove-cron
 
 Reads <home>/auto/<schedule>/<name>/jobdef.txt (first line: `<products> [option ...]`) and
 appends one `auto <schedule>-<name> ...` run per job to the priority-2 queue, where
 clustermaster2.py picks it up.  Typically run from cron.
-Exit status: 0 done, 1 a named job was not found or a jobdef was bad, 2 bad usage.
+
+--install-cron puts two entries in the current user's crontab, nightly_schedule and
+weekly_schedule, each running this script with the same --config/--home/--set options;
+running it again replaces them (never duplicates).  --remove-cron takes them out.  Neither
+queues anything.  The entries are tagged with the master home, so each home has its own.
+Exit status: 0 done, 1 a named job was not found, a jobdef was bad or the crontab could not
+be changed, 2 bad usage or configuration.
 """
 
 from __future__ import annotations
@@ -14,9 +22,10 @@ import argparse
 import logging
 import sys
 
-from cluster import auto
+from cluster import auto, cron
 from cluster.cli import common
-from cluster.errors import ClusterError
+from cluster.config import Config
+from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
 
 
@@ -29,19 +38,66 @@ class _ErrorCounter(logging.Handler):
         self.count += 1
 
 
+def cron_tags(cfg: Config) -> list[str]:
+    """The crontab tags of this master's entries, one per schedule (see cluster.cron)."""
+    return [f"enqueue_auto-{schedule}:{cfg.home.resolve()}" for schedule in auto.SCHEDULES]
+
+
+def cron_entries(args: argparse.Namespace, cfg: Config) -> list[cron.CronEntry]:
+    """The nightly and weekly crontab entries; ConfigError if a schedule is not cron syntax."""
+    options = cron.config_argv(args.config, args.home, args.set, cfg, pin=("home",))
+    when = {"nightly": cron.check_schedule("nightly_schedule", cfg.nightly_schedule),
+            "weekly": cron.check_schedule("weekly_schedule", cfg.weekly_schedule)}
+    return [cron.CronEntry(tag, when[schedule],
+                           cron.script_command("enqueue_auto.py", [*options, schedule]))
+            for schedule, tag in zip(auto.SCHEDULES, cron_tags(cfg), strict=True)]
+
+
+def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
+    """--install-cron / --remove-cron; the exit status."""
+    try:
+        if args.remove_cron:
+            count = cron.remove(cron_tags(cfg))
+            print(f"removed {count} crontab entr{'y' if count == 1 else 'ies'}")
+            return 0
+        try:
+            entries = cron_entries(args, cfg)
+        except ConfigError as exc:
+            print(f"enqueue_auto.py: {exc}", file=sys.stderr)
+            return 2
+        for line in cron.install(entries):
+            print(f"installed: {line}")
+        return 0
+    except ClusterError as exc:
+        print(f"enqueue_auto.py: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="enqueue_auto.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
-    parser.add_argument("schedule", choices=auto.SCHEDULES)
+    manage = parser.add_mutually_exclusive_group()
+    manage.add_argument("--install-cron", action="store_true",
+                        help="install (or update) the nightly and weekly crontab entries")
+    manage.add_argument("--remove-cron", action="store_true",
+                        help="remove this master home's crontab entries")
+    parser.add_argument("schedule", nargs="?", choices=auto.SCHEDULES)
     parser.add_argument("names", nargs="*", metavar="NAME")
     args = parser.parse_args(argv)
+    cron_mode = args.install_cron or args.remove_cron
+    if cron_mode and args.schedule is not None:
+        parser.error("--install-cron/--remove-cron take no schedule or NAME")
+    if not cron_mode and args.schedule is None:
+        parser.error("a schedule is required: nightly or weekly")
     try:
         cfg = common.load_config(args)
     except ClusterError as exc:
         print(f"enqueue_auto.py: {exc}", file=sys.stderr)
         return 2
     common.setup_logging()
+    if cron_mode:
+        return _manage_cron(args, cfg)
     errors = _ErrorCounter()
     logging.getLogger("cluster.auto").addHandler(errors)
     for spec in auto.enqueue(Home(cfg.home), args.schedule, args.names):

@@ -1,0 +1,230 @@
+"""The cluster's entries in the current user's crontab (lines rendered with python-crontab).
+
+An entry is recognised only by its comment, ``regression-cluster:<tag>``; every other line
+of the crontab is left alone.  The tag names the program and the instance it serves, e.g.
+``enqueue_auto-nightly:/home/regression/cluster`` (a master home) or
+``clusterpull:/srv/node-work`` (a node's work_dir), so two masters or two nodes on one
+machine, or a test's temporary home, never touch each other's entries.
+
+Contracts:
+
+* :func:`install` is idempotent: afterwards there is exactly one enabled entry per tag,
+  with the given schedule and command, whatever was there before (none, one, duplicates,
+  or one commented out by hand).
+* :func:`remove` deletes every entry with one of the tags and nothing else.
+* Both read and write the crontab through the ``crontab`` program (``crontab -l`` /
+  ``crontab -``), i.e. the real crontab that cron runs; failures raise :class:`CronError`.
+* Every line that is not ours is written back byte for byte.  That is why the crontab is
+  not round-tripped through python-crontab's ``CronTab(user=True)``: its parser silently
+  drops valid lines such as ``MAILTO = x@y`` (blanks around ``=``) or a variable after the
+  last job, and rewrites others (``0 0 * * 7`` becomes ``@weekly``, comments move).
+  python-crontab is used for what it does well: checking schedules and rendering our lines.
+
+The commands are ``cd <repo> && <python> <repo>/<script> <config options> ...`` with every
+path absolute, because cron runs them from the user's home with a minimal environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from crontab import CronItem, CronSlices
+
+from cluster.config import Config
+from cluster.errors import ClusterError, ConfigError
+
+TAG_PREFIX = "regression-cluster:"
+CRONTAB_TIMEOUT = 60.0  # seconds; `crontab` only copies a file, but must never hang a CLI
+
+#: The top of the source tree, where the thin scripts (enqueue_auto.py, ...) live.
+REPO = Path(__file__).resolve().parents[1]
+
+
+class CronError(ClusterError):
+    """The crontab could not be read or written, or an entry cannot be expressed in it."""
+
+    def __init__(self, action: str, problem: str) -> None:
+        super().__init__(action, problem)
+        self.action = action
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.action}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class CronEntry:
+    """One crontab line of ours: when (five cron fields or @special), what, and its tag."""
+
+    tag: str
+    schedule: str
+    command: str
+
+    @property
+    def comment(self) -> str:
+        """The comment that identifies the entry in the crontab."""
+        return TAG_PREFIX + self.tag
+
+
+def check_schedule(key: str, value: str) -> str:
+    """``value`` with its whitespace normalised; ConfigError naming ``key`` if not cron syntax."""
+    normal = " ".join(value.split())
+    if not normal or not CronSlices.is_valid(normal):
+        raise ConfigError(key, value, "a cron schedule of five fields such as '0 1 * * *' "
+                                      "or an @special such as '@daily'")
+    return normal
+
+
+def script_command(script: str, args: Sequence[str]) -> str:
+    """The shell command that runs ``<repo>/<script> args`` as cron would: from the repo."""
+    # absolute(), not resolve(): a virtualenv's python is a symlink, and following it would
+    # run the base interpreter without the virtualenv's packages.
+    python = Path(sys.executable).absolute()
+    words = [str(python), str(REPO / script), *args]
+    return f"cd {shlex.quote(str(REPO))} && " + " ".join(shlex.quote(w) for w in words)
+
+
+def config_argv(config_file: Path | None, home: Path | None, sets: Sequence[str],
+                cfg: Config, pin: Sequence[str] = ()) -> list[str]:
+    """The --config/--home/--set options for a cron command, with every path made absolute.
+
+    The cron command runs from the repo, not from the user's working directory, so:
+    ``sets`` (the raw ``--set key=value`` pairs the user gave) pass on as given except that a
+    path-valued key gets the absolute path it was resolved to; and each key in ``pin`` whose
+    value is still the relative default (``home``, ``work_dir``: relative to the working
+    directory) is added as ``--set key=<absolute path>``, so cron uses the same directory.
+    """
+    path_keys = {f.name for f in dataclasses.fields(Config) if f.type in ("Path", Path)}
+    argv: list[str] = []
+    if config_file is not None:
+        argv += ["--config", str(config_file.resolve())]
+    if home is not None:
+        argv += ["--home", str(home.resolve())]
+    for pair in sets:
+        key = pair.partition("=")[0].strip()
+        if key in path_keys:
+            pair = f"{key}={getattr(cfg, key)}"
+        argv += ["--set", pair]
+    for key in pin:
+        value = getattr(cfg, key)
+        if not value.is_absolute():
+            argv += ["--set", f"{key}={value.resolve()}"]
+    return argv
+
+
+def _check_entry(entry: CronEntry) -> None:
+    # A crontab line ends at a newline and its command at the first " #" (for cron's
+    # readers and for _is_ours): refuse rather than install an entry that reads back wrong.
+    if "\n" in entry.tag or "\r" in entry.tag:
+        raise CronError("install crontab entry", f"tag {entry.tag!r} contains a line break")
+    for char in ("#", "\n", "\r"):
+        if char in entry.command:
+            raise CronError("install crontab entry " + entry.comment,
+                            f"the command contains {char!r}, which a crontab line cannot "
+                            f"hold (move the paths it names): {entry.command!r}")
+    if not CronSlices.is_valid(" ".join(entry.schedule.split())):
+        raise CronError("install crontab entry " + entry.comment,
+                        f"schedule {entry.schedule!r} is not five cron fields or an @special")
+
+
+def render(entry: CronEntry) -> str:
+    """The crontab line of ``entry`` (python-crontab's rendering: ``%`` escaped, comment last)."""
+    _check_entry(entry)
+    item = CronItem(command=entry.command, comment=entry.comment)
+    item.setall(" ".join(entry.schedule.split()))
+    return item.render().strip()
+
+
+def _is_ours(line: str, tag: str) -> bool:
+    # Our lines end with " # regression-cluster:<tag>"; one commented out by hand
+    # ("# 0 1 * * * ... # regression-cluster:<tag>") still counts, so install re-enables it.
+    return re.search(r"\s#\s*" + re.escape(TAG_PREFIX + tag) + r"\s*$", line) is not None
+
+
+def _crontab_program() -> str:
+    program = shutil.which("crontab")
+    if program is None:
+        raise CronError("find the crontab program",
+                        "not on PATH; install the cron package (apt-get install cron)")
+    return program
+
+
+def _read() -> list[str]:
+    """The lines of the user's crontab ([] if the user has none), without line ends."""
+    try:
+        done = subprocess.run([_crontab_program(), "-l"], capture_output=True,
+                              timeout=CRONTAB_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CronError("read the crontab (crontab -l)", str(exc)) from None
+    if done.returncode != 0:
+        if b"no crontab for" in done.stderr:
+            return []
+        raise CronError("read the crontab (crontab -l)",
+                        f"exit status {done.returncode}: {_text(done.stderr).strip()}")
+    # Bytes and surrogateescape, not text mode: other people's lines must come back
+    # unchanged whatever their encoding or line ends, and whatever the locale cron gives us.
+    text = _text(done.stdout)
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _write(lines: list[str]) -> None:
+    data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape")
+    try:
+        done = subprocess.run([_crontab_program(), "-"], input=data, capture_output=True,
+                              timeout=CRONTAB_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CronError("write the crontab (crontab -)", str(exc)) from None
+    if done.returncode != 0:
+        raise CronError("write the crontab (crontab -)",
+                        f"exit status {done.returncode}: {_text(done.stderr).strip()}")
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def install(entries: Iterable[CronEntry]) -> list[str]:
+    """Make each entry present exactly once in the user's crontab; return the lines as written.
+
+    An entry replaces the lines with its tag where the first of them was (so a reinstall
+    does not reorder the file) and drops the others; a new entry goes at the end.  The
+    crontab is rewritten only if it changes.
+    """
+    wanted = [(entry.tag, render(entry)) for entry in entries]
+    old = _read()
+    lines = list(old)
+    for tag, text in wanted:
+        positions = [i for i, line in enumerate(lines) if _is_ours(line, tag)]
+        if not positions:
+            lines.append(text)
+            continue
+        lines[positions[0]] = text
+        for i in reversed(positions[1:]):
+            del lines[i]
+    if lines != old:
+        _write(lines)
+    return [text for _, text in wanted]
+
+
+def remove(tags: Iterable[str]) -> int:
+    """Delete every line carrying one of ``tags``; return how many were deleted.
+
+    The crontab is rewritten only if something was deleted.
+    """
+    tags = list(tags)
+    old = _read()
+    lines = [line for line in old if not any(_is_ours(line, tag) for tag in tags)]
+    if len(lines) != len(old):
+        _write(lines)
+    return len(old) - len(lines)
