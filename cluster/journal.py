@@ -16,36 +16,55 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from cluster.protocol import format_result, parse_result
+from cluster.protocol import canonical_result, format_result, parse_result
 from cluster.records import JobResult
 
 log = logging.getLogger("cluster.journal")
 
 
-def load(path: Path, run_id: str) -> list[JobResult] | None:
-    """Results journaled for ``run_id``; None if the file is absent or for another run."""
+def load_lines(path: Path, run_id: str) -> list[str] | None:
+    """The results journaled for ``run_id`` as journal lines (without newlines).
+
+    None if the file is absent or for another run.  Each line is
+    ``<machine> result <canonical result>`` (see :func:`cluster.protocol.canonical_result`);
+    bad lines are logged and skipped, a torn last line is dropped.
+    """
     try:
-        data = path.read_bytes()
+        fh = open(path, "rb")
     except FileNotFoundError:
         return None
-    lines = data.split(b"\n")
-    if not lines or lines[0].decode("utf-8", "replace") != f"run {run_id}":
-        return None
-    results: list[JobResult] = []
-    body = lines[1:]
-    if body and body[-1] != b"":
-        log.warning("%s: dropping a torn last line (%d bytes)", path, len(body[-1]))
-    for lineno, raw in enumerate(body[:-1], 2):
-        text = raw.decode("utf-8", "replace")
-        machine, _, rest = text.partition(" ")
-        verb, _, value = rest.partition(" ")
-        try:
-            if verb != "result":
-                raise ValueError("expected '<machine> result ...'")
-            results.append(parse_result(value, machine))
-        except ValueError as exc:
-            log.warning("%s:%d: skipping bad journal line: %s", path, lineno, exc)
-    return results
+    out: list[str] = []
+    with fh:
+        first = fh.readline()
+        if first.rstrip(b"\n").decode("utf-8", "replace") != f"run {run_id}":
+            return None
+        for lineno, raw in enumerate(fh, 2):  # streamed: a journal may be 100 MB
+            if not raw.endswith(b"\n"):
+                log.warning("%s: dropping a torn last line (%d bytes)", path, len(raw))
+                break
+            text = raw[:-1].decode("utf-8", "replace")
+            machine, _, rest = text.partition(" ")
+            verb, _, value = rest.partition(" ")
+            try:
+                if verb != "result":
+                    raise ValueError("expected '<machine> result ...'")
+                canon = canonical_result(value)
+            except ValueError as exc:
+                log.warning("%s:%d: skipping bad journal line: %s", path, lineno, exc)
+                continue
+            out.append(text if canon is value else f"{machine} result {canon}")
+    return out
+
+
+def _result(line: str) -> JobResult:
+    machine, _, rest = line.partition(" ")
+    return parse_result(rest[7:], machine)
+
+
+def load(path: Path, run_id: str) -> list[JobResult] | None:
+    """Results journaled for ``run_id``; None if the file is absent or for another run."""
+    lines = load_lines(path, run_id)
+    return None if lines is None else [_result(line) for line in lines]
 
 
 class Journal:
@@ -55,31 +74,51 @@ class Journal:
         """Open the journal of ``run_id``, keeping what it holds if it is for that run."""
         self.path = path
         self.sync_interval = sync_interval
-        existing = load(path, run_id)
+        existing = load_lines(path, run_id)
         if existing is None:
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_text(f"run {run_id}\n", encoding="utf-8")
             os.replace(tmp, path)
-            self.loaded: list[JobResult] = []
+            #: What the journal held when opened, as journal lines (see load_lines).
+            self.lines: list[str] = []
         else:
-            self.loaded = existing
+            self.lines = existing
             self._trim_torn_tail()
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         self.dirty = False
         self.last_sync = 0.0
 
     def _trim_torn_tail(self) -> None:
-        data = self.path.read_bytes()
-        cut = data.rfind(b"\n") + 1
-        if cut < len(data):
+        """Cut a torn last line off the file, reading only its tail."""
+        with open(self.path, "rb") as fh:
+            size = end = fh.seek(0, os.SEEK_END)
+            cut = 0
+            while end > 0:
+                start = max(0, end - 65536)
+                fh.seek(start)
+                nl = fh.read(end - start).rfind(b"\n")
+                if nl >= 0:
+                    cut = start + nl + 1
+                    break
+                end = start
+        if cut < size:
             os.truncate(self.path, cut)
+
+    @property
+    def loaded(self) -> list[JobResult]:
+        """What the journal held when opened, as JobResults."""
+        return [_result(line) for line in self.lines]
 
     def append(self, results: Iterable[JobResult]) -> None:
         """Write a batch with one write() call (not yet fsync'ed)."""
         text = "".join(f"{r.machine or '-'} {format_result(r)}\n" for r in results)
-        if not text:
+        if text:
+            self.write(text.encode("utf-8"))
+
+    def write(self, data: bytes) -> None:
+        """Write journal lines, already formatted (newlines included), with one write()."""
+        if not data:
             return
-        data = text.encode("utf-8")
         view = memoryview(data)
         while view:
             n = os.write(self.fd, view)

@@ -146,28 +146,39 @@ class LocalCluster:
             argv += ["--set", f"{key}={value}"]
         return argv
 
-    def _spawn(self, script: str, extra: list[str], log_name: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, script: str, extra: list[str], log_name: str,
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log_path = self.home.log_dir / log_name
+        child_env = None if env is None else {**os.environ, **env}
         with open(log_path, "ab") as out:
             proc = subprocess.Popen([sys.executable, str(REPO / script), *self._set_args(),
                                      *extra], stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                    cwd=self.home_dir)
+                                    cwd=self.home_dir, env=child_env)
         self.procs.append(proc)
         return proc
 
-    def start(self) -> None:
-        """Start the monitor, the supervisor and the nodes."""
+    def start(self, node_env: dict[str, dict[str, str]] | None = None) -> None:
+        """Start the monitor, the supervisor and the nodes.
+
+        ``node_env`` maps a node name (``node1``, ...) to extra environment variables for
+        that node's processes (clusterpull, its run.py and the jobs they run).
+        """
         self._spawn("monitor_port.py", [], "monitor_port.out")
         # --kill-children: when we stop, no clustermaster may outlive the local cluster.
         self._spawn("run_clustermaster.py", ["--kill-children"], "run_clustermaster.out")
         for i in range(1, self.nodes + 1):
-            self.start_node(f"node{i}")
+            name = f"node{i}"
+            self.start_node(name, (node_env or {}).get(name))
 
-    def start_node(self, name: str) -> subprocess.Popen[bytes]:
+    def start_node(self, name: str,
+                   env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start node ``name``'s clusterpull; ``env`` adds to (or overrides) the environment
+        it and everything it starts (run.py, the jobs) inherit."""
         work = self.home_dir / "node-work" / name
         proc = self._spawn("clusterpull.py", ["--set", f"node_name={name}",
-                                              "--set", f"work_dir={work}"], f"{name}.out")
+                                              "--set", f"work_dir={work}"], f"{name}.out",
+                           env)
         self.node_procs[name] = proc
         return proc
 

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +31,10 @@ from cluster.clock import Clock, SystemClock
 from cluster.config import Config
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import Home
+from cluster.joblist import JobFile
 from cluster.jobstart import JobStart
 from cluster.pidfile import PidDecision, PidFile
 from cluster.queuefiles import QueueFile, RunSpec
-from cluster.records import Job
 from cluster.runstate import RunState, Settings
 from cluster.server import NodeServer
 
@@ -144,24 +145,27 @@ class ClusterMaster:
             return caps.suitable(caps_text, needs, self.cfg.min_ram_mb)
 
         state = RunState(run_id, jobs, self.clock.monotonic(), settings, suitable,
-                         done=jrnl.loaded)
+                         done=jrnl.lines)
+        jrnl.lines = []  # the state has them now
         started = self.clock.time()
         log.info("run %s: %s, %d jobs (%d to do), port %d", run_id, spec.line(), len(jobs),
                  state.remaining, self.cfg.port_for(p))
+        parse = protocol.parse_request
+        max_line, max_lines = self.cfg.max_line_bytes, self.cfg.max_request_lines
+        monotonic = self.clock.monotonic
 
         def handler(data: bytes, peer: str) -> bytes:
             try:
-                req = protocol.parse_request(data, self.cfg.max_line_bytes,
-                                             self.cfg.max_request_lines)
+                req = parse(data, max_line, max_lines, canonical=True)
             except ProtocolError as exc:
                 log.warning("peer %s: bad request: %s", peer, exc)
                 return protocol.format_reply(protocol.Reply(protocol.ABORT,
                                                             reason=f"bad request: {exc}"))
-            outcome = state.handle(req, self.clock.monotonic())
+            outcome = state.handle(req, monotonic())
             for note in outcome.notes:
                 log.warning("peer %s: %s", peer, note)
-            if outcome.new_results:
-                jrnl.append(outcome.new_results)  # on disk before the node hears back
+            if outcome.journal:
+                jrnl.write(outcome.journal)  # on disk before the node hears back
             return protocol.format_reply(outcome.reply)
 
         try:
@@ -175,6 +179,7 @@ class ClusterMaster:
             log.error("run %s: cannot listen on %s:%d: %s", run_id, self.cfg.listen_address,
                       self.cfg.port_for(p), exc)
             jrnl.close()
+            jobs.close()
             return RunOutcome(run_id, None, replaced=True)
         try:
             replaced = self._serve(server, state, jrnl, pid)
@@ -189,6 +194,7 @@ class ClusterMaster:
         finally:
             server.close()
             jrnl.close()
+            jobs.close()
         self.queue.remove(spec)
         for path in (home.jobs(p), home.results(p)):
             self._unlink(path)
@@ -228,28 +234,42 @@ class ClusterMaster:
             return f"users/{spec.ref}/{spec.tree}"
         return spec.tree  # the master's own clean tree of that product
 
-    def _jobs(self, start: JobStart) -> list[Job]:
-        """The run's job list: the jobs file if it is there (takeover), else build.py's."""
+    def _jobs(self, start: JobStart) -> JobFile:
+        """The run's job list: the jobs file if it is there (takeover), else build.py's.
+
+        build.py writes straight into the file (a million job lines are 200 MB or more: the
+        master never holds them), which is then indexed (:class:`JobFile`).
+        """
         path = self.home.jobs(self.priority)
         if not path.exists():
             argv = [sys.executable, str(BUILD_SCRIPT), *self.config_args,
                     "--home", str(self.home.root), *start.products,
                     *[o for o in start.options if o in BUILD_OPTIONS or o.startswith("filter=")]]
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise JobListError(f"build.py failed with status {done.returncode}: "
-                                   f"{done.stderr.strip()}")
-            if done.stderr.strip():
-                log.warning("build.py: %s", done.stderr.strip())
-            atomic_write(path, done.stdout)
-        jobs: list[Job] = []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             try:
-                jobs.append(Job.parse(line))
-            except ValueError as exc:
-                log.warning("%s:%d: skipping bad job line: %s", path, lineno, exc)
+                with open(tmp, "wb") as out:
+                    done = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True,
+                                          check=False)
+                    if done.returncode == 0:
+                        out.flush()
+                        os.fsync(out.fileno())
+                if done.returncode != 0:
+                    raise JobListError(f"build.py failed with status {done.returncode}: "
+                                       f"{done.stderr.strip()}")
+                if done.stderr.strip():
+                    log.warning("build.py: %s", done.stderr.strip())
+                os.replace(tmp, path)
+            finally:
+                self._unlink(tmp)
+        try:
+            jobs = JobFile(path)
+        except ValueError as exc:
+            raise JobListError(str(exc)) from None
+        for problem in jobs.problems:
+            log.warning("%s", problem)
+        if jobs.skipped > len(jobs.problems):
+            log.warning("%s: %d more bad job lines skipped", path,
+                        jobs.skipped - len(jobs.problems))
         return jobs
 
     def _serve(self, server: NodeServer, state: RunState, jrnl: journal.Journal,
@@ -296,15 +316,18 @@ class ClusterMaster:
         if state.fatal:
             text = failure_report(spec, state, archive / "logs")
         else:
-            current = tab.collate(state.results.values(), run_id)
-            tab.write_tab(archive / f"{run_id}.tab", current.values())
+            # The table is made from the results' journal lines as it is read: a million
+            # rows as objects would not fit the master's memory budget.
+            current = state.results.table(run_id)
+            run_tab = archive / f"{run_id}.tab"
+            tab.write_tab_lines(run_tab, current.lines())
             stream = self._stream_table(spec)
             previous = tab.read_tab(stream) if stream.exists() else None
             facts = report.RunFacts(tests=len(current), seconds=elapsed, nodes=nodes,
                                     lost_nodes=tuple(state.lost), duplicates=state.duplicates,
                                     header=run_header(spec, run_id))
             text = report.compare(current, previous, facts, skip_missing=spec.kind == "user")
-            self._update_stream(stream, previous, current, spec.products)
+            self._update_stream(stream, previous, current, spec.products, run_tab)
         atomic_write(archive / "report.txt", text)
         atomic_write(archive / "run.info", start.format() + f"elapsed {elapsed:.1f}\n")
         return archive
@@ -329,17 +352,25 @@ class ClusterMaster:
             return self.home.tables / f"user-{spec.ref}.tab"
         return self.home.tables / "current.tab"
 
-    def _update_stream(self, stream: Path, previous: tab.Table | None, current: tab.Table,
-                       products: tuple[str, ...]) -> None:
+    def _update_stream(self, stream: Path, previous: tab.Table | None,
+                       current: Mapping[str, tab.TabRow], products: tuple[str, ...],
+                       run_tab: Path) -> None:
+        """Merge the run into its stream's table (tab.merge_baseline), streaming the lines.
+
+        With no previous table the merge is the run's own table: its file is copied.
+        """
         stream.parent.mkdir(parents=True, exist_ok=True)
-        merged = tab.merge_baseline(previous or {}, current, products)
         if stream.name == "current.tab" and stream.exists():
             # Baselines rotate: current -> previous -> previous2 (ARTIFEX §2.8).
             prev = stream.with_name("previous.tab")
             if prev.exists():
                 os.replace(prev, stream.with_name("previous2.tab"))
             shutil.copy2(stream, prev)
-        tab.write_tab(stream, merged.values())
+        if previous:
+            tab.write_tab_lines(stream, tab.merged_lines(previous, current, products))
+        else:
+            with open(run_tab, encoding="utf-8") as fh:
+                tab.write_tab_lines(stream, (line.rstrip("\n") for line in fh))
 
     @staticmethod
     def _unlink(path: Path) -> None:

@@ -75,6 +75,9 @@ class Request:
     results: tuple[JobResult, ...] = ()
     leaving: bool = False  # terminated by ABORT instead of OK
     problems: tuple[str, ...] = ()  # result lines that were malformed (see parse_request)
+    #: With ``parse_request(..., canonical=True)`` the results come here instead of
+    #: ``results``: each as the text after ``result `` in the form format_result writes.
+    result_lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,9 +138,39 @@ def format_result(r: JobResult) -> str:
             f"{r.md5} {r.product}")
 
 
+#: A result value already in the form :func:`format_result` writes, as nodes send it: then
+#: it is valid as it stands, and :func:`canonical_result` need not take it apart.  (Times of
+#: at most 12 integer digits survive float() and ``.2f`` unchanged.)
+_TIME = r"(?:0|[1-9][0-9]{0,11})\.[0-9][0-9]"
+CANONICAL_RESULT = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400} (?:-1|10|[0-9])"
+    rf" {_TIME} {_TIME} {_TIME} (?:[0-9a-f]{{32}}|0) \S.*")
+
+
+def canonical_result(value: str) -> str:
+    """``value`` (a ``result`` header's value) as :func:`format_result` would write it.
+
+    ValueError, as from :func:`parse_result`, if it is malformed.  The journal and the
+    master's results hold this form: ``<test> <error> <t1> <t2> <t3> <md5> <product>`` with
+    the times to two decimals.
+    """
+    if CANONICAL_RESULT.fullmatch(value) is not None:
+        return value
+    return format_result(parse_result(value))[7:]
+
+
+def internal_error_result(name: str) -> str:
+    """The canonical result that stands for a malformed result line of test ``name``."""
+    return f"{name} {ERROR_INTERNAL} 0.00 0.00 0.00 0 unknown"
+
+
 def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
-                  max_lines: int = DEFAULT_MAX_LINES) -> Request:
+                  max_lines: int = DEFAULT_MAX_LINES, *, canonical: bool = False) -> Request:
     """Parse a complete request (bytes up to and including the OK/ABORT line).
+
+    With ``canonical`` the results are left as text, in :attr:`Request.result_lines` (see
+    :func:`canonical_result`), instead of becoming :class:`JobResult` objects: the master
+    journals and keeps them as text, and a million objects would cost it time and memory.
 
     Raises ProtocolError naming the line and the problem for anything malformed: a line
     over ``max_line`` bytes, more than ``max_lines`` lines, bytes that are not UTF-8, a
@@ -153,6 +186,10 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
         raise ProtocolError(f"request has {len(lines)} lines, more than the limit {max_lines}")
     if not lines or lines[-1].rstrip("\r") not in TERMINATORS:
         raise ProtocolError("request does not end with a line OK or ABORT")
+    if canonical:
+        fast = _parse_fast(lines, max_line)
+        if fast is not None:
+            return fast
     node = ""
     values: dict[str, object] = {}
     results: list[tuple[int, str]] = []
@@ -193,8 +230,25 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
     for key in ("pending", "running", "slots", "timeouts", "max_timeouts"):
         if int(values.get(key, 0)) < 0:  # type: ignore[call-overload]
             raise ProtocolError(f"{key} must not be negative")
-    parsed: list[JobResult] = []
+    leaving = lines[-1].rstrip("\r") == "ABORT"
     problems: list[str] = []
+    if canonical:
+        texts: list[str] = []
+        fast = CANONICAL_RESULT.fullmatch
+        for lineno, value in results:
+            if fast(value) is not None:
+                texts.append(value)
+                continue
+            try:
+                texts.append(canonical_result(value))
+            except ValueError as exc:
+                problems.append(str(ProtocolError(str(exc), "result " + value, lineno)))
+                name = value.split(" ", 1)[0]
+                if TEST_ID.fullmatch(name):
+                    texts.append(internal_error_result(name))
+        return Request(node=node, result_lines=tuple(texts), problems=tuple(problems),
+                       leaving=leaving, **values)  # type: ignore[arg-type]
+    parsed: list[JobResult] = []
     for lineno, value in results:
         try:
             parsed.append(parse_result(value, node))
@@ -205,7 +259,67 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
                 parsed.append(JobResult(name, ERROR_INTERNAL, 0.0, 0.0, 0.0, "0", "unknown",
                                         node))
     return Request(node=node, results=tuple(parsed), problems=tuple(problems),
-                   leaving=lines[-1].rstrip("\r") == "ABORT", **values)  # type: ignore[arg-type]
+                   leaving=leaving, **values)  # type: ignore[arg-type]
+
+
+#: A whole ``result`` line whose value is canonical (for findall over a request's text).
+_CANONICAL_LINE = re.compile(r"^result (" + CANONICAL_RESULT.pattern + ")$", re.M)
+
+
+def _parse_fast(lines: list[str], max_line: int) -> Request | None:
+    """:func:`parse_request` with ``canonical`` for the usual request, or None.
+
+    The usual request: no ``\\r``, no line too long, every result line canonical, good
+    headers.  Its result lines are then validated and collected by one findall over the
+    text instead of a Python step each.  Anything else returns None, and the line by line
+    parse takes over (and names the line of any problem).
+    """
+    body = lines[:-1]
+    text = "\n".join(body)
+    if "\r" in text or (len(text) > max_line and max(map(len, body)) > max_line):
+        return None
+    texts = _CANONICAL_LINE.findall(text)
+    others = [line for line in body if not line.startswith("result ")]
+    if len(texts) != len(body) - len(others):
+        return None
+    node = ""
+    values: dict[str, object] = {}
+    try:
+        for line in others:
+            var, _, value = line.partition(" ")
+            if var == "node":
+                if not valid_node_name(value):
+                    return None
+                node = value
+            elif var == "id":
+                if value and not JOB_ID.fullmatch(value):
+                    return None
+                values["job_id"] = value
+            elif var == "jobs":
+                values["pending"], values["running"] = _ints(value, 2, var, 0, line)
+            elif var == "slots":
+                (values["slots"],) = _ints(value, 1, var, 0, line)
+            elif var == "timeouts":
+                values["timeouts"], values["max_timeouts"] = _ints(value, 2, var, 0, line)
+            elif var == "failure":
+                code, _, reason = value.partition(" ")
+                (values["failure"],) = _ints(code, 1, var, 0, line)
+                values["failure_reason"] = reason
+            elif var in ("caps", "status"):
+                values[var] = value
+            elif var == "busy":
+                values["busy"] = value or "yes"
+            elif var == "result":
+                return None  # "result" alone: malformed, described by the slow path
+    except ProtocolError:
+        return None
+    if not node:
+        return None
+    for key in ("pending", "running", "slots", "timeouts", "max_timeouts"):
+        if int(values.get(key, 0)) < 0:  # type: ignore[call-overload]
+            return None
+    return Request(node=node, result_lines=tuple(texts), leaving=lines[-1] == "ABORT",
+                   **values)  # type: ignore[arg-type]
 
 
 def format_request(req: Request) -> bytes:
@@ -226,6 +340,7 @@ def format_request(req: Request) -> bytes:
         out.append(f"status {_one_line(req.status)}")
     out.append(f"timeouts {req.timeouts} {req.max_timeouts}")
     out.extend(format_result(r) for r in req.results)
+    out.extend("result " + text for text in req.result_lines)
     out.append("ABORT" if req.leaving else "OK")
     return ("\n".join(out) + "\n").encode("utf-8")
 
@@ -256,29 +371,53 @@ class RequestFramer:
     def feed(self, chunk: bytes) -> bytes | None:
         buf = self.buf
         buf += chunk
-        while True:
-            nl = buf.find(b"\n", self.line_start)
-            if nl < 0:
-                if len(buf) - self.line_start > self.max_line:
-                    raise ProtocolError(f"line longer than {self.max_line} bytes",
-                                        lineno=self.lines + 1)
-                return None
-            if nl - self.line_start > self.max_line:
-                raise ProtocolError(f"line longer than {self.max_line} bytes",
-                                    lineno=self.lines + 1)
-            line = bytes(buf[self.line_start:nl]).rstrip(b"\r")
-            self.lines += 1
-            self.line_start = nl + 1
-            if line in (b"OK", b"ABORT"):
-                return bytes(buf[:nl + 1])
-            if self.lines > self.max_lines:
+        start = self.line_start
+        # The first terminator line (at start, or after a newline) among the complete lines.
+        found = _TERMINATOR.match(buf, start) or _TERMINATOR_AFTER_NL.search(buf, start)
+        end = found.end() if found is not None else buf.rfind(b"\n") + 1
+        if end > start:
+            if end - start > self.max_line + 1:
+                # Some complete line may be too long: look at each (names the first one).
+                self._check_lines(start, end)
+            lines = self.lines + buf.count(b"\n", start, end)
+            if found is not None:
+                if lines - 1 > self.max_lines:
+                    raise ProtocolError(f"request has more than {self.max_lines} lines")
+                return bytes(buf[:end])
+            self.lines = lines
+            self.line_start = start = end
+            if lines > self.max_lines:
                 raise ProtocolError(f"request has more than {self.max_lines} lines")
+        if len(buf) - start > self.max_line:
+            raise ProtocolError(f"line longer than {self.max_line} bytes",
+                                lineno=self.lines + 1)
+        return None
+
+    def _check_lines(self, start: int, end: int) -> None:
+        buf = self.buf
+        lineno = self.lines
+        while start < end:
+            nl = buf.find(b"\n", start, end)
+            lineno += 1
+            if nl - start > self.max_line:
+                raise ProtocolError(f"line longer than {self.max_line} bytes", lineno=lineno)
+            if lineno > self.max_lines + 1:
+                return  # the caller reports the line count
+            start = nl + 1
+
+
+#: A line OK or ABORT (an optional CR before the newline), where the request ends: at the
+#: start of the unread lines, or after a newline (a literal first byte: a fast search).
+_TERMINATOR = re.compile(rb"(?:OK|ABORT)\r?\n")
+_TERMINATOR_AFTER_NL = re.compile(rb"\n(?:OK|ABORT)\r?\n")
 
 
 def format_reply(reply: Reply) -> bytes:
     if reply.verb == JOBS:
-        body = "".join(line + "\n" for line in reply.jobs)
-        return f"JOBS\n{len(reply.jobs)}\n{body}".encode()
+        if not reply.jobs:
+            return b"JOBS\n0\n"
+        body = "\n".join(reply.jobs)
+        return f"JOBS\n{len(reply.jobs)}\n{body}\n".encode()
     if reply.verb == ABORT and reply.reason:
         return f"ABORT {_one_line(reply.reason)}\n".encode()
     return f"{reply.verb}\n".encode()

@@ -30,11 +30,11 @@ before" list (checked before a test is put in ``differences`` or an error list i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cluster.records import ERROR_NAMES, SEGFAULTS
-from cluster.tab import Table, TabRow, product_columns
+from cluster.tab import TabRow, product_columns
 
 #: Difference groups, in report order, with the words compare.pl uses for them.
 RASTER = "raster"
@@ -77,7 +77,18 @@ def _effective_md5(row: TabRow) -> str:
 def _sorted(names: Iterable[str]) -> list[str]:
     # compare.pl turns __ into / while reading and then sorts, so sort by the shown name
     # ('/' sorts before letters, '_' after capitals): the report order matches the Perl's.
-    return sorted(names, key=lambda n: (display_name(n), n))
+    # Ties (a__b and a/b) go by the name: sorting by name, then stably by the shown name,
+    # orders as the key (shown, name) would.  Usually the name order already is the shown
+    # order; that is checked first, without a list of a million shown names.
+    out = sorted(names)
+    last = ""
+    for name in out:
+        shown = display_name(name)
+        if shown < last:
+            out.sort(key=display_name)
+            break
+        last = shown
+    return out
 
 
 @dataclass(frozen=True)
@@ -124,7 +135,7 @@ class Comparison:
         return _sorted(n for names in self.differences.values() for n in names)
 
 
-def analyse(current: Table, previous: Table | None,
+def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None,
             products: Iterable[str] | None = None) -> Comparison:
     """Compare *current* with *previous* (None: no previous run, this run is the baseline).
 
@@ -132,40 +143,51 @@ def analyse(current: Table, previous: Table | None,
     per-group ``counts`` to those products' tests, as compare.pl's ``products`` argument
     does; None counts every current test.
     """
-    prev: Table = previous if previous is not None else {}
+    prev: Mapping[str, TabRow] = previous if previous is not None else {}
     differences: dict[str, list[str]] = {g: [] for g in GROUPS}
     started: list[str] = []
     stopped: list[str] = []
-    removed: list[str] = []
-
-    for name in _sorted(prev):
-        before = prev[name]
-        now = current.get(name)
-        if now is None:
-            removed.append(name)
-            continue
-        if now.error != 0 and before.error == 0:
-            started.append(name)  # OK -> error
-        elif now.error == 0 and before.error != 0:
-            stopped.append(name)  # error -> OK
-        # Decision (faithful to compare.pl a9f881c0): the md5 test is NOT in an else branch
-        # of the error transitions.  The Perl once had it there (c8579a08) and then commented
-        # the "} else {" out ("##    } else {"), so a test that started or stopped producing
-        # errors - md5 "0" on one side, a digest on the other - is listed both under its error
-        # transition and as a difference.  A test erroring in both runs, even with another
-        # error code, is md5 "0" twice: neither a difference nor a transition.
-        if _effective_md5(now) != _effective_md5(before):
-            differences[group_of(now.product)].append(name)
-
-    added = [name for name in _sorted(current) if name not in prev]
-    # compare.pl appends the added tests that error after the transitions found above.
-    started.extend(name for name in added if current[name].error != 0)
-
     counted = product_columns(products) if products is not None else None
     counts = {g: 0 for g in GROUPS}
-    for row in current.values():
-        if counted is None or row.product in counted:
-            counts[group_of(row.product)] += 1
+    added: list[str] = []
+    added_errors: list[str] = []
+    segfaults: list[str] = []
+    # One pass over the current tests in report order, each row looked at once (a run's
+    # table makes its rows on demand; brief() gives what is needed here without a row).
+    brief = getattr(current, "brief", None)
+    in_order = _sorted(current)
+    for name in in_order:
+        if brief is not None:
+            error, md5, product = brief(name)
+        else:
+            row = current[name]
+            error, md5, product = row.error, _effective_md5(row), row.product
+        before = prev.get(name)
+        if before is None:
+            added.append(name)
+            if error != 0:
+                added_errors.append(name)
+        else:
+            if error != 0 and before.error == 0:
+                started.append(name)  # OK -> error
+            elif error == 0 and before.error != 0:
+                stopped.append(name)  # error -> OK
+            # Decision (faithful to compare.pl a9f881c0): the md5 test is NOT in an else
+            # branch of the error transitions.  The Perl once had it there (c8579a08) and
+            # then commented the "} else {" out ("##    } else {"), so a test that started or
+            # stopped producing errors - md5 "0" on one side, a digest on the other - is
+            # listed both under its error transition and as a difference.  A test erroring
+            # in both runs, even with another error code, is md5 "0" twice: neither a
+            # difference nor a transition.
+            if md5 != _effective_md5(before):
+                differences[group_of(product)].append(name)
+        if error in SEGFAULTS:
+            segfaults.append(name)
+        if counted is None or product in counted:
+            counts[group_of(product)] += 1
+    removed = _sorted(name for name in prev if name not in current)
+    # compare.pl appends the added tests that error after the transitions found above.
+    started.extend(added_errors)
 
     return Comparison(
         differences=differences,
@@ -173,21 +195,23 @@ def analyse(current: Table, previous: Table | None,
         stopped_errors=stopped,
         added=added,
         removed=removed,
-        band_mismatches=_band_mismatches(current, prev),
-        segfaults=[n for n in _sorted(current) if current[n].error in SEGFAULTS],
+        band_mismatches=_band_mismatches(current, prev, in_order),
+        segfaults=segfaults,
         counts=counts,
         baseline=previous is None,
     )
 
 
-def _band_mismatches(current: Table, previous: Table) -> list[str]:
+def _band_mismatches(current: Mapping[str, TabRow], previous: Mapping[str, TabRow],
+                     in_order: list[str] | None = None) -> list[str]:
     """Banded tests (``*.1``) whose md5 now differs from their page-mode sibling (``*.0``).
 
     A mismatch is new unless the previous table had both tests and they already differed
     there; with either missing from the previous table it counts as new (compare.pl).
+    ``in_order`` is ``_sorted(current)`` if the caller has it.
     """
     found: list[str] = []
-    for name in _sorted(current):
+    for name in in_order if in_order is not None else _sorted(current):
         m = _BANDED.fullmatch(name)
         if m is None:
             continue
@@ -203,8 +227,8 @@ def _band_mismatches(current: Table, previous: Table) -> list[str]:
     return found
 
 
-def compare(current: Table, previous: Table | None, facts: RunFacts,
-            skip_missing: bool = False, previous_label: str = "previous run",
+def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None,
+            facts: RunFacts, skip_missing: bool = False, previous_label: str = "previous run",
             *, products: Iterable[str] | None = None, segfault_block: bool = True) -> str:
     """The report text comparing *current* with *previous* (None: first run of a stream).
 
@@ -216,7 +240,7 @@ def compare(current: Table, previous: Table | None, facts: RunFacts,
     *products* is passed to :func:`analyse`.  The text ends with a newline.
     """
     c = analyse(current, previous, products=products)
-    prev: Table = previous if previous is not None else {}
+    prev: Mapping[str, TabRow] = previous if previous is not None else {}
     out: list[str] = []
 
     if facts.header:

@@ -19,19 +19,29 @@ The rules are seed 001's "normal course of events":
 
 Results stream back with every request.  The first result for a job wins; later ones (from a
 node presumed dead, or from a speculative copy in the tail) are counted as duplicates.
+
+Sized for a million jobs: jobs are known by index in a :class:`~cluster.joblist.JobList`
+(names in memory, lines read in bulk), the jobs not yet handed out are a cursor over that
+list plus a deque of those put back, and each result is kept as its journal line in one
+bytearray (:class:`Results`), about 100 bytes a result instead of a JobResult object.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 import math
+from array import array
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from cluster import protocol
+from cluster.joblist import JobList, as_job_list
 from cluster.protocol import Reply, Request
 from cluster.records import Job, JobResult
+from cluster.tab import TabRow
 
 Suitability = Callable[[str], tuple[bool, str]]
 
@@ -63,11 +73,118 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What :meth:`RunState.handle` decided for one request."""
+    """What :meth:`RunState.handle` decided for one request.
+
+    ``journal`` is the results that arrived for the first time, as journal lines
+    (``<machine> result <canonical result>\\n``, UTF-8): the master writes them to its
+    journal before it sends the reply.  :attr:`new_results` is the same as JobResults.
+    """
 
     reply: Reply
-    new_results: tuple[JobResult, ...] = ()
+    journal: bytes = b""
     notes: tuple[str, ...] = ()  # things worth a log line (bad results, node dropped, ...)
+
+    @property
+    def new_results(self) -> tuple[JobResult, ...]:
+        return tuple(journal_result(line)
+                     for line in self.journal.decode("utf-8").splitlines())
+
+
+def journal_line(machine: str, text: str) -> str:
+    """The journal line (no newline) of canonical result ``text`` from ``machine``."""
+    return f"{machine or '-'} result {text}"
+
+
+def journal_result(line: str) -> JobResult:
+    """The JobResult of a journal line (ValueError if it is not one)."""
+    machine, _, rest = line.partition(" ")
+    verb, _, value = rest.partition(" ")
+    if verb != "result":
+        raise ValueError("expected '<machine> result ...'")
+    return protocol.parse_result(value, machine)
+
+
+class Results(Mapping[str, JobResult]):
+    """The first result of each job, as journal lines in one bytearray, by job index.
+
+    A read-only mapping test name -> JobResult for callers that want objects (built on
+    demand); the master uses the index methods and :meth:`tab_line`.
+    """
+
+    def __init__(self, jobs: JobList) -> None:
+        self.jobs = jobs
+        self._index_get = jobs.index.get
+        self.offsets = array("q", [-1]) * len(jobs)  # into text; -1: no result yet
+        self.text = bytearray()
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __contains__(self, name: object) -> bool:
+        i = self._index_get(name)
+        return i is not None and self.offsets[i] >= 0
+
+    def __getitem__(self, name: str) -> JobResult:
+        i = self.jobs.index.get(name)
+        if i is None or self.offsets[i] < 0:
+            raise KeyError(name)
+        return journal_result(self.line(i))
+
+    def __iter__(self) -> Iterator[str]:
+        names, offsets = self.jobs.names, self.offsets
+        return (names[i] for i in range(len(names)) if offsets[i] >= 0)
+
+    def line(self, i: int) -> str:
+        """The journal line (no newline) of job ``i``'s result; it must have one."""
+        start = self.offsets[i]
+        return self.text[start:self.text.index(b"\n", start)].decode("utf-8")
+
+    def add(self, indexes: list[int], lines: list[str]) -> bytes:
+        """Record the journal lines of jobs ``indexes`` (which have no result yet).
+
+        Returns the lines as the bytes to journal.
+        """
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        text, offsets = self.text, self.offsets
+        pos = len(text)
+        sizes = [len(line) + 1 for line in lines]
+        if len(data) == sum(sizes):  # ASCII: chars are bytes
+            first = indexes[0]
+            if indexes == list(range(first, first + len(indexes))):
+                # Consecutive jobs (a batch handed out in order): one slice assignment.
+                starts = list(accumulate(sizes, initial=pos))
+                starts.pop()
+                offsets[first:first + len(indexes)] = array("q", starts)
+            else:
+                for i, size in zip(indexes, sizes, strict=True):
+                    offsets[i] = pos
+                    pos += size
+        else:
+            for i, line in zip(indexes, lines, strict=True):
+                offsets[i] = pos
+                pos += len(line.encode("utf-8")) + 1
+        text += data
+        self.count += len(indexes)
+        return data
+
+    def tab_line(self, i: int, rev: str) -> str:
+        """Job ``i``'s result as a ``.tab`` line (the line TabRow.from_result would write)."""
+        machine, _, rest = self.line(i).partition(" ")
+        name, err, t1, t2, t3, md5, product = rest[7:].split(" ", 6)
+        return "\t".join((name, err, t1, t2, t3, "0", md5 if err == "0" else "0", rev,
+                          product, "" if machine == "-" else machine))
+
+    def table(self, rev: str) -> ResultTable:
+        """The results as a ``.tab`` table at revision ``rev`` (rows made on demand)."""
+        return ResultTable(self, rev)
+
+    def tab_row(self, i: int, rev: str) -> TabRow:
+        machine, _, rest = self.line(i).partition(" ")
+        name, err, t1, t2, t3, md5, product = rest[7:].split(" ", 6)
+        return TabRow(name, int(err), float(t1), float(t2), float(t3),
+                      md5 if err == "0" else "0", rev, product,
+                      "" if machine == "-" else machine)
 
 
 @dataclass(frozen=True)
@@ -83,27 +200,95 @@ def _always_suitable(caps: str) -> tuple[bool, str]:
     return True, ""
 
 
+class ResultTable(Mapping[str, TabRow]):
+    """A run's results as a read-only table name -> TabRow, sorted by name.
+
+    It stands in for :func:`cluster.tab.collate`'s dict, whose million TabRow objects would
+    not fit the master's memory budget: rows are made when asked for, and :meth:`lines`
+    gives the ``.tab`` lines for :func:`cluster.tab.write_tab_lines`.
+    """
+
+    def __init__(self, results: Results, rev: str) -> None:
+        self.results = results
+        self.rev = rev
+        names, offsets = results.jobs.names, results.offsets
+        self.names = sorted([names[i] for i in range(len(names)) if offsets[i] >= 0])
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.results
+
+    def __getitem__(self, name: str) -> TabRow:
+        i = self.results.jobs.index.get(name)
+        if i is None or self.results.offsets[i] < 0:
+            raise KeyError(name)
+        return self.results.tab_row(i, self.rev)
+
+    def brief(self, name: str) -> tuple[int, str, str]:
+        """(error, md5 or "0" on error, product) of ``name``: what report.analyse needs of
+        every row, without making the row."""
+        i = self.results.jobs.index[name]
+        _, _, rest = self.results.line(i).partition(" ")
+        _, err, _, _, _, md5, product = rest[7:].split(" ", 6)
+        return int(err), md5 if err == "0" else "0", product
+
+    def line(self, name: str) -> str:
+        """The ``.tab`` line of ``name`` (which must have a result)."""
+        return self.results.tab_line(self.results.jobs.index[name], self.rev)
+
+    def lines(self) -> Iterator[str]:
+        """Every ``.tab`` line, sorted by name."""
+        index, tab_line, rev = self.results.jobs.index, self.results.tab_line, self.rev
+        return (tab_line(index[name], rev) for name in self.names)
+
+
 class RunState:
     """Scheduling state of one run.  Callers use handle(), tick() and the read-only queries."""
 
-    def __init__(self, run_id: str, jobs: Iterable[Job], now: float,
+    def __init__(self, run_id: str, jobs: JobList | Iterable[Job], now: float,
                  settings: Settings | None = None,
                  suitable: Suitability = _always_suitable,
-                 done: Iterable[JobResult] = ()) -> None:
+                 done: Iterable[JobResult | str] = ()) -> None:
+        """``done``: results already journaled, as JobResults or journal lines."""
         self.run_id = run_id
         self.settings = settings or Settings()
         self.suitable = suitable
-        self.jobs: dict[str, Job] = {}
-        for job in jobs:
-            self.jobs.setdefault(job.name, job)
-        self.results: dict[str, JobResult] = {}
+        self.jobs: JobList = as_job_list(jobs)
+        self.results = Results(self.jobs)
+        index = self.jobs.index
+        offsets = self.results.offsets
+        taken: list[int] = []
+        lines: list[str] = []
         for r in done:
-            if r.name in self.jobs:
-                self.results.setdefault(r.name, r)
-        self.pending: deque[str] = deque(n for n in self.jobs if n not in self.results)
-        # in_flight: job -> number of nodes holding it; ordered by first hand-out (oldest first).
+            if isinstance(r, str):
+                line = r
+                name = line.split(" ", 3)[2]
+            else:
+                line = journal_line(r.machine, protocol.format_result(r)[7:])
+                name = r.name
+            i = index.get(name)
+            if i is not None and offsets[i] < 0:
+                offsets[i] = 0  # taken; add() sets the real offset
+                taken.append(i)
+                lines.append(line)
+        if taken:
+            for i in taken:
+                offsets[i] = -1
+            self.results.add(taken, lines)
+        del taken, lines
+        # Jobs to hand out: first those put back (front), then jobs[cursor:] without a result.
+        self.front: deque[str] = deque()
+        self.cursor = 0
+        # in_flight: unfinished job -> number of nodes holding it; ordered by first hand-out
+        # (oldest first).
         self.in_flight: dict[str, int] = {}
         self.nodes: dict[str, NodeInfo] = {}
+        self.slots_known = 0               # sum of the slots of self.nodes (any state)
         self.culled: dict[str, str] = {}
         self.lost: list[str] = []          # "name (reason)" for the report
         self.duplicates = 0
@@ -115,11 +300,18 @@ class RunState:
     # ---------------------------------------------------------------- queries
     @property
     def all_results_in(self) -> bool:
-        return len(self.results) == len(self.jobs)
+        return self.results.count == len(self.jobs)
 
     @property
     def remaining(self) -> int:
-        return len(self.jobs) - len(self.results)
+        return len(self.jobs) - self.results.count
+
+    @property
+    def pending(self) -> list[str]:
+        """The jobs waiting to be handed out, in the order they will be (a copy)."""
+        offsets, names = self.results.offsets, self.jobs.names
+        return ([n for n in self.front if n not in self.results]
+                + [names[i] for i in range(self.cursor, len(names)) if offsets[i] < 0])
 
     def finished(self, now: float) -> bool:
         """True when the run is over: aborted, or every result in and every upload done."""
@@ -168,22 +360,28 @@ class RunState:
                                notes=tuple(notes))
             if node is not None:
                 notes.append(f"node {name} rejoined the run")
+                self.slots_known -= node.slots
             node = NodeInfo(name, NodeState.BUILDING, now)
+            self.slots_known += node.slots
             self.nodes[name] = node
             fresh = True
         else:
             fresh = False
         node.last_seen = now
         node.caps = req.caps or node.caps
-        node.slots = max(req.slots, 1)
+        slots = max(req.slots, 1)
+        if slots != node.slots:
+            self.slots_known += slots - node.slots
+            node.slots = slots
         node.status = req.status
-        notes.extend(f"node {name}: bad result: {problem}" for problem in req.problems)
-        new = self._record(node, req.results, notes)
+        if req.problems:
+            notes.extend(f"node {name}: bad result: {problem}" for problem in req.problems)
+        journal = self._record(node, req, notes) if req.results or req.result_lines else b""
 
         def out(reply: Reply) -> Outcome:
             if reply.verb == protocol.ABORT:
                 node.told_abort = True
-            return Outcome(reply, tuple(new), tuple(notes))
+            return Outcome(reply, journal, tuple(notes))
 
         if self.fatal:
             return out(Reply(protocol.ABORT, reason=f"run aborted: {self.fatal}"))
@@ -220,7 +418,8 @@ class RunState:
                 if node.state is NodeState.DONE:
                     node.state = NodeState.READY  # DONE -> READY: work came back after a death
                 node.ran_jobs = True
-                return out(Reply(protocol.JOBS, tuple(self.jobs[n].line for n in batch)))
+                return out(Reply(protocol.JOBS, tuple(
+                    self.jobs.lines(list(map(self.jobs.index.__getitem__, batch))))))
             return out(Reply(protocol.CONTINUE))
         if node.ran_jobs and node.state is NodeState.READY:
             node.state = NodeState.UPLOADING  # READY -> UPLOADING
@@ -241,30 +440,62 @@ class RunState:
         return notes
 
     # ---------------------------------------------------------------- internals
-    def _record(self, node: NodeInfo, results: Iterable[JobResult],
-                notes: list[str]) -> list[JobResult]:
-        new: list[JobResult] = []
-        for r in results:
-            if r.name not in self.jobs:
+    def _record(self, node: NodeInfo, req: Request, notes: list[str]) -> bytes:
+        """Take the request's results; return the journal lines of the new ones."""
+        texts: Iterable[str] = req.result_lines
+        if req.results:
+            texts = [*texts, *(protocol.format_result(r)[7:] for r in req.results)]
+        index = self.jobs.index
+        offsets = self.results.offsets
+        held = node.held
+        in_flight = self.in_flight
+        machine = node.name
+        if not isinstance(texts, list):
+            texts = list(texts)
+        names = [text[:text.find(" ")] for text in texts]
+        idx = list(map(index.get, names))
+        if (idx and None not in idx and max(map(offsets.__getitem__, idx)) < 0
+                and len(set(idx)) == len(idx)):
+            # The usual request: every result new, for a job of this run, once.
+            pop_held, pop_flight = held.pop, in_flight.pop
+            for name in names:
+                pop_held(name, None)
+                pop_flight(name, None)
+            prefix = machine + " result "
+            data = self.results.add(idx, [prefix + text for text in texts])
+            node.results += len(idx)
+            if self.all_results_in and self.all_results_at is None:
+                self.all_results_at = node.last_seen
+            return data
+        new_idx: list[int] = []
+        new_lines: list[str] = []
+        for text in texts:
+            name = text[:text.find(" ")]
+            i = index.get(name)
+            if i is None:
                 self.unknown_results += 1
-                notes.append(f"node {node.name} sent a result for unknown test {r.name!r}")
+                notes.append(f"node {machine} sent a result for unknown test {name!r}")
                 continue
-            node.held.pop(r.name, None)
-            holders = self.in_flight.get(r.name)
-            if holders is not None:
-                if holders <= 1:
-                    del self.in_flight[r.name]
-                else:
-                    self.in_flight[r.name] = holders - 1
-            if r.name in self.results:
+            held.pop(name, None)
+            if offsets[i] >= 0:
                 self.duplicates += 1  # first result wins; later ones are only counted
                 continue
-            self.results[r.name] = r
-            node.results += 1
-            new.append(r)
-        if new and self.all_results_in and self.all_results_at is None:
+            # Finished: it leaves in_flight even if a tail copy is still out on another node
+            # (that node's held keeps it until it reports or is dropped), so in_flight holds
+            # only unfinished jobs and the tail's walk over it stays short.
+            in_flight.pop(name, None)
+            offsets[i] = 0  # taken (a second copy in this request is a duplicate)
+            new_idx.append(i)
+            new_lines.append(f"{machine} result {text}")
+        if not new_idx:
+            return b""
+        for i in new_idx:
+            offsets[i] = -1
+        data = self.results.add(new_idx, new_lines)
+        node.results += len(new_idx)
+        if self.all_results_in and self.all_results_at is None:
             self.all_results_at = node.last_seen
-        return new
+        return data
 
     def _drop(self, node: NodeInfo, reason: str, notes: list[str]) -> None:
         held = len([n for n in node.held if n not in self.results])
@@ -286,9 +517,29 @@ class RunState:
                 self.in_flight[name] = holders - 1
         node.held.clear()
         if front:
-            self.pending.extendleft(reversed(back))
+            self.front.extendleft(reversed(back))
         else:
-            self.pending.extend(back)
+            # After everything else: jobs[cursor:] are handed out first, so move them over.
+            offsets, names = self.results.offsets, self.jobs.names
+            self.front.extend(names[i] for i in range(self.cursor, len(names))
+                              if offsets[i] < 0)
+            self.cursor = len(names)
+            self.front.extend(back)
+
+    def _has_pending(self) -> bool:
+        """Drop finished jobs from the head of the list; True if a job is left to hand out."""
+        front = self.front
+        offsets = self.results.offsets
+        index = self.jobs.index
+        while front and offsets[index[front[0]]] >= 0:
+            front.popleft()
+        if front:
+            return True
+        cursor, total = self.cursor, len(offsets)
+        while cursor < total and offsets[cursor] >= 0:
+            cursor += 1
+        self.cursor = cursor
+        return cursor < total
 
     def _batch(self, node: NodeInfo, req: Request, now: float) -> list[str]:
         """Jobs to hand ``node`` now; empty if it holds enough or nothing is left.
@@ -309,40 +560,106 @@ class RunState:
         want = capacity - (req.pending + req.running)
         if want <= 0:
             return []
-        pending = self.pending
-        results = self.results
-        while pending and pending[0] in results:
-            pending.popleft()
-        if pending:
-            total_slots = sum(n.slots for n in self.nodes.values()
-                              if n.state in (NodeState.READY, NodeState.DONE))
-            # Its fair share of all unfinished work, less what it already holds.
-            share = math.ceil(self.remaining * node.slots / max(total_slots, node.slots))
-            size = max(1, min(want, share - len(node.held)))
+        held = node.held
+        if self._has_pending():
+            # Its fair share of all unfinished work, less what it already holds.  The slots
+            # of every known node bound those of the nodes taking work from above, so the
+            # exact sum (a walk over all nodes) is only needed near the end of the run.
+            remaining = self.remaining
+            bound = math.ceil(remaining * node.slots / max(self.slots_known, node.slots))
+            if bound - len(held) >= want:
+                size = want
+            else:
+                total_slots = sum(n.slots for n in self.nodes.values()
+                                  if n.state in (NodeState.READY, NodeState.DONE))
+                share = math.ceil(remaining * node.slots / max(total_slots, node.slots))
+                size = max(1, min(want, share - len(held)))
             batch: list[str] = []
-            held = node.held
             in_flight = self.in_flight
-            while pending and len(batch) < size:
-                name = pending.popleft()
-                if name in results or name in held:
-                    continue
-                batch.append(name)
-                held[name] = None
-                in_flight[name] = in_flight.get(name, 0) + 1
+            offsets = self.results.offsets
+            front = self.front
+            if front:
+                index = self.jobs.index
+                while front and len(batch) < size:
+                    name = front.popleft()
+                    if offsets[index[name]] >= 0 or name in held:
+                        continue
+                    batch.append(name)
+                    held[name] = None
+                    in_flight[name] = in_flight.get(name, 0) + 1
+            if len(batch) < size:
+                # Never handed out before, so nobody holds them.
+                names = self.jobs.names
+                cursor, total = self.cursor, len(names)
+                while cursor < total and len(batch) < size:
+                    if offsets[cursor] < 0:
+                        name = names[cursor]
+                        batch.append(name)
+                        held[name] = None
+                        in_flight[name] = 1
+                    cursor += 1
+                self.cursor = cursor
             if batch:
                 return batch
         if not self.settings.speculate_tail or req.pending > 0 or req.running >= node.slots:
             return []
         # Tail: nothing left to hand out and this node has idle slots.  Give it copies of
-        # jobs that have been out longest on other nodes; the first result wins.
-        free = node.slots - req.running
-        batch = []
-        for name, holders in self.in_flight.items():
-            if holders == 1 and name not in node.held and name not in self.results:
-                batch.append(name)
-                if len(batch) >= free:
-                    break
+        # the jobs expected to finish last elsewhere (deep in the queue of a slow or silent
+        # node) when a copy here should finish sooner; the first result wins.
+        return self._tail_copies(node, node.slots - req.running, now)
+
+    @staticmethod
+    def _job_seconds(node: NodeInfo, now: float) -> float | None:
+        """Wall seconds one of ``node``'s slots has spent per job so far; None if unknown."""
+        if node.working_since is None or not node.results:
+            return None
+        return node.slots * (now - node.working_since) / node.results
+
+    def _tail_copies(self, node: NodeInfo, free: int, now: float) -> list[str]:
+        """Up to ``free`` copies for ``node`` of jobs that exactly one other node holds.
+
+        A held job's finish is estimated from its holder, which runs its jobs in the order
+        it got them: the job at place p ends after about ``p // slots + 1`` of the holder's
+        job times (measured; while it has no result yet, at least the time it has had),
+        plus however long the holder has been silent (a dead node looks ever slower).  The
+        jobs expected to finish last are copied first, and only those expected to finish
+        later than a job of this node's own would: a fast node takes over a slow node's
+        last jobs, a slow node does not copy a fast node's.  At most one copy per job.
+        """
+        mine = self._job_seconds(node, now) or 0.0
+        in_flight = self.in_flight
+        results = self.results
+        mine_held = node.held
+        candidates: list[tuple[float, int, str]] = []
+        for other in self.nodes.values():
+            held = other.held
+            if other is node or not held:
+                continue
+            per_job = self._job_seconds(other, now)
+            if per_job is None:
+                since = other.working_since
+                per_job = max(now - since if since is not None else 0.0, mine)
+            silent = now - other.last_seen
+            slots = other.slots
+            place = len(held)
+            taken = 0
+            last_wave = -1
+            for name in reversed(held):  # the latest places first: they finish last
+                place -= 1
+                wave = place // slots
+                if taken >= free and wave < last_wave:
+                    break  # enough, and the rest of this node's jobs finish sooner
+                if in_flight.get(name) != 1 or name in results or name in mine_held:
+                    continue
+                finish = (wave + 1) * per_job + silent
+                if finish <= mine:
+                    break  # the earlier places finish sooner still
+                candidates.append((finish, -place, name))
+                taken += 1
+                last_wave = wave
+        # Latest finish first; among equals, the job handed out first.
+        batch = [name for _, _, name in heapq.nlargest(free, candidates)]
         for name in batch:
-            node.held[name] = None
-            self.in_flight[name] += 1
+            mine_held[name] = None
+            in_flight[name] += 1
         return batch

@@ -27,10 +27,12 @@ log = logging.getLogger("cluster.server")
 
 Handler = Callable[[bytes, str], bytes]
 _READ_SIZE = 262144
+#: Connections accepted (and, when their request is there, served) per listener event.
+_ACCEPT_BATCH = 256
 
 
 class _Conn:
-    __slots__ = ("sock", "peer", "framer", "deadline", "out", "sent")
+    __slots__ = ("sock", "peer", "framer", "deadline", "out", "sent", "events")
 
     def __init__(self, sock: socket.socket, peer: str, framer: protocol.RequestFramer,
                  deadline: float) -> None:
@@ -40,6 +42,7 @@ class _Conn:
         self.deadline = deadline
         self.out = b""
         self.sent = 0
+        self.events = 0  # what the selector watches for (0: not registered)
 
 
 class NodeServer:
@@ -95,7 +98,9 @@ class NodeServer:
     # ------------------------------------------------------------------ internals
     def _accept(self) -> None:
         now = self.clock()
-        while True:
+        # Bounded: busy nodes refill the backlog as fast as it is served, and the master's
+        # loop must get back to its health checks.
+        for _ in range(_ACCEPT_BATCH):
             try:
                 sock, addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -109,12 +114,24 @@ class NodeServer:
             conn = _Conn(sock, peer, protocol.RequestFramer(self.max_line, self.max_lines),
                          now + self.deadline)
             self.conns[sock.fileno()] = conn
-            self.selector.register(sock, selectors.EVENT_READ, conn)
+            # The request has usually arrived with the connection: serve it now, and only
+            # watch the socket (a system call to add it, one to remove it) if it has not.
+            self._read(conn)
+
+    def _watch(self, conn: _Conn, events: int) -> None:
+        if conn.events == events:
+            return
+        if conn.events:
+            self.selector.modify(conn.sock, events, conn)
+        else:
+            self.selector.register(conn.sock, events, conn)
+        conn.events = events
 
     def _read(self, conn: _Conn) -> None:
         try:
             chunk = conn.sock.recv(_READ_SIZE)
         except (BlockingIOError, InterruptedError):
+            self._watch(conn, selectors.EVENT_READ)
             return
         except OSError as exc:
             log.info("peer %s: read failed: %s", conn.peer, exc)
@@ -131,6 +148,7 @@ class NodeServer:
             self._reject(conn, str(exc))
             return
         if request is None:
+            self._watch(conn, selectors.EVENT_READ)
             return
         try:
             reply = self.handler(request, conn.peer)
@@ -151,7 +169,7 @@ class NodeServer:
         conn.sent = 0
         self._write(conn)
         if conn.sock.fileno() >= 0 and conn.sent < len(conn.out):
-            self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+            self._watch(conn, selectors.EVENT_WRITE)
 
     def _write(self, conn: _Conn) -> None:
         try:
@@ -169,7 +187,13 @@ class NodeServer:
 
     def _expire(self) -> None:
         now = self.clock()
-        for conn in [c for c in self.conns.values() if c.deadline < now]:
+        # conns is in order of acceptance, so of deadline: the expired ones come first.
+        expired = []
+        for conn in self.conns.values():
+            if conn.deadline >= now:
+                break
+            expired.append(conn)
+        for conn in expired:
             if conn.out:
                 log.warning("peer %s: did not read its reply within %.0f s", conn.peer,
                             self.deadline)
@@ -184,8 +208,10 @@ class NodeServer:
         if fd < 0:
             return
         self.conns.pop(fd, None)
-        try:
-            self.selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
+        if conn.events:
+            try:
+                self.selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.events = 0
         conn.sock.close()

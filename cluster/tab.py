@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ NEW_FILE_MODE = 0o644
 _VARIANT_COLUMNS = {"pdfwrite": "gs pdfwrite", "ps2write": "gs ps2write"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TabRow:
     """One line of a ``.tab``: the result of one test at one revision.
 
@@ -87,22 +88,27 @@ class TabRow:
         if len(fields) != COLUMNS:
             raise ValueError(f"expected {COLUMNS} TAB-separated columns, got {len(fields)}")
         name, error, t1, t2, t3, t4, md5, rev, product, machine = fields
-        if not name or any(c.isspace() for c in name):
+        if not name or name.split() != [name]:  # empty, or has whitespace
             raise ValueError(f"test name {name!r} is empty or contains whitespace")
         try:
             code = int(error)
         except ValueError:
             raise ValueError(f"error column {error!r} is not an integer") from None
-        times: list[float] = []
-        for label, value in (("time1", t1), ("time2", t2), ("time3", t3), ("time4", t4)):
-            try:
-                times.append(float(value))
-            except ValueError:
-                raise ValueError(f"{label} column {value!r} is not a number") from None
-        if not md5 or any(c.isspace() for c in md5):
+        try:
+            times = [float(t1), float(t2), float(t3), float(t4)]
+        except ValueError:
+            for label, value in (("time1", t1), ("time2", t2), ("time3", t3), ("time4", t4)):
+                try:
+                    float(value)
+                except ValueError:
+                    raise ValueError(f"{label} column {value!r} is not a number") from None
+            raise
+        if not md5 or md5.split() != [md5]:
             raise ValueError(f"md5 column {md5!r} is empty or contains whitespace")
-        return cls(name=name, error=code, time1=times[0], time2=times[1], time3=times[2],
-                   md5=md5 if code == 0 else "0", rev=rev, product=product, machine=machine)
+        # The last three columns repeat from line to line: interned, a million-line table
+        # keeps one copy of each.
+        return cls(name, code, times[0], times[1], times[2], md5 if code == 0 else "0",
+                   sys.intern(rev), sys.intern(product), sys.intern(machine))
 
 
 #: A result table keyed by test name.
@@ -145,7 +151,15 @@ def write_tab(path: Path, rows: Iterable[TabRow]) -> None:
     crash leaves no temporary file behind.  The new file keeps the mode of the one it
     replaces, or gets :data:`NEW_FILE_MODE`.
     """
-    text = "".join(row.line() + "\n" for row in sorted(rows, key=lambda r: r.name))
+    write_tab_lines(path, (row.line() for row in sorted(rows, key=lambda r: r.name)))
+
+
+def write_tab_lines(path: Path, lines: Iterable[str]) -> None:
+    """Write ``.tab`` *lines* (no newlines, already in name order) as :func:`write_tab` does.
+
+    The lines are streamed to the temporary file, so a million of them never sit in memory
+    as one text.
+    """
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
@@ -153,7 +167,16 @@ def write_tab(path: Path, rows: Iterable[TabRow]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+            chunk: list[str] = []
+            for line in lines:
+                chunk.append(line)
+                if len(chunk) >= 8192:
+                    chunk.append("")
+                    f.write("\n".join(chunk))
+                    chunk.clear()
+            if chunk:
+                chunk.append("")
+                f.write("\n".join(chunk))
             f.flush()
             os.fsync(f.fileno())
             os.fchmod(f.fileno(), mode)
@@ -209,3 +232,22 @@ def merge_baseline(old: Table, new: Table, tested_products: Iterable[str]) -> Ta
     merged: Table = {name: row for name, row in old.items() if row.product not in tested}
     merged.update(new)
     return merged
+
+
+def merged_lines(old: Mapping[str, TabRow], new: Mapping[str, TabRow],
+                 tested_products: Iterable[str]) -> Iterator[str]:
+    """The lines of ``merge_baseline(old, new, tested_products)`` in name order.
+
+    For a *new* of a million rows made on demand (:class:`cluster.runstate.ResultTable`),
+    whose rows as one dict would not fit the master's memory budget: only the names are
+    collected, and a table with a ``line(name)`` method gives its lines without TabRows.
+    """
+    tested = product_columns(tested_products)
+    names = {name for name, row in old.items() if row.product not in tested}
+    names.update(new)
+    line_of = getattr(new, "line", None)
+    for name in sorted(names):
+        if name in new:
+            yield line_of(name) if line_of is not None else new[name].line()
+        else:
+            yield old[name].line()

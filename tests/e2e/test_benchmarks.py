@@ -35,3 +35,23 @@ def test_dispatch_small() -> None:
     for row in rows.values():
         assert row["ok"] == "yes" and float(row["median_s"]) > 0
     assert rows["xargs"]["ratio"] == "1.00"
+
+
+def test_tail_small() -> None:
+    """bench/tail.py: a few seconds of work per case; every job once in each .tab."""
+    done = subprocess.run([sys.executable, "bench/tail.py", "--work", "6",
+                           "--durations", "0.1,0.2", "--heartbeat-timeout", "3",
+                           "--cases", "equal,one-slow,dead-node"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    # The exit status also says whether the dead node's jobs went out within the limit:
+    # a matter of timing, which CI does not judge.  Correctness it does.
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("#")]
+    assert lines[0].startswith("machine=")
+    rows = {f["case"]: f for f in map(figures, lines) if "case" in f}
+    assert set(rows) == {"equal", "one-slow-5x", "dead-node"}, done.stdout
+    for row in rows.values():
+        assert row["correct"] == "yes", done.stdout + done.stderr[-3000:]
+        assert float(row["makespan_s"]) > 0
+    assert float(rows["equal"]["ratio"]) > 0 and rows["one-slow-5x"]["slowdowns"] == "5,1,1"
+    assert float(rows["dead-node"]["drop_s"]) > 0 and rows["dead-node"]["limit_s"] == "4"

@@ -421,3 +421,16 @@ def test_shell_jobs_report_output_md5_and_failures(tmp_path: Path) -> None:
             assert (result.error, result.md5, result.product) == (0, md5, "shell")
         else:
             assert status == 3 and result.error == 1 and result.md5 == "0"
+
+
+def test_shell_job_ids_past_the_length_limit_are_skipped(tmp_path: Path) -> None:
+    """Ids are checked without a regex per line, but as strictly: 401 characters at most."""
+    (tmp_path / ("d" * 190)).mkdir()
+    for base, last in ((201, 12), (202, 9)):  # stems of 398 and 399 characters
+        path = tmp_path / ("d" * 190) / f"{'b' * base}.cmds"
+        path.write_text("true\n" * 12)
+        stem = f"{'d' * 190}__{'b' * base}.cmds"
+        names = [j.name for j in jobgen.generate(Config(), ["shell"], tmp_path)]
+        assert names == [f"{stem}.{n}" for n in range(1, last + 1)]
+        assert all(TEST_ID.fullmatch(n) for n in names)
+        path.unlink()

@@ -66,3 +66,30 @@ def test_bad_lines_are_skipped_not_fatal(tmp_path: Path) -> None:
 
 def test_missing_journal_loads_as_none(tmp_path: Path) -> None:
     assert journal.load(tmp_path / "nothing", "r") is None
+
+
+def test_lines_are_canonical_and_write_appends_them(tmp_path: Path) -> None:
+    path = tmp_path / "results"
+    j = journal.Journal(path, "r")
+    j.write(b"n1 result t1.ps.ppmraw.72.0 0 0.25 0.00 0.00 " + MD5.encode() + b" gs\n")
+    j.append([res(2)])
+    j.close()
+    with open(path, "a") as fh:
+        fh.write(f"n2 result t3.ps.ppmraw.72.0 0 .5 0 0 {MD5} gs\n")  # valid, not canonical
+    assert journal.load_lines(path, "r") == [
+        f"n1 result t1.ps.ppmraw.72.0 0 0.25 0.00 0.00 {MD5} gs",
+        f"n1 result t2.ps.ppmraw.72.0 0 0.25 0.00 0.00 {MD5} gs pdfwrite",
+        f"n2 result t3.ps.ppmraw.72.0 0 0.50 0.00 0.00 {MD5} gs"]
+    again = journal.Journal(path, "r")
+    assert [r.name for r in again.loaded] == [f"t{i}.ps.ppmraw.72.0" for i in (1, 2, 3)]
+    again.close()
+
+
+def test_a_torn_tail_longer_than_the_read_block_is_trimmed(tmp_path: Path) -> None:
+    path = tmp_path / "results"
+    journal.Journal(path, "r").append([res(1)])
+    with open(path, "a") as fh:
+        fh.write("n1 result " + "x" * 200000)
+    j = journal.Journal(path, "r")
+    j.close()
+    assert path.read_text().endswith(" gs pdfwrite\n")

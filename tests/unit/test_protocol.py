@@ -150,3 +150,99 @@ def test_framer_stops_endless_lines() -> None:
     framer = RequestFramer(max_lines=5)
     with pytest.raises(ProtocolError, match="more than 5 lines"):
         framer.feed(b"x\n" * 10)
+
+
+# ------------------------------------------------------------------ the master's canonical parse
+def result_line(name: str, md5: str = MD5, times: str = "0.10 0.00 0.00") -> bytes:
+    return f"result {name} 0 {times} {md5} gs pdfwrite".encode()
+
+
+@pytest.mark.parametrize("value", [
+    "t.1 0 0.10 0.00 0.00 " + MD5 + " gs",
+    "t.1 -1 12.34 0.00 999999999999.99 0 gs pdfwrite",
+    "t.1 10 0.00 0.00 0.00 0 unknown",
+])
+def test_canonical_result_keeps_canonical_text(value: str) -> None:
+    assert protocol.canonical_result(value) is value
+    r = protocol.parse_result(value)
+    assert protocol.format_result(r) == "result " + value
+
+
+@pytest.mark.parametrize(("value", "canonical"), [
+    ("t.1 0 0.1 0 0 " + MD5 + " gs", "t.1 0 0.10 0.00 0.00 " + MD5 + " gs"),
+    ("t.1 07 1e1 00.5 -0 0 gs", "t.1 7 10.00 0.50 -0.00 0 gs"),
+    ("t.1 0 1 2 3 0  gs", "t.1 0 1.00 2.00 3.00 0  gs"),  # a product starting with a space
+])
+def test_canonical_result_rewrites_what_format_result_would(value: str, canonical: str) -> None:
+    assert protocol.canonical_result(value) == canonical
+    assert protocol.canonical_result(value) == protocol.format_result(
+        protocol.parse_result(value))[7:]
+
+
+def test_canonical_result_refuses_what_parse_result_refuses() -> None:
+    with pytest.raises(ValueError, match="md5"):
+        protocol.canonical_result("t.1 0 0 0 0 nothex gs")
+
+
+@pytest.mark.parametrize("data", [
+    b"node a\nid r1\ncaps x=1\nslots 8\njobs 3 2\ntimeouts 1 20\nstatus s\n"
+    + result_line("a.1") + b"\n" + result_line("b.2") + b"\nOK\n",
+    b"node a\n" + result_line("a.1", times="0.1 0 0") + b"\nbusy\nABORT\n",  # not canonical
+    b"node a\r\n" + result_line("a.1") + b"\r\nOK\r\n",  # CRs: the line by line parse
+    b"node a\n" + result_line("a.1") + b"\nresult x 0 0 0 0\nOK\n",  # a bad result
+    b"node a\nfailure -1 build failed\n\nOK\n",
+])
+def test_canonical_parse_agrees_with_the_object_parse(data: bytes) -> None:
+    """Same headers, problems and results, the results as canonical text."""
+    objects = parse_request(data)
+    texts = parse_request(data, canonical=True)
+    assert texts.results == () and objects.result_lines == ()
+    assert texts.result_lines == tuple(protocol.format_result(r)[7:] for r in objects.results)
+    assert texts.problems == objects.problems
+    assert (dict(texts.__dict__, result_lines=(), problems=())
+            == dict(objects.__dict__, results=(), problems=()))
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"id 1\nOK\n", "no 'node"),
+    (b"node bad name!\n" + result_line("a.1") + b"\nOK\n", "node name"),
+    (b"node a\njobs 1\n" + result_line("a.1") + b"\nOK\n", "line 2"),
+    (b"node a\njobs -1 0\nOK\n", "negative"),
+    (b"node a\nid bad id with spaces\nOK\n", "job id"),
+    (b"node a\nstatus " + b"x" * 200 + b"\n" + result_line("a.1") + b"\nOK\n", "longer than"),
+])
+def test_canonical_parse_refuses_what_the_object_parse_refuses(data: bytes, problem: str
+                                                                ) -> None:
+    with pytest.raises(ProtocolError) as exc:
+        parse_request(data, max_line=150, canonical=True)
+    assert problem in str(exc.value)
+
+
+def test_format_request_writes_result_lines() -> None:
+    req = Request(node="a", result_lines=("t.1 0 0.10 0.00 0.00 0 gs",))
+    assert parse_request(protocol.format_request(req), canonical=True).result_lines == \
+        req.result_lines
+
+
+def test_framer_takes_a_whole_request_in_one_chunk_and_ignores_the_rest() -> None:
+    data = b"node a\n" + b"\n".join(result_line(f"t.{i}") for i in range(100)) + b"\nOK\n"
+    assert RequestFramer().feed(data + b"node b\nOK\n") == data
+    assert RequestFramer().feed(b"OK\n") == b"OK\n"  # the terminator as the first line
+    assert RequestFramer().feed(b"node a\nOKAY\nABORT\n") == b"node a\nOKAY\nABORT\n"
+
+
+def test_framer_names_a_long_line_inside_a_big_chunk() -> None:
+    data = b"node a\n" + b"status " + b"y" * 300 + b"\n" + b"x\n" * 400 + b"OK\n"
+    with pytest.raises(ProtocolError) as exc:
+        RequestFramer(max_line=100).feed(data)
+    assert "longer than 100" in str(exc.value) and "line 2" in str(exc.value)
+
+
+def test_framer_counts_lines_across_chunks() -> None:
+    framer = RequestFramer(max_lines=5)
+    assert framer.feed(b"a\nb\nc\n") is None
+    assert framer.feed(b"d\ne\nOK\n") == b"a\nb\nc\nd\ne\nOK\n"  # 5 lines, then OK
+    framer = RequestFramer(max_lines=5)
+    framer.feed(b"a\nb\nc\n")
+    with pytest.raises(ProtocolError, match="more than 5 lines"):
+        framer.feed(b"d\ne\nf\nOK\n")

@@ -360,3 +360,36 @@ def test_full_report_text() -> None:
         "",
         "",
     ])
+
+
+def test_sorting_by_shown_name_breaks_ties_by_name() -> None:
+    """a__b is shown as a/b: it sorts before a_B and ties with a real a/b by name."""
+    from cluster.report import _sorted
+
+    names = ["a_B", "a__b", "a/b", "b", "a__a", "A"]
+    assert _sorted(names) == sorted(names, key=lambda n: (display_name(n), n))
+    plain = [f"t{i}.ps" for i in range(30)]  # name order is shown order: no key list
+    assert _sorted(reversed(plain)) == sorted(plain)
+
+
+class _Briefed(dict[str, TabRow]):
+    """A table that, like a run's ResultTable, says what analyse needs of a row."""
+
+    briefed = 0
+
+    def brief(self, name: str) -> tuple[int, str, str]:
+        self.briefed += 1
+        row = self[name]
+        return row.error, row.md5 if row.error == 0 else "0", row.product
+
+
+def test_a_table_with_brief_compares_as_a_dict() -> None:
+    previous = table(r("x__1.0"), r("x__1.1", md5=B), r("err", error=3), r("ok"),
+                     r("gone"), r("pdf", product="gs pdfwrite"))
+    rows = [r("x__1.0"), r("x__1.1"), r("err"), r("ok", error=8), r("new", error=1),
+            r("pdf", md5=B, product="gs pdfwrite")]
+    briefed = _Briefed(table(*rows))
+    assert analyse(briefed, previous) == analyse(table(*rows), previous)
+    assert briefed.briefed == len(rows)
+    facts = RunFacts(tests=6, seconds=1, nodes=1)
+    assert compare(briefed, previous, facts) == compare(table(*rows), previous, facts)

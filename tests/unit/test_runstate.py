@@ -258,3 +258,150 @@ def test_leaving_node_gives_back_its_jobs() -> None:
     out = state.handle(req("a", leaving=True), 1)
     assert out.reply.verb == protocol.ABORT
     assert list(state.pending)[:len(given)] == given
+
+
+# ------------------------------------------------------------------ sized for a million jobs
+def test_new_results_come_back_as_journal_lines() -> None:
+    state = RunState(RUN, jobs(4), 0)
+    given = names(ready(state, "a"))
+    out = state.handle(req("a", result_lines=(f"{given[0]} 0 0.10 0.00 0.00 {MD5} gs",),
+                           results=(result(given[1], "a"),)), 1)
+    assert out.journal.decode().splitlines() == [
+        f"a result {given[0]} 0 0.10 0.00 0.00 {MD5} gs",
+        f"a result {given[1]} 0 0.10 0.00 0.00 {MD5} gs"]
+    assert [r.name for r in out.new_results] == given[:2]
+    assert state.results[given[0]] == JobResult(given[0], 0, 0.1, 0, 0, MD5, "gs", "a")
+    assert len(state.results) == 2 and set(state.results) == set(given[:2])
+
+
+def test_two_copies_in_one_request_count_once() -> None:
+    state = RunState(RUN, jobs(4), 0)
+    given = names(ready(state, "a"))
+    text = f"{given[0]} 0 0.10 0.00 0.00 {MD5} gs"
+    out = state.handle(req("a", result_lines=(text, text)), 1)
+    assert len(out.new_results) == 1 and state.duplicates == 1
+
+
+def test_journal_lines_resume_a_run() -> None:
+    all_jobs = jobs(5)
+    done = [f"old result {j.name} 0 0.10 0.00 0.00 {MD5} gs" for j in all_jobs[:3]]
+    done.append(f"old result nosuch.1 0 0.10 0.00 0.00 {MD5} gs")  # not in this run
+    state = RunState(RUN, all_jobs, 0, done=done)
+    assert state.remaining == 2 and state.results[all_jobs[0].name].machine == "old"
+    assert state.pending == [j.name for j in all_jobs[3:]]
+
+
+def test_finished_jobs_leave_in_flight_even_with_a_copy_out() -> None:
+    """in_flight holds unfinished jobs only, so the tail's walk over it stays short."""
+    state = RunState(RUN, jobs(3), 0, Settings(batch_per_slot=1, speculate_tail=True))
+    slow = names(ready(state, "slow", 0, slots=3))
+    copies = names(ready(state, "fast", 1, slots=2))
+    state.handle(req("fast", results=tuple(result(n, "fast") for n in copies)), 2)
+    assert list(state.in_flight) == [slow[2]]
+    assert set(state.nodes["slow"].held) == set(slow)  # until it reports or is dropped
+    state.tick(1000)  # slow is dropped: only its unfinished job goes back
+    assert state.pending == [slow[2]]
+
+
+def test_the_exact_share_agrees_with_the_bound() -> None:
+    """Batch sizes are those of the exact fair share, whichever way they are computed.
+
+    One state uses the bound (slots of every known node) to skip the walk over all nodes;
+    the other is made to walk every time.  Driven alike, they answer alike.
+    """
+    for total in (7, 40, 200):
+        states = [RunState(RUN, jobs(total), 0, Settings(batch_per_slot=3,
+                                                         speculate_tail=False))
+                  for _ in range(2)]
+        nodes = {f"n{i}": 1 + i % 4 for i in range(6)}
+        replies: list[list[str]] = [[], []]
+        for k, state in enumerate(states):
+            for node, slots in nodes.items():
+                state.handle(req(node, slots=slots), 0)
+            for rnd in range(60):
+                if k == 1:
+                    state.slots_known = 10**9  # the bound never suffices: exact every time
+                for node, slots in nodes.items():
+                    held = list(state.nodes[node].held)
+                    done = tuple(result(n, node) for n in held[:slots])
+                    reply = state.handle(req(node, slots=slots, running=len(held) - len(done),
+                                             results=done), rnd + 1).reply
+                    replies[k].append(f"{node} {reply.verb} {names(reply)}")
+            assert state.all_results_in
+        assert replies[0] == replies[1]
+
+
+def test_result_table_lines_are_those_of_tab_rows() -> None:
+    from cluster.tab import TabRow
+    state = RunState(RUN, jobs(4), 0)
+    given = names(ready(state, "a"))
+    sent = (JobResult(given[0], 0, 1.234, 2, 0, MD5, "gs pdfwrite", "a"),
+            JobResult(given[1], 8, 0.5, 0, 0, MD5, "gs", "a"))
+    state.handle(req("a", results=sent), 1)
+    table = state.results.table("rev7")
+    assert list(table) == sorted(given[:2]) and len(table) == 2
+    for r in sent:
+        row = TabRow.from_result(r, "rev7")
+        assert table.line(r.name) == row.line()
+        assert table[r.name] == TabRow.parse(row.line())  # times as the .tab has them
+        assert table.brief(r.name) == (row.error, row.md5, row.product)
+    assert list(table.lines()) == [table.line(n) for n in sorted(given[:2])]
+    assert given[2] not in table and given[0] in table
+
+
+def measured(state: RunState, node: str, seconds_per_job: float, now: float) -> None:
+    """Give ``node`` a measured rate: each of its slots has taken ``seconds_per_job``."""
+    info = state.nodes[node]
+    info.working_since = now - 100 * seconds_per_job
+    info.results = 100 * info.slots
+
+
+def test_tail_copies_the_jobs_a_slow_node_would_finish_last() -> None:
+    """Idle nodes take over the slow node's queued jobs, not a fast node's older ones."""
+    state = RunState(RUN, jobs(8), 0, Settings(batch_per_slot=2))
+    fast = names(ready(state, "fast", 0))   # handed out first: the oldest
+    slow = names(ready(state, "slow", 0))
+    assert len(fast) == len(slow) == 4 and not state.pending
+    for name in ("idle1", "idle2", "idle3"):
+        ready(state, name, 0)  # no work left: CONTINUE
+    measured(state, "fast", 1.0, 10)
+    measured(state, "slow", 5.0, 10)
+    measured(state, "idle1", 1.0, 10)
+    measured(state, "idle2", 1.0, 10)
+    measured(state, "idle3", 1.0, 10)
+    done = tuple(result(n, "fast") for n in fast[:2])  # fast runs its last two
+    assert state.handle(req("fast", results=done, pending=0, running=2), 10).reply.verb \
+        == protocol.CONTINUE
+    state.handle(req("slow", pending=2, running=2), 10)
+    first = names(state.handle(req("idle1"), 10).reply)
+    assert first == [slow[2], slow[3]]      # queued on slow: they would end last
+    second = names(state.handle(req("idle2"), 10).reply)
+    assert second == [slow[0], slow[1]]     # slow's running jobs, at most one copy each
+    # fast's jobs would end within one job time of an idle node's: no copy.
+    assert state.handle(req("idle3"), 10).reply.verb == protocol.CONTINUE
+
+
+def test_a_slow_node_does_not_copy_a_faster_nodes_jobs() -> None:
+    state = RunState(RUN, jobs(6), 0, Settings(batch_per_slot=2))
+    fast = names(ready(state, "fast", 0))
+    slow = names(ready(state, "slow", 0))
+    measured(state, "fast", 1.0, 10)
+    measured(state, "slow", 5.0, 10)
+    state.handle(req("fast", results=tuple(result(n, "fast") for n in fast[:2]),
+                     pending=0, running=2), 10)
+    reply = state.handle(req("slow", results=tuple(result(n, "slow") for n in slow)), 10)
+    assert reply.reply.verb == protocol.CONTINUE
+    assert state.in_flight == {fast[2]: 1, fast[3]: 1}  # no copy was made
+
+
+def test_a_silent_nodes_jobs_are_copied_first() -> None:
+    """A node not heard from for a while looks ever slower: its jobs go first."""
+    state = RunState(RUN, jobs(8), 0, Settings(batch_per_slot=2))
+    quiet = names(ready(state, "quiet", 0))
+    busy = names(ready(state, "busy", 0))
+    ready(state, "idle", 0)
+    for name in ("quiet", "busy", "idle"):
+        measured(state, name, 1.0, 3)
+    state.handle(req("busy", pending=2, running=2), 3)  # quiet was last heard at 0
+    copies = names(state.handle(req("idle"), 3).reply)
+    assert copies == [quiet[2], quiet[3]] and busy[3] not in copies

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import stat
@@ -14,9 +15,11 @@ from cluster.tab import (
     TabRow,
     collate,
     merge_baseline,
+    merged_lines,
     product_column,
     read_tab,
     write_tab,
+    write_tab_lines,
 )
 
 MD5_A = "0123456789abcdef0123456789abcdef"
@@ -140,7 +143,7 @@ def test_write_failure_leaves_old_file_and_no_temp(tmp_path: Path) -> None:
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        write_tab(path, [Boom(**row("a").__dict__)])
+        write_tab(path, [Boom(**dataclasses.asdict(row("a")))])
     assert os.listdir(tmp_path) == ["current.tab"]
     assert path.read_text() == "old\n"
 
@@ -202,3 +205,21 @@ def test_merge_baseline_mupdf_only_keeps_all_gs_lines() -> None:
     old = {"g": row("g"), "p": row("p", product="gs pdfwrite"), "m": row("m", product="mupdf")}
     merged = merge_baseline(old, {"m2": row("m2", product="mupdf")}, ["mupdf"])
     assert sorted(merged) == ["g", "m2", "p"]
+
+
+def test_write_tab_lines_streams_many_lines(tmp_path: Path) -> None:
+    path = tmp_path / "big.tab"
+    lines = [row(f"t{i:05d}").line() for i in range(20000)]
+    write_tab_lines(path, iter(lines))
+    assert path.read_text() == "".join(line + "\n" for line in lines)
+    write_tab_lines(path, [])
+    assert path.read_text() == ""
+
+
+def test_merged_lines_are_the_lines_of_merge_baseline() -> None:
+    old = {r.name: r for r in (row("a", product="gs"), row("b", product="mupdf"),
+                               row("c", product="gs pdfwrite"), row("e", product="gs"))}
+    new = {r.name: r for r in (row("a", md5=MD5_B), row("d", product="gs pdfwrite"))}
+    merged = merge_baseline(old, new, ["gs", "pdfwrite"])
+    assert list(merged_lines(old, new, ["gs", "pdfwrite"])) == [
+        merged[name].line() for name in sorted(merged)]

@@ -1,0 +1,510 @@
+#!/usr/bin/env python3
+"""bench/master_load.py -- how many jobs per second one clustermaster serves.
+
+Usage: python3 bench/master_load.py [--nodes 1000] [--slots 8] [--jobs 1000000]
+                                    [--procs N] [--keep DIR] [--profile FILE]
+
+A real ``clustermaster.py`` process serves one run of M jobs (product shell: a corpus file
+``tests/load/load.cmds`` of M lines, queued as ``user bench shell``; the master runs
+build.py as usual).  K simulated nodes with S slots each speak the node protocol to it over
+loopback: first call -> BUILD, a call without ``busy`` -> JOBS, every job "finishes" at once
+and its result (error 0, the md5 of the test name, product ``shell``) goes back with the
+next call, UPLOAD is answered by calling again, and ABORT ends the node.  The nodes run in
+``--procs`` client processes (default: 1), each a single-threaded selector loop; the
+master is alone on its core.
+
+Figures:
+
+  jobs_per_s   results the master accepted per second, from the first JOBS reply to the
+               reply that acknowledged the last missing result
+  p50_ms p99_ms  connection latency: connect to reply read to EOF (all calls)
+  rss_mb       the master's peak RSS: psutil samples every 0.1 s and its VmHWM, whichever
+               is larger
+  startup_s    master start to the first JOBS (build.py, reading the job list)
+  finish_s     last result to the master's exit (uploads, collation, report, archive)
+
+The run is checked: the archive's .tab must hold M lines, each test once, error 0 and the
+expected md5.  Exit status 0 only when it does.
+
+Prints the machine, then one line such as
+  jobs_per_s=61234 p50_ms=0.8 p99_ms=4.2 rss_mb=310 jobs=1000000 nodes=1000 ok=yes
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import multiprocessing as mp
+import os
+import selectors
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psutil  # noqa: E402
+
+from bench.common import REPO, figures, print_machine  # noqa: E402
+from cluster.home import Home  # noqa: E402
+from cluster.jobstart import JobStart  # noqa: E402
+from cluster.localcluster import free_port  # noqa: E402
+from cluster.queuefiles import QueueFile, RunSpec  # noqa: E402
+
+STEM = b"load__load.cmds."  # test ids are <file id>.<line number> (jobgen.shell_jobs)
+CAPS = "os=Linux arch=x86_64 bits=64 cc=none cpus=8 ram_mb=16000 tools=md5sum,make"
+#: How long a simulated node waits after CONTINUE before it calls again.
+IDLE_DELAY = 0.02
+#: Connection attempts refused in a row before a node gives up on the master.
+MAX_REFUSED = 200
+
+
+def test_name(i: int) -> bytes:
+    return STEM + b"%d" % i
+
+
+def md5_of(name: bytes) -> bytes:
+    return hashlib.md5(name).hexdigest().encode()
+
+
+# ------------------------------------------------------------------------------ the nodes
+@dataclass
+class Node:
+    name: str
+    prefix: bytes                     # the request headers, ready to send
+    held: list[bytes] = field(default_factory=list)  # names of the jobs it was given
+    calls: int = 0
+    done: bool = False
+    refused: int = 0
+
+
+@dataclass
+class Stats:
+    """What one client process measured; the parent merges them."""
+
+    latencies: array = field(default_factory=lambda: array("d"))
+    ack: array = field(default_factory=lambda: array("d"))  # first ack time per job (0: none)
+    first_jobs: float = 0.0
+    cpu: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, CPU seconds)
+    calls: int = 0
+    sent_results: int = 0
+    verbs: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+class _Call:
+    __slots__ = ("node", "sock", "out", "sent", "chunks", "started")
+
+    def __init__(self, node: Node, sock: socket.socket, out: bytes, started: float) -> None:
+        self.node = node
+        self.sock = sock
+        self.out = out
+        self.sent = 0
+        self.chunks: list[bytes] = []
+        self.started = started
+
+
+def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
+              deadline: float) -> Stats:
+    """Drive ``names`` as simulated nodes until each is told ABORT (or ``deadline``)."""
+    stats = Stats(ack=array("d", bytes(8 * (jobs + 1))))
+    ack = stats.ack
+    lat = stats.latencies
+    verbs = stats.verbs
+    sel = selectors.DefaultSelector()
+    address = ("127.0.0.1", port)
+    mono = time.monotonic
+    nodes = [Node(n, (f"node {n}\nid {run_id}\ncaps {CAPS}\nslots {slots}\n"
+                      f"jobs 0 0\n").encode()) for n in names]
+    waiting: list[tuple[float, Node]] = [(0.0, n) for n in nodes]  # (not before, node)
+    live = len(nodes)
+    md5 = hashlib.md5
+    stem_len = len(STEM)
+
+    def start(node: Node) -> None:
+        if node.held:
+            out = b"".join([node.prefix,
+                            *[b"result %s 0 0.00 0.00 0.00 %s shell\n"
+                              % (name, md5(name).hexdigest().encode()) for name in node.held],
+                            b"OK\n"])
+        else:
+            out = node.prefix + b"OK\n"
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        call = _Call(node, sock, out, mono())
+        err = sock.connect_ex(address)
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            failed(call, os.strerror(err))
+            return
+        sel.register(sock, selectors.EVENT_WRITE, call)
+
+    def failed(call: _Call, why: str) -> None:
+        node = call.node
+        node.refused += 1
+        if node.refused > MAX_REFUSED:
+            stats.errors.append(f"{node.name}: gave up: {why}")
+            node.done = True
+            finish_node()
+            return
+        waiting.append((mono() + 0.05, node))
+
+    def finish_node() -> None:
+        nonlocal live
+        live -= 1
+
+    def replied(call: _Call, data: bytes) -> None:
+        now = mono()
+        node = call.node
+        node.refused = 0
+        lat.append(now - call.started)
+        stats.calls += 1
+        if node.held:  # the master has read the results: they are recorded
+            stats.sent_results += len(node.held)
+            for name in node.held:
+                i = int(name[stem_len:])
+                if not ack[i]:
+                    ack[i] = now
+            node.held = []
+            if now - stats.cpu[-1][0] >= 0.1:
+                stats.cpu.append((now, time.process_time()))
+        verb, _, rest = data.partition(b"\n")
+        word = verb.split(b" ", 1)[0].decode("ascii", "replace")
+        verbs[word] = verbs.get(word, 0) + 1
+        if word == "JOBS":
+            if not stats.first_jobs:
+                stats.first_jobs = now
+                stats.cpu.append((now, time.process_time()))
+            count, _, body = rest.partition(b"\n")
+            lines = body.split(b"\n")
+            lines.pop()  # after the last newline
+            if len(lines) != int(count):
+                stats.errors.append(f"{node.name}: JOBS {int(count)} carried {len(lines)}")
+            node.held = [line[:line.index(b" ")] for line in lines]
+            start(node)
+        elif word in ("BUILD", "UPLOAD"):
+            start(node)  # built / uploaded at once: call again without busy
+        elif word == "CONTINUE":
+            waiting.append((now + IDLE_DELAY, node))
+        elif word == "ABORT":
+            if not verb.startswith(b"ABORT run complete"):
+                stats.errors.append(f"{node.name}: {verb.decode(errors='replace')}")
+            node.done = True
+            finish_node()
+        else:
+            stats.errors.append(f"{node.name}: unexpected reply {verb[:80]!r}")
+            node.done = True
+            finish_node()
+
+    while live and mono() < deadline:
+        if waiting:
+            now = mono()
+            later = []
+            for when, node in waiting:
+                if when <= now:
+                    start(node)
+                else:
+                    later.append((when, node))
+            waiting = later
+        timeout = 0.01 if waiting else 0.5
+        for key, events in sel.select(timeout):
+            call: _Call = key.data
+            sock = call.sock
+            try:
+                if events & selectors.EVENT_WRITE:
+                    if call.sent == 0:
+                        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                        if err:
+                            raise OSError(err, os.strerror(err))
+                    call.sent += sock.send(memoryview(call.out)[call.sent:])
+                    if call.sent >= len(call.out):
+                        sel.modify(sock, selectors.EVENT_READ, call)
+                    continue
+                while True:
+                    chunk = sock.recv(262144)
+                    if not chunk:
+                        break
+                    call.chunks.append(chunk)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError as exc:
+                sel.unregister(sock)
+                sock.close()
+                failed(call, str(exc))
+                continue
+            sel.unregister(sock)
+            sock.close()
+            replied(call, b"".join(call.chunks))
+    if live:
+        stats.errors.append(f"{live} nodes still running at the deadline")
+    sel.close()
+    return stats
+
+
+def _client(conn: mp.connection.Connection, port: int, run_id: str, names: list[str],
+            slots: int, jobs: int, deadline: float) -> None:
+    try:
+        stats = run_nodes(port, run_id, names, slots, jobs, deadline)
+    except BaseException as exc:  # report, never hang the parent
+        stats = Stats()
+        stats.errors.append(f"client process failed: {exc!r}")
+    conn.send(stats)
+    conn.close()
+
+
+# ------------------------------------------------------------------------------ the master
+class Sampler(threading.Thread):
+    """Samples the master's RSS (psutil) and VmHWM every ``interval`` s until it exits."""
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.interval = interval
+        self.peak_rss = 0
+        self.hwm = 0
+        self.cpu: list[tuple[float, float]] = []  # (monotonic, CPU seconds of the master)
+        self.machine: list[tuple[float, float]] = []  # (monotonic, busy CPU s, all cores)
+        self.rss: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            proc = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        status = Path(f"/proc/{self.pid}/status")
+        while not self.stop.is_set():
+            try:
+                rss = proc.memory_info().rss
+                self.peak_rss = max(self.peak_rss, rss)
+                self.rss.append((time.monotonic(), rss))
+                times = proc.cpu_times()
+                now = time.monotonic()
+                self.cpu.append((now, times.user + times.system))
+                total = psutil.cpu_times()
+                self.machine.append((now, total.user + total.system + total.nice
+                                     + total.irq + total.softirq + total.steal))
+                for line in status.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.hwm = max(self.hwm, int(line.split()[1]) * 1024)
+            except (psutil.Error, OSError, ValueError):
+                return
+            self.stop.wait(self.interval)
+
+
+def make_home(root: Path, jobs: int) -> Home:
+    home = Home(root)
+    home.create()
+    corpus = home.root / "tests" / "load"
+    corpus.mkdir(parents=True, exist_ok=True)
+    with open(corpus / "load.cmds", "wb") as fh:
+        fh.write(b"true\n" * jobs)
+    QueueFile(home.queue(0), home.queue_lock(0)).append(RunSpec.parse("user bench shell"))
+    return home
+
+
+def wait_until(predicate, timeout: float, proc: subprocess.Popen[bytes], what: str) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise RuntimeError(f"the master exited ({proc.returncode}) before {what}")
+        if time.monotonic() > end:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def listening(port: int) -> bool:
+    """True once the master answers a request (a wrong job id: it remembers nothing)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"node probe\nid probe\nOK\n")
+            return sock.recv(100).startswith(b"ABORT")
+    except OSError:
+        return False
+
+
+def check_tab(home: Home, jobs: int) -> tuple[bool, str]:
+    """The archive's .tab holds each of the M tests once, error 0, md5 of its name."""
+    archives = list(home.archive.iterdir()) if home.archive.is_dir() else []
+    if len(archives) != 1:
+        return False, f"{len(archives)} archives"
+    tab = archives[0] / f"{archives[0].name}.tab"
+    if not tab.exists():
+        return False, "no .tab in the archive"
+    seen = bytearray(jobs + 1)
+    lines = 0
+    with open(tab, "rb") as fh:
+        for line in fh:
+            lines += 1
+            cols = line.rstrip(b"\n").split(b"\t")
+            name = cols[0]
+            if len(cols) != 10 or not name.startswith(STEM):
+                return False, f"bad line {line[:100]!r}"
+            i = int(name[len(STEM):])
+            if not 1 <= i <= jobs or seen[i]:
+                return False, f"test {name!r} unexpected or twice"
+            seen[i] = 1
+            if cols[1] != b"0" or cols[6] != md5_of(name) or cols[8] != b"shell":
+                return False, f"wrong result {line[:150]!r}"
+    if lines != jobs:
+        return False, f".tab has {lines} lines, expected {jobs}"
+    return True, ""
+
+
+def busy(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    """CPU seconds per second over [start, end], from (time, CPU seconds) samples."""
+    inside = [(t, c) for t, c in samples if start <= t <= end]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return float("nan")
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[k]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=1000000)
+    parser.add_argument("--procs", type=int, default=1,
+                        help="client processes the simulated nodes are spread over")
+    parser.add_argument("--timeout", type=float, default=3600.0,
+                        help="give up after this many seconds")
+    parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
+    parser.add_argument("--profile", type=Path,
+                        help="run the master under cProfile, writing its stats here")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra master configuration (repeatable)")
+    args = parser.parse_args(argv)
+    if min(args.nodes, args.slots, args.jobs, args.procs) < 1:
+        parser.error("--nodes, --slots, --jobs and --procs must be positive")
+    print_machine()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="master-load-"))
+    if args.keep is not None and work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    home = make_home(work / "home", args.jobs)
+    port = free_port()
+    argv_master = [str(REPO / "clustermaster.py"), "--home", str(home.root),
+                   "--set", f"base_port={port}", "--set", "linger=5",
+                   "--set", "heartbeat_timeout=600", "--set", "connection_deadline=60"]
+    for pair in args.set:
+        argv_master += ["--set", pair]
+    if args.profile is not None:
+        argv_master = ["-m", "cProfile", "-o", str(args.profile.resolve()), *argv_master]
+    spawned = time.monotonic()
+    log = open(work / "master.stderr", "wb")
+    proc = subprocess.Popen([sys.executable, *argv_master], stderr=log, cwd=work)
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    ok = True
+    problem = ""
+    try:
+        wait_until(lambda: home.job_start(0).exists(), 120, proc, "job.start")
+        run_id = JobStart.parse(home.job_start(0).read_text()).id
+        wait_until(lambda: listening(port), 600, proc, "the master to listen")
+        deadline = time.monotonic() + args.timeout
+        names = [f"n{i:05d}" for i in range(args.nodes)]
+        ctx = mp.get_context("fork")
+        pipes = []
+        workers = []
+        for p in range(args.procs):
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            share = names[p::args.procs]
+            w = ctx.Process(target=_client, args=(child_end, port, run_id, share, args.slots,
+                                                  args.jobs, deadline))
+            w.start()
+            child_end.close()
+            pipes.append(parent_end)
+            workers.append(w)
+        stats = [pipe.recv() for pipe in pipes]
+        for w in workers:
+            w.join()
+        rc = proc.wait(timeout=max(60.0, deadline - time.monotonic()))
+        exited = time.monotonic()
+    except (RuntimeError, subprocess.TimeoutExpired, EOFError) as exc:
+        proc.kill()
+        proc.wait()
+        print(f"master_load: {exc}; see {work / 'master.stderr'}", file=sys.stderr)
+        return 1
+    finally:
+        sampler.stop.set()
+        sampler.join()
+        log.close()
+    errors = [e for s in stats for e in s.errors]
+    if rc != 0:
+        ok, problem = False, f"master exit status {rc}"
+    elif errors:
+        ok, problem = False, errors[0]
+    else:
+        ok, problem = check_tab(home, args.jobs)
+    # Each job's result was accepted at the earliest ack any client saw for it.
+    acks = stats[0].ack
+    for s in stats[1:]:
+        acks = array("d", [a if a and (a <= b or not b) else b
+                           for a, b in zip(acks, s.ack, strict=True)])
+    last = max(acks[1:]) if len(acks) > 1 else 0.0
+    missing = sum(1 for a in acks[1:] if not a)
+    if missing and ok:
+        ok, problem = False, f"{missing} results never acknowledged"
+    first = min(s.first_jobs for s in stats if s.first_jobs) if any(
+        s.first_jobs for s in stats) else 0.0
+    lat = sorted(x for s in stats for x in s.latencies)
+    # The steady state: from 5% to 95% of the results, without ramp-up and tail.
+    order = sorted(acks[1:])
+    n5, n95 = int(0.05 * len(order)), int(0.95 * len(order)) - 1
+    steady = (n95 - n5) / (order[n95] - order[n5]) if order and order[n95] > order[n5] else 0.0
+    tail = order[-1] - order[n95] if order else 0.0
+    rate = args.jobs / (last - first) if last > first else 0.0
+    rss = max(sampler.peak_rss, sampler.hwm)
+    if problem:
+        print(f"# problem: {problem}", file=sys.stderr)
+    print(figures({
+        "jobs_per_s": f"{rate:.0f}",
+        "p50_ms": f"{1000 * percentile(lat, 0.5):.1f}",
+        "p99_ms": f"{1000 * percentile(lat, 0.99):.1f}",
+        "rss_mb": f"{rss / 2**20:.0f}",
+        "jobs": args.jobs, "nodes": args.nodes, "slots": args.slots, "procs": args.procs,
+        "steady_jobs_per_s": f"{steady:.0f}", "tail_s": f"{tail:.2f}",
+        "calls": sum(s.calls for s in stats),
+        # Cores busy in the steady state: the master (of its one), the clients (summed).
+        "master_cpu": f"{busy(sampler.cpu, order[n5], order[n95]):.2f}" if order else "nan",
+        "client_cpu": f"{sum(busy(s.cpu, order[n5], order[n95]) for s in stats):.2f}"
+        if order else "nan",
+        # All cores of the machine: more than master + clients means others were running.
+        "machine_cpu": f"{busy(sampler.machine, order[n5], order[n95]):.2f}"
+        if order else "nan",
+        # The master's CPU time per job in the steady state: 1e6 / this is the rate it
+        # would reach with a core of its own.
+        "master_us_per_job": f"{1e6 * busy(sampler.cpu, order[n5], order[n95]) / steady:.1f}"
+        if steady else "nan",
+        # Peak RSS while serving (up to the last result), and when the job list was read.
+        "serve_rss_mb": f"{max((r for t, r in sampler.rss if t <= last), default=0) / 2**20:.0f}",
+        "start_rss_mb": f"{max((r for t, r in sampler.rss if t <= first), default=0) / 2**20:.0f}",
+        "startup_s": f"{first - spawned:.1f}" if first else "nan",
+        "finish_s": f"{exited - last:.1f}" if last else "nan",
+        "ok": "yes" if ok else "no",
+    }), flush=True)
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

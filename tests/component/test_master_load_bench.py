@@ -1,0 +1,34 @@
+"""bench/master_load.py keeps working: a small run against a real master, checked.
+
+CI checks that it completes with correct results (every test once in the .tab, the
+expected md5), never how fast it is.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.helpers import REPO
+
+
+def test_master_load_small() -> None:
+    done = subprocess.run([sys.executable, "bench/master_load.py", "--nodes", "50",
+                           "--jobs", "500"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("machine=")
+    figures = dict(word.split("=", 1) for word in lines[-1].split())
+    assert figures["ok"] == "yes" and figures["jobs"] == "500" and figures["nodes"] == "50"
+    assert float(figures["jobs_per_s"]) > 0 and float(figures["rss_mb"]) > 0
+    assert float(figures["p50_ms"]) <= float(figures["p99_ms"])
+
+
+def test_master_load_two_client_processes() -> None:
+    """The nodes may be spread over several client processes (--procs)."""
+    done = subprocess.run([sys.executable, "bench/master_load.py", "--nodes", "20",
+                           "--jobs", "300", "--slots", "2", "--procs", "2"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1].endswith("ok=yes")

@@ -1,0 +1,86 @@
+"""The job list by index: names in memory, lines in memory or read from the jobs file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster import joblist
+from cluster.joblist import JobFile, MemoryJobList
+from cluster.records import Job
+
+
+def job(i: int, command: str = "echo hi") -> Job:
+    return Job(f"t{i}.ps.ppmraw.72.0", f"__temp__/t{i}.log", command)
+
+
+def test_memory_list_keeps_the_first_job_of_a_name() -> None:
+    jobs = MemoryJobList([job(1), job(2), job(1, "other")])
+    assert jobs.names == ["t1.ps.ppmraw.72.0", "t2.ps.ppmraw.72.0"]
+    assert jobs.index["t2.ps.ppmraw.72.0"] == 1 and "t1.ps.ppmraw.72.0" in jobs
+    assert jobs.lines([1, 0]) == [job(2).line, job(1).line]
+
+
+def test_job_file_indexes_lines_and_reads_any_selection(tmp_path: Path) -> None:
+    jobs = [job(i, f"echo {i} | md5sum") for i in range(10)]
+    path = tmp_path / "jobs"
+    path.write_text("".join(j.line + "\n" for j in jobs))
+    got = JobFile(path)
+    try:
+        assert got.names == [j.name for j in jobs] and len(got) == 10
+        assert got.lines(list(range(10))) == [j.line for j in jobs]  # one read
+        assert got.lines([3, 4, 7, 0, 1]) == [jobs[i].line for i in (3, 4, 7, 0, 1)]
+        assert got.line(9) == jobs[9].line and got.lines([]) == []
+    finally:
+        got.close()
+
+
+def test_job_file_skips_what_job_parse_rejects(tmp_path: Path) -> None:
+    """Blank lines silently; bad lines and repeated ids counted and described."""
+    path = tmp_path / "jobs"
+    path.write_text("\n".join([
+        job(1).line, "", "   ", "not a job line", "bad name!x log true ; echo",
+        "t2 log true ; ", job(1, "again").line, job(3).line]) + "\n")
+    got = JobFile(path)
+    assert got.names == [job(1).name, job(3).name]
+    assert got.lines([0, 1]) == [job(1).line, job(3).line]  # not adjacent in the file
+    assert got.skipped == 4 and len(got.problems) == 4
+    assert ":4: " in got.problems[0] and "empty command" in got.problems[2]
+    assert "used by an earlier line" in got.problems[3]
+    got.close()
+
+
+def test_job_file_without_final_newline_and_with_utf8(tmp_path: Path) -> None:
+    lines = [job(1, "echo é | md5sum").line, job(2, "echo ü€").line, job(3).line]
+    path = tmp_path / "jobs"
+    path.write_bytes("\n".join(lines).encode())  # multi-byte characters: byte offsets
+    got = JobFile(path)
+    assert got.lines([0, 1, 2]) == lines and got.lines([2]) == [lines[2]]
+    got.close()
+
+
+def test_job_file_lines_across_read_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setattr(joblist, "_CHUNK", 7)  # every line spans several reads
+    jobs = [job(i, "x" * (i % 5 + 1)) for i in range(50)]
+    path = tmp_path / "jobs"
+    path.write_text("".join(j.line + "\n" for j in jobs))
+    got = JobFile(path)
+    assert got.lines(list(range(50))) == [j.line for j in jobs]
+    got.close()
+
+
+def test_job_file_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "jobs"
+    path.write_bytes(job(1).line.encode() + b"\n" + b"t2 log true ; echo \xff\n")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        JobFile(path)
+
+
+def test_empty_job_file(tmp_path: Path) -> None:
+    path = tmp_path / "jobs"
+    path.write_text("")
+    got = JobFile(path)
+    assert len(got) == 0 and got.skipped == 0
+    got.close()
