@@ -29,7 +29,6 @@ bytearray (:class:`Results`), about 100 bytes a result instead of a JobResult ob
 from __future__ import annotations
 
 import enum
-import heapq
 import math
 from array import array
 from collections import deque
@@ -45,6 +44,9 @@ from cluster.tab import TabRow
 
 Suitability = Callable[[str], tuple[bool, str]]
 
+
+#: The most jobs a node is kept holding, however fast it is.
+MAX_BATCH = 65536
 
 class NodeState(enum.StrEnum):
     BUILDING = "building"    # told BUILD, not yet reported ready
@@ -66,6 +68,8 @@ class NodeInfo:
     status: str = ""
     held: dict[str, None] = field(default_factory=dict)  # jobs handed out, no result yet (ordered)
     working_since: float | None = None  # when it first got jobs: its rate is measured from then
+    capacity: int = 0                   # jobs it is kept holding (grown while it runs dry fast)
+    last_batch_at: float | None = None  # when it was last given new jobs
     ran_jobs: bool = False      # it was given jobs, so it has logs to upload
     told_abort: bool = False    # it has been told the run is over
     results: int = 0            # first results it delivered
@@ -247,6 +251,23 @@ class ResultTable(Mapping[str, TabRow]):
         return (tab_line(index[name], rev) for name in self.names)
 
 
+class TailPlan:
+    """The jobs worth copying in the tail, ranked by expected finish (latest popped first).
+
+    Ranking every held job costs a walk over all nodes, so it is done at most every
+    ``REFRESH`` seconds, or sooner (after ``REFILL``) when the plan is used up; each idle
+    node's call then only pops from it, dropping entries that finished or were copied.
+    """
+
+    REFRESH = 0.5
+    REFILL = 0.05
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[float, int, str]] = []  # (finish, -place, name), ascending
+        self.made_at = -math.inf
+        self.made_size = 0
+
+
 class RunState:
     """Scheduling state of one run.  Callers use handle(), tick() and the read-only queries."""
 
@@ -289,6 +310,7 @@ class RunState:
         self.in_flight: dict[str, int] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.slots_known = 0               # sum of the slots of self.nodes (any state)
+        self.tail_plan = TailPlan()          # tail copies: see _tail_copies
         self.culled: dict[str, str] = {}
         self.lost: list[str] = []          # "name (reason)" for the report
         self.duplicates = 0
@@ -551,12 +573,24 @@ class RunState:
         fair share of what is left (by slots), so the last jobs spread over all nodes
         instead of piling on one.
         """
-        capacity = node.slots * self.settings.batch_per_slot
+        base = node.slots * self.settings.batch_per_slot
+        capacity = max(base, node.capacity)
         if node.working_since is None:
             node.working_since = now
         elif now - node.working_since >= 0.5 and node.results:
             rate = node.results / (now - node.working_since)
             capacity = max(capacity, math.ceil(rate * self.settings.batch_seconds))
+        if node.last_batch_at is not None and req.pending < node.slots:
+            # The measured rate undercounts a node that was starved (small batches, a
+            # round trip each), which would keep it starved.  So also grow a node's
+            # batches while it comes back for more well within batch_seconds, and shrink
+            # them when it comes back only much later.
+            gap = now - node.last_batch_at
+            if gap < self.settings.batch_seconds / 2:
+                capacity = min(max(base, node.capacity) * 2, MAX_BATCH)
+            elif gap > self.settings.batch_seconds * 2:
+                capacity = max(base, node.capacity // 2)
+        node.capacity = capacity
         want = capacity - (req.pending + req.running)
         if want <= 0:
             return []
@@ -600,6 +634,7 @@ class RunState:
                     cursor += 1
                 self.cursor = cursor
             if batch:
+                node.last_batch_at = now
                 return batch
         if not self.settings.speculate_tail or req.pending > 0 or req.running >= node.slots:
             return []
@@ -616,50 +651,82 @@ class RunState:
         return node.slots * (now - node.working_since) / node.results
 
     def _tail_copies(self, node: NodeInfo, free: int, now: float) -> list[str]:
-        """Up to ``free`` copies for ``node`` of jobs that exactly one other node holds.
+        """Up to ``free`` copies for ``node`` from the tail plan (see :class:`TailPlan`).
 
-        A held job's finish is estimated from its holder, which runs its jobs in the order
-        it got them: the job at place p ends after about ``p // slots + 1`` of the holder's
-        job times (measured; while it has no result yet, at least the time it has had),
-        plus however long the holder has been silent (a dead node looks ever slower).  The
-        jobs expected to finish last are copied first, and only those expected to finish
-        later than a job of this node's own would: a fast node takes over a slow node's
-        last jobs, a slow node does not copy a fast node's.  At most one copy per job.
+        Only jobs expected to finish later than a job of this node's own would are copied:
+        a fast node takes over a slow node's last jobs, a slow node does not copy a fast
+        node's.  At most one copy per job.
         """
+        plan = self.tail_plan
+        age = now - plan.made_at
+        if age >= TailPlan.REFRESH or (not plan.entries and plan.made_size
+                                       and age >= TailPlan.REFILL):
+            self._make_tail_plan(now)
+        entries = plan.entries
+        if not entries:
+            return []
         mine = self._job_seconds(node, now) or 0.0
         in_flight = self.in_flight
-        results = self.results
-        mine_held = node.held
-        candidates: list[tuple[float, int, str]] = []
+        held = node.held
+        batch: list[str] = []
+        own: list[tuple[float, int, str]] = []
+        while entries and len(batch) < free:
+            entry = entries[-1]
+            if entry[0] <= mine:
+                break  # the rest would end sooner still
+            entries.pop()
+            name = entry[2]
+            if in_flight.get(name) != 1:
+                continue  # finished (it left in_flight), or copied already
+            if name in held:
+                own.append(entry)  # this node's own job: left for the others
+                continue
+            batch.append(name)
+            held[name] = None
+            in_flight[name] = 2
+        entries.extend(reversed(own))
+        return batch
+
+    def _make_tail_plan(self, now: float) -> None:
+        """Rank the jobs that exactly one node holds by when they are expected to finish.
+
+        A node runs its jobs in the order it got them, so the job at place p of its list
+        ends about ``p // slots + 1/2`` of its job times from now (a running job is half
+        done, on average; the job time is measured, or while the node has no result yet,
+        at least the time it has had), plus however long it has been silent beyond one job
+        time (a dead node looks ever slower).  The last two rounds of each node's list are
+        ranked: the jobs it would start last.
+        """
+        in_flight = self.in_flight
+        entries: list[tuple[float, int, str]] = []
         for other in self.nodes.values():
             held = other.held
-            if other is node or not held:
+            if not held:
                 continue
             per_job = self._job_seconds(other, now)
             if per_job is None:
                 since = other.working_since
-                per_job = max(now - since if since is not None else 0.0, mine)
-            silent = now - other.last_seen
+                per_job = now - since if since is not None else 0.0
+            # Silence beyond one job time: no job of its has ended for that long.
+            late = max(now - other.last_seen - per_job, 0.0)
             slots = other.slots
+            cap = 2 * slots
             place = len(held)
             taken = 0
             last_wave = -1
             for name in reversed(held):  # the latest places first: they finish last
                 place -= 1
                 wave = place // slots
-                if taken >= free and wave < last_wave:
-                    break  # enough, and the rest of this node's jobs finish sooner
-                if in_flight.get(name) != 1 or name in results or name in mine_held:
+                if taken >= cap and wave < last_wave:
+                    break
+                if in_flight.get(name) != 1:  # finished (it left in_flight), or copied
                     continue
-                finish = (wave + 1) * per_job + silent
-                if finish <= mine:
-                    break  # the earlier places finish sooner still
-                candidates.append((finish, -place, name))
+                # Ordered by finish; among equals, the job handed out first goes first.
+                entries.append(((wave + 0.5) * per_job + late, -place, name))
                 taken += 1
                 last_wave = wave
-        # Latest finish first; among equals, the job handed out first.
-        batch = [name for _, _, name in heapq.nlargest(free, candidates)]
-        for name in batch:
-            mine_held[name] = None
-            in_flight[name] += 1
-        return batch
+        entries.sort()  # popped from the end: latest finish first
+        plan = self.tail_plan
+        plan.entries = entries
+        plan.made_at = now
+        plan.made_size = len(entries)

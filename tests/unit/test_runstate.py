@@ -405,3 +405,36 @@ def test_a_silent_nodes_jobs_are_copied_first() -> None:
     state.handle(req("busy", pending=2, running=2), 3)  # quiet was last heard at 0
     copies = names(state.handle(req("idle"), 3).reply)
     assert copies == [quiet[2], quiet[3]] and busy[3] not in copies
+
+
+def test_in_the_tail_a_silent_nodes_running_jobs_are_copied() -> None:
+    """A live node's running jobs are not worth a copy; once it falls silent they are."""
+    state = RunState(RUN, jobs(4), 0, Settings(batch_per_slot=2))
+    given = names(ready(state, "a", 0))
+    assert ready(state, "idle", 0).verb == protocol.CONTINUE
+    measured(state, "a", 1.0, 10)
+    measured(state, "idle", 1.0, 10)
+    state.handle(req("a", pending=2, running=2), 10)
+    assert names(state.handle(req("idle"), 10).reply) == given[2:]  # queued on a
+    done = tuple(result(n, "idle") for n in given[2:])
+    assert state.handle(req("idle", results=done), 10.6).reply.verb == protocol.CONTINUE
+    state.handle(req("a", pending=0, running=2), 10.6)
+    assert state.handle(req("idle"), 11.2).reply.verb == protocol.CONTINUE
+    # a says nothing more: after a few of its job times, its running jobs are copied.
+    assert names(state.handle(req("idle"), 14).reply) == given[:2]
+
+
+def test_a_node_that_runs_dry_fast_gets_bigger_batches_then_smaller() -> None:
+    """Batches double while a node comes back quickly, and halve when it is slow."""
+    state = RunState(RUN, jobs(10000), 0, Settings(batch_per_slot=2, batch_seconds=1.0))
+    reply = ready(state, "a", 0.0, slots=1)
+    sizes = [len(reply.jobs)]
+    t = 0.0
+    for _ in range(5):  # each batch is done in 10 ms
+        t += 0.01
+        reply = finish(state, "a", reply, now=t, slots=1)
+        sizes.append(len(reply.jobs))
+    assert sizes[:4] == [2, 4, 8, 16]
+    t += 5.0  # now it takes far longer than batch_seconds
+    slow = finish(state, "a", reply, now=t, slots=1)
+    assert 0 < len(slow.jobs) < sizes[-1]
