@@ -97,13 +97,7 @@ class ClusterContender:
         cluster = self.cluster
         cluster.start()
         try:
-            # Wait until every node has said hello, so only the run is timed.
-            nodes_dir = cluster.home.nodes
-            deadline = time.monotonic() + 60
-            while len(list(nodes_dir.glob("*.up"))) < self.nodes:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("nodes did not start; see " + str(cluster.home.log_dir))
-                time.sleep(0.05)
+            cluster.wait_for_nodes()  # so only the run is timed
             before = cluster.archives()
             start = time.time()
             spec = cluster.push(self.tree, "bench", [self.product], [])

@@ -237,12 +237,7 @@ class TailRun:
         watcher = JournalWatcher(cluster.home.results(0))
         kill_t = float("nan")
         try:
-            nodes_dir = cluster.home.nodes
-            deadline = time.monotonic() + 60
-            while len(list(nodes_dir.glob("*.up"))) < cluster.nodes:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("nodes did not start; see " + str(cluster.home.log_dir))
-                time.sleep(0.05)
+            cluster.wait_for_nodes()
             before = cluster.archives()
             watcher.start()
             start = time.time()

@@ -32,7 +32,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,3 +228,28 @@ def remove(tags: Iterable[str]) -> int:
     if len(lines) != len(old):
         _write(lines)
     return len(old) - len(lines)
+
+
+def manage(prog: str, remove_only: bool, tags: Sequence[str],
+           entries: Callable[[], list[CronEntry]]) -> int:
+    """What ``--install-cron`` / ``--remove-cron`` do for a script; returns its exit status.
+
+    0 done, 1 the crontab could not be read or written, 2 a schedule is not cron syntax.
+    ``entries`` is only called when installing (it may raise ConfigError).
+    """
+    try:
+        if remove_only:
+            count = remove(tags)
+            print(f"removed {count} crontab entr{'y' if count == 1 else 'ies'}")
+            return 0
+        try:
+            wanted = entries()
+        except ConfigError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
+        for line in install(wanted):
+            print(f"installed: {line}")
+        return 0
+    except ClusterError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1

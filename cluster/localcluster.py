@@ -182,6 +182,15 @@ class LocalCluster:
         self.node_procs[name] = proc
         return proc
 
+    def wait_for_nodes(self, timeout: float = 60.0) -> None:
+        """Until every node has sent its first heartbeat (so a timed run starts warm)."""
+        deadline = time.monotonic() + timeout
+        while len(list(self.home.nodes.glob("*.up"))) < self.nodes:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nodes did not start within {timeout:.0f} s; "
+                                   f"see {self.home.log_dir}")
+            time.sleep(0.05)
+
     # ------------------------------------------------------------------ a run
     def push(self, tree: Path, user: str, products: list[str], options: list[str]) -> RunSpec:
         spec = RunSpec.parse(" ".join(["user", user, ",".join(products), *options]),

@@ -22,7 +22,7 @@ import time
 from cluster import caps, cron
 from cluster.cli import common
 from cluster.config import Config
-from cluster.errors import AlreadyRunning, ClusterError, ConfigError
+from cluster.errors import AlreadyRunning, ClusterError
 from cluster.pull import ClusterPull
 from cluster.singleton import SingleInstance
 
@@ -43,22 +43,8 @@ def cron_entry(args: argparse.Namespace, cfg: Config) -> cron.CronEntry:
 
 def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
     """--install-cron / --remove-cron; the exit status (0 done, 1 crontab failed, 2 config)."""
-    try:
-        if args.remove_cron:
-            count = cron.remove([cron_tag(cfg)])
-            print(f"removed {count} crontab entr{'y' if count == 1 else 'ies'}")
-            return 0
-        try:
-            entry = cron_entry(args, cfg)
-        except ConfigError as exc:
-            print(f"clusterpull.py: {exc}", file=sys.stderr)
-            return 2
-        for line in cron.install([entry]):
-            print(f"installed: {line}")
-        return 0
-    except ClusterError as exc:
-        print(f"clusterpull.py: {exc}", file=sys.stderr)
-        return 1
+    return cron.manage("clusterpull.py", args.remove_cron, [cron_tag(cfg)],
+                       lambda: [cron_entry(args, cfg)])
 
 
 def main(argv: list[str] | None = None) -> int:

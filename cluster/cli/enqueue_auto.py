@@ -25,7 +25,7 @@ import sys
 from cluster import auto, cron
 from cluster.cli import common
 from cluster.config import Config
-from cluster.errors import ClusterError, ConfigError
+from cluster.errors import ClusterError
 from cluster.home import Home
 
 
@@ -54,23 +54,9 @@ def cron_entries(args: argparse.Namespace, cfg: Config) -> list[cron.CronEntry]:
 
 
 def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
-    """--install-cron / --remove-cron; the exit status."""
-    try:
-        if args.remove_cron:
-            count = cron.remove(cron_tags(cfg))
-            print(f"removed {count} crontab entr{'y' if count == 1 else 'ies'}")
-            return 0
-        try:
-            entries = cron_entries(args, cfg)
-        except ConfigError as exc:
-            print(f"enqueue_auto.py: {exc}", file=sys.stderr)
-            return 2
-        for line in cron.install(entries):
-            print(f"installed: {line}")
-        return 0
-    except ClusterError as exc:
-        print(f"enqueue_auto.py: {exc}", file=sys.stderr)
-        return 1
+    """--install-cron / --remove-cron; the exit status (0 done, 1 crontab failed, 2 config)."""
+    return cron.manage("enqueue_auto.py", args.remove_cron, cron_tags(cfg),
+                       lambda: cron_entries(args, cfg))
 
 
 def main(argv: list[str] | None = None) -> int:
