@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -43,3 +46,17 @@ def figures(values: dict[str, object]) -> str:
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def start(prog: str, tools: Iterable[str], keep: Path | None) -> Path | None:
+    """Begin a benchmark: check ``tools`` are installed (naming a missing one on stderr),
+    print the machine line, and return the work folder (``keep``, or a new temp folder).
+    None means a tool is missing: exit 2."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            print(f"{prog}: {tool} is not installed", file=sys.stderr)
+            return None
+    print_machine()
+    work = keep or Path(tempfile.mkdtemp(prefix=f"{prog}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    return work

@@ -32,7 +32,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -41,7 +40,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import figures, median, print_machine  # noqa: E402
+from bench.common import figures, median, start  # noqa: E402
 from cluster.localcluster import (  # noqa: E402
     DEFAULT_CORPUS,
     LocalCluster,
@@ -127,13 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.slots < 1 or args.reps < 1:
         parser.error("--jobs, --slots and --reps must be positive")
-    for tool in ("xargs", "parallel", "md5sum"):
-        if shutil.which(tool) is None:
-            print(f"dispatch: {tool} is not installed", file=sys.stderr)
-            return 2
-    print_machine()
-    work = args.keep or Path(tempfile.mkdtemp(prefix="dispatch-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = start("dispatch", ("xargs", "parallel", "md5sum"), args.keep)
+    if work is None:
+        return 2
     n, s = args.jobs, args.slots
     jobs_file = work / "jobs.txt"
     jobs_file.write_text("".join(c + "\n" for c in commands(n)))

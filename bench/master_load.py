@@ -42,7 +42,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from array import array
@@ -54,7 +53,7 @@ if __package__ in (None, ""):
 
 import psutil  # noqa: E402
 
-from bench.common import REPO, figures, print_machine  # noqa: E402
+from bench.common import REPO, figures, start  # noqa: E402
 from cluster.home import Home  # noqa: E402
 from cluster.jobstart import JobStart  # noqa: E402
 from cluster.localcluster import free_port  # noqa: E402
@@ -393,8 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.nodes, args.slots, args.jobs, args.procs) < 1:
         parser.error("--nodes, --slots, --jobs and --procs must be positive")
-    print_machine()
-    work = args.keep or Path(tempfile.mkdtemp(prefix="master-load-"))
+    work = start("master-load", (), args.keep)
+    assert work is not None  # no tools to miss
     if args.keep is not None and work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -70,7 +69,7 @@ import psutil
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import figures, median, print_machine  # noqa: E402
+from bench.common import figures, median, start  # noqa: E402
 from bench.dispatch import QUICK  # noqa: E402
 from cluster.localcluster import LocalCluster, free_port, write_demo_tree  # noqa: E402
 from cluster.tab import read_tab  # noqa: E402
@@ -360,13 +359,9 @@ def main(argv: list[str] | None = None) -> int:
             cases.append(Case("dead-node", [1.0] * args.nodes, kill=True))
         else:
             parser.error(f"unknown case {name!r}")
-    for tool in ("awk", "date", "sleep"):
-        if shutil.which(tool) is None:
-            print(f"tail: {tool} is not installed", file=sys.stderr)
-            return 2
-    print_machine()
-    work = args.keep or Path(tempfile.mkdtemp(prefix="tail-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = start("tail", ("awk", "date", "sleep"), args.keep)
+    if work is None:
+        return 2
     durations = durations_for(args.work, mix, args.seed)
     total = sum(durations)
 
