@@ -67,10 +67,6 @@ IDLE_DELAY = 0.02
 MAX_REFUSED = 200
 
 
-def test_name(i: int) -> bytes:
-    return STEM + b"%d" % i
-
-
 def md5_of(name: bytes) -> bytes:
     return hashlib.md5(name).hexdigest().encode()
 
@@ -95,7 +91,6 @@ class Stats:
     first_jobs: float = 0.0
     cpu: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, CPU seconds)
     calls: int = 0
-    sent_results: int = 0
     verbs: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -168,7 +163,6 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
         lat.append(now - call.started)
         stats.calls += 1
         if node.held:  # the master has read the results: they are recorded
-            stats.sent_results += len(node.held)
             for name in node.held:
                 i = int(name[stem_len:])
                 if not ack[i]:

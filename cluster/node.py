@@ -4,8 +4,9 @@ The node reads job.start, then talks to the master on base_port + priority:
 
 * BUILD: mirror the test corpus and the product's source tree from the master, run the
   build command in a background thread; meanwhile every call says ``busy build``.
-* JOBS: jobs go into a local queue and run in ``slots`` parallel process groups; each one
-  is killed as a whole tree (SIGHUP, then SIGKILL) after ``job_timeout`` seconds.
+* JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
+  (:mod:`cluster.slots`); one running longer than ``job_timeout`` seconds is killed as a
+  whole tree (SIGHUP, then SIGKILL).
 * Results are classified as they finish (readlog rules) and sent back with the next call;
   a call is made as soon as results wait longer than ``report_interval``, when the local
   queue falls below one job per slot (so the node never idles between batches), and at
@@ -33,7 +34,7 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cluster import protocol, readlog
 from cluster.config import Config
@@ -68,9 +69,6 @@ class Counters:
     started: int = 0
     finished: int = 0
     timeouts: int = 0
-    contacts: int = 0
-    failed_contacts: int = 0
-    sent: dict[str, int] = field(default_factory=dict)
 
 
 class NodeRun:
@@ -90,7 +88,6 @@ class NodeRun:
         self.background: Background | None = None
         self.failure = 0
         self.failure_reason = ""
-        self.uploaded = False
         self.stop_requested = False
         self.next_contact = 0.0
         self.hungry_after = 0.0  # do not ask for work before this (after an empty answer)
@@ -216,7 +213,6 @@ class NodeRun:
             reply = self._exchange(protocol.format_request(req))
         except (OSError, ProtocolError) as exc:
             self.consecutive_failures += 1
-            self.counters.failed_contacts += 1
             if leaving or self.consecutive_failures >= self.cfg.connect_retries:
                 log.error("node %s: master unreachable after %d tries: %s", self.name,
                           self.consecutive_failures, exc)
@@ -226,8 +222,6 @@ class NodeRun:
             self.next_contact = now + self.cfg.connect_retry_delay
             return None
         self.consecutive_failures = 0
-        self.counters.contacts += 1
-        self.counters.sent[reply.verb] = self.counters.sent.get(reply.verb, 0) + 1
         sent = len(req.results)
         if sent:
             del self.unsent[:sent]  # the master has them now
@@ -323,7 +317,6 @@ class NodeRun:
                 self.failure_reason = f"upload failed: {bg.error}"
             else:
                 self.failure = 0
-                self.uploaded = True
 
     def _do_build(self) -> None:
         assert self.start is not None
