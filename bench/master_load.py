@@ -108,8 +108,12 @@ class _Call:
 
 
 def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
-              deadline: float) -> Stats:
-    """Drive ``names`` as simulated nodes until each is told ABORT (or ``deadline``)."""
+              deadline: float, job_start: Path) -> Stats:
+    """Drive ``names`` as simulated nodes until each is told ABORT (or ``deadline``).
+
+    A node refused after the master removed ``job_start`` came too late: the run was
+    over before it joined, which is an end, not an error (as for a real node).
+    """
     stats = Stats(ack=array("d", bytes(8 * (jobs + 1))))
     ack = stats.ack
     lat = stats.latencies
@@ -145,6 +149,10 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
     def failed(call: _Call, why: str) -> None:
         node = call.node
         node.refused += 1
+        if not job_start.exists():  # the run ended before this node got its ABORT
+            node.done = True
+            finish_node()
+            return
         if node.refused > MAX_REFUSED:
             stats.errors.append(f"{node.name}: gave up: {why}")
             node.done = True
@@ -244,9 +252,9 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
 
 
 def _client(conn: mp.connection.Connection, port: int, run_id: str, names: list[str],
-            slots: int, jobs: int, deadline: float) -> None:
+            slots: int, jobs: int, deadline: float, job_start: Path) -> None:
     try:
-        stats = run_nodes(port, run_id, names, slots, jobs, deadline)
+        stats = run_nodes(port, run_id, names, slots, jobs, deadline, job_start)
     except BaseException as exc:  # report, never hang the parent
         stats = Stats()
         stats.errors.append(f"client process failed: {exc!r}")
@@ -420,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             parent_end, child_end = ctx.Pipe(duplex=False)
             share = names[p::args.procs]
             w = ctx.Process(target=_client, args=(child_end, port, run_id, share, args.slots,
-                                                  args.jobs, deadline))
+                                                  args.jobs, deadline, home.job_start(0)))
             w.start()
             child_end.close()
             pipes.append(parent_end)
