@@ -120,7 +120,9 @@ class Config:
     weekly_schedule: str = _opt("0 3 * * 6", MASTER, "cron schedule",
                                 "when the crontab entry of enqueue_auto.py --install-cron "
                                 "queues the weekly auto runs")
-    smtp_host: str = _opt("localhost", MASTER, "host", "SMTP server the reports are mailed through")
+    smtp_host: str = _opt("", MASTER, "host",
+                          "SMTP server the reports are mailed through; empty: reports are "
+                          "only archived, not mailed")
     smtp_port: int = _opt(25, MASTER, "TCP port", "port of that SMTP server")
     mail_from: str = _opt("regression@localhost", MASTER, "address", "From: of report mails")
     list_address: str = _opt("gs-regression@localhost", MASTER, "address",
@@ -130,6 +132,24 @@ class Config:
     emails_table: Path = _opt(Path("emails.tab"), MASTER, "file",
                               "'user<TAB>address' lines (# comments); the default is in home, "
                               "a path set in a config file is relative to that file")
+    # --- commit runs (cluster.commits; priority 1) ------------------------------------------
+    repositories: tuple[str, ...] = _opt(
+        (), MASTER, "tree=url list",
+        "git repositories whose new commits are queued at priority 1, e.g. "
+        "'ghostpdl=https://git.ghostscript.com/ghostpdl.git mupdf=/srv/git/mupdf.git'; "
+        "tree is a plain name (ghostpdl, mupdf, ...), url anything git clones (a local "
+        "path must be absolute); the master keeps a bare clone in <home>/repos/<tree>.git")
+    git_branch: str = _opt("master", MASTER, "branch name",
+                           "the branch of each repository whose commits are tested")
+    path_products: tuple[str, ...] = _opt(
+        ("doc/=", "examples/=", "=gs,pdfwrite,ps2write"), MASTER,
+        "[tree:]prefix=products list",
+        "which products a commit tests: for each changed path the entry with the longest "
+        "matching prefix gives its products (empty = the path needs no test; the empty "
+        "prefix is the fallback; 'tree:' limits an entry to one tree and beats an "
+        "unqualified one of the same prefix); a commit tests the union, and is skipped when "
+        "it is empty; a tree named like a product that runs alone (mupdf, shell) tests just "
+        "that product; products are gs, pdfwrite, ps2write")
     # --- node ------------------------------------------------------------------------------
     node_name: str = _opt("", NODE, "name",
                           "this node's name (letters, digits, . _ -); empty = the host name")
@@ -266,6 +286,13 @@ def validate(cfg: Config) -> None:
             raise ConfigError(name, getattr(cfg, name), "a positive integer")
     if cfg.slots < 0:
         raise ConfigError("slots", cfg.slots, "0 (CPU count) or a positive integer")
+    # The grammar of the commit-run keys lives with their only user; imported here
+    # (not at the top) because cluster.commits imports this module.
+    from cluster import commits
+
+    commits.parse_repositories(cfg.repositories)
+    commits.check_branch(cfg.git_branch)
+    commits.parse_path_products(cfg.path_products)
 
 
 def _valid_name(name: str) -> bool:

@@ -2,9 +2,12 @@
 
 A discoverer is ``f(home, cfg, queue) -> list[RunSpec]``: it appends what it finds to the
 queue itself (so a request is consumed only once it is safely queued) and returns what it
-added.  :data:`DISCOVERERS` lists them per priority.  Priority 0 looks for the droppings
-clusterpush leaves in user trees; priority 1
-(commit polling) and priority 2 (cron, which appends to the queue itself) plug in here.
+added.  :data:`DISCOVERERS` lists them per priority:
+
+* priority 0: :func:`scan_user_droppings`, the droppings clusterpush leaves in user trees;
+* priority 1: :func:`cluster.commits.poll`, new commits of the configured git repositories
+  (the post-receive/post-commit hook queues them too, at once; a commit is queued once);
+* priority 2: nothing here, cron's enqueue_auto.py appends to the queue itself.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from cluster import commits
 from cluster.config import Config
 from cluster.errors import QueueLineError
 from cluster.home import Home
@@ -73,7 +77,8 @@ def _set_aside(path: Path) -> None:
         log.error("could not set %s aside: %s", path, exc)
 
 
-DISCOVERERS: dict[int, list[Discoverer]] = {0: [scan_user_droppings], 1: [], 2: []}
+DISCOVERERS: dict[int, list[Discoverer]] = {0: [scan_user_droppings], 1: [commits.poll],
+                                             2: []}
 
 
 class WorkWatcher:
