@@ -15,16 +15,23 @@ wording::
     The following X regression file(s) have been removed:          \\
     The following X regression file(s) have been added:             > not when skip_missing
     The following files are showing a new mismatch between banded...  /
+    ---------------------------------------------------------------- (103 dashes, then the
+    The following X regression file(s) had differences but matched   seen-before list, also
+        at least once in the previous 50 runs:                       with skip_missing)
     Nodes lost during the run:
     N late duplicate result(s) ignored.
+
+The "seen before" list comes from the ``md5sum.cache`` (:mod:`cluster.md5cache`): pass the
+loaded cache as ``seen``.  A test whose md5 changed, but whose new digest (its md5, or its
+error code if it errored) is in the cache, is listed there instead of under Differences, and
+its error transition is not listed either (§2.9 "unless archive-matched").  The cache is
+looked up once per test whose md5 changed, never for the others.
 
 The source is compare.pl at ghostpdl ``a9f881c0`` (2011-01-08), the last public version.
 Where this module departs from it, a comment says so and why.  Not ported yet, with the place
 they go: ``skip.lst`` (at the top of :func:`analyse`, drop skipped tests that did not error
-from both tables, and never list skipped tests as added/removed), the ``md5sum.cache`` "seen
-before" list (checked before a test is put in ``differences`` or an error list in
-:func:`analyse`, rendered after a dashed rule at the end of the ``skip_missing`` block in
-:func:`compare`), and the icc_work "all errors" list.
+from both tables, and never list skipped tests as added/removed) and the icc_work "all
+errors" list.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from cluster.md5cache import Seen, SeenCache, digest_of
 from cluster.records import ERROR_NAMES, SEGFAULTS
 from cluster.tab import TabRow, product_columns
 
@@ -44,6 +52,7 @@ GROUPS = (RASTER, PDFWRITE, PS2WRITE)
 GROUP_LABELS = {RASTER: "non-pdfwrite/ps2write", PDFWRITE: "pdfwrite", PS2WRITE: "ps2write"}
 
 STARS = "*" * 77  # compare.pl's segfault block rule, same width
+DASHES = "-" * 103  # compare.pl's rule before the seen-before list, same width
 
 #: A banded test id: page-mode sibling is the same id with the final ``1`` turned into ``0``.
 _BANDED = re.compile(r"(.+\.)1", re.DOTALL)
@@ -117,7 +126,9 @@ class Comparison:
     maps each group to the number of current tests in it.  ``started_errors`` lists first the
     tests present in both tables that went from OK to an error, then the added tests that
     error (compare.pl's order).  ``baseline`` is true when there was no previous table; then
-    every current test counts as added.
+    every current test counts as added.  ``archive_matches`` lists the tests whose md5
+    changed to a digest the md5 cache has seen before; ``archive_seen`` says where, for each.
+    Such a test is in none of ``differences``, ``started_errors`` and ``stopped_errors``.
     """
 
     differences: dict[str, list[str]]
@@ -129,6 +140,8 @@ class Comparison:
     segfaults: list[str]
     counts: dict[str, int] = field(default_factory=dict)
     baseline: bool = False
+    archive_matches: list[str] = field(default_factory=list)
+    archive_seen: dict[str, Seen] = field(default_factory=dict)
 
     def differing(self) -> list[str]:
         """Every test in ``differences``, all groups together, ordered by shown name."""
@@ -136,12 +149,14 @@ class Comparison:
 
 
 def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None,
-            products: Iterable[str] | None = None) -> Comparison:
+            products: Iterable[str] | None = None,
+            seen: SeenCache | None = None) -> Comparison:
     """Compare *current* with *previous* (None: no previous run, this run is the baseline).
 
     *products*, tested-product words as for :func:`cluster.tab.merge_baseline`, limits the
     per-group ``counts`` to those products' tests, as compare.pl's ``products`` argument
-    does; None counts every current test.
+    does; None counts every current test.  *seen* is the md5 cache: a test whose md5 changed
+    to a digest it holds goes to ``archive_matches`` (None: no cache, nothing matches).
     """
     prev: Mapping[str, TabRow] = previous if previous is not None else {}
     differences: dict[str, list[str]] = {g: [] for g in GROUPS}
@@ -152,6 +167,8 @@ def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
     added: list[str] = []
     added_errors: list[str] = []
     segfaults: list[str] = []
+    archive: list[str] = []
+    archive_seen: dict[str, Seen] = {}
     # One pass over the current tests in report order, each row looked at once (a run's
     # table makes its rows on demand; brief() gives what is needed here without a row).
     brief = getattr(current, "brief", None)
@@ -168,19 +185,31 @@ def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
             if error != 0:
                 added_errors.append(name)
         else:
-            if error != 0 and before.error == 0:
-                started.append(name)  # OK -> error
-            elif error == 0 and before.error != 0:
-                stopped.append(name)  # error -> OK
-            # Decision (faithful to compare.pl a9f881c0): the md5 test is NOT in an else
-            # branch of the error transitions.  The Perl once had it there (c8579a08) and
-            # then commented the "} else {" out ("##    } else {"), so a test that started or
-            # stopped producing errors - md5 "0" on one side, a digest on the other - is
-            # listed both under its error transition and as a difference.  A test erroring
-            # in both runs, even with another error code, is md5 "0" twice: neither a
-            # difference nor a transition.
-            if md5 != _effective_md5(before):
-                differences[group_of(product)].append(name)
+            differs = md5 != _effective_md5(before)
+            # The cache is asked only about a changed md5: one lookup per differing test.
+            # An errored test is looked up by its error code, the digest the cache stores
+            # for it (see cluster.md5cache on compare.pl's "0" key, which never matched).
+            hit = seen.lookup(name, digest_of(error, md5)) if differs and seen is not None else None
+            if hit is not None:
+                # compare.pl lists an archive-matched test once, in @archiveMatch, and
+                # neither as a difference nor as an error transition.  (The Perl could
+                # push a transition's match twice; one entry per test here.)
+                archive.append(name)
+                archive_seen[name] = hit
+            else:
+                if error != 0 and before.error == 0:
+                    started.append(name)  # OK -> error
+                elif error == 0 and before.error != 0:
+                    stopped.append(name)  # error -> OK
+                # Decision (faithful to compare.pl a9f881c0): the md5 test is NOT in an
+                # else branch of the error transitions.  The Perl once had it there
+                # (c8579a08) and then commented the "} else {" out ("##    } else {"), so a
+                # test that started or stopped producing errors - md5 "0" on one side, a
+                # digest on the other - is listed both under its error transition and as a
+                # difference.  A test erroring in both runs, even with another error code,
+                # is md5 "0" twice: neither a difference nor a transition.
+                if differs:
+                    differences[group_of(product)].append(name)
         if error in SEGFAULTS:
             segfaults.append(name)
         if counted is None or product in counted:
@@ -199,6 +228,8 @@ def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
         segfaults=segfaults,
         counts=counts,
         baseline=previous is None,
+        archive_matches=archive,
+        archive_seen=archive_seen,
     )
 
 
@@ -229,17 +260,22 @@ def _band_mismatches(current: Mapping[str, TabRow], previous: Mapping[str, TabRo
 
 def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None,
             facts: RunFacts, skip_missing: bool = False, previous_label: str = "previous run",
-            *, products: Iterable[str] | None = None, segfault_block: bool = True) -> str:
+            *, products: Iterable[str] | None = None, segfault_block: bool = True,
+            seen: SeenCache | None = None, ran_line: bool = True,
+            baseline_note: str | None = None) -> str:
     """The report text comparing *current* with *previous* (None: first run of a stream).
 
     *skip_missing* (user runs) suppresses the removed/added lists and, as in compare.pl,
-    everything after them (the banding check).  *previous_label* says what *previous* is
-    ("previous run", "previous clusterpush"); it shows in the wording used when it is None.
-    *segfault_block* False drops the starred block; compare.pl does that when the previous
-    table is the user's own earlier push (the second comparison of a user report).
-    *products* is passed to :func:`analyse`.  The text ends with a newline.
+    the banding check after them.  *previous_label* says what *previous* is ("previous
+    run", "previous clusterpush"); it shows in the wording used when it is None, unless
+    *baseline_note* gives that line's whole text.  *segfault_block* False drops the starred
+    block; compare.pl does that when the previous table is the user's own earlier push (the
+    second comparison of a user report), where it also leaves out the "ran" line
+    (*ran_line* False).  *products* and *seen* (the md5 cache) are passed to
+    :func:`analyse`; tests the cache matched are listed last, after a dashed rule.  The text
+    ends with a newline.
     """
-    c = analyse(current, previous, products=products)
+    c = analyse(current, previous, products=products, seen=seen)
     prev: Mapping[str, TabRow] = previous if previous is not None else {}
     out: list[str] = []
 
@@ -253,16 +289,20 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
             out.append(f"{display_name(name)} {row.machine} {error_description(row.error)}\n")
         out.append(f"\n{STARS}\n\n\n")
 
-    # compare.pl prints the seconds it was given, which the master counts in whole seconds.
-    out.append(f"ran {facts.tests} tests in {int(facts.seconds)} seconds on {facts.nodes} nodes"
-               "\n\n")
+    if ran_line:
+        # compare.pl prints the seconds it was given, which the master counts in whole
+        # seconds.
+        out.append(f"ran {facts.tests} tests in {int(facts.seconds)} seconds on "
+                   f"{facts.nodes} nodes\n\n")
 
     if c.baseline:
         # Not in compare.pl, which always had a previous table: the first run of a stream.
         # "No previous results to compare with: ..." by default, or e.g. "No previous
         # clusterpush to compare with: ..." for a user's first push.
-        missing = "previous results" if previous_label == "previous run" else previous_label
-        out.append(f"No {missing} to compare with: this run is the baseline.\n\n")
+        if baseline_note is None:
+            missing = "previous results" if previous_label == "previous run" else previous_label
+            baseline_note = f"No {missing} to compare with: this run is the baseline."
+        out.append(baseline_note.rstrip("\n") + "\n\n")
         if c.started_errors:
             # Every erroring test is new here; compare.pl's words for the complete error list.
             out.append(f"The following {len(c.started_errors)} regression file(s) are producing"
@@ -304,7 +344,7 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
             out.append("\n")
 
     # compare.pl's "if (!$skipMissing ...) {" block runs to the end of its report: besides
-    # removed/added it also holds the banding check (and the archive-match list, to come).
+    # removed/added it also holds the banding check and the archive-match list.
     if not skip_missing:
         if c.removed:
             out.append(f"The following {len(c.removed)} regression file(s) have been removed:\n")
@@ -321,6 +361,18 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
             out.extend(f"{display_name(n)}\n" for n in c.band_mismatches)
             out.append("\n")
 
+    # Departure: compare.pl prints the archive-match list inside its skipMissing block, so
+    # a user run's matched tests, taken out of Differences, were printed nowhere.  Here the
+    # list is printed whenever it is not empty, at the place compare.pl gives it (after the
+    # banding check, which user runs do not have).
+    if c.archive_matches and seen is not None:
+        out.append(f"{DASHES}\n\n")
+        out.append(f"The following {len(c.archive_matches)} regression file(s) had differences "
+                   f"but matched at least once in the previous {seen.window} runs:\n")
+        out.extend(_archive_line(name, current[name], c.archive_seen[name])
+                   for name in c.archive_matches)
+        out.append("\n")
+
     # Not in compare.pl: the 2011 master had no way to say a node was lost mid-run.
     if facts.lost_nodes:
         out.append("Nodes lost during the run:\n")
@@ -330,6 +382,18 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
         out.append(f"{facts.duplicates} late duplicate result(s) ignored.\n\n")
 
     return "".join(out)
+
+
+def _archive_line(name: str, row: TabRow, where: Seen) -> str:
+    # compare.pl's "$t $a[1] $a[2] $currentMachine{$t} $a[0] $a[3] $message": the product
+    # and machine of the run the digest was last seen in, this run's machine, that run's
+    # revision, how many runs ago, and the error description if the test errors now
+    # (without the Perl's trailing space when there is none).
+    line = f"{display_name(name)} {where.product} {where.machine} {row.machine} {where.rev} " \
+           f"{where.age}"
+    if row.error != 0:
+        line += f" {error_description(row.error)}"
+    return line + "\n"
 
 
 def _added_error_line(name: str, row: TabRow) -> str:

@@ -393,3 +393,44 @@ def test_a_table_with_brief_compares_as_a_dict() -> None:
     assert briefed.briefed == len(rows)
     facts = RunFacts(tests=6, seconds=1, nodes=1)
     assert compare(briefed, previous, facts) == compare(table(*rows), previous, facts)
+
+
+def test_seen_before_list_comes_after_banding_and_before_lost_nodes() -> None:
+    """Archive-matched tests follow a dashed rule after the banding check, lost nodes last."""
+    from cluster.md5cache import Seen, SeenCache
+    from cluster.report import DASHES
+
+    seen = SeenCache({f"x__f.ps {C}": Seen("20240101-p1-0001", "gs", "old", 7)}, window=30)
+    prev = table(r("x__f.ps"), r("n.x.0"), r("n.x.1"))
+    cur = table(r("x__f.ps", md5=C, machine="new"), r("n.x.0"), r("n.x.1", md5=B))
+    facts = RunFacts(tests=3, seconds=1, nodes=1, lost_nodes=("n9 (killed)",))
+    text = compare(cur, prev, facts, seen=seen)
+    title = ("The following 1 regression file(s) had differences but matched at least once in "
+             "the previous 30 runs:")
+    assert section(text, title) == ["x/f.ps gs old new 20240101-p1-0001 7"]
+    ls = lines(text)
+    assert ls.index("The following files are showing a new mismatch between banded and page "
+                    "mode:") < ls.index(DASHES) < ls.index(title) \
+        < ls.index("Nodes lost during the run:")
+    assert ls[ls.index(DASHES) + 1] == ""
+    assert section(text, "Differences in 1 of 3 non-pdfwrite/ps2write test(s):") == \
+        ["n.x.1 gs m1 m1"]
+
+
+def test_seen_before_list_is_kept_for_user_runs() -> None:
+    """With skip_missing the list is still printed (compare.pl dropped it: see report.py)."""
+    from cluster.md5cache import Seen, SeenCache
+
+    seen = SeenCache({f"t {B}": Seen("r1", "gs", "m", 2)})
+    text = compare(table(r("t", md5=B)), table(r("t")), FACTS, skip_missing=True, seen=seen)
+    assert "had differences but matched at least once in the previous 50 runs:" in text
+    assert "Differences in" not in text
+
+
+def test_ran_line_and_baseline_note_can_be_changed() -> None:
+    """ran_line=False drops the 'ran' line; baseline_note replaces the first-run wording."""
+    text = compare(table(r("a")), table(r("a")), FACTS, ran_line=False)
+    assert "ran " not in text and lines(text)[0] == "No differences in 1 non-pdfwrite/ps2write " \
+        "tests"
+    text = compare(table(r("a")), None, FACTS, baseline_note="No baseline yet.")
+    assert "No baseline yet." in lines(text) and "this run is the baseline" not in text
