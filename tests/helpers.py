@@ -36,3 +36,11 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str,
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+#: Settings that make a local cluster react in fractions of a second (the e2e tests).
+FAST = {
+    "supervisor_interval": "1", "heartbeat_interval": "0.5", "poll_interval": "0.5",
+    "pid_wait": "1", "pid_check_interval": "0.5", "connect_retry_delay": "0.5",
+    "connect_retries": "60", "linger": "3", "heartbeat_timeout": "6",
+}

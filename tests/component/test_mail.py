@@ -7,12 +7,8 @@ the headers of the message itself.
 
 from __future__ import annotations
 
-import email
-import email.policy
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -23,40 +19,13 @@ from cluster import config, mail
 from cluster.config import Config
 from cluster.home import Home
 from tests.helpers import free_port
-
-
-@dataclass
-class Received:
-    """One message as the server got it."""
-
-    mail_from: str
-    rcpt_tos: list[str]
-    message: EmailMessage
-
-
-@dataclass
-class Collector:
-    """aiosmtpd handler: accept every message and keep it."""
-
-    received: list[Received] = field(default_factory=list)
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
-        message = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        assert isinstance(message, EmailMessage)
-        self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), message))
-        return "250 OK"
+from tests.smtp import Collector, smtp_server
 
 
 @pytest.fixture
 def smtp() -> Iterator[tuple[Collector, int]]:
-    handler = Collector()
-    port = free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield handler, port
-    finally:
-        controller.stop()
+    with smtp_server() as server:
+        yield server
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -20,35 +19,12 @@ from cluster.localcluster import LocalCluster, write_demo_tree
 from cluster.queuefiles import RunSpec
 from cluster.records import BIN, TEMP, TESTS
 from cluster.tab import read_tab
-from tests.helpers import CORPUS, REPO, free_port, wait_for
+from tests.helpers import FAST, REPO, free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 
-FAST = {
-    "supervisor_interval": "1", "heartbeat_interval": "0.5", "poll_interval": "0.5",
-    "pid_wait": "1", "pid_check_interval": "0.5", "connect_retry_delay": "0.5",
-    "connect_retries": "60", "linger": "3", "heartbeat_timeout": "6",
-}
 SMALL_GS = "ppmraw.72.0 pbmraw.72.0 pgmraw.300.1 pkmraw.72.0"
 HEAVY_GS = "ppmraw.300.0 ppmraw.300.1 pbmraw.300.0 pkmraw.300.1 pgmraw.300.0 pkmraw.300.0"
-
-
-@pytest.fixture
-def make_cluster(tmp_path: Path) -> Iterator[object]:
-    clusters: list[LocalCluster] = []
-
-    def make(nodes: int = 2, **settings: str) -> LocalCluster:
-        base = free_port(3)
-        overrides = {**FAST, "base_port": str(base), "monitor_port": str(free_port()),
-                     **settings}
-        cluster = LocalCluster(tmp_path / f"home{len(clusters)}", nodes, CORPUS, overrides)
-        cluster.prepare()
-        clusters.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in clusters:
-        cluster.stop(grace=10)
 
 
 def run_once(cluster: LocalCluster, product: str = "gs", options: tuple[str, ...] = (),
