@@ -40,6 +40,11 @@ Deliberate differences from build.pl (each also noted where it is implemented):
   file that is md5summed and removed, instead of the md5sum pipe;
 * mupdf uses ``mutool draw`` streaming all pages to md5sum (build.pl: ``pdfdraw`` writing one
   file per page, then ``cat`` and ``md5sum``), band 1 is ``-B 64`` (was ``-b20``).
+
+bmpcmp runs (ARTIFEX.md §5.7) do not walk the corpus: :func:`bmpcmp_jobs` makes one job per
+test that differed in an earlier run, which renders the test with the baseline build
+(``__baseline__``) and the candidate build (``__bin__``) and writes difference images with
+:mod:`cluster.bmpcmp`; see :func:`bmpcmp_command` for its contract.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from pathlib import Path
 
 from cluster.config import Config
 from cluster.errors import ConfigError
-from cluster.records import BIN, TEMP, TEST_ID, TESTS, Job
+from cluster.records import BASELINE, BIN, PLACEHOLDERS, PYTHON, TEMP, TEST_ID, TESTS, Job
 
 logger = logging.getLogger("cluster.build")
 
@@ -91,7 +96,7 @@ QUICK_FILES = "quickfiles.lst"
 TWO_STAGE = {"pdf": ("pdfwrite", "pdf"), "ps": ("ps2write", "ps")}
 
 _CONFIG = re.compile(r"(?:(pdf|ps)\.)?([a-z][a-z0-9_]*)\.([1-9][0-9]{0,4})\.([01])")
-_PLACEHOLDERS = (TEMP, BIN, TESTS)
+_PLACEHOLDERS = PLACEHOLDERS
 CONFIG_FORM = ("[pdf.|ps.]device.res.band with band 0 (page mode) or 1 (banded), "
                "e.g. ppmraw.300.1 or pdf.ppmraw.72.0")
 _ALLOWED = "letters, digits and _ . + , @ % = - (first character a letter or digit)"
@@ -318,10 +323,27 @@ def _gs_raster_argv(name: str, tc: JobConfig, input_args: Sequence[str], memory_
         output = f"-sOutputFile={_gs_name(f'{TEMP}/{name}.raster')}"
     else:
         output = f"-sOutputFile='|md5sum >> {_gs_name(f'{TEMP}/{name}.md5')}'"
-    return [f"{BIN}/gs", output, *_raster_options(tc),
+    return _gs_argv(BIN, output, tc, input_args, memory_kb)
+
+
+def _gs_argv(bin_dir: str, output: str, tc: JobConfig, input_args: Sequence[str],
+             memory_kb: int) -> list[str]:
+    """``bin_dir``/gs rendering to ``tc`` with the ``-sOutputFile=`` argument ``output``."""
+    return [f"{bin_dir}/gs", output, *_raster_options(tc),
             "-sDEFAULTPAPERSIZE=letter", "-dNOPAUSE", "-dBATCH", f"-K{memory_kb}",
             # -dJOBSERVER as build.pl; checked on gs 10.0: same rasters as without it,
             # for stdin and for file arguments alike.
+            "-dJOBSERVER", *input_args]
+
+
+def _gs_stage1_argv(bin_dir: str, intermediate: str, tc: JobConfig,
+                    input_args: Sequence[str]) -> list[str]:
+    """Stage 1 of a two-stage test: ``bin_dir``/gs writes the PDF or PostScript file."""
+    assert tc.two_stage is not None
+    device = TWO_STAGE[tc.two_stage][0]
+    # As build.pl: stage 1 has no -K and no -dMaxBitmap, only the resolution.
+    return [f"{bin_dir}/gs", f"-sOutputFile={_gs_name(intermediate)}", f"-sDEVICE={device}",
+            f"-r{tc.res}", "-sDEFAULTPAPERSIZE=letter", "-dNOPAUSE", "-dBATCH",
             "-dJOBSERVER", *input_args]
 
 
@@ -360,10 +382,7 @@ def two_stage_command(name: str, relpath: str, tc: JobConfig, memory_kb: int) ->
     log = f"{TEMP}/{name}.log"
     intermediate = f"{TEMP}/{name}.{suffix}"
     input_args, stdin = _gs_input(relpath)
-    # As build.pl: stage 1 has no -K and no -dMaxBitmap, only the resolution.
-    stage1 = [f"{BIN}/gs", f"-sOutputFile={_gs_name(intermediate)}", f"-sDEVICE={device}",
-              f"-r{tc.res}", "-sDEFAULTPAPERSIZE=letter", "-dNOPAUSE", "-dBATCH",
-              "-dJOBSERVER", *input_args]
+    stage1 = _gs_stage1_argv(BIN, intermediate, tc, input_args)
     stage2 = _gs_raster_argv(name, tc, [intermediate], memory_kb)
     return (f"touch {TEMP}/{name}.md5 ; echo 'gs {device}' >> {log} ; "
             + _run(log, stage1, stdin)
@@ -541,3 +560,213 @@ def generate(cfg: Config, products: Sequence[str], tests_root: Path,
     logger.info("build: %d jobs (%d slow, %d quick) for %s", len(jobs), len(groups[0]),
                 len(groups[2]), " ".join(wanted))
     return jobs
+
+
+# ----------------------------------------------------------------------------------------------
+# bmpcmp runs (ARTIFEX.md §5.7)
+
+#: At most this many bmpcmp jobs (build.pl's master cut the list to its first 1000 lines).
+BMPCMP_MAX_JOBS = 1000
+#: At most this many difference image sets per test (build.pl: ``bmpcmp ... 0 100``).
+BMPCMP_MAX_IMAGES = 100
+#: Where a bmpcmp job writes its images, under ``__temp__``; the node uploads this folder
+#: to ``runs/<run id>/bmpcmp/`` on the master.
+BMPCMP_DIR = "bmpcmp"
+#: gs devices whose output already is raw PNM: bmpcmp renders with the test's own device,
+#: so the images show exactly the raster the test's md5 was taken of.
+BMPCMP_PNM_DEVICES = frozenset({"pbmraw", "pgmraw", "ppmraw", "pkmraw", "pnmraw"})
+#: Product words of a bmpcmp list -> product; the .tab product columns are accepted too.
+BMPCMP_PRODUCTS = {"gs": "gs", "pdfwrite": "pdfwrite", "ps2write": "ps2write",
+                   "mupdf": "mupdf", "gs pdfwrite": "pdfwrite", "gs ps2write": "ps2write"}
+
+
+def bmpcmp_device(device: str) -> str:
+    """The gs device a bmpcmp job renders a test of ``device`` with.
+
+    bmpcmp reads raw PNM only.  The PNM devices (pbmraw, pgmraw, ppmraw, pkmraw -- whose
+    CMYK halftone comes out as P6 -- and pnmraw) are used as they are; other grey devices
+    (a name with ``gray``/``grey``) map to pgmraw; monochrome ones (``mono``, fax ``g3``/
+    ``g4``) to pbmraw; everything else (pam, psdcmyk, cups, bitrgb, tiff24nc, png16m...) is
+    colour and maps to ppmraw.
+    """
+    if device in BMPCMP_PNM_DEVICES:
+        return device
+    if "gray" in device or "grey" in device:
+        return "pgmraw"
+    if "mono" in device or device.endswith(("g3", "g4")):
+        return "pbmraw"
+    return "ppmraw"
+
+
+def bmpcmp_mupdf_format(device: str) -> str:
+    """The ``mutool draw -F`` format of a mupdf bmpcmp job: pgm for pgmraw, pbm for pbmraw,
+    ppm otherwise (mupdf's pkm and pam are PAM files, which bmpcmp does not read)."""
+    return {"pgmraw": "pgm", "pbmraw": "pbm"}.get(device, "ppm")
+
+
+def read_bmpcmp_list(path: Path) -> list[tuple[str, str]]:
+    """The ``(test id, product)`` pairs of a bmpcmp list file.
+
+    One test per line: ``<test id> <product>``, the product a word of
+    :data:`BMPCMP_PRODUCTS` (``gs``, ``pdfwrite``, ``ps2write``, ``mupdf``, or a .tab
+    product column such as ``gs pdfwrite``).  Blank and ``#`` lines are ignored; a line
+    without a product is skipped with a warning.  OSError when the file cannot be read.
+    """
+    out: list[tuple[str, str]] = []
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    for lineno, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) < 2:
+            logger.warning("build: %s line %d: %r has no product; expected "
+                           "'<test id> <product>'", path, lineno, line.strip())
+            continue
+        out.append((words[0], " ".join(words[1:])))
+    return out
+
+
+def _bmpcmp_candidates(test_id: str) -> list[tuple[str, JobConfig]]:
+    """Every (file id, config) split of ``test_id``: configs have 3 or 4 dotted parts."""
+    parts = test_id.split(".")
+    out = []
+    for n in (4, 3):
+        if len(parts) > n:
+            try:
+                tc = JobConfig.parse(".".join(parts[-n:]))
+            except ValueError:
+                continue
+            out.append((".".join(parts[:-n]), tc))
+    return out
+
+
+def _bmpcmp_kinds(product: str) -> frozenset[str | None]:
+    return frozenset({None}) if product == "mupdf" else _SPECS[product].kinds
+
+
+def bmpcmp_jobs(cfg: Config, tests: Sequence[tuple[str, str]], tests_root: Path,
+                max_jobs: int = BMPCMP_MAX_JOBS) -> list[Job]:
+    """The jobs of a bmpcmp run: one per ``(test id, product)`` of ``tests``, in order.
+
+    ``tests`` are the tests that differed in an earlier run; ``product`` is a word of
+    :data:`BMPCMP_PRODUCTS`.  A test id is split into ``<file id>.<config>`` (trying the
+    two-stage ``pdf.``/``ps.`` form and the raster form, keeping the one the product allows
+    whose file exists in ``tests_root``; nightly-only files count).  Skipped with a warning
+    naming them: unknown products, ids that do not parse, ids whose test file is no longer
+    in the corpus, repeated ids.  At most ``max_jobs`` jobs are made (a warning says how many
+    were left out).  FileNotFoundError when ``tests_root`` is not a directory.
+    """
+    root = Path(tests_root)
+    stems: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def stem_map(product: str) -> dict[str, str]:
+        key = "mupdf_extensions" if product == "mupdf" else "gs_extensions"
+        exts = tuple(getattr(cfg, key))
+        if exts not in stems:
+            stems[exts] = {file_id(rel): rel for rel in find_test_files(root, exts, True)}
+        return stems[exts]
+
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    left_out = 0
+    for test_id, product_word in tests:
+        product = BMPCMP_PRODUCTS.get(" ".join(product_word.split()))
+        if product is None:
+            logger.warning("build: bmpcmp: skipping %s: unknown product %r (expected one of "
+                           "%s)", test_id, product_word, ", ".join(BMPCMP_PRODUCTS))
+            continue
+        problem = _id_problem(test_id)
+        if problem is not None:
+            logger.warning("build: bmpcmp: skipping %r: %s", test_id, problem)
+            continue
+        if test_id in seen:
+            logger.warning("build: bmpcmp: skipping %s: listed twice", test_id)
+            continue
+        splits = [(stem, tc) for stem, tc in _bmpcmp_candidates(test_id)
+                  if tc.two_stage in _bmpcmp_kinds(product)]
+        if not splits:
+            logger.warning("build: bmpcmp: skipping %s: not <file id>.<config> of product %s "
+                           "(config: %s)", test_id, product, CONFIG_FORM)
+            continue
+        files = stem_map(product)
+        found = [(files[stem], tc) for stem, tc in splits if stem in files]
+        if not found:
+            logger.warning("build: bmpcmp: skipping %s: its test file %s is no longer in "
+                           "the corpus %s", test_id, splits[-1][0].replace("__", "/"), root)
+            continue
+        if len(jobs) >= max_jobs:
+            left_out += 1
+            continue
+        seen.add(test_id)
+        relpath, tc = found[0]
+        jobs.append(Job(test_id, f"{TEMP}/{test_id}.log",
+                        bmpcmp_command(test_id, relpath, tc, product, cfg.gs_memory_kb)))
+    if left_out:
+        logger.warning("build: bmpcmp: %d more test(s) left out: at most %d bmpcmp jobs",
+                       left_out, max_jobs)
+    logger.info("build: %d bmpcmp jobs", len(jobs))
+    return jobs
+
+
+def bmpcmp_command(name: str, relpath: str, tc: JobConfig, product: str,
+                   memory_kb: int) -> str:
+    """The command of the bmpcmp job of test ``name`` (file ``relpath``, config ``tc``).
+
+    Contract (the log/md5 contract of every job, so readlog classifies it as usual):
+
+    * ``__temp__/<id>.log``: the product label the test's own job writes (``gs``,
+      ``gs pdfwrite``, ``gs ps2write``, ``mupdf``), then every step echoed and run under
+      ``/usr/bin/time`` appending to the log: the baseline rendering, the candidate
+      rendering, and for two-stage tests first both stage-1 runs, ``---``, both stage-2
+      runs; then the comparison.  A failing rendering or comparison is an error as usual.
+    * Renderings go to ``__temp__/<id>.base.pnm`` and ``.cand.pnm`` (raw PNM, all pages in
+      one file, the device of :func:`bmpcmp_device`, the test's resolution and banding)
+      and are removed at the end, as are two-stage intermediates.  Both are created empty
+      first, so a test without pages compares as identical instead of missing.
+    * ``__python__ -m cluster.bmpcmp BASE CAND __temp__/bmpcmp/<id> 100`` writes the image
+      sets ``__temp__/bmpcmp/<id>.<NNNNN>.*``; its summary (a line per set, or
+      ``identical``) goes to the log and into md5sum: ``__temp__/<id>.md5`` is the md5 of
+      that summary.
+    """
+    log = f"{TEMP}/{name}.log"
+    base_out, cand_out = f"{TEMP}/{name}.base.pnm", f"{TEMP}/{name}.cand.pnm"
+    parts = [f"touch {TEMP}/{name}.md5", f": > {base_out}", f": > {cand_out}"]
+    cleanup = [base_out, cand_out]
+    if product == "mupdf":
+        parts.append(f"echo mupdf >> {log}")
+        for bin_dir, out in ((BASELINE, base_out), (BIN, cand_out)):
+            argv = [f"{bin_dir}/mutool", "draw", "-q", f"-r{tc.res}"]
+            if tc.band == 1:
+                argv += ["-B", str(MUPDF_BAND_HEIGHT)]
+            # To stdout, redirected: -o <file> would expand a % in the test id.
+            argv += ["-F", bmpcmp_mupdf_format(tc.device), "-o", "-",
+                     f"{TESTS}/{shlex.quote(relpath)}"]
+            text = " ".join(argv)
+            parts.append(f"echo {shlex.quote(text + ' > ' + out)} >> {log}")
+            parts.append(f"{TIME_COMMAND} {text} 2>> {log} > {out}")
+    else:
+        raster = JobConfig(tc.text, bmpcmp_device(tc.device), tc.res, tc.band, tc.two_stage)
+        input_args, stdin = _gs_input(relpath)
+        if tc.two_stage is None:
+            parts.append(f"echo gs >> {log}")
+            for bin_dir, out in ((BASELINE, base_out), (BIN, cand_out)):
+                parts.append(_run(log, _gs_argv(bin_dir, f"-sOutputFile={_gs_name(out)}",
+                                                raster, input_args, memory_kb), stdin))
+        else:
+            device, suffix = TWO_STAGE[tc.two_stage]
+            parts.append(f"echo 'gs {device}' >> {log}")
+            mids = (f"{TEMP}/{name}.base.{suffix}", f"{TEMP}/{name}.cand.{suffix}")
+            cleanup += mids
+            for bin_dir, mid in zip((BASELINE, BIN), mids, strict=True):
+                parts.append(_run(log, _gs_stage1_argv(bin_dir, mid, tc, input_args), stdin))
+            parts.append(f"echo --- >> {log}")
+            for bin_dir, mid, out in zip((BASELINE, BIN), mids, (base_out, cand_out),
+                                         strict=True):
+                parts.append(_run(log, _gs_argv(bin_dir, f"-sOutputFile={_gs_name(out)}",
+                                                raster, [mid], memory_kb)))
+    compare = (f"{PYTHON} -m cluster.bmpcmp {base_out} {cand_out} "
+               f"{TEMP}/{BMPCMP_DIR}/{name} {BMPCMP_MAX_IMAGES}")
+    parts.append(f"echo {shlex.quote(compare)} >> {log}")
+    parts.append(f"{TIME_COMMAND} {compare} 2>> {log} | tee -a {log} | md5sum >> {TEMP}/{name}.md5")
+    parts.append("rm -f " + " ".join(cleanup))
+    return " ; ".join(parts)

@@ -6,7 +6,11 @@ the whole run (nodes do not delete it) and is removed when the run is over.
 Keys: ``id``, ``priority``, ``queue`` (the queue line being run), ``kind``, ``ref``,
 ``products`` (comma list), ``tree`` (ghostpdl or mupdf), ``source`` (the tree to build,
 relative to the master home), ``build`` (the build command), ``tests`` (the corpus,
-relative to the master home), ``options`` (space list, may be empty).
+relative to the master home), ``options`` (space list, may be empty), and the optional
+``baseline``: the master's clean tree (relative to the master home, e.g. ``ghostpdl``) that
+a bmpcmp run renders as its reference.  Nodes fetch and build it besides ``source``, cache
+the build between runs, and substitute ``__baseline__`` with its ``bin``.  Empty or absent:
+no baseline, and the line is not written, so job.start files of other runs are unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KEYS = ("id", "priority", "queue", "kind", "ref", "products", "tree", "source", "build",
-        "tests", "options")
+        "tests", "options", "baseline")
+#: Keys a job.start may lack.
+OPTIONAL = ("options", "baseline")
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class JobStart:
     build: str
     tests: str
     options: tuple[str, ...] = ()
+    baseline: str = ""
 
     def format(self) -> str:
         values = {
@@ -37,8 +44,10 @@ class JobStart:
             "kind": self.kind, "ref": self.ref, "products": ",".join(self.products),
             "tree": self.tree, "source": self.source, "build": self.build,
             "tests": self.tests, "options": " ".join(self.options),
+            "baseline": self.baseline,
         }
-        return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS)
+        return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS
+                       if k != "baseline" or values[k])
 
     @classmethod
     def parse(cls, text: str) -> JobStart:
@@ -48,7 +57,7 @@ class JobStart:
             key, _, value = line.partition(" ")
             if key in KEYS:
                 values[key] = value
-        missing = [k for k in KEYS if k not in values and k != "options"]
+        missing = [k for k in KEYS if k not in values and k not in OPTIONAL]
         if missing:
             raise ValueError("job.start lacks " + ", ".join(missing))
         try:
@@ -60,4 +69,5 @@ class JobStart:
                    kind=values["kind"], ref=values["ref"],
                    products=tuple(p for p in values["products"].split(",") if p),
                    tree=values["tree"], source=values["source"], build=values["build"],
-                   tests=values["tests"], options=tuple(values.get("options", "").split()))
+                   tests=values["tests"], options=tuple(values.get("options", "").split()),
+                   baseline=values.get("baseline", "").strip())

@@ -3,7 +3,13 @@
 The node reads job.start, then talks to the master on base_port + priority:
 
 * BUILD: mirror the test corpus and the product's source tree from the master, run the
-  build command in a background thread; meanwhile every call says ``busy build``.
+  build command in a background thread; meanwhile every call says ``busy build``.  When
+  job.start names a ``baseline`` tree (bmpcmp runs), it is mirrored into
+  ``work_dir/baseline/.<name>.src``, copied to ``work_dir/baseline/<name>`` and built there
+  with the same command; that build is kept between runs and redone only when the mirrored
+  tree (paths, sizes, mtimes) or the build command changed since the last successful
+  baseline build (``.<name>.stamp``, written only after one).  The mirror is separate so
+  that mirroring, which deletes what the master lacks, never deletes the build's output.
 * JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
   (:mod:`cluster.slots`); one running longer than ``job_timeout`` seconds is killed as a
   whole tree (SIGHUP, then SIGKILL).
@@ -11,8 +17,17 @@ The node reads job.start, then talks to the master on base_port + priority:
   a call is made as soon as results wait longer than ``report_interval``, when the local
   queue falls below one job per slot (so the node never idles between batches), and at
   least every ``poll_interval`` seconds (the node's heartbeat).
-* UPLOAD: the node's log and build log go to the master (busy meanwhile).
+* UPLOAD: the node's log and build log go to the master (busy meanwhile), and the image
+  sets bmpcmp jobs left in ``temp/bmpcmp/`` go to ``runs/<id>/bmpcmp/``: whole sets in
+  name order until :data:`BMPCMP_UPLOAD_LIMIT` bytes; the sets after that are not sent and
+  ``runs/<id>/bmpcmp/DROPPED.<node>`` lists their files.
 * ABORT: everything running is killed and the node leaves.
+
+Placeholders in job commands (:mod:`cluster.records`): ``__temp__``, ``__bin__``,
+``__tests__``, ``__baseline__`` (the baseline build's ``bin``; left as is without a
+baseline, so a job using it fails visibly) and ``__python__`` (this interpreter, quoted; the
+slot shells get the project on ``PYTHONPATH`` so ``__python__ -m cluster.bmpcmp`` imports
+from any directory, installed or not).
 
 Results are dropped from the node's memory only after the master's reply has been read, so
 a failed call sends them again (the master records the first copy and counts the rest).
@@ -24,24 +39,31 @@ Exit codes: 0 the run is over for this node, 1 failure, 3 the master could not b
 from __future__ import annotations
 
 import collections
+import fcntl
 import hashlib
 import logging
 import math
 import os
 import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
 
 from cluster import protocol, readlog
+from cluster.bmpcmp import DROPPED_NOTE, SET_FILE
 from cluster.config import Config
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import suffixed
 from cluster.jobstart import JobStart
-from cluster.records import BIN, ERROR_INTERNAL, TEMP, TESTS, Job, JobResult
+from cluster.records import BASELINE, BIN, ERROR_INTERNAL, PYTHON, TEMP, TESTS, Job, JobResult
 from cluster.slots import Finished, SlotPool
 from cluster.transport import Transport
 
@@ -51,7 +73,16 @@ EXIT_DONE, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_ABORTED = 0, 1, 3, 4
 #: ABORT reasons after which this node must not join the same run again.
 FINAL_ABORTS = ("run complete", "unsuitable", "wrong job id", "run aborted", "dropped")
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
+#: A baseline tree's folder name under work_dir/baseline (``/`` written as ``__``); it
+#: starts with a letter or digit, so it never clashes with the dot files beside it.
+BASELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]*")
 RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
+#: The project root, put on the slot shells' PYTHONPATH for ``__python__ -m cluster...``.
+REPO = Path(__file__).resolve().parents[1]
+#: Bytes of bmpcmp images one node uploads per run (ARTIFEX.md §5.7: checkSize.pl, 10 MB).
+BMPCMP_UPLOAD_LIMIT = 10_000_000
+#: Where bmpcmp jobs leave their image sets, under the run's temp directory.
+BMPCMP_DIR = "bmpcmp"
 
 
 @dataclass
@@ -118,13 +149,26 @@ class NodeRun:
         self.node_log_path = self.run_dir / f"{self.name}.log"
         self.build_log = self.run_dir / f"{self.name}.build.log"
         self.built_marker = self.run_dir / "built"
+        self.baseline_dir: Path | None = None
+        if start.baseline:
+            key = start.baseline.strip("/").replace("/", "__")
+            if not BASELINE_NAME.fullmatch(key):
+                raise ClusterError(f"job.start baseline {start.baseline!r} is not a tree "
+                                   "path of [A-Za-z0-9_.+,@%=-] and / starting with a letter "
+                                   "or digit")
+            # Kept across runs (unlike src): the cache of the baseline build.
+            self.baseline_dir = work / "baseline" / key
         self.node_log = open(self.node_log_path, "a", encoding="utf-8")  # noqa: SIM115
         relaxed = "relaxtimeout" in start.options
         self.job_timeout = RELAXED_TIMEOUT if relaxed else self.cfg.job_timeout
-        subst = {TEMP: str(self.temp), BIN: str(self.src / "bin"), TESTS: str(self.tests)}
+        subst = {TEMP: str(self.temp), BIN: str(self.src / "bin"), TESTS: str(self.tests),
+                 PYTHON: shlex.quote(sys.executable)}
+        if self.baseline_dir is not None:
+            subst[BASELINE] = str(self.baseline_dir / "bin")
         self.substitutions = tuple(subst.items())
         self.built = self.built_marker.exists()  # built for this run before (a restart)
-        self.pool = SlotPool(self.slots, os.environ, self.job_timeout, self.cfg.kill_grace)
+        self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
+                             self.cfg.kill_grace)
         return start
 
     # ------------------------------------------------------------------ main loop
@@ -332,10 +376,98 @@ class NodeRun:
                                   check=False)
             if done.returncode != 0:
                 raise ClusterError(f"{self.start.build!r} exited with status {done.returncode}")
+            if self.baseline_dir is not None:
+                self._build_baseline(out)
+
+    def _build_baseline(self, out: TextIO) -> None:
+        """Fetch the baseline tree and build it, unless the cached build is up to date.
+
+        Locked (flock on ``.<name>.lock``) because the cache outlives this run: another
+        run.py of this node must never see a half-copied tree.
+        """
+        assert self.start is not None and self.baseline_dir is not None
+        tree = self.baseline_dir
+        mirror = tree.with_name(f".{tree.name}.src")
+        stamp = tree.with_name(f".{tree.name}.stamp")
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        with open(tree.with_name(f".{tree.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            out.write(f"node {self.name}: fetching baseline {self.start.baseline} "
+                      f"into {mirror}\n")
+            out.flush()
+            self.transport.fetch_tree(self.start.baseline, mirror)
+            digest = tree_digest(mirror, self.start.build)
+            try:
+                previous = stamp.read_text(encoding="utf-8").strip()
+            except FileNotFoundError:
+                previous = ""
+            if previous == digest and tree.is_dir():
+                out.write(f"baseline {self.start.baseline} unchanged since its last build "
+                          f"(digest {digest[:12]}); reusing {tree}\n")
+                out.flush()
+                return
+            stamp.unlink(missing_ok=True)  # a failed build must not look built
+            if tree.exists():
+                shutil.rmtree(tree)
+            # A clean copy: the master's clean tree, built from scratch as the master has it.
+            shutil.copytree(mirror, tree, symlinks=True)
+            out.write(f"baseline {self.start.baseline} changed (digest {digest[:12]}); "
+                      f"building in {tree}\n$ {self.start.build}\n")
+            out.flush()
+            done = subprocess.run(self.start.build, shell=True, cwd=tree, stdout=out,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  check=False)
+            if done.returncode != 0:
+                raise ClusterError(f"baseline build {self.start.build!r} of "
+                                   f"{self.start.baseline} exited with status "
+                                   f"{done.returncode}")
+            tmp = stamp.with_name(stamp.name + ".tmp")
+            tmp.write_text(digest + "\n", encoding="utf-8")
+            os.replace(tmp, stamp)
 
     def _do_upload(self) -> None:
         self.node_log.flush()
+        self._upload_bmpcmp()
         self._upload_logs(strict=True)
+
+    def _upload_bmpcmp(self) -> None:
+        """Upload ``temp/bmpcmp/`` to ``runs/<id>/bmpcmp/`` within BMPCMP_UPLOAD_LIMIT.
+
+        Whole image sets in name order, each set's ``.meta`` last (the master shows a set
+        once its ``.meta`` is there).  Once a set would pass the limit, it and every later
+        one stay behind and ``DROPPED.<node>`` (one file per node, so nodes never overwrite
+        each other's note) lists their files.  Raises ClusterError when an upload fails.
+        """
+        assert self.start is not None
+        folder = self.temp / BMPCMP_DIR
+        if not folder.is_dir():
+            return
+        groups: dict[str, list[Path]] = {}
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                m = SET_FILE.fullmatch(path.name)
+                groups.setdefault(m.group("stem") if m else path.name, []).append(path)
+        dest = f"runs/{self.start.id}/{BMPCMP_DIR}"
+        total = 0
+        dropped: list[Path] = []
+        for stem in sorted(groups):
+            files = sorted(groups[stem], key=lambda p: (p.name.endswith(".meta"), p.name))
+            size = sum(p.stat().st_size for p in files)
+            if dropped or total + size > BMPCMP_UPLOAD_LIMIT:
+                dropped.extend(files)
+                continue
+            for path in files:
+                self.transport.upload(path, f"{dest}/{path.name}")
+            total += size
+        if dropped:
+            note = self.run_dir / f"{DROPPED_NOTE}.{self.name}"
+            note.write_text(
+                f"# node {self.name}: bmpcmp images past {BMPCMP_UPLOAD_LIMIT} bytes were "
+                f"not uploaded ({len(dropped)} file(s))\n"
+                + "".join(p.name + "\n" for p in dropped), encoding="utf-8")
+            self.transport.upload(note, f"{dest}/{note.name}")
+            log.warning("node %s: %d bmpcmp file(s) past the %d-byte limit not uploaded",
+                        self.name, len(dropped), BMPCMP_UPLOAD_LIMIT)
 
     def _upload_logs(self, strict: bool = False) -> None:
         assert self.start is not None
@@ -399,6 +531,30 @@ class NodeRun:
     def _kill_all(self) -> None:
         self.pool.kill_all()
         self.queue.clear()
+
+
+def tree_digest(root: Path, build_command: str) -> str:
+    """A digest of the listing of ``root`` (relative paths, sizes, mtimes) and the build
+    command: what the cached baseline build was made from.  Contents are not read: the
+    mirror copies a file again whenever its size or mtime changes on the master."""
+    h = hashlib.sha256(f"build {build_command}\n".encode())
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel = os.path.relpath(dirpath, root)
+        h.update(f"d {rel}\n".encode("utf-8", "surrogateescape"))
+        for name in sorted(filenames):
+            st = os.lstat(os.path.join(dirpath, name))
+            h.update(f"f {rel}/{name} {st.st_size} {st.st_mtime_ns}\n"
+                     .encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def _job_environment() -> dict[str, str]:
+    """The slot shells' environment: ours, with the project first on PYTHONPATH."""
+    env = dict(os.environ)
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + old if old else "")
+    return env
 
 
 def _read_and_remove(path: str) -> str:

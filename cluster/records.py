@@ -6,6 +6,10 @@ string is for ``sh`` and may use the placeholders a node substitutes before runn
 ``__temp__``   the node's temporary directory for this run
 ``__bin__``    the ``bin`` directory of the product the node built
 ``__tests__``  the node's mirror of the test corpus
+``__baseline__``  the ``bin`` directory of the baseline build (job.start ``baseline``;
+               bmpcmp jobs only; left as is when the run has no baseline)
+``__python__`` the node's own Python interpreter, shell-quoted; the node puts the project
+               on ``PYTHONPATH`` so ``__python__ -m cluster.bmpcmp`` works from any directory
 
 A result carries what the 10-column ``.tab`` of ARTIFEX.md §2.5 needs, less the run's
 revision, which the master adds.
@@ -19,6 +23,10 @@ from dataclasses import dataclass
 TEMP = "__temp__"
 BIN = "__bin__"
 TESTS = "__tests__"
+BASELINE = "__baseline__"
+PYTHON = "__python__"
+#: Every placeholder a node substitutes (no test id may contain one).
+PLACEHOLDERS = (TEMP, BIN, TESTS, BASELINE, PYTHON)
 
 #: Test ids: no whitespace, no control characters, nothing a shell would expand unquoted.
 TEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import random
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -434,3 +436,128 @@ def test_shell_job_ids_past_the_length_limit_are_skipped(tmp_path: Path) -> None
         assert names == [f"{stem}.{n}" for n in range(1, last + 1)]
         assert all(TEST_ID.fullmatch(n) for n in names)
         path.unlink()
+
+
+# --- bmpcmp jobs ------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_bmpcmp_device_mapping() -> None:
+    """PNM devices are kept; grey -> pgmraw, mono -> pbmraw, any other colour -> ppmraw."""
+    assert [jobgen.bmpcmp_device(d) for d in ("pbmraw", "pgmraw", "ppmraw", "pkmraw")] == \
+        ["pbmraw", "pgmraw", "ppmraw", "pkmraw"]
+    assert jobgen.bmpcmp_device("tiffgray") == "pgmraw"
+    assert jobgen.bmpcmp_device("pngmono") == "pbmraw"
+    assert jobgen.bmpcmp_device("tiffg4") == "pbmraw"
+    for colour in ("pam", "psdcmyk", "cups", "bitrgb", "tiff24nc"):
+        assert jobgen.bmpcmp_device(colour) == "ppmraw"
+    assert [jobgen.bmpcmp_mupdf_format(d) for d in ("ppmraw", "pgmraw", "pbmraw", "pkmraw",
+                                                    "pam")] == ["ppm", "pgm", "pbm", "ppm",
+                                                                "ppm"]
+
+
+def test_bmpcmp_jobs_parse_ids_and_skip_what_cannot_be_used(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = make_tree(tmp_path / "tests", ["a/one.ps", "a/two.pdf", "x.pdf.pdf"])
+    tests = [
+        ("a__one.ps.ppmraw.300.1", "gs"),
+        ("a__one.ps.pdf.ppmraw.72.0", "pdfwrite"),
+        ("a__one.ps.ps.pkmraw.300.0", "gs ps2write"),    # a .tab product column
+        ("a__two.pdf.pgmraw.72.0", "mupdf"),
+        ("x.pdf.pdf.ppmraw.72.0", "gs"),                # file x.pdf.pdf, not x.pdf + pdf.*
+        ("a__one.ps.ppmraw.300.1", "gs"),               # repeated
+        ("a__gone.ps.ppmraw.72.0", "gs"),               # file removed since
+        ("a__one.ps", "gs"),                            # no config
+        ("a__one.ps.ppmraw.72.0", "pcl"),               # unknown product
+        ("a__one.ps.ppmraw.72.0", "pdfwrite"),          # not a pdfwrite config
+    ]
+    with caplog.at_level(logging.WARNING, logger="cluster.build"):
+        jobs = jobgen.bmpcmp_jobs(CFG, tests, root)
+    assert [j.name for j in jobs] == ["a__one.ps.ppmraw.300.1", "a__one.ps.pdf.ppmraw.72.0",
+                                      "a__one.ps.ps.pkmraw.300.0", "a__two.pdf.pgmraw.72.0",
+                                      "x.pdf.pdf.ppmraw.72.0"]
+    text = caplog.text
+    for needle in ("listed twice", "a/gone.ps is no longer in the corpus",
+                   "skipping a__one.ps: not <file id>.<config>", "unknown product 'pcl'",
+                   "a__one.ps.ppmraw.72.0: not <file id>.<config> of product pdfwrite"):
+        assert needle in text
+    by = {j.name: j for j in jobs}
+    for job in jobs:
+        assert Job.parse(job.line) == job and job.logfile == f"__temp__/{job.name}.log"
+        cmd = job.command
+        assert "__baseline__/" in cmd and "__bin__/" in cmd
+        assert (f"__python__ -m cluster.bmpcmp __temp__/{job.name}.base.pnm "
+                f"__temp__/{job.name}.cand.pnm __temp__/bmpcmp/{job.name} 100") in cmd
+        assert f"| md5sum >> __temp__/{job.name}.md5" in cmd
+        assert cmd.startswith(f"touch __temp__/{job.name}.md5 ; ")
+        # The renderings (and intermediates) are removed at the end.
+        last = cmd.rsplit(" ; ", 1)[1]
+        assert last.startswith(f"rm -f __temp__/{job.name}.base.pnm __temp__/{job.name}.cand")
+    raster = by["a__one.ps.ppmraw.300.1"].command
+    assert "echo gs >> " in raster and "-dMaxBitmap=10000 -sDEVICE=ppmraw -r300" in raster
+    assert "---" not in raster
+    two = by["a__one.ps.pdf.ppmraw.72.0"].command
+    assert "echo 'gs pdfwrite' >> " in two
+    # Stage 1 with each binary, the divider, then stage 2 with each binary.
+    order = [two.index(s) for s in (
+        "__baseline__/gs -sOutputFile=__temp__/a__one.ps.pdf.ppmraw.72.0.base.pdf",
+        "__bin__/gs -sOutputFile=__temp__/a__one.ps.pdf.ppmraw.72.0.cand.pdf",
+        "echo --- >>",
+        "__baseline__/gs -sOutputFile=__temp__/a__one.ps.pdf.ppmraw.72.0.base.pnm",
+        "__bin__/gs -sOutputFile=__temp__/a__one.ps.pdf.ppmraw.72.0.cand.pnm")]
+    assert order == sorted(order)
+    assert "-sDEVICE=pkmraw" in by["a__one.ps.ps.pkmraw.300.0"].command
+    mu = by["a__two.pdf.pgmraw.72.0"].command
+    assert "echo mupdf >> " in mu and "__baseline__/mutool draw -q -r72 -F pgm -o - " in mu
+    assert "-sDEVICE" not in mu
+
+
+def test_bmpcmp_jobs_are_capped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = make_tree(tmp_path / "tests", ["f.ps"])
+    tests = [(f"f.ps.ppmraw.{r}.0", "gs") for r in range(1, 13)]
+    with caplog.at_level(logging.WARNING, logger="cluster.build"):
+        jobs = jobgen.bmpcmp_jobs(CFG, tests, root, max_jobs=10)
+    assert len(jobs) == 10 and "2 more test(s) left out" in caplog.text
+    assert jobgen.BMPCMP_MAX_JOBS == 1000
+
+
+def test_read_bmpcmp_list(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "bmpcmp.lst"
+    path.write_text("# differences\n\na.ps.ppmraw.72.0 gs\nb.ps.pdf.ppmraw.72.0 gs  pdfwrite\n"
+                    "lonely\n")
+    with caplog.at_level(logging.WARNING, logger="cluster.build"):
+        assert jobgen.read_bmpcmp_list(path) == [("a.ps.ppmraw.72.0", "gs"),
+                                                 ("b.ps.pdf.ppmraw.72.0", "gs pdfwrite")]
+    assert "line 5" in caplog.text
+
+
+def run_build_py(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "build.py"), *argv], capture_output=True,
+                          text=True, cwd=REPO, check=False)
+
+
+def test_build_py_bmpcmp_from_file(tmp_path: Path) -> None:
+    """build.py --home H bmpcmp --from FILE prints the jobs; other forms are unchanged."""
+    home = tmp_path / "home"
+    make_tree(home / "tests", ["d/f.ps", "d/g.pdf"])
+    listing = tmp_path / "bmpcmp.lst"
+    listing.write_text("d__f.ps.ppmraw.72.0 gs\nd__g.pdf.ppmraw.72.0 mupdf\n"
+                       "d__h.ps.pbmraw.72.0 gs\n")
+    done = run_build_py("--home", str(home), "bmpcmp", "--from", str(listing))
+    assert done.returncode == 0, done.stderr
+    assert [Job.parse(line).name for line in done.stdout.splitlines()] == \
+        ["d__f.ps.ppmraw.72.0", "d__g.pdf.ppmraw.72.0"]
+    assert "d__h.ps.pbmraw.72.0" in done.stderr  # skipped with a warning naming it
+    normal = run_build_py("--home", str(home), "--seed", "1", "gs", "filter=d__f.ps", "lowres")
+    names = [Job.parse(line).name for line in normal.stdout.splitlines()]
+    assert normal.returncode == 0 and names
+    assert all(n.startswith("d__f.ps.") and ".72." in n for n in names)
+    assert all("__baseline__" not in line for line in normal.stdout.splitlines())
+    for argv, code, needle in (
+            (["bmpcmp"], 2, "--from FILE"),
+            (["bmpcmp", "gs", "--from", str(listing)], 2, "unexpected word"),
+            (["bmpcmp", "--from", str(tmp_path / "none")], 1, "cannot read the bmpcmp list"),
+            (["bogus"], 2, "'bogus'")):
+        bad = run_build_py("--home", str(home), *argv)
+        assert bad.returncode == code and needle in bad.stderr and bad.stdout == ""
