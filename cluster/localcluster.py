@@ -123,8 +123,16 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ setup
     def prepare(self) -> Config:
-        """Create the home, mirror the corpus into it, write cluster.conf; return the config."""
+        """Create the home, mirror the corpus into it, write cluster.conf; return the config.
+
+        The master's clean trees (``ghostpdl``, ``mupdf``: what auto runs build, what a push
+        is diffed against and what bmpcmp renders as the baseline) are the plain demo
+        products, unless the home has them already.
+        """
         self.home.create()
+        for tree, product in (("ghostpdl", "gs"), ("mupdf", "mupdf")):
+            if not (self.home_dir / tree).exists():
+                write_demo_tree(self.home_dir / tree, product, [])
         if not self.corpus.is_dir():
             raise FileNotFoundError(f"corpus {self.corpus} is not a directory")
         tests = self.home_dir / "tests"

@@ -22,12 +22,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster import caps, discovery, journal, protocol, report, tab
+from cluster import caps, collate, commits, discovery, journal, mail, protocol
 from cluster.clock import Clock, SystemClock
 from cluster.config import Config
 from cluster.errors import ClusterError, ProtocolError
@@ -67,6 +67,14 @@ def new_run_id(priority: int, clock: Clock) -> str:
 
 class JobListError(ClusterError):
     """build.py could not make the run's job list."""
+
+
+class RunSetupError(ClusterError):
+    """A run's source could not be put in place; ``start`` is its (unwritten) job.start."""
+
+    def __init__(self, start: JobStart, problem: str) -> None:
+        super().__init__(problem)
+        self.start = start
 
 
 @dataclass(frozen=True)
@@ -168,7 +176,11 @@ class ClusterMaster:
     def _run(self, spec: RunSpec, pid: PidFile, server: NodeServer,
              bind: Callable[[RunState, journal.Journal], None]) -> RunOutcome:
         home, p = self.home, self.priority
-        start = self._job_start(spec)
+        try:
+            start = self._job_start(spec)
+        except RunSetupError as exc:
+            log.error("run %s: %s", exc.start.id, exc)
+            return self._abandon(spec, exc.start, str(exc), "its source could not be made")
         run_id = start.id
         try:
             jobs = self._jobs(start)
@@ -206,13 +218,18 @@ class ClusterMaster:
                 log.warning("run %s: the PID file is no longer ours; aborting nodes, exiting",
                             run_id)
                 return RunOutcome(run_id, None, replaced=True)
-            archive = self._finish(spec, start, state, started)
+            archive, text = self._finish(spec, start, state, started)
             # The run is over: nodes that call in now learn it and leave.
             self._unlink(home.job_start(p))
             self._linger(server, state)
         finally:
             jrnl.close()
             jobs.close()
+        self._adopt_clean_tree(spec, start)
+        self._mail(spec, start, archive, text, failed=bool(state.fatal))
+        if spec.kind in collate.BASELINE_KINDS and not state.fatal:
+            # After the nodes have gone: reading 50 big tables takes a while.
+            collate.rebuild_cache(home)
         self.queue.remove(spec)
         for path in (home.jobs(p), home.results(p)):
             self._unlink(path)
@@ -224,33 +241,91 @@ class ClusterMaster:
         return RunOutcome(run_id, archive, failed=state.fatal)
 
     def _job_start(self, spec: RunSpec) -> JobStart:
-        """Reuse job.start if it describes this queue line (takeover), else write a new one."""
+        """Reuse job.start if it describes this queue line (takeover), else write a new one.
+
+        Before job.start is written the run's source is in place: a commit run's tree is
+        exported at its commit, a bmpcmp run's test list is taken from the user's last run.
+        RunSetupError (carrying the unwritten JobStart) when that cannot be done.
+        """
         path = self.home.job_start(self.priority)
         try:
             old = JobStart.parse(path.read_text(encoding="utf-8"))
             if old.queue == spec.line():
+                self._prepare_source(spec, old)  # a takeover: redo what may be missing
                 return old
         except FileNotFoundError:
             pass
         except ValueError as exc:
             log.warning("%s is unreadable (%s); starting the run afresh", path, exc)
-        tree = spec.tree
+        run_id = new_run_id(self.priority, self.clock)
         start = JobStart(
-            id=new_run_id(self.priority, self.clock), priority=self.priority,
+            id=run_id, priority=self.priority,
             queue=spec.line(), kind=spec.kind, ref=spec.ref, products=spec.products,
-            tree=tree, source=self._source_for(spec), build=self.cfg.build_command,
+            tree=spec.tree, source=self._source_for(spec, run_id),
+            build=self.cfg.build_command,
             tests=self.cfg.tests_dir.as_posix() if not self.cfg.tests_dir.is_absolute()
             else os.path.relpath(self.cfg.tests_dir, self.home.root),
-            options=spec.options)
+            options=spec.options,
+            baseline=spec.tree if collate.is_bmpcmp(spec) else "")
         for stale in (self.home.jobs(self.priority), self.home.results(self.priority)):
             self._unlink(stale)
+        self._prepare_source(spec, start)
         atomic_write(path, start.format())
         return start
 
-    def _source_for(self, spec: RunSpec) -> str:
+    def _source_for(self, spec: RunSpec, run_id: str) -> str:
+        """The tree the nodes build, relative to the home."""
         if spec.kind == "user":
             return f"users/{spec.ref}/{spec.tree}"
+        if spec.kind == "git" and self._repository(spec.tree):
+            return f"runs/{run_id}/source/{spec.tree}"  # the commit, exported
         return spec.tree  # the master's own clean tree of that product
+
+    def _repository(self, tree: str) -> bool:
+        """Whether the master keeps a git clone of ``tree`` (commit runs export from it)."""
+        return tree in commits.parse_repositories(self.cfg.repositories)
+
+    def _prepare_source(self, spec: RunSpec, start: JobStart) -> None:
+        """Export a commit run's tree; write a bmpcmp run's test list; check the baseline."""
+        run_dir = self.home.run_dir(start.id)
+        try:
+            if spec.kind == "git" and start.source.startswith("runs/"):
+                dest = self.home.root / start.source
+                if not dest.is_dir():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    commits.export_commit(self.home, self.cfg, spec.tree, spec.ref, dest)
+            elif spec.kind != "user" and not (self.home.root / start.source).is_dir():
+                raise ClusterError(f"the master has no tree {start.source!r} to build "
+                                   f"(expected {self.home.root / start.source})")
+            if collate.is_bmpcmp(spec):
+                if not (self.home.root / start.baseline).is_dir():
+                    raise ClusterError(f"bmpcmp needs the master's clean tree "
+                                       f"{self.home.root / start.baseline} as its baseline")
+                listing = run_dir / "bmpcmp.lst"
+                if not listing.exists():
+                    previous = self._last_user_run(spec.ref)
+                    if previous is None:
+                        raise ClusterError(f"user {spec.ref} has no earlier run to bmpcmp")
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(previous / collate.CHANGED_LIST, listing)
+        except ClusterError as exc:
+            raise RunSetupError(start, str(exc)) from None
+
+    def _last_user_run(self, user: str) -> Path | None:
+        """The archive of ``user``'s newest finished run that was not a bmpcmp run."""
+        archive = self.home.archive
+        if not archive.is_dir():
+            return None
+        for folder in sorted(archive.iterdir(), key=lambda f: f.name, reverse=True):
+            if not (folder / collate.CHANGED_LIST).is_file():
+                continue
+            try:
+                info = JobStart.parse((folder / "run.info").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if info.kind == "user" and info.ref == user and "bmpcmp" not in info.options:
+                return folder
+        return None
 
     def _jobs(self, start: JobStart) -> JobFile:
         """The run's job list: the jobs file if it is there (takeover), else build.py's.
@@ -261,8 +336,12 @@ class ClusterMaster:
         path = self.home.jobs(self.priority)
         if not path.exists():
             argv = [sys.executable, str(BUILD_SCRIPT), *self.config_args,
-                    "--home", str(self.home.root), *start.products,
-                    *[o for o in start.options if o in BUILD_OPTIONS or o.startswith("filter=")]]
+                    "--home", str(self.home.root)]
+            if "bmpcmp" in start.options:
+                argv += ["bmpcmp", "--from", str(self.home.run_dir(start.id) / "bmpcmp.lst")]
+            else:
+                argv += [*start.products, *[o for o in start.options
+                                            if o in BUILD_OPTIONS or o.startswith("filter=")]]
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             try:
                 with open(tmp, "wb") as out:
@@ -324,8 +403,9 @@ class ClusterMaster:
             server.serve_once(0.25)
 
     # ------------------------------------------------------------------ collation
-    def _finish(self, spec: RunSpec, start: JobStart, state: RunState, started: float) -> Path:
-        """Collate, compare, report and archive the run; return its archive folder."""
+    def _finish(self, spec: RunSpec, start: JobStart, state: RunState,
+                started: float) -> tuple[Path, str]:
+        """Collate, compare, report and archive the run; return its archive and report."""
         home = self.home
         run_id = state.run_id
         archive = home.archive / run_id
@@ -334,65 +414,82 @@ class ClusterMaster:
         if logs.is_dir():
             shutil.copytree(logs, archive / "logs", dirs_exist_ok=True)
         elapsed = self.clock.time() - started
-        nodes = sum(1 for n in state.nodes.values() if n.results)
-        if state.fatal:
-            text = failure_report(spec, state, archive / "logs")
-        else:
-            # The table is made from the results' journal lines as it is read: a million
-            # rows as objects would not fit the master's memory budget.
-            current = state.results.table(run_id)
-            run_tab = archive / f"{run_id}.tab"
-            tab.write_tab_lines(run_tab, current.lines())
-            stream = self._stream_table(spec)
-            previous = tab.read_tab(stream) if stream.exists() else None
-            facts = report.RunFacts(tests=len(current), seconds=elapsed, nodes=nodes,
-                                    lost_nodes=tuple(state.lost), duplicates=state.duplicates,
-                                    header=run_header(spec, run_id))
-            text = report.compare(current, previous, facts, skip_missing=spec.kind == "user")
-            self._update_stream(stream, previous, current, spec.products, run_tab)
+        text = collate.finish(home, collate.FinishedRun(
+            spec=spec, start=start, state=state, elapsed=elapsed, archive=archive,
+            header=self._header(spec, run_id)))
         atomic_write(archive / "report.txt", text)
         atomic_write(archive / "run.info", start.format() + f"elapsed {elapsed:.1f}\n")
-        return archive
+        return archive, text
 
-    def _abandon(self, spec: RunSpec, start: JobStart, reason: str) -> RunOutcome:
+    def _header(self, spec: RunSpec, run_id: str) -> str:
+        """The report's first lines; a commit run's name the commit and what it changed."""
+        header = run_header(spec, run_id)
+        if spec.kind != "git" or not self._repository(spec.tree):
+            return header
+        try:
+            info = commits.commit_info(self.home, self.cfg, spec.tree, spec.ref)
+        except ClusterError as exc:
+            log.warning("run %s: no commit details: %s", run_id, exc)
+            return header
+        lines = [header, "", f"commit {info.sha}", f"Author: {info.author}",
+                 f"Date:   {info.date}", "", *("    " + line for line in
+                                                 info.message.rstrip().splitlines()),
+                 "", "Changed files:", *(f"  {path}" for path in info.changed_paths), "",
+                 f"Products tested: {' '.join(spec.products)}"]
+        return "\n".join(lines)
+
+    def _adopt_clean_tree(self, spec: RunSpec, start: JobStart) -> None:
+        """After a commit run, its exported tree becomes the master's clean tree.
+
+        The clean tree is what auto runs build, what user pushes are diffed against and
+        what bmpcmp renders as the baseline: it matches the baseline table (as the Perl
+        moved its working copy to the revision after the report, build failure or not).
+        """
+        if spec.kind != "git" or not start.source.startswith("runs/"):
+            return
+        exported = self.home.root / start.source
+        if not exported.is_dir():
+            return
+        clean = self.home.root / spec.tree
+        old = clean.with_name(f".{clean.name}.old.{os.getpid()}")
+        if clean.exists():
+            os.replace(clean, old)
+        os.replace(exported, clean)
+        shutil.rmtree(old, ignore_errors=True)
+        log.info("clean tree %s is now commit %s", clean, spec.ref)
+
+    def _mail(self, spec: RunSpec, start: JobStart, archive: Path, text: str,
+              failed: bool) -> None:
+        """Mail the report (when smtp_host is set); the outcome is noted in mail.log."""
+        if not self.cfg.smtp_host:
+            return
+        subject = ("FAILED: " if failed else "") + (
+            f"bmpcmp finished {spec.line()}" if collate.is_bmpcmp(spec) else spec.line())
+        try:
+            mail.send_report(self.cfg, self.home, spec.kind, spec.ref, subject, text)
+            note = f"mailed {subject!r}\n"
+        except mail.MailError as exc:
+            log.error("run %s: report not mailed: %s", start.id, exc)
+            note = f"not mailed: {exc}\n"
+        with open(archive / "mail.log", "a", encoding="utf-8") as fh:
+            fh.write(note)
+
+    def _abandon(self, spec: RunSpec, start: JobStart, reason: str,
+                 what: str = "its job list could not be made") -> RunOutcome:
         """End a run that cannot start: a report saying why, then dequeue it."""
         archive = self.home.archive / start.id
         archive.mkdir(parents=True, exist_ok=True)
-        atomic_write(archive / "report.txt", "\n".join([
-            run_header(spec, start.id), "",
-            "The run could not start: its job list could not be made.", f"  {reason}", ""]))
+        text = "\n".join([run_header(spec, start.id), "",
+                          f"The run could not start: {what}.", f"  {reason}", ""])
+        atomic_write(archive / "report.txt", text)
         atomic_write(archive / "run.info", start.format())
+        self._mail(spec, start, archive, text, failed=True)
         self.queue.remove(spec)
         for path in (self.home.job_start(self.priority), self.home.jobs(self.priority),
                      self.home.results(self.priority)):
             self._unlink(path)
+        shutil.rmtree(self.home.run_dir(start.id), ignore_errors=True)
         return RunOutcome(start.id, archive, failed=reason)
-
-    def _stream_table(self, spec: RunSpec) -> Path:
-        """The table a run is compared with: the user's previous push, or the baseline."""
-        if spec.kind == "user":
-            return self.home.tables / f"user-{spec.ref}.tab"
-        return self.home.tables / "current.tab"
-
-    def _update_stream(self, stream: Path, previous: tab.Table | None,
-                       current: Mapping[str, tab.TabRow], products: tuple[str, ...],
-                       run_tab: Path) -> None:
-        """Merge the run into its stream's table (tab.merge_baseline), streaming the lines.
-
-        With no previous table the merge is the run's own table: its file is copied.
-        """
-        stream.parent.mkdir(parents=True, exist_ok=True)
-        if stream.name == "current.tab" and stream.exists():
-            # Baselines rotate: current -> previous -> previous2 (ARTIFEX §2.8).
-            prev = stream.with_name("previous.tab")
-            if prev.exists():
-                os.replace(prev, stream.with_name("previous2.tab"))
-            shutil.copy2(stream, prev)
-        if previous:
-            tab.write_tab_lines(stream, tab.merged_lines(previous, current, products))
-        else:
-            with open(run_tab, encoding="utf-8") as fh:
-                tab.write_tab_lines(stream, (line.rstrip("\n") for line in fh))
 
     @staticmethod
     def _unlink(path: Path) -> None:
@@ -407,16 +504,3 @@ def run_header(spec: RunSpec, run_id: str) -> str:
         return (f"User regression: user {spec.ref} products {','.join(spec.products)} "
                 f"options {' '.join(spec.options) or '-'} run {run_id}")
     return f"Regression {spec.kind} {spec.ref} products {','.join(spec.products)} run {run_id}"
-
-
-def failure_report(spec: RunSpec, state: RunState, logs: Path, tail: int = 100) -> str:
-    """The report of a run that a node's fatal failure stopped (build failure)."""
-    lines = [run_header(spec, state.run_id), "",
-             "An error occurred that prevented the local cluster run from finishing:",
-             f"  {state.fatal}", ""]
-    for path in sorted(logs.glob("*")) if logs.is_dir() else []:
-        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        lines.append(f"---- last {min(tail, len(text))} lines of {path.name} ----")
-        lines.extend(text[-tail:])
-        lines.append("")
-    return "\n".join(lines) + "\n"

@@ -2,12 +2,16 @@
 
 Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree DIR]
                       [--user NAME] [PRODUCT...] [lowres|highres] [relaxtimeout]
-                      [filter=A,B] [abort]
+                      [filter=A,B] [bmpcmp] [abort]
 
 PRODUCT is gs, pdfwrite, ps2write, mupdf or shell (the last two alone); the default is
 gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree (default: the current
 directory) is mirrored to users/<user>/<ghostpdl|mupdf|shell> in the master home and the
-run is queued at priority 0.  `abort` removes your queued runs instead.
+run is queued at priority 0.  The report (mailed to you when the master mails) compares
+with the baseline and with your previous push, and ends with the source diff against the
+master's clean tree.  `bmpcmp` instead renders the tests that differed in your last run
+with your build and the clean tree's, and makes a page of PNG difference images.  `abort`
+removes your queued runs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,217 @@
+"""What a finished run leaves behind: its table, its report, the stream tables, the cache.
+
+:func:`finish` is called by the master once every job of a run has a result (or a node's
+fatal failure stopped the run).  By kind of run:
+
+* ``git`` and ``auto`` runs are compared with the baseline ``tables/current.tab``, which
+  then rotates (current -> previous -> previous2) and takes the run's rows, merged per
+  product so a run of one product keeps the others' baseline (ARTIFEX.md §2.8).  After
+  the run (:func:`rebuild_cache`) the "seen before" cache ``tables/md5sum.cache`` is
+  rebuilt from the newest 50 archived tables of these runs; every report consults it.
+  A commit run's report starts with the commit: its author, date, log message, changed
+  files and the products tested.
+* ``user`` runs are compared with the baseline and with the user's previous push
+  (``tables/user-<name>.tab``), and their report ends with the source diff against the
+  master's clean tree (:mod:`cluster.userreport`).  ``changed.lst`` in the archive lists
+  the tests that differ (from the baseline, or from the previous push when there is no
+  baseline): a later ``bmpcmp`` run of that user renders them.
+* ``bmpcmp`` user runs compare no tables: the difference images the nodes uploaded are
+  put on one HTML page in the archive (:mod:`cluster.bmpcmp`), and the report says where.
+* A run stopped by a node's failure (a build failure) gets the failure report with the
+  failing nodes' log excerpts; no table is touched.
+
+Everything is written into ``archive/<run id>/``: ``report.txt``, ``<id>.tab`` and the
+node logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster import bmpcmp, md5cache, report, tab, userreport
+from cluster.home import Home
+from cluster.jobstart import JobStart
+from cluster.queuefiles import RunSpec
+from cluster.runstate import RunState
+
+log = logging.getLogger("cluster.collate")
+
+#: Runs read into the "seen before" cache (cachearchive.pl's window).
+CACHE_WINDOW = 50
+#: Where a user run lists the tests that differed, for a later bmpcmp run.
+CHANGED_LIST = "changed.lst"
+BMPCMP_DIR = "bmpcmp"
+#: Kinds of run whose results make the baseline (and the cache).
+BASELINE_KINDS = ("git", "auto")
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A run whose serving is over, as :func:`finish` needs it."""
+
+    spec: RunSpec
+    start: JobStart
+    state: RunState
+    elapsed: float
+    archive: Path
+    header: str  # the report's first lines (run_header, or the commit header)
+
+
+def is_bmpcmp(spec: RunSpec) -> bool:
+    return spec.kind == "user" and spec.has_flag("bmpcmp")
+
+
+def finish(home: Home, run: FinishedRun) -> str:
+    """Collate, compare and archive ``run``; return its report text (also in report.txt)."""
+    state, spec = run.state, run.spec
+    nodes = sum(1 for n in state.nodes.values() if n.results)
+    if state.fatal:
+        return failure_report(run.header, state, run.archive / "logs")
+    if is_bmpcmp(spec):
+        return bmpcmp_report(home, run)
+    # The table is made from the results' journal lines as it is read: a million rows as
+    # objects would not fit the master's memory budget.
+    current = state.results.table(state.run_id)
+    run_tab = run.archive / f"{state.run_id}.tab"
+    tab.write_tab_lines(run_tab, current.lines())
+    facts = report.RunFacts(tests=len(current), seconds=run.elapsed, nodes=nodes,
+                            lost_nodes=tuple(state.lost), duplicates=state.duplicates,
+                            header=run.header)
+    baseline_path = home.tables / "current.tab"
+    baseline = tab.read_tab(baseline_path) if baseline_path.exists() else None
+    seen = md5cache.load(cache_path(home))
+    if spec.kind == "user":
+        push_path = home.tables / f"user-{spec.ref}.tab"
+        previous_push = tab.read_tab(push_path) if push_path.exists() else None
+        clean = home.root / spec.tree
+        text = userreport.user_report(current, baseline, previous_push, facts,
+                                      clean if clean.is_dir() else None,
+                                      home.users / spec.ref / spec.tree, seen=seen)
+        against = baseline if baseline is not None else previous_push
+        write_changed_list(run.archive / CHANGED_LIST, current, against, spec.products)
+        update_stream(push_path, previous_push, current, spec.products, run_tab)
+    else:
+        text = report.compare(current, baseline, facts, seen=seen)
+        update_stream(baseline_path, baseline, current, spec.products, run_tab)
+    return text
+
+
+# ---------------------------------------------------------------------------- tables
+def update_stream(stream: Path, previous: tab.Table | None,
+                  current: Mapping[str, tab.TabRow], products: tuple[str, ...],
+                  run_tab: Path) -> None:
+    """Merge the run into its stream's table (tab.merged_lines), streaming the lines.
+
+    The baseline (``current.tab``) rotates first: current -> previous -> previous2
+    (ARTIFEX §2.8).  With no previous table the merge is the run's own table: its file is
+    copied.
+    """
+    stream.parent.mkdir(parents=True, exist_ok=True)
+    if stream.name == "current.tab" and stream.exists():
+        prev = stream.with_name("previous.tab")
+        if prev.exists():
+            os.replace(prev, stream.with_name("previous2.tab"))
+        shutil.copy2(stream, prev)
+    if previous:
+        tab.write_tab_lines(stream, tab.merged_lines(previous, current, products))
+    else:
+        with open(run_tab, encoding="utf-8") as fh:
+            tab.write_tab_lines(stream, (line.rstrip("\n") for line in fh))
+
+
+def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],
+                       against: Mapping[str, tab.TabRow] | None,
+                       products: tuple[str, ...]) -> int:
+    """List ``<test id> <product word>`` of every test that differs; return how many.
+
+    The product word is the tested product the test belongs to (``gs``, ``pdfwrite``,
+    ``ps2write``, ``mupdf``), what build.py's bmpcmp jobs need.  No comparison table: an
+    empty list.
+    """
+    names = report.analyse(current, against, products=products).differing() \
+        if against is not None else []
+    lines = [f"{name} {product_word(current[name].product)}\n" for name in names]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(lines), encoding="utf-8")
+    os.replace(tmp, path)
+    return len(lines)
+
+
+def product_word(column: str) -> str:
+    """``gs pdfwrite`` -> ``pdfwrite``; ``gs`` -> ``gs``: the product a table column is."""
+    return column.split()[-1]
+
+
+# ---------------------------------------------------------------------------- the cache
+def cache_path(home: Home) -> Path:
+    return home.tables / "md5sum.cache"
+
+
+def baseline_tabs(home: Home, window: int = CACHE_WINDOW) -> list[tuple[str, Path]]:
+    """(run id, archived table) of the newest ``window`` git and auto runs, newest first.
+
+    Run ids start with their UTC start time, so the name order is the time order.
+    """
+    found: list[tuple[str, Path]] = []
+    if not home.archive.is_dir():
+        return found
+    for folder in sorted(home.archive.iterdir(), key=lambda p: p.name, reverse=True):
+        table = folder / f"{folder.name}.tab"
+        info = folder / "run.info"
+        if not table.is_file() or not info.is_file():
+            continue
+        try:
+            start = JobStart.parse(info.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            log.warning("%s: unreadable (%s); left out of the md5 cache", info, exc)
+            continue
+        if start.kind in BASELINE_KINDS:
+            found.append((folder.name, table))
+            if len(found) >= window:
+                break
+    return found
+
+
+def rebuild_cache(home: Home) -> None:
+    """Rebuild ``tables/md5sum.cache`` from the archived baseline runs (cachearchive.pl)."""
+    tabs = baseline_tabs(home)
+    if tabs:
+        md5cache.rebuild(tabs, cache_path(home), window=CACHE_WINDOW)
+
+
+# ---------------------------------------------------------------------------- bmpcmp
+def bmpcmp_report(home: Home, run: FinishedRun) -> str:
+    """Put the nodes' difference images on one page; the report says where it is."""
+    state = run.state
+    uploaded = home.run_dir(state.run_id) / BMPCMP_DIR
+    folder = run.archive / BMPCMP_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    if uploaded.is_dir():
+        shutil.copytree(uploaded, folder, dirs_exist_ok=True)
+    page = folder / "index.html"
+    sets = bmpcmp.write_html(folder, page, f"bmpcmp {run.spec.line()} run {state.run_id}")
+    errors = sum(1 for r in state.results.table(state.run_id).values() if r.error)
+    lines = [run.header, "", f"bmpcmp finished: {sets} difference image set(s) from "
+             f"{len(state.results.table(state.run_id))} test(s)"
+             + (f", {errors} of them failed to render" if errors else "") + ".",
+             f"See {page}", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- failures
+def failure_report(header: str, state: RunState, logs: Path, tail: int = 100) -> str:
+    """The report of a run that a node's fatal failure stopped (build failure)."""
+    lines = [header, "",
+             "An error occurred that prevented the local cluster run from finishing:",
+             f"  {state.fatal}", ""]
+    for path in sorted(logs.glob("*")) if logs.is_dir() else []:
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines.append(f"---- last {min(tail, len(text))} lines of {path.name} ----")
+        lines.extend(text[-tail:])
+        lines.append("")
+    return "\n".join(lines) + "\n"
