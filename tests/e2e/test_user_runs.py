@@ -124,3 +124,22 @@ def test_user_reports_compare_with_baseline_and_previous_push_then_bmpcmp(
         bmp_mail = mails.wait_for(4, 60)[3]
         assert "bmpcmp finished" in bmp_mail.message["Subject"]
         assert bmp_mail.rcpt_tos[0] == ALICE
+
+
+def test_a_bmpcmp_without_an_earlier_run_is_reported_to_the_maintainer_for_an_unknown_user(
+        make_cluster: MakeCluster) -> None:
+    """The run cannot start: it is reported, mailed and dequeued; nothing waits forever."""
+    with smtp_server() as (mails, port):
+        cluster = make_cluster(smtp_port=str(port), **SETTINGS)
+        cluster.start()
+        tree = write_demo_tree(cluster.home_dir / "m" / "ghostpdl", "gs", [])
+        spec = cluster.push(tree, "mallory", ["gs"], ["bmpcmp"])
+        archive = cluster.wait_for_run(spec, set(), 120)
+        text = (archive / "report.txt").read_text()
+        assert "The run could not start" in text
+        assert "user mallory has no earlier run to bmpcmp" in text
+        received = mails.wait_for(1, 60)[0]
+        assert received.rcpt_tos == [MAINTAINER]
+        assert "bad username mallory" in received.message["Subject"]
+        assert received.body.strip() == text.strip()
+        assert "mailed" in (archive / "mail.log").read_text()
