@@ -18,7 +18,7 @@ fatal failure stopped the run).  By kind of run:
 * ``bmpcmp`` user runs compare no tables: the difference images the nodes uploaded are
   put on one HTML page in the archive (:mod:`cluster.bmpcmp`), and the report says where.
 * A run stopped by a node's failure (a build failure) gets the failure report with the
-  failing nodes' log excerpts; no table is touched.
+  failing nodes' log excerpts; one its user aborted says so.  No table is touched.
 
 Everything is written into ``archive/<run id>/``: ``report.txt``, ``<id>.tab`` and the
 node logs.
@@ -60,6 +60,7 @@ class FinishedRun:
     elapsed: float
     archive: Path
     header: str  # the report's first lines (run_header, or the commit header)
+    aborted: bool = False  # its user stopped it (clusterpush abort)
 
 
 def is_bmpcmp(spec: RunSpec) -> bool:
@@ -70,6 +71,9 @@ def finish(home: Home, run: FinishedRun) -> str:
     """Collate, compare and archive ``run``; return its report text (also in report.txt)."""
     state, spec = run.state, run.spec
     nodes = sum(1 for n in state.nodes.values() if n.results)
+    if run.aborted:
+        return (f"{run.header}\n\nThe run was aborted by its user (clusterpush abort) after "
+                f"{state.results.count} of {len(state.jobs)} tests; no table was changed.\n")
     if state.fatal:
         return failure_report(run.header, state, run.archive / "logs")
     if is_bmpcmp(spec):

@@ -148,7 +148,8 @@ class LocalCluster:
     def config(self) -> Config:
         return config.load(self.conf_path, self.overrides)
 
-    def _set_args(self) -> list[str]:
+    def config_args(self) -> list[str]:
+        """The --config and --set arguments that give a script this cluster's settings."""
         argv = ["--config", str(self.conf_path)]
         for key, value in self.overrides.items():
             argv += ["--set", f"{key}={value}"]
@@ -159,7 +160,7 @@ class LocalCluster:
         log_path = self.home.log_dir / log_name
         child_env = None if env is None else {**os.environ, **env}
         with open(log_path, "ab") as out:
-            proc = subprocess.Popen([sys.executable, str(REPO / script), *self._set_args(),
+            proc = subprocess.Popen([sys.executable, str(REPO / script), *self.config_args(),
                                      *extra], stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     cwd=self.home_dir, env=child_env)

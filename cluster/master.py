@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster import caps, collate, commits, discovery, journal, mail, protocol
+from cluster import abort, caps, collate, commits, discovery, journal, mail, protocol
 from cluster.clock import Clock, SystemClock
 from cluster.config import Config
 from cluster.errors import ClusterError, ProtocolError
@@ -45,6 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: How often the master looks for nodes whose lease lapsed [seconds].
 LIVENESS_INTERVAL = 0.25
 BUILD_SCRIPT = REPO / "build.py"
+#: RunState.fatal of a run its user stopped with clusterpush abort.
+USER_ABORT = "aborted by its user (clusterpush abort)"
 #: build.py understands these queue options; the rest are for the node or the report.
 BUILD_OPTIONS = ("lowres", "highres")
 
@@ -225,6 +227,7 @@ class ClusterMaster:
         finally:
             jrnl.close()
             jobs.close()
+        abort.clear(home, run_id)
         self._adopt_clean_tree(spec, start)
         self._mail(spec, start, archive, text, failed=bool(state.fatal))
         if spec.kind in collate.BASELINE_KINDS and not state.fatal:
@@ -389,6 +392,13 @@ class ClusterMaster:
                 next_tick = now + 1.0
             if now >= next_pid:
                 next_pid = now + self.cfg.pid_check_interval
+                if self.priority == abort.USER_PRIORITY and not state.fatal and \
+                        abort.requested(self.home, state.run_id):
+                    # clusterpush abort: every node is told ABORT at its next call, and
+                    # the run ends now with an "aborted" report.
+                    state.fatal = USER_ABORT
+                    log.warning("run %s: aborted by its user", state.run_id)
+                    return False
                 if not pid.still_mine():
                     state.fatal = "clustermaster replaced"
                     self._linger(server, state, limit=min(self.cfg.linger, 5.0))
@@ -416,7 +426,7 @@ class ClusterMaster:
         elapsed = self.clock.time() - started
         text = collate.finish(home, collate.FinishedRun(
             spec=spec, start=start, state=state, elapsed=elapsed, archive=archive,
-            header=self._header(spec, run_id)))
+            header=self._header(spec, run_id), aborted=state.fatal == USER_ABORT))
         atomic_write(archive / "report.txt", text)
         atomic_write(archive / "run.info", start.format() + f"elapsed {elapsed:.1f}\n")
         return archive, text

@@ -3,48 +3,172 @@
 The tree is mirrored to ``users/<user>/<tree>`` in the master home (``tree`` is ``ghostpdl``
 for gs, pdfwrite and ps2write, ``mupdf`` for mupdf), then a ``cluster_command.run``
 dropping holding the run's queue line is left beside it.  Priority-0 clustermasters pick
-droppings up in phase 1.  ``abort`` instead removes the user's queued runs.
+droppings up in phase 1.  ``abort`` is :mod:`cluster.abort`.
 
-The embedded default reaches the master home as a local (or shared) directory; the
-ssh/rsync route plugs in behind the same function later.
+What is sent (ARTIFEX §6.1/§6.2): the whole tree except what :func:`is_excluded` names
+(version control, build outputs, rendered images, the cluster's own droppings) and files
+over :data:`MAX_PUSH_BYTES`, each of which is logged with its size.  The mirror is exact:
+files gone from the tree, excluded files and oversized files are deleted from the pushed
+copy (``rsync --delete --delete-excluded``), so a stale ``bin/`` can never stand in for a
+build.  Symlinks follow the transport's rule: one to a regular file inside the tree is sent
+as that file, any other (leaving the tree, dangling, naming a directory) is left out.
+
+Two copiers give the same result: ``rsync`` when it is on PATH (what the Perl used, and
+quick on a large tree that changed little), else :meth:`LocalTransport.fetch_tree` with the
+same exclusions.  The embedded default reaches the master home as a local (or shared)
+directory; the ssh route plugs in behind the same function later.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import subprocess
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from cluster.discovery import DROPPING
+from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queuefiles import QueueFile, RunSpec
-from cluster.transport import LocalTransport
+from cluster.queuefiles import RunSpec
+from cluster.transport import TEMP_PREFIX, LocalTransport
 
 log = logging.getLogger("cluster.push")
 
+#: Files larger than this many bytes are not sent (clusterpush.pl's ``--max-size``: 2.5 MB
+#: in 2011, 10 MB later in 2011, 30 MB since 2018).  Big files in a source tree are test
+#: outputs or data, and would make every push slow.
+MAX_PUSH_BYTES = 30_000_000
 
-def push_tree(home: Home, tree: Path, spec: RunSpec) -> Path:
-    """Mirror ``tree`` into the user's directory and leave the dropping; return the target."""
+#: Directory names never sent, at any depth (rsync ``--exclude=NAME/``): a *file* of that
+#: name is sent, as in the Perl, which excluded ``bin`` only as a directory.  Adapted from
+#: the lists of clusterpush.pl (§6.1, §6.2) to the products we build: version control;
+#: autotools' droppings; the build and object directories of every variant (``bin``,
+#: ``obj``, ``debugobj``..., ``*-bin``/``*-obj`` for the per-product and sanitizer ones,
+#: ``build``, mupdf's ``debug``/``release``/``generated``).  A node builds from scratch, so
+#: a pushed build directory would only cost time, or worse be used instead of the build.
+EXCLUDED_DIRS: tuple[str, ...] = (
+    ".git", ".svn", ".hg", "CVS",
+    ".deps", ".libs", "autom4te.cache",
+    "bin", "obj", "debugobj", "pgobj", "sobin", "soobj", "*-bin", "*-obj",
+    "build", "debug", "release", "generated",
+)
+
+#: Names (shell patterns) never sent at any depth, files or directories (rsync
+#: ``--exclude=PATTERN``): configure's log, object files, rendered images (a developer's
+#: test outputs can be gigabytes), and the cluster's own droppings: a ``cluster_command.run``
+#: in the tree (or ``.rejected`` beside it) must never reach the master as a run request;
+#: push_tree writes the real one after the sync.
+EXCLUDED_NAMES: tuple[str, ...] = (
+    "config.log", "*.o",
+    "*.png", "*.ppm", "*.pkm", "*.pgm", "*.pbm", "*.pam", "*.tif", "*.bmp",
+    f"{DROPPING}*",
+)
+
+METHODS = ("auto", "rsync", "copy")
+
+
+def is_excluded(path: str) -> bool:
+    """Whether the tree entry ``path`` is left out of a push.
+
+    ``path`` is POSIX and relative to the tree's top, a directory's with a trailing ``/``
+    (the :data:`cluster.transport.Exclude` contract).  Only the last component is matched,
+    case-sensitively, as rsync matches a pattern without a ``/``.
+    """
+    is_dir = path.endswith("/")
+    name = path.rstrip("/").rpartition("/")[2]
+    if is_dir and any(fnmatchcase(name, pattern) for pattern in EXCLUDED_DIRS):
+        return True
+    return any(fnmatchcase(name, pattern) for pattern in EXCLUDED_NAMES)
+
+
+def rsync_excludes() -> list[str]:
+    """The ``--exclude`` options saying to rsync what :func:`is_excluded` says."""
+    return ([f"--exclude={pattern}/" for pattern in EXCLUDED_DIRS]
+            + [f"--exclude={pattern}" for pattern in EXCLUDED_NAMES])
+
+
+def push_tree(home: Home, tree: Path, spec: RunSpec, method: str = "auto") -> Path:
+    """Mirror ``tree`` into the user's directory and leave the dropping; return the target.
+
+    ``method``: "rsync" runs rsync (ClusterError if it is not on PATH), "copy" the
+    transport's Python mirror, "auto" rsync when it is on PATH, else the copy.  Either way
+    the target ends up holding exactly the tree's files less the exclusions (see the module
+    docstring); then the dropping is written (atomically), so the sync can never delete it
+    and the master never sees a dropping without its tree.  A failed sync (ClusterError)
+    leaves no dropping.
+    """
     if spec.kind != "user":
         raise ValueError(f"clusterpush submits user runs, not {spec.kind!r}")
+    if method not in METHODS:
+        raise ValueError(f"push method {method!r}: expected one of {', '.join(METHODS)}")
+    rsync = shutil.which("rsync") if method != "copy" else None
+    if method == "rsync" and rsync is None:
+        raise ClusterError("rsync was asked for but is not on PATH; install it or push with "
+                           "the built-in copy (clusterpush.py --copy)")
     target = home.users / spec.ref / spec.tree
     target.parent.mkdir(parents=True, exist_ok=True)
     source = tree.resolve()
-    # The mirror is the transport's: an exact copy, extra files deleted (rsync --delete).
-    LocalTransport(source.parent).fetch_tree(source.name, target)
+    if rsync is not None:
+        _rsync(rsync, source, target)
+    else:
+        LocalTransport(source.parent).fetch_tree(source.name, target, exclude=is_excluded,
+                                                 max_size=MAX_PUSH_BYTES)
     dropping = target / DROPPING
     tmp = target / f".{DROPPING}.{os.getpid()}.tmp"
     tmp.write_text(spec.line() + "\n", encoding="utf-8")
     os.replace(tmp, dropping)
-    log.info("queueing %s (tree %s -> %s)", spec.line(), source, target)
+    log.info("queueing %s (tree %s -> %s by %s)", spec.line(), source, target,
+             "rsync" if rsync else "copy")
     return target
 
 
-def abort_user(home: Home, user: str) -> int:
-    """Remove every queued run of ``user`` at priority 0; return how many were removed."""
-    queue = QueueFile(home.queue(0), home.queue_lock(0))
-    removed = 0
-    for spec in queue.read():
-        if spec.kind == "user" and spec.ref == user and queue.remove(spec):
-            removed += 1
-    return removed
+def _rsync(rsync: str, source: Path, target: Path) -> None:
+    """Sync ``source`` to ``target`` with rsync, leaving out what the copy would.
+
+    The pattern excludes cover :func:`is_excluded`.  What the transport's mirror leaves out
+    on its own (symlinks it does not follow, special files, files over the cap) is listed
+    by the same code (:meth:`LocalTransport.left_out`, which also logs each) and passed as
+    anchored literal excludes, so ``--copy-links`` then only ever dereferences a link to a
+    file inside the tree, and ``--delete-excluded`` removes a stale oversized copy just as
+    the mirror does.  ``--max-size`` stays as the backstop for a file that grows meanwhile.
+    """
+    unsent = LocalTransport(source.parent).left_out(source.name, exclude=is_excluded,
+                                                    max_size=MAX_PUSH_BYTES)
+    argv = [rsync, "-a", "--copy-links", "--no-D", "--delete", "--delete-excluded",
+            f"--max-size={MAX_PUSH_BYTES}", *rsync_excludes(),
+            # The transport skips its in-flight temp files in a source; so do we.
+            f"--exclude={TEMP_PREFIX}*",
+            # NUL-separated from stdin: any byte but NUL may be in a file name.
+            "--from0", "--exclude-from=-",
+            # Absolute paths (resolved): no name is taken for an option or a host:path, and
+            # the trailing slash syncs the tree's contents, not a directory inside target.
+            f"{source}/", f"{target}/"]
+    rules = b"".join(os.fsencode(_anchored(path)) + b"\0" for path in unsent)
+    log.debug("running %s", argv)
+    try:
+        done = subprocess.run(argv, input=rules, capture_output=True, check=False)
+    except OSError as exc:
+        raise ClusterError(f"cannot run {rsync}: {exc.strerror or exc}") from None
+    err = done.stderr.decode("utf-8", "replace").strip()
+    if done.returncode == 24:
+        # Files vanished while rsync ran (an editor's temp file): the copy skips those too.
+        log.warning("rsync: some files vanished during the push: %s", err)
+    elif done.returncode != 0:
+        tail = "\n".join(err.splitlines()[-10:])
+        raise ClusterError(f"rsync of {source} to {target} failed (exit status "
+                           f"{done.returncode}):\n{tail}")
+
+
+def _anchored(path: str) -> str:
+    """An rsync pattern matching exactly the entry ``path`` (relative to the transfer root).
+
+    The leading ``/`` anchors it at the root, and keeps a name starting with ``#``, ``;``,
+    ``- `` or ``+ `` from being read as a comment or a rule prefix.  rsync treats a
+    backslash as an escape only in a pattern with a wildcard character, so a path holding
+    one of ``*?[`` has those and every backslash escaped, any other path is taken literally.
+    """
+    if any(c in path for c in "*?["):
+        path = "".join("\\" + c if c in "\\*?[" else c for c in path)
+    return "/" + path

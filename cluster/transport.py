@@ -16,6 +16,7 @@ Usage::
     t = make_transport(cfg)
     text = t.read_text("job.start")             # None if absent
     t.fetch_tree("tests", work / "tests")        # like rsync -a --delete
+    t.fetch_tree("ghostpdl", dest, exclude=lambda p: p.endswith(".o"), max_size=30_000_000)
     t.upload(local_log, "runs/20190408/node7.log.gz")
 """
 
@@ -27,6 +28,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
@@ -40,6 +42,11 @@ log = logging.getLogger("cluster.transport")
 #: Prefix of the temp files a copy goes through; a leftover one (after a crash) is an
 #: "extra" file the next fetch_tree deletes.
 TEMP_PREFIX = ".transport-tmp-"
+
+#: An exclusion predicate for :meth:`LocalTransport.fetch_tree`: called with the POSIX path
+#: of an entry relative to the fetched root, a directory's with a trailing ``/`` (as rsync
+#: patterns tell directories apart), it returns True for an entry to leave out.
+Exclude = Callable[[str], bool]
 
 
 class Transport(Protocol):
@@ -105,14 +112,21 @@ class LocalTransport:
             raise TransportError("read", rel, exc.strerror or str(exc)) from None
 
     # -- mirror --------------------------------------------------------------------------------
-    def fetch_tree(self, rel: str, dest: Path) -> None:
-        src = self._path(rel, "fetch")
-        if not src.is_dir():
-            raise TransportError("fetch", rel, f"no such directory in the master home {self.root}")
+    def fetch_tree(self, rel: str, dest: Path, exclude: Exclude | None = None,
+                   max_size: int | None = None) -> None:
+        """Make ``dest`` an exact copy of the directory ``rel`` (rsync -a --delete).
+
+        Without ``exclude`` and ``max_size`` every regular file and directory is mirrored
+        (symlinks: see :meth:`left_out`).  ``exclude`` (see :data:`Exclude`) leaves out the
+        entries it names, and an excluded directory is not descended; a file larger than
+        ``max_size`` bytes is left out too, with a warning naming it and its size.  What is
+        left out is also deleted from ``dest``, as rsync's ``--delete-excluded`` would: the
+        mirror never keeps a stale copy of something it no longer sends.
+        """
+        src = self._source(rel, "fetch")
         try:
             dest.mkdir(parents=True, exist_ok=True)
-            src_root = src.resolve()
-            copied = self._mirror(src, Path(dest), src_root, rel)
+            copied = self._mirror(src, Path(dest), src.resolve(), rel, exclude, max_size, "")
         except TransportError:
             raise
         except OSError as exc:
@@ -120,19 +134,50 @@ class LocalTransport:
             raise TransportError("fetch", rel, f"{exc.strerror or exc}{where}") from None
         log.debug("fetched %s into %s: %d file(s) copied", rel, dest, copied)
 
-    def _mirror(self, src: Path, dst: Path, src_root: Path, rel: str) -> int:
-        """Mirror one directory level and recurse; returns the number of files copied."""
-        files: dict[str, os.stat_result] = {}
-        dirs: list[str] = []
-        with os.scandir(src) as it:
-            for entry in it:
-                kind = self._kind(entry, src_root, rel)
-                if kind == "dir":
-                    dirs.append(entry.name)
-                elif kind is not None:
-                    files[entry.name] = kind
+    def left_out(self, rel: str, exclude: Exclude | None = None,
+                 max_size: int | None = None) -> list[str]:
+        """What ``fetch_tree(rel, ..., exclude, max_size)`` would leave out beyond ``exclude``.
+
+        The POSIX paths relative to ``rel`` of: in-flight temp copies (:data:`TEMP_PREFIX`),
+        symlinks that leave the tree, dangle or name a directory (a symlink to a regular file
+        inside the tree is copied as that file), entries that are neither regular files nor
+        directories, and files over ``max_size``.  Directories ``exclude`` names are not
+        descended.  This lets another copier (rsync ``--copy-links``, in cluster.push) leave
+        out exactly what the mirror does; the same warnings are logged as by fetch_tree.
+        """
+        src = self._source(rel, "fetch")
+        out: list[str] = []
+        src_root = src.resolve()
+        pending = [(src, "")]
+        try:
+            while pending:
+                here, prefix = pending.pop()
+                _files, dirs, skipped = self._listing(here, src_root, rel, exclude, max_size,
+                                                      prefix)
+                out += (prefix + name for name in skipped)
+                pending += ((here / name, f"{prefix}{name}/") for name in dirs)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise TransportError("fetch", rel, f"{exc.strerror or exc}{where}") from None
+        return sorted(out)
+
+    def _source(self, rel: str, action: str) -> Path:
+        src = self._path(rel, action)
+        if not src.is_dir():
+            raise TransportError(action, rel,
+                                 f"no such directory in the master home {self.root}")
+        return src
+
+    def _mirror(self, src: Path, dst: Path, src_root: Path, rel: str, exclude: Exclude | None,
+                max_size: int | None, prefix: str) -> int:
+        """Mirror one directory level and recurse; returns the number of files copied.
+
+        ``prefix`` is ``src`` relative to the fetched root, with a trailing ``/`` (or "").
+        """
+        files, dirs, _skipped = self._listing(src, src_root, rel, exclude, max_size, prefix)
         # Delete first what the master no longer has (or has as the other kind), so a file
-        # turned directory (or back) can take its place.
+        # turned directory (or back) can take its place.  What was left out is not in
+        # ``files``/``dirs`` either, so it goes too (rsync --delete-excluded).
         with os.scandir(dst) as it:
             for entry in it:
                 if entry.name in files:
@@ -156,8 +201,37 @@ class LocalTransport:
                 copied += 1
         for name in dirs:
             (dst / name).mkdir(exist_ok=True)
-            copied += self._mirror(src / name, dst / name, src_root, rel)
+            copied += self._mirror(src / name, dst / name, src_root, rel, exclude, max_size,
+                                   f"{prefix}{name}/")
         return copied
+
+    def _listing(self, src: Path, src_root: Path, rel: str, exclude: Exclude | None,
+                 max_size: int | None, prefix: str
+                 ) -> tuple[dict[str, os.stat_result], list[str], list[str]]:
+        """One level of ``src``: (files to copy with their stats, directories to descend,
+        names left out for a reason other than ``exclude``).  The single place that decides
+        what a mirror holds, shared by :meth:`_mirror` and :meth:`left_out`."""
+        files: dict[str, os.stat_result] = {}
+        dirs: list[str] = []
+        skipped: list[str] = []
+        with os.scandir(src) as it:
+            for entry in it:
+                kind = self._kind(entry, src_root, rel)
+                if kind is None:
+                    skipped.append(entry.name)
+                elif isinstance(kind, str):  # "dir"
+                    if exclude is None or not exclude(f"{prefix}{entry.name}/"):
+                        dirs.append(entry.name)
+                elif exclude is not None and exclude(prefix + entry.name):
+                    pass  # excluded: not listed, so _mirror deletes any copy in dest
+                elif max_size is not None and kind.st_size > max_size:
+                    # rsync --max-size: "larger than", so a file of exactly max_size goes.
+                    log.warning("fetch %s: not copying %s%s: %d bytes, over the %d-byte "
+                                "limit", rel, prefix, entry.name, kind.st_size, max_size)
+                    skipped.append(entry.name)
+                else:
+                    files[entry.name] = kind
+        return files, dirs, skipped
 
     @staticmethod
     def _kind(entry: os.DirEntry[str], src_root: Path, rel: str) -> str | os.stat_result | None:

@@ -1,30 +1,35 @@
 """clusterpush.py -- submit your tree to the cluster as a user run (port of clusterpush.pl).
 
 Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree DIR]
-                      [--user NAME] [PRODUCT...] [lowres|highres] [relaxtimeout]
+                      [--user NAME] [--copy] [PRODUCT...] [lowres|highres] [relaxtimeout]
                       [filter=A,B] [bmpcmp] [abort]
 
 PRODUCT is gs, pdfwrite, ps2write, mupdf or shell (the last two alone); the default is
 gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree (default: the current
 directory) is mirrored to users/<user>/<ghostpdl|mupdf|shell> in the master home and the
-run is queued at priority 0.  The report (mailed to you when the master mails) compares
-with the baseline and with your previous push, and ends with the source diff against the
-master's clean tree.  `bmpcmp` instead renders the tests that differed in your last run
-with your build and the clean tree's, and makes a page of PNG difference images.  `abort`
-removes your queued runs.
+run is queued at priority 0.  The mirror leaves out version control, build and object
+directories (bin/, obj/, build/, ...), object files, rendered images and files over 30 MB
+(named on stderr), and deletes them from an earlier push.  It uses rsync when rsync is on
+PATH; --copy uses the built-in copy instead (same result).  The report (mailed to you
+when the master mails) compares with the baseline and with your previous push, and ends
+with the source diff against the master's clean tree.  `bmpcmp` instead renders the tests
+that differed in your last run with your build and the clean tree's, and makes a page of
+PNG difference images.  `abort` removes your queued runs and stops the one running.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
 
+from cluster.abort import request_abort
 from cluster.cli import common
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.push import abort_user, push_tree
+from cluster.push import push_tree
 from cluster.queuefiles import PRODUCTS, RunSpec
 
 
@@ -35,16 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, default=Path.cwd())
     parser.add_argument("--user", default=os.environ.get("CLUSTER_USER")
                         or os.environ.get("USER") or "")
+    parser.add_argument("--copy", action="store_true",
+                        help="mirror the tree with the built-in copy, not rsync")
     parser.add_argument("words", nargs="*")
     args = parser.parse_args(argv)
+    if not logging.getLogger().handlers:
+        # Warnings (files over the size limit, symlinks left out) reach the developer.
+        common.setup_logging()
+        logging.getLogger().setLevel(logging.WARNING)
     try:
         cfg = common.load_config(args)
         home = Home(cfg.home)
         if not args.user:
             raise ClusterError("no user name: pass --user or set $CLUSTER_USER or $USER")
         if "abort" in args.words:
-            removed = abort_user(home, args.user)
-            print(f"dequeueing: removed {removed} queued run(s) of {args.user}")
+            outcome = request_abort(home, args.user)
+            print(f"dequeueing: removed {outcome.removed} queued run(s) of {args.user}")
+            if outcome.running:
+                print(f"dequeueing: stopping the running run {outcome.running}")
             return 0
         products = [w for w in args.words if w in PRODUCTS] or ["gs"]
         options = [w for w in args.words if w not in PRODUCTS]
@@ -52,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                              source="command line")
         if not args.tree.is_dir():
             raise ClusterError(f"tree {args.tree} is not a directory")
-        push_tree(home, args.tree, spec)
+        push_tree(home, args.tree, spec, method="copy" if args.copy else "auto")
     except ClusterError as exc:
         print(f"clusterpush.py: {exc}", file=sys.stderr)
         return 2

@@ -17,10 +17,10 @@ import pytest
 
 from cluster import bmpcmp
 from cluster.localcluster import LocalCluster, write_demo_tree
-from cluster.queuefiles import RunSpec
+from cluster.queuefiles import QueueFile, RunSpec
 from cluster.tab import read_tab
 from tests.e2e.conftest import MakeCluster
-from tests.helpers import REPO
+from tests.helpers import REPO, wait_for
 from tests.smtp import smtp_server
 
 pytestmark = pytest.mark.e2e
@@ -44,10 +44,28 @@ def shown(names: list[str]) -> list[str]:
     return sorted(n.replace("__", "/") for n in names)
 
 
+def clusterpush(cluster: LocalCluster, tree: Path, user: str, *words: str) -> str:
+    """Run the real clusterpush.py from the top of ``tree``; return what it printed."""
+    done = subprocess.run([sys.executable, str(REPO / "clusterpush.py"), *cluster.config_args(),
+                           "--user", user, *words], cwd=tree, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def push(cluster: LocalCluster, options: list[str], flags: list[str] | None = None) -> Path:
+    """Alice's demo tree with ``options``, pushed with clusterpush.py; its run's archive."""
     tree = write_demo_tree(cluster.home_dir / "alice-tree" / "ghostpdl", "gs", options)
+    # A developer's tree has build outputs and history that must not travel.
+    subprocess.run(["make"], cwd=tree, check=True, capture_output=True)
+    (tree / ".git").mkdir(exist_ok=True)
+    (tree / ".git" / "HEAD").write_text("ref: refs/heads/master\n")
     before = cluster.archives()
-    spec = cluster.push(tree, "alice", ["gs"], flags or [])
+    printed = clusterpush(cluster, tree, "alice", "gs", *(flags or []))
+    spec = RunSpec.parse(printed.strip().removeprefix("queueing: "))
+    assert spec.ref == "alice"
+    pushed = cluster.home.users / "alice" / "ghostpdl"
+    assert not (pushed / ".git").exists() and not (pushed / "bin").exists()
     return cluster.wait_for_run(spec, before, 240)
 
 
@@ -143,3 +161,28 @@ def test_a_bmpcmp_without_an_earlier_run_is_reported_to_the_maintainer_for_an_un
         assert "bad username mallory" in received.message["Subject"]
         assert received.body.strip() == text.strip()
         assert "mailed" in (archive / "mail.log").read_text()
+
+
+def test_clusterpush_abort_stops_the_running_run_and_withdraws_the_queued_one(
+        make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(gs_configs="ppmraw.300.0 ppmraw.300.1 pkmraw.300.0 pgmraw.300.1")
+    cluster.start()
+    tree = write_demo_tree(cluster.home_dir / "ann" / "ghostpdl", "gs", [])
+    before = cluster.archives()
+    running = RunSpec.parse(clusterpush(cluster, tree, "ann", "gs").strip()
+                            .removeprefix("queueing: "))
+    wait_for(lambda: len(cluster.home.results(0).read_text().splitlines()) > 4
+             if cluster.home.results(0).exists() else False, 120, "some results")
+    queue = QueueFile(cluster.home.queue(0), cluster.home.queue_lock(0))
+    assert queue.read() == [running]
+    queue.append(RunSpec.parse("user ann gs filter=golfer"))  # waits behind the running one
+    printed = clusterpush(cluster, tree, "ann", "abort")
+    assert "removed 1 queued run(s)" in printed and "stopping the running run" in printed
+    archive = cluster.wait_for_run(running, before, 60)
+    text = (archive / "report.txt").read_text()
+    assert "The run was aborted by its user (clusterpush abort) after" in text
+    assert "of 60 tests; no table was changed." in text
+    assert queue.read() == []
+    assert not (cluster.home.tables / "user-ann.tab").exists()
+    assert not (cluster.home_dir / "abort.job").exists()
+    assert not cluster.home.job_start(0).exists()

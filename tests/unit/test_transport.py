@@ -187,6 +187,62 @@ def test_fetch_tree_does_not_follow_symlinks_out_of_the_tree(home: Path, t: Loca
     assert not (dest / "inside-link").is_symlink()
 
 
+def test_fetch_tree_exclude_predicate(home: Path, t: LocalTransport, tmp_path: Path) -> None:
+    """The predicate sees POSIX paths relative to the root, directories with a trailing
+    '/'; an excluded directory is not descended, and excluded entries already in dest go
+    (rsync --delete-excluded)."""
+    _tree(home, {"tree/keep.c": "k", "tree/x.o": "o", "tree/bin/gs": "gs",
+                 "tree/src/bin/tool": "t", "tree/src/a.c": "a", "tree/doc/bin": "file"})
+    seen: list[str] = []
+
+    def exclude(path: str) -> bool:
+        seen.append(path)
+        return path.endswith(".o") or path == "bin/" or path.endswith("/bin/")
+
+    dest = tmp_path / "dest"
+    _tree(dest, {"bin/old": "stale", "y.o": "stale", "keep.c": "k"})
+    t.fetch_tree("tree", dest, exclude=exclude)
+    assert _snapshot(dest) == {"keep.c": "k", "src/a.c": "a", "doc/bin": "file"}
+    assert sorted(seen) == ["bin/", "doc/", "doc/bin", "keep.c", "src/", "src/a.c", "src/bin/",
+                            "x.o"]
+    # Without a predicate, fetch_tree is the plain mirror again: everything comes back.
+    t.fetch_tree("tree", dest)
+    assert len(_snapshot(dest)) == 6
+
+
+def test_fetch_tree_max_size(home: Path, t: LocalTransport, tmp_path: Path,
+                             caplog: pytest.LogCaptureFixture) -> None:
+    """A file over max_size is not copied (one of exactly max_size is), named with its size
+    in a warning, and a copy of it already in dest is deleted."""
+    _tree(home, {"tree/small": "1234", "tree/exact": "12345", "tree/sub/big": "123456"})
+    dest = tmp_path / "dest"
+    _tree(dest, {"sub/big": "old"})
+    t.fetch_tree("tree", dest, max_size=5)
+    assert _snapshot(dest) == {"small": "1234", "exact": "12345"}
+    assert "sub/big: 6 bytes, over the 5-byte limit" in caplog.text
+
+
+def test_left_out_lists_what_the_mirror_skips(home: Path, t: LocalTransport,
+                                              tmp_path: Path) -> None:
+    """left_out names links the mirror does not follow, special files, in-flight temp files
+    and oversized files, not what the predicate excludes (nor what is under it)."""
+    outside = tmp_path / "secret"
+    outside.write_text("s")
+    _tree(home, {"tree/a": "a", "tree/sub/big": "123456", "tree/skip/link-target": "x",
+                 f"tree/{transport_mod.TEMP_PREFIX}1": "tmp"})
+    (home / "tree/sub/out").symlink_to(outside)
+    (home / "tree/skip/out").symlink_to(outside)
+    (home / "tree/in").symlink_to("a")
+    (home / "tree/dir-link").symlink_to("sub")
+    os.mkfifo(home / "tree/fifo")
+    got = t.left_out("tree", exclude=lambda p: p == "skip/", max_size=5)
+    assert got == sorted([f"{transport_mod.TEMP_PREFIX}1", "dir-link", "fifo", "sub/big",
+                          "sub/out"])
+    dest = tmp_path / "dest"
+    t.fetch_tree("tree", dest, exclude=lambda p: p == "skip/", max_size=5)
+    assert _snapshot(dest) == {"a": "a", "in": "a"}
+
+
 def test_fetch_tree_missing_source_is_an_error(t: LocalTransport, tmp_path: Path) -> None:
     """Fetching a directory the master does not have raises TransportError naming it."""
     with pytest.raises(TransportError, match="fetch tests: no such directory"):

@@ -1,0 +1,81 @@
+"""``clusterpush abort``: withdraw a user's queued runs and stop the one running.
+
+Queued runs of the user are simply removed from the priority-0 queue.  A run that is already
+running (its line heads the queue and ``job.start`` describes it) is stopped by the master,
+not by clusterpush: clusterpush leaves ``abort.job`` in the master home holding that run's
+*id* (ARTIFEX §6.4 touches ``abort.job``), and the priority-0 master, which looks for it as
+often as it checks its PID file, tells its nodes ABORT, reports the run as aborted and
+dequeues it.  The id, not the queue line, is what names the run: an ``abort.job`` that
+arrives just after its run ended can never stop the user's next push of the same line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from cluster.home import Home
+from cluster.jobstart import JobStart
+from cluster.queuefiles import QueueFile
+
+log = logging.getLogger("cluster.abort")
+
+ABORT_FILE = "abort.job"
+USER_PRIORITY = 0
+
+
+@dataclass(frozen=True)
+class AbortOutcome:
+    """What ``request_abort`` did: queued runs removed, and the running run asked to stop."""
+
+    removed: int
+    running: str | None  # the id of the user's running run, now asked to stop
+
+
+def _running(home: Home) -> JobStart | None:
+    try:
+        return JobStart.parse(home.job_start(USER_PRIORITY).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def request_abort(home: Home, user: str) -> AbortOutcome:
+    """Remove ``user``'s queued priority-0 runs; ask the master to stop the running one."""
+    queue = QueueFile(home.queue(USER_PRIORITY), home.queue_lock(USER_PRIORITY))
+    start = _running(home)
+    running = start if start is not None and start.kind == "user" and start.ref == user \
+        else None
+    removed = 0
+    for spec in queue.read():
+        if spec.kind != "user" or spec.ref != user:
+            continue
+        if running is not None and spec.line() == running.queue:
+            continue  # the master dequeues it once its nodes have stopped
+        if queue.remove(spec):
+            removed += 1
+    if running is not None:
+        path = home.root / ABORT_FILE
+        tmp = path.with_name(f".{ABORT_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(running.id + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        log.info("asked the master to abort run %s of %s", running.id, user)
+    return AbortOutcome(removed, running.id if running is not None else None)
+
+
+def requested(home: Home, run_id: str) -> bool:
+    """Whether ``abort.job`` asks to stop run ``run_id``."""
+    try:
+        text = (home.root / ABORT_FILE).read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return False
+    return text.strip() == run_id
+
+
+def clear(home: Home, run_id: str) -> None:
+    """Remove ``abort.job`` if it names ``run_id`` (one naming another run is left alone)."""
+    if requested(home, run_id):
+        try:
+            (home.root / ABORT_FILE).unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,79 @@
+"""clusterpush abort: queued runs of the user go, the running one is named in abort.job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cluster import abort
+from cluster.home import Home
+from cluster.jobstart import JobStart
+from cluster.queuefiles import QueueFile, RunSpec
+
+
+def make_home(tmp_path: Path) -> Home:
+    home = Home(tmp_path / "home")
+    home.create()
+    return home
+
+
+def queue_of(home: Home) -> QueueFile:
+    return QueueFile(home.queue(0), home.queue_lock(0))
+
+
+def start_run(home: Home, spec: RunSpec, run_id: str) -> None:
+    home.job_start(0).write_text(JobStart(
+        id=run_id, priority=0, queue=spec.line(), kind=spec.kind, ref=spec.ref,
+        products=spec.products, tree=spec.tree, source=f"users/{spec.ref}/{spec.tree}",
+        build="make", tests="tests").format())
+
+
+def test_queued_runs_of_the_user_are_removed_others_kept(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    q = queue_of(home)
+    mine = [RunSpec.parse("user ann gs"), RunSpec.parse("user ann gs lowres")]
+    theirs = RunSpec.parse("user bob gs")
+    for spec in (mine[0], theirs, mine[1]):
+        q.append(spec)
+    outcome = abort.request_abort(home, "ann")
+    assert outcome == abort.AbortOutcome(removed=2, running=None)
+    assert q.read() == [theirs]
+    assert not (home.root / abort.ABORT_FILE).exists()
+
+
+def test_the_running_run_stays_queued_and_is_named_by_id(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    q = queue_of(home)
+    running, later = RunSpec.parse("user ann gs"), RunSpec.parse("user ann mupdf")
+    q.append(running)
+    q.append(later)
+    start_run(home, running, "20261122-p0-abcd")
+    outcome = abort.request_abort(home, "ann")
+    assert outcome == abort.AbortOutcome(removed=1, running="20261122-p0-abcd")
+    assert q.read() == [running]  # the master dequeues it after stopping the nodes
+    assert abort.requested(home, "20261122-p0-abcd")
+    assert not abort.requested(home, "20261122-p0-ffff")
+
+
+def test_another_users_running_run_is_not_touched(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    running = RunSpec.parse("user bob gs")
+    queue_of(home).append(running)
+    start_run(home, running, "run-of-bob")
+    assert abort.request_abort(home, "ann") == abort.AbortOutcome(0, None)
+    assert not abort.requested(home, "run-of-bob")
+
+
+def test_clear_removes_only_its_own_request(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home.root / abort.ABORT_FILE).write_text("run-a\n")
+    abort.clear(home, "run-b")
+    assert abort.requested(home, "run-a")
+    abort.clear(home, "run-a")
+    assert not (home.root / abort.ABORT_FILE).exists()
+    abort.clear(home, "run-a")  # nothing there: no error
+
+
+def test_garbage_in_abort_job_names_no_run(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home.root / abort.ABORT_FILE).write_bytes(b"\xff\xfe\x00junk")
+    assert not abort.requested(home, "run-a")
