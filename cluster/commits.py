@@ -888,15 +888,6 @@ def render_hook(template: str, settings: dict[str, str]) -> str:
 # ----------------------------------------------------------------------------------------------
 # Command line
 
-class _ErrorCounter(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.count += 1
-
-
 def _hook_git_dir(given: Path | None) -> Path:
     if given is not None:
         return given.absolute()
@@ -950,7 +941,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{what}: {exc}", file=sys.stderr)
         return 2
     common.setup_logging()
-    errors = _ErrorCounter()
+    errors = common.ErrorCounter()
     log.addHandler(errors)
     home = Home(cfg.home)
     try:

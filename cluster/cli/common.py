@@ -13,6 +13,17 @@ from cluster.config import Config
 LOG_FORMAT = "%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s"
 
 
+class ErrorCounter(logging.Handler):
+    """Counts the ERROR records it sees: a command exits 1 if any problem was logged."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
 def add_config_options(parser: argparse.ArgumentParser) -> None:
     """--config FILE, --home DIR and repeatable --set key=value."""
     parser.add_argument("--config", type=Path, help="INI configuration file (see etc/)")

@@ -29,15 +29,6 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 
 
-class _ErrorCounter(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.count += 1
-
-
 def cron_tags(cfg: Config) -> list[str]:
     """The crontab tags of this master's entries, one per schedule (see cluster.cron)."""
     return [f"enqueue_auto-{schedule}:{cfg.home.resolve()}" for schedule in auto.SCHEDULES]
@@ -84,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     common.setup_logging()
     if cron_mode:
         return _manage_cron(args, cfg)
-    errors = _ErrorCounter()
+    errors = common.ErrorCounter()
     logging.getLogger("cluster.auto").addHandler(errors)
     for spec in auto.enqueue(Home(cfg.home), args.schedule, args.names):
         print(f"queued: {spec.line()}")

@@ -5,8 +5,7 @@ tree changes; ``__baseline__``/``__python__`` substituted; images uploaded withi
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from cluster.jobstart import JobStart
 from cluster.node import EXIT_DONE, EXIT_FAILED
 from cluster.protocol import Reply, Request
 from cluster.records import Job
-from cluster.server import NodeServer
 from tests.component.test_node_run import ScriptedMaster, node
 
 MARKER = "0123456789abcdef0123456789abcdef"
@@ -56,30 +54,6 @@ def write_start(home: Path, run_id: str, baseline: str = "ghostpdl") -> None:
                      products=("gs",), tree="ghostpdl", source="src", build="make",
                      tests="tests", options=("bmpcmp",), baseline=baseline)
     (home / "job.start").write_text(start.format())
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[ScriptedMaster], int]]:
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-
-    def start(master: ScriptedMaster) -> int:
-        server = NodeServer(("127.0.0.1", 0), master.handler, deadline=5)
-
-        def loop() -> None:
-            while not stop.is_set():
-                server.serve_once(0.05)
-            server.close()
-
-        t = threading.Thread(target=loop, daemon=True)
-        t.start()
-        threads.append(t)
-        return server.server_address[1]
-
-    yield start
-    stop.set()
-    for t in threads:
-        t.join(5)
 
 
 def script_run(jobs: list[Job]) -> Callable[[Request, list[Request]], bytes]:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from cluster.jobstart import JobStart
 from cluster.node import EXIT_DONE, EXIT_FAILED, NodeRun
 from cluster.protocol import Reply, Request
 from cluster.records import ERROR_TIMEOUT, Job
-from cluster.server import NodeServer
 from cluster.transport import LocalTransport
 
 RUN = "20261122000000-p0-beef"
@@ -51,30 +49,6 @@ def write_start(home: Path, build: str = "make") -> None:
                      products=("gs",), tree="ghostpdl", source="src", build=build,
                      tests="tests")
     (home / "job.start").write_text(start.format())
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[ScriptedMaster], int]]:
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-
-    def start(master: ScriptedMaster) -> int:
-        server = NodeServer(("127.0.0.1", 0), master.handler, deadline=5)
-
-        def loop() -> None:
-            while not stop.is_set():
-                server.serve_once(0.05)
-            server.close()
-
-        t = threading.Thread(target=loop, daemon=True)
-        t.start()
-        threads.append(t)
-        return server.server_address[1]
-
-    yield start
-    stop.set()
-    for t in threads:
-        t.join(5)
 
 
 def node(home: Path, tmp_path: Path, port: int, **settings: object) -> NodeRun:
