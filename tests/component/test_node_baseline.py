@@ -16,18 +16,14 @@ from cluster.jobstart import JobStart
 from cluster.node import EXIT_DONE, EXIT_FAILED
 from cluster.protocol import Reply, Request
 from cluster.records import Job
-from tests.component.test_node_run import ScriptedMaster, node
+from tests.component.test_node_run import ScriptedMaster, make_node_home, node
 
 MARKER = "0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    root = tmp_path / "home"
-    (root / "tests" / "t").mkdir(parents=True)
-    (root / "tests" / "t" / "f.ps").write_text("showpage\n")
-    (root / "src").mkdir()
-    (root / "src" / "Makefile").write_text("all:\n\tmkdir -p bin\n")
+    root = make_node_home(tmp_path)
     (root / "ghostpdl").mkdir()
     write_baseline_makefile(root, tmp_path / "baseline-builds.txt")
     (root / "ghostpdl" / "base.c").write_text("int x;\n")

@@ -34,14 +34,19 @@ class ScriptedMaster:
         return self.script(req, self.seen)
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
+def make_node_home(tmp_path: Path) -> Path:
+    """A master home with a one-file corpus and a product tree ``src`` whose build is empty."""
     root = tmp_path / "home"
     (root / "tests" / "t").mkdir(parents=True)
     (root / "tests" / "t" / "f.ps").write_text("showpage\n")
     (root / "src").mkdir()
     (root / "src" / "Makefile").write_text("all:\n\tmkdir -p bin\n")
     return root
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return make_node_home(tmp_path)
 
 
 def write_start(home: Path, build: str = "make") -> None:
