@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,29 +156,43 @@ def cache_path(home: Home) -> Path:
     return home.tables / "md5sum.cache"
 
 
-def baseline_tabs(home: Home, window: int = CACHE_WINDOW) -> list[tuple[str, Path]]:
-    """(run id, archived table) of the newest ``window`` git and auto runs, newest first.
+def archived_runs(home: Home) -> Iterator[tuple[Path, JobStart]]:
+    """(archive folder, its run.info) of every finished run, newest first.
 
-    Run ids start with their UTC start time, so the name order is the time order.
+    Run ids start with their UTC start time, so the name order is the time order.  A
+    folder whose run.info is missing or unreadable is skipped (the latter logged).
     """
-    found: list[tuple[str, Path]] = []
     if not home.archive.is_dir():
-        return found
+        return
     for folder in sorted(home.archive.iterdir(), key=lambda p: p.name, reverse=True):
-        table = folder / f"{folder.name}.tab"
         info = folder / "run.info"
-        if not table.is_file() or not info.is_file():
-            continue
         try:
-            start = JobStart.parse(info.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            log.warning("%s: unreadable (%s); left out of the md5 cache", info, exc)
+            yield folder, JobStart.parse(info.read_text(encoding="utf-8"))
+        except FileNotFoundError:
             continue
-        if start.kind in BASELINE_KINDS:
+        except (OSError, ValueError) as exc:
+            log.warning("%s: unreadable (%s); run left out", info, exc)
+
+
+def baseline_tabs(home: Home, window: int = CACHE_WINDOW) -> list[tuple[str, Path]]:
+    """(run id, archived table) of the newest ``window`` git and auto runs, newest first."""
+    found: list[tuple[str, Path]] = []
+    for folder, start in archived_runs(home):
+        table = folder / f"{folder.name}.tab"
+        if start.kind in BASELINE_KINDS and table.is_file():
             found.append((folder.name, table))
             if len(found) >= window:
                 break
     return found
+
+
+def last_user_run(home: Home, user: str) -> Path | None:
+    """The archive of ``user``'s newest run with a changed list (not a bmpcmp run)."""
+    for folder, start in archived_runs(home):
+        if start.kind == "user" and start.ref == user and "bmpcmp" not in start.options \
+                and (folder / CHANGED_LIST).is_file():
+            return folder
+    return None
 
 
 def rebuild_cache(home: Home) -> None:
@@ -199,9 +213,10 @@ def bmpcmp_report(home: Home, run: FinishedRun) -> str:
         shutil.copytree(uploaded, folder, dirs_exist_ok=True)
     page = folder / "index.html"
     sets = bmpcmp.write_html(folder, page, f"bmpcmp {run.spec.line()} run {state.run_id}")
-    errors = sum(1 for r in state.results.table(state.run_id).values() if r.error)
+    table = state.results.table(state.run_id)
+    errors = sum(1 for r in table.values() if r.error)
     lines = [run.header, "", f"bmpcmp finished: {sets} difference image set(s) from "
-             f"{len(state.results.table(state.run_id))} test(s)"
+             f"{len(table)} test(s)"
              + (f", {errors} of them failed to render" if errors else "") + ".",
              f"See {page}", ""]
     return "\n".join(lines)

@@ -292,7 +292,7 @@ class ClusterMaster:
         """Export a commit run's tree; write a bmpcmp run's test list; check the baseline."""
         run_dir = self.home.run_dir(start.id)
         try:
-            if spec.kind == "git" and start.source.startswith("runs/"):
+            if exported_source(start):
                 dest = self.home.root / start.source
                 if not dest.is_dir():
                     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -306,29 +306,13 @@ class ClusterMaster:
                                        f"{self.home.root / start.baseline} as its baseline")
                 listing = run_dir / "bmpcmp.lst"
                 if not listing.exists():
-                    previous = self._last_user_run(spec.ref)
+                    previous = collate.last_user_run(self.home, spec.ref)
                     if previous is None:
                         raise ClusterError(f"user {spec.ref} has no earlier run to bmpcmp")
                     run_dir.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(previous / collate.CHANGED_LIST, listing)
         except ClusterError as exc:
             raise RunSetupError(start, str(exc)) from None
-
-    def _last_user_run(self, user: str) -> Path | None:
-        """The archive of ``user``'s newest finished run that was not a bmpcmp run."""
-        archive = self.home.archive
-        if not archive.is_dir():
-            return None
-        for folder in sorted(archive.iterdir(), key=lambda f: f.name, reverse=True):
-            if not (folder / collate.CHANGED_LIST).is_file():
-                continue
-            try:
-                info = JobStart.parse((folder / "run.info").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if info.kind == "user" and info.ref == user and "bmpcmp" not in info.options:
-                return folder
-        return None
 
     def _jobs(self, start: JobStart) -> JobFile:
         """The run's job list: the jobs file if it is there (takeover), else build.py's.
@@ -455,7 +439,7 @@ class ClusterMaster:
         what bmpcmp renders as the baseline: it matches the baseline table (as the Perl
         moved its working copy to the revision after the report, build failure or not).
         """
-        if spec.kind != "git" or not start.source.startswith("runs/"):
+        if not exported_source(start):
             return
         exported = self.home.root / start.source
         if not exported.is_dir():
@@ -507,6 +491,11 @@ class ClusterMaster:
             path.unlink()
         except FileNotFoundError:
             pass
+
+
+def exported_source(start: JobStart) -> bool:
+    """Whether the run builds a commit the master exported (see _source_for)."""
+    return start.kind == "git" and start.source.startswith("runs/")
 
 
 def run_header(spec: RunSpec, run_id: str) -> str:
