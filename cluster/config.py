@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import math
 import os
 import socket
 import sys
@@ -34,8 +35,16 @@ NODE = "node"
 BOTH = "both"  # keys a master and its nodes must agree on; allowed in either section
 
 
-def _opt(default: Any, section: str, unit: str, doc: str) -> Any:
-    return field(default=default, metadata={"section": section, "unit": unit, "doc": doc})
+def _opt(default: Any, section: str, unit: str, doc: str, *, positive: bool = False) -> Any:
+    """A field of Config: its default, the section it belongs to, its unit and its meaning.
+
+    Every int and float field must be >= 0 (:func:`validate`); ``positive=True`` marks one
+    for which 0 is absurd as well (a limit that refuses everything, a timeout that fails
+    everything, an interval that makes a loop spin).  A field whose unit is ``cron
+    schedule`` must be cron syntax.
+    """
+    return field(default=default, metadata={"section": section, "unit": unit, "doc": doc,
+                                            "positive": positive})
 
 
 @dataclass(frozen=True)
@@ -55,20 +64,25 @@ class Config:
                                "address the master and the monitor listen on; 0.0.0.0 for "
                                "a real cluster")
     supervisor_interval: float = _opt(10.0, MASTER, "seconds",
-                                      "run_clustermaster.py starts clustermaster 0/1/2 this often")
+                                      "run_clustermaster.py starts clustermaster 0/1/2 this often",
+                                      positive=True)
     pid_stale: float = _opt(7200.0, MASTER, "seconds",
-                            "a clustermaster.pid older than this is a dead or hung run")
+                            "a clustermaster.pid older than this is a dead or hung run",
+                            positive=True)
     pid_wait: float = _opt(300.0, MASTER, "seconds",
                            "after taking over a stale PID file, wait this long before freeing it")
     pid_check_interval: float = _opt(2.0, MASTER, "seconds",
                                      "how often a running master checks the PID file is still its")
     heartbeat_timeout: float = _opt(180.0, MASTER, "seconds",
-                                    "a node not heard from this long is dead; its jobs go back")
+                                    "a node not heard from this long is dead; its jobs go back",
+                                    positive=True)
     connection_deadline: float = _opt(10.0, MASTER, "seconds",
-                                      "a node connection must deliver its request within this")
-    max_line_bytes: int = _opt(65536, MASTER, "bytes", "longest protocol line accepted")
+                                      "a node connection must deliver its request within this",
+                                      positive=True)
+    max_line_bytes: int = _opt(65536, MASTER, "bytes", "longest protocol line accepted",
+                               positive=True)
     max_request_lines: int = _opt(200000, MASTER, "lines",
-                                  "most header and result lines in one node request")
+                                  "most header and result lines in one node request", positive=True)
     journal_sync_interval: float = _opt(1.0, MASTER, "seconds",
                                         "results journal is fsync'ed at most this often")
     linger: float = _opt(15.0, MASTER, "seconds",
@@ -76,7 +90,8 @@ class Config:
     upload_timeout: float = _opt(300.0, MASTER, "seconds",
                                  "longest wait for nodes' log uploads after the last result")
     batch_per_slot: int = _opt(2, MASTER, "jobs",
-                               "a node is kept holding at least this many jobs per slot")
+                               "a node is kept holding at least this many jobs per slot",
+                               positive=True)
     batch_seconds: float = _opt(1.0, MASTER, "seconds",
                                 "and at most about this much work by its measured rate, so "
                                 "nodes running tiny jobs call once per batch, not per job")
@@ -113,7 +128,8 @@ class Config:
     shell_extensions: tuple[str, ...] = _opt(("cmds",), MASTER, "suffix list",
                                              "files of product shell: one shell command "
                                              "per line, each line a job")
-    gs_memory_kb: int = _opt(1000000, MASTER, "KiB", "gs -K memory limit of every gs job")
+    gs_memory_kb: int = _opt(1000000, MASTER, "KiB", "gs -K memory limit of every gs job",
+                             positive=True)
     nightly_schedule: str = _opt("0 1 * * *", MASTER, "cron schedule",
                                  "when the crontab entry of enqueue_auto.py --install-cron "
                                  "queues the nightly auto runs")
@@ -162,23 +178,27 @@ class Config:
                           "the node's own directory: source, build, temp, logs")
     slots: int = _opt(0, NODE, "jobs", "jobs run at once; 0 = the CPU count")
     poll_interval: float = _opt(2.0, NODE, "seconds",
-                                "run.py calls the master at least this often (its heartbeat)")
+                                "run.py calls the master at least this often (its heartbeat)",
+                                positive=True)
     report_interval: float = _opt(0.25, NODE, "seconds",
                                   "finished results wait at most this long before being sent")
     heartbeat_interval: float = _opt(10.0, NODE, "seconds",
-                                     "clusterpull.py sends a heartbeat to the monitor this often")
+                                     "clusterpull.py sends a heartbeat to the monitor this often",
+                                     positive=True)
     clusterpull_schedule: str = _opt("*/10 * * * *", NODE, "cron schedule",
                                      "when the crontab entry of clusterpull.py --install-cron "
                                      "restarts clusterpull.py if it is not running")
     job_timeout: float = _opt(450.0, NODE, "seconds",
-                              "a test running longer is killed (whole process tree)")
+                              "a test running longer is killed (whole process tree)", positive=True)
     kill_grace: float = _opt(2.0, NODE, "seconds",
                              "between SIGHUP and SIGKILL when a test is killed")
     max_timeouts: int = _opt(20, NODE, "tests",
                              "more timeouts than max(this, 1% of started tests) fail the node")
-    connect_retries: int = _opt(10, NODE, "attempts", "tries to reach the master before giving up")
+    connect_retries: int = _opt(10, NODE, "attempts", "tries to reach the master before giving up",
+                                positive=True)
     connect_retry_delay: float = _opt(5.0, NODE, "seconds", "pause between those tries")
-    io_timeout: float = _opt(60.0, NODE, "seconds", "longest wait for the master's reply")
+    io_timeout: float = _opt(60.0, NODE, "seconds", "longest wait for the master's reply",
+                             positive=True)
 
     # ------------------------------------------------------------------------------------------
     def port_for(self, priority: int) -> int:
@@ -205,15 +225,22 @@ def _field_table() -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(Config)}
 
 
+def _kind(f: dataclasses.Field[Any]) -> str:
+    """The type of ``f`` as written in Config: 'int', 'float', 'Path', 'tuple[str, ...]', ..."""
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
 def _convert(f: dataclasses.Field[Any], raw: str, base: Path, source: str) -> Any:
-    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    """``raw`` as a value of field ``f``; ConfigError naming the key and ``source`` if it is
+    not one (an int that is no integer, a float that is negative, NaN or infinite, ...)."""
+    kind = _kind(f)
     text = raw.strip()
     try:
         if kind == "int":
             return int(text)
         if kind == "float":
             value = float(text)
-            if value < 0:
+            if not math.isfinite(value) or value < 0:
                 raise ValueError
             return value
         if kind == "bool":
@@ -230,7 +257,8 @@ def _convert(f: dataclasses.Field[Any], raw: str, base: Path, source: str) -> An
             return tuple(text.split())
         return text
     except ValueError:
-        expected = {"int": "an integer", "float": "a non-negative number",
+        unit = f.metadata["unit"]
+        expected = {"int": f"an integer ({unit})", "float": f"a non-negative number ({unit})",
                     "bool": "yes or no"}.get(kind, kind)
         raise ConfigError(f.name, raw, expected, source) from None
 
@@ -272,20 +300,36 @@ def load(path: Path | None = None, overrides: dict[str, str] | None = None) -> C
 
 
 def validate(cfg: Config) -> None:
-    """Raise ConfigError for values that parse but make no sense."""
+    """Raise ConfigError, naming the key and what was expected, for values that parse but
+    make no sense.
+
+    Besides the checks of single keys: every int and float field must be a finite number
+    >= 0, and > 0 if its field says ``positive``; every field whose unit is ``cron
+    schedule`` must be five cron fields or an @special (:func:`cluster.cron.check_schedule`),
+    so a bad one fails here and not when the crontab is installed.
+    """
     for name in ("base_port", "monitor_port"):
         port = getattr(cfg, name)
         if not 0 <= port <= 65533:
             raise ConfigError(name, port, "a TCP port between 0 and 65533")
+    if not 1 <= cfg.smtp_port <= 65535:
+        raise ConfigError("smtp_port", cfg.smtp_port, "a TCP port between 1 and 65535")
     if cfg.transport not in ("local",):
         raise ConfigError("transport", cfg.transport, "'local'")
     if cfg.node_name and not _valid_name(cfg.node_name):
         raise ConfigError("node_name", cfg.node_name, "letters, digits, '.', '_' or '-' (max 64)")
-    for name in ("batch_per_slot", "max_line_bytes", "max_request_lines", "connect_retries"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(name, getattr(cfg, name), "a positive integer")
     if cfg.slots < 0:
         raise ConfigError("slots", cfg.slots, "0 (CPU count) or a positive integer")
+    # Imported here, not at the top, because cluster.cron imports this module.
+    from cluster import cron
+
+    for f in dataclasses.fields(Config):
+        value = getattr(cfg, f.name)
+        kind = _kind(f)
+        if kind in ("int", "float"):
+            _check_number(f, kind, value)
+        elif f.metadata["unit"] == "cron schedule":
+            cron.check_schedule(f.name, value)
     # The grammar of the commit-run keys lives with their only user; imported here
     # (not at the top) because cluster.commits imports this module.
     from cluster import commits
@@ -293,6 +337,16 @@ def validate(cfg: Config) -> None:
     commits.parse_repositories(cfg.repositories)
     commits.check_branch(cfg.git_branch)
     commits.parse_path_products(cfg.path_products)
+
+
+def _check_number(f: dataclasses.Field[Any], kind: str, value: float) -> None:
+    """ConfigError unless ``value`` is finite and >= 0, or > 0 for a ``positive`` field."""
+    positive = f.metadata["positive"]
+    if math.isfinite(value) and (value > 0 if positive else value >= 0):
+        return
+    sign = "a positive" if positive else "a non-negative"
+    noun = "integer" if kind == "int" else "number"
+    raise ConfigError(f.name, value, f"{sign} {noun} ({f.metadata['unit']})")
 
 
 def _valid_name(name: str) -> bool:

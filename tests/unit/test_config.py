@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,11 @@ def test_etc_examples_are_generated_from_the_table(section: str) -> None:
 def test_examples_load_as_the_defaults() -> None:
     for section in ("master", "node"):
         assert config.load(REPO / "etc" / f"{section}.conf") == config.Config()
+
+
+def test_the_defaults_pass_validation() -> None:
+    assert config.load(None) == config.Config()
+    config.validate(config.Config())
 
 
 def test_values_are_converted_and_paths_are_relative_to_the_file(tmp_path: Path) -> None:
@@ -58,3 +64,86 @@ def test_override_pairs_must_have_an_equals_sign() -> None:
     assert config.parse_overrides(["a=1", "b=x=y"]) == {"a": "1", "b": "x=y"}
     with pytest.raises(ConfigError, match="key=value"):
         config.parse_overrides(["novalue"])
+
+
+CRON_EXPECTED = "a cron schedule of five fields such as '0 1 * * *' or an @special"
+SCHEDULE_KEYS = ["nightly_schedule", "weekly_schedule", "clusterpull_schedule"]
+
+
+def test_every_cron_schedule_key_is_checked() -> None:
+    """The schedule keys tested below are all the keys whose unit is 'cron schedule'."""
+    assert sorted(f.name for f in dataclasses.fields(config.Config)
+                  if f.metadata["unit"] == "cron schedule") == sorted(SCHEDULE_KEYS)
+
+
+@pytest.mark.parametrize("key", SCHEDULE_KEYS)
+@pytest.mark.parametrize("value", ["every ten minutes", "", "0 1 * *", "0 1 * * * *",
+                                   "61 * * * *", "0 24 * * *", "0 0 32 * *", "@fortnightly"])
+def test_a_bad_cron_schedule_is_refused_at_load(tmp_path: Path, key: str, value: str) -> None:
+    """Not only when the crontab is installed: load names the key and the expected form."""
+    section = "node" if key == "clusterpull_schedule" else "master"
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[{section}]\n{key} = {value}\n")
+    for path, overrides in ((conf, {}), (None, {key: value})):
+        with pytest.raises(ConfigError) as exc:
+            config.load(path, overrides)
+        assert exc.value.key == key
+        assert f"config key {key!r}" in str(exc.value) and CRON_EXPECTED in str(exc.value)
+
+
+@pytest.mark.parametrize("key", SCHEDULE_KEYS)
+@pytest.mark.parametrize("value", ["30 2 * * *", "*/5 1-3 * * mon-fri", "0 0 1 jan *",
+                                   "@daily", "@weekly", "@hourly"])
+def test_good_cron_schedules_load_unchanged(key: str, value: str) -> None:
+    assert getattr(config.load(None, {key: value}), key) == value
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("smtp_port", "0", "a TCP port between 1 and 65535"),
+    ("smtp_port", "65536", "a TCP port between 1 and 65535"),
+    ("smtp_port", "-25", "a TCP port between 1 and 65535"),
+    ("smtp_port", "twenty-five", "an integer (TCP port)"),
+    ("smtp_port", "25.5", "an integer (TCP port)"),
+    ("gs_memory_kb", "0", "a positive integer (KiB)"),
+    ("gs_memory_kb", "-1000", "a positive integer (KiB)"),
+    ("max_line_bytes", "0", "a positive integer (bytes)"),
+    ("batch_per_slot", "0", "a positive integer (jobs)"),
+    ("connect_retries", "0", "a positive integer (attempts)"),
+    ("min_ram_mb", "-1", "a non-negative integer (MiB)"),
+    ("max_timeouts", "-1", "a non-negative integer (tests)"),
+    ("slots", "-1", "0 (CPU count) or a positive integer"),
+    ("io_timeout", "0", "a positive number (seconds)"),
+    ("job_timeout", "0", "a positive number (seconds)"),
+    ("heartbeat_timeout", "0", "a positive number (seconds)"),
+    ("supervisor_interval", "0", "a positive number (seconds)"),
+    ("poll_interval", "0", "a positive number (seconds)"),
+    ("linger", "-1", "a non-negative number (seconds)"),
+    ("poll_interval", "nan", "a non-negative number (seconds)"),
+    ("job_timeout", "inf", "a non-negative number (seconds)"),
+])
+def test_numbers_out_of_range_are_refused_naming_key_and_form(key: str, value: str,
+                                                              expected: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        config.load(None, {key: value})
+    assert exc.value.key == key and exc.value.expected == expected
+    assert f"config key {key!r}" in str(exc.value) and expected in str(exc.value)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("smtp_port", "1"), ("smtp_port", "65535"), ("smtp_port", "587"),
+    ("min_ram_mb", "0"), ("max_timeouts", "0"), ("slots", "0"),
+    ("linger", "0"), ("upload_timeout", "0"), ("kill_grace", "0"), ("report_interval", "0"),
+    ("journal_sync_interval", "0"), ("pid_wait", "0"), ("batch_seconds", "0"),
+    ("connect_retry_delay", "0"), ("io_timeout", "0.5"), ("gs_memory_kb", "1"),
+])
+def test_in_range_values_load_including_a_meaningful_zero(key: str, value: str) -> None:
+    """0 means 'no limit', 'at once', 'do not wait' ... for these; and small values are fine."""
+    cfg = config.load(None, {key: value})
+    assert getattr(cfg, key) == type(getattr(config.Config(), key))(value)
+
+
+def test_every_numeric_default_is_in_range() -> None:
+    """A positive field's default is > 0, every other number's >= 0 (defaults unchanged)."""
+    for f in dataclasses.fields(config.Config):
+        if f.type in ("int", "float"):
+            assert f.default > 0 if f.metadata["positive"] else f.default >= 0, f.name
