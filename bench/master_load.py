@@ -2,7 +2,7 @@
 """bench/master_load.py -- how many jobs per second one clustermaster serves.
 
 Usage: python3 bench/master_load.py [--nodes 1000] [--slots 8] [--jobs 1000000]
-                                    [--procs N] [--keep DIR] [--profile FILE]
+                                    [--procs N] [--first-run] [--keep DIR] [--profile FILE]
 
 A real ``clustermaster.py`` process serves one run of M jobs (product shell: a corpus file
 ``tests/load/load.cmds`` of M lines, queued as ``user bench shell``; the master runs
@@ -12,6 +12,15 @@ and its result (error 0, the md5 of the test name, product ``shell``) goes back 
 next call, UPLOAD is answered by calling again, and ABORT ends the node.  The nodes run in
 ``--procs`` client processes (default: 1), each a single-threaded selector loop; the
 master is alone on its core.
+
+The run is a second one, as in a cluster that has been running a while: before the master
+starts, the home is given a baseline (``tables/current.tab``), the user's previous push
+(``tables/user-bench.tab``), each of M rows plus ``REMOVED`` tests the run no longer has,
+and an md5 cache.  The baseline differs from the run for every ``BASE_EVERY``-th test, the
+previous push for every ``PUSH_EVERY``-th, and the cache holds the run's digest of every
+``SEEN_EVERY``-th test, so the report's two comparisons have known counts of differences
+and of tests "matched at least once in the previous 50 runs".  ``--first-run`` leaves the
+history out (the report then compares with nothing).
 
 Figures:
 
@@ -24,7 +33,8 @@ Figures:
   finish_s     last result to the master's exit (uploads, collation, report, archive)
 
 The run is checked: the archive's .tab must hold M lines, each test once, error 0 and the
-expected md5.  Exit status 0 only when it does.
+expected md5; with the history, the report must give the expected counts and the user's
+stream table must be the run's table.  Exit status 0 only when it does.
 
 Prints the machine, then one line such as
   jobs_per_s=61234 p50_ms=0.8 p99_ms=4.2 rss_mb=310 jobs=1000000 nodes=1000 ok=yes
@@ -65,6 +75,13 @@ CAPS = "os=Linux arch=x86_64 bits=64 cc=none cpus=8 ram_mb=16000 tools=md5sum,ma
 IDLE_DELAY = 0.02
 #: Connection attempts refused in a row before a node gives up on the master.
 MAX_REFUSED = 200
+#: The seeded history (see the module docstring): which tests differ from the baseline and
+#: from the previous push, which new digests the md5 cache has seen, how many tests the
+#: previous tables have that the run does not.
+BASE_EVERY = 97
+PUSH_EVERY = 89
+SEEN_EVERY = 485
+REMOVED = 1000
 
 
 def md5_of(name: bytes) -> bytes:
@@ -302,15 +319,79 @@ class Sampler(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def make_home(root: Path, jobs: int) -> Home:
+def make_home(root: Path, jobs: int, history: bool) -> Home:
     home = Home(root)
     home.create()
     corpus = home.root / "tests" / "load"
     corpus.mkdir(parents=True, exist_ok=True)
     with open(corpus / "load.cmds", "wb") as fh:
         fh.write(b"true\n" * jobs)
+    if history:
+        seed_history(home, jobs)
     QueueFile(home.queue(0), home.queue_lock(0)).append(RunSpec.parse("user bench shell"))
     return home
+
+
+def test_name(i: int) -> bytes:
+    return STEM + str(i).encode()
+
+
+def seed_history(home: Home, jobs: int) -> None:
+    """A baseline, a previous push and an md5 cache, as a running cluster has them."""
+    home.tables.mkdir(parents=True, exist_ok=True)
+    for path, every, rev in ((home.tables / "current.tab", BASE_EVERY, b"base"),
+                             (home.tables / "user-bench.tab", PUSH_EVERY, b"push")):
+        rows = []
+        for i in range(1, jobs + 1):
+            name = test_name(i)
+            digest = md5_of(name + b"!") if i % every == 0 else md5_of(name)
+            rows.append(b"%s\t0\t0.01\t0.01\t0.01\t0\t%s\t%s\tshell\tn00000"
+                        % (name, digest, rev))
+        rows.extend(b"%sgone%d\t0\t0.01\t0.01\t0.01\t0\t%s\t%s\tshell\tn00000"
+                    % (STEM, i, md5_of(b"gone%d" % i), rev) for i in range(REMOVED))
+        rows.sort()
+        with open(path, "wb") as fh:
+            fh.write(b"\n".join(rows) + b"\n")
+    seen = sorted(b"%s %s | old\tshell\tn00001\t7" % (test_name(i), md5_of(test_name(i)))
+                  for i in range(SEEN_EVERY, jobs + 1, SEEN_EVERY))
+    (home.tables / "md5sum.cache").write_bytes(b"50\n" + b"".join(line + b"\n"
+                                                                   for line in seen))
+
+
+def expected_report(jobs: int) -> list[str]:
+    """The lines the user report must hold, in order, for the seeded history."""
+    out = []
+    for every, heading in ((BASE_EVERY, None), (PUSH_EVERY, "Differences from previous "
+                                                             "clusterpush:")):
+        if heading:
+            out.append(heading)
+        differ = range(every, jobs + 1, every)
+        seen = sum(1 for i in differ if i % SEEN_EVERY == 0)
+        if len(differ) > seen:
+            out.append(f"Differences in {len(differ) - seen} of {jobs} non-pdfwrite/ps2write "
+                       "test(s):")
+        else:
+            out.append(f"No differences in {jobs} non-pdfwrite/ps2write tests")
+        if seen:
+            out.append(f"The following {seen} regression file(s) had differences but matched "
+                       "at least once in the previous 50 runs:")
+    return out
+
+
+def check_history(home: Home, jobs: int) -> tuple[bool, str]:
+    """The report gives the seeded history's counts; the push table is the run's table."""
+    archive = next(home.archive.iterdir())
+    report = (archive / "report.txt").read_text(encoding="utf-8").splitlines()
+    at = 0
+    for want in expected_report(jobs):
+        try:
+            at = report.index(want, at) + 1
+        except ValueError:
+            return False, f"the report lacks {want!r} (in order)"
+    pushed = (home.tables / "user-bench.tab").read_bytes()
+    if pushed != (archive / f"{archive.name}.tab").read_bytes():
+        return False, "tables/user-bench.tab is not the run's table after the merge"
+    return True, ""
 
 
 def wait_until(predicate, timeout: float, proc: subprocess.Popen[bytes], what: str) -> None:
@@ -384,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1000000)
     parser.add_argument("--procs", type=int, default=1,
                         help="client processes the simulated nodes are spread over")
+    parser.add_argument("--first-run", action="store_true",
+                        help="no history: no baseline, previous push or md5 cache")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="give up after this many seconds")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
@@ -399,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep is not None and work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    home = make_home(work / "home", args.jobs)
+    home = make_home(work / "home", args.jobs, history=not args.first_run)
     port = free_port()
     argv_master = [str(REPO / "clustermaster.py"), "--home", str(home.root),
                    "--set", f"base_port={port}", "--set", "linger=5",
@@ -454,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         ok, problem = False, errors[0]
     else:
         ok, problem = check_tab(home, args.jobs)
+        if ok and not args.first_run:
+            ok, problem = check_history(home, args.jobs)
     # Each job's result was accepted at the earliest ack any client saw for it.
     acks = stats[0].ack
     for s in stats[1:]:
@@ -481,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         "p99_ms": f"{1000 * percentile(lat, 0.99):.1f}",
         "rss_mb": f"{rss / 2**20:.0f}",
         "jobs": args.jobs, "nodes": args.nodes, "slots": args.slots, "procs": args.procs,
+        "history": "no" if args.first_run else "yes",
         "steady_jobs_per_s": f"{steady:.0f}", "tail_s": f"{tail:.2f}",
         "calls": sum(s.calls for s in stats),
         # Cores busy in the steady state: the master (of its one), the clients (summed).

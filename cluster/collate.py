@@ -87,17 +87,22 @@ def finish(home: Home, run: FinishedRun) -> str:
                             lost_nodes=tuple(state.lost), duplicates=state.duplicates,
                             header=run.header)
     baseline_path = home.tables / "current.tab"
-    baseline = tab.read_tab(baseline_path) if baseline_path.exists() else None
+    # The previous tables are streamed from their files (tab.TabFile), for the same reason.
+    baseline = tab.TabFile(baseline_path) if baseline_path.exists() else None
     seen = md5cache.load(cache_path(home))
     if spec.kind == "user":
         push_path = home.tables / f"user-{spec.ref}.tab"
-        previous_push = tab.read_tab(push_path) if push_path.exists() else None
+        previous_push = tab.TabFile(push_path) if push_path.exists() else None
         clean = home.root / spec.tree
-        text = userreport.user_report(current, baseline, previous_push, facts,
-                                      clean if clean.is_dir() else None,
-                                      home.users / spec.ref / spec.tree, seen=seen)
-        against = baseline if baseline is not None else previous_push
-        write_changed_list(run.archive / CHANGED_LIST, current, against, spec.products)
+        # Each previous table is compared once: the report and changed.lst share it.
+        vs_baseline = report.analyse(current, baseline, seen=seen)
+        vs_push = report.analyse(current, previous_push, seen=seen) \
+            if previous_push is not None else None
+        text = userreport.render_user_report(current, vs_baseline, vs_push, facts,
+                                             clean if clean.is_dir() else None,
+                                             home.users / spec.ref / spec.tree)
+        write_changed_list(run.archive / CHANGED_LIST, current,
+                           vs_baseline if baseline is not None else vs_push)
         update_stream(push_path, previous_push, current, spec.products, run_tab)
     else:
         text = report.compare(current, baseline, facts, seen=seen)
@@ -106,7 +111,7 @@ def finish(home: Home, run: FinishedRun) -> str:
 
 
 # ---------------------------------------------------------------------------- tables
-def update_stream(stream: Path, previous: tab.Table | None,
+def update_stream(stream: Path, previous: tab.Previous | None,
                   current: Mapping[str, tab.TabRow], products: tuple[str, ...],
                   run_tab: Path) -> None:
     """Merge the run into its stream's table (tab.merged_lines), streaming the lines.
@@ -121,7 +126,7 @@ def update_stream(stream: Path, previous: tab.Table | None,
         if prev.exists():
             os.replace(prev, stream.with_name("previous2.tab"))
         shutil.copy2(stream, prev)
-    if previous:
+    if previous is not None:
         tab.write_tab_lines(stream, tab.merged_lines(previous, current, products))
     else:
         with open(run_tab, encoding="utf-8") as fh:
@@ -129,16 +134,16 @@ def update_stream(stream: Path, previous: tab.Table | None,
 
 
 def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],
-                       against: Mapping[str, tab.TabRow] | None,
-                       products: tuple[str, ...]) -> int:
+                       against: report.Comparison | None) -> int:
     """List ``<test id> <product word>`` of every test that differs; return how many.
 
+    *against* is the run's comparison with the baseline (or with the user's previous push
+    when there is no baseline); every test whose md5 changed is listed, seen before or not.
     The product word is the tested product the test belongs to (``gs``, ``pdfwrite``,
-    ``ps2write``, ``mupdf``), what build.py's bmpcmp jobs need.  No comparison table: an
-    empty list.
+    ``ps2write``, ``mupdf``), what build.py's bmpcmp jobs need.  No comparison: an empty
+    list.
     """
-    names = report.analyse(current, against, products=products).differing() \
-        if against is not None else []
+    names = against.changed() if against is not None else []
     lines = [f"{name} {product_word(current[name].product)}\n" for name in names]
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(lines), encoding="utf-8")

@@ -36,13 +36,12 @@ errors" list.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cluster.md5cache import Seen, SeenCache, digest_of
 from cluster.records import ERROR_NAMES, SEGFAULTS
-from cluster.tab import TabRow, product_columns
+from cluster.tab import Entry, Previous, TabRow, entries, product_columns
 
 #: Difference groups, in report order, with the words compare.pl uses for them.
 RASTER = "raster"
@@ -53,9 +52,6 @@ GROUP_LABELS = {RASTER: "non-pdfwrite/ps2write", PDFWRITE: "pdfwrite", PS2WRITE:
 
 STARS = "*" * 77  # compare.pl's segfault block rule, same width
 DASHES = "-" * 103  # compare.pl's rule before the seen-before list, same width
-
-#: A banded test id: page-mode sibling is the same id with the final ``1`` turned into ``0``.
-_BANDED = re.compile(r"(.+\.)1", re.DOTALL)
 
 
 def group_of(product: str) -> str:
@@ -129,6 +125,9 @@ class Comparison:
     every current test counts as added.  ``archive_matches`` lists the tests whose md5
     changed to a digest the md5 cache has seen before; ``archive_seen`` says where, for each.
     Such a test is in none of ``differences``, ``started_errors`` and ``stopped_errors``.
+    ``listed`` holds the previous table's entry of every test a list above names that was
+    in it: the report's lines show its product, machine and error (:meth:`previous_row`).
+    ``seen_window`` is the number of runs the md5 cache covered, None without a cache.
     """
 
     differences: dict[str, list[str]]
@@ -142,23 +141,40 @@ class Comparison:
     baseline: bool = False
     archive_matches: list[str] = field(default_factory=list)
     archive_seen: dict[str, Seen] = field(default_factory=dict)
+    listed: dict[str, Entry] = field(default_factory=dict)
+    seen_window: int | None = None  # the md5 cache's window (None: compared without one)
 
     def differing(self) -> list[str]:
         """Every test in ``differences``, all groups together, ordered by shown name."""
         return _sorted(n for names in self.differences.values() for n in names)
 
+    def previous_row(self, name: str) -> TabRow:
+        """The previous table's row of a listed test (KeyError for any other)."""
+        return self.listed[name].row()
 
-def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None,
+    def changed(self) -> list[str]:
+        """Every test whose md5 changed, seen before or not, ordered by shown name."""
+        return _sorted([*(n for names in self.differences.values() for n in names),
+                        *self.archive_matches])
+
+
+#: Placeholder for "the previous md5 of this page-mode sibling is not known yet".
+_DEFERRED = "\0deferred"
+
+
+def analyse(current: Mapping[str, TabRow], previous: Previous | None,
             products: Iterable[str] | None = None,
             seen: SeenCache | None = None) -> Comparison:
     """Compare *current* with *previous* (None: no previous run, this run is the baseline).
 
-    *products*, tested-product words as for :func:`cluster.tab.merge_baseline`, limits the
-    per-group ``counts`` to those products' tests, as compare.pl's ``products`` argument
-    does; None counts every current test.  *seen* is the md5 cache: a test whose md5 changed
-    to a digest it holds goes to ``archive_matches`` (None: no cache, nothing matches).
+    *previous* is a table in memory or a :class:`~cluster.tab.TabFile`: the two are merged
+    in one pass in name order, so a million-row previous table is never held in memory,
+    only the entries of the tests the lists name.  *products*, tested-product words as for
+    :func:`cluster.tab.merge_baseline`, limits the per-group ``counts`` to those products'
+    tests, as compare.pl's ``products`` argument does; None counts every current test.
+    *seen* is the md5 cache: a test whose md5 changed to a digest it holds goes to
+    ``archive_matches`` (None: no cache, nothing matches).
     """
-    prev: Mapping[str, TabRow] = previous if previous is not None else {}
     differences: dict[str, list[str]] = {g: [] for g in GROUPS}
     started: list[str] = []
     stopped: list[str] = []
@@ -169,23 +185,37 @@ def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
     segfaults: list[str] = []
     archive: list[str] = []
     archive_seen: dict[str, Seen] = {}
-    # One pass over the current tests in report order, each row looked at once (a run's
-    # table makes its rows on demand; brief() gives what is needed here without a row).
+    listed: dict[str, Entry] = {}
+    removed: list[str] = []
+    band: list[str] = []
+    deferred: list[tuple[str, str, str | None]] = []  # (banded test, sibling, its prev md5)
+    # One pass over the current tests in name order, merged with the previous table's
+    # entries (also in name order), each row looked at once (a run's table makes its rows
+    # on demand; brief() gives what is needed here without a row).  The lists are put in
+    # report order (by shown name) at the end.
     brief = getattr(current, "brief", None)
-    in_order = _sorted(current)
-    for name in in_order:
+    old = entries(previous) if previous is not None else iter(())
+    pending = next(old, None)
+    page_mode: tuple[str, str, str | None] | None = None  # last *.0 test: name, md5, prev md5
+    for name in sorted(current):
         if brief is not None:
             error, md5, product = brief(name)
         else:
             row = current[name]
             error, md5, product = row.error, _effective_md5(row), row.product
-        before = prev.get(name)
+        while pending is not None and pending.name < name:
+            removed.append(pending.name)
+            listed[pending.name] = pending
+            pending = next(old, None)
+        before = None
+        if pending is not None and pending.name == name:
+            before, pending = pending, next(old, None)
         if before is None:
             added.append(name)
             if error != 0:
                 added_errors.append(name)
         else:
-            differs = md5 != _effective_md5(before)
+            differs = md5 != before.md5
             # The cache is asked only about a changed md5: one lookup per differing test.
             # An errored test is looked up by its error code, the digest the cache stores
             # for it (see cluster.md5cache on compare.pl's "0" key, which never matched).
@@ -199,8 +229,10 @@ def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
             else:
                 if error != 0 and before.error == 0:
                     started.append(name)  # OK -> error
+                    listed[name] = before
                 elif error == 0 and before.error != 0:
                     stopped.append(name)  # error -> OK
+                    listed[name] = before
                 # Decision (faithful to compare.pl a9f881c0): the md5 test is NOT in an
                 # else branch of the error transitions.  The Perl once had it there
                 # (c8579a08) and then commented the "} else {" out ("##    } else {"), so a
@@ -210,73 +242,106 @@ def analyse(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
                 # is md5 "0" twice: neither a difference nor a transition.
                 if differs:
                     differences[group_of(product)].append(name)
+                    listed[name] = before
         if error in SEGFAULTS:
             segfaults.append(name)
         if counted is None or product in counted:
             counts[group_of(product)] += 1
-    removed = _sorted(name for name in prev if name not in current)
-    # compare.pl appends the added tests that error after the transitions found above.
-    started.extend(added_errors)
+        # Banding (compare.pl): a banded test *.1 whose md5 differs from its page-mode
+        # sibling *.0 is a new mismatch, unless both were in the previous table and
+        # differed there already.  The sibling sorts just before (remembered in
+        # page_mode); when another name sorts between them, the sibling's previous md5 is
+        # looked up after the pass.
+        prev_md5 = before.md5 if before is not None else None
+        if name.endswith(".0"):
+            page_mode = (name, md5, prev_md5)
+        elif name.endswith(".1") and len(name) > 2:
+            sibling = name[:-1] + "0"
+            if page_mode is not None and page_mode[0] == sibling:
+                sibling_md5, sibling_prev = page_mode[1], page_mode[2]
+            elif sibling in current:
+                sibling_md5 = (brief(sibling)[1] if brief is not None
+                               else _effective_md5(current[sibling]))
+                sibling_prev = _DEFERRED
+            else:
+                continue
+            if md5 != sibling_md5:
+                if sibling_prev == _DEFERRED:
+                    deferred.append((name, sibling, prev_md5))
+                elif prev_md5 is None or sibling_prev is None or prev_md5 == sibling_prev:
+                    band.append(name)
+    while pending is not None:
+        removed.append(pending.name)
+        listed[pending.name] = pending
+        pending = next(old, None)
+    if deferred:
+        band.extend(_new_band_mismatches(deferred, previous))
 
+    # compare.pl appends the added tests that error after the transitions found above.
+    started = _sorted(started) + _sorted(added_errors)
     return Comparison(
-        differences=differences,
+        differences={g: _sorted(names) for g, names in differences.items()},
         started_errors=started,
-        stopped_errors=stopped,
-        added=added,
-        removed=removed,
-        band_mismatches=_band_mismatches(current, prev, in_order),
-        segfaults=segfaults,
+        stopped_errors=_sorted(stopped),
+        added=_sorted(added),
+        removed=_sorted(removed),
+        band_mismatches=_sorted(band),
+        segfaults=_sorted(segfaults),
         counts=counts,
         baseline=previous is None,
-        archive_matches=archive,
+        archive_matches=_sorted(archive),
         archive_seen=archive_seen,
+        listed=listed,
+        seen_window=seen.window if seen is not None else None,
     )
 
 
-def _band_mismatches(current: Mapping[str, TabRow], previous: Mapping[str, TabRow],
-                     in_order: list[str] | None = None) -> list[str]:
-    """Banded tests (``*.1``) whose md5 now differs from their page-mode sibling (``*.0``).
-
-    A mismatch is new unless the previous table had both tests and they already differed
-    there; with either missing from the previous table it counts as new (compare.pl).
-    ``in_order`` is ``_sorted(current)`` if the caller has it.
-    """
-    found: list[str] = []
-    for name in in_order if in_order is not None else _sorted(current):
-        m = _BANDED.fullmatch(name)
-        if m is None:
-            continue
-        sibling = m.group(1) + "0"
-        if sibling not in current:
-            continue
-        if _effective_md5(current[name]) == _effective_md5(current[sibling]):
-            continue
-        if (name in previous and sibling in previous
-                and _effective_md5(previous[name]) != _effective_md5(previous[sibling])):
-            continue  # the mismatch is old news
-        found.append(name)
+def _new_band_mismatches(deferred: list[tuple[str, str, str | None]],
+                         previous: Previous | None) -> list[str]:
+    """Of the banded mismatches whose sibling's previous md5 was not at hand, the new ones."""
+    wanted = {sibling for _name, sibling, _md5 in deferred}
+    prev_md5: dict[str, str] = {}
+    if previous is not None:
+        prev_md5 = {e.name: e.md5 for e in entries(previous) if e.name in wanted}
+    found = []
+    for name, sibling, md5 in deferred:
+        sibling_md5 = prev_md5.get(sibling)
+        if md5 is None or sibling_md5 is None or md5 == sibling_md5:
+            found.append(name)
     return found
 
 
-def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None,
+def compare(current: Mapping[str, TabRow], previous: Previous | None,
             facts: RunFacts, skip_missing: bool = False, previous_label: str = "previous run",
             *, products: Iterable[str] | None = None, segfault_block: bool = True,
             seen: SeenCache | None = None, ran_line: bool = True,
             baseline_note: str | None = None) -> str:
     """The report text comparing *current* with *previous* (None: first run of a stream).
 
-    *skip_missing* (user runs) suppresses the removed/added lists and, as in compare.pl,
-    the banding check after them.  *previous_label* says what *previous* is ("previous
-    run", "previous clusterpush"); it shows in the wording used when it is None, unless
-    *baseline_note* gives that line's whole text.  *segfault_block* False drops the starred
-    block; compare.pl does that when the previous table is the user's own earlier push (the
-    second comparison of a user report), where it also leaves out the "ran" line
-    (*ran_line* False).  *products* and *seen* (the md5 cache) are passed to
-    :func:`analyse`; tests the cache matched are listed last, after a dashed rule.  The text
-    ends with a newline.
+    :func:`analyse` (with *products* and *seen*, the md5 cache), then :func:`render` (with
+    the other arguments).
     """
-    c = analyse(current, previous, products=products, seen=seen)
-    prev: Mapping[str, TabRow] = previous if previous is not None else {}
+    return render(analyse(current, previous, products=products, seen=seen), current, facts,
+                  skip_missing, previous_label, segfault_block=segfault_block,
+                  ran_line=ran_line, baseline_note=baseline_note)
+
+
+def render(c: Comparison, current: Mapping[str, TabRow], facts: RunFacts,
+           skip_missing: bool = False, previous_label: str = "previous run", *,
+           segfault_block: bool = True, ran_line: bool = True,
+           baseline_note: str | None = None) -> str:
+    """The report text of the comparison *c* of the table *current*.
+
+    *skip_missing* (user runs) suppresses the removed/added lists and, as in compare.pl,
+    the banding check after them.  *previous_label* says what the previous table is
+    ("previous run", "previous clusterpush"); it shows in the wording used when there was
+    none, unless *baseline_note* gives that line's whole text.  *segfault_block* False
+    drops the starred block; compare.pl does that when the previous table is the user's
+    own earlier push (the second comparison of a user report), where it also leaves out
+    the "ran" line (*ran_line* False).  Tests the md5 cache matched are listed last, after
+    a dashed rule.  The text ends with a newline.
+    """
+    prev = c.previous_row
     out: list[str] = []
 
     if facts.header:
@@ -316,8 +381,10 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
             count = c.counts[group]
             if names:
                 out.append(f"Differences in {len(names)} of {count} {label} test(s):\n")
-                out.extend(f"{display_name(n)} {prev[n].product} {prev[n].machine} "
-                           f"{current[n].machine}\n" for n in names)
+                for n in names:
+                    before = prev(n)
+                    out.append(f"{display_name(n)} {before.product} {before.machine} "
+                               f"{current[n].machine}\n")
                 out.append("\n")
             else:
                 out.append(f"No differences in {count} {label} tests\n\n")
@@ -327,10 +394,10 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
                        "producing errors:\n")
             for name in c.started_errors:
                 now = current[name]
-                before = prev.get(name)
-                if before is None:
+                if name not in c.listed:
                     out.append(_added_error_line(name, now))
                 else:
+                    before = prev(name)
                     out.append(f"{display_name(name)} {before.product} {before.machine} "
                                f"{now.machine} {error_description(now.error)}\n")
             out.append("\n")
@@ -338,9 +405,10 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
         if c.stopped_errors:
             out.append(f"The following {len(c.stopped_errors)} regression file(s) have stopped "
                        "producing errors:\n")
-            out.extend(f"{display_name(n)} {prev[n].product} {prev[n].machine} "
-                       f"{current[n].machine} {error_description(prev[n].error)}\n"
-                       for n in c.stopped_errors)
+            for n in c.stopped_errors:
+                before = prev(n)
+                out.append(f"{display_name(n)} {before.product} {before.machine} "
+                           f"{current[n].machine} {error_description(before.error)}\n")
             out.append("\n")
 
     # compare.pl's "if (!$skipMissing ...) {" block runs to the end of its report: besides
@@ -348,7 +416,7 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
     if not skip_missing:
         if c.removed:
             out.append(f"The following {len(c.removed)} regression file(s) have been removed:\n")
-            out.extend(f"{display_name(n)} {prev[n].product}\n" for n in c.removed)
+            out.extend(f"{display_name(n)} {c.listed[n].product}\n" for n in c.removed)
             out.append("\n")
         if c.added and not c.baseline:
             # On a first run every test is "added"; listing them all would bury the report.
@@ -365,10 +433,10 @@ def compare(current: Mapping[str, TabRow], previous: Mapping[str, TabRow] | None
     # a user run's matched tests, taken out of Differences, were printed nowhere.  Here the
     # list is printed whenever it is not empty, at the place compare.pl gives it (after the
     # banding check, which user runs do not have).
-    if c.archive_matches and seen is not None:
+    if c.archive_matches and c.seen_window is not None:
         out.append(f"{DASHES}\n\n")
         out.append(f"The following {len(c.archive_matches)} regression file(s) had differences "
-                   f"but matched at least once in the previous {seen.window} runs:\n")
+                   f"but matched at least once in the previous {c.seen_window} runs:\n")
         out.extend(_archive_line(name, current[name], c.archive_seen[name])
                    for name in c.archive_matches)
         out.append("\n")

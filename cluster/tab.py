@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from cluster.records import JobResult
 
@@ -34,6 +35,10 @@ logger = logging.getLogger("cluster.tab")
 
 #: Number of TAB-separated columns of a line.
 COLUMNS = 10
+
+#: Malformed lines logged one by one per file; the rest are counted in one summary line, so
+#: a mangled table of a million lines does not flood the master's log.
+MAX_LOGGED = 20
 
 #: Mode of a newly created table when there is no older file to take the mode from
 #: (``tempfile`` creates 0600, which would hide the table from dashboards and CGI readers).
@@ -78,37 +83,44 @@ class TabRow:
     def parse(cls, line: str) -> TabRow:
         """Parse one ``.tab`` line (a trailing newline is ignored).
 
-        Raises ValueError saying what is wrong.  A line of 9 columns is accepted as one whose
-        empty ``machine`` column lost its trailing TAB (Perl's ``split`` drops trailing empty
-        fields, and editors strip trailing whitespace).
+        Raises ValueError saying what is wrong (see :func:`split_line`).
         """
-        fields = line.rstrip("\r\n").split("\t")
-        if len(fields) == COLUMNS - 1:
-            fields.append("")
-        if len(fields) != COLUMNS:
-            raise ValueError(f"expected {COLUMNS} TAB-separated columns, got {len(fields)}")
-        name, error, t1, t2, t3, t4, md5, rev, product, machine = fields
-        if not name or name.split() != [name]:  # empty, or has whitespace
-            raise ValueError(f"test name {name!r} is empty or contains whitespace")
-        try:
-            code = int(error)
-        except ValueError:
-            raise ValueError(f"error column {error!r} is not an integer") from None
-        try:
-            times = [float(t1), float(t2), float(t3), float(t4)]
-        except ValueError:
-            for label, value in (("time1", t1), ("time2", t2), ("time3", t3), ("time4", t4)):
-                try:
-                    float(value)
-                except ValueError:
-                    raise ValueError(f"{label} column {value!r} is not a number") from None
-            raise
-        if not md5 or md5.split() != [md5]:
-            raise ValueError(f"md5 column {md5!r} is empty or contains whitespace")
+        name, error, t1, t2, t3, _t4, md5, rev, product, machine = split_line(line)
+        code = int(error)
         # The last three columns repeat from line to line: interned, a million-line table
         # keeps one copy of each.
-        return cls(name, code, times[0], times[1], times[2], md5 if code == 0 else "0",
+        return cls(name, code, float(t1), float(t2), float(t3), md5 if code == 0 else "0",
                    sys.intern(rev), sys.intern(product), sys.intern(machine))
+
+
+def split_line(line: str) -> list[str]:
+    """The 10 columns of one ``.tab`` line, checked; ValueError says what is wrong.
+
+    A trailing newline is ignored.  A line of 9 columns is accepted as one whose empty
+    ``machine`` column lost its trailing TAB (Perl's ``split`` drops trailing empty fields,
+    and editors strip trailing whitespace).  The name and md5 must be non-empty without
+    whitespace, the error an integer, the four times numbers.
+    """
+    fields = line.rstrip("\r\n").split("\t")
+    if len(fields) == COLUMNS - 1:
+        fields.append("")
+    if len(fields) != COLUMNS:
+        raise ValueError(f"expected {COLUMNS} TAB-separated columns, got {len(fields)}")
+    name, error, md5 = fields[0], fields[1], fields[6]
+    if not name or name.split() != [name]:  # empty, or has whitespace
+        raise ValueError(f"test name {name!r} is empty or contains whitespace")
+    try:
+        int(error)
+    except ValueError:
+        raise ValueError(f"error column {error!r} is not an integer") from None
+    for label, value in zip(("time1", "time2", "time3", "time4"), fields[2:6], strict=True):
+        try:
+            float(value)
+        except ValueError:
+            raise ValueError(f"{label} column {value!r} is not a number") from None
+    if not md5 or md5.split() != [md5]:
+        raise ValueError(f"md5 column {md5!r} is empty or contains whitespace")
+    return fields
 
 
 #: A result table keyed by test name.
@@ -121,25 +133,149 @@ def read_tab(path: Path) -> Table:
     A missing file is an empty table (the first run of a stream has no baseline).  A malformed
     line is logged with the file and line number and skipped; the other lines are kept, so one
     torn or hand-edited line does not cost the whole baseline.  Blank lines are ignored.  When
-    a name occurs twice the later line wins, as in compare.pl's hash.
+    a name occurs twice the later line wins, as in compare.pl's hash.  Small tables only: a
+    master reads the big previous tables as :class:`TabFile`.
     """
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        fh = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return {}
+    with fh:
+        return _table_of(path, fh)
+
+
+def _table_of(path: Path, lines: Iterable[str]) -> Table:
+    """The table of the ``.tab`` *lines* of *path*, as :func:`read_tab` describes."""
     table: Table = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    bad = 0
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             row = TabRow.parse(line)
         except ValueError as exc:
-            shown = line if len(line) <= 80 else line[:77] + "..."
-            logger.warning("%s:%d: skipping malformed .tab line: %s (got %r)",
-                           path, lineno, exc, shown)
+            bad += 1
+            if bad <= MAX_LOGGED:
+                _log_bad(path, lineno, exc, line)
             continue
         table[row.name] = row
+    if bad > MAX_LOGGED:
+        logger.warning("%s: %d malformed .tab lines skipped in all", path, bad)
     return table
+
+
+def _log_bad(path: Path, lineno: int, exc: ValueError, line: str) -> None:
+    line = line.rstrip("\r\n")
+    shown = line if len(line) <= 80 else line[:77] + "..."
+    logger.warning("%s:%d: skipping malformed .tab line: %s (got %r)", path, lineno, exc, shown)
+
+
+class Entry(NamedTuple):
+    """What a one-pass comparison needs of one row of a previous table.
+
+    ``md5`` is the effective md5 (``"0"`` when ``error`` is not 0); ``source`` is the row
+    itself, or its ``.tab`` line when the table is streamed from a file (:meth:`row` makes
+    the row only for the few tests a report lists).
+    """
+
+    name: str
+    error: int
+    md5: str
+    product: str
+    source: TabRow | str
+
+    def row(self) -> TabRow:
+        return self.source if isinstance(self.source, TabRow) else TabRow.parse(self.source)
+
+    def line(self) -> str:
+        return self.source.line() if isinstance(self.source, TabRow) \
+            else self.source.rstrip("\r\n")
+
+
+class TabFile:
+    """A ``.tab`` file read in name order, one row at a time, never held whole.
+
+    The previous tables of a stream (the baseline, a user's previous push) hold a row per
+    test: a million of them as TabRows would take about 400 MB of the master's 500 MB
+    budget.  The comparison and the stream merge only need one pass in name order, which
+    the file already has (:func:`write_tab` sorts), so they take a TabFile and merge it
+    with the run's names (:func:`cluster.report.analyse`, :func:`merged_lines`).
+
+    Each pass re-reads the file.  The first pass over a file (one inode: a table replaced
+    by a rename is a new file) checks every line first, as :func:`read_tab` does, logging
+    malformed lines with their line numbers; the passes skip those lines and only split
+    the others.  A file that is not in name order or names a test twice (edited by hand)
+    is read whole, sorted and deduplicated (the later line wins, as in read_tab), with a
+    warning: correct, at read_tab's memory cost.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._checked: tuple[int, int, int, int] | None = None  # the file that was checked
+        self._bad: frozenset[int] = frozenset()  # its malformed lines (numbers)
+        self._in_order = True
+
+    def entries(self) -> Iterator[Entry]:
+        """Every good row as an :class:`Entry`, in name order, each name once."""
+        try:
+            fh = open(self.path, encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return
+        with fh:
+            st = os.fstat(fh.fileno())
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if identity != self._checked:
+                self._bad, self._in_order = _check_lines(self.path, fh)
+                self._checked = identity
+                fh.seek(0)
+            if not self._in_order:
+                yield from entries(_table_of(self.path, fh))
+                return
+            bad = self._bad
+            for lineno, line in enumerate(fh, start=1):
+                if lineno in bad or not line.strip():
+                    continue
+                fields = line.rstrip("\r\n").split("\t", 9)
+                error = int(fields[1])
+                yield Entry(fields[0], error, fields[6] if error == 0 else "0",
+                            sys.intern(fields[8]), line)
+
+
+def _check_lines(path: Path, lines: Iterable[str]) -> tuple[frozenset[int], bool]:
+    """(numbers of the malformed lines, whether the good ones are in strict name order)."""
+    bad: list[int] = []
+    last = ""
+    in_order = True
+    for lineno, line in enumerate(lines, start=1):
+        try:
+            name = split_line(line)[0]
+        except ValueError as exc:
+            if line.strip():
+                bad.append(lineno)
+                if len(bad) <= MAX_LOGGED:
+                    _log_bad(path, lineno, exc, line)
+            continue
+        if in_order and name <= last:
+            logger.warning("%s:%d: %s %s; reading the table whole to sort it", path, lineno,
+                           name[:80], "repeats a test" if name == last else
+                           "is out of name order")
+            in_order = False
+        last = name
+    if len(bad) > MAX_LOGGED:
+        logger.warning("%s: %d malformed .tab lines skipped in all", path, len(bad))
+    return frozenset(bad), in_order
+
+
+#: A previous table as the comparisons take it: in memory, or streamed from its file.
+Previous = Mapping[str, TabRow] | TabFile
+
+
+def entries(table: Previous) -> Iterator[Entry]:
+    """The rows of *table* as :class:`Entry` in name order (a TabFile streams its file)."""
+    if isinstance(table, TabFile):
+        return table.entries()
+    return (Entry(name, row.error, row.md5 if row.error == 0 else "0", row.product, row)
+            for name, row in sorted(table.items()))
 
 
 def write_tab(path: Path, rows: Iterable[TabRow]) -> None:
@@ -234,20 +370,24 @@ def merge_baseline(old: Table, new: Table, tested_products: Iterable[str]) -> Ta
     return merged
 
 
-def merged_lines(old: Mapping[str, TabRow], new: Mapping[str, TabRow],
+def merged_lines(old: Previous, new: Mapping[str, TabRow],
                  tested_products: Iterable[str]) -> Iterator[str]:
     """The lines of ``merge_baseline(old, new, tested_products)`` in name order.
 
-    For a *new* of a million rows made on demand (:class:`cluster.runstate.ResultTable`),
-    whose rows as one dict would not fit the master's memory budget: only the names are
-    collected, and a table with a ``line(name)`` method gives its lines without TabRows.
+    A merge of two name-ordered streams: *old* (a :class:`TabFile` is read as it goes) and
+    the names of *new*.  For a *new* of a million rows made on demand
+    (:class:`cluster.runstate.ResultTable`) a table with a ``line(name)`` method gives its
+    lines without TabRows.  Neither table is ever held whole.
     """
     tested = product_columns(tested_products)
-    names = {name for name, row in old.items() if row.product not in tested}
-    names.update(new)
     line_of = getattr(new, "line", None)
-    for name in sorted(names):
-        if name in new:
-            yield line_of(name) if line_of is not None else new[name].line()
-        else:
-            yield old[name].line()
+    kept = (e for e in entries(old) if e.product not in tested and e.name not in new)
+    pending = next(kept, None)
+    for name in sorted(new):
+        while pending is not None and pending.name < name:
+            yield pending.line()
+            pending = next(kept, None)
+        yield line_of(name) if line_of is not None else new[name].line()
+    while pending is not None:
+        yield pending.line()
+        pending = next(kept, None)

@@ -37,8 +37,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from cluster.md5cache import SeenCache
-from cluster.report import RunFacts, compare
-from cluster.tab import TabRow
+from cluster.report import Comparison, RunFacts, analyse, render
+from cluster.tab import Previous, TabRow
 
 logger = logging.getLogger("cluster.userreport")
 
@@ -75,35 +75,49 @@ NO_SOURCE_DIFFERENCES = "No source differences."
 _FILE, _LINK, _SPECIAL = "file", "link", "special"
 
 
-def user_report(current: Mapping[str, TabRow], baseline: Mapping[str, TabRow] | None,
-                previous_push: Mapping[str, TabRow] | None, facts: RunFacts,
+def user_report(current: Mapping[str, TabRow], baseline: Previous | None,
+                previous_push: Previous | None, facts: RunFacts,
                 clean: Path | None, pushed: Path, seen: SeenCache | None = None) -> str:
     """The whole text of a user run's report (it ends with a newline).
 
     *current* is this run's table; *baseline* the baseline (``tables/current.tab``) or None
-    if there is none yet; *previous_push* the table of the user's previous push or None.
+    if there is none yet; *previous_push* the table of the user's previous push or None
+    (each a table in memory or a :class:`~cluster.tab.TabFile`).  *seen* is the md5 cache,
+    used by both comparisons as compare.pl did.  The rest as for :func:`render_user_report`.
+    """
+    vs_push = analyse(current, previous_push, seen=seen) if previous_push is not None else None
+    return render_user_report(current, analyse(current, baseline, seen=seen), vs_push, facts,
+                              clean, pushed)
+
+
+def render_user_report(current: Mapping[str, TabRow], vs_baseline: Comparison,
+                       vs_push: Comparison | None, facts: RunFacts, clean: Path | None,
+                       pushed: Path) -> str:
+    """The text of a user run's report from its two comparisons (:func:`report.analyse`).
+
+    *vs_baseline* compares *current* with the baseline (a baseline comparison when there is
+    none), *vs_push* with the user's previous push (None: the first push).
     ``facts.header`` (the run header, :func:`cluster.master.run_header`) comes first, once;
     lost nodes and late duplicates are reported once, in the first comparison.  *clean* is
     the master's clean tree of the pushed product (None: there is none), *pushed* the tree
-    the user pushed.  *seen* is the md5 cache, used by both comparisons as compare.pl did.
+    the user pushed.
     """
     out: list[str] = []
     if facts.header:
         out.append(facts.header.rstrip("\n") + "\n\n")
     body = dataclasses.replace(facts, header="")
-    out.append(compare(current, baseline, body, skip_missing=True, seen=seen,
-                       baseline_note=NO_BASELINE))
+    out.append(render(vs_baseline, current, body, skip_missing=True, baseline_note=NO_BASELINE))
 
     out.append("\nDifferences from previous clusterpush:\n\n")
-    if previous_push is None:
+    if vs_push is None:
         out.append(NO_PREVIOUS_PUSH + "\n\n")
     else:
         # clustermaster.pl ran this compare with elapsed time 1, which drops the "ran"
         # line, and a previous table under users/, which drops the segfault block.
         again = dataclasses.replace(body, lost_nodes=(), duplicates=0)
-        out.append(compare(current, previous_push, again, skip_missing=True,
-                           previous_label="previous clusterpush", segfault_block=False,
-                           seen=seen, ran_line=False))
+        out.append(render(vs_push, current, again, skip_missing=True,
+                          previous_label="previous clusterpush", segfault_block=False,
+                          ran_line=False))
 
     out.append(f"\nSource differences from trunk (first {DIFF_LIMIT} lines):\n\n")
     out.append(source_diff(clean, pushed, DIFF_LIMIT))

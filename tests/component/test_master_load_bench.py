@@ -13,6 +13,8 @@ from tests.helpers import REPO
 
 
 def test_master_load_small() -> None:
+    """The default run is a second one: the master compares it with a seeded baseline,
+    previous push and md5 cache, and ok=yes includes the report's expected counts."""
     done = subprocess.run([sys.executable, "bench/master_load.py", "--nodes", "50",
                            "--jobs", "500"], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
@@ -21,14 +23,18 @@ def test_master_load_small() -> None:
     assert lines[0].startswith("machine=")
     figures = dict(word.split("=", 1) for word in lines[-1].split())
     assert figures["ok"] == "yes" and figures["jobs"] == "500" and figures["nodes"] == "50"
+    assert figures["history"] == "yes"
     assert float(figures["jobs_per_s"]) > 0 and float(figures["rss_mb"]) > 0
     assert float(figures["p50_ms"]) <= float(figures["p99_ms"])
 
 
-def test_master_load_two_client_processes() -> None:
-    """The nodes may be spread over several client processes (--procs)."""
+def test_master_load_two_client_processes_first_run() -> None:
+    """The nodes may be spread over several client processes (--procs); --first-run
+    leaves the history out."""
     done = subprocess.run([sys.executable, "bench/master_load.py", "--nodes", "20",
-                           "--jobs", "300", "--slots", "2", "--procs", "2"], cwd=REPO,
+                           "--jobs", "300", "--slots", "2", "--procs", "2", "--first-run"],
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.splitlines()[-1].endswith("ok=yes")
+    assert " history=no " in done.stdout.splitlines()[-1]

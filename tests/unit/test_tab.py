@@ -12,6 +12,8 @@ import pytest
 
 from cluster.records import JobResult
 from cluster.tab import (
+    MAX_LOGGED,
+    TabFile,
     TabRow,
     collate,
     merge_baseline,
@@ -223,3 +225,68 @@ def test_merged_lines_are_the_lines_of_merge_baseline() -> None:
     merged = merge_baseline(old, new, ["gs", "pdfwrite"])
     assert list(merged_lines(old, new, ["gs", "pdfwrite"])) == [
         merged[name].line() for name in sorted(merged)]
+
+
+# ------------------------------------------------------------------- TabFile (streamed)
+def test_tabfile_streams_entries_in_name_order_and_skips_bad_lines(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Good rows come back as entries (effective md5, product, the line); bad ones are
+    logged with their line number and skipped, the rest kept."""
+    path = tmp_path / "t.tab"
+    good = [row("a"), row("b", md5="0", error=3), row("c", product="gs pdfwrite")]
+    path.write_text(good[0].line() + "\nnot a table line\n\n" + good[1].line() + "\n"
+                    + good[2].line() + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="cluster.tab"):
+        got = list(TabFile(path).entries())
+    assert [(e.name, e.error, e.md5, e.product) for e in got] == [
+        ("a", 0, MD5_A, "gs"), ("b", 3, "0", "gs"), ("c", 0, MD5_A, "gs pdfwrite")]
+    assert [e.row() for e in got] == good
+    assert [e.line() for e in got] == [r.line() for r in good]
+    assert "t.tab:2" in caplog.text and "expected 10 TAB-separated columns" in caplog.text
+
+
+def test_tabfile_out_of_order_or_repeated_is_read_whole_like_read_tab(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A hand-edited file (unsorted, a name twice) gives what read_tab gives: sorted, the
+    later line of a repeated name winning, with a warning naming the line."""
+    path = tmp_path / "t.tab"
+    path.write_text("\n".join([row("b").line(), row("a").line(), row("b", MD5_B).line()])
+                    + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="cluster.tab"):
+        got = list(TabFile(path).entries())
+    assert [(e.name, e.md5) for e in got] == [("a", MD5_A), ("b", MD5_B)]
+    assert "t.tab:2" in caplog.text and "out of name order" in caplog.text
+    path.write_text(row("a").line() + "\n" + row("a", MD5_B).line() + "\n", encoding="utf-8")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cluster.tab"):
+        assert [(e.name, e.md5) for e in TabFile(path).entries()] == [("a", MD5_B)]
+    assert "repeats a test" in caplog.text
+
+
+def test_tabfile_of_a_missing_file_is_empty(tmp_path: Path) -> None:
+    assert list(TabFile(tmp_path / "none.tab").entries()) == []
+
+
+def test_merged_lines_from_a_tabfile_equal_the_in_memory_merge(tmp_path: Path) -> None:
+    """The streamed merge gives the lines of merge_baseline, whatever interleaving."""
+    old = {r.name: r for r in (row("a"), row("b", product="mupdf"), row("d"),
+                               row("e", product="mupdf"), row("g", product="gs pdfwrite"))}
+    new = {r.name: r for r in (row("b", MD5_B), row("c", MD5_B), row("f", MD5_B))}
+    path = tmp_path / "old.tab"
+    write_tab(path, old.values())
+    for products in (["gs"], ["gs", "pdfwrite"], ["mupdf"], []):
+        expected = [r.line() for _, r in sorted(merge_baseline(old, new, products).items())]
+        assert list(merged_lines(TabFile(path), new, products)) == expected
+        assert list(merged_lines(old, new, products)) == expected
+
+
+def test_many_bad_lines_are_summed_up_not_each_logged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A mangled table logs its first bad lines and then one summary line."""
+    path = tmp_path / "t.tab"
+    path.write_text("junk\n" * 100 + row("a").line() + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="cluster.tab"):
+        assert [e.name for e in TabFile(path).entries()] == ["a"]
+        assert list(read_tab(path)) == ["a"]
+    assert caplog.text.count("skipping malformed") == 2 * MAX_LOGGED
+    assert caplog.text.count("100 malformed .tab lines skipped in all") == 2
