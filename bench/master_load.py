@@ -2,11 +2,13 @@
 """bench/master_load.py -- how many jobs per second one clustermaster serves.
 
 Usage: python3 bench/master_load.py [--nodes 1000] [--slots 8] [--jobs 1000000]
-                                    [--procs N] [--first-run] [--keep DIR] [--profile FILE]
+                                    [--procs N] [--kind user|auto] [--first-run]
+                                    [--keep DIR] [--profile FILE]
 
 A real ``clustermaster.py`` process serves one run of M jobs (product shell: a corpus file
-``tests/load/load.cmds`` of M lines, queued as ``user bench shell``; the master runs
-build.py as usual).  K simulated nodes with S slots each speak the node protocol to it over
+``tests/load/load.cmds`` of M lines, queued as ``user bench shell`` at priority 0, or with
+``--kind auto`` as the nightly ``auto bench shell`` at priority 2; the master runs build.py
+as usual).  K simulated nodes with S slots each speak the node protocol to it over
 loopback: first call -> BUILD, a call without ``busy`` -> JOBS, every job "finishes" at once
 and its result (error 0, the md5 of the test name, product ``shell``) goes back with the
 next call, UPLOAD is answered by calling again, and ABORT ends the node.  The nodes run in
@@ -18,9 +20,11 @@ starts, the home is given a baseline (``tables/current.tab``), the user's previo
 (``tables/user-bench.tab``), each of M rows plus ``REMOVED`` tests the run no longer has,
 and an md5 cache.  The baseline differs from the run for every ``BASE_EVERY``-th test, the
 previous push for every ``PUSH_EVERY``-th, and the cache holds the run's digest of every
-``SEEN_EVERY``-th test, so the report's two comparisons have known counts of differences
-and of tests "matched at least once in the previous 50 runs".  ``--first-run`` leaves the
-history out (the report then compares with nothing).
+``SEEN_EVERY``-th test, so the report's comparisons have known counts of differences and
+of tests "matched at least once in the previous 50 runs".  An auto run is compared with
+the baseline only, lists the removed tests, moves the baseline and then rebuilds the md5
+cache from the archive.  ``--first-run`` leaves the history out (the report then compares
+with nothing).
 
 Figures:
 
@@ -33,8 +37,9 @@ Figures:
   finish_s     last result to the master's exit (uploads, collation, report, archive)
 
 The run is checked: the archive's .tab must hold M lines, each test once, error 0 and the
-expected md5; with the history, the report must give the expected counts and the user's
-stream table must be the run's table.  Exit status 0 only when it does.
+expected md5; with the history, the report must give the expected counts and the stream
+table (the push's, or the baseline) must be the run's table after the merge.  Exit status
+0 only when it does.
 
 Prints the machine, then one line such as
   jobs_per_s=61234 p50_ms=0.8 p99_ms=4.2 rss_mb=310 jobs=1000000 nodes=1000 ok=yes
@@ -319,7 +324,11 @@ class Sampler(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def make_home(root: Path, jobs: int, history: bool) -> Home:
+#: What each --kind queues, and at which priority.
+KINDS = {"user": ("user bench shell", 0), "auto": ("auto bench shell", 2)}
+
+
+def make_home(root: Path, jobs: int, history: bool, kind: str) -> Home:
     home = Home(root)
     home.create()
     corpus = home.root / "tests" / "load"
@@ -328,7 +337,10 @@ def make_home(root: Path, jobs: int, history: bool) -> Home:
         fh.write(b"true\n" * jobs)
     if history:
         seed_history(home, jobs)
-    QueueFile(home.queue(0), home.queue_lock(0)).append(RunSpec.parse("user bench shell"))
+    line, priority = KINDS[kind]
+    if kind == "auto":
+        (home.root / "shell").mkdir(exist_ok=True)  # the clean tree an auto run builds
+    QueueFile(home.queue(priority), home.queue_lock(priority)).append(RunSpec.parse(line))
     return home
 
 
@@ -358,11 +370,13 @@ def seed_history(home: Home, jobs: int) -> None:
                                                                    for line in seen))
 
 
-def expected_report(jobs: int) -> list[str]:
-    """The lines the user report must hold, in order, for the seeded history."""
+def expected_report(jobs: int, kind: str) -> list[str]:
+    """The lines the report must hold, in order, for the seeded history."""
     out = []
-    for every, heading in ((BASE_EVERY, None), (PUSH_EVERY, "Differences from previous "
-                                                             "clusterpush:")):
+    compared = [(BASE_EVERY, None)]
+    if kind == "user":
+        compared.append((PUSH_EVERY, "Differences from previous clusterpush:"))
+    for every, heading in compared:
         if heading:
             out.append(heading)
         differ = range(every, jobs + 1, every)
@@ -372,25 +386,30 @@ def expected_report(jobs: int) -> list[str]:
                        "test(s):")
         else:
             out.append(f"No differences in {jobs} non-pdfwrite/ps2write tests")
+        if kind == "auto":
+            out.append(f"The following {REMOVED} regression file(s) have been removed:")
         if seen:
             out.append(f"The following {seen} regression file(s) had differences but matched "
                        "at least once in the previous 50 runs:")
     return out
 
 
-def check_history(home: Home, jobs: int) -> tuple[bool, str]:
-    """The report gives the seeded history's counts; the push table is the run's table."""
+def check_history(home: Home, jobs: int, kind: str) -> tuple[bool, str]:
+    """The report gives the seeded history's counts; the stream table is the run's table;
+    an auto run rebuilt the md5 cache (from its own table: no older pair is left)."""
     archive = next(home.archive.iterdir())
     report = (archive / "report.txt").read_text(encoding="utf-8").splitlines()
     at = 0
-    for want in expected_report(jobs):
+    for want in expected_report(jobs, kind):
         try:
             at = report.index(want, at) + 1
         except ValueError:
             return False, f"the report lacks {want!r} (in order)"
-    pushed = (home.tables / "user-bench.tab").read_bytes()
-    if pushed != (archive / f"{archive.name}.tab").read_bytes():
-        return False, "tables/user-bench.tab is not the run's table after the merge"
+    stream = home.tables / ("user-bench.tab" if kind == "user" else "current.tab")
+    if stream.read_bytes() != (archive / f"{archive.name}.tab").read_bytes():
+        return False, f"{stream} is not the run's table after the merge"
+    if kind == "auto" and (home.tables / "md5sum.cache").read_text() != "50\n":
+        return False, "the md5 cache was not rebuilt from the archive"
     return True, ""
 
 
@@ -467,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="client processes the simulated nodes are spread over")
     parser.add_argument("--first-run", action="store_true",
                         help="no history: no baseline, previous push or md5 cache")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="user",
+                        help="queue a user run (priority 0) or a nightly auto run (2)")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="give up after this many seconds")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
@@ -482,10 +503,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep is not None and work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    home = make_home(work / "home", args.jobs, history=not args.first_run)
-    port = free_port()
-    argv_master = [str(REPO / "clustermaster.py"), "--home", str(home.root),
-                   "--set", f"base_port={port}", "--set", "linger=5",
+    home = make_home(work / "home", args.jobs, not args.first_run, args.kind)
+    priority = KINDS[args.kind][1]
+    job_start = home.job_start(priority)
+    port = free_port()  # the master's: base_port + priority
+    argv_master = [str(REPO / "clustermaster.py"), "--priority", str(priority),
+                   "--home", str(home.root),
+                   "--set", f"base_port={port - priority}", "--set", "linger=5",
                    "--set", "heartbeat_timeout=600", "--set", "connection_deadline=60"]
     for pair in args.set:
         argv_master += ["--set", pair]
@@ -499,8 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     problem = ""
     try:
-        wait_until(lambda: home.job_start(0).exists(), 120, proc, "job.start")
-        run_id = JobStart.parse(home.job_start(0).read_text()).id
+        wait_until(lambda: job_start.exists(), 120, proc, "job.start")
+        run_id = JobStart.parse(job_start.read_text()).id
         wait_until(lambda: listening(port), 600, proc, "the master to listen")
         deadline = time.monotonic() + args.timeout
         names = [f"n{i:05d}" for i in range(args.nodes)]
@@ -511,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
             parent_end, child_end = ctx.Pipe(duplex=False)
             share = names[p::args.procs]
             w = ctx.Process(target=_client, args=(child_end, port, run_id, share, args.slots,
-                                                  args.jobs, deadline, home.job_start(0)))
+                                                  args.jobs, deadline, job_start))
             w.start()
             child_end.close()
             pipes.append(parent_end)
@@ -538,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ok, problem = check_tab(home, args.jobs)
         if ok and not args.first_run:
-            ok, problem = check_history(home, args.jobs)
+            ok, problem = check_history(home, args.jobs, args.kind)
     # Each job's result was accepted at the earliest ack any client saw for it.
     acks = stats[0].ack
     for s in stats[1:]:
@@ -566,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         "p99_ms": f"{1000 * percentile(lat, 0.99):.1f}",
         "rss_mb": f"{rss / 2**20:.0f}",
         "jobs": args.jobs, "nodes": args.nodes, "slots": args.slots, "procs": args.procs,
-        "history": "no" if args.first_run else "yes",
+        "history": "no" if args.first_run else "yes", "kind": args.kind,
         "steady_jobs_per_s": f"{steady:.0f}", "tail_s": f"{tail:.2f}",
         "calls": sum(s.calls for s in stats),
         # Cores busy in the steady state: the master (of its one), the clients (summed).

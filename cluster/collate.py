@@ -95,9 +95,7 @@ def finish(home: Home, run: FinishedRun) -> str:
         previous_push = tab.TabFile(push_path) if push_path.exists() else None
         clean = home.root / spec.tree
         # Each previous table is compared once: the report and changed.lst share it.
-        vs_baseline = report.analyse(current, baseline, seen=seen)
-        vs_push = report.analyse(current, previous_push, seen=seen) \
-            if previous_push is not None else None
+        vs_baseline, vs_push = userreport.comparisons(current, baseline, previous_push, seen)
         text = userreport.render_user_report(current, vs_baseline, vs_push, facts,
                                              clean if clean.is_dir() else None,
                                              home.users / spec.ref / spec.tree)

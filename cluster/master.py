@@ -141,7 +141,8 @@ class ClusterMaster:
         monotonic = self.clock.monotonic
         live: dict[str, Any] = {}  # "state" and "journal", set by bind() before serving
 
-        def bind(state: RunState, jrnl: journal.Journal) -> None:
+        def bind(state: RunState | None, jrnl: journal.Journal | None) -> None:
+            """Give the handler the run to serve (None, None: the serving is over)."""
             live["state"], live["journal"] = state, jrnl
 
         def handler(data: bytes, peer: str) -> bytes:
@@ -176,7 +177,7 @@ class ClusterMaster:
             server.close()
 
     def _run(self, spec: RunSpec, pid: PidFile, server: NodeServer,
-             bind: Callable[[RunState, journal.Journal], None]) -> RunOutcome:
+             bind: Callable[[RunState | None, journal.Journal | None], None]) -> RunOutcome:
         home, p = self.home, self.priority
         try:
             start = self._job_start(spec)
@@ -227,10 +228,16 @@ class ClusterMaster:
         finally:
             jrnl.close()
             jobs.close()
+        fatal = state.fatal
+        # The run's state and job index, most of the master's memory with a million jobs,
+        # are done with: the md5 cache rebuild below reuses their memory instead of adding
+        # to it.  (The server is no longer served, so its handler needs no state.)
+        bind(None, None)
+        del state, jobs
         abort.clear(home, run_id)
         self._adopt_clean_tree(spec, start)
-        self._mail(spec, start, archive, text, failed=bool(state.fatal))
-        if spec.kind in collate.BASELINE_KINDS and not state.fatal:
+        self._mail(spec, start, archive, text, failed=bool(fatal))
+        if spec.kind in collate.BASELINE_KINDS and not fatal:
             # After the nodes have gone: reading 50 big tables takes a while.
             collate.rebuild_cache(home)
         self.queue.remove(spec)
@@ -241,7 +248,7 @@ class ClusterMaster:
                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.clock.time()))} "
                      "UTC\n")
         log.info("run %s: archived in %s", run_id, archive)
-        return RunOutcome(run_id, archive, failed=state.fatal)
+        return RunOutcome(run_id, archive, failed=fatal)
 
     def _job_start(self, spec: RunSpec) -> JobStart:
         """Reuse job.start if it describes this queue line (takeover), else write a new one.

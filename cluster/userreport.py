@@ -85,9 +85,18 @@ def user_report(current: Mapping[str, TabRow], baseline: Previous | None,
     (each a table in memory or a :class:`~cluster.tab.TabFile`).  *seen* is the md5 cache,
     used by both comparisons as compare.pl did.  The rest as for :func:`render_user_report`.
     """
+    vs_baseline, vs_push = comparisons(current, baseline, previous_push, seen)
+    return render_user_report(current, vs_baseline, vs_push, facts, clean, pushed)
+
+
+def comparisons(current: Mapping[str, TabRow], baseline: Previous | None,
+                previous_push: Previous | None,
+                seen: SeenCache | None = None) -> tuple[Comparison, Comparison | None]:
+    """A user run's two comparisons: with the baseline (a baseline comparison when there
+    is none) and with the previous push (None when there is none), both with the md5
+    cache *seen*."""
     vs_push = analyse(current, previous_push, seen=seen) if previous_push is not None else None
-    return render_user_report(current, analyse(current, baseline, seen=seen), vs_push, facts,
-                              clean, pushed)
+    return analyse(current, baseline, seen=seen), vs_push
 
 
 def render_user_report(current: Mapping[str, TabRow], vs_baseline: Comparison,
