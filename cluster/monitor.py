@@ -422,7 +422,7 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         lock = acquire_lock(home)
     except AlreadyRunning as exc:
         # Seed 000: "if I am not the only one, then exit" -- quietly, cron will try again.
-        log.info("already running: %s; exiting", exc)
+        log.info("%s; exiting", exc)
         return 0
     with lock:
         try:

@@ -1,6 +1,7 @@
 """clusterpull.py -- the node's resident loop (port of clusterpull.sh).
 
-Usage: clusterpull.py [--config FILE] [--set KEY=VALUE]... [--once | --install-cron | --remove-cron]
+Usage: clusterpull.py [--config FILE] [--set KEY=VALUE]... [-v] [-q]
+                      [--once | --install-cron | --remove-cron]
 
 Single instance per work_dir.  Every heartbeat_interval seconds: heartbeat to the master's
 monitor, and when a run waits that this node has not finished, start run.py for it.
@@ -9,12 +10,15 @@ monitor, and when a run waits that this node has not finished, start run.py for 
 minutes by default) that starts this script with the same --config/--set options, so a
 node that died or rebooted comes back; running it again replaces the entry, never adds a
 second.  --remove-cron takes it out.  The entry is tagged with work_dir, so several nodes
-on one machine each have their own.  Both exit without starting the loop.
+on one machine each have their own.  Both exit without starting the loop.  The entry runs
+with --quiet: the log (work_dir/log/clusterpull.log) keeps everything, and cron mails only
+warnings and errors, not "already running" every ten minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import time
@@ -38,7 +42,7 @@ def cron_entry(args: argparse.Namespace, cfg: Config) -> cron.CronEntry:
     options = cron.config_argv(args.config, args.home, args.set, cfg,
                                pin=("work_dir", "master_home"))
     return cron.CronEntry(cron_tag(cfg), schedule,
-                          cron.script_command("clusterpull.py", options))
+                          cron.script_command("clusterpull.py", [*options, "--quiet"]))
 
 
 def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
@@ -58,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--remove-cron", action="store_true",
                       help="remove this node's crontab entry, then exit")
     parser.add_argument("-v", "--verbose", action="store_true")
+    common.add_quiet_option(parser)
     args = parser.parse_args(argv)
     try:
         cfg = common.load_config(args)
@@ -68,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         # Before the log and work_dir set-up: managing the crontab must not create them.
         return _manage_cron(args, cfg)
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
-    common.setup_logging(cfg.work_dir / "log" / "clusterpull.log", args.verbose)
+    common.setup_logging(cfg.work_dir / "log" / "clusterpull.log", args.verbose, args.quiet)
     pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args))
     try:
         with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):
@@ -79,5 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 signal.signal(sig, pull.stop)
             return pull.run()
     except AlreadyRunning as exc:
-        print(f"clusterpull.py: {exc}", file=sys.stderr)
+        # The usual case under cron (every clusterpull_schedule): logged, and with --quiet
+        # not printed, so cron has nothing to mail.
+        logging.getLogger("cluster.pull").info("%s; exiting", exc)
         return 0

@@ -52,9 +52,25 @@ def config_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def setup_logging(log_file: Path | None = None, verbose: bool = False) -> None:
-    """Log to stderr, and to ``log_file`` too when given."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+def add_quiet_option(parser: argparse.ArgumentParser) -> None:
+    """-q/--quiet, for the programs cron starts: cron mails whatever a job prints."""
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print only warnings and errors (the log file keeps "
+                             "everything): what a crontab line wants, since cron mails "
+                             "any output")
+
+
+def setup_logging(log_file: Path | None = None, verbose: bool = False,
+                  quiet: bool = False) -> None:
+    """Log to stderr, and to ``log_file`` too when given.
+
+    *verbose* logs DEBUG records as well; *quiet* keeps INFO and DEBUG records off stderr
+    (they still go to ``log_file``), so a program started by cron prints only problems.
+    """
+    stream = logging.StreamHandler(sys.stderr)
+    if quiet:
+        stream.setLevel(logging.WARNING)
+    handlers: list[logging.Handler] = [stream]
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))

@@ -1,6 +1,7 @@
 """enqueue_auto.py -- queue the nightly or weekly auto runs (port of enqueueAuto.pl).
 
-Usage: enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... nightly|weekly [NAME...]
+Usage: enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [-q]
+                       nightly|weekly [NAME...]
        enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... --install-cron
        enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... --remove-cron
 
@@ -9,8 +10,9 @@ appends one `auto <schedule>-<name> ...` run per job to the priority-2 queue, wh
 clustermaster2.py picks it up.  Typically run from cron.
 
 --install-cron puts two entries in the current user's crontab, nightly_schedule and
-weekly_schedule, each running this script with the same --config/--home/--set options;
-running it again replaces them (never duplicates).  --remove-cron takes them out.  Neither
+weekly_schedule, each running this script with the same --config/--home/--set options and
+--quiet (which leaves out the "queued:" lines, so cron mails only problems); running it
+again replaces them (never duplicates).  --remove-cron takes them out.  Neither
 queues anything.  The entries are tagged with the master home, so each home has its own.
 Exit status: 0 done, 1 a named job was not found, a jobdef was bad or the crontab could not
 be changed, 2 bad usage or configuration.
@@ -40,7 +42,8 @@ def cron_entries(args: argparse.Namespace, cfg: Config) -> list[cron.CronEntry]:
     when = {"nightly": cron.check_schedule("nightly_schedule", cfg.nightly_schedule),
             "weekly": cron.check_schedule("weekly_schedule", cfg.weekly_schedule)}
     return [cron.CronEntry(tag, when[schedule],
-                           cron.script_command("enqueue_auto.py", [*options, schedule]))
+                           cron.script_command("enqueue_auto.py",
+                                               [*options, "--quiet", schedule]))
             for schedule, tag in zip(auto.SCHEDULES, cron_tags(cfg), strict=True)]
 
 
@@ -59,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="install (or update) the nightly and weekly crontab entries")
     manage.add_argument("--remove-cron", action="store_true",
                         help="remove this master home's crontab entries")
+    common.add_quiet_option(parser)
     parser.add_argument("schedule", nargs="?", choices=auto.SCHEDULES)
     parser.add_argument("names", nargs="*", metavar="NAME")
     args = parser.parse_args(argv)
@@ -72,11 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"enqueue_auto.py: {exc}", file=sys.stderr)
         return 2
-    common.setup_logging()
+    common.setup_logging(quiet=args.quiet)
     if cron_mode:
         return _manage_cron(args, cfg)
     errors = common.ErrorCounter()
     logging.getLogger("cluster.auto").addHandler(errors)
     for spec in auto.enqueue(Home(cfg.home), args.schedule, args.names):
-        print(f"queued: {spec.line()}")
+        if not args.quiet:
+            print(f"queued: {spec.line()}")
     return 1 if errors.count else 0

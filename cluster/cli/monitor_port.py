@@ -1,12 +1,13 @@
 """monitor_port.py -- port of monitorPort.pl: the master's heartbeat listener.
 
-Usage: monitor_port.py [--config FILE] [--home DIR] [--set key=value]... [--nodes]
+Usage: monitor_port.py [--config FILE] [--home DIR] [--set key=value]... [-q] [--nodes]
 
 Listens on ``listen_address``:``monitor_port`` for heartbeats (see cluster.monitor for the
 wire format), records them in ``home``/nodes/ and answers with the runs waiting in
 ``home``.  Like the Perl, it first makes sure it is the only one: if another monitor holds
 ``home``/monitor_port.lock it logs "already running" and exits 0, so cron can start it
-every few minutes.  SIGTERM or SIGINT stops it cleanly.
+every few minutes.  It logs to ``home``/log/monitor_port.log and to stderr; --quiet (for
+the crontab line) prints only warnings and errors.  SIGTERM or SIGINT stops it cleanly.
 
 ``--nodes`` prints instead what the monitor has learnt, one node per line:
 ``<name> <seconds since last heartbeat> <status>``.
@@ -31,11 +32,15 @@ from cluster.cli import common
 from cluster.errors import ClusterError
 from cluster.home import Home
 
+#: The monitor's log, in the master home's log folder.
+LOG_NAME = "monitor_port.log"
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="monitor_port.py", description="The master's heartbeat "
                                 "listener (port of monitorPort.pl).")
     common.add_config_options(p)
+    common.add_quiet_option(p)
     p.add_argument("--nodes", action="store_true",
                    help="print the nodes seen and their status, then exit")
     return p
@@ -56,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (age, status) in sorted(monitor.nodes_seen(home).items()):
             print(f"{name} {age:.0f} {status}".rstrip())
         return 0
-    common.setup_logging()
+    common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
     stopping = False
 
     def _stop(signum: int, frame: FrameType | None) -> None:

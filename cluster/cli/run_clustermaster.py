@@ -1,7 +1,7 @@
 """run_clustermaster.py -- port of runClustermaster.sh: keep the clustermasters coming.
 
 Usage: run_clustermaster.py [--config FILE] [--home DIR] [--set key=value]...
-                            [--interval SECONDS] [--once] [--kill-children]
+                            [--interval SECONDS] [--once] [--kill-children] [-q]
 
 Seed 000: "checks to see if another instance of runClustermaster.sh is already running - if
 it is it just exits.  If not it goes into an infinite loop, kicking off clustermaster.pl,
@@ -16,7 +16,9 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
   is appended to ``<home>/log/run_clustermaster.children.log``;
 * SIGTERM or SIGINT stops the loop.  Running clustermasters are left to finish their run,
   unless ``--kill-children`` is given: then they get SIGTERM (a second signal: SIGKILL).
-* ``--once`` does one round of starts and exits (for tests and manual use).
+* ``--once`` does one round of starts and exits (for tests and manual use);
+* it logs to ``<home>/log/run_clustermaster.log`` and to stderr; ``--quiet`` (for crontab
+  lines: cron mails whatever a job prints) prints only warnings and errors.
 
 Exit status: 0 (also when another instance runs), 2 for a bad option or configuration.
 
@@ -47,6 +49,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ("clustermaster.py", "clustermaster1.py", "clustermaster2.py")
 LOCK_NAME = "run_clustermaster.lock"
 CHILD_LOG_NAME = "run_clustermaster.children.log"
+LOG_NAME = "run_clustermaster.log"
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -59,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", metavar="SECONDS", type=float,
                    help="seconds between rounds (default: config supervisor_interval)")
     p.add_argument("--once", action="store_true", help="start each clustermaster once, exit")
+    common.add_quiet_option(p)
     p.add_argument("--kill-children", action="store_true",
                    help="on stop, SIGTERM the running clustermasters instead of leaving them")
     return p
@@ -83,15 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    # Only when nothing configured logging yet (main() may be called from a test).
-    if not logging.getLogger().handlers:
-        common.setup_logging()
     home = Home(cfg.home)
     try:
         home.create()
     except OSError as exc:
         print(f"{PROG}: cannot create master home {home.root}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
+    # Only when nothing configured logging yet (main() may be called from a test).
+    if not logging.getLogger().handlers:
+        common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
     lock_path = home.root / LOCK_NAME
     guard = SingleInstance(lock_path, PROG)
     try:

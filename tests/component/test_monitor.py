@@ -334,6 +334,10 @@ def test_monitor_port_script_serves_and_refuses_a_second_instance(home: Home) ->
         second = _script("monitor_port.py", *sets)
         assert second.returncode == 0
         assert "already running" in second.stderr
+        quiet = _script("monitor_port.py", *sets, "--quiet")  # as its crontab line runs it
+        assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+        log = (home.log_dir / "monitor_port.log").read_text()
+        assert log.count("already running") == 2 and "listening on 127.0.0.1:" in log
         nodes = _script("monitor_port.py", *sets, "--nodes")
         assert nodes.returncode == 0 and re.fullmatch(r"n1 \d+ hello\n", nodes.stdout)
         first.send_signal(signal.SIGTERM)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cluster.cron import TAG_PREFIX
-from tests.helpers import REPO
+from tests.helpers import REPO, free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -124,9 +124,11 @@ def test_the_installed_commands_enqueue_the_auto_runs(user_crontab: str, tmp_pat
     cron_env = {"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh", "HOME": str(tmp_path),
                 "LOGNAME": getpass.getuser()}
     for line in (nightly, weekly):
+        assert " --quiet " in command_of(line)
         ran = subprocess.run(["sh", "-c", command_of(line)], cwd=tmp_path, env=cron_env,
                              capture_output=True, text=True, timeout=60)
         assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == ran.stderr == "", "cron would mail this output"
     queue = (home / "queue.2").read_text().splitlines()
     assert queue == ["auto nightly-x gs lowres", "auto weekly-y gs"]
 
@@ -155,14 +157,35 @@ def test_remove_cron_takes_out_only_our_entries(user_crontab: str, tmp_path: Pat
 def test_clusterpull_install_and_remove_cron(user_crontab: str, tmp_path: Path) -> None:
     work = tmp_path / "node-work"
     conf = tmp_path / "node.conf"
-    conf.write_text(f"[node]\nwork_dir = {work}\nmaster_home = {tmp_path / 'home'}\n")
+    # Nothing listens on the monitor port: the running node logs "heartbeat failed".
+    conf.write_text(f"[node]\nwork_dir = {work}\nmaster_home = {tmp_path / 'home'}\n"
+                    f"monitor_port = {free_port()}\nheartbeat_interval = 0.2\n")
     for _ in range(2):
         done = script("clusterpull.py", "--config", str(conf), "--install-cron")
         assert done.returncode == 0, done.stderr
     [line] = ours(f"clusterpull:{work}")
     assert line.startswith("*/10 * * * * cd ")
     assert f"clusterpull.py --config {conf}" in command_of(line)
+    assert command_of(line).endswith(" --quiet")
     assert not work.exists(), "--install-cron must not start the node"
+    # While a clusterpull runs, the installed command (as cron runs it) exits 0 and prints
+    # nothing, so cron mails nothing every ten minutes; the node's log says why it left.
+    first = subprocess.Popen([sys.executable, str(REPO / "clusterpull.py"), "--config",
+                              str(conf)], cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        log = work / "log" / "clusterpull.log"
+        wait_for(lambda: log.exists() and "heartbeat failed" in log.read_text(), 30,
+                 "the first clusterpull to run its loop")
+        cron_env = {"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh", "HOME": str(tmp_path),
+                    "LOGNAME": getpass.getuser()}
+        ran = subprocess.run(["sh", "-c", command_of(line)], cwd=tmp_path, env=cron_env,
+                             capture_output=True, text=True, timeout=60)
+        assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+        assert "already running" in log.read_text()
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
     removed = script("clusterpull.py", "--config", str(conf), "--remove-cron")
     assert removed.returncode == 0, removed.stderr
     assert ours(f"clusterpull:{work}") == []

@@ -444,6 +444,13 @@ def test_cli_second_instance_exits_at_once(fake_repo: Path, tmp_path: Path) -> N
         assert "already running" in second.stderr
         assert str(first.pid) in second.stderr
         assert len(_lines(calls)) == 3  # the second one started nothing
+        # Under cron (--quiet) the second one prints nothing, so cron mails nothing; the
+        # supervisor's log says why it left.
+        quiet = subprocess.run(_cli(fake_repo, *args, "--quiet"), capture_output=True,
+                               text=True, timeout=30)
+        assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+        log = (home / "log" / cli.LOG_NAME).read_text()
+        assert log.count("already running") == 2 and f"by pid {first.pid}" in log
 
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=10) == 0
