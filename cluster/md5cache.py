@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from cluster.tab import COLUMNS, write_tab_lines
+from cluster.tab import COLUMNS, MAX_LOGGED, write_tab_lines
 
 logger = logging.getLogger("cluster.md5cache")
 
@@ -50,10 +50,6 @@ DEFAULT_WINDOW = 50
 
 #: File name of the cache in the master home (the Perl's name).
 CACHE_NAME = "md5sum.cache"
-
-#: Bad lines logged one by one per file; the rest are counted in one summary line, so a
-#: mangled file of a million lines does not flood the master's log.
-MAX_LOGGED = 20
 
 
 class Seen(NamedTuple):

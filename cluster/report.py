@@ -36,7 +36,7 @@ errors" list.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cluster.md5cache import Seen, SeenCache, digest_of
@@ -158,8 +158,52 @@ class Comparison:
                         *self.archive_matches])
 
 
-#: Placeholder for "the previous md5 of this page-mode sibling is not known yet".
-_DEFERRED = "\0deferred"
+class _BandCheck:
+    """compare.pl's banding check, fed one test at a time in name order.
+
+    A banded test ``*.1`` whose md5 differs from its page-mode sibling ``*.0`` is a new
+    mismatch, unless both were in the previous table and differed there already.  The
+    sibling sorts just before its banded test, so its md5s are remembered from the step
+    before; when another name sorts between the two, the sibling's previous md5 is looked
+    up once, after the pass (:meth:`found`).
+    """
+
+    def __init__(self, sibling_md5: Callable[[str], str | None]) -> None:
+        self._sibling_md5 = sibling_md5  # a test's current md5, None if it has no result
+        self._page_mode: tuple[str, str, str | None] = ("", "", None)  # name, md5, prev md5
+        self._new: list[str] = []
+        self._deferred: list[tuple[str, str, str | None]] = []  # banded, sibling, prev md5
+
+    def see(self, name: str, md5: str, prev_md5: str | None) -> None:
+        """One current test, its effective md5 and the previous one (None: not there)."""
+        if name.endswith(".0"):
+            self._page_mode = (name, md5, prev_md5)
+            return
+        if not name.endswith(".1") or len(name) < 3:
+            return
+        sibling = name[:-1] + "0"
+        page_name, page_md5, page_prev = self._page_mode
+        if page_name != sibling:
+            sibling_md5 = self._sibling_md5(sibling)
+            if sibling_md5 is not None and sibling_md5 != md5:
+                self._deferred.append((name, sibling, prev_md5))
+        elif page_md5 != md5 and _is_new(prev_md5, page_prev):
+            self._new.append(name)
+
+    def found(self, previous: Previous | None) -> list[str]:
+        """The new mismatches (not in report order)."""
+        if self._deferred and previous is not None:
+            wanted = {sibling for _name, sibling, _md5 in self._deferred}
+            before = {e.name: e.md5 for e in entries(previous) if e.name in wanted}
+        else:
+            before = {}
+        return self._new + [name for name, sibling, md5 in self._deferred
+                            if _is_new(md5, before.get(sibling))]
+
+
+def _is_new(banded_before: str | None, page_before: str | None) -> bool:
+    # Old news only when the previous table had both and they differed there already.
+    return banded_before is None or page_before is None or banded_before == page_before
 
 
 def analyse(current: Mapping[str, TabRow], previous: Previous | None,
@@ -187,16 +231,19 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
     archive_seen: dict[str, Seen] = {}
     listed: dict[str, Entry] = {}
     removed: list[str] = []
-    band: list[str] = []
-    deferred: list[tuple[str, str, str | None]] = []  # (banded test, sibling, its prev md5)
     # One pass over the current tests in name order, merged with the previous table's
     # entries (also in name order), each row looked at once (a run's table makes its rows
     # on demand; brief() gives what is needed here without a row).  The lists are put in
     # report order (by shown name) at the end.
     brief = getattr(current, "brief", None)
+
+    def md5_of(name: str) -> str | None:
+        if name not in current:
+            return None
+        return brief(name)[1] if brief is not None else _effective_md5(current[name])
+    band = _BandCheck(md5_of)
     old = entries(previous) if previous is not None else iter(())
     pending = next(old, None)
-    page_mode: tuple[str, str, str | None] | None = None  # last *.0 test: name, md5, prev md5
     for name in sorted(current):
         if brief is not None:
             error, md5, product = brief(name)
@@ -247,35 +294,11 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
             segfaults.append(name)
         if counted is None or product in counted:
             counts[group_of(product)] += 1
-        # Banding (compare.pl): a banded test *.1 whose md5 differs from its page-mode
-        # sibling *.0 is a new mismatch, unless both were in the previous table and
-        # differed there already.  The sibling sorts just before (remembered in
-        # page_mode); when another name sorts between them, the sibling's previous md5 is
-        # looked up after the pass.
-        prev_md5 = before.md5 if before is not None else None
-        if name.endswith(".0"):
-            page_mode = (name, md5, prev_md5)
-        elif name.endswith(".1") and len(name) > 2:
-            sibling = name[:-1] + "0"
-            if page_mode is not None and page_mode[0] == sibling:
-                sibling_md5, sibling_prev = page_mode[1], page_mode[2]
-            elif sibling in current:
-                sibling_md5 = (brief(sibling)[1] if brief is not None
-                               else _effective_md5(current[sibling]))
-                sibling_prev = _DEFERRED
-            else:
-                continue
-            if md5 != sibling_md5:
-                if sibling_prev == _DEFERRED:
-                    deferred.append((name, sibling, prev_md5))
-                elif prev_md5 is None or sibling_prev is None or prev_md5 == sibling_prev:
-                    band.append(name)
+        band.see(name, md5, before.md5 if before is not None else None)
     while pending is not None:
         removed.append(pending.name)
         listed[pending.name] = pending
         pending = next(old, None)
-    if deferred:
-        band.extend(_new_band_mismatches(deferred, previous))
 
     # compare.pl appends the added tests that error after the transitions found above.
     started = _sorted(started) + _sorted(added_errors)
@@ -285,7 +308,7 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
         stopped_errors=_sorted(stopped),
         added=_sorted(added),
         removed=_sorted(removed),
-        band_mismatches=_sorted(band),
+        band_mismatches=_sorted(band.found(previous)),
         segfaults=_sorted(segfaults),
         counts=counts,
         baseline=previous is None,
@@ -294,21 +317,6 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
         listed=listed,
         seen_window=seen.window if seen is not None else None,
     )
-
-
-def _new_band_mismatches(deferred: list[tuple[str, str, str | None]],
-                         previous: Previous | None) -> list[str]:
-    """Of the banded mismatches whose sibling's previous md5 was not at hand, the new ones."""
-    wanted = {sibling for _name, sibling, _md5 in deferred}
-    prev_md5: dict[str, str] = {}
-    if previous is not None:
-        prev_md5 = {e.name: e.md5 for e in entries(previous) if e.name in wanted}
-    found = []
-    for name, sibling, md5 in deferred:
-        sibling_md5 = prev_md5.get(sibling)
-        if md5 is None or sibling_md5 is None or md5 == sibling_md5:
-            found.append(name)
-    return found
 
 
 def compare(current: Mapping[str, TabRow], previous: Previous | None,
