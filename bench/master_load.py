@@ -2,8 +2,8 @@
 """bench/master_load.py -- how many jobs per second one clustermaster serves.
 
 Usage: python3 bench/master_load.py [--nodes 1000] [--slots 8] [--jobs 1000000]
-                                    [--procs N] [--kind user|auto] [--first-run]
-                                    [--keep DIR] [--profile FILE]
+                                    [--procs N] [--kind user|auto] [--archived K]
+                                    [--first-run] [--keep DIR] [--profile FILE]
 
 A real ``clustermaster.py`` process serves one run of M jobs (product shell: a corpus file
 ``tests/load/load.cmds`` of M lines, queued as ``user bench shell`` at priority 0, or with
@@ -23,7 +23,10 @@ previous push for every ``PUSH_EVERY``-th, and the cache holds the run's digest 
 ``SEEN_EVERY``-th test, so the report's comparisons have known counts of differences and
 of tests "matched at least once in the previous 50 runs".  An auto run is compared with
 the baseline only, lists the removed tests, moves the baseline and then rebuilds the md5
-cache from the archive.  ``--first-run`` leaves the history out (the report then compares
+cache from the archive; ``--archived K`` puts K earlier nightly runs of M tests in the
+archive first (each differing from this run for every ``ARCHIVED_EVERY``-th test, in its
+own way), so the rebuild reads K + 1 tables as on a cluster with a full window (49).
+``--first-run`` leaves the history out (the report then compares
 with nothing).
 
 Figures:
@@ -87,6 +90,7 @@ BASE_EVERY = 97
 PUSH_EVERY = 89
 SEEN_EVERY = 485
 REMOVED = 1000
+ARCHIVED_EVERY = 50
 
 
 def md5_of(name: bytes) -> bytes:
@@ -328,7 +332,7 @@ class Sampler(threading.Thread):
 KINDS = {"user": ("user bench shell", 0), "auto": ("auto bench shell", 2)}
 
 
-def make_home(root: Path, jobs: int, history: bool, kind: str) -> Home:
+def make_home(root: Path, jobs: int, history: bool, kind: str, archived: int = 0) -> Home:
     home = Home(root)
     home.create()
     corpus = home.root / "tests" / "load"
@@ -337,6 +341,7 @@ def make_home(root: Path, jobs: int, history: bool, kind: str) -> Home:
         fh.write(b"true\n" * jobs)
     if history:
         seed_history(home, jobs)
+        seed_archive(home, jobs, archived)
     line, priority = KINDS[kind]
     if kind == "auto":
         (home.root / "shell").mkdir(exist_ok=True)  # the clean tree an auto run builds
@@ -370,6 +375,31 @@ def seed_history(home: Home, jobs: int) -> None:
                                                                    for line in seen))
 
 
+def seed_archive(home: Home, jobs: int, runs: int) -> None:
+    """``runs`` archived nightly runs of the M tests, older than the run to come; run k
+    differs from it for every ARCHIVED_EVERY-th test, starting at test k + 1."""
+    names = sorted(test_name(i) for i in range(1, jobs + 1))
+    for k in range(runs):
+        run_id = f"20260101{k:06d}-p2-seed"
+        folder = home.archive / run_id
+        folder.mkdir(parents=True)
+        info = JobStart(id=run_id, priority=2, queue="auto bench shell", kind="auto",
+                        ref="bench", products=("shell",), tree="shell", source="shell",
+                        build="make", tests="tests")
+        (folder / "run.info").write_text(info.format() + "elapsed 1.0\n")
+        with open(folder / f"{run_id}.tab", "wb") as fh:
+            fh.writelines(b"%s\t0\t0.01\t0.01\t0.01\t0\t%s\t%s\tshell\tn00000\n"
+                          % (name, md5_of(name + b"#%d" % k) if (int(name[len(STEM):]) - k - 1)
+                             % ARCHIVED_EVERY == 0 else md5_of(name), run_id.encode())
+                          for name in names)
+
+
+def cache_pairs(jobs: int, runs: int) -> int:
+    """How many pairs the rebuilt cache holds: every perturbed (test, digest) of the
+    archived runs, each one distinct."""
+    return sum(len(range(k + 1, jobs + 1, ARCHIVED_EVERY)) for k in range(runs))
+
+
 def expected_report(jobs: int, kind: str) -> list[str]:
     """The lines the report must hold, in order, for the seeded history."""
     out = []
@@ -394,10 +424,10 @@ def expected_report(jobs: int, kind: str) -> list[str]:
     return out
 
 
-def check_history(home: Home, jobs: int, kind: str) -> tuple[bool, str]:
+def check_history(home: Home, jobs: int, kind: str, archived: int) -> tuple[bool, str]:
     """The report gives the seeded history's counts; the stream table is the run's table;
-    an auto run rebuilt the md5 cache (from its own table: no older pair is left)."""
-    archive = next(home.archive.iterdir())
+    an auto run rebuilt the md5 cache from the archive (the seeded runs' pairs)."""
+    archive = max(home.archive.iterdir())  # the run's: run ids sort by start time
     report = (archive / "report.txt").read_text(encoding="utf-8").splitlines()
     at = 0
     for want in expected_report(jobs, kind):
@@ -408,8 +438,12 @@ def check_history(home: Home, jobs: int, kind: str) -> tuple[bool, str]:
     stream = home.tables / ("user-bench.tab" if kind == "user" else "current.tab")
     if stream.read_bytes() != (archive / f"{archive.name}.tab").read_bytes():
         return False, f"{stream} is not the run's table after the merge"
-    if kind == "auto" and (home.tables / "md5sum.cache").read_text() != "50\n":
-        return False, "the md5 cache was not rebuilt from the archive"
+    if kind == "auto":
+        with open(home.tables / "md5sum.cache", "rb") as fh:
+            lines = sum(1 for _ in fh)
+        if lines - 1 != cache_pairs(jobs, archived):
+            return False, (f"the rebuilt md5 cache holds {lines - 1} pairs, expected "
+                           f"{cache_pairs(jobs, archived)}")
     return True, ""
 
 
@@ -435,9 +469,10 @@ def listening(port: int) -> bool:
 
 def check_tab(home: Home, jobs: int) -> tuple[bool, str]:
     """The archive's .tab holds each of the M tests once, error 0, md5 of its name."""
-    archives = list(home.archive.iterdir()) if home.archive.is_dir() else []
+    archives = [a for a in home.archive.iterdir() if not a.name.endswith("-seed")] \
+        if home.archive.is_dir() else []
     if len(archives) != 1:
-        return False, f"{len(archives)} archives"
+        return False, f"{len(archives)} archives of this run"
     tab = archives[0] / f"{archives[0].name}.tab"
     if not tab.exists():
         return False, "no .tab in the archive"
@@ -488,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="no history: no baseline, previous push or md5 cache")
     parser.add_argument("--kind", choices=sorted(KINDS), default="user",
                         help="queue a user run (priority 0) or a nightly auto run (2)")
+    parser.add_argument("--archived", type=int, default=0, metavar="K",
+                        help="with --kind auto: K earlier nightly runs in the archive, read "
+                             "by the md5 cache rebuild (49: a full window)")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="give up after this many seconds")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
@@ -503,7 +541,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep is not None and work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    home = make_home(work / "home", args.jobs, not args.first_run, args.kind)
+    if args.archived and (args.kind != "auto" or args.first_run):
+        parser.error("--archived needs --kind auto and a history (no --first-run)")
+    if args.archived < 0:
+        parser.error("--archived must not be negative")
+    home = make_home(work / "home", args.jobs, not args.first_run, args.kind, args.archived)
     priority = KINDS[args.kind][1]
     job_start = home.job_start(priority)
     port = free_port()  # the master's: base_port + priority
@@ -562,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ok, problem = check_tab(home, args.jobs)
         if ok and not args.first_run:
-            ok, problem = check_history(home, args.jobs, args.kind)
+            ok, problem = check_history(home, args.jobs, args.kind, args.archived)
     # Each job's result was accepted at the earliest ack any client saw for it.
     acks = stats[0].ack
     for s in stats[1:]:
@@ -591,6 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_mb": f"{rss / 2**20:.0f}",
         "jobs": args.jobs, "nodes": args.nodes, "slots": args.slots, "procs": args.procs,
         "history": "no" if args.first_run else "yes", "kind": args.kind,
+        "archived": args.archived,
         "steady_jobs_per_s": f"{steady:.0f}", "tail_s": f"{tail:.2f}",
         "calls": sum(s.calls for s in stats),
         # Cores busy in the steady state: the master (of its one), the clients (summed).

@@ -37,7 +37,7 @@ Usage::
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -95,12 +95,18 @@ def _bad_line(path: Path, lineno: int, problem: str, line: str, count: int) -> N
                        shown)
 
 
-def _rows(path: Path) -> Iterator[tuple[str, str, str, str]]:
+def _rows(path: Path, newest: Callable[[str], str | None] | None = None,
+          ) -> Iterator[tuple[str, str, str, str]]:
     """(name, digest, product, machine) of every good line of the ``.tab`` *path*, streamed.
 
     Only the columns the cache needs are checked (no float parsing: a rebuild reads up to
     50 tables of a million lines).  A malformed line is logged with its line number and
     skipped, as :func:`cluster.tab.read_tab` does.  A missing file logs and yields nothing.
+
+    *newest* (the newest table's digest of a name) leaves out, before any other work, the
+    lines of tests that ran without error and gave the newest table's md5: almost every
+    line of an older table, and never a pair the cache keeps.  (A malformed line that
+    looks like one is skipped without a warning.)
     """
     bad = 0
     try:
@@ -110,6 +116,10 @@ def _rows(path: Path) -> Iterator[tuple[str, str, str, str]]:
         return
     with fh:
         for lineno, line in enumerate(fh, start=1):
+            if newest is not None:
+                head = line.split("\t", 7)  # name, error, 4 times, md5, the rest
+                if len(head) == 8 and head[1] == "0" and newest(head[0]) == head[6]:
+                    continue
             fields = line.rstrip("\r\n").split("\t")
             if len(fields) == COLUMNS - 1:  # empty machine column lost its TAB (see tab.py)
                 fields.append("")
@@ -147,8 +157,10 @@ def rebuild(tabs: Sequence[tuple[str, Path]], out: Path, window: int = DEFAULT_W
     With fewer than two tables the cache is just the window line.
 
     Memory: the newest table is held as name -> digest, and only pairs that differ from it
-    are kept; every older table is streamed.  The file is written to a temporary file and
-    renamed over *out*, so the report never reads a half-written cache.
+    are kept, each as its key and the number of its "place" (run, product, machine: a few
+    hundred at most, shared by all pairs); every older table is streamed.  The file is
+    written to a temporary file and renamed over *out*, so the report never reads a
+    half-written cache.
     """
     if window < 1:
         raise ValueError(f"window must be at least 1, got {window}")
@@ -160,7 +172,8 @@ def rebuild(tabs: Sequence[tuple[str, Path]], out: Path, window: int = DEFAULT_W
     # A name twice in the newest table with two digests: both pairs are "current" (the
     # Perl keyed its exclusion set by pair).  Rare; kept apart so `newest` stays str -> str.
     newest_extra: set[str] = set()
-    entries: dict[str, tuple[str, str, str, int]] = {}
+    entries: dict[str, int] = {}  # "<name> <digest>" -> its place's number
+    places: dict[tuple[str, str, str, int], int] = {}  # (run label, product, machine, age)
     for position, (label, path) in enumerate(chosen):
         if position == 0:
             for name, digest, _product, _machine in _rows(path):
@@ -170,26 +183,27 @@ def rebuild(tabs: Sequence[tuple[str, Path]], out: Path, window: int = DEFAULT_W
             continue
         age = position + 1
         get = newest.get
-        for name, digest, product, machine in _rows(path):
+        for name, digest, product, machine in _rows(path, get):
             if get(name) == digest:
-                continue  # the common case: the test gives today's output; no key built
+                continue  # the test gives today's output (an error code, say): no key built
             key = f"{name} {digest}"
             if key in entries or key in newest_extra:
                 continue  # a newer table already has this pair
-            entries[key] = (label, product, machine, age)
+            place = (label, product, machine, age)
+            entries[key] = places.setdefault(place, len(places))
         logger.debug("md5 cache: read %s (%s), %d pairs so far", path, label, len(entries))
     del newest  # the biggest object here; not needed while writing
-    write_tab_lines(out, _cache_lines(window, entries))
+    write_tab_lines(out, _cache_lines(window, entries, list(places)))
     logger.info("md5 cache: %d pairs from %d tables written to %s", len(entries), len(chosen),
                 out)
 
 
-def _cache_lines(window: int,
-                 entries: dict[str, tuple[str, str, str, int]]) -> Iterator[str]:
+def _cache_lines(window: int, entries: dict[str, int],
+                 places: list[tuple[str, str, str, int]]) -> Iterator[str]:
     yield str(window)
+    where = [f"{rev}\t{product}\t{machine}\t{age}" for rev, product, machine, age in places]
     for key in sorted(entries):
-        rev, product, machine, age = entries[key]
-        yield f"{key} | {rev}\t{product}\t{machine}\t{age}"
+        yield f"{key} | {where[entries[key]]}"
 
 
 def _parse_entry(line: str) -> tuple[str, Seen]:

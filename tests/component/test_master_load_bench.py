@@ -42,10 +42,12 @@ def test_master_load_two_client_processes_first_run() -> None:
 
 def test_master_load_nightly_auto_run() -> None:
     """--kind auto: a priority-2 nightly run is compared with the baseline (removed tests
-    listed), moves the baseline and rebuilds the md5 cache; ok=yes checks all three."""
+    listed), moves the baseline and rebuilds the md5 cache from itself and three archived
+    runs (--archived 3); ok=yes checks all three, the cache pair by pair count."""
     done = subprocess.run([sys.executable, "bench/master_load.py", "--nodes", "20",
-                           "--jobs", "600", "--kind", "auto"], cwd=REPO,
+                           "--jobs", "600", "--kind", "auto", "--archived", "3"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     last = done.stdout.splitlines()[-1]
-    assert last.endswith("ok=yes") and " kind=auto " in last and " history=yes " in last
+    assert last.endswith("ok=yes") and " kind=auto archived=3 " in last
+    assert " history=yes " in last
