@@ -144,12 +144,16 @@ def read_tab(path: Path) -> Table:
         return _table_of(path, fh)
 
 
-def _table_of(path: Path, lines: Iterable[str]) -> Table:
-    """The table of the ``.tab`` *lines* of *path*, as :func:`read_tab` describes."""
+def _table_of(path: Path, lines: Iterable[str], known_bad: frozenset[int] = frozenset(),
+              ) -> Table:
+    """The table of the ``.tab`` *lines* of *path*, as :func:`read_tab` describes.
+
+    Lines numbered in *known_bad* were found malformed and logged already: skipped quietly.
+    """
     table: Table = {}
     bad = 0
     for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
+        if lineno in known_bad or not line.strip():
             continue
         try:
             row = TabRow.parse(line)
@@ -229,7 +233,7 @@ class TabFile:
                 self._checked = identity
                 fh.seek(0)
             if not self._in_order:
-                yield from entries(_table_of(self.path, fh))
+                yield from entries(_table_of(self.path, fh, self._bad))
                 return
             bad = self._bad
             for lineno, line in enumerate(fh, start=1):

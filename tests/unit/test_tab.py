@@ -256,6 +256,14 @@ def test_tabfile_out_of_order_or_repeated_is_read_whole_like_read_tab(
         got = list(TabFile(path).entries())
     assert [(e.name, e.md5) for e in got] == [("a", MD5_A), ("b", MD5_B)]
     assert "t.tab:2" in caplog.text and "out of name order" in caplog.text
+    # A malformed line in such a file is logged once, by the check, not again by the
+    # whole-file read.
+    path.write_text("\n".join([row("b").line(), "junk", row("a").line()]) + "\n",
+                    encoding="utf-8")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cluster.tab"):
+        assert [e.name for e in TabFile(path).entries()] == ["a", "b"]
+    assert caplog.text.count("skipping malformed") == 1 and "t.tab:2" in caplog.text
     path.write_text(row("a").line() + "\n" + row("a", MD5_B).line() + "\n", encoding="utf-8")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="cluster.tab"):
