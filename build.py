@@ -21,9 +21,9 @@ import logging
 import sys
 from pathlib import Path
 
-from cluster import jobgen
 from cluster.cli import build, common
 from cluster.errors import ClusterError
+from cluster.jobs import generate as jobgen
 
 BMPCMP_WORD = "bmpcmp"
 

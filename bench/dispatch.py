@@ -47,7 +47,7 @@ from cluster.localcluster import (  # noqa: E402
     free_port,  # noqa: E402
     write_demo_tree,
 )
-from cluster.tab import read_tab  # noqa: E402
+from cluster.report.tab import read_tab  # noqa: E402
 
 #: Intervals for a cluster that should react in well under a second.
 QUICK = {"supervisor_interval": "10", "heartbeat_interval": "0.2", "poll_interval": "1",

@@ -73,9 +73,9 @@ import psutil  # noqa: E402
 
 from bench.common import REPO, figures, start  # noqa: E402
 from cluster.home import Home  # noqa: E402
-from cluster.jobstart import JobStart  # noqa: E402
 from cluster.localcluster import free_port  # noqa: E402
-from cluster.queuefiles import QueueFile, RunSpec  # noqa: E402
+from cluster.queue import QueueFile, RunSpec  # noqa: E402
+from cluster.wire.jobstart import JobStart  # noqa: E402
 
 STEM = b"load__load.cmds."  # test ids are <file id>.<line number> (jobgen.shell_jobs)
 CAPS = "os=Linux arch=x86_64 bits=64 cc=none cpus=8 ram_mb=16000 tools=md5sum,make"

@@ -72,7 +72,7 @@ if __package__ in (None, ""):
 from bench.common import figures, median, start  # noqa: E402
 from bench.dispatch import QUICK  # noqa: E402
 from cluster.localcluster import LocalCluster, free_port, write_demo_tree  # noqa: E402
-from cluster.tab import read_tab  # noqa: E402
+from cluster.report.tab import read_tab  # noqa: E402
 
 CORPUS_NAME = "tail"
 CMDS = "tail.cmds"

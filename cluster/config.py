@@ -332,7 +332,7 @@ def validate(cfg: Config) -> None:
             cron.check_schedule(f.name, value)
     # The grammar of the commit-run keys lives with their only user; imported here
     # (not at the top) because cluster.commits imports this module.
-    from cluster import commits
+    from cluster.triggers.git import commits
 
     commits.parse_repositories(cfg.repositories)
     commits.check_branch(cfg.git_branch)
@@ -350,7 +350,7 @@ def _check_number(f: dataclasses.Field[Any], kind: str, value: float) -> None:
 
 
 def _valid_name(name: str) -> bool:
-    from cluster.protocol import valid_node_name
+    from cluster.wire.protocol import valid_node_name
 
     return valid_node_name(name)
 

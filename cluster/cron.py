@@ -39,13 +39,14 @@ from pathlib import Path
 from crontab import CronItem, CronSlices
 
 from cluster.config import Config
+from cluster.defaults import REPO_ROOT
 from cluster.errors import ClusterError, ConfigError
 
 TAG_PREFIX = "regression-cluster:"
 CRONTAB_TIMEOUT = 60.0  # seconds; `crontab` only copies a file, but must never hang a CLI
 
 #: The top of the source tree, where the thin scripts (enqueue_auto.py, ...) live.
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 
 
 class CronError(ClusterError):

@@ -25,14 +25,15 @@ from pathlib import Path
 
 from cluster import config
 from cluster.config import Config
+from cluster.defaults import REPO_ROOT
 from cluster.home import Home
-from cluster.push import push_tree
-from cluster.queuefiles import QueueFile, RunSpec
-from cluster.transport import LocalTransport
+from cluster.node.transport import LocalTransport
+from cluster.queue import QueueFile, RunSpec
+from cluster.triggers.push import push_tree
 
 log = logging.getLogger("cluster.localcluster")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 DEFAULT_CORPUS = REPO / "corpus" / "ghostpdl-examples"
 
 MAKEFILE = """\

@@ -36,9 +36,9 @@ import random
 import sys
 from pathlib import Path
 
-from cluster import jobgen
 from cluster.cli import common
 from cluster.errors import ClusterError
+from cluster.jobs import generate as jobgen
 
 logger = logging.getLogger("cluster.build")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from cluster.cli import common
 from cluster.errors import ClusterError
 from cluster.home import PRIORITIES, suffixed
-from cluster.master import ClusterMaster
+from cluster.master.clustermaster import ClusterMaster
 
 
 def priority_from_name(argv0: str) -> int:

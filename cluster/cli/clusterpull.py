@@ -23,12 +23,13 @@ import signal
 import sys
 import time
 
-from cluster import caps, cron
+from cluster import cron
 from cluster.cli import common
 from cluster.config import Config
 from cluster.errors import AlreadyRunning, ClusterError
-from cluster.pull import ClusterPull
-from cluster.singleton import SingleInstance
+from cluster.node import caps
+from cluster.node.pull import ClusterPull
+from cluster.runtime.singleton import SingleInstance
 
 
 def cron_tag(cfg: Config) -> str:

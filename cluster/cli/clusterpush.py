@@ -25,12 +25,12 @@ import os
 import sys
 from pathlib import Path
 
-from cluster.abort import request_abort
 from cluster.cli import common
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.push import push_tree
-from cluster.queuefiles import PRODUCTS, RunSpec
+from cluster.master.abort import request_abort
+from cluster.queue import PRODUCTS, RunSpec
+from cluster.triggers.push import push_tree
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,11 +24,12 @@ import argparse
 import logging
 import sys
 
-from cluster import auto, cron
+from cluster import cron
 from cluster.cli import common
 from cluster.config import Config
 from cluster.errors import ClusterError
 from cluster.home import Home
+from cluster.triggers import auto
 
 
 def cron_tags(cfg: Config) -> list[str]:

@@ -26,7 +26,7 @@ import sys
 
 from cluster.cli import common
 from cluster.errors import ClusterError
-from cluster.heartbeat import HeartbeatError, send_heartbeat
+from cluster.node.heartbeat import HeartbeatError, send_heartbeat
 
 EXIT_NONE = 0
 EXIT_JOB_WAITS = 1

@@ -25,7 +25,7 @@ from cluster.cli import common
 from cluster.config import parse_overrides
 from cluster.errors import ClusterError
 from cluster.localcluster import DEFAULT_CORPUS, LocalCluster, write_demo_tree
-from cluster.queuefiles import PRODUCTS
+from cluster.queue import PRODUCTS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,10 +27,10 @@ import signal
 import sys
 from types import FrameType
 
-from cluster import monitor
 from cluster.cli import common
 from cluster.errors import ClusterError
 from cluster.home import Home
+from cluster.master import monitor
 
 #: The monitor's log, in the master home's log folder.
 LOG_NAME = "monitor_port.log"

@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cluster import caps
 from cluster.cli import common
 from cluster.errors import ClusterError
 from cluster.home import PRIORITIES
-from cluster.node import NodeRun, install_signal_handlers
-from cluster.transport import make_transport
+from cluster.node import caps
+from cluster.node.noderun import NodeRun, install_signal_handlers
+from cluster.node.transport import make_transport
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,11 +34,12 @@ import sys
 from pathlib import Path
 
 from cluster.cli import common
-from cluster.discovery import WorkWatcher
 from cluster.errors import AlreadyRunning, ClusterError, ConfigError
 from cluster.home import Home
-from cluster.singleton import SingleInstance, read_holder
-from cluster.supervisor import StopFlag, Supervisor, install_signal_handlers
+from cluster.master.supervisor import Supervisor
+from cluster.runtime.service import StopFlag, install_signal_handlers
+from cluster.runtime.singleton import SingleInstance, read_holder
+from cluster.triggers.droppings import WorkWatcher
 
 logger = logging.getLogger("cluster.supervisor")
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cluster import caps
 from cluster.cli import common
 from cluster.errors import ClusterError
+from cluster.node import caps
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster import bmpcmp, jobgen, readlog
+from cluster.bmpcmp import tool as bmpcmp
 from cluster.config import Config
+from cluster.jobs import generate as jobgen
 from cluster.localcluster import write_demo_tree
+from cluster.node import readlog
 from cluster.records import BASELINE, BIN, PYTHON, TEMP, TESTS, Job
 from tests.helpers import REPO
 from tests.unit.test_bmpcmp import read_png

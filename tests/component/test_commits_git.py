@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster import commits
-from cluster.commits import CommitError
+from cluster.cli import commits as commits_cli
 from cluster.config import Config
 from cluster.home import Home
-from cluster.queuefiles import QueueFile, RunSpec
+from cluster.queue import QueueFile, RunSpec
+from cluster.triggers.git import commits
+from cluster.triggers.git.commits import CommitError
 from tests.helpers import REPO
 
 ALL = "gs,pdfwrite,ps2write"
@@ -193,7 +194,7 @@ def test_post_commit_hook_queues_the_commit_and_the_poll_does_not_again(tmp_path
     work = new_repo(tmp_path / "ghostpdl")
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={work}",))
     conf = write_config(tmp_path, home, f"ghostpdl={work}")
-    assert commits.main(["install-hook", "--repo", str(work), "--tree", "ghostpdl",
+    assert commits_cli.main(["install-hook", "--repo", str(work), "--tree", "ghostpdl",
                          "--config", str(conf)]) == 0
     hook = work / ".git" / "hooks" / "post-commit"
     assert os.access(hook, os.X_OK)
@@ -224,7 +225,7 @@ def test_post_receive_hook_queues_pushed_commits_oldest_first(tmp_path: Path) ->
     git(tmp_path, "clone", "-q", str(up), str(work))
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",))
     conf = write_config(tmp_path, home, f"ghostpdl={up}")
-    assert commits.main(["install-hook", "--repo", str(up), "--tree", "ghostpdl",
+    assert commits_cli.main(["install-hook", "--repo", str(up), "--tree", "ghostpdl",
                          "--config", str(conf)]) == 0
     assert (up / "hooks" / "post-receive").exists()  # bare: post-receive by default
     queue.remove(commits.poll(home, cfg, queue)[0])
@@ -397,7 +398,7 @@ def test_a_hostile_tree_is_refused(tmp_path: Path, tree: str, capsys) -> None:
     with pytest.raises(CommitError, match="bad tree name"):
         commits.enqueue_commits(home, cfg, tree, [sha], up / ".git")
     conf = write_config(tmp_path, home, f"ghostpdl={up}")
-    assert commits.main(["hook", "--config", str(conf), f"--tree={tree}",
+    assert commits_cli.main(["hook", "--config", str(conf), f"--tree={tree}",
                          "--kind", "post-commit", "--git-dir", str(up / ".git")]) == 2
     assert "'tree'" in capsys.readouterr().err
     assert not (home.root / "repos").exists()
@@ -424,11 +425,11 @@ def test_install_hook_leaves_a_foreign_hook_alone(tmp_path: Path, capsys) -> Non
     theirs = up / ".git" / "hooks" / "post-commit"
     theirs.write_text("#!/bin/sh\necho mine\n")
     argv = ["install-hook", "--repo", str(up), "--tree", "ghostpdl", "--config", str(conf)]
-    assert commits.main(argv) == 1
+    assert commits_cli.main(argv) == 1
     assert "is not ours" in capsys.readouterr().err
     assert theirs.read_text() == "#!/bin/sh\necho mine\n"
-    assert commits.main([*argv, "--force"]) == 0
+    assert commits_cli.main([*argv, "--force"]) == 0
     assert commits.HOOK_MARKER in theirs.read_text()
-    assert commits.main(argv) == 0  # ours now: reinstalling is fine
-    assert commits.main(["install-hook", "--repo", str(up), "--tree", "mupdf",
+    assert commits_cli.main(argv) == 0  # ours now: reinstalling is fine
+    assert commits_cli.main(["install-hook", "--repo", str(up), "--tree", "mupdf",
                          "--config", str(conf)]) == 1  # not a configured repository

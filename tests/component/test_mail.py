@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from cluster import config, mail
+from cluster import config
 from cluster.config import Config
 from cluster.home import Home
+from cluster.report import mail
 from tests.helpers import free_port
 from tests.smtp import Collector, smtp_server
 

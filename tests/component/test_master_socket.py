@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster import protocol
 from cluster.home import Home
-from cluster.jobstart import JobStart
-from cluster.queuefiles import QueueFile, RunSpec
+from cluster.queue import QueueFile, RunSpec
 from cluster.records import Job
-from cluster.tab import read_tab
+from cluster.report.tab import read_tab
+from cluster.wire import protocol
+from cluster.wire.jobstart import JobStart
 from tests.helpers import CORPUS, REPO, free_port, talk, wait_for
 
 MD5 = "0123456789abcdef0123456789abcdef"

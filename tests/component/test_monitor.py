@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster import monitor
 from cluster.errors import AlreadyRunning, ProtocolError
-from cluster.heartbeat import HeartbeatError, send_heartbeat
 from cluster.home import Home
-from cluster.monitor import (
+from cluster.master import monitor
+from cluster.master.monitor import (
     Heartbeat,
     MonitorServer,
     acquire_lock,
@@ -34,6 +33,7 @@ from cluster.monitor import (
     parse_heartbeat,
     parse_reply,
 )
+from cluster.node.heartbeat import HeartbeatError, send_heartbeat
 
 REPO = Path(__file__).resolve().parents[2]
 JOB0 = "20190408115600"

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster import bmpcmp, protocol
-from cluster import node as node_mod
-from cluster.jobstart import JobStart
-from cluster.node import EXIT_DONE, EXIT_FAILED
-from cluster.protocol import Reply, Request
+from cluster.bmpcmp import tool as bmpcmp
+from cluster.node import noderun as node_mod
+from cluster.node.noderun import EXIT_DONE, EXIT_FAILED
 from cluster.records import Job
+from cluster.wire import protocol
+from cluster.wire.jobstart import JobStart
+from cluster.wire.protocol import Reply, Request
 from tests.component.test_node_run import ScriptedMaster, make_node_home, node
 
 MARKER = "0123456789abcdef0123456789abcdef"

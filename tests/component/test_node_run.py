@@ -10,13 +10,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster import protocol
 from cluster.config import Config
-from cluster.jobstart import JobStart
-from cluster.node import EXIT_DONE, EXIT_FAILED, NodeRun
-from cluster.protocol import Reply, Request
+from cluster.node.noderun import EXIT_DONE, EXIT_FAILED, NodeRun
+from cluster.node.transport import LocalTransport
 from cluster.records import ERROR_TIMEOUT, Job
-from cluster.transport import LocalTransport
+from cluster.wire import protocol
+from cluster.wire.jobstart import JobStart
+from cluster.wire.protocol import Reply, Request
 
 RUN = "20261122000000-p0-beef"
 

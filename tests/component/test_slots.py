@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cluster.node.slots import Finished, SlotPool
 from cluster.records import Job
-from cluster.slots import Finished, SlotPool
 
 
 @pytest.fixture

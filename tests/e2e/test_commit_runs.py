@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster import report
 from cluster.localcluster import LocalCluster, write_demo_tree
-from cluster.queuefiles import RunSpec
-from cluster.tab import read_tab
+from cluster.queue import RunSpec
+from cluster.report import compare as report
+from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import wait_for
 from tests.smtp import smtp_server

@@ -13,12 +13,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster import jobgen, readlog, report
 from cluster.home import Home
+from cluster.jobs import generate as jobgen
 from cluster.localcluster import LocalCluster, write_demo_tree
-from cluster.queuefiles import RunSpec
+from cluster.node import readlog
+from cluster.queue import RunSpec
 from cluster.records import BIN, TEMP, TESTS
-from cluster.tab import read_tab
+from cluster.report import compare as report
+from cluster.report.tab import read_tab
 from tests.helpers import FAST, REPO, free_port, wait_for
 
 pytestmark = pytest.mark.e2e

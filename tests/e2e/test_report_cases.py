@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from cluster.localcluster import LocalCluster, write_demo_tree
-from cluster.queuefiles import QueueFile, RunSpec
-from cluster.tab import read_tab
+from cluster.queue import QueueFile, RunSpec
+from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
 
 pytestmark = pytest.mark.e2e

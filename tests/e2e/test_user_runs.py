@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster import bmpcmp
+from cluster.bmpcmp import tool as bmpcmp
 from cluster.localcluster import LocalCluster, write_demo_tree
-from cluster.queuefiles import QueueFile, RunSpec
-from cluster.tab import read_tab
+from cluster.queue import QueueFile, RunSpec
+from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import REPO, wait_for
 from tests.smtp import smtp_server

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster import abort
 from cluster.home import Home
-from cluster.jobstart import JobStart
-from cluster.queuefiles import QueueFile, RunSpec
+from cluster.master import abort
+from cluster.queue import QueueFile, RunSpec
+from cluster.wire.jobstart import JobStart
 
 
 def make_home(tmp_path: Path) -> Home:

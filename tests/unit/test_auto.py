@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster import auto
 from cluster.home import Home
-from cluster.queuefiles import QueueFile
+from cluster.queue import QueueFile
+from cluster.triggers import auto
 
 
 def jobdef(home: Home, schedule: str, name: str, text: str) -> None:

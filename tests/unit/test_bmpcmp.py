@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import bmpcmp
-from cluster.bmpcmp import Image, PnmError, compare_files, compare_pages, iter_pnm
+from cluster.bmpcmp import tool as bmpcmp
+from cluster.bmpcmp.tool import Image, PnmError, compare_files, compare_pages, iter_pnm
 
 REPO = Path(__file__).resolve().parents[2]
 

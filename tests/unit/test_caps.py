@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from cluster.caps import (
+from cluster.node.caps import (
     TOOLS,
     Caps,
     caps_tools,

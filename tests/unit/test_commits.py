@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster import commits, config
-from cluster.commits import PathRule, products_for
+from cluster import config
 from cluster.config import Config
 from cluster.errors import ConfigError
+from cluster.triggers.git import commits
+from cluster.triggers.git.commits import PathRule, products_for
 
 ALL = ("gs", "pdfwrite", "ps2write")
 

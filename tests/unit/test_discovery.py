@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster import discovery
 from cluster.cli.clustermaster import priority_from_name
 from cluster.config import Config
 from cluster.home import Home, suffixed
-from cluster.queuefiles import QueueFile, RunSpec
+from cluster.queue import QueueFile, RunSpec
+from cluster.triggers import droppings as discovery
 
 
 def drop(home: Home, user: str, tree: str, text: str) -> Path:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster import jobgen
 from cluster.cli import build as build_cli
 from cluster.config import Config
 from cluster.errors import ConfigError
-from cluster.jobgen import JobConfig, JobOptions, find_test_files, generate
+from cluster.jobs import generate as jobgen
+from cluster.jobs.generate import JobConfig, JobOptions, find_test_files, generate
 from cluster.records import TEST_ID, Job
 
 CORPUS = Path("/work/shared/corpus")
@@ -407,7 +407,7 @@ def test_shell_jobs_report_output_md5_and_failures(tmp_path: Path) -> None:
     import hashlib
     import subprocess
 
-    from cluster import readlog
+    from cluster.node import readlog
 
     (tmp_path / "t.cmds").write_text("echo 17 | md5sum\nexit 3\n")
     for job in jobgen.generate(Config(), ["shell"], tmp_path):

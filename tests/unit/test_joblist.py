@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import joblist
-from cluster.joblist import JobFile, MemoryJobList
+from cluster.master import joblist
+from cluster.master.joblist import JobFile, MemoryJobList
 from cluster.records import Job
 
 

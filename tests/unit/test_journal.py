@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster import journal
+from cluster.master import journal
 from cluster.records import JobResult
 
 MD5 = "0123456789abcdef0123456789abcdef"

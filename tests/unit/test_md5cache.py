@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.md5cache import (
+from cluster.report.compare import DASHES, RunFacts, analyse, compare
+from cluster.report.md5cache import (
     DEFAULT_WINDOW,
     Seen,
     SeenCache,
@@ -15,8 +16,7 @@ from cluster.md5cache import (
     load,
     rebuild,
 )
-from cluster.report import DASHES, RunFacts, analyse, compare
-from cluster.tab import Table, TabRow, write_tab
+from cluster.report.tab import Table, TabRow, write_tab
 
 A = "a" * 32
 B = "b" * 32

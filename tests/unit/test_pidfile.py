@@ -14,8 +14,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cluster.clock import FakeClock
-from cluster.pidfile import PidDecision, PidFile, is_clustermaster
+from cluster.master.pidfile import PidDecision, PidFile, is_clustermaster
+from cluster.runtime.clock import FakeClock
 
 NOW = 1_700_000_000.0
 ME = 4242
@@ -314,7 +314,7 @@ def test_is_clustermaster_by_command_line(tmp_path: Path, name: str, expected: b
 
 def test_is_clustermaster_module_form() -> None:
     """python -m cluster.cli.clustermaster matches the pattern too."""
-    from cluster.pidfile import _MASTER_WORD
+    from cluster.master.pidfile import _MASTER_WORD
 
     assert _MASTER_WORD.fullmatch("cluster.cli.clustermaster")
     assert not _MASTER_WORD.fullmatch("cluster.cli.run_clustermaster")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import protocol
 from cluster.errors import ProtocolError
-from cluster.protocol import Reply, Request, RequestFramer, parse_reply, parse_request
 from cluster.records import JobResult
+from cluster.wire import protocol
+from cluster.wire.protocol import Reply, Request, RequestFramer, parse_reply, parse_request
 
 MD5 = "0123456789abcdef0123456789abcdef"
 

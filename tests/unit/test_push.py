@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-import cluster.push as push_mod
+import cluster.triggers.push as push_mod
 from cluster.cli import clusterpush
-from cluster.discovery import DROPPING
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.push import MAX_PUSH_BYTES, is_excluded, push_tree, rsync_excludes
-from cluster.queuefiles import RunSpec
+from cluster.queue import RunSpec
+from cluster.triggers.droppings import DROPPING
+from cluster.triggers.push import MAX_PUSH_BYTES, is_excluded, push_tree, rsync_excludes
 
 METHODS = ["rsync", "copy"]
 SPEC = RunSpec.parse("user alice gs lowres", source="test")

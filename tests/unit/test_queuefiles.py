@@ -15,7 +15,7 @@ import pytest
 
 from cluster.errors import QueueLineError
 from cluster.home import Home
-from cluster.queuefiles import MAX_LINE, QueueFile, RunSpec
+from cluster.queue import MAX_LINE, QueueFile, RunSpec
 
 # ----------------------------------------------------------------------------------------------
 # Grammar

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.readlog import classify, final_md5, log_entry
+from cluster.node.readlog import classify, final_md5, log_entry
 from cluster.records import ERROR_NAMES, JobResult
 
 NAME = "tests__x.ps.ppmraw.72.0"

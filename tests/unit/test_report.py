@@ -6,8 +6,7 @@ import dataclasses
 import random
 from pathlib import Path
 
-from cluster.md5cache import Seen, SeenCache
-from cluster.report import (
+from cluster.report.compare import (
     PDFWRITE,
     PS2WRITE,
     RASTER,
@@ -18,7 +17,8 @@ from cluster.report import (
     display_name,
     group_of,
 )
-from cluster.tab import TabFile, Table, TabRow, write_tab
+from cluster.report.md5cache import Seen, SeenCache
+from cluster.report.tab import TabFile, Table, TabRow, write_tab
 
 A = "a" * 32
 B = "b" * 32
@@ -369,7 +369,7 @@ def test_full_report_text() -> None:
 
 def test_sorting_by_shown_name_breaks_ties_by_name() -> None:
     """a__b is shown as a/b: it sorts before a_B and ties with a real a/b by name."""
-    from cluster.report import _sorted
+    from cluster.report.compare import _sorted
 
     names = ["a_B", "a__b", "a/b", "b", "a__a", "A"]
     assert _sorted(names) == sorted(names, key=lambda n: (display_name(n), n))
@@ -402,8 +402,8 @@ def test_a_table_with_brief_compares_as_a_dict() -> None:
 
 def test_seen_before_list_comes_after_banding_and_before_lost_nodes() -> None:
     """Archive-matched tests follow a dashed rule after the banding check, lost nodes last."""
-    from cluster.md5cache import Seen, SeenCache
-    from cluster.report import DASHES
+    from cluster.report.compare import DASHES
+    from cluster.report.md5cache import Seen, SeenCache
 
     seen = SeenCache({f"x__f.ps {C}": Seen("20240101-p1-0001", "gs", "old", 7)}, window=30)
     prev = table(r("x__f.ps"), r("n.x.0"), r("n.x.1"))
@@ -424,7 +424,7 @@ def test_seen_before_list_comes_after_banding_and_before_lost_nodes() -> None:
 
 def test_seen_before_list_is_kept_for_user_runs() -> None:
     """With skip_missing the list is still printed (compare.pl dropped it: see report.py)."""
-    from cluster.md5cache import Seen, SeenCache
+    from cluster.report.md5cache import Seen, SeenCache
 
     seen = SeenCache({f"t {B}": Seen("r1", "gs", "m", 2)})
     text = compare(table(r("t", md5=B)), table(r("t")), FACTS, skip_missing=True, seen=seen)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from cluster import protocol
-from cluster.protocol import Request
+from cluster.master.runstate import NodeState, RunState, Settings
 from cluster.records import Job, JobResult
-from cluster.runstate import NodeState, RunState, Settings
+from cluster.wire import protocol
+from cluster.wire.protocol import Request
 
 MD5 = "0123456789abcdef0123456789abcdef"
 RUN = "run-1"
@@ -332,7 +332,7 @@ def test_the_exact_share_agrees_with_the_bound() -> None:
 
 
 def test_result_table_lines_are_those_of_tab_rows() -> None:
-    from cluster.tab import TabRow
+    from cluster.report.tab import TabRow
     state = RunState(RUN, jobs(4), 0)
     given = names(ready(state, "a"))
     sent = (JobResult(given[0], 0, 1.234, 2, 0, MD5, "gs pdfwrite", "a"),

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import AlreadyRunning, ClusterError
-from cluster.singleton import SingleInstance, read_holder
+from cluster.runtime.singleton import SingleInstance, read_holder
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from cluster.singleton import SingleInstance
+from cluster.runtime.singleton import SingleInstance
 guard = SingleInstance(Path(sys.argv[1]), "holder")
 guard.acquire()
 print("held", flush=True)

@@ -18,13 +18,9 @@ import pytest
 
 from cluster.cli import common
 from cluster.cli import run_clustermaster as cli
-from cluster.clock import FakeClock
-from cluster.supervisor import (
-    StopFlag,
-    Supervisor,
-    describe_status,
-    install_signal_handlers,
-)
+from cluster.master.supervisor import Supervisor, describe_status
+from cluster.runtime.service import StopFlag, install_signal_handlers
+from cluster.runtime.clock import FakeClock
 
 REPO = Path(__file__).resolve().parents[2]
 APPEND = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
@@ -468,7 +464,7 @@ def test_cli_second_instance_exits_at_once(fake_repo: Path, tmp_path: Path) -> N
 
 def test_at_most_two_copies_of_a_command_are_alive(tmp_path: Path) -> None:
     """The runner and one checker: slow invocations never pile up on a loaded machine."""
-    from cluster.supervisor import MAX_ALIVE_PER_COMMAND, Supervisor
+    from cluster.master.supervisor import MAX_ALIVE_PER_COMMAND, Supervisor
 
     slow = (sys.executable, "-c", "import time; time.sleep(30)")
     sup = Supervisor([list(slow)], interval=1.0)

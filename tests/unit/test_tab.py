@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.records import JobResult
-from cluster.tab import (
+from cluster.report.tab import (
     MAX_LOGGED,
     TabFile,
     TabRow,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import cluster.transport as transport_mod
+import cluster.node.transport as transport_mod
 from cluster.config import Config
 from cluster.errors import ConfigError, TransportError
-from cluster.transport import LocalTransport, Transport, check_rel, make_transport
+from cluster.node.transport import LocalTransport, Transport, check_rel, make_transport
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:

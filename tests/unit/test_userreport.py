@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.md5cache import Seen, SeenCache
-from cluster.report import STARS, RunFacts
-from cluster.tab import Table, TabRow
-from cluster.userreport import (
+from cluster.report.compare import STARS, RunFacts
+from cluster.report.md5cache import Seen, SeenCache
+from cluster.report.tab import Table, TabRow
+from cluster.report.userreport import (
     NO_BASELINE,
     NO_CLEAN_TREE,
     NO_PREVIOUS_PUSH,

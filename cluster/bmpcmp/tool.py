@@ -44,7 +44,6 @@ import html
 import os
 import re
 import struct
-import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -775,46 +774,3 @@ def write_html(images_dir: Path, out: Path, title: str) -> int:
 
 # ----------------------------------------------------------------------------------------------
 # CLI
-
-USAGE = ("usage: python3 -m cluster.bmpcmp BASE.pnm CAND.pnm OUT_ROOT [MAX_IMAGES]\n"
-         "Compare two raw PNM files page by page; write OUT_ROOT.<NNNNN>.{base,cand,diff}.png "
-         "and .meta for each page that differs.")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The CLI (see the module docstring); returns the exit status."""
-    args = sys.argv[1:] if argv is None else argv
-    if args and args[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0
-    if len(args) not in (3, 4):
-        print(USAGE, file=sys.stderr)
-        return 2
-    max_images = MAX_IMAGES
-    if len(args) == 4:
-        if not args[3].isdigit():
-            print(f"bmpcmp: MAX_IMAGES {args[3]!r}: expected a whole number", file=sys.stderr)
-            return 2
-        max_images = int(args[3])
-    base, cand, root = (Path(a) for a in args[:3])
-    for path in (base, cand):
-        if not path.is_file():
-            print(f"bmpcmp: {path}: no such file (expected a raw PNM rendering)",
-                  file=sys.stderr)
-            return 2
-    try:
-        result = compare_files(base, cand, root, max_images)
-    except PnmError as exc:
-        print(f"bmpcmp: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"bmpcmp: {exc.filename or root}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    sys.stdout.write(result.summary())
-    print(f"bmpcmp: {result.pages} page(s) compared, {len(result.sets)} image set(s) written",
-          file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -50,8 +50,8 @@ from typing import Any
 
 from cluster.errors import AlreadyRunning, ProtocolError
 from cluster.home import PRIORITIES, Home
-from cluster.protocol import JOB_ID, RequestFramer, decode_lines, valid_node_name
-from cluster.singleton import SingleInstance
+from cluster.runtime.singleton import SingleInstance
+from cluster.wire.protocol import JOB_ID, RequestFramer, decode_lines, valid_node_name
 
 log = logging.getLogger("cluster.monitor")
 

@@ -30,7 +30,7 @@ from typing import NamedTuple
 from cluster.config import Config
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queuefiles import KINDS
+from cluster.queue import KINDS
 
 log = logging.getLogger("cluster.mail")
 

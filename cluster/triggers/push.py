@@ -28,11 +28,11 @@ import subprocess
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from cluster.discovery import DROPPING
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queuefiles import RunSpec
-from cluster.transport import TEMP_PREFIX, LocalTransport
+from cluster.node.transport import TEMP_PREFIX, LocalTransport
+from cluster.queue import RunSpec
+from cluster.triggers.droppings import DROPPING
 
 log = logging.getLogger("cluster.push")
 

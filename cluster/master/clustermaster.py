@@ -27,21 +27,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster import abort, caps, collate, commits, discovery, journal, mail, protocol
-from cluster.clock import Clock, SystemClock
 from cluster.config import Config
+from cluster.defaults import REPO_ROOT
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import Home
-from cluster.joblist import JobFile
-from cluster.jobstart import JobStart
-from cluster.pidfile import PidDecision, PidFile
-from cluster.queuefiles import QueueFile, RunSpec
-from cluster.runstate import RunState, Settings
-from cluster.server import NodeServer
+from cluster.master import abort, journal
+from cluster.master import finish as collate
+from cluster.master.joblist import JobFile
+from cluster.master.pidfile import PidDecision, PidFile
+from cluster.master.runstate import RunState, Settings
+from cluster.master.server import NodeServer
+from cluster.node import caps
+from cluster.queue import QueueFile, RunSpec
+from cluster.report import mail
+from cluster.runtime.clock import Clock, SystemClock
+from cluster.triggers import droppings as discovery
+from cluster.triggers.git import commits
+from cluster.wire import protocol
+from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.master")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 #: How often the master looks for nodes whose lease lapsed [seconds].
 LIVENESS_INTERVAL = 0.25
 BUILD_SCRIPT = REPO / "build.py"

@@ -39,9 +39,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from cluster.md5cache import Seen, SeenCache, digest_of
 from cluster.records import ERROR_NAMES, SEGFAULTS
-from cluster.tab import Entry, Previous, TabRow, entries, product_columns
+from cluster.report.md5cache import Seen, SeenCache, digest_of
+from cluster.report.tab import Entry, Previous, TabRow, entries, product_columns
 
 #: Difference groups, in report order, with the words compare.pl uses for them.
 RASTER = "raster"

@@ -36,9 +36,9 @@ import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from cluster.md5cache import SeenCache
-from cluster.report import Comparison, RunFacts, analyse, render
-from cluster.tab import Previous, TabRow
+from cluster.report.compare import Comparison, RunFacts, analyse, render
+from cluster.report.md5cache import SeenCache
+from cluster.report.tab import Previous, TabRow
 
 logger = logging.getLogger("cluster.userreport")
 

@@ -36,11 +36,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from cluster import protocol
-from cluster.joblist import JobList, as_job_list
-from cluster.protocol import Reply, Request
+from cluster.master.joblist import JobList, as_job_list
 from cluster.records import Job, JobResult
-from cluster.tab import TabRow
+from cluster.report.tab import TabRow
+from cluster.wire import protocol
+from cluster.wire.protocol import Reply, Request
 
 Suitability = Callable[[str], tuple[bool, str]]
 

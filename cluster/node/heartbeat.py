@@ -14,8 +14,8 @@ from __future__ import annotations
 import socket
 
 from cluster.errors import ClusterError, ProtocolError
-from cluster.monitor import MAX_REPLY, Heartbeat, format_heartbeat, parse_reply
-from cluster.protocol import valid_node_name
+from cluster.master.monitor import MAX_REPLY, Heartbeat, format_heartbeat, parse_reply
+from cluster.wire.protocol import valid_node_name
 
 
 class HeartbeatError(ClusterError):

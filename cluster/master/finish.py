@@ -33,11 +33,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster import bmpcmp, md5cache, report, tab, userreport
+from cluster.bmpcmp import tool as bmpcmp
 from cluster.home import Home
-from cluster.jobstart import JobStart
-from cluster.queuefiles import RunSpec
-from cluster.runstate import RunState
+from cluster.master.runstate import RunState
+from cluster.queue import RunSpec
+from cluster.report import compare as report
+from cluster.report import md5cache, tab, userreport
+from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.collate")
 

@@ -20,8 +20,8 @@ import socket
 import time
 from collections.abc import Callable
 
-from cluster import protocol
 from cluster.errors import ProtocolError
+from cluster.wire import protocol
 
 log = logging.getLogger("cluster.server")
 

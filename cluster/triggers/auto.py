@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cluster.errors import QueueLineError
 from cluster.home import Home
-from cluster.queuefiles import QueueFile, RunSpec
+from cluster.queue import QueueFile, RunSpec
 
 log = logging.getLogger("cluster.auto")
 

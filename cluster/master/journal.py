@@ -16,8 +16,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from cluster.protocol import canonical_result, format_result, parse_result
 from cluster.records import JobResult
+from cluster.wire.protocol import canonical_result, format_result, parse_result
 
 log = logging.getLogger("cluster.journal")
 

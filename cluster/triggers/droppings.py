@@ -17,11 +17,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster import commits
 from cluster.config import Config
 from cluster.errors import QueueLineError
 from cluster.home import Home
-from cluster.queuefiles import QueueFile, RunSpec
+from cluster.queue import QueueFile, RunSpec
+from cluster.triggers.git import commits
 
 log = logging.getLogger("cluster.discovery")
 

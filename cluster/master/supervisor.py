@@ -35,10 +35,11 @@ import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import IO, Protocol
+from typing import IO
 
-from cluster.clock import Clock, SystemClock
+from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.proc import describe_status
+from cluster.runtime.service import StopFlag, StopSignal
 
 logger = logging.getLogger("cluster.supervisor")
 
@@ -53,66 +54,6 @@ DEFAULT_KILL_GRACE = 30.0
 MAX_ALIVE_PER_COMMAND = 2
 #: Warn when a copy that is not the runner has been alive this long (a hung phase 1?) [s].
 HANG_WARNING = 60.0
-
-
-class StopSignal(Protocol):
-    """Anything the loop can ask "stop now?" (a threading.Event, a StopFlag)."""
-
-    def is_set(self) -> bool: ...
-
-
-class StopFlag:
-    """A stop request that a signal handler may set: plain attribute writes, no locks.
-
-    (threading.Event.set takes a lock; a handler running while the main thread holds that
-    lock would deadlock.)  The first request means "stop looping"; a second one means "hard
-    stop" (:attr:`hard`).
-    """
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.signum: int | None = None
-
-    def set(self, signum: int | None = None) -> None:
-        self.count += 1
-        self.signum = signum
-
-    def is_set(self) -> bool:
-        return self.count > 0
-
-    @property
-    def hard(self) -> bool:
-        return self.count > 1
-
-
-def install_signal_handlers(flag: StopFlag,
-                            signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)
-                            ) -> Callable[[], None]:
-    """Make ``signals`` set ``flag``; return a function restoring the previous handlers.
-
-    Must be called from the main thread (a rule of the signal module).
-    """
-    def handler(signum: int, frame: FrameType | None) -> None:
-        flag.set(signum)  # record only; the loop logs and acts (STYLE guideline 5)
-
-    previous = {s: signal.signal(s, handler) for s in signals}
-
-    def restore() -> None:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-    return restore
-
-
-def describe_status(returncode: int) -> str:
-    """A Popen returncode in words: "exit status 2", "terminated by SIGKILL"."""
-    if returncode >= 0:
-        return f"exit status {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = f"signal {-returncode}"
-    return f"terminated by {name}"
 
 
 @dataclass

@@ -57,15 +57,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from cluster import protocol, readlog
-from cluster.bmpcmp import DROPPED_NOTE, SET_FILE
+from cluster.bmpcmp.tool import DROPPED_NOTE, SET_FILE
 from cluster.config import Config
+from cluster.defaults import REPO_ROOT
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import suffixed
-from cluster.jobstart import JobStart
+from cluster.node import readlog
+from cluster.node.slots import Finished, SlotPool
+from cluster.node.transport import Transport
 from cluster.records import BASELINE, BIN, ERROR_INTERNAL, PYTHON, TEMP, TESTS, Job, JobResult
-from cluster.slots import Finished, SlotPool
-from cluster.transport import Transport
+from cluster.wire import protocol
+from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.node")
 
@@ -78,7 +80,7 @@ SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
 BASELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]*")
 RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
 #: The project root, put on the slot shells' PYTHONPATH for ``__python__ -m cluster...``.
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 #: Bytes of bmpcmp images one node uploads per run (ARTIFEX.md §5.7: checkSize.pl, 10 MB).
 BMPCMP_UPLOAD_LIMIT = 10_000_000
 #: Where bmpcmp jobs leave their image sets, under the run's temp directory.

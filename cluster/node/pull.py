@@ -20,14 +20,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from cluster import heartbeat
 from cluster.config import Config
+from cluster.defaults import REPO_ROOT
+from cluster.node import heartbeat
 
 log = logging.getLogger("cluster.pull")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 RUN_SCRIPT = REPO / "run.py"
 FINISHED_CODES = (0, 1)
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from cluster.tab import COLUMNS, MAX_LOGGED, write_tab_lines
+from cluster.report.tab import COLUMNS, MAX_LOGGED, write_tab_lines
 
 logger = logging.getLogger("cluster.md5cache")
 

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
-from cluster.clock import Clock
+from cluster.runtime.clock import Clock
 
 logger = logging.getLogger("cluster.pidfile")
 

@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 
 from cluster.home import Home
-from cluster.jobstart import JobStart
-from cluster.queuefiles import QueueFile
+from cluster.queue import QueueFile
+from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.abort")
 

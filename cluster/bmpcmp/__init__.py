@@ -1,0 +1,1 @@
+"""bmpcmp: PNM/PNG images, page differences and the HTML page (a leaf tool)."""

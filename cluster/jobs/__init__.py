@@ -1,0 +1,1 @@
+"""build.pl's port: test discovery, job command strings, job generation."""

@@ -1,0 +1,1 @@
+"""The master side: clustermaster's phases, run state, server, journal, finish."""

@@ -1,0 +1,1 @@
+"""Process plumbing shared by master and node: clock, files, processes, daemons."""

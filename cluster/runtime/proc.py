@@ -1,0 +1,182 @@
+"""One process runner: every subprocess the cluster starts goes through here.
+
+Contract of :func:`run`:
+
+* the child gets its own session (``start_new_session``), so a terminal's ^C aimed at the
+  caller does not reach it, and on timeout the whole tree it started (``make`` and its
+  compilers, ``git`` and its ``ssh``, ``rsync`` and its remote shell) can be killed at once;
+* ``timeout`` (seconds, ``None`` for none) bounds the wall time; when it passes, the
+  process group gets SIGTERM, then SIGKILL after ``kill_grace`` seconds, and the result says
+  ``timed_out``: the caller decides whether that is an error;
+* stdin is ``/dev/null`` unless ``input`` is given, so no child ever waits on a terminal;
+* output is captured (``stdout``/``stderr`` left ``None``) or sent to an open file the
+  caller owns (a build log); ``stderr=STDOUT`` merges the two;
+* the :class:`Result` carries the exit status, what was captured, the elapsed time and
+  whether the timeout fired; :meth:`Result.check` turns a failure into
+  :class:`ProcessError` whose message names the command, the status and the tail of its
+  output.
+
+:func:`spawn` starts a long-lived child in its own session (the supervisor's clustermasters,
+a node's run.py, the local cluster's daemons); :func:`kill_tree` signals its whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from cluster.errors import ClusterError
+
+#: Pass as ``stderr`` to merge the child's stderr into its stdout.
+STDOUT = subprocess.STDOUT
+#: Pass as ``stdout``/``stderr`` to throw that stream away.
+DEVNULL = subprocess.DEVNULL
+#: After a timeout's SIGTERM, how long the group has before SIGKILL [seconds].
+KILL_GRACE = 5.0
+#: How much of a failed command's output a :class:`ProcessError` message keeps [characters].
+TAIL_CHARS = 2000
+
+Output = IO[Any] | int | None
+
+
+class ProcessError(ClusterError):
+    """A command failed, could not start, or ran past its timeout."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished (or killed) command did."""
+
+    argv: Sequence[str] | str
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    elapsed: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Exited with status 0 before the timeout."""
+        return self.returncode == 0 and not self.timed_out
+
+    def text(self, which: str = "stdout") -> str:
+        """``stdout`` or ``stderr`` decoded as UTF-8 (bad bytes replaced)."""
+        data = self.stdout if which == "stdout" else self.stderr
+        return data.decode("utf-8", "replace")
+
+    def describe(self, timeout: float | None = None) -> str:
+        """The outcome in words: "exit status 2", "timed out after 60 s", "terminated by SIGKILL"."""
+        if self.timed_out:
+            return f"timed out after {timeout:g} s" if timeout is not None else "timed out"
+        return describe_status(self.returncode)
+
+    def check(self, what: str | None = None, timeout: float | None = None) -> Result:
+        """Return self if :attr:`ok`, else raise :class:`ProcessError` with the output tail."""
+        if self.ok:
+            return self
+        name = what or command_text(self.argv)
+        tail = (self.text("stderr").strip() or self.text("stdout").strip())[-TAIL_CHARS:]
+        raise ProcessError(f"{name}: {self.describe(timeout)}"
+                           + (f": {tail}" if tail else " (no output)"))
+
+
+def describe_status(returncode: int) -> str:
+    """A Popen returncode in words: "exit status 2", "terminated by SIGKILL"."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"terminated by {name}"
+
+
+def command_text(argv: Sequence[str] | str) -> str:
+    """A command for messages: a shell line as it is, an argv joined by spaces."""
+    return argv if isinstance(argv, str) else " ".join(str(a) for a in argv)
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` to the process group ``pid`` leads (a child started here); False if gone."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def spawn(argv: Sequence[str] | str, *, cwd: Path | str | None = None,
+          env: Mapping[str, str] | None = None, stdout: Output = DEVNULL,
+          stderr: Output = DEVNULL, shell: bool = False) -> subprocess.Popen[bytes]:
+    """Start a long-lived child in its own session; the caller reaps it (``poll``/``wait``).
+
+    Raises :class:`ProcessError` if it cannot start (no such program, no permission).
+    """
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                cwd=cwd, env=dict(env) if env is not None else None,
+                                shell=shell, start_new_session=True)
+    except OSError as exc:
+        raise ProcessError(f"cannot start {command_text(argv)}: {exc}") from None
+
+
+def run(argv: Sequence[str] | str, *, timeout: float | None, cwd: Path | str | None = None,
+        env: Mapping[str, str] | None = None, input: bytes | None = None,
+        stdout: Output = None, stderr: Output = None, shell: bool = False,
+        kill_grace: float = KILL_GRACE) -> Result:
+    """Run a command to its end or its timeout; see the module docstring for the contract.
+
+    ``timeout`` is required (keyword) so that every call site says how long it may take;
+    pass ``None`` only where something else bounds it.  Raises :class:`ProcessError` only
+    if the command cannot start; a non-zero status or a timeout is in the result.
+    """
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout is None else stdout,
+            stderr=subprocess.PIPE if stderr is None else stderr,
+            cwd=cwd, env=dict(env) if env is not None else None, shell=shell,
+            start_new_session=True)
+    except OSError as exc:
+        raise ProcessError(f"cannot start {command_text(argv)}: {exc}") from None
+    timed_out = False
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        out, err = _stop(proc, kill_grace)
+    except BaseException:
+        # An interrupt in the caller must not leave the child's tree running.
+        kill_tree(proc.pid)
+        with contextlib.suppress(Exception):
+            proc.communicate(timeout=kill_grace)
+        raise
+    return Result(argv, proc.returncode, out or b"", err or b"",
+                  time.monotonic() - started, timed_out)
+
+
+def _stop(proc: subprocess.Popen[bytes], grace: float) -> tuple[bytes, bytes]:
+    """SIGTERM the group, SIGKILL it after ``grace``; return what output was left."""
+    kill_tree(proc.pid, signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid, signal.SIGKILL)
+        try:
+            out, err = proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            # A grandchild outside the group still holds our pipes: give up on them.
+            proc.kill()
+            proc.wait()
+            out, err = b"", b""
+    # The group may outlive its leader (a daemonised grandchild): finish it.
+    kill_tree(proc.pid, signal.SIGKILL)
+    return out or b"", err or b""

@@ -1,0 +1,1 @@
+"""How runs enter the queues: user droppings, clusterpush, cron auto runs, git commits."""

@@ -1,0 +1,1 @@
+"""Commit runs: the git commands, the ledger, polling, export, the hook."""

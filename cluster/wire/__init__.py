@@ -1,0 +1,1 @@
+"""What crosses a process boundary between master and node: pure formats."""
