@@ -100,6 +100,11 @@ class Config:
                                 "jobs still running elsewhere (first result wins)")
     build_command: str = _opt("make", MASTER, "shell command",
                               "how a node builds a product tree (run in the tree's top directory)")
+    build_timeout: float = _opt(3600.0, BOTH, "seconds",
+                                "longest a build step may run (a node's build of the product "
+                                "and of the baseline tree, the master's build.py); past it "
+                                "the step's process tree is killed and the build fails",
+                                positive=True)
     tests_dir: Path = _opt(Path("tests"), MASTER, "directory",
                            "test corpus, relative to home; nodes mirror it during BUILD")
     gs_configs: tuple[str, ...] = _opt(

@@ -11,3 +11,46 @@ from pathlib import Path
 
 #: The project checkout (the folder holding ``cluster/``, ``etc/`` and the scripts).
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# ----------------------------------------------------------------------------------------------
+# Priorities (seed 000): which queue a run is in, and which clustermaster serves it.
+
+#: A developer's pushed tree (clusterpush).
+USER_PRIORITY = 0
+#: A git commit (the hook or the poller).
+COMMIT_PRIORITY = 1
+#: Nightly and weekly runs from cron (enqueue_auto).
+AUTO_PRIORITY = 2
+#: Every priority, highest first.
+PRIORITIES = (USER_PRIORITY, COMMIT_PRIORITY, AUTO_PRIORITY)
+
+# ----------------------------------------------------------------------------------------------
+# Exit codes shared by the scripts (each script's docstring says which it uses).
+
+#: Done; nothing went wrong.
+EXIT_OK = 0
+#: The work failed (a run, a build, git, the home); the message is on stderr.
+EXIT_FAILED = 1
+#: Bad usage or configuration; nothing was done.
+EXIT_USAGE = 2
+
+# run.py (a node's part in one run): 0 done, 1 failed, 3 master unreachable, 4 aborted.
+NODE_EXIT_DONE = EXIT_OK
+NODE_EXIT_FAILED = EXIT_FAILED
+NODE_EXIT_UNREACHABLE = 3
+NODE_EXIT_ABORTED = 4
+
+# heartbeat.py: 0 nothing waits, 1 a run waits (so clusterpull starts run.py), 2 error.
+HEARTBEAT_EXIT_NONE = 0
+HEARTBEAT_EXIT_JOB_WAITS = 1
+HEARTBEAT_EXIT_ERROR = 2
+
+# ----------------------------------------------------------------------------------------------
+# Failure codes a node reports for a whole run (run.pl's "failure" header).
+
+#: The build failed or timed out (``build_timeout``); the report quotes the build log's tail.
+FAILURE_BUILD = -1
+#: The node could not reach the master or upload its logs.
+FAILURE_NETWORK = 1
+#: Too many jobs timed out.
+FAILURE_TIMEOUTS = 2

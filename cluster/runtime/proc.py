@@ -72,7 +72,7 @@ class Result:
         return data.decode("utf-8", "replace")
 
     def describe(self, timeout: float | None = None) -> str:
-        """The outcome in words: "exit status 2", "timed out after 60 s", "terminated by SIGKILL"."""
+        """The outcome in words: "exit status 2", "timed out after 60 s", "terminated by ..."."""
         if self.timed_out:
             return f"timed out after {timeout:g} s" if timeout is not None else "timed out"
         return describe_status(self.returncode)
