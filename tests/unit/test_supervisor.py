@@ -19,8 +19,8 @@ import pytest
 from cluster.cli import common
 from cluster.cli import run_clustermaster as cli
 from cluster.master.supervisor import Supervisor, describe_status
-from cluster.runtime.service import StopFlag, install_signal_handlers
 from cluster.runtime.clock import FakeClock
+from cluster.runtime.service import StopFlag, install_signal_handlers
 
 REPO = Path(__file__).resolve().parents[2]
 APPEND = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
