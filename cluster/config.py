@@ -3,9 +3,10 @@
 Every tunable is a field of :class:`Config` below: its default, its unit and its meaning live
 there and nowhere else.  A configuration file is INI with a ``[master]`` and a ``[node]``
 section (one file may hold both); each key belongs to the section its field names.  The
-commented examples in ``etc/`` are generated from this table (``python -m cluster.config
-master``) and a test keeps them in step.  Keys are looked up by name in either section;
-the section a field names is where the examples show it (``both``: in each).
+commented examples in ``etc/`` are generated from this table (``python -m
+cluster.cli.config_example master``) and a test keeps them in step.  Keys are looked up by
+name in either section; the section a field names is where the examples show it (``both``:
+in each).
 
 Usage::
 
@@ -23,11 +24,11 @@ import dataclasses
 import math
 import os
 import socket
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster import datatypes
 from cluster.errors import ConfigError
 
 MASTER = "master"
@@ -153,7 +154,7 @@ class Config:
     emails_table: Path = _opt(Path("emails.tab"), MASTER, "file",
                               "'user<TAB>address' lines (# comments); the default is in home, "
                               "a path set in a config file is relative to that file")
-    # --- commit runs (cluster.commits; priority 1) ------------------------------------------
+    # --- commit runs (cluster.triggers.git; priority 1) -----------------------------------
     repositories: tuple[str, ...] = _opt(
         (), MASTER, "tree=url list",
         "git repositories whose new commits are queued at priority 1, e.g. "
@@ -310,8 +311,10 @@ def validate(cfg: Config) -> None:
 
     Besides the checks of single keys: every int and float field must be a finite number
     >= 0, and > 0 if its field says ``positive``; every field whose unit is ``cron
-    schedule`` must be five cron fields or an @special (:func:`cluster.cron.check_schedule`),
-    so a bad one fails here and not when the crontab is installed.
+    schedule`` must be five cron fields or an @special
+    (:func:`cluster.datatypes.check_schedule`), so a bad one fails here and not when the
+    crontab is installed; the node name and the commit-run keys must follow their grammars
+    in :mod:`cluster.datatypes`.
     """
     for name in ("base_port", "monitor_port"):
         port = getattr(cfg, name)
@@ -321,27 +324,20 @@ def validate(cfg: Config) -> None:
         raise ConfigError("smtp_port", cfg.smtp_port, "a TCP port between 1 and 65535")
     if cfg.transport not in ("local",):
         raise ConfigError("transport", cfg.transport, "'local'")
-    if cfg.node_name and not _valid_name(cfg.node_name):
+    if cfg.node_name and not datatypes.valid_node_name(cfg.node_name):
         raise ConfigError("node_name", cfg.node_name, "letters, digits, '.', '_' or '-' (max 64)")
     if cfg.slots < 0:
         raise ConfigError("slots", cfg.slots, "0 (CPU count) or a positive integer")
-    # Imported here, not at the top, because cluster.cron imports this module.
-    from cluster import cron
-
     for f in dataclasses.fields(Config):
         value = getattr(cfg, f.name)
         kind = _kind(f)
         if kind in ("int", "float"):
             _check_number(f, kind, value)
         elif f.metadata["unit"] == "cron schedule":
-            cron.check_schedule(f.name, value)
-    # The grammar of the commit-run keys lives with their only user; imported here
-    # (not at the top) because cluster.commits imports this module.
-    from cluster.triggers.git import commits
-
-    commits.parse_repositories(cfg.repositories)
-    commits.check_branch(cfg.git_branch)
-    commits.parse_path_products(cfg.path_products)
+            datatypes.check_schedule(f.name, value)
+    datatypes.parse_repositories(cfg.repositories)
+    datatypes.check_branch(cfg.git_branch)
+    datatypes.parse_path_products(cfg.path_products)
 
 
 def _check_number(f: dataclasses.Field[Any], kind: str, value: float) -> None:
@@ -352,12 +348,6 @@ def _check_number(f: dataclasses.Field[Any], kind: str, value: float) -> None:
     sign = "a positive" if positive else "a non-negative"
     noun = "integer" if kind == "int" else "number"
     raise ConfigError(f.name, value, f"{sign} {noun} ({f.metadata['unit']})")
-
-
-def _valid_name(name: str) -> bool:
-    from cluster.wire.protocol import valid_node_name
-
-    return valid_node_name(name)
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:
@@ -377,7 +367,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 def example(section: str) -> str:
     """A commented INI text listing every key of ``section`` with its default and unit."""
     lines = [f"# Example {section} configuration of the regression cluster.",
-             "# Generated from cluster/config.py by `python -m cluster.config "
+             "# Generated from cluster/config.py by `python -m cluster.cli.config_example "
              f"{section}`; every value shown is the default.",
              f"[{section}]"]
     for f in dataclasses.fields(Config):
@@ -394,7 +384,3 @@ def example(section: str) -> str:
         lines.append(f"# {f.metadata['doc']} [{f.metadata['unit']}]")
         lines.append(f"#{f.name} = {shown}")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.stdout.write(example(sys.argv[1] if len(sys.argv) > 1 else MASTER))

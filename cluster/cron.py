@@ -30,23 +30,21 @@ import dataclasses
 import re
 import shlex
 import shutil
-import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crontab import CronItem, CronSlices
+from crontab import CronItem
 
 from cluster.config import Config
+from cluster.datatypes import is_schedule
 from cluster.defaults import REPO_ROOT
-from cluster.errors import ClusterError, ConfigError
+from cluster.errors import ClusterError
+from cluster.runtime import proc
 
 TAG_PREFIX = "regression-cluster:"
 CRONTAB_TIMEOUT = 60.0  # seconds; `crontab` only copies a file, but must never hang a CLI
-
-#: The top of the source tree, where the thin scripts (enqueue_auto.py, ...) live.
-REPO = REPO_ROOT
 
 
 class CronError(ClusterError):
@@ -75,22 +73,13 @@ class CronEntry:
         return TAG_PREFIX + self.tag
 
 
-def check_schedule(key: str, value: str) -> str:
-    """``value`` with its whitespace normalised; ConfigError naming ``key`` if not cron syntax."""
-    normal = " ".join(value.split())
-    if not normal or not CronSlices.is_valid(normal):
-        raise ConfigError(key, value, "a cron schedule of five fields such as '0 1 * * *' "
-                                      "or an @special such as '@daily'")
-    return normal
-
-
 def script_command(script: str, args: Sequence[str]) -> str:
-    """The shell command that runs ``<repo>/<script> args`` as cron would: from the repo."""
+    """The shell command that runs ``<REPO_ROOT>/<script> args`` as cron would: from there."""
     # absolute(), not resolve(): a virtualenv's python is a symlink, and following it would
     # run the base interpreter without the virtualenv's packages.
     python = Path(sys.executable).absolute()
-    words = [str(python), str(REPO / script), *args]
-    return f"cd {shlex.quote(str(REPO))} && " + " ".join(shlex.quote(w) for w in words)
+    words = [str(python), str(REPO_ROOT / script), *args]
+    return f"cd {shlex.quote(str(REPO_ROOT))} && " + " ".join(shlex.quote(w) for w in words)
 
 
 def config_argv(config_file: Path | None, home: Path | None, sets: Sequence[str],
@@ -131,7 +120,7 @@ def _check_entry(entry: CronEntry) -> None:
             raise CronError("install crontab entry " + entry.comment,
                             f"the command contains {char!r}, which a crontab line cannot "
                             f"hold (move the paths it names): {entry.command!r}")
-    if not CronSlices.is_valid(" ".join(entry.schedule.split())):
+    if not is_schedule(entry.schedule):
         raise CronError("install crontab entry " + entry.comment,
                         f"schedule {entry.schedule!r} is not five cron fields or an @special")
 
@@ -158,18 +147,29 @@ def _crontab_program() -> str:
     return program
 
 
+def _crontab(action: str, args: Sequence[str], data: bytes | None = None) -> proc.Result:
+    """Run ``crontab args``; CronError naming ``action`` if it cannot start or times out."""
+    try:
+        done = proc.run([_crontab_program(), *args], input=data, timeout=CRONTAB_TIMEOUT)
+    except proc.ProcessError as exc:
+        raise CronError(action, str(exc)) from None
+    if done.timed_out:
+        raise CronError(action, done.describe(CRONTAB_TIMEOUT))
+    return done
+
+
+def _failed(action: str, done: proc.Result) -> CronError:
+    return CronError(action, f"{done.describe()}: {_text(done.stderr).strip()}")
+
+
 def _read() -> list[str]:
     """The lines of the user's crontab ([] if the user has none), without line ends."""
-    try:
-        done = subprocess.run([_crontab_program(), "-l"], capture_output=True,
-                              timeout=CRONTAB_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CronError("read the crontab (crontab -l)", str(exc)) from None
+    action = "read the crontab (crontab -l)"
+    done = _crontab(action, ["-l"])
     if done.returncode != 0:
         if b"no crontab for" in done.stderr:
             return []
-        raise CronError("read the crontab (crontab -l)",
-                        f"exit status {done.returncode}: {_text(done.stderr).strip()}")
+        raise _failed(action, done)
     # Bytes and surrogateescape, not text mode: other people's lines must come back
     # unchanged whatever their encoding or line ends, and whatever the locale cron gives us.
     text = _text(done.stdout)
@@ -181,14 +181,10 @@ def _read() -> list[str]:
 
 def _write(lines: list[str]) -> None:
     data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape")
-    try:
-        done = subprocess.run([_crontab_program(), "-"], input=data, capture_output=True,
-                              timeout=CRONTAB_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CronError("write the crontab (crontab -)", str(exc)) from None
+    action = "write the crontab (crontab -)"
+    done = _crontab(action, ["-"], data)
     if done.returncode != 0:
-        raise CronError("write the crontab (crontab -)",
-                        f"exit status {done.returncode}: {_text(done.stderr).strip()}")
+        raise _failed(action, done)
 
 
 def _text(data: bytes) -> str:
@@ -230,27 +226,3 @@ def remove(tags: Iterable[str]) -> int:
         _write(lines)
     return len(old) - len(lines)
 
-
-def manage(prog: str, remove_only: bool, tags: Sequence[str],
-           entries: Callable[[], list[CronEntry]]) -> int:
-    """What ``--install-cron`` / ``--remove-cron`` do for a script; returns its exit status.
-
-    0 done, 1 the crontab could not be read or written, 2 a schedule is not cron syntax.
-    ``entries`` is only called when installing (it may raise ConfigError).
-    """
-    try:
-        if remove_only:
-            count = remove(tags)
-            print(f"removed {count} crontab entr{'y' if count == 1 else 'ies'}")
-            return 0
-        try:
-            wanted = entries()
-        except ConfigError as exc:
-            print(f"{prog}: {exc}", file=sys.stderr)
-            return 2
-        for line in install(wanted):
-            print(f"installed: {line}")
-        return 0
-    except ClusterError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1

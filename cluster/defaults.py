@@ -54,3 +54,11 @@ FAILURE_BUILD = -1
 FAILURE_NETWORK = 1
 #: Too many jobs timed out.
 FAILURE_TIMEOUTS = 2
+
+# ----------------------------------------------------------------------------------------------
+# bmpcmp runs (ARTIFEX.md §5.7): jobs write difference images, the node uploads them, the
+# master puts them on a page in the archive.
+
+#: The folder of a run's bmpcmp image sets: under the node's ``__temp__`` (where the jobs
+#: write them), under ``runs/<run id>/`` (where the node uploads them) and in the archive.
+BMPCMP_DIR = "bmpcmp"

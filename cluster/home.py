@@ -29,8 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-PRIORITIES = (0, 1, 2)
-
 
 def suffixed(name: str, priority: int) -> str:
     """``name`` with the priority suffix of seed 000 (none for priority 0)."""

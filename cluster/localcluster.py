@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,12 +28,15 @@ from cluster.defaults import REPO_ROOT
 from cluster.home import Home
 from cluster.node.transport import LocalTransport
 from cluster.queue import QueueFile, RunSpec
+from cluster.runtime import proc
+from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers.push import push_tree
 
 log = logging.getLogger("cluster.localcluster")
 
-REPO = REPO_ROOT
-DEFAULT_CORPUS = REPO / "corpus" / "ghostpdl-examples"
+DEFAULT_CORPUS = REPO_ROOT / "corpus" / "ghostpdl-examples"
+#: How often the waits below look again [seconds].
+_POLL = 0.05
 
 MAKEFILE = """\
 # Demo product tree made by localcluster.py: `make` writes bin/<program>, a wrapper around
@@ -108,7 +110,11 @@ def free_port(count: int = 1) -> int:
 
 @dataclass
 class LocalCluster:
-    """Starts and stops a master and ``nodes`` local nodes around one master home."""
+    """Starts and stops a master and ``nodes`` local nodes around one master home.
+
+    Every process is started with :func:`cluster.runtime.proc.spawn` (its own session) and
+    stopped with :func:`cluster.runtime.proc.kill_tree`; the waits run on ``clock``.
+    """
 
     home_dir: Path
     nodes: int = 2
@@ -116,6 +122,7 @@ class LocalCluster:
     overrides: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     node_procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    clock: Clock = field(default_factory=SystemClock)
 
     def __post_init__(self) -> None:
         self.home_dir = self.home_dir.resolve()
@@ -161,12 +168,11 @@ class LocalCluster:
         log_path = self.home.log_dir / log_name
         child_env = None if env is None else {**os.environ, **env}
         with open(log_path, "ab") as out:
-            proc = subprocess.Popen([sys.executable, str(REPO / script), *self.config_args(),
-                                     *extra], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    cwd=self.home_dir, env=child_env)
-        self.procs.append(proc)
-        return proc
+            child = proc.spawn([sys.executable, str(REPO_ROOT / script), *self.config_args(),
+                                *extra], stdout=out, stderr=proc.STDOUT, cwd=self.home_dir,
+                               env=child_env)
+        self.procs.append(child)
+        return child
 
     def start(self, node_env: dict[str, dict[str, str]] | None = None) -> None:
         """Start the monitor, the supervisor and the nodes.
@@ -186,20 +192,20 @@ class LocalCluster:
         """Start node ``name``'s clusterpull; ``env`` adds to (or overrides) the environment
         it and everything it starts (run.py, the jobs) inherit."""
         work = self.home_dir / "node-work" / name
-        proc = self._spawn("clusterpull.py", ["--set", f"node_name={name}",
-                                              "--set", f"work_dir={work}"], f"{name}.out",
-                           env)
-        self.node_procs[name] = proc
-        return proc
+        child = self._spawn("clusterpull.py", ["--set", f"node_name={name}",
+                                               "--set", f"work_dir={work}"], f"{name}.out",
+                            env)
+        self.node_procs[name] = child
+        return child
 
     def wait_for_nodes(self, timeout: float = 60.0) -> None:
         """Until every node has sent its first heartbeat (so a timed run starts warm)."""
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         while len(list(self.home.nodes.glob("*.up"))) < self.nodes:
-            if time.monotonic() > deadline:
+            if self.clock.monotonic() > deadline:
                 raise TimeoutError(f"nodes did not start within {timeout:.0f} s; "
                                    f"see {self.home.log_dir}")
-            time.sleep(0.05)
+            self.clock.sleep(_POLL)
 
     # ------------------------------------------------------------------ a run
     def push(self, tree: Path, user: str, products: list[str], options: list[str]) -> RunSpec:
@@ -217,9 +223,9 @@ class LocalCluster:
                      priority: int = 0) -> Path:
         """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
         in ``before``, once the run has also left its queue."""
-        end = time.monotonic() + timeout
+        end = self.clock.monotonic() + timeout
         wanted = f"queue {spec.line()}\n"
-        while time.monotonic() < end:
+        while self.clock.monotonic() < end:
             for name in sorted(self.archives() - before):
                 folder = self.home.archive / name
                 info = folder / "run.info"
@@ -228,32 +234,29 @@ class LocalCluster:
                     # The report is written before run.info; both exist: the run is done.
                     self._wait_dequeued(spec, end, priority)
                     return folder
-            time.sleep(0.2)
+            self.clock.sleep(0.2)
         raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
                            f"(see {self.home.log_dir})")
 
     def _wait_dequeued(self, spec: RunSpec, end: float, priority: int) -> None:
         queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
-        while time.monotonic() < end and spec in queue.read():
-            time.sleep(0.2)
+        while self.clock.monotonic() < end and spec in queue.read():
+            self.clock.sleep(0.2)
 
     # ------------------------------------------------------------------ teardown
     def stop(self, grace: float = 20.0) -> None:
         """TERM every process group started, wait ``grace`` seconds, then KILL."""
-        for proc in self.procs:
-            _signal_group(proc, signal.SIGTERM)
-        end = time.monotonic() + grace
-        for proc in self.procs:
+        for child in self.procs:
+            proc.kill_tree(child.pid, signal.SIGTERM)
+        end = self.clock.monotonic() + grace
+        while self.clock.monotonic() < end and any(c.poll() is None for c in self.procs):
+            self.clock.sleep(_POLL)
+        for child in self.procs:
+            proc.kill_tree(child.pid, signal.SIGKILL)
             try:
-                proc.wait(timeout=max(end - time.monotonic(), 0.1))
+                child.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                pass
-        for proc in self.procs:
-            _signal_group(proc, signal.SIGKILL)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                log.error("process %d did not die", proc.pid)
+                log.error("process %d did not die", child.pid)
         # clustermasters started by the supervisor live in their own sessions.
         for p in (0, 1, 2):
             pid_file = self.home.pid_file(p)
@@ -269,10 +272,3 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -15,7 +15,7 @@ the current or next run (ARTIFEX.md §2.1/§2.2)::
 ``products``
     comma-separated, each of ``gs``, ``pdfwrite``, ``ps2write``, ``mupdf``, ``shell``, no
     duplicates; ``mupdf`` must be alone (Artifex rule: mupdf is pushed alone), and so must
-    ``shell`` (a list of shell commands, see cluster.jobgen).  Canonical order is the
+    ``shell`` (a list of shell commands, see cluster.jobs.commands).  Canonical order is the
     order of :data:`PRODUCTS`.
 ``option``
     a flag (``lowres``, ``highres``, ``relaxtimeout``, ``bmpcmp``; ``lowres`` and ``highres``
@@ -41,29 +41,24 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 import re
-import tempfile
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from cluster.datatypes import ALONE, PRODUCTS, TREE
 from cluster.errors import QueueLineError
-
-if TYPE_CHECKING:
-    from cluster.home import Home
+from cluster.home import Home
+from cluster.runtime import fsutil
 
 logger = logging.getLogger("cluster.queue")
 
 KINDS = ("user", "git", "auto")
-PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf", "shell")
-#: Products that may only be queued on their own (RunningClusterJobs: "pushed alone").
-ALONE = ("mupdf", "shell")
+# PRODUCTS, ALONE and TREE (the grammar of ``tree=``) are cluster.datatypes': the commit
+# triggers' path -> products map and the configuration check the same names.
 FLAGS = ("lowres", "highres", "relaxtimeout", "bmpcmp")
 OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree")
 EXCLUSIVE_FLAGS = (("lowres", "highres"),)
@@ -71,8 +66,6 @@ MAX_LINE = 4096
 
 REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SHA = re.compile(r"[0-9A-Fa-f]{7,40}")
-#: ``tree=`` names a directory (``users/<user>/<tree>``): a plain name, never a path.
-TREE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: ``rev=`` goes to git: it may not start with ``-`` (it would read as an option).
 REV = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/~^@{}-]{0,127}")
 _SEPARATORS = re.compile(r"[ \t]+")
@@ -282,7 +275,7 @@ class QueueFile:
     # --- transactions ---------------------------------------------------------------------
     def read(self) -> list[RunSpec]:
         """The queued runs in file order (empty if the file does not exist)."""
-        with self._locked(exclusive=False):
+        with fsutil.flocked(self.lock_path, shared=True):
             entries = self._load()
         return [e.spec for e in entries if e.spec is not None]
 
@@ -296,7 +289,7 @@ class QueueFile:
 
         Returns True if it was added.  Like the Perl, which greps before appending.
         """
-        with self._locked(exclusive=True):
+        with fsutil.flocked(self.lock_path):
             entries = self._load()
             if any(e.spec == spec for e in entries):
                 logger.debug("%s: %s already queued", self.path, spec)
@@ -311,7 +304,7 @@ class QueueFile:
 
         Returns True if a line was removed.  Every other line, corrupt ones included, is kept.
         """
-        with self._locked(exclusive=True):
+        with fsutil.flocked(self.lock_path):
             entries = self._load()
             for i, entry in enumerate(entries):
                 if entry.spec == spec:
@@ -325,17 +318,6 @@ class QueueFile:
         return True
 
     # --- internals ------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _locked(self, exclusive: bool) -> Iterator[None]:
-        """Hold flock on the lock file (created if missing, never written)."""
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o664)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
-        finally:
-            # Closing the descriptor releases the lock.
-            os.close(fd)
-
     def _load(self) -> list[_Entry]:
         """Every physical line of the file, parsed where it is a run.  Caller holds the lock."""
         try:
@@ -368,25 +350,8 @@ class QueueFile:
     def _rewrite(self, entries: list[_Entry]) -> None:
         """Atomically replace the queue file with ``entries``.  Caller holds the lock."""
         data = "".join(e.raw + "\n" for e in entries).encode("utf-8", errors="surrogateescape")
-        directory = self.path.parent
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            try:
-                mode = os.stat(self.path).st_mode & 0o7777
-            except FileNotFoundError:
-                mode = 0o644
-            # mkstemp creates 0600; dashboards and tools of other users read the queue.
-            os.fchmod(fd, mode)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(directory)
+        fsutil.atomic_write(self.path, data)
+        _fsync_dir(self.path.parent)
 
 
 def _fsync_dir(directory: Path) -> None:

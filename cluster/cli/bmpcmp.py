@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cluster.bmpcmp.tool import MAX_IMAGES, PnmError, compare_files
+from cluster.bmpcmp import MAX_IMAGES, PnmError, compare_files
 
 USAGE = ("usage: python3 -m cluster.bmpcmp BASE.pnm CAND.pnm OUT_ROOT [MAX_IMAGES]\n"
          "Compare two raw PNM files page by page; write OUT_ROOT.<NNNNN>.{base,cand,diff}.png "

@@ -5,26 +5,37 @@ Usage::
     build.py [--config FILE] [--home DIR] [--tests DIR] [--set key=value ...] [--seed N]
              [PRODUCT ...] [lowres|highres] [nightly] [filter=a,b ...]
 
-PRODUCT is one of gs, pdfwrite, ps2write, mupdf; with none, gs pdfwrite ps2write (build.pl
-with no product built every non-mupdf product).  One job line ``<test> <logfile> true ;
-<command>`` is printed per (test file x configuration), slowfiles.lst jobs first and
+    build.py [--config FILE] [--home DIR] [--tests DIR] [--set key=value ...] \\
+             bmpcmp --from FILE
+
+PRODUCT is one of gs, pdfwrite, ps2write, mupdf, shell; with none, gs pdfwrite ps2write
+(build.pl with no product built every non-mupdf product).  One job line ``<test> <logfile>
+true ; <command>`` is printed per (test file x configuration), slowfiles.lst jobs first and
 quickfiles.lst jobs last, each group in random order (``--seed`` makes the order repeatable).
+
+The bmpcmp form (ARTIFEX.md §5.7) prints the bmpcmp jobs
+(:func:`cluster.jobs.bmpcmp.bmpcmp_jobs`) of the tests FILE lists, one ``<test id>
+<product>`` per line (the master writes it from the previous run's differences), in FILE's
+order, at most 1000.  Tests that cannot be used are skipped with a warning on stderr.
 
 Words:
   lowres        keep only 72 and 75 dpi configurations
   highres       keep only 150, 200, 300 and 600 dpi configurations
   nightly       include the files listed in the nightly_only.lst files
   filter=a,b    keep tests whose id contains a and b; several filter= words are OR'ed
+  bmpcmp        with --from FILE and no other word: the bmpcmp form
 
 Options:
   --config FILE   INI configuration (see etc/master.conf)
   --home DIR      master home (overrides the config's home)
   --tests DIR     test corpus (default: <home>/<tests_dir>)
   --set key=value override one configuration key (repeatable)
-  --seed N        seed of the shuffle
+  --seed N        seed of the shuffle (ignored by bmpcmp: its jobs keep FILE's order)
+  --from FILE     the tests of a bmpcmp run: '<test id> <product>' per line
 
 Exit status: 0 with the list on stdout, 2 for bad arguments or configuration, 1 when the
-corpus cannot be read.  Differences from build.pl: see cluster/jobgen.py.
+corpus (or FILE) cannot be read.  Differences from build.pl: see cluster/jobs/corpus.py and
+cluster/jobs/commands.py.
 """
 
 from __future__ import annotations
@@ -38,12 +49,16 @@ from pathlib import Path
 
 from cluster.cli import common
 from cluster.errors import ClusterError
+from cluster.jobs import bmpcmp as bmpcmp_jobgen
 from cluster.jobs import generate as jobgen
+from cluster.records import Job
 
 logger = logging.getLogger("cluster.build")
 
 PROG = "build.py"
 WORDS = ("lowres", "highres", "nightly", "filter=a,b")
+#: The word that selects the bmpcmp form.
+BMPCMP_WORD = "bmpcmp"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,6 +79,8 @@ def _parser() -> _Parser:
     common.add_config_options(p)
     p.add_argument("--tests", type=Path, help="test corpus root")
     p.add_argument("--seed", help="shuffle seed (an integer)")
+    p.add_argument("--from", dest="from_file", type=Path, metavar="FILE",
+                   help="bmpcmp only: the tests to compare, '<test id> <product>' per line")
     p.add_argument("words", nargs="*", metavar="WORD", help="products and selection words")
     return p
 
@@ -109,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # --help printed the usage
         return exc.code if isinstance(exc.code, int) else 0
+    if BMPCMP_WORD in args.words:
+        return _bmpcmp_main(args)
     try:
+        if args.from_file is not None:
+            raise ValueError(f"--from is for the bmpcmp form only: {BMPCMP_WORD} --from FILE")
         products, options = parse_words(args.words)
         seed = None
         if args.seed is not None:
@@ -132,6 +153,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: cannot read the test corpus {exc.filename or tests_root}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
+    return _print_jobs(jobs)
+
+
+def _bmpcmp_main(args: argparse.Namespace) -> int:
+    """The bmpcmp form: the jobs of the tests ``--from FILE`` lists; returns the exit status."""
+    try:
+        others = [w for w in args.words if w != BMPCMP_WORD]
+        if others:
+            raise ValueError(f"unexpected word(s) {' '.join(others)!r} with {BMPCMP_WORD}; "
+                             f"expected {BMPCMP_WORD} --from FILE")
+        if args.from_file is None:
+            raise ValueError(f"{BMPCMP_WORD} needs --from FILE ('<test id> <product>' per line)")
+        cfg = common.load_config(args)
+    except (ValueError, ClusterError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    tests_root = args.tests if args.tests is not None else cfg.home / cfg.tests_dir
+    try:
+        tests = bmpcmp_jobgen.read_bmpcmp_list(args.from_file)
+    except OSError as exc:
+        print(f"{PROG}: cannot read the bmpcmp list {args.from_file}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    try:
+        jobs = bmpcmp_jobgen.bmpcmp_jobs(cfg, tests, tests_root)
+    except OSError as exc:
+        print(f"{PROG}: cannot read the test corpus {exc.filename or tests_root}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return _print_jobs(jobs)
+
+
+def _print_jobs(jobs: list[Job]) -> int:
+    """Write the job lines to stdout; 0 (a reader that stops early is no error)."""
     out = sys.stdout
     try:
         # In blocks: one write() per line would be a system call per job when stdout is

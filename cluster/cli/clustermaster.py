@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 from cluster.cli import common
+from cluster.defaults import EXIT_FAILED, EXIT_USAGE, PRIORITIES
 from cluster.errors import ClusterError
-from cluster.home import PRIORITIES, suffixed
+from cluster.home import suffixed
 from cluster.master.clustermaster import ClusterMaster
 
 
@@ -41,15 +42,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if priority not in PRIORITIES:
         print(f"clustermaster: priority {priority} from the program name is not one of "
               f"{PRIORITIES}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         cfg = common.load_config(args)
     except ClusterError as exc:
         print(f"clustermaster: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     common.setup_logging(cfg.home / "log" / suffixed("clustermaster.log", priority), args.verbose)
     try:
         return ClusterMaster(cfg, priority, common.config_argv(args)).main()
     except ClusterError as exc:
         logging.getLogger("cluster.master").error("%s", exc)
-        return 1
+        return EXIT_FAILED

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import time
 
-from cluster import cron
+from cluster import cron, datatypes
 from cluster.cli import common
 from cluster.config import Config
 from cluster.errors import AlreadyRunning, ClusterError
 from cluster.node import caps
 from cluster.node.pull import ClusterPull
+from cluster.runtime.service import install_signal_handlers
 from cluster.runtime.singleton import SingleInstance
 
 
@@ -39,7 +38,7 @@ def cron_tag(cfg: Config) -> str:
 
 def cron_entry(args: argparse.Namespace, cfg: Config) -> cron.CronEntry:
     """The node's crontab entry; ConfigError if clusterpull_schedule is not cron syntax."""
-    schedule = cron.check_schedule("clusterpull_schedule", cfg.clusterpull_schedule)
+    schedule = datatypes.check_schedule("clusterpull_schedule", cfg.clusterpull_schedule)
     options = cron.config_argv(args.config, args.home, args.set, cfg,
                                pin=("work_dir", "master_home"))
     return cron.CronEntry(cron_tag(cfg), schedule,
@@ -48,8 +47,8 @@ def cron_entry(args: argparse.Namespace, cfg: Config) -> cron.CronEntry:
 
 def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
     """--install-cron / --remove-cron; the exit status (0 done, 1 crontab failed, 2 config)."""
-    return cron.manage("clusterpull.py", args.remove_cron, [cron_tag(cfg)],
-                       lambda: [cron_entry(args, cfg)])
+    return common.manage_cron("clusterpull.py", args.remove_cron, [cron_tag(cfg)],
+                              lambda: [cron_entry(args, cfg)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,10 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):
             if args.once:
-                pull.tick(time.monotonic())
+                pull.tick(pull.clock.monotonic())
                 return 0
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, pull.stop)
+            install_signal_handlers(pull.stop_flag)
             return pull.run()
     except AlreadyRunning as exc:
         # The usual case under cron (every clusterpull_schedule): logged, and with --quiet

@@ -26,14 +26,17 @@ import sys
 from pathlib import Path
 
 from cluster.cli import common
+from cluster.datatypes import PRODUCTS
+from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.abort import request_abort
-from cluster.queue import PRODUCTS, RunSpec
+from cluster.queue import RunSpec
 from cluster.triggers.push import push_tree
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (0 queued or aborted, 2 refused)."""
     parser = argparse.ArgumentParser(prog="clusterpush.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dequeueing: removed {outcome.removed} queued run(s) of {args.user}")
             if outcome.running:
                 print(f"dequeueing: stopping the running run {outcome.running}")
-            return 0
+            return EXIT_OK
         products = [w for w in args.words if w in PRODUCTS] or ["gs"]
         options = [w for w in args.words if w not in PRODUCTS]
         spec = RunSpec.parse(" ".join(["user", args.user, ",".join(products), *options]),
@@ -68,6 +71,6 @@ def main(argv: list[str] | None = None) -> int:
         push_tree(home, args.tree, spec, method="copy" if args.copy else "auto")
     except ClusterError as exc:
         print(f"clusterpush.py: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(f"queueing: {spec.line()}")
-    return 0
+    return EXIT_OK

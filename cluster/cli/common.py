@@ -1,14 +1,17 @@
-"""What every command-line entry point shares: the config options and the logging setup."""
+"""What the command-line entry points share: config options, logging, crontab management."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cluster import config
+from cluster import config, cron
 from cluster.config import Config
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from cluster.errors import ClusterError, ConfigError
 
 LOG_FORMAT = "%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s"
 
@@ -76,3 +79,29 @@ def setup_logging(log_file: Path | None = None, verbose: bool = False,
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT,
                         handlers=handlers, force=True)
+
+
+def manage_cron(prog: str, remove_only: bool, tags: Sequence[str],
+                entries: Callable[[], list[cron.CronEntry]]) -> int:
+    """What ``--install-cron`` / ``--remove-cron`` do for a script; returns its exit status.
+
+    Prints what was installed or how many entries were removed; EXIT_OK done, EXIT_FAILED
+    the crontab could not be read or written, EXIT_USAGE a schedule is not cron syntax.
+    ``entries`` is only called when installing (it may raise ConfigError).
+    """
+    try:
+        if remove_only:
+            count = cron.remove(tags)
+            print(f"removed {count} crontab entr{'y' if count == 1 else 'ies'}")
+            return EXIT_OK
+        try:
+            wanted = entries()
+        except ConfigError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        for line in cron.install(wanted):
+            print(f"installed: {line}")
+        return EXIT_OK
+    except ClusterError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_FAILED

@@ -24,9 +24,10 @@ import argparse
 import logging
 import sys
 
-from cluster import cron
+from cluster import cron, datatypes
 from cluster.cli import common
 from cluster.config import Config
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.triggers import auto
@@ -40,8 +41,8 @@ def cron_tags(cfg: Config) -> list[str]:
 def cron_entries(args: argparse.Namespace, cfg: Config) -> list[cron.CronEntry]:
     """The nightly and weekly crontab entries; ConfigError if a schedule is not cron syntax."""
     options = cron.config_argv(args.config, args.home, args.set, cfg, pin=("home",))
-    when = {"nightly": cron.check_schedule("nightly_schedule", cfg.nightly_schedule),
-            "weekly": cron.check_schedule("weekly_schedule", cfg.weekly_schedule)}
+    when = {"nightly": datatypes.check_schedule("nightly_schedule", cfg.nightly_schedule),
+            "weekly": datatypes.check_schedule("weekly_schedule", cfg.weekly_schedule)}
     return [cron.CronEntry(tag, when[schedule],
                            cron.script_command("enqueue_auto.py",
                                                [*options, "--quiet", schedule]))
@@ -50,11 +51,12 @@ def cron_entries(args: argparse.Namespace, cfg: Config) -> list[cron.CronEntry]:
 
 def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
     """--install-cron / --remove-cron; the exit status (0 done, 1 crontab failed, 2 config)."""
-    return cron.manage("enqueue_auto.py", args.remove_cron, cron_tags(cfg),
-                       lambda: cron_entries(args, cfg))
+    return common.manage_cron("enqueue_auto.py", args.remove_cron, cron_tags(cfg),
+                              lambda: cron_entries(args, cfg))
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="enqueue_auto.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = common.load_config(args)
     except ClusterError as exc:
         print(f"enqueue_auto.py: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     common.setup_logging(quiet=args.quiet)
     if cron_mode:
         return _manage_cron(args, cfg)
@@ -85,4 +87,4 @@ def main(argv: list[str] | None = None) -> int:
     for spec in auto.enqueue(Home(cfg.home), args.schedule, args.names):
         if not args.quiet:
             print(f"queued: {spec.line()}")
-    return 1 if errors.count else 0
+    return EXIT_FAILED if errors.count else EXIT_OK

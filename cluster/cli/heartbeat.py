@@ -25,12 +25,11 @@ import argparse
 import sys
 
 from cluster.cli import common
+from cluster.defaults import HEARTBEAT_EXIT_ERROR as EXIT_ERROR
+from cluster.defaults import HEARTBEAT_EXIT_JOB_WAITS as EXIT_JOB_WAITS
+from cluster.defaults import HEARTBEAT_EXIT_NONE as EXIT_NONE
 from cluster.errors import ClusterError
 from cluster.node.heartbeat import HeartbeatError, send_heartbeat
-
-EXIT_NONE = 0
-EXIT_JOB_WAITS = 1
-EXIT_ERROR = 2
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from cluster.cli import common
 from cluster.config import parse_overrides
+from cluster.datatypes import PRODUCTS
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.localcluster import DEFAULT_CORPUS, LocalCluster, write_demo_tree
-from cluster.queue import PRODUCTS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.prepare()
     except (ClusterError, OSError) as exc:
         print(f"localcluster.py: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     tree = args.tree
     if tree is None:
         tree = write_demo_tree(cluster.home_dir / "demo" / args.product, args.product,
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             archive = cluster.wait_for_run(spec, before, args.timeout)
         except TimeoutError as exc:
             print(f"localcluster.py: {exc}", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
     sys.stdout.write((archive / "report.txt").read_text(encoding="utf-8"))
     print(archive)
-    return 0
+    return EXIT_OK

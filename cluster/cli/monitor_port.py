@@ -2,8 +2,8 @@
 
 Usage: monitor_port.py [--config FILE] [--home DIR] [--set key=value]... [-q] [--nodes]
 
-Listens on ``listen_address``:``monitor_port`` for heartbeats (see cluster.monitor for the
-wire format), records them in ``home``/nodes/ and answers with the runs waiting in
+Listens on ``listen_address``:``monitor_port`` for heartbeats (see cluster.wire.heartbeat for
+the wire format), records them in ``home``/nodes/ and answers with the runs waiting in
 ``home``.  Like the Perl, it first makes sure it is the only one: if another monitor holds
 ``home``/monitor_port.lock it logs "already running" and exits 0, so cron can start it
 every few minutes.  It logs to ``home``/log/monitor_port.log and to stderr; --quiet (for
@@ -13,7 +13,7 @@ the crontab line) prints only warnings and errors.  SIGTERM or SIGINT stops it c
 ``<name> <seconds since last heartbeat> <status>``.
 
 Deviations from monitorPort.pl: port 9010 instead of 9001 (priority 1's master port), and
-the request/answer format of cluster.monitor instead of "machine name, file suffix, file
+the request/answer format of cluster.wire.heartbeat instead of "machine name, file suffix, file
 contents" / "1 or 0".
 
 Exit status: 0 (stopped, or already running), 2 for a bad configuration or a port that
@@ -23,14 +23,13 @@ cannot be bound.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-from types import FrameType
 
 from cluster.cli import common
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master import monitor
+from cluster.runtime.service import StopFlag, install_signal_handlers
 
 #: The monitor's log, in the master home's log folder.
 LOG_NAME = "monitor_port.log"
@@ -62,13 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} {age:.0f} {status}".rstrip())
         return 0
     common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
-    stopping = False
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        # Only record: the daemon loop sees the flag within its poll interval and stops.
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    return monitor.run(home, (cfg.listen_address, cfg.monitor_port), lambda: stopping)
+    # The handlers only record the request; the daemon loop sees it within its poll interval.
+    stop = StopFlag()
+    install_signal_handlers(stop)
+    return monitor.run(home, (cfg.listen_address, cfg.monitor_port), stop.is_set)

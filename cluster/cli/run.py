@@ -14,11 +14,12 @@ import argparse
 import sys
 
 from cluster.cli import common
+from cluster.defaults import PRIORITIES
 from cluster.errors import ClusterError
-from cluster.home import PRIORITIES
 from cluster.node import caps
-from cluster.node.noderun import NodeRun, install_signal_handlers
+from cluster.node.noderun import STOP_SIGNALS, NodeRun
 from cluster.node.transport import make_transport
+from cluster.runtime.service import install_signal_handlers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,5 +36,5 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     common.setup_logging(verbose=args.verbose)
     run = NodeRun(cfg, make_transport(cfg), args.priority, caps.detect().format())
-    install_signal_handlers(run)
+    install_signal_handlers(run.stop_flag, STOP_SIGNALS)
     return run.run()

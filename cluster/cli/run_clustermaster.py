@@ -34,26 +34,22 @@ import sys
 from pathlib import Path
 
 from cluster.cli import common
+from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
 from cluster.errors import AlreadyRunning, ClusterError, ConfigError
 from cluster.home import Home
 from cluster.master.supervisor import Supervisor
 from cluster.runtime.service import StopFlag, install_signal_handlers
 from cluster.runtime.singleton import SingleInstance, read_holder
-from cluster.triggers.droppings import WorkWatcher
+from cluster.triggers.discovery import WorkWatcher
 
 logger = logging.getLogger("cluster.supervisor")
 
 PROG = "run_clustermaster.py"
-#: The repository root: the top-level scripts live beside the ``cluster`` package.
-REPO_ROOT = Path(__file__).resolve().parents[2]
 #: One script per priority, 0, 1, 2 (seed 000: clustermaster.pl, clustermaster1.pl, ...).
 SCRIPTS = ("clustermaster.py", "clustermaster1.py", "clustermaster2.py")
 LOCK_NAME = "run_clustermaster.lock"
 CHILD_LOG_NAME = "run_clustermaster.children.log"
 LOG_NAME = "run_clustermaster.log"
-
-EXIT_OK = 0
-EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 
 Usage: send_caps.py [--config FILE] [--home DIR] [--set key=value]...
 
-Prints one line of key=value words (see cluster.caps), e.g.
+Prints one line of key=value words (see cluster.wire.caps), e.g.
 
     os=Linux arch=x86_64 bits=64 cc=gcc-12.2.0 cpus=2 ram_mb=23975 tools=gs,md5sum,mutool
 

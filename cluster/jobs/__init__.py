@@ -1,1 +1,2 @@
-"""build.pl's port: test discovery, job command strings, job generation."""
+"""build.pl's port: test discovery (corpus), job command strings (commands), job generation
+(generate) and the jobs of bmpcmp runs (bmpcmp)."""

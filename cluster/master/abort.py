@@ -11,18 +11,19 @@ arrives just after its run ended can never stop the user's next push of the same
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 from dataclasses import dataclass
 
+from cluster.defaults import USER_PRIORITY
 from cluster.home import Home
 from cluster.queue import QueueFile
+from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.abort")
 
 ABORT_FILE = "abort.job"
-USER_PRIORITY = 0
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,9 @@ def request_abort(home: Home, user: str) -> AbortOutcome:
         if queue.remove(spec):
             removed += 1
     if running is not None:
-        path = home.root / ABORT_FILE
-        tmp = path.with_name(f".{ABORT_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(running.id + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        # Whole or absent, never torn: the master compares the content with its run id.
+        # No fsync (as before): lost in a crash, the user asks again.
+        fsutil.atomic_write(home.root / ABORT_FILE, running.id + "\n", fsync=False)
         log.info("asked the master to abort run %s of %s", running.id, user)
     return AbortOutcome(removed, running.id if running is not None else None)
 
@@ -75,7 +75,5 @@ def requested(home: Home, run_id: str) -> bool:
 def clear(home: Home, run_id: str) -> None:
     """Remove ``abort.job`` if it names ``run_id`` (one naming another run is left alone)."""
     if requested(home, run_id):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             (home.root / ABORT_FILE).unlink()
-        except FileNotFoundError:
-            pass

@@ -2,8 +2,8 @@
 
 * Phase 1 -- queue scan: the discoverers of this priority turn new work into queue lines
   (priority 0: clusterpush droppings; priority 1: commit polling and priority 2: cron
-  plug in through :data:`cluster.discovery.DISCOVERERS`).
-* Phase 2 -- the PID-file dance (:mod:`cluster.pidfile`).
+  plug in through :data:`cluster.triggers.discovery.DISCOVERERS`).
+* Phase 2 -- the PID-file dance (:mod:`cluster.master.pidfile`).
 * Phase 3 -- the run at the head of the queue: job.start, build.py -> jobs, serve nodes on
   base_port + priority until every job has a result and the nodes have uploaded, collate,
   report, archive, dequeue, remove the PID file.
@@ -15,11 +15,11 @@ that takes over a run whose journal it finds serves only the jobs that have no r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -27,51 +27,50 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cluster import datatypes
 from cluster.config import Config
-from cluster.defaults import REPO_ROOT
+from cluster.defaults import EXIT_OK, REPO_ROOT, USER_PRIORITY
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import Home
-from cluster.master import abort, journal
-from cluster.master import finish as collate
+from cluster.master import abort, finish, journal
 from cluster.master.joblist import JobFile
 from cluster.master.pidfile import PidDecision, PidFile
 from cluster.master.runstate import RunState, Settings
 from cluster.master.server import NodeServer
-from cluster.node import caps
 from cluster.queue import QueueFile, RunSpec
 from cluster.report import mail
+from cluster.runtime import fsutil, proc
 from cluster.runtime.clock import Clock, SystemClock
-from cluster.triggers import droppings as discovery
-from cluster.triggers.git import commits
-from cluster.wire import protocol
+from cluster.triggers import discovery
+from cluster.triggers.git.export import export_commit
+from cluster.triggers.git.info import commit_info
+from cluster.wire import caps, protocol
 from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.master")
 
-REPO = REPO_ROOT
 #: How often the master looks for nodes whose lease lapsed [seconds].
 LIVENESS_INTERVAL = 0.25
-BUILD_SCRIPT = REPO / "build.py"
+BUILD_SCRIPT = REPO_ROOT / "build.py"
 #: RunState.fatal of a run its user stopped with clusterpush abort.
 USER_ABORT = "aborted by its user (clusterpush abort)"
 #: build.py understands these queue options; the rest are for the node or the report.
 BUILD_OPTIONS = ("lowres", "highres")
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file and a rename: never torn."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def new_run_id(priority: int, clock: Clock) -> str:
     """A job id as seed 001 suggests (the start time), made unique across priorities."""
     stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(clock.time()))
     return f"{stamp}-p{priority}-{secrets.token_hex(2)}"
+
+
+def write_status(path: Path, line: str) -> None:
+    """Replace the status file (what the dashboard shows) with ``line``.
+
+    Atomic, so a reader never sees half a line, but not fsync'ed: it is rewritten every
+    second and harmless to lose in a crash (fsutil's contract for status lines).
+    """
+    fsutil.atomic_write(path, line + "\n", fsync=False)
 
 
 class JobListError(ClusterError):
@@ -115,15 +114,15 @@ class ClusterMaster:
         decision = pid.acquire()
         if decision is not PidDecision.RUN:
             log.debug("priority %d: %s, exiting", self.priority, decision.value)
-            return 0
+            return EXIT_OK
         try:
             spec = self.queue.head()
             if spec is None:
-                return 0
+                return EXIT_OK
             self.run(spec, pid)
         finally:
             pid.release()
-        return 0
+        return EXIT_OK
 
     def phase1(self) -> None:
         """Queue scan: let this priority's discoverers append new runs to the queue."""
@@ -205,11 +204,7 @@ class ClusterMaster:
         if jrnl.loaded:
             log.info("run %s: taking over, %d results already journaled", run_id,
                      len(jrnl.loaded))
-        settings = Settings(heartbeat_timeout=self.cfg.heartbeat_timeout,
-                            batch_per_slot=self.cfg.batch_per_slot,
-                            batch_seconds=self.cfg.batch_seconds,
-                            speculate_tail=self.cfg.speculate_tail,
-                            upload_timeout=self.cfg.upload_timeout)
+        settings = Settings.from_config(self.cfg)
         needs = self.cfg.required_tools
 
         def suitable(caps_text: str) -> tuple[bool, str]:
@@ -244,16 +239,16 @@ class ClusterMaster:
         abort.clear(home, run_id)
         self._adopt_clean_tree(spec, start)
         self._mail(spec, start, archive, text, failed=bool(fatal))
-        if spec.kind in collate.BASELINE_KINDS and not fatal:
+        if spec.kind in finish.BASELINE_KINDS and not fatal:
             # After the nodes have gone: reading 50 big tables takes a while.
-            collate.rebuild_cache(home)
+            finish.rebuild_cache(home)
         self.queue.remove(spec)
         for path in (home.jobs(p), home.results(p)):
             self._unlink(path)
         shutil.rmtree(run_dir, ignore_errors=True)
-        atomic_write(home.status(p), f"idle - last run {run_id} finished "
+        write_status(home.status(p), f"idle - last run {run_id} finished "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.clock.time()))} "
-                     "UTC\n")
+                     "UTC")
         log.info("run %s: archived in %s", run_id, archive)
         return RunOutcome(run_id, archive, failed=fatal)
 
@@ -283,11 +278,11 @@ class ClusterMaster:
             tests=self.cfg.tests_dir.as_posix() if not self.cfg.tests_dir.is_absolute()
             else os.path.relpath(self.cfg.tests_dir, self.home.root),
             options=spec.options,
-            baseline=spec.tree if collate.is_bmpcmp(spec) else "")
+            baseline=spec.tree if finish.is_bmpcmp(spec) else "")
         for stale in (self.home.jobs(self.priority), self.home.results(self.priority)):
             self._unlink(stale)
         self._prepare_source(spec, start)
-        atomic_write(path, start.format())
+        fsutil.atomic_write(path, start.format())
         return start
 
     def _source_for(self, spec: RunSpec, run_id: str) -> str:
@@ -300,7 +295,7 @@ class ClusterMaster:
 
     def _repository(self, tree: str) -> bool:
         """Whether the master keeps a git clone of ``tree`` (commit runs export from it)."""
-        return tree in commits.parse_repositories(self.cfg.repositories)
+        return tree in datatypes.parse_repositories(self.cfg.repositories)
 
     def _prepare_source(self, spec: RunSpec, start: JobStart) -> None:
         """Export a commit run's tree; write a bmpcmp run's test list; check the baseline."""
@@ -310,21 +305,21 @@ class ClusterMaster:
                 dest = self.home.root / start.source
                 if not dest.is_dir():
                     dest.parent.mkdir(parents=True, exist_ok=True)
-                    commits.export_commit(self.home, self.cfg, spec.tree, spec.ref, dest)
+                    export_commit(self.home, self.cfg, spec.tree, spec.ref, dest)
             elif spec.kind != "user" and not (self.home.root / start.source).is_dir():
                 raise ClusterError(f"the master has no tree {start.source!r} to build "
                                    f"(expected {self.home.root / start.source})")
-            if collate.is_bmpcmp(spec):
+            if finish.is_bmpcmp(spec):
                 if not (self.home.root / start.baseline).is_dir():
                     raise ClusterError(f"bmpcmp needs the master's clean tree "
                                        f"{self.home.root / start.baseline} as its baseline")
                 listing = run_dir / "bmpcmp.lst"
                 if not listing.exists():
-                    previous = collate.last_user_run(self.home, spec.ref)
+                    previous = finish.last_user_run(self.home, spec.ref)
                     if previous is None:
                         raise ClusterError(f"user {spec.ref} has no earlier run to bmpcmp")
                     run_dir.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(previous / collate.CHANGED_LIST, listing)
+                    shutil.copyfile(previous / finish.CHANGED_LIST, listing)
         except ClusterError as exc:
             raise RunSetupError(start, str(exc)) from None
 
@@ -343,22 +338,20 @@ class ClusterMaster:
             else:
                 argv += [*start.products, *[o for o in start.options
                                             if o in BUILD_OPTIONS or o.startswith("filter=")]]
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            try:
-                with open(tmp, "wb") as out:
-                    done = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True,
-                                          check=False)
-                    if done.returncode == 0:
-                        out.flush()
-                        os.fsync(out.fileno())
-                if done.returncode != 0:
-                    raise JobListError(f"build.py failed with status {done.returncode}: "
-                                       f"{done.stderr.strip()}")
-                if done.stderr.strip():
-                    log.warning("build.py: %s", done.stderr.strip())
-                os.replace(tmp, path)
-            finally:
-                self._unlink(tmp)
+            timeout = self.cfg.build_timeout
+            # Straight into the file, fsync'ed before the rename (a takeover reuses it); a
+            # failure leaves no jobs file, and the temporary file is removed.
+            with fsutil.atomic_writer(path) as out:
+                done = proc.run(argv, timeout=timeout, stdout=out)
+                problems = done.text("stderr").strip()
+                if not done.ok:
+                    why = done.describe(timeout)
+                    if done.timed_out:
+                        why += " (config build_timeout); its process tree was killed"
+                    raise JobListError(f"build.py failed: {why}"
+                                       + (f": {problems}" if problems else ""))
+            if problems:
+                log.warning("build.py: %s", problems)
         try:
             jobs = JobFile(path)
         except ValueError as exc:
@@ -385,12 +378,12 @@ class ClusterMaster:
                 next_live = now + LIVENESS_INTERVAL
             if now >= next_tick:
                 jrnl.sync_if_due(now)
-                atomic_write(self.home.status(self.priority),
-                             f"run {state.run_id} - {state.status_line()}\n")
+                write_status(self.home.status(self.priority),
+                             f"run {state.run_id} - {state.status_line()}")
                 next_tick = now + 1.0
             if now >= next_pid:
                 next_pid = now + self.cfg.pid_check_interval
-                if self.priority == abort.USER_PRIORITY and not state.fatal and \
+                if self.priority == USER_PRIORITY and not state.fatal and \
                         abort.requested(self.home, state.run_id):
                     # clusterpush abort: every node is told ABORT at its next call, and
                     # the run ends now with an "aborted" report.
@@ -422,11 +415,11 @@ class ClusterMaster:
         if logs.is_dir():
             shutil.copytree(logs, archive / "logs", dirs_exist_ok=True)
         elapsed = self.clock.time() - started
-        text = collate.finish(home, collate.FinishedRun(
+        text = finish.finish(home, finish.FinishedRun(
             spec=spec, start=start, state=state, elapsed=elapsed, archive=archive,
             header=self._header(spec, run_id), aborted=state.fatal == USER_ABORT))
-        atomic_write(archive / "report.txt", text)
-        atomic_write(archive / "run.info", start.format() + f"elapsed {elapsed:.1f}\n")
+        fsutil.atomic_write(archive / "report.txt", text)
+        fsutil.atomic_write(archive / "run.info", start.format() + f"elapsed {elapsed:.1f}\n")
         return archive, text
 
     def _header(self, spec: RunSpec, run_id: str) -> str:
@@ -435,7 +428,7 @@ class ClusterMaster:
         if spec.kind != "git" or not self._repository(spec.tree):
             return header
         try:
-            info = commits.commit_info(self.home, self.cfg, spec.tree, spec.ref)
+            info = commit_info(self.home, self.cfg, spec.tree, spec.ref)
         except ClusterError as exc:
             log.warning("run %s: no commit details: %s", run_id, exc)
             return header
@@ -472,7 +465,7 @@ class ClusterMaster:
         if not self.cfg.smtp_host:
             return
         subject = ("FAILED: " if failed else "") + (
-            f"bmpcmp finished {spec.line()}" if collate.is_bmpcmp(spec) else spec.line())
+            f"bmpcmp finished {spec.line()}" if finish.is_bmpcmp(spec) else spec.line())
         try:
             mail.send_report(self.cfg, self.home, spec.kind, spec.ref, subject, text)
             note = f"mailed {subject!r}\n"
@@ -489,8 +482,8 @@ class ClusterMaster:
         archive.mkdir(parents=True, exist_ok=True)
         text = "\n".join([run_header(spec, start.id), "",
                           f"The run could not start: {what}.", f"  {reason}", ""])
-        atomic_write(archive / "report.txt", text)
-        atomic_write(archive / "run.info", start.format())
+        fsutil.atomic_write(archive / "report.txt", text)
+        fsutil.atomic_write(archive / "run.info", start.format())
         self._mail(spec, start, archive, text, failed=True)
         self.queue.remove(spec)
         for path in (self.home.job_start(self.priority), self.home.jobs(self.priority),
@@ -501,10 +494,8 @@ class ClusterMaster:
 
     @staticmethod
     def _unlink(path: Path) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def exported_source(start: JobStart) -> bool:

@@ -12,7 +12,7 @@ fatal failure stopped the run).  By kind of run:
   files and the products tested.
 * ``user`` runs are compared with the baseline and with the user's previous push
   (``tables/user-<name>.tab``), and their report ends with the source diff against the
-  master's clean tree (:mod:`cluster.userreport`).  ``changed.lst`` in the archive lists
+  master's clean tree (:mod:`cluster.report.userreport`).  ``changed.lst`` in the archive lists
   the tests that differ (from the baseline, or from the previous push when there is no
   baseline): a later ``bmpcmp`` run of that user renders them.
 * ``bmpcmp`` user runs compare no tables: the difference images the nodes uploaded are
@@ -33,12 +33,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.bmpcmp import tool as bmpcmp
+from cluster import bmpcmp
+from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
 from cluster.master.runstate import RunState
 from cluster.queue import RunSpec
 from cluster.report import compare as report
 from cluster.report import md5cache, tab, userreport
+from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.collate")
@@ -47,7 +49,6 @@ log = logging.getLogger("cluster.collate")
 CACHE_WINDOW = 50
 #: Where a user run lists the tests that differed, for a later bmpcmp run.
 CHANGED_LIST = "changed.lst"
-BMPCMP_DIR = "bmpcmp"
 #: Kinds of run whose results make the baseline (and the cache).
 BASELINE_KINDS = ("git", "auto")
 
@@ -145,9 +146,7 @@ def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],
     """
     names = against.changed() if against is not None else []
     lines = [f"{name} {product_word(current[name].product)}\n" for name in names]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    os.replace(tmp, path)
+    fsutil.atomic_write(path, lines)  # fsync'ed like the rest of the archive
     return len(lines)
 
 

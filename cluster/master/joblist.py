@@ -2,7 +2,7 @@
 
 The master hands out a million job lines per run, and keeps a million names to recognise
 results by.  A :class:`cluster.records.Job` per job (three strings and an object, some 450
-bytes for a gs job) would take half a gigabyte, so :class:`~cluster.runstate.RunState` works
+bytes for a gs job) would take half a gigabyte, so :class:`~cluster.master.runstate.RunState` works
 on a :class:`JobList` instead: job *i* has a name (``names[i]``, ``index[name] == i``) and a
 line, read in bulk by :meth:`JobList.lines`.
 

@@ -1,11 +1,12 @@
 """The results journal: every result the master accepts, on disk before the node hears back.
 
-Format: a first line ``run <id>``, then one line per result,
+Format (owned here: :func:`journal_line`, :func:`split_line`, :func:`journal_result`): a
+first line ``run <id>``, then one line per result,
 ``<machine> result <test> <error> <t1> <t2> <t3> <md5> <product>`` (the protocol's result
-header with the machine in front).  Each batch of results is written with a single
-``write()`` on an O_APPEND descriptor before the reply goes out, so a master that is killed
-loses nothing a node was told had arrived (the kernel holds the bytes); ``fsync`` runs in
-batches, at most every ``sync_interval`` seconds, which covers a machine crash up to that
+header with the machine in front, ``-`` for none).  Each batch of results is written with a
+single ``write()`` on an O_APPEND descriptor before the reply goes out, so a master that is
+killed loses nothing a node was told had arrived (the kernel holds the bytes); ``fsync`` runs
+in batches, at most every ``sync_interval`` seconds, which covers a machine crash up to that
 window.  A torn last line (the machine died mid-write) is dropped on load.
 """
 
@@ -17,16 +18,61 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cluster.records import JobResult
+from cluster.runtime import fsutil
 from cluster.wire.protocol import canonical_result, format_result, parse_result
 
 log = logging.getLogger("cluster.journal")
+
+#: The word between the machine and the result on every result line.
+RESULT_VERB = "result"
+#: What :func:`cluster.wire.protocol.format_result` puts before the canonical result text.
+_HEADER_PREFIX = RESULT_VERB + " "
+
+
+def line_prefix(machine: str) -> str:
+    """What every journal line of ``machine``'s results starts with (``-``: no machine).
+
+    For callers that make many lines of one machine: ``line_prefix(m) + text`` is
+    :func:`journal_line` without a call per line.
+    """
+    return f"{machine or '-'} {_HEADER_PREFIX}"
+
+
+def journal_line(machine: str, text: str) -> str:
+    """The journal line (no newline) of canonical result ``text`` from ``machine``."""
+    return line_prefix(machine) + text
+
+
+def result_text(result: JobResult) -> str:
+    """The canonical text of ``result``: a journal line without its machine and verb."""
+    return format_result(result)[len(_HEADER_PREFIX):]
+
+
+def format_line(result: JobResult) -> str:
+    """The journal line (no newline) of ``result``."""
+    return journal_line(result.machine, result_text(result))
+
+
+def split_line(line: str) -> tuple[str, str]:
+    """(machine, result text) of a journal line; ValueError if it is not one."""
+    machine, _, rest = line.partition(" ")
+    verb, _, text = rest.partition(" ")
+    if verb != RESULT_VERB:
+        raise ValueError(f"expected '<machine> {RESULT_VERB} ...'")
+    return machine, text
+
+
+def journal_result(line: str) -> JobResult:
+    """The JobResult of a journal line (ValueError if it is not one)."""
+    machine, text = split_line(line)
+    return parse_result(text, machine)
 
 
 def load_lines(path: Path, run_id: str) -> list[str] | None:
     """The results journaled for ``run_id`` as journal lines (without newlines).
 
     None if the file is absent or for another run.  Each line is
-    ``<machine> result <canonical result>`` (see :func:`cluster.protocol.canonical_result`);
+    ``<machine> result <canonical result>`` (see :func:`cluster.wire.protocol.canonical_result`);
     bad lines are logged and skipped, a torn last line is dropped.
     """
     try:
@@ -42,29 +88,21 @@ def load_lines(path: Path, run_id: str) -> list[str] | None:
             if not raw.endswith(b"\n"):
                 log.warning("%s: dropping a torn last line (%d bytes)", path, len(raw))
                 break
-            text = raw[:-1].decode("utf-8", "replace")
-            machine, _, rest = text.partition(" ")
-            verb, _, value = rest.partition(" ")
+            line = raw[:-1].decode("utf-8", "replace")
             try:
-                if verb != "result":
-                    raise ValueError("expected '<machine> result ...'")
-                canon = canonical_result(value)
+                machine, text = split_line(line)
+                canon = canonical_result(text)
             except ValueError as exc:
                 log.warning("%s:%d: skipping bad journal line: %s", path, lineno, exc)
                 continue
-            out.append(text if canon is value else f"{machine} result {canon}")
+            out.append(line if canon is text else journal_line(machine, canon))
     return out
-
-
-def _result(line: str) -> JobResult:
-    machine, _, rest = line.partition(" ")
-    return parse_result(rest[7:], machine)
 
 
 def load(path: Path, run_id: str) -> list[JobResult] | None:
     """Results journaled for ``run_id``; None if the file is absent or for another run."""
     lines = load_lines(path, run_id)
-    return None if lines is None else [_result(line) for line in lines]
+    return None if lines is None else [journal_result(line) for line in lines]
 
 
 class Journal:
@@ -76,9 +114,9 @@ class Journal:
         self.sync_interval = sync_interval
         existing = load_lines(path, run_id)
         if existing is None:
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(f"run {run_id}\n", encoding="utf-8")
-            os.replace(tmp, path)
+            # A new run's journal replaces another run's whole.  fsync: the results appended
+            # next are synced through this file, so its first line must reach the disk too.
+            fsutil.atomic_write(path, f"run {run_id}\n", fsync=True)
             #: What the journal held when opened, as journal lines (see load_lines).
             self.lines: list[str] = []
         else:
@@ -107,11 +145,11 @@ class Journal:
     @property
     def loaded(self) -> list[JobResult]:
         """What the journal held when opened, as JobResults."""
-        return [_result(line) for line in self.lines]
+        return [journal_result(line) for line in self.lines]
 
     def append(self, results: Iterable[JobResult]) -> None:
         """Write a batch with one write() call (not yet fsync'ed)."""
-        text = "".join(f"{r.machine or '-'} {format_result(r)}\n" for r in results)
+        text = "".join(format_line(r) + "\n" for r in results)
         if text:
             self.write(text.encode("utf-8"))
 

@@ -5,21 +5,11 @@ listens; for each connection it receives the machine name, a file suffix and som
 contents, and answers whether a job waits.  "The remote nodes use this to send a heartbeat
 (and status) to the server, and to be informed when they have a new job to begin."
 
-Ours speaks the header format of seed 001 (one connection per heartbeat)::
-
-    node <name>                  required, cluster.protocol.valid_node_name
-    status <free text>           optional  -> home/nodes/<name>.status
-    caps <caps line>             optional  -> home/nodes/<name>.caps  (cluster.caps)
-    OK
-
-and answers one line per run waiting in the home, then ``END``::
-
-    job <priority> <jobid>       one per job[.p].start, p = 0, 1, 2 (its ``id`` line)
-    END
-
-or ``ERROR <what was wrong>`` for a malformed request.  Unknown headers are ignored (seed 001:
-the format is meant to grow).  Each heartbeat touches ``home/nodes/<name>.up``, whose mtime
-is the node's lease (ARTIFEX.md §2.3).  ``.status`` and ``.caps`` are rewritten atomically.
+The wire format is :mod:`cluster.wire.heartbeat` (one connection per heartbeat: ``node``,
+``status``, ``caps`` headers and ``OK``; the answer lists the waiting runs, then ``END``).
+This module is the master's side: the server, and the heartbeat records in the home.  Each
+heartbeat touches ``home/nodes/<name>.up``, whose mtime is the node's lease (ARTIFEX.md
+§2.3).  ``.status`` and ``.caps`` are rewritten atomically.
 
 Deviations from the seed, and why:
 
@@ -40,32 +30,35 @@ import logging
 import os
 import socket
 import socketserver
-import tempfile
 import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cluster.defaults import PRIORITIES
 from cluster.errors import AlreadyRunning, ProtocolError
-from cluster.home import PRIORITIES, Home
+from cluster.home import Home
+from cluster.runtime import fsutil
+from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.singleton import SingleInstance
-from cluster.wire.protocol import JOB_ID, RequestFramer, decode_lines, valid_node_name
+from cluster.wire.heartbeat import (
+    MAX_LINE,
+    MAX_LINES,
+    Heartbeat,
+    format_error,
+    format_reply,
+    framer,
+    parse_heartbeat,
+)
+from cluster.wire.protocol import JOB_ID
 
 log = logging.getLogger("cluster.monitor")
 
-#: Longest request line accepted, in bytes.
-MAX_LINE = 4096
-#: Most header lines in one heartbeat (the OK line not counted).
-MAX_LINES = 16
 #: A client must deliver its whole request within this many seconds.
 DEADLINE = 5.0
 #: Connections handled at once; more are answered ERROR at once (a flood of silent clients
 #: must not grow threads without bound).
 MAX_CONNECTIONS = 64
-#: Longest reply the client accepts, in bytes (three job lines and END need far less).
-MAX_REPLY = 65536
 
 #: After an ERROR reply, input still discarded (bytes, seconds) so the reply is not lost to
 #: a TCP reset.
@@ -73,103 +66,6 @@ DRAIN_BYTES = 65536
 DRAIN_SECONDS = 0.5
 
 LOCK_NAME = "monitor_port.lock"
-END = "END"
-ERROR = "ERROR"
-
-
-# ----------------------------------------------------------------------------------------------
-# Wire format (pure)
-
-@dataclass(frozen=True)
-class Heartbeat:
-    """One heartbeat request.  ``None`` means the header was not sent."""
-
-    node: str
-    status: str | None = None
-    caps: str | None = None
-
-
-def format_heartbeat(hb: Heartbeat) -> bytes:
-    """The wire form of ``hb``; newlines inside status/caps are folded to spaces."""
-    out = [f"node {hb.node}"]
-    if hb.status is not None:
-        out.append(f"status {_one_line(hb.status)}".rstrip())
-    if hb.caps is not None:
-        out.append(f"caps {_one_line(hb.caps)}".rstrip())
-    out.append("OK")
-    return ("\n".join(out) + "\n").encode("utf-8")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def parse_heartbeat(data: bytes, max_line: int = MAX_LINE, max_lines: int = MAX_LINES) -> Heartbeat:
-    """Parse a complete request (up to and including ``OK``); ProtocolError names the fault."""
-    lines = decode_lines(data)
-    if not lines or lines[-1].rstrip("\r") != "OK":
-        raise ProtocolError("request does not end with a line OK")
-    if len(lines) - 1 > max_lines:
-        raise ProtocolError(f"request has {len(lines) - 1} lines, more than {max_lines}")
-    node: str | None = None
-    values: dict[str, str] = {}
-    for lineno, raw in enumerate(lines[:-1], 1):
-        if len(raw.encode("utf-8")) > max_line:
-            raise ProtocolError(f"line longer than {max_line} bytes", raw, lineno)
-        line = raw.rstrip("\r")
-        if not line:
-            continue
-        if any(ord(c) < 32 and c != "\t" for c in line):
-            raise ProtocolError("control character in line", line, lineno)
-        var, _, value = line.partition(" ")
-        if var == "node":
-            if not valid_node_name(value):
-                raise ProtocolError("node name must be 1-64 of [A-Za-z0-9._-]", line, lineno)
-            if node is not None and node != value:
-                raise ProtocolError("two different node names", line, lineno)
-            node = value
-        elif var in ("status", "caps"):
-            values[var] = value
-        # Other headers are ignored: the format is meant to grow (seed 001).
-    if node is None:
-        raise ProtocolError("request has no 'node <name>' header")
-    return Heartbeat(node, values.get("status"), values.get("caps"))
-
-
-def format_reply(jobs: Sequence[tuple[int, str]]) -> bytes:
-    """``job <priority> <id>`` lines and ``END``."""
-    return "".join(f"job {p} {job_id}\n" for p, job_id in jobs).encode() + b"END\n"
-
-
-def format_error(what: str) -> bytes:
-    return f"{ERROR} {_one_line(what)}\n".encode()
-
-
-def parse_reply(data: bytes) -> list[tuple[int, str]]:
-    """The waiting jobs of a monitor reply.
-
-    ProtocolError for an ``ERROR`` reply (its text is the problem), a missing ``END`` (the
-    reply was cut short), or a line that is not ``job <priority> <id>``.
-    """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ProtocolError("reply is not UTF-8 text") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if lines and lines[0].startswith(ERROR):
-        raise ProtocolError("monitor refused the heartbeat: " + lines[0][len(ERROR):].strip())
-    if not lines or lines[-1] != END:
-        raise ProtocolError("reply does not end with END (cut short?)")
-    jobs: list[tuple[int, str]] = []
-    for lineno, line in enumerate(lines[:-1], 1):
-        words = line.split(" ")
-        if (len(words) != 3 or words[0] != "job" or not words[1].isdigit()
-                or int(words[1]) not in PRIORITIES or not JOB_ID.fullmatch(words[2])):
-            raise ProtocolError("expected 'job <priority 0-2> <id>'", line, lineno)
-        jobs.append((int(words[1]), words[2]))
-    return jobs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,36 +103,23 @@ def waiting_jobs(home: Home) -> list[tuple[int, str]]:
     return jobs
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    # Temp file in the same directory + os.replace: readers (dashboards, the master) never
-    # see a torn file, and two heartbeats of one node racing each other cannot interleave.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def record_heartbeat(home: Home, hb: Heartbeat) -> None:
     """Touch ``nodes/<node>.up`` (its mtime is the lease) and store status/caps if sent."""
     home.nodes.mkdir(parents=True, exist_ok=True)
+    # Atomic, so dashboards and the master never read a torn file; no fsync: rewritten at
+    # every heartbeat, and harmless to lose.
     if hb.status is not None:
-        _write_atomic(home.nodes / f"{hb.node}.status", hb.status + "\n")
+        fsutil.atomic_write(home.nodes / f"{hb.node}.status", hb.status + "\n", fsync=False)
     if hb.caps is not None:
-        _write_atomic(home.nodes / f"{hb.node}.caps", hb.caps + "\n")
+        fsutil.atomic_write(home.nodes / f"{hb.node}.caps", hb.caps + "\n", fsync=False)
     # Touch last, so a node that is "up" already has its status and caps on disk.
     (home.nodes / f"{hb.node}.up").touch()
 
 
 def nodes_seen(home: Home, now: float | None = None) -> dict[str, tuple[float, str]]:
     """``{name: (seconds since its last heartbeat, status text)}`` for every node with a
-    ``.up`` file.  ``now`` is wall-clock time (mtimes are); default ``time.time()``."""
-    now = time.time() if now is None else now
+    ``.up`` file.  ``now`` is wall-clock time (mtimes are); default: the system clock's."""
+    now = SystemClock().time() if now is None else now
     seen: dict[str, tuple[float, str]] = {}
     try:
         entries = list(os.scandir(home.nodes))
@@ -293,12 +176,12 @@ class MonitorServer(socketserver.ThreadingTCPServer):
     def __init__(self, home: Home, address: tuple[str, int] = ("127.0.0.1", 0), *,
                  deadline: float = DEADLINE, max_line: int = MAX_LINE,
                  max_lines: int = MAX_LINES, max_connections: int = MAX_CONNECTIONS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock | None = None) -> None:
         self.home = home
         self.deadline = deadline
         self.max_line = max_line
         self.max_lines = max_lines
-        self.clock = clock
+        self.clock = clock or SystemClock()
         self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
         if ":" in address[0]:
@@ -354,10 +237,10 @@ class MonitorServer(socketserver.ThreadingTCPServer):
         self._send(sock, format_reply(jobs), peer)
 
     def _read_request(self, sock: socket.socket) -> bytes:
-        framer = RequestFramer(self.max_line, self.max_lines)
-        end = self.clock() + self.deadline
+        reader = framer(self.max_line, self.max_lines)
+        end = self.clock.monotonic() + self.deadline
         while True:
-            left = end - self.clock()
+            left = end - self.clock.monotonic()
             if left <= 0:
                 raise ProtocolError(f"no complete request within {self.deadline:g} s")
             sock.settimeout(left)
@@ -369,7 +252,7 @@ class MonitorServer(socketserver.ThreadingTCPServer):
                 raise ProtocolError(f"connection failed: {exc}") from None
             if not chunk:
                 raise ProtocolError("connection closed before the OK line")
-            request = framer.feed(chunk)
+            request = reader.feed(chunk)
             if request is not None:
                 return request
 
@@ -380,18 +263,16 @@ class MonitorServer(socketserver.ThreadingTCPServer):
         except OSError as exc:
             log.warning("peer %s: cannot send reply: %s", peer, exc)
 
-
-    @staticmethod
-    def _drain(sock: socket.socket) -> None:
+    def _drain(self, sock: socket.socket) -> None:
         # Closing a socket with unread input makes the kernel send RST, which can destroy
         # the ERROR line before the client reads it.  Half-close, then discard what the
         # client still sends -- bounded in bytes and time, so this cannot be abused.
         try:
             sock.shutdown(socket.SHUT_WR)
             sock.settimeout(DRAIN_SECONDS)
-            end = time.monotonic() + DRAIN_SECONDS
+            end = self.clock.monotonic() + DRAIN_SECONDS
             left = DRAIN_BYTES
-            while left > 0 and time.monotonic() < end:
+            while left > 0 and self.clock.monotonic() < end:
                 chunk = sock.recv(min(left, 4096))
                 if not chunk:
                     break
@@ -410,13 +291,15 @@ def _peer(client_address: Any) -> str:
 # The daemon
 
 def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
-        poll: float = 0.5, sleep: Callable[[float], None] = time.sleep,
+        poll: float = 0.5, clock: Clock | None = None,
         on_ready: Callable[[MonitorServer], None] | None = None) -> int:
     """Be the one monitor of ``home``: lock, listen on ``address``, serve until
-    ``should_stop()`` is true (checked every ``poll`` seconds).  Returns the exit code:
-    0 after a stop or when another instance holds the lock, 2 if the port cannot be bound.
-    ``on_ready`` is called once the server listens (tests use it to learn the port).
+    ``should_stop()`` is true (checked every ``poll`` seconds of ``clock``; pass a
+    ``StopFlag``'s ``is_set``).  Returns the exit code: 0 after a stop or when another
+    instance holds the lock, 2 if the port cannot be bound.  ``on_ready`` is called once the
+    server listens (tests use it to learn the port).
     """
+    clock = clock or SystemClock()
     home.create()
     try:
         lock = acquire_lock(home)
@@ -426,7 +309,7 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         return 0
     with lock:
         try:
-            server = MonitorServer(home, address)
+            server = MonitorServer(home, address, clock=clock)
         except OSError as exc:
             log.error("cannot listen on %s port %s: %s (is the port taken? see monitor_port)",
                       address[0], address[1], exc)
@@ -440,7 +323,7 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
             if on_ready is not None:
                 on_ready(server)
             while not should_stop():
-                sleep(poll)
+                clock.sleep(poll)
         finally:
             # shutdown() must come from a thread other than the serving one (stdlib warning).
             server.shutdown()

@@ -24,7 +24,12 @@ end.
 
 Creating the file is atomic *with its content* (a temporary file hard-linked into place), so
 of two masters starting at once exactly one wins, and the loser never reads a half-written
-file: it re-evaluates and sees a fresh file owned by the winner.
+file: it re-evaluates and sees a fresh file owned by the winner.  Overwriting it (a takeover)
+is :func:`cluster.runtime.fsutil.atomic_write`.  Both are fsync'ed.
+
+The defaults of ``stale_after`` and ``wait`` are the configuration's ``pid_stale`` (seed 000:
+"No run should take more than 2 hours") and ``pid_wait`` (seed 000: "wait for 5 minutes ...
+gives any old clustermaster time to shut down neatly").
 """
 
 from __future__ import annotations
@@ -39,14 +44,16 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
+from cluster.config import Config
+from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock
 
 logger = logging.getLogger("cluster.pidfile")
 
-#: seed 000: "No run should take more than 2 hours".
-DEFAULT_STALE_AFTER = 7200.0
-#: seed 000: "wait for 5 minutes ... gives any old clustermaster time to shut down neatly".
-DEFAULT_WAIT = 300.0
+#: Where the defaults of stale_after and wait come from: the configuration table.
+_DEFAULTS = Config()
+#: Permission bits of the PID file: other users' tools read it.
+_FILE_MODE = 0o644
 #: The content that tells the running master to stop (ARTIFEX.md §2.6).
 STOP_MARKER = "0"
 #: How often acquire() re-evaluates when the file vanishes or changes under it.
@@ -98,9 +105,9 @@ class PidFile:
     Perl's status line ("Regression terminated due to timeout") while it waits.
     """
 
-    def __init__(self, path: Path, clock: Clock, stale_after: float = DEFAULT_STALE_AFTER,
-                 wait: float = DEFAULT_WAIT, is_master: Callable[[int], bool] = is_clustermaster,
-                 pid: int | None = None,
+    def __init__(self, path: Path, clock: Clock, stale_after: float = _DEFAULTS.pid_stale,
+                 wait: float = _DEFAULTS.pid_wait,
+                 is_master: Callable[[int], bool] = is_clustermaster, pid: int | None = None,
                  on_takeover: Callable[[str], None] | None = None) -> None:
         self.path = Path(path)
         self.clock = clock
@@ -206,11 +213,17 @@ class PidFile:
             return self.clock.time()
 
     def _temp_with_pid(self) -> str:
-        """A complete, fsync'ed temporary file holding our pid, beside the PID file."""
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
-                                   suffix=".tmp")
+        """A complete, fsync'ed temporary file holding our pid, beside the PID file.
+
+        Made here rather than by fsutil because :meth:`_create` links it into place (which,
+        unlike fsutil's rename, fails if the PID file exists); named as fsutil names its
+        temporary files.
+        """
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent,
+                                   prefix=f".{self.path.name}.{os.getpid()}.",
+                                   suffix=fsutil.TEMP_SUFFIX)
         try:
-            os.fchmod(fd, 0o644)
+            os.fchmod(fd, _FILE_MODE)
             os.write(fd, f"{self.pid}\n".encode())
             os.fsync(fd)
         except BaseException:
@@ -240,7 +253,7 @@ class PidFile:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
         except FileExistsError:
             return False
         try:
@@ -251,11 +264,5 @@ class PidFile:
         return True
 
     def _write_replace(self) -> None:
-        """Overwrite the file with our pid atomically (temp + os.replace)."""
-        tmp = self._temp_with_pid()
-        try:
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        """Overwrite the file with our pid atomically (temp + rename), fsync'ed."""
+        fsutil.atomic_write(self.path, f"{self.pid}\n", fsync=True, mode=_FILE_MODE)

@@ -20,33 +20,37 @@ The rules are seed 001's "normal course of events":
 Results stream back with every request.  The first result for a job wins; later ones (from a
 node presumed dead, or from a speculative copy in the tail) are counted as duplicates.
 
-Sized for a million jobs: jobs are known by index in a :class:`~cluster.joblist.JobList`
-(names in memory, lines read in bulk), the jobs not yet handed out are a cursor over that
-list plus a deque of those put back, and each result is kept as its journal line in one
-bytearray (:class:`Results`), about 100 bytes a result instead of a JobResult object.
+Sized for a million jobs: jobs are known by index in a
+:class:`~cluster.master.joblist.JobList` (names in memory, lines read in bulk), the jobs not
+yet handed out are a cursor over that list plus a deque of those put back, and each result
+is kept as its journal line (:class:`~cluster.master.results.Results`).  The tail's
+speculative copies are planned by :class:`~cluster.master.tailplan.TailPlan`.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import accumulate
 
+from cluster.config import Config
 from cluster.master.joblist import JobList, as_job_list
+from cluster.master.journal import format_line, journal_result, line_prefix, result_text, split_line
+from cluster.master.results import Results
+from cluster.master.tailplan import TailPlan
 from cluster.records import Job, JobResult
-from cluster.report.tab import TabRow
 from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
 
 Suitability = Callable[[str], tuple[bool, str]]
 
-
 #: The most jobs a node is kept holding, however fast it is.
 MAX_BATCH = 65536
+#: Where Settings takes its defaults: the configuration table (one place for each).
+_DEFAULTS = Config()
+
 
 class NodeState(enum.StrEnum):
     BUILDING = "building"    # told BUILD, not yet reported ready
@@ -74,13 +78,19 @@ class NodeInfo:
     told_abort: bool = False    # it has been told the run is over
     results: int = 0            # first results it delivered
 
+    def job_seconds(self, now: float) -> float | None:
+        """Wall seconds one of its slots has spent per job so far; None if unknown."""
+        if self.working_since is None or not self.results:
+            return None
+        return self.slots * (now - self.working_since) / self.results
+
 
 @dataclass(frozen=True)
 class Outcome:
     """What :meth:`RunState.handle` decided for one request.
 
-    ``journal`` is the results that arrived for the first time, as journal lines
-    (``<machine> result <canonical result>\\n``, UTF-8): the master writes them to its
+    ``journal`` is the results that arrived for the first time, as newline-ended journal
+    lines (:mod:`cluster.master.journal`'s format, UTF-8): the master writes them to its
     journal before it sends the reply.  :attr:`new_results` is the same as JobResults.
     """
 
@@ -94,178 +104,26 @@ class Outcome:
                      for line in self.journal.decode("utf-8").splitlines())
 
 
-def journal_line(machine: str, text: str) -> str:
-    """The journal line (no newline) of canonical result ``text`` from ``machine``."""
-    return f"{machine or '-'} result {text}"
-
-
-def journal_result(line: str) -> JobResult:
-    """The JobResult of a journal line (ValueError if it is not one)."""
-    machine, _, rest = line.partition(" ")
-    verb, _, value = rest.partition(" ")
-    if verb != "result":
-        raise ValueError("expected '<machine> result ...'")
-    return protocol.parse_result(value, machine)
-
-
-class Results(Mapping[str, JobResult]):
-    """The first result of each job, as journal lines in one bytearray, by job index.
-
-    A read-only mapping test name -> JobResult for callers that want objects (built on
-    demand); the master uses the index methods and :meth:`tab_line`.
-    """
-
-    def __init__(self, jobs: JobList) -> None:
-        self.jobs = jobs
-        self._index_get = jobs.index.get
-        self.offsets = array("q", [-1]) * len(jobs)  # into text; -1: no result yet
-        self.text = bytearray()
-        self.count = 0
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __contains__(self, name: object) -> bool:
-        i = self._index_get(name)
-        return i is not None and self.offsets[i] >= 0
-
-    def __getitem__(self, name: str) -> JobResult:
-        i = self.jobs.index.get(name)
-        if i is None or self.offsets[i] < 0:
-            raise KeyError(name)
-        return journal_result(self.line(i))
-
-    def __iter__(self) -> Iterator[str]:
-        names, offsets = self.jobs.names, self.offsets
-        return (names[i] for i in range(len(names)) if offsets[i] >= 0)
-
-    def line(self, i: int) -> str:
-        """The journal line (no newline) of job ``i``'s result; it must have one."""
-        start = self.offsets[i]
-        return self.text[start:self.text.index(b"\n", start)].decode("utf-8")
-
-    def add(self, indexes: list[int], lines: list[str]) -> bytes:
-        """Record the journal lines of jobs ``indexes`` (which have no result yet).
-
-        Returns the lines as the bytes to journal.
-        """
-        data = ("\n".join(lines) + "\n").encode("utf-8")
-        text, offsets = self.text, self.offsets
-        pos = len(text)
-        sizes = [len(line) + 1 for line in lines]
-        if len(data) == sum(sizes):  # ASCII: chars are bytes
-            first = indexes[0]
-            if indexes == list(range(first, first + len(indexes))):
-                # Consecutive jobs (a batch handed out in order): one slice assignment.
-                starts = list(accumulate(sizes, initial=pos))
-                starts.pop()
-                offsets[first:first + len(indexes)] = array("q", starts)
-            else:
-                for i, size in zip(indexes, sizes, strict=True):
-                    offsets[i] = pos
-                    pos += size
-        else:
-            for i, line in zip(indexes, lines, strict=True):
-                offsets[i] = pos
-                pos += len(line.encode("utf-8")) + 1
-        text += data
-        self.count += len(indexes)
-        return data
-
-    def tab_line(self, i: int, rev: str) -> str:
-        """Job ``i``'s result as a ``.tab`` line (the line TabRow.from_result would write)."""
-        machine, _, rest = self.line(i).partition(" ")
-        name, err, t1, t2, t3, md5, product = rest[7:].split(" ", 6)
-        return "\t".join((name, err, t1, t2, t3, "0", md5 if err == "0" else "0", rev,
-                          product, "" if machine == "-" else machine))
-
-    def table(self, rev: str) -> ResultTable:
-        """The results as a ``.tab`` table at revision ``rev`` (rows made on demand)."""
-        return ResultTable(self, rev)
-
-    def tab_row(self, i: int, rev: str) -> TabRow:
-        machine, _, rest = self.line(i).partition(" ")
-        name, err, t1, t2, t3, md5, product = rest[7:].split(" ", 6)
-        return TabRow(name, int(err), float(t1), float(t2), float(t3),
-                      md5 if err == "0" else "0", rev, product,
-                      "" if machine == "-" else machine)
-
-
 @dataclass(frozen=True)
 class Settings:
-    heartbeat_timeout: float = 180.0
-    batch_per_slot: int = 2
-    batch_seconds: float = 1.0
-    speculate_tail: bool = True
-    upload_timeout: float = 300.0
+    """The scheduling knobs of a run: the configuration keys of the same names."""
+
+    heartbeat_timeout: float = _DEFAULTS.heartbeat_timeout
+    batch_per_slot: int = _DEFAULTS.batch_per_slot
+    batch_seconds: float = _DEFAULTS.batch_seconds
+    speculate_tail: bool = _DEFAULTS.speculate_tail
+    upload_timeout: float = _DEFAULTS.upload_timeout
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Settings:
+        """The settings ``cfg`` gives."""
+        return cls(heartbeat_timeout=cfg.heartbeat_timeout, batch_per_slot=cfg.batch_per_slot,
+                   batch_seconds=cfg.batch_seconds, speculate_tail=cfg.speculate_tail,
+                   upload_timeout=cfg.upload_timeout)
 
 
 def _always_suitable(caps: str) -> tuple[bool, str]:
     return True, ""
-
-
-class ResultTable(Mapping[str, TabRow]):
-    """A run's results as a read-only table name -> TabRow, sorted by name.
-
-    It stands in for :func:`cluster.tab.collate`'s dict, whose million TabRow objects would
-    not fit the master's memory budget: rows are made when asked for, and :meth:`lines`
-    gives the ``.tab`` lines for :func:`cluster.tab.write_tab_lines`.
-    """
-
-    def __init__(self, results: Results, rev: str) -> None:
-        self.results = results
-        self.rev = rev
-        names, offsets = results.jobs.names, results.offsets
-        self.names = sorted([names[i] for i in range(len(names)) if offsets[i] >= 0])
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.results
-
-    def __getitem__(self, name: str) -> TabRow:
-        i = self.results.jobs.index.get(name)
-        if i is None or self.results.offsets[i] < 0:
-            raise KeyError(name)
-        return self.results.tab_row(i, self.rev)
-
-    def brief(self, name: str) -> tuple[int, str, str]:
-        """(error, md5 or "0" on error, product) of ``name``: what report.analyse needs of
-        every row, without making the row."""
-        i = self.results.jobs.index[name]
-        _, _, rest = self.results.line(i).partition(" ")
-        _, err, _, _, _, md5, product = rest[7:].split(" ", 6)
-        return int(err), md5 if err == "0" else "0", product
-
-    def line(self, name: str) -> str:
-        """The ``.tab`` line of ``name`` (which must have a result)."""
-        return self.results.tab_line(self.results.jobs.index[name], self.rev)
-
-    def lines(self) -> Iterator[str]:
-        """Every ``.tab`` line, sorted by name."""
-        index, tab_line, rev = self.results.jobs.index, self.results.tab_line, self.rev
-        return (tab_line(index[name], rev) for name in self.names)
-
-
-class TailPlan:
-    """The jobs worth copying in the tail, ranked by expected finish (latest popped first).
-
-    Ranking every held job costs a walk over all nodes, so it is done at most every
-    ``REFRESH`` seconds, or sooner (after ``REFILL``) when the plan is used up; each idle
-    node's call then only pops from it, dropping entries that finished or were copied.
-    """
-
-    REFRESH = 0.5
-    REFILL = 0.05
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[float, int, str]] = []  # (finish, -place, name), ascending
-        self.made_at = -math.inf
-        self.made_size = 0
 
 
 class RunState:
@@ -288,9 +146,10 @@ class RunState:
         for r in done:
             if isinstance(r, str):
                 line = r
-                name = line.split(" ", 3)[2]
+                text = split_line(line)[1]
+                name = text[:text.find(" ")]
             else:
-                line = journal_line(r.machine, protocol.format_result(r)[7:])
+                line = format_line(r)
                 name = r.name
             i = index.get(name)
             if i is not None and offsets[i] < 0:
@@ -310,7 +169,7 @@ class RunState:
         self.in_flight: dict[str, int] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.slots_known = 0               # sum of the slots of self.nodes (any state)
-        self.tail_plan = TailPlan()          # tail copies: see _tail_copies
+        self.tail_plan = TailPlan()        # the tail's speculative copies
         self.culled: dict[str, str] = {}
         self.lost: list[str] = []          # "name (reason)" for the report
         self.duplicates = 0
@@ -466,7 +325,7 @@ class RunState:
         """Take the request's results; return the journal lines of the new ones."""
         texts: Iterable[str] = req.result_lines
         if req.results:
-            texts = [*texts, *(protocol.format_result(r)[7:] for r in req.results)]
+            texts = [*texts, *(result_text(r) for r in req.results)]
         index = self.jobs.index
         offsets = self.results.offsets
         held = node.held
@@ -475,15 +334,17 @@ class RunState:
         if not isinstance(texts, list):
             texts = list(texts)
         names = [text[:text.find(" ")] for text in texts]
-        idx = list(map(index.get, names))
-        if (idx and None not in idx and max(map(offsets.__getitem__, idx)) < 0
-                and len(set(idx)) == len(idx)):
+        try:
+            idx = [index[name] for name in names]
+        except KeyError:
+            idx = []  # a result for a job not in this run: the slow path below tells
+        if idx and max(map(offsets.__getitem__, idx)) < 0 and len(set(idx)) == len(idx):
             # The usual request: every result new, for a job of this run, once.
             pop_held, pop_flight = held.pop, in_flight.pop
             for name in names:
                 pop_held(name, None)
                 pop_flight(name, None)
-            prefix = machine + " result "
+            prefix = line_prefix(machine)
             data = self.results.add(idx, [prefix + text for text in texts])
             node.results += len(idx)
             if self.all_results_in and self.all_results_at is None:
@@ -491,6 +352,7 @@ class RunState:
             return data
         new_idx: list[int] = []
         new_lines: list[str] = []
+        prefix = line_prefix(machine)
         for text in texts:
             name = text[:text.find(" ")]
             i = index.get(name)
@@ -508,7 +370,7 @@ class RunState:
             in_flight.pop(name, None)
             offsets[i] = 0  # taken (a second copy in this request is a duplicate)
             new_idx.append(i)
-            new_lines.append(f"{machine} result {text}")
+            new_lines.append(prefix + text)
         if not new_idx:
             return b""
         for i in new_idx:
@@ -641,92 +503,5 @@ class RunState:
         # Tail: nothing left to hand out and this node has idle slots.  Give it copies of
         # the jobs expected to finish last elsewhere (deep in the queue of a slow or silent
         # node) when a copy here should finish sooner; the first result wins.
-        return self._tail_copies(node, node.slots - req.running, now)
-
-    @staticmethod
-    def _job_seconds(node: NodeInfo, now: float) -> float | None:
-        """Wall seconds one of ``node``'s slots has spent per job so far; None if unknown."""
-        if node.working_since is None or not node.results:
-            return None
-        return node.slots * (now - node.working_since) / node.results
-
-    def _tail_copies(self, node: NodeInfo, free: int, now: float) -> list[str]:
-        """Up to ``free`` copies for ``node`` from the tail plan (see :class:`TailPlan`).
-
-        Only jobs expected to finish later than a job of this node's own would are copied:
-        a fast node takes over a slow node's last jobs, a slow node does not copy a fast
-        node's.  At most one copy per job.
-        """
-        plan = self.tail_plan
-        age = now - plan.made_at
-        if age >= TailPlan.REFRESH or (not plan.entries and plan.made_size
-                                       and age >= TailPlan.REFILL):
-            self._make_tail_plan(now)
-        entries = plan.entries
-        if not entries:
-            return []
-        mine = self._job_seconds(node, now) or 0.0
-        in_flight = self.in_flight
-        held = node.held
-        batch: list[str] = []
-        own: list[tuple[float, int, str]] = []
-        while entries and len(batch) < free:
-            entry = entries[-1]
-            if entry[0] <= mine:
-                break  # the rest would end sooner still
-            entries.pop()
-            name = entry[2]
-            if in_flight.get(name) != 1:
-                continue  # finished (it left in_flight), or copied already
-            if name in held:
-                own.append(entry)  # this node's own job: left for the others
-                continue
-            batch.append(name)
-            held[name] = None
-            in_flight[name] = 2
-        entries.extend(reversed(own))
-        return batch
-
-    def _make_tail_plan(self, now: float) -> None:
-        """Rank the jobs that exactly one node holds by when they are expected to finish.
-
-        A node runs its jobs in the order it got them, so the job at place p of its list
-        ends about ``p // slots + 1/2`` of its job times from now (a running job is half
-        done, on average; the job time is measured, or while the node has no result yet,
-        at least the time it has had), plus however long it has been silent beyond one job
-        time (a dead node looks ever slower).  The last two rounds of each node's list are
-        ranked: the jobs it would start last.
-        """
-        in_flight = self.in_flight
-        entries: list[tuple[float, int, str]] = []
-        for other in self.nodes.values():
-            held = other.held
-            if not held:
-                continue
-            per_job = self._job_seconds(other, now)
-            if per_job is None:
-                since = other.working_since
-                per_job = now - since if since is not None else 0.0
-            # Silence beyond one job time: no job of its has ended for that long.
-            late = max(now - other.last_seen - per_job, 0.0)
-            slots = other.slots
-            cap = 2 * slots
-            place = len(held)
-            taken = 0
-            last_wave = -1
-            for name in reversed(held):  # the latest places first: they finish last
-                place -= 1
-                wave = place // slots
-                if taken >= cap and wave < last_wave:
-                    break
-                if in_flight.get(name) != 1:  # finished (it left in_flight), or copied
-                    continue
-                # Ordered by finish; among equals, the job handed out first goes first.
-                entries.append(((wave + 0.5) * per_job + late, -place, name))
-                taken += 1
-                last_wave = wave
-        entries.sort()  # popped from the end: latest finish first
-        plan = self.tail_plan
-        plan.entries = entries
-        plan.made_at = now
-        plan.made_size = len(entries)
+        return self.tail_plan.copies(node, node.slots - req.running, now,
+                                     self.nodes.values(), self.in_flight)

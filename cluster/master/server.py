@@ -5,10 +5,11 @@ and says nothing stalled everybody for up to its 60 s alarm.  Here every connect
 non-blocking and has a deadline, so a slow or silent client costs the others nothing, and
 there are no threads or locks around the run state.
 
-A connection's life: accepted -> bytes collected by a :class:`~cluster.protocol.RequestFramer`
-(limits enforced as bytes arrive) -> ``handler(request, peer)`` returns the reply bytes ->
-reply written -> closed.  A framing error or an expired deadline is logged with the peer and
-answered with ``ABORT <what was wrong>`` where the socket still allows it.
+A connection's life: accepted -> bytes collected by a
+:class:`~cluster.wire.protocol.RequestFramer` (limits enforced as bytes arrive) ->
+``handler(request, peer)`` returns the reply bytes -> reply written -> closed.  A framing
+error or an expired deadline is logged with the peer and answered with ``ABORT <what was
+wrong>`` where the socket still allows it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import errno
 import logging
 import selectors
 import socket
-import time
 from collections.abc import Callable
 
+from cluster.config import Config
 from cluster.errors import ProtocolError
+from cluster.runtime.clock import Clock, SystemClock
 from cluster.wire import protocol
 
 log = logging.getLogger("cluster.server")
@@ -55,13 +57,13 @@ class NodeServer:
     def __init__(self, address: tuple[str, int], handler: Handler, *,
                  max_line: int = protocol.DEFAULT_MAX_LINE,
                  max_lines: int = protocol.DEFAULT_MAX_LINES,
-                 deadline: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 deadline: float = Config.connection_deadline,
+                 clock: Clock | None = None) -> None:
         self.handler = handler
         self.max_line = max_line
         self.max_lines = max_lines
         self.deadline = deadline
-        self.clock = clock
+        self.clock = clock or SystemClock()
         self.listener = socket.create_server(address, reuse_port=False, backlog=1024)
         self.listener.setblocking(False)
         self.selector = selectors.DefaultSelector()
@@ -97,7 +99,7 @@ class NodeServer:
 
     # ------------------------------------------------------------------ internals
     def _accept(self) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         # Bounded: busy nodes refill the backlog as fast as it is served, and the master's
         # loop must get back to its health checks.
         for _ in range(_ACCEPT_BATCH):
@@ -186,7 +188,7 @@ class NodeServer:
         self._close(conn)
 
     def _expire(self) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         # conns is in order of acceptance, so of deadline: the expired ones come first.
         expired = []
         for conn in self.conns.values():

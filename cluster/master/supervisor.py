@@ -26,10 +26,8 @@ the caller's business (see :mod:`cluster.cli.run_clustermaster`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
@@ -37,16 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from cluster.config import Config
+from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.proc import describe_status
-from cluster.runtime.service import StopFlag, StopSignal
+from cluster.runtime.service import STOP_POLL, StopFlag, StopSignal
 
 logger = logging.getLogger("cluster.supervisor")
 
-#: seed 000: the clustermasters are kicked off "every 10 seconds" (config: supervisor_interval).
-DEFAULT_INTERVAL = 10.0
-#: Longest the loop sleeps before looking at the stop flag and reaping again [seconds].
-DEFAULT_POLL = 0.25
 #: With kill_children: how long to wait for SIGTERMed clustermasters to exit [seconds].
 DEFAULT_KILL_GRACE = 30.0
 #: At most this many copies of one clustermaster alive at once: the one running a run,
@@ -81,12 +77,15 @@ class Supervisor:
     new work (their indexes); those are started at once instead of at the next tick, so a
     run starts within a poll of being queued however long the interval.  It must be cheap
     (a few stat calls): it runs in the supervisor's own loop.
+
+    ``interval`` defaults to the configuration's ``supervisor_interval`` (seed 000: "every
+    10 seconds"), ``poll`` to :data:`cluster.runtime.service.STOP_POLL`.
     """
 
     def __init__(self, commands: Sequence[Sequence[str]], *, clock: Clock | None = None,
-                 interval: float = DEFAULT_INTERVAL, log_path: Path | None = None,
+                 interval: float = Config().supervisor_interval, log_path: Path | None = None,
                  kill_children: bool = False, kill_grace: float = DEFAULT_KILL_GRACE,
-                 poll: float = DEFAULT_POLL, cwd: Path | None = None,
+                 poll: float = STOP_POLL, cwd: Path | None = None,
                  env: dict[str, str] | None = None,
                  wakeup: Callable[[], Iterable[int]] | None = None) -> None:
         if interval <= 0:
@@ -203,19 +202,17 @@ class Supervisor:
             else:
                 logger.debug("not starting %s: %d copies alive", _short(command), same)
             return
-        out: IO[bytes] | int = self._log if self._log is not None else subprocess.DEVNULL
+        out: IO[bytes] | int = self._log if self._log is not None else proc.DEVNULL
         try:
-            proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=self.cwd,
-                env=self.env,
-                # Own session: a ^C or SIGHUP aimed at the supervisor's terminal does not
-                # cut a run short, and --kill-children can signal the master's whole tree.
-                start_new_session=True)
-        except OSError:
-            logger.exception("cannot start %s", _short(command))
+            # Own session (spawn's contract): a ^C or SIGHUP aimed at the supervisor's
+            # terminal does not cut a run short, and --kill-children can signal the
+            # master's whole tree.
+            child = proc.spawn(command, stdout=out, stderr=out, cwd=self.cwd, env=self.env)
+        except proc.ProcessError as exc:
+            logger.error("%s", exc)
             return
-        self.children.append(Child(proc, command, now))
-        logger.debug("started pid %d: %s", proc.pid, _short(command))
+        self.children.append(Child(child, command, now))
+        logger.debug("started pid %d: %s", child.pid, _short(command))
 
     def _kill_all(self, stop: StopSignal | None) -> None:
         """SIGTERM every child's process group; SIGKILL on a hard stop; wait out the grace."""
@@ -242,8 +239,7 @@ class Supervisor:
             # cannot have been recycled.
             if child.proc.returncode is not None:
                 continue
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signum)
+            proc.kill_tree(child.pid, signum)
 
 
 def _short(command: Sequence[str]) -> str:

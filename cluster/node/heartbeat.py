@@ -1,7 +1,8 @@
 """The node side of a heartbeat: port of heartbeat.pl (seed 000).
 
-One call, one TCP connection to the master's monitor (cluster.monitor): send the node name
-and optionally a status and a caps line, get back the runs waiting to be joined.
+One call, one TCP connection to the master's monitor (the format is cluster.wire.heartbeat):
+send the node name and optionally a status and a caps line, get back the runs waiting to be
+joined.
 
 Usage::
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import socket
 
 from cluster.errors import ClusterError, ProtocolError
-from cluster.master.monitor import MAX_REPLY, Heartbeat, format_heartbeat, parse_reply
+from cluster.wire.heartbeat import MAX_REPLY, Heartbeat, format_heartbeat, parse_reply
 from cluster.wire.protocol import valid_node_name
 
 

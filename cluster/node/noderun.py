@@ -11,7 +11,7 @@ The node reads job.start, then talks to the master on base_port + priority:
   baseline build (``.<name>.stamp``, written only after one).  The mirror is separate so
   that mirroring, which deletes what the master lacks, never deletes the build's output.
 * JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
-  (:mod:`cluster.slots`); one running longer than ``job_timeout`` seconds is killed as a
+  (:mod:`cluster.node.slots`); one running longer than ``job_timeout`` seconds is killed as a
   whole tree (SIGHUP, then SIGKILL).
 * Results are classified as they finish (readlog rules) and sent back with the next call;
   a call is made as soon as results wait longer than ``report_interval``, when the local
@@ -32,14 +32,19 @@ from any directory, installed or not).
 Results are dropped from the node's memory only after the master's reply has been read, so
 a failed call sends them again (the master records the first copy and counts the rest).
 
-Exit codes: 0 the run is over for this node, 1 failure, 3 the master could not be reached,
-4 aborted for a reason that may pass (the node may join again later).
+A build (of the product, or of the baseline) that runs longer than ``build_timeout`` seconds
+is killed with its whole process tree and fails like any failed build: failure -1, the build
+log uploaded, and a reason saying it timed out after that many seconds.
+
+Exit codes (cluster.defaults NODE_EXIT_*): 0 the run is over for this node, 1 failure, 3 the
+master could not be reached, 4 aborted for a reason that may pass (the node may join again
+later).  TERM, INT and HUP only set :attr:`NodeRun.stop_flag`; the loop then leaves the run
+(STYLE §5).
 """
 
 from __future__ import annotations
 
 import collections
-import fcntl
 import hashlib
 import logging
 import math
@@ -49,29 +54,42 @@ import shlex
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from cluster.bmpcmp.tool import DROPPED_NOTE, SET_FILE
+from cluster.bmpcmp import DROPPED_NOTE, SET_FILE
 from cluster.config import Config
-from cluster.defaults import REPO_ROOT
+from cluster.defaults import (
+    BMPCMP_DIR,
+    FAILURE_BUILD,
+    FAILURE_NETWORK,
+    FAILURE_TIMEOUTS,
+    NODE_EXIT_ABORTED,
+    NODE_EXIT_DONE,
+    NODE_EXIT_FAILED,
+    NODE_EXIT_UNREACHABLE,
+    REPO_ROOT,
+)
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import suffixed
 from cluster.node import readlog
 from cluster.node.slots import Finished, SlotPool
 from cluster.node.transport import Transport
 from cluster.records import BASELINE, BIN, ERROR_INTERNAL, PYTHON, TEMP, TESTS, Job, JobResult
+from cluster.runtime import fsutil, proc
+from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.service import StopFlag
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.node")
 
-EXIT_DONE, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_ABORTED = 0, 1, 3, 4
+#: The signals that make run.py leave its run cleanly (see :attr:`NodeRun.stop_flag`).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: ABORT reasons after which this node must not join the same run again.
 FINAL_ABORTS = ("run complete", "unsuitable", "wrong job id", "run aborted", "dropped")
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
@@ -79,12 +97,8 @@ SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
 #: starts with a letter or digit, so it never clashes with the dot files beside it.
 BASELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]*")
 RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
-#: The project root, put on the slot shells' PYTHONPATH for ``__python__ -m cluster...``.
-REPO = REPO_ROOT
 #: Bytes of bmpcmp images one node uploads per run (ARTIFEX.md §5.7: checkSize.pl, 10 MB).
 BMPCMP_UPLOAD_LIMIT = 10_000_000
-#: Where bmpcmp jobs leave their image sets, under the run's temp directory.
-BMPCMP_DIR = "bmpcmp"
 
 
 @dataclass
@@ -105,10 +119,16 @@ class Counters:
 
 
 class NodeRun:
-    """One node in one run.  Callers use :meth:`run` (returns an exit code) and :meth:`stop`."""
+    """One node in one run.  Callers use :meth:`run` (returns an exit code) and :meth:`stop`
+    (or :attr:`stop_flag`, for ``cluster.runtime.service.install_signal_handlers``).
 
-    def __init__(self, cfg: Config, transport: Transport, priority: int, caps: str) -> None:
+    ``clock`` gives the loop's time (deadlines, report and poll intervals, its idle sleep).
+    """
+
+    def __init__(self, cfg: Config, transport: Transport, priority: int, caps: str,
+                 clock: Clock | None = None) -> None:
         self.cfg = cfg
+        self.clock = clock or SystemClock()
         self.transport = transport
         self.priority = priority
         self.caps = caps
@@ -121,7 +141,7 @@ class NodeRun:
         self.background: Background | None = None
         self.failure = 0
         self.failure_reason = ""
-        self.stop_requested = False
+        self.stop_flag = StopFlag()
         self.next_contact = 0.0
         self.hungry_after = 0.0  # do not ask for work before this (after an empty answer)
         self.low_water = self.slots  # ask for more when fewer jobs than this wait
@@ -130,9 +150,9 @@ class NodeRun:
         self.start: JobStart | None = None
 
     # ------------------------------------------------------------------ setup
-    def stop(self, *_: object) -> None:
+    def stop(self) -> None:
         """Signal-safe: ask the loop to leave the run at its next pass."""
-        self.stop_requested = True
+        self.stop_flag.set()
 
     def _prepare(self) -> JobStart:
         text = self.transport.read_text(suffixed("job.start", self.priority))
@@ -179,7 +199,7 @@ class NodeRun:
             self.start = self._prepare()
         except (ClusterError, ValueError, OSError) as exc:
             log.error("node %s: cannot start: %s", self.name, exc)
-            return EXIT_FAILED
+            return NODE_EXIT_FAILED
         log.info("node %s: joining run %s with %d slots", self.name, self.start.id, self.slots)
         try:
             return self._loop()
@@ -189,21 +209,21 @@ class NodeRun:
 
     def _loop(self) -> int:
         while True:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             self._spawn(now)
-            if self.stop_requested:
+            if self.stop_flag.is_set():
                 self._kill_all()
                 self._contact(now, leaving=True)
-                return EXIT_ABORTED
+                return NODE_EXIT_ABORTED
             if self._contact_due(now):
                 code = self._contact(now)
                 if code is not None:
                     return code
                 continue
             self._wait(self._next_wakeup(now) - now)
-            self._check_timeouts(time.monotonic())
+            self._check_timeouts(self.clock.monotonic())
             if self._too_many_timeouts() and not self.failure:
-                self.failure = protocol.FAILURE_TIMEOUTS
+                self.failure = FAILURE_TIMEOUTS
                 self.failure_reason = f"{self.counters.timeouts} tests timed out"
                 log.error("node %s: %s; failing", self.name, self.failure_reason)
                 self.queue.clear()
@@ -262,7 +282,7 @@ class NodeRun:
             if leaving or self.consecutive_failures >= self.cfg.connect_retries:
                 log.error("node %s: master unreachable after %d tries: %s", self.name,
                           self.consecutive_failures, exc)
-                return EXIT_UNREACHABLE
+                return NODE_EXIT_UNREACHABLE
             log.warning("node %s: call to master failed (%s); retrying in %.0f s", self.name,
                         exc, self.cfg.connect_retry_delay)
             self.next_contact = now + self.cfg.connect_retry_delay
@@ -271,8 +291,8 @@ class NodeRun:
         sent = len(req.results)
         if sent:
             del self.unsent[:sent]  # the master has them now
-            self.first_unsent = time.monotonic()
-        self.next_contact = time.monotonic() + self.cfg.poll_interval
+            self.first_unsent = self.clock.monotonic()
+        self.next_contact = self.clock.monotonic() + self.cfg.poll_interval
         return self._obey(reply)
 
     def _exchange(self, data: bytes) -> protocol.Reply:
@@ -296,8 +316,8 @@ class NodeRun:
             final = reply.reason.startswith(FINAL_ABORTS) or self.failure != 0
             log.info("node %s: told ABORT (%s)", self.name, reply.reason or "no reason")
             if self.failure:
-                return EXIT_FAILED
-            return EXIT_DONE if final else EXIT_ABORTED
+                return NODE_EXIT_FAILED
+            return NODE_EXIT_DONE if final else NODE_EXIT_ABORTED
         if verb == protocol.BUILD:
             if self.built:
                 self.next_contact = 0.0  # already built for this run (master took over)
@@ -321,24 +341,24 @@ class NodeRun:
                         self._add_result(JobResult(name, ERROR_INTERNAL, 0, 0, 0, "0",
                                                    "unknown", self.name))
             if not reply.jobs:
-                self.hungry_after = time.monotonic() + min(self.cfg.poll_interval, 1.0)
+                self.hungry_after = self.clock.monotonic() + min(self.cfg.poll_interval, 1.0)
         else:  # CONTINUE: nothing new; do not ask for work again at once
-            self.hungry_after = time.monotonic() + min(self.cfg.poll_interval, 0.5)
+            self.hungry_after = self.clock.monotonic() + min(self.cfg.poll_interval, 0.5)
         return None
 
     # ------------------------------------------------------------------ BUILD and UPLOAD
-    def _start_background(self, what: str, target: object) -> None:
+    def _start_background(self, what: str, target: Callable[[], None]) -> None:
         bg = Background(what, threading.Thread(target=self._background_main,
                                                args=(target,), daemon=True))
         self.background = bg
         bg.thread.start()
         self.next_contact = 0.0  # report busy at once
 
-    def _background_main(self, target: object) -> None:
+    def _background_main(self, target: Callable[[], None]) -> None:
         bg = self.background
         assert bg is not None
         try:
-            target()  # type: ignore[operator]
+            target()
         except Exception as exc:  # reported to the master as a failure
             log.exception("node %s: %s failed", self.name, bg.what)
             bg.error = str(exc) or type(exc).__name__
@@ -351,7 +371,7 @@ class NodeRun:
         self.background = None
         if bg.what == "build":
             if bg.error:
-                self.failure = protocol.FAILURE_BUILD
+                self.failure = FAILURE_BUILD
                 self.failure_reason = f"build failed: {bg.error}"
                 self._upload_logs()  # seed 001: the failure logs are uploaded first
             else:
@@ -359,7 +379,7 @@ class NodeRun:
                 self.built = True
         elif bg.what == "upload":
             if bg.error:
-                self.failure = protocol.FAILURE_NETWORK
+                self.failure = FAILURE_NETWORK
                 self.failure_reason = f"upload failed: {bg.error}"
             else:
                 self.failure = 0
@@ -372,12 +392,7 @@ class NodeRun:
             self.transport.fetch_tree(self.start.tests, self.tests)
             self.transport.fetch_tree(self.start.source, self.src)
             out.write(f"$ {self.start.build}\n")
-            out.flush()
-            done = subprocess.run(self.start.build, shell=True, cwd=self.src, stdout=out,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  check=False)
-            if done.returncode != 0:
-                raise ClusterError(f"{self.start.build!r} exited with status {done.returncode}")
+            self._run_build(out, self.src, "")
             if self.baseline_dir is not None:
                 self._build_baseline(out)
 
@@ -392,8 +407,7 @@ class NodeRun:
         mirror = tree.with_name(f".{tree.name}.src")
         stamp = tree.with_name(f".{tree.name}.stamp")
         tree.parent.mkdir(parents=True, exist_ok=True)
-        with open(tree.with_name(f".{tree.name}.lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with fsutil.flocked(tree.with_name(f".{tree.name}.lock")):
             out.write(f"node {self.name}: fetching baseline {self.start.baseline} "
                       f"into {mirror}\n")
             out.flush()
@@ -415,17 +429,38 @@ class NodeRun:
             shutil.copytree(mirror, tree, symlinks=True)
             out.write(f"baseline {self.start.baseline} changed (digest {digest[:12]}); "
                       f"building in {tree}\n$ {self.start.build}\n")
-            out.flush()
-            done = subprocess.run(self.start.build, shell=True, cwd=tree, stdout=out,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  check=False)
-            if done.returncode != 0:
-                raise ClusterError(f"baseline build {self.start.build!r} of "
-                                   f"{self.start.baseline} exited with status "
-                                   f"{done.returncode}")
-            tmp = stamp.with_name(stamp.name + ".tmp")
-            tmp.write_text(digest + "\n", encoding="utf-8")
-            os.replace(tmp, stamp)
+            self._run_build(out, tree, f"baseline build {self.start.build!r} of "
+                                       f"{self.start.baseline}")
+            # fsync: the stamp says "this build is good"; it must not outlive a lost build.
+            fsutil.atomic_write(stamp, digest + "\n")
+
+    def _run_build(self, out: TextIO, cwd: Path, what: str) -> None:
+        """Run the build command in ``cwd``, its output going to the build log ``out``.
+
+        Bounded by ``build_timeout``: past it the command's whole process tree is killed.
+        ClusterError, naming the build (``what``, default the command) and what happened,
+        if it fails or times out; the same line goes to the build log.
+        """
+        assert self.start is not None
+        what = what or repr(self.start.build)
+        timeout = self.cfg.build_timeout
+        out.flush()  # our lines first: the child appends to the same file
+        done = proc.run(self.start.build, shell=True, cwd=cwd, stdout=out, stderr=proc.STDOUT,
+                        timeout=timeout, stop=self.stop_flag)
+        if done.stopped:
+            problem = f"{what} stopped: the node was told to stop; its process tree was killed"
+        elif done.timed_out:
+            problem = (f"{what} timed out after {timeout:g} s (build_timeout); its process "
+                       "tree was killed")
+        elif done.returncode > 0:
+            problem = f"{what} exited with status {done.returncode}"
+        elif done.returncode < 0:
+            problem = f"{what} was {proc.describe_status(done.returncode)}"
+        else:
+            return
+        out.write(f"node {self.name}: {problem}\n")
+        out.flush()
+        raise ClusterError(problem)
 
     def _do_upload(self) -> None:
         self.node_log.flush()
@@ -497,7 +532,7 @@ class NodeRun:
     def _wait(self, timeout: float) -> None:
         """Sleep until a job ends or ``timeout`` passes, collecting what ended."""
         if not self.pool.running():
-            time.sleep(max(min(timeout, 0.5), 0))
+            self.clock.sleep(max(min(timeout, 0.5), 0))
             return
         for done in self.pool.wait(timeout):
             self._finish(done)
@@ -518,7 +553,7 @@ class NodeRun:
 
     def _add_result(self, result: JobResult) -> None:
         if not self.unsent:
-            self.first_unsent = time.monotonic()
+            self.first_unsent = self.clock.monotonic()
         self.unsent.append(result)
 
     def _check_timeouts(self, now: float) -> None:
@@ -555,7 +590,7 @@ def _job_environment() -> dict[str, str]:
     """The slot shells' environment: ours, with the project first on PYTHONPATH."""
     env = dict(os.environ)
     old = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + old if old else "")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + old if old else "")
     return env
 
 
@@ -581,9 +616,3 @@ def _md5_and_remove(path: str) -> str | None:
         return None
     os.unlink(path)
     return digest.hexdigest()
-
-
-def install_signal_handlers(run: NodeRun) -> None:
-    """TERM/INT/HUP only set a flag; the loop leaves the run cleanly (STYLE §5)."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, run.stop)

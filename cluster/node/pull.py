@@ -16,20 +16,27 @@ lower-priority run when a higher one appears; it picks the most urgent when it i
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 
 from cluster.config import Config
-from cluster.defaults import REPO_ROOT
+from cluster.defaults import NODE_EXIT_DONE, NODE_EXIT_FAILED, REPO_ROOT
 from cluster.node import heartbeat
+from cluster.runtime import proc
+from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.service import StopFlag
 
 log = logging.getLogger("cluster.pull")
 
-REPO = REPO_ROOT
-RUN_SCRIPT = REPO / "run.py"
-FINISHED_CODES = (0, 1)
+RUN_SCRIPT = REPO_ROOT / "run.py"
+#: run.py's exit codes after which this node never joins that run again.
+FINISHED_CODES = (NODE_EXIT_DONE, NODE_EXIT_FAILED)
+#: How long run.py has to leave its run after TERM before it is killed [seconds].
+CHILD_STOP_WAIT = 30.0
+#: Longest sleep between looks at run.py and the stop flag [seconds].
+REAP_POLL = 0.2
 
 
 @dataclass
@@ -41,7 +48,9 @@ class Child:
 
 @dataclass
 class ClusterPull:
-    """The resident node loop.  Callers use tick(now) (tests) or run() (the daemon)."""
+    """The resident node loop.  Callers use tick(now) (tests) or run() (the daemon), and
+    stop the daemon through :attr:`stop_flag` (``install_signal_handlers``).  ``clock``
+    paces the loop."""
 
     cfg: Config
     caps: str
@@ -50,7 +59,8 @@ class ClusterPull:
     child: Child | None = None
     finished: set[str] = field(default_factory=set)
     retry_after: dict[str, float] = field(default_factory=dict)
-    stopping: bool = False
+    stop_flag: StopFlag = field(default_factory=StopFlag)
+    clock: Clock = field(default_factory=SystemClock)
 
     @property
     def name(self) -> str:
@@ -70,7 +80,7 @@ class ClusterPull:
         except Exception as exc:  # the monitor may be down; keep trying next tick
             log.warning("node %s: heartbeat failed: %s", self.name, exc)
             return
-        if self.child is not None or self.stopping:
+        if self.child is not None or self.stop_flag.is_set():
             return
         for priority, run_id in sorted(waiting):
             if run_id in self.finished or self.retry_after.get(run_id, 0.0) > now:
@@ -85,11 +95,15 @@ class ClusterPull:
         argv = [sys.executable, str(RUN_SCRIPT), *self.config_args, "--priority", str(priority)]
         log.info("node %s: starting run.py for run %s (priority %d)", self.name, run_id, priority)
         try:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            # Its own session: a terminal's ^C aimed at clusterpull does not reach it, and on
+            # a hard stop its whole tree can be killed at once.
+            child = proc.spawn(argv, stdout=out, stderr=proc.STDOUT)
+        except proc.ProcessError as exc:
+            log.error("node %s: %s", self.name, exc)
+            return
         finally:
             out.close()
-        self.child = Child(priority, run_id, proc)
+        self.child = Child(priority, run_id, child)
 
     def _reap(self, now: float) -> None:
         child = self.child
@@ -106,26 +120,31 @@ class ClusterPull:
         log.info("node %s: run.py for run %s exited with %d", self.name, child.run_id, code)
 
     def run(self) -> int:
-        """Tick every heartbeat_interval until stop() is called; then wait for run.py."""
+        """Tick every heartbeat_interval until the stop flag is set; then stop run.py."""
+        clock = self.clock
         interval = self.cfg.heartbeat_interval
-        next_at = time.monotonic()
-        while not self.stopping:
-            self.tick(time.monotonic())
+        next_at = clock.monotonic()
+        while not self.stop_flag.is_set():
+            self.tick(clock.monotonic())
             next_at += interval
-            now = time.monotonic()
+            now = clock.monotonic()
             if next_at < now:  # skip missed periods instead of bursting
                 next_at = now + interval
-            while not self.stopping and time.monotonic() < next_at:
-                time.sleep(min(0.2, max(next_at - time.monotonic(), 0)))
-                self._reap(time.monotonic())
+            while not self.stop_flag.is_set() and clock.monotonic() < next_at:
+                clock.sleep(min(REAP_POLL, max(next_at - clock.monotonic(), 0)))
+                self._reap(clock.monotonic())
         if self.child is not None:
-            self.child.proc.terminate()  # run.py leaves its run cleanly on TERM
-            try:
-                self.child.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.child.proc.kill()
-                self.child.proc.wait()
+            self._stop_child(self.child.proc)
         return 0
 
-    def stop(self, *_: object) -> None:
-        self.stopping = True
+    def _stop_child(self, child: subprocess.Popen[bytes]) -> None:
+        """TERM run.py (it leaves its run cleanly); kill its tree if it has not gone within
+        CHILD_STOP_WAIT seconds, or at once on a second stop request (hard stop)."""
+        child.terminate()
+        deadline = self.clock.monotonic() + CHILD_STOP_WAIT
+        while child.poll() is None:
+            if self.stop_flag.hard or self.clock.monotonic() >= deadline:
+                proc.kill_tree(child.pid, signal.SIGKILL)
+                child.wait()
+                return
+            self.clock.sleep(REAP_POLL)

@@ -1,6 +1,6 @@
 """Reading a finished job: the per-job part of readlog.pl (ARTIFEX.md §2.5, §4.6).
 
-A job made by :mod:`cluster.jobgen` leaves ``<id>.log`` (product label on the first line, echoed
+A job made by :mod:`cluster.jobs` leaves ``<id>.log`` (product label on the first line, echoed
 commands, interpreter output, ``/usr/bin/time -f "%U %S %E %P"`` lines, and a ``---`` line
 between the stages of a two-stage test) and ``<id>.md5`` (md5sum output of the final raster).
 :func:`classify` turns those texts into a :class:`cluster.records.JobResult`;

@@ -13,6 +13,13 @@ each job as one line on its stdin and runs it in a subshell (a fork, no exec)::
 * ``S <pid>`` tells the node which process tree to kill on a timeout, ``E <status>`` that
   the job ended and how.
 
+Why the shells are started here with ``os.posix_spawn`` and not through
+:mod:`cluster.runtime.proc`: ``proc.run`` runs a command to its end, and ``proc.spawn`` gives
+a child with stdin at ``/dev/null``; a slot shell instead lives for the whole run, reads job
+lines on its stdin and writes its events on a fourth descriptor (3), which neither offers.
+It does keep proc's rules: its own session (``setsid``), and its group killed as a whole
+with :func:`cluster.runtime.proc.kill_tree`.
+
 A timed-out job gets SIGHUP to its whole process tree (run.pl's ``ps -ef`` walk, here
 psutil), then after ``kill_grace`` SIGKILL to the slot's whole process group, which also
 catches anything re-parented; the slot then gets a fresh shell.  If the job ends on the
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 import psutil
 
 from cluster.records import Job
+from cluster.runtime import proc
 
 log = logging.getLogger("cluster.slots")
 
@@ -103,10 +111,7 @@ class Slot:
         return lines, gone
 
     def kill_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        proc.kill_tree(self.pid, sig)
 
     def close(self) -> None:
         for fd in (self.cmd_fd, self.status_fd):
@@ -234,8 +239,8 @@ def _signal_tree(pid: int, sig: int) -> None:
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
         return
-    for proc in procs:
+    for process in procs:
         try:
-            proc.send_signal(sig)
+            process.send_signal(sig)
         except psutil.Error:
             pass

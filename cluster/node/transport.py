@@ -22,31 +22,15 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-import shutil
-import stat
-import tempfile
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
 from cluster.errors import ConfigError, TransportError
+from cluster.runtime import mirror
+from cluster.runtime.mirror import Exclude
 
 if TYPE_CHECKING:
     from cluster.config import Config
-
-log = logging.getLogger("cluster.transport")
-
-#: Prefix of the temp files a copy goes through; a leftover one (after a crash) is an
-#: "extra" file the next fetch_tree deletes.
-TEMP_PREFIX = ".transport-tmp-"
-
-#: An exclusion predicate for :meth:`LocalTransport.fetch_tree`: called with the POSIX path
-#: of an entry relative to the fetched root, a directory's with a trailing ``/`` (as rsync
-#: patterns tell directories apart), it returns True for an entry to leave out.
-Exclude = Callable[[str], bool]
 
 
 class Transport(Protocol):
@@ -116,152 +100,20 @@ class LocalTransport:
                    max_size: int | None = None) -> None:
         """Make ``dest`` an exact copy of the directory ``rel`` (rsync -a --delete).
 
-        Without ``exclude`` and ``max_size`` every regular file and directory is mirrored
-        (symlinks: see :meth:`left_out`).  ``exclude`` (see :data:`Exclude`) leaves out the
-        entries it names, and an excluded directory is not descended; a file larger than
-        ``max_size`` bytes is left out too, with a warning naming it and its size.  What is
-        left out is also deleted from ``dest``, as rsync's ``--delete-excluded`` would: the
-        mirror never keeps a stale copy of something it no longer sends.
+        The Python copy of :mod:`cluster.runtime.mirror` (it needs no rsync on the node):
+        without ``exclude`` and ``max_size`` every regular file and directory is mirrored;
+        ``exclude`` (see :data:`~cluster.runtime.mirror.Exclude`) and ``max_size`` leave
+        entries out, and what is left out is also deleted from ``dest``.
         """
-        src = self._source(rel, "fetch")
-        try:
-            dest.mkdir(parents=True, exist_ok=True)
-            copied = self._mirror(src, Path(dest), src.resolve(), rel, exclude, max_size, "")
-        except TransportError:
-            raise
-        except OSError as exc:
-            where = f" ({exc.filename})" if exc.filename else ""
-            raise TransportError("fetch", rel, f"{exc.strerror or exc}{where}") from None
-        log.debug("fetched %s into %s: %d file(s) copied", rel, dest, copied)
+        mirror.copy_tree(self._path(rel, "fetch"), Path(dest), exclude=exclude,
+                         max_size=max_size, label=rel)
 
     def left_out(self, rel: str, exclude: Exclude | None = None,
                  max_size: int | None = None) -> list[str]:
-        """What ``fetch_tree(rel, ..., exclude, max_size)`` would leave out beyond ``exclude``.
-
-        The POSIX paths relative to ``rel`` of: in-flight temp copies (:data:`TEMP_PREFIX`),
-        symlinks that leave the tree, dangle or name a directory (a symlink to a regular file
-        inside the tree is copied as that file), entries that are neither regular files nor
-        directories, and files over ``max_size``.  Directories ``exclude`` names are not
-        descended.  This lets another copier (rsync ``--copy-links``, in cluster.push) leave
-        out exactly what the mirror does; the same warnings are logged as by fetch_tree.
-        """
-        src = self._source(rel, "fetch")
-        out: list[str] = []
-        src_root = src.resolve()
-        pending = [(src, "")]
-        try:
-            while pending:
-                here, prefix = pending.pop()
-                _files, dirs, skipped = self._listing(here, src_root, rel, exclude, max_size,
-                                                      prefix)
-                out += (prefix + name for name in skipped)
-                pending += ((here / name, f"{prefix}{name}/") for name in dirs)
-        except OSError as exc:
-            where = f" ({exc.filename})" if exc.filename else ""
-            raise TransportError("fetch", rel, f"{exc.strerror or exc}{where}") from None
-        return sorted(out)
-
-    def _source(self, rel: str, action: str) -> Path:
-        src = self._path(rel, action)
-        if not src.is_dir():
-            raise TransportError(action, rel,
-                                 f"no such directory in the master home {self.root}")
-        return src
-
-    def _mirror(self, src: Path, dst: Path, src_root: Path, rel: str, exclude: Exclude | None,
-                max_size: int | None, prefix: str) -> int:
-        """Mirror one directory level and recurse; returns the number of files copied.
-
-        ``prefix`` is ``src`` relative to the fetched root, with a trailing ``/`` (or "").
-        """
-        files, dirs, _skipped = self._listing(src, src_root, rel, exclude, max_size, prefix)
-        # Delete first what the master no longer has (or has as the other kind), so a file
-        # turned directory (or back) can take its place.  What was left out is not in
-        # ``files``/``dirs`` either, so it goes too (rsync --delete-excluded).
-        with os.scandir(dst) as it:
-            for entry in it:
-                if entry.name in files:
-                    if entry.is_file(follow_symlinks=False):
-                        continue
-                elif entry.name in dirs:
-                    if entry.is_dir(follow_symlinks=False):
-                        continue
-                _remove(Path(entry.path))
-        copied = 0
-        for name, st in files.items():
-            target = dst / name
-            try:
-                have = target.lstat()
-            except FileNotFoundError:
-                have = None
-            if have is not None and have.st_size == st.st_size and \
-                    have.st_mtime_ns == st.st_mtime_ns:
-                continue  # unchanged since the last fetch: rsync's quick check
-            if _copy_atomic(src / name, target):
-                copied += 1
-        for name in dirs:
-            (dst / name).mkdir(exist_ok=True)
-            copied += self._mirror(src / name, dst / name, src_root, rel, exclude, max_size,
-                                   f"{prefix}{name}/")
-        return copied
-
-    def _listing(self, src: Path, src_root: Path, rel: str, exclude: Exclude | None,
-                 max_size: int | None, prefix: str
-                 ) -> tuple[dict[str, os.stat_result], list[str], list[str]]:
-        """One level of ``src``: (files to copy with their stats, directories to descend,
-        names left out for a reason other than ``exclude``).  The single place that decides
-        what a mirror holds, shared by :meth:`_mirror` and :meth:`left_out`."""
-        files: dict[str, os.stat_result] = {}
-        dirs: list[str] = []
-        skipped: list[str] = []
-        with os.scandir(src) as it:
-            for entry in it:
-                kind = self._kind(entry, src_root, rel)
-                if kind is None:
-                    skipped.append(entry.name)
-                elif isinstance(kind, str):  # "dir"
-                    if exclude is None or not exclude(f"{prefix}{entry.name}/"):
-                        dirs.append(entry.name)
-                elif exclude is not None and exclude(prefix + entry.name):
-                    pass  # excluded: not listed, so _mirror deletes any copy in dest
-                elif max_size is not None and kind.st_size > max_size:
-                    # rsync --max-size: "larger than", so a file of exactly max_size goes.
-                    log.warning("fetch %s: not copying %s%s: %d bytes, over the %d-byte "
-                                "limit", rel, prefix, entry.name, kind.st_size, max_size)
-                    skipped.append(entry.name)
-                else:
-                    files[entry.name] = kind
-        return files, dirs, skipped
-
-    @staticmethod
-    def _kind(entry: os.DirEntry[str], src_root: Path, rel: str) -> str | os.stat_result | None:
-        """"dir", the stat of a regular file to copy, or None for an entry to leave out."""
-        if entry.name.startswith(TEMP_PREFIX):
-            return None  # someone else's copy in flight
-        if entry.is_symlink():
-            # Follow a link only to a regular file inside the tree: never out of it, and
-            # never to a directory (that could loop back on an ancestor).
-            try:
-                target = Path(entry.path).resolve(strict=True)
-                target.relative_to(src_root)
-                st = target.stat()
-            except (OSError, ValueError, RuntimeError):
-                log.warning("fetch %s: skipping symlink %s: it leaves the tree or dangles",
-                            rel, entry.path)
-                return None
-            if stat.S_ISREG(st.st_mode):
-                return st
-            log.warning("fetch %s: skipping symlink %s: not a regular file", rel, entry.path)
-            return None
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                return "dir"
-            if entry.is_file(follow_symlinks=False):
-                return entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            return None  # vanished while we looked; the next fetch settles it
-        log.warning("fetch %s: skipping %s: not a regular file or directory", rel, entry.path)
-        return None
+        """What ``fetch_tree(rel, ..., exclude, max_size)`` would leave out beyond
+        ``exclude`` (see :func:`cluster.runtime.mirror.left_out`)."""
+        return mirror.left_out(self._path(rel, "fetch"), exclude=exclude, max_size=max_size,
+                               label=rel)
 
     # -- write ---------------------------------------------------------------------------------
     def upload(self, src: Path, rel: str) -> None:
@@ -273,45 +125,9 @@ class LocalTransport:
             raise TransportError("upload", rel, "is a directory on the master")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            _copy_atomic(Path(src), target)
+            mirror.copy_file(Path(src), target)
         except OSError as exc:
             raise TransportError("upload", rel, exc.strerror or str(exc)) from None
-
-
-def _copy_atomic(src: Path, dst: Path) -> bool:
-    """Copy ``src`` (contents, mode, times) to ``dst`` via a temp file and a rename.
-
-    Returns False when ``src`` vanished before it could be read (logged; the next fetch
-    settles it).  Other OSErrors propagate; the temp file never stays behind.
-    """
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=TEMP_PREFIX)
-    os.close(fd)
-    try:
-        shutil.copy2(src, tmp)
-        os.replace(tmp, dst)
-    except FileNotFoundError as exc:
-        _unlink_quietly(tmp)
-        if exc.filename == str(src) or not src.exists():
-            log.warning("copy %s: vanished on the master while copying; skipped", src)
-            return False
-        raise
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-    return True
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _remove(path: Path) -> None:
-    # lstat-based: a symlink in the mirror is removed itself, never what it points to.
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
 
 
 def make_transport(cfg: Config) -> Transport:

@@ -21,7 +21,7 @@ wording::
     Nodes lost during the run:
     N late duplicate result(s) ignored.
 
-The "seen before" list comes from the ``md5sum.cache`` (:mod:`cluster.md5cache`): pass the
+The "seen before" list comes from the ``md5sum.cache`` (:mod:`cluster.report.md5cache`): pass the
 loaded cache as ``seen``.  A test whose md5 changed, but whose new digest (its md5, or its
 error code if it errored) is in the cache, is listed there instead of under Differences, and
 its error transition is not listed either (§2.9 "unless archive-matched").  The cache is
@@ -211,10 +211,10 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
             seen: SeenCache | None = None) -> Comparison:
     """Compare *current* with *previous* (None: no previous run, this run is the baseline).
 
-    *previous* is a table in memory or a :class:`~cluster.tab.TabFile`: the two are merged
+    *previous* is a table in memory or a :class:`~cluster.report.tab.TabFile`: the two are merged
     in one pass in name order, so a million-row previous table is never held in memory,
     only the entries of the tests the lists name.  *products*, tested-product words as for
-    :func:`cluster.tab.merge_baseline`, limits the per-group ``counts`` to those products'
+    :func:`cluster.report.tab.merge_baseline`, limits the per-group ``counts`` to those products'
     tests, as compare.pl's ``products`` argument does; None counts every current test.
     *seen* is the md5 cache: a test whose md5 changed to a digest it holds goes to
     ``archive_matches`` (None: no cache, nothing matches).
@@ -265,7 +265,7 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
             differs = md5 != before.md5
             # The cache is asked only about a changed md5: one lookup per differing test.
             # An errored test is looked up by its error code, the digest the cache stores
-            # for it (see cluster.md5cache on compare.pl's "0" key, which never matched).
+            # for it (see cluster.report.md5cache on compare.pl's "0" key, which never matched).
             hit = seen.lookup(name, digest_of(error, md5)) if differs and seen is not None else None
             if hit is not None:
                 # compare.pl lists an archive-matched test once, in @archiveMatch, and

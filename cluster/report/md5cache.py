@@ -101,7 +101,7 @@ def _rows(path: Path, newest: Callable[[str], str | None] | None = None,
 
     Only the columns the cache needs are checked (no float parsing: a rebuild reads up to
     50 tables of a million lines).  A malformed line is logged with its line number and
-    skipped, as :func:`cluster.tab.read_tab` does.  A missing file logs and yields nothing.
+    skipped, as :func:`cluster.report.tab.read_tab` does.  A missing file logs and yields nothing.
 
     *newest* (the newest table's digest of a name) leaves out, before any other work, the
     lines of tests that ran without error and gave the newest table's md5: almost every

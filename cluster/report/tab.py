@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from cluster.records import JobResult
+from cluster.runtime import fsutil
 
 logger = logging.getLogger("cluster.tab")
 
@@ -39,10 +38,6 @@ COLUMNS = 10
 #: Malformed lines logged one by one per file; the rest are counted in one summary line, so
 #: a mangled table of a million lines does not flood the master's log.
 MAX_LOGGED = 20
-
-#: Mode of a newly created table when there is no older file to take the mode from
-#: (``tempfile`` creates 0600, which would hide the table from dashboards and CGI readers).
-NEW_FILE_MODE = 0o644
 
 #: Tested-product words that name a two-stage variant of gs rather than a product column of
 #: their own.  Every other word is its own product column ("gs" -> "gs", "mupdf" -> "mupdf").
@@ -285,11 +280,11 @@ def entries(table: Previous) -> Iterator[Entry]:
 def write_tab(path: Path, rows: Iterable[TabRow]) -> None:
     """Write *rows* to *path* sorted by name, replacing the file atomically.
 
-    Every row given is written (the caller dedupes; a :data:`Table` already is).  The text
-    goes to a temporary file in the same directory, is fsync'ed, and is renamed over *path*
-    with ``os.replace``: readers see the old table or the new one, never a torn one, and a
-    crash leaves no temporary file behind.  The new file keeps the mode of the one it
-    replaces, or gets :data:`NEW_FILE_MODE`.
+    Every row given is written (the caller dedupes; a :data:`Table` already is).  The write
+    is :func:`cluster.runtime.fsutil.atomic_writer`'s, fsync'ed (a table is the baseline of
+    later runs): readers see the old table or the new one, never a torn one, a failure
+    leaves no temporary file behind, and the new file keeps the mode of the one it replaces
+    (0644 for a new one, so dashboards and CGI readers can read it).
     """
     write_tab_lines(path, (row.line() for row in sorted(rows, key=lambda r: r.name)))
 
@@ -300,34 +295,17 @@ def write_tab_lines(path: Path, lines: Iterable[str]) -> None:
     The lines are streamed to the temporary file, so a million of them never sit in memory
     as one text.
     """
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = NEW_FILE_MODE
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            chunk: list[str] = []
-            for line in lines:
-                chunk.append(line)
-                if len(chunk) >= 8192:
-                    chunk.append("")
-                    f.write("\n".join(chunk))
-                    chunk.clear()
-            if chunk:
+    with fsutil.atomic_writer(path) as f:
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) >= 8192:
                 chunk.append("")
                 f.write("\n".join(chunk))
-            f.flush()
-            os.fsync(f.fileno())
-            os.fchmod(f.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        # BaseException so that a KeyboardInterrupt mid-write also removes the temp file.
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+                chunk.clear()
+        if chunk:
+            chunk.append("")
+            f.write("\n".join(chunk))
 
 
 def collate(results: Iterable[JobResult], rev: str) -> Table:
@@ -380,7 +358,7 @@ def merged_lines(old: Previous, new: Mapping[str, TabRow],
 
     A merge of two name-ordered streams: *old* (a :class:`TabFile` is read as it goes) and
     the names of *new*.  For a *new* of a million rows made on demand
-    (:class:`cluster.runstate.ResultTable`) a table with a ``line(name)`` method gives its
+    (:class:`cluster.master.results.ResultTable`) a table with a ``line(name)`` method gives its
     lines without TabRows.  Neither table is ever held whole.
     """
     tested = product_columns(tested_products)

@@ -82,7 +82,7 @@ def user_report(current: Mapping[str, TabRow], baseline: Previous | None,
 
     *current* is this run's table; *baseline* the baseline (``tables/current.tab``) or None
     if there is none yet; *previous_push* the table of the user's previous push or None
-    (each a table in memory or a :class:`~cluster.tab.TabFile`).  *seen* is the md5 cache,
+    (each a table in memory or a :class:`~cluster.report.tab.TabFile`).  *seen* is the md5 cache,
     used by both comparisons as compare.pl did.  The rest as for :func:`render_user_report`.
     """
     vs_baseline, vs_push = comparisons(current, baseline, previous_push, seen)
@@ -106,10 +106,10 @@ def render_user_report(current: Mapping[str, TabRow], vs_baseline: Comparison,
 
     *vs_baseline* compares *current* with the baseline (a baseline comparison when there is
     none), *vs_push* with the user's previous push (None: the first push).
-    ``facts.header`` (the run header, :func:`cluster.master.run_header`) comes first, once;
-    lost nodes and late duplicates are reported once, in the first comparison.  *clean* is
-    the master's clean tree of the pushed product (None: there is none), *pushed* the tree
-    the user pushed.
+    ``facts.header`` (the run header, :func:`cluster.master.clustermaster.run_header`) comes
+    first, once; lost nodes and late duplicates are reported once, in the first comparison.
+    *clean* is the master's clean tree of the pushed product (None: there is none), *pushed*
+    the tree the user pushed.
     """
     out: list[str] = []
     if facts.header:

@@ -31,7 +31,7 @@ import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import IO, Any, TextIO
 
 #: Permission bits of a file that did not exist before.
 NEW_FILE_MODE = 0o644
@@ -49,19 +49,16 @@ def _mode_for(path: Path, mode: int | None) -> int:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: Path | str, *, fsync: bool = True, mode: int | None = None,
-                  encoding: str = "utf-8") -> Iterator[TextIO]:
-    """Yield a text file whose content replaces ``path`` atomically when the block ends.
-
-    For text too large to build in memory (a million-line table): write it in pieces.  An
-    exception inside the block leaves ``path`` as it was and removes the temporary file.
-    """
-    path = Path(path)
+def _replacing(path: Path, binary: bool, fsync: bool, mode: int | None,
+               encoding: str) -> Iterator[IO[Any]]:
+    """Yield a temporary file beside ``path``; on a clean exit it replaces ``path``."""
     final_mode = _mode_for(path, mode)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
                                suffix=TEMP_SUFFIX)
     try:
-        with os.fdopen(fd, "w", encoding=encoding, newline="\n") as fh:
+        fh: IO[Any] = (os.fdopen(fd, "wb") if binary
+                       else os.fdopen(fd, "w", encoding=encoding, newline="\n"))
+        with fh:
             yield fh
             fh.flush()
             if fsync:
@@ -75,6 +72,18 @@ def atomic_writer(path: Path | str, *, fsync: bool = True, mode: int | None = No
         raise
 
 
+@contextlib.contextmanager
+def atomic_writer(path: Path | str, *, fsync: bool = True, mode: int | None = None,
+                  encoding: str = "utf-8") -> Iterator[TextIO]:
+    """Yield a text file whose content replaces ``path`` atomically when the block ends.
+
+    For text too large to build in memory (a million-line table): write it in pieces.  An
+    exception inside the block leaves ``path`` as it was and removes the temporary file.
+    """
+    with _replacing(Path(path), False, fsync, mode, encoding) as fh:
+        yield fh  # type: ignore[misc]  # opened in text mode above
+
+
 def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *, fsync: bool = True,
                  mode: int | None = None, encoding: str = "utf-8") -> None:
     """Replace ``path`` with ``data`` (text, bytes, or an iterable of text pieces) atomically.
@@ -82,26 +91,8 @@ def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *, fsync: 
     See the module docstring for the contract.  Bytes are written as they are; text is
     encoded with ``encoding`` and written with ``\\n`` line ends.
     """
-    path = Path(path)
-    if isinstance(data, bytes):
-        final_mode = _mode_for(path, mode)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
-                                   suffix=TEMP_SUFFIX)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                if fsync:
-                    os.fsync(fh.fileno())
-                os.fchmod(fh.fileno(), final_mode)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        return
-    with atomic_writer(path, fsync=fsync, mode=mode, encoding=encoding) as fh:
-        if isinstance(data, str):
+    with _replacing(Path(path), isinstance(data, bytes), fsync, mode, encoding) as fh:
+        if isinstance(data, (str, bytes)):
             fh.write(data)
         else:
             for piece in data:

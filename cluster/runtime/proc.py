@@ -11,6 +11,10 @@ Contract of :func:`run`:
 * stdin is ``/dev/null`` unless ``input`` is given, so no child ever waits on a terminal;
 * output is captured (``stdout``/``stderr`` left ``None``) or sent to an open file the
   caller owns (a build log); ``stderr=STDOUT`` merges the two;
+* ``stop`` (a :class:`cluster.runtime.service.StopFlag`, or anything with ``is_set()``)
+  is looked at every :data:`STOP_POLL` seconds while the command runs; once set, the group
+  is stopped as on a timeout and the result says ``stopped`` (a daemon told to leave does not
+  leave a build running behind it);
 * the :class:`Result` carries the exit status, what was captured, the elapsed time and
   whether the timeout fired; :meth:`Result.check` turns a failure into
   :class:`ProcessError` whose message names the command, the status and the tail of its
@@ -30,7 +34,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from cluster.errors import ClusterError
 
@@ -43,7 +47,16 @@ KILL_GRACE = 5.0
 #: How much of a failed command's output a :class:`ProcessError` message keeps [characters].
 TAIL_CHARS = 2000
 
+#: How often a run with a ``stop`` flag looks at it [seconds].
+STOP_POLL = 0.25
+
 Output = IO[Any] | int | None
+
+
+class Stoppable(Protocol):
+    """A stop request (``cluster.runtime.service.StopFlag``, ``threading.Event``)."""
+
+    def is_set(self) -> bool: ...
 
 
 class ProcessError(ClusterError):
@@ -60,11 +73,12 @@ class Result:
     stderr: bytes
     elapsed: float
     timed_out: bool = False
+    stopped: bool = False
 
     @property
     def ok(self) -> bool:
-        """Exited with status 0 before the timeout."""
-        return self.returncode == 0 and not self.timed_out
+        """Exited with status 0 before the timeout, without being stopped."""
+        return self.returncode == 0 and not self.timed_out and not self.stopped
 
     def text(self, which: str = "stdout") -> str:
         """``stdout`` or ``stderr`` decoded as UTF-8 (bad bytes replaced)."""
@@ -75,6 +89,8 @@ class Result:
         """The outcome in words: "exit status 2", "timed out after 60 s", "terminated by ..."."""
         if self.timed_out:
             return f"timed out after {timeout:g} s" if timeout is not None else "timed out"
+        if self.stopped:
+            return "stopped on request"
         return describe_status(self.returncode)
 
     def check(self, what: str | None = None, timeout: float | None = None) -> Result:
@@ -130,7 +146,7 @@ def spawn(argv: Sequence[str] | str, *, cwd: Path | str | None = None,
 def run(argv: Sequence[str] | str, *, timeout: float | None, cwd: Path | str | None = None,
         env: Mapping[str, str] | None = None, input: bytes | None = None,
         stdout: Output = None, stderr: Output = None, shell: bool = False,
-        kill_grace: float = KILL_GRACE) -> Result:
+        kill_grace: float = KILL_GRACE, stop: Stoppable | None = None) -> Result:
     """Run a command to its end or its timeout; see the module docstring for the contract.
 
     ``timeout`` is required (keyword) so that every call site says how long it may take;
@@ -147,12 +163,27 @@ def run(argv: Sequence[str] | str, *, timeout: float | None, cwd: Path | str | N
             start_new_session=True)
     except OSError as exc:
         raise ProcessError(f"cannot start {command_text(argv)}: {exc}") from None
-    timed_out = False
+    timed_out = stopped = False
+    deadline = None if timeout is None else started + timeout
     try:
-        out, err = proc.communicate(input=input, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        out, err = _stop(proc, kill_grace)
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if stop is not None:
+                left = STOP_POLL if left is None else min(left, STOP_POLL)
+            try:
+                # communicate() may be called again after its timeout: the input already
+                # sent and the output already read are kept.
+                out, err = proc.communicate(input=input, timeout=left)
+                break
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    timed_out = True
+                elif stop is not None and stop.is_set():
+                    stopped = True
+                else:
+                    continue
+                out, err = _stop(proc, kill_grace)
+                break
     except BaseException:
         # An interrupt in the caller must not leave the child's tree running.
         kill_tree(proc.pid)
@@ -160,7 +191,7 @@ def run(argv: Sequence[str] | str, *, timeout: float | None, cwd: Path | str | N
             proc.communicate(timeout=kill_grace)
         raise
     return Result(argv, proc.returncode, out or b"", err or b"",
-                  time.monotonic() - started, timed_out)
+                  time.monotonic() - started, timed_out, stopped)
 
 
 def _stop(proc: subprocess.Popen[bytes], grace: float) -> tuple[bytes, bytes]:

@@ -59,6 +59,17 @@ class StopFlag:
     def hard(self) -> bool:
         return self.count > 1
 
+    def wait(self, seconds: float, clock: Clock | None = None, poll: float = STOP_POLL) -> bool:
+        """Sleep up to ``seconds`` on ``clock``, in slices of ``poll``; True if stopped."""
+        clock = clock or SystemClock()
+        deadline = clock.monotonic() + seconds
+        while not self.is_set():
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                break
+            clock.sleep(min(poll, left))
+        return self.is_set()
+
 
 def install_signal_handlers(flag: StopFlag,
                             signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)
@@ -77,14 +88,3 @@ def install_signal_handlers(flag: StopFlag,
             signal.signal(s, h)
 
     return restore
-
-    def wait(self, seconds: float, clock: Clock | None = None, poll: float = STOP_POLL) -> bool:
-        """Sleep up to ``seconds`` on ``clock``, in slices of ``poll``; True if stopped."""
-        clock = clock or SystemClock()
-        deadline = clock.monotonic() + seconds
-        while not self.is_set():
-            left = deadline - clock.monotonic()
-            if left <= 0:
-                break
-            clock.sleep(min(poll, left))
-        return self.is_set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from cluster.defaults import AUTO_PRIORITY
 from cluster.errors import QueueLineError
 from cluster.home import Home
 from cluster.queue import QueueFile, RunSpec
@@ -20,7 +21,6 @@ from cluster.queue import QueueFile, RunSpec
 log = logging.getLogger("cluster.auto")
 
 SCHEDULES = ("nightly", "weekly")
-AUTO_PRIORITY = 2
 MAX_JOBDEF_BYTES = 4096
 
 
@@ -41,7 +41,7 @@ def enqueue(home: Home, schedule: str, names: list[str] | None = None) -> list[R
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
     root = home.root / "auto" / schedule
-    queue = QueueFile(home.queue(AUTO_PRIORITY), home.queue_lock(AUTO_PRIORITY))
+    queue = QueueFile.for_priority(home, AUTO_PRIORITY)
     wanted = set(names or [])
     added: list[RunSpec] = []
     found: set[str] = set()

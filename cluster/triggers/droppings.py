@@ -1,34 +1,32 @@
-"""Phase 1 of clustermaster: finding new runs and putting them in the queue.
+"""Priority 0's requests: the droppings clusterpush leaves beside the trees it pushes.
 
-A discoverer is ``f(home, cfg, queue) -> list[RunSpec]``: it appends what it finds to the
-queue itself (so a request is consumed only once it is safely queued) and returns what it
-added.  :data:`DISCOVERERS` lists them per priority:
-
-* priority 0: :func:`scan_user_droppings`, the droppings clusterpush leaves in user trees;
-* priority 1: :func:`cluster.commits.poll`, new commits of the configured git repositories
-  (the post-receive/post-commit hook queues them too, at once; a commit is queued once);
-* priority 2: nothing here, cron's enqueue_auto.py appends to the queue itself.
+A dropping is ``users/<user>/<tree>/cluster_command.run`` in the master home, holding one
+queue line ``user <user> <products> [options]`` (written atomically, after the tree).
+:func:`scan_user_droppings` (priority 0's discoverer, see :mod:`cluster.triggers.discovery`)
+turns each into a queued run and removes it, or sets a bad one aside.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from cluster.config import Config
 from cluster.errors import QueueLineError
 from cluster.home import Home
 from cluster.queue import QueueFile, RunSpec
-from cluster.triggers.git import commits
 
 log = logging.getLogger("cluster.discovery")
 
 DROPPING = "cluster_command.run"
 MAX_DROPPING_BYTES = 4096
 
-Discoverer = Callable[[Home, Config, QueueFile], list[RunSpec]]
+
+def waiting(home: Home) -> list[Path]:
+    """The droppings waiting in ``home``, in name order."""
+    return sorted(home.users.glob(f"*/*/{DROPPING}"))
 
 
 def scan_user_droppings(home: Home, cfg: Config, queue: QueueFile) -> list[RunSpec]:
@@ -40,9 +38,7 @@ def scan_user_droppings(home: Home, cfg: Config, queue: QueueFile) -> list[RunSp
     renamed to ``cluster_command.run.rejected`` (nothing is lost) and logged with the reason.
     """
     found: list[RunSpec] = []
-    if not home.users.is_dir():
-        return found
-    for path in sorted(home.users.glob(f"*/*/{DROPPING}")):
+    for path in waiting(home):
         user, tree = path.parent.parent.name, path.parent.name
         try:
             if path.is_symlink() or not path.is_file():
@@ -63,10 +59,8 @@ def scan_user_droppings(home: Home, cfg: Config, queue: QueueFile) -> list[RunSp
             continue
         if queue.append(spec):
             found.append(spec)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        except FileNotFoundError:
-            pass
     return found
 
 
@@ -75,46 +69,3 @@ def _set_aside(path: Path) -> None:
         os.replace(path, path.with_name(DROPPING + ".rejected"))
     except OSError as exc:
         log.error("could not set %s aside: %s", path, exc)
-
-
-DISCOVERERS: dict[int, list[Discoverer]] = {0: [scan_user_droppings], 1: [commits.poll],
-                                             2: []}
-
-
-class WorkWatcher:
-    """Tells the supervisor which priorities have new work, from a few stat calls.
-
-    A priority has new work when its queue file changed (a run was queued, or the running
-    one finished and was dequeued) and is not empty, or, for priority 0, when a clusterpush
-    dropping is waiting.  Call it as ``wakeup()`` -> priorities to start now.
-    """
-
-    def __init__(self, home: Home, priorities: tuple[int, ...] = (0, 1, 2)) -> None:
-        self.home = home
-        self.priorities = priorities
-        self.seen: dict[int, tuple[int, int]] = {p: self._signature(p) for p in priorities}
-        self.droppings: set[str] = set()
-
-    def _signature(self, priority: int) -> tuple[int, int]:
-        try:
-            st = os.stat(self.home.queue(priority))
-        except OSError:
-            return (0, 0)
-        return (st.st_mtime_ns, st.st_size)
-
-    def __call__(self) -> list[int]:
-        woken: list[int] = []
-        for p in self.priorities:
-            sig = self._signature(p)
-            if sig != self.seen[p]:
-                self.seen[p] = sig
-                if sig[1] > 0:
-                    woken.append(p)
-        if 0 in self.priorities:
-            # Only droppings not seen before: one that waits for phase 1 must not start a
-            # clustermaster at every poll.
-            now = {str(p) for p in self.home.users.glob(f"*/*/{DROPPING}")}
-            if now - self.droppings and 0 not in woken:
-                woken.append(0)
-            self.droppings = now
-        return woken

@@ -3,7 +3,7 @@
 The tree is mirrored to ``users/<user>/<tree>`` in the master home (``tree`` is ``ghostpdl``
 for gs, pdfwrite and ps2write, ``mupdf`` for mupdf), then a ``cluster_command.run``
 dropping holding the run's queue line is left beside it.  Priority-0 clustermasters pick
-droppings up in phase 1.  ``abort`` is :mod:`cluster.abort`.
+droppings up in phase 1.  ``abort`` is :mod:`cluster.master.abort`.
 
 What is sent (ARTIFEX §6.1/§6.2): the whole tree except what :func:`is_excluded` names
 (version control, build outputs, rendered images, the cluster's own droppings) and files
@@ -14,24 +14,23 @@ build.  Symlinks follow the transport's rule: one to a regular file inside the t
 as that file, any other (leaving the tree, dangling, naming a directory) is left out.
 
 Two copiers give the same result: ``rsync`` when it is on PATH (what the Perl used, and
-quick on a large tree that changed little), else :meth:`LocalTransport.fetch_tree` with the
-same exclusions.  The embedded default reaches the master home as a local (or shared)
-directory; the ssh route plugs in behind the same function later.
+quick on a large tree that changed little), else the Python copy with the same exclusions;
+both are :func:`cluster.runtime.mirror.mirror`.  The embedded default reaches the master
+home as a local (or shared) directory; the ssh route plugs in behind the same function later.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import subprocess
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.node.transport import TEMP_PREFIX, LocalTransport
 from cluster.queue import RunSpec
+from cluster.runtime import fsutil
+from cluster.runtime.mirror import mirror
 from cluster.triggers.droppings import DROPPING
 
 log = logging.getLogger("cluster.push")
@@ -73,7 +72,7 @@ def is_excluded(path: str) -> bool:
     """Whether the tree entry ``path`` is left out of a push.
 
     ``path`` is POSIX and relative to the tree's top, a directory's with a trailing ``/``
-    (the :data:`cluster.transport.Exclude` contract).  Only the last component is matched,
+    (the :data:`cluster.node.transport.Exclude` contract).  Only the last component is matched,
     case-sensitively, as rsync matches a pattern without a ``/``.
     """
     is_dir = path.endswith("/")
@@ -110,65 +109,11 @@ def push_tree(home: Home, tree: Path, spec: RunSpec, method: str = "auto") -> Pa
     target = home.users / spec.ref / spec.tree
     target.parent.mkdir(parents=True, exist_ok=True)
     source = tree.resolve()
-    if rsync is not None:
-        _rsync(rsync, source, target)
-    else:
-        LocalTransport(source.parent).fetch_tree(source.name, target, exclude=is_excluded,
-                                                 max_size=MAX_PUSH_BYTES)
-    dropping = target / DROPPING
-    tmp = target / f".{DROPPING}.{os.getpid()}.tmp"
-    tmp.write_text(spec.line() + "\n", encoding="utf-8")
-    os.replace(tmp, dropping)
+    # No timeout: the developer who pushes watches it (^C stops rsync's whole tree, see
+    # proc.run), and a first push of a large tree over a slow link may rightly take long.
+    mirror(source, target, exclude=is_excluded, max_size=MAX_PUSH_BYTES,
+           method="rsync" if rsync else "copy", label=source.name, timeout=None)
+    fsutil.atomic_write(target / DROPPING, spec.line() + "\n")
     log.info("queueing %s (tree %s -> %s by %s)", spec.line(), source, target,
              "rsync" if rsync else "copy")
     return target
-
-
-def _rsync(rsync: str, source: Path, target: Path) -> None:
-    """Sync ``source`` to ``target`` with rsync, leaving out what the copy would.
-
-    The pattern excludes cover :func:`is_excluded`.  What the transport's mirror leaves out
-    on its own (symlinks it does not follow, special files, files over the cap) is listed
-    by the same code (:meth:`LocalTransport.left_out`, which also logs each) and passed as
-    anchored literal excludes, so ``--copy-links`` then only ever dereferences a link to a
-    file inside the tree, and ``--delete-excluded`` removes a stale oversized copy just as
-    the mirror does.  ``--max-size`` stays as the backstop for a file that grows meanwhile.
-    """
-    unsent = LocalTransport(source.parent).left_out(source.name, exclude=is_excluded,
-                                                    max_size=MAX_PUSH_BYTES)
-    argv = [rsync, "-a", "--copy-links", "--no-D", "--delete", "--delete-excluded",
-            f"--max-size={MAX_PUSH_BYTES}", *rsync_excludes(),
-            # The transport skips its in-flight temp files in a source; so do we.
-            f"--exclude={TEMP_PREFIX}*",
-            # NUL-separated from stdin: any byte but NUL may be in a file name.
-            "--from0", "--exclude-from=-",
-            # Absolute paths (resolved): no name is taken for an option or a host:path, and
-            # the trailing slash syncs the tree's contents, not a directory inside target.
-            f"{source}/", f"{target}/"]
-    rules = b"".join(os.fsencode(_anchored(path)) + b"\0" for path in unsent)
-    log.debug("running %s", argv)
-    try:
-        done = subprocess.run(argv, input=rules, capture_output=True, check=False)
-    except OSError as exc:
-        raise ClusterError(f"cannot run {rsync}: {exc.strerror or exc}") from None
-    err = done.stderr.decode("utf-8", "replace").strip()
-    if done.returncode == 24:
-        # Files vanished while rsync ran (an editor's temp file): the copy skips those too.
-        log.warning("rsync: some files vanished during the push: %s", err)
-    elif done.returncode != 0:
-        tail = "\n".join(err.splitlines()[-10:])
-        raise ClusterError(f"rsync of {source} to {target} failed (exit status "
-                           f"{done.returncode}):\n{tail}")
-
-
-def _anchored(path: str) -> str:
-    """An rsync pattern matching exactly the entry ``path`` (relative to the transfer root).
-
-    The leading ``/`` anchors it at the root, and keeps a name starting with ``#``, ``;``,
-    ``- `` or ``+ `` from being read as a comment or a rule prefix.  rsync treats a
-    backslash as an escape only in a pattern with a wildcard character, so a path holding
-    one of ``*?[`` has those and every backslash escaped, any other path is taken literally.
-    """
-    if any(c in path for c in "*?["):
-        path = "".join("\\" + c if c in "\\*?[" else c for c in path)
-    return "/" + path

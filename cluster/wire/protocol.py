@@ -27,16 +27,38 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
+from cluster.config import Config
+
+# A node's name is a datatype (the config checks it too); re-exported for the wire's users.
+from cluster.datatypes import NODE_NAME as NODE_NAME
+from cluster.datatypes import valid_node_name as valid_node_name
+
+# The failure codes of seed 001 live in cluster.defaults; re-exported (``X as X``) for the
+# code that reads them off a Request.
+from cluster.defaults import FAILURE_BUILD as FAILURE_BUILD
+from cluster.defaults import FAILURE_NETWORK as FAILURE_NETWORK
+from cluster.defaults import FAILURE_TIMEOUTS as FAILURE_TIMEOUTS
 from cluster.errors import ProtocolError
 from cluster.records import ERROR_INTERNAL, MD5, TEST_ID, JobResult
+from cluster.wire.framing import (
+    Header,
+    LineFramer,
+    decode_lines,
+    integers,
+    matching,
+    one_line,
+    parse_headers,
+    text,
+)
 
-NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 
 TERMINATORS = ("OK", "ABORT")
-DEFAULT_MAX_LINE = 65536
-DEFAULT_MAX_LINES = 200000
+#: The limits a master applies unless configured otherwise (the config table's defaults).
+DEFAULT_MAX_LINE: int = Config.max_line_bytes
+DEFAULT_MAX_LINES: int = Config.max_request_lines
 
 # Reply verbs.
 ABORT = "ABORT"
@@ -46,14 +68,28 @@ CONTINUE = "CONTINUE"
 JOBS = "JOBS"
 VERBS = (ABORT, BUILD, UPLOAD, CONTINUE, JOBS)
 
-# Failure codes of seed 001.
-FAILURE_BUILD = -1
-FAILURE_NETWORK = 1
-FAILURE_TIMEOUTS = 2
+
+def _failure(value: str) -> tuple[int, str]:
+    code, _, reason = value.partition(" ")
+    try:
+        return int(code), reason
+    except ValueError:
+        raise ValueError("takes an integer code and an optional reason") from None
 
 
-def valid_node_name(name: str) -> bool:
-    return NODE_NAME.fullmatch(name) is not None
+#: The request headers (see the module docstring) and the Request fields they set.
+REQUEST_HEADERS: dict[str, Header] = {
+    "node": matching("node", NODE_NAME, "takes a node name: 1-64 of [A-Za-z0-9._-]"),
+    "id": matching("job_id", JOB_ID, "takes a job id: 1-64 of [A-Za-z0-9._:-]",
+                   empty_ok=True),
+    "caps": text("caps"),
+    "jobs": integers("pending", "running", minimum=0),
+    "slots": integers("slots", minimum=0),
+    "busy": Header(("busy",), lambda value: (value or "yes",)),
+    "failure": Header(("failure", "failure_reason"), _failure),
+    "status": text("status"),
+    "timeouts": integers("timeouts", "max_timeouts", minimum=0),
+}
 
 
 @dataclass(frozen=True)
@@ -87,28 +123,6 @@ class Reply:
     verb: str
     jobs: tuple[str, ...] = field(default=())
     reason: str = ""
-
-
-def _ints(value: str, count: int, header: str, lineno: int, line: str) -> list[int]:
-    words = value.split()
-    if len(words) != count:
-        raise ProtocolError(f"header {header!r} takes {count} integer(s)", line, lineno)
-    try:
-        return [int(w) for w in words]
-    except ValueError:
-        raise ProtocolError(f"header {header!r} takes integers", line, lineno) from None
-
-
-def decode_lines(data: bytes, what: str = "request") -> list[str]:
-    """``data`` as text lines (a final newline does not make an empty last line)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"{what} is not UTF-8 text (byte {exc.start})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
 
 
 def parse_result(value: str, machine: str = "") -> JobResult:
@@ -190,53 +204,16 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
         fast = _parse_fast(lines, max_line)
         if fast is not None:
             return fast
-    node = ""
-    values: dict[str, object] = {}
-    results: list[tuple[int, str]] = []
-    for lineno, raw in enumerate(lines[:-1], 1):
-        line = raw.rstrip("\r")
-        if len(raw) > max_line:
-            raise ProtocolError(f"line longer than {max_line} bytes", line, lineno)
-        if not line:
-            continue
-        var, _, value = line.partition(" ")
-        if var == "result":
-            results.append((lineno, value))
-        elif var == "node":
-            if not valid_node_name(value):
-                raise ProtocolError("node name must be 1-64 of [A-Za-z0-9._-]", line, lineno)
-            node = value
-        elif var == "id":
-            if value and not JOB_ID.fullmatch(value):
-                raise ProtocolError("job id must be 1-64 of [A-Za-z0-9._:-]", line, lineno)
-            values["job_id"] = value
-        elif var == "jobs":
-            values["pending"], values["running"] = _ints(value, 2, var, lineno, line)
-        elif var == "timeouts":
-            values["timeouts"], values["max_timeouts"] = _ints(value, 2, var, lineno, line)
-        elif var == "slots":
-            (values["slots"],) = _ints(value, 1, var, lineno, line)
-        elif var == "failure":
-            code, _, reason = value.partition(" ")
-            (values["failure"],) = _ints(code, 1, var, lineno, line)
-            values["failure_reason"] = reason
-        elif var in ("caps", "status"):
-            values[var] = value
-        elif var == "busy":
-            values["busy"] = value or "yes"
-        # Any other header is ignored: the format is meant to grow (seed 001).
-    if not node:
-        raise ProtocolError("request has no 'node <name>' header")
-    for key in ("pending", "running", "slots", "timeouts", "max_timeouts"):
-        if int(values.get(key, 0)) < 0:  # type: ignore[call-overload]
-            raise ProtocolError(f"{key} must not be negative")
+    values, results = parse_headers(lines[:-1], REQUEST_HEADERS, max_line=max_line,
+                                    collect="result")
+    node = _node(values)
     leaving = lines[-1].rstrip("\r") == "ABORT"
     problems: list[str] = []
     if canonical:
         texts: list[str] = []
-        fast = CANONICAL_RESULT.fullmatch
+        fast_match = CANONICAL_RESULT.fullmatch
         for lineno, value in results:
-            if fast(value) is not None:
+            if fast_match(value) is not None:
                 texts.append(value)
                 continue
             try:
@@ -247,7 +224,7 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
                 if TEST_ID.fullmatch(name):
                     texts.append(internal_error_result(name))
         return Request(node=node, result_lines=tuple(texts), problems=tuple(problems),
-                       leaving=leaving, **values)  # type: ignore[arg-type]
+                       leaving=leaving, **values)
     parsed: list[JobResult] = []
     for lineno, value in results:
         try:
@@ -259,7 +236,16 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
                 parsed.append(JobResult(name, ERROR_INTERNAL, 0.0, 0.0, 0.0, "0", "unknown",
                                         node))
     return Request(node=node, results=tuple(parsed), problems=tuple(problems),
-                   leaving=leaving, **values)  # type: ignore[arg-type]
+                   leaving=leaving, **values)
+
+
+def _node(values: dict[str, Any]) -> str:
+    """The ``node`` header's value, taken out of ``values`` (the other fields stay)."""
+    node = values.pop("node", "")
+    if not node:
+        raise ProtocolError("request has no 'node <name>' header (expected one naming the "
+                            "node)")
+    return str(node)
 
 
 #: A whole ``result`` line whose value is canonical (for findall over a request's text).
@@ -275,51 +261,23 @@ def _parse_fast(lines: list[str], max_line: int) -> Request | None:
     parse takes over (and names the line of any problem).
     """
     body = lines[:-1]
-    text = "\n".join(body)
-    if "\r" in text or (len(text) > max_line and max(map(len, body)) > max_line):
+    joined = "\n".join(body)
+    if "\r" in joined or (len(joined) > max_line and max(map(len, body)) > max_line):
         return None
-    texts = _CANONICAL_LINE.findall(text)
+    texts = _CANONICAL_LINE.findall(joined)
     others = [line for line in body if not line.startswith("result ")]
     if len(texts) != len(body) - len(others):
         return None
-    node = ""
-    values: dict[str, object] = {}
     try:
-        for line in others:
-            var, _, value = line.partition(" ")
-            if var == "node":
-                if not valid_node_name(value):
-                    return None
-                node = value
-            elif var == "id":
-                if value and not JOB_ID.fullmatch(value):
-                    return None
-                values["job_id"] = value
-            elif var == "jobs":
-                values["pending"], values["running"] = _ints(value, 2, var, 0, line)
-            elif var == "slots":
-                (values["slots"],) = _ints(value, 1, var, 0, line)
-            elif var == "timeouts":
-                values["timeouts"], values["max_timeouts"] = _ints(value, 2, var, 0, line)
-            elif var == "failure":
-                code, _, reason = value.partition(" ")
-                (values["failure"],) = _ints(code, 1, var, 0, line)
-                values["failure_reason"] = reason
-            elif var in ("caps", "status"):
-                values[var] = value
-            elif var == "busy":
-                values["busy"] = value or "yes"
-            elif var == "result":
-                return None  # "result" alone: malformed, described by the slow path
+        values, bare = parse_headers(others, REQUEST_HEADERS, max_line=max_line,
+                                     collect="result")
+        node = _node(values)
     except ProtocolError:
         return None
-    if not node:
-        return None
-    for key in ("pending", "running", "slots", "timeouts", "max_timeouts"):
-        if int(values.get(key, 0)) < 0:  # type: ignore[call-overload]
-            return None
+    if bare:
+        return None  # "result" alone: malformed, described by the slow path
     return Request(node=node, result_lines=tuple(texts), leaving=lines[-1] == "ABORT",
-                   **values)  # type: ignore[arg-type]
+                   **values)
 
 
 def format_request(req: Request) -> bytes:
@@ -335,9 +293,9 @@ def format_request(req: Request) -> bytes:
     if req.busy:
         out.append(f"busy {req.busy}")
     if req.failure:
-        out.append(f"failure {req.failure} {req.failure_reason}".rstrip())
+        out.append(f"failure {req.failure} {one_line(req.failure_reason)}".rstrip())
     if req.status:
-        out.append(f"status {_one_line(req.status)}")
+        out.append(f"status {one_line(req.status)}")
     out.append(f"timeouts {req.timeouts} {req.max_timeouts}")
     out.extend(format_result(r) for r in req.results)
     out.extend("result " + text for text in req.result_lines)
@@ -345,71 +303,16 @@ def format_request(req: Request) -> bytes:
     return ("\n".join(out) + "\n").encode("utf-8")
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+class RequestFramer(LineFramer):
+    """Collects a request from a byte stream (see :class:`~cluster.wire.framing.LineFramer`):
+    complete at its OK or ABORT line, within ``max_line`` bytes a line and ``max_lines``
+    lines."""
 
-
-class RequestFramer:
-    """Collects a request from a byte stream, enforcing the limits as bytes arrive.
-
-    ``feed(chunk)`` returns the complete request (up to and including the OK/ABORT line)
-    once it has arrived, else None; it raises ProtocolError as soon as a line grows past
-    ``max_line`` bytes or the line count past ``max_lines``, so a hostile peer cannot make
-    the master buffer without bound.  Bytes after the terminator are ignored.
-    """
-
-    __slots__ = ("buf", "line_start", "lines", "max_line", "max_lines")
+    __slots__ = ()
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE,
                  max_lines: int = DEFAULT_MAX_LINES) -> None:
-        self.buf = bytearray()
-        self.line_start = 0
-        self.lines = 0
-        self.max_line = max_line
-        self.max_lines = max_lines
-
-    def feed(self, chunk: bytes) -> bytes | None:
-        buf = self.buf
-        buf += chunk
-        start = self.line_start
-        # The first terminator line (at start, or after a newline) among the complete lines.
-        found = _TERMINATOR.match(buf, start) or _TERMINATOR_AFTER_NL.search(buf, start)
-        end = found.end() if found is not None else buf.rfind(b"\n") + 1
-        if end > start:
-            if end - start > self.max_line + 1:
-                # Some complete line may be too long: look at each (names the first one).
-                self._check_lines(start, end)
-            lines = self.lines + buf.count(b"\n", start, end)
-            if found is not None:
-                if lines - 1 > self.max_lines:
-                    raise ProtocolError(f"request has more than {self.max_lines} lines")
-                return bytes(buf[:end])
-            self.lines = lines
-            self.line_start = start = end
-            if lines > self.max_lines:
-                raise ProtocolError(f"request has more than {self.max_lines} lines")
-        if len(buf) - start > self.max_line:
-            raise ProtocolError(f"line longer than {self.max_line} bytes",
-                                lineno=self.lines + 1)
-        return None
-
-    def _check_lines(self, start: int, end: int) -> None:
-        buf = self.buf
-        lineno = self.lines
-        while start < end:
-            nl = buf.find(b"\n", start, end)
-            lineno += 1
-            if nl - start > self.max_line:
-                raise ProtocolError(f"line longer than {self.max_line} bytes", lineno=lineno)
-            if lineno > self.max_lines + 1:
-                return  # the caller reports the line count
-            start = nl + 1
-
-
-#: A line OK or ABORT (an optional CR before the newline), where the request ends: at the
-#: start of the unread lines, or after a newline (a literal first byte: a fast search).
-_TERMINATOR = re.compile(rb"(?:OK|ABORT)\r?\n")
-_TERMINATOR_AFTER_NL = re.compile(rb"\n(?:OK|ABORT)\r?\n")
+        super().__init__((b"OK", b"ABORT"), max_line, max_lines)
 
 
 def format_reply(reply: Reply) -> bytes:
@@ -419,7 +322,7 @@ def format_reply(reply: Reply) -> bytes:
         body = "\n".join(reply.jobs)
         return f"JOBS\n{len(reply.jobs)}\n{body}\n".encode()
     if reply.verb == ABORT and reply.reason:
-        return f"ABORT {_one_line(reply.reason)}\n".encode()
+        return f"ABORT {one_line(reply.reason)}\n".encode()
     return f"{reply.verb}\n".encode()
 
 

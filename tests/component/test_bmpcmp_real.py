@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.bmpcmp import tool as bmpcmp
+from cluster import bmpcmp
 from cluster.config import Config
-from cluster.jobs import generate as jobgen
+from cluster.jobs import bmpcmp as bmpcmp_jobgen
 from cluster.localcluster import write_demo_tree
 from cluster.node import readlog
 from cluster.records import BASELINE, BIN, PYTHON, TEMP, TESTS, Job
@@ -93,8 +93,8 @@ def test_bmpcmp_jobs_render_compare_and_page(builds: dict[str, Path], tmp_path: 
     temp = tmp_path / "temp"
     temp.mkdir()
     cfg = Config()
-    gs_jobs = jobgen.bmpcmp_jobs(cfg, GS_TESTS, CORPUS_ROOT)
-    mu_jobs = jobgen.bmpcmp_jobs(cfg, MUPDF_TESTS, CORPUS_ROOT)
+    gs_jobs = bmpcmp_jobgen.bmpcmp_jobs(cfg, GS_TESTS, CORPUS_ROOT)
+    mu_jobs = bmpcmp_jobgen.bmpcmp_jobs(cfg, MUPDF_TESTS, CORPUS_ROOT)
     assert [j.name for j in gs_jobs + mu_jobs] == [t for t, _ in GS_TESTS + MUPDF_TESTS]
     for job in gs_jobs:
         run_job(job, temp, builds["gs-cand"], builds["gs-base"], tmp_path)
@@ -148,7 +148,7 @@ def test_a_rendering_that_fails_is_an_error(builds: dict[str, Path], tmp_path: P
     """No baseline build where __baseline__ points: the job's result is an error."""
     temp = tmp_path / "temp"
     temp.mkdir()
-    (job,) = jobgen.bmpcmp_jobs(Config(), GS_TESTS[:1], CORPUS_ROOT)
+    (job,) = bmpcmp_jobgen.bmpcmp_jobs(Config(), GS_TESTS[:1], CORPUS_ROOT)
     run_job(job, temp, builds["gs-cand"], tmp_path / "no-such-build" / "bin", tmp_path)
     error, md5, log = result_of(job.name, temp)
     assert error != 0 and md5 == "0", log

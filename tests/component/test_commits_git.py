@@ -15,8 +15,12 @@ from cluster.cli import commits as commits_cli
 from cluster.config import Config
 from cluster.home import Home
 from cluster.queue import QueueFile, RunSpec
-from cluster.triggers.git import commits
-from cluster.triggers.git.commits import CommitError
+from cluster.triggers.git import export as git_export
+from cluster.triggers.git import hook as git_hook
+from cluster.triggers.git import info as git_info
+from cluster.triggers.git import ledger as git_ledger
+from cluster.triggers.git import poll as git_poll
+from cluster.triggers.git.errors import CommitError
 from tests.helpers import REPO
 
 ALL = "gs,pdfwrite,ps2write"
@@ -83,7 +87,7 @@ def lines(queue: QueueFile) -> list[str]:
 
 
 def ledger(home: Home, tree: str) -> list[str]:
-    path = commits.repo_files(home, tree).ledger
+    path = git_ledger.repo_files(home, tree).ledger
     return path.read_text().splitlines() if path.exists() else []
 
 
@@ -101,31 +105,42 @@ def test_first_poll_queues_only_the_tip(tmp_path: Path) -> None:
     commit(up, "second", {"base/gs.c": "2\n"})
     tip = commit(up, "third", {"base/gs.c": "3\n"})
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",))
-    added = commits.poll(home, cfg, queue)
+    added = git_poll.poll(home, cfg, queue)
     assert [s.line() for s in added] == [f"git {tip} {ALL} tree=ghostpdl"]
-    assert commits.repo_files(home, "ghostpdl").seen.read_text() == tip + "\n"
-    assert commits.repo_files(home, "ghostpdl").clone.is_dir()
-    assert commits.poll(home, cfg, queue) == []  # nothing new
+    assert git_ledger.repo_files(home, "ghostpdl").seen.read_text() == tip + "\n"
+    assert git_ledger.repo_files(home, "ghostpdl").clone.is_dir()
+    assert git_poll.poll(home, cfg, queue) == []  # nothing new
     assert lines(queue) == [f"git {tip} {ALL} tree=ghostpdl"]
 
+
+
+def test_the_poll_command_queues_what_the_discoverer_would(tmp_path: Path, capsys) -> None:
+    """`python3 -m cluster.commits poll` is phase 1's commit poll, from the command line."""
+    up = new_repo(tmp_path / "up")
+    tip = commit(up, "second", {"base/gs.c": "2\n"})
+    home, _cfg, queue = setup(tmp_path)
+    conf = write_config(tmp_path, home, f"ghostpdl={up}")
+    assert commits_cli.main(["poll", "--config", str(conf)]) == 0
+    assert capsys.readouterr().out == f"queued: git {tip} {ALL} tree=ghostpdl\n"
+    assert lines(queue) == [f"git {tip} {ALL} tree=ghostpdl"]
 
 def test_new_commits_are_queued_oldest_first_with_their_products(tmp_path: Path) -> None:
     up = new_repo(tmp_path / "up")
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",),
                              path_products=("doc/=", "pcl/=gs", f"={ALL}"))
-    base = commits.poll(home, cfg, queue)[0]
+    base = git_poll.poll(home, cfg, queue)[0]
     queue.remove(base)
     a = commit(up, "pcl fix", {"pcl/pcl.c": "x\n"})
     b = commit(up, "core fix", {"base/gs.c": "2\n", "doc/readme.md": "more\n"})
-    added = commits.poll(home, cfg, queue)
+    added = git_poll.poll(home, cfg, queue)
     assert [s.line() for s in added] == [f"git {a} gs tree=ghostpdl",
                                         f"git {b} {ALL} tree=ghostpdl"]
     assert lines(queue) == [s.line() for s in added]
     # Its run finished and left the queue: neither the poller nor the hook queues it again.
     queue.remove(added[0])
     git(up, "branch", "-f", "other", a)
-    assert commits.poll(home, cfg, queue) == []
-    assert commits.enqueue_commits(home, cfg, "ghostpdl", [a], up / ".git") == []
+    assert git_poll.poll(home, cfg, queue) == []
+    assert git_poll.enqueue_commits(home, cfg, "ghostpdl", [a], up / ".git") == []
     assert lines(queue) == [f"git {b} {ALL} tree=ghostpdl"]
     assert ledger(home, "ghostpdl")[-2:] == [f"{a} queued", f"{b} queued"]
 
@@ -133,28 +148,28 @@ def test_new_commits_are_queued_oldest_first_with_their_products(tmp_path: Path)
 def test_a_cluster_untested_commit_is_not_queued(tmp_path: Path, caplog) -> None:
     up = new_repo(tmp_path / "up")
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",))
-    commits.poll(home, cfg, queue)
+    git_poll.poll(home, cfg, queue)
     skip = commit(up, "Tidy up.\n\nCLUSTER_UNTESTED", {"base/gs.c": "2\n"})
     keep = commit(up, "Real change", {"base/gs.c": "3\n"})
     with caplog.at_level(logging.INFO, logger="cluster.commits"):
-        added = commits.poll(home, cfg, queue)
+        added = git_poll.poll(home, cfg, queue)
     assert [s.ref for s in added] == [keep]
     assert f"{skip} untested" in ledger(home, "ghostpdl")
     assert f"commit {skip[:12]} not tested: its message says CLUSTER_UNTESTED" in caplog.text
     # Recorded, so the hook does not reconsider it either.
-    assert commits.enqueue_commits(home, cfg, "ghostpdl", [skip], up / ".git") == []
+    assert git_poll.enqueue_commits(home, cfg, "ghostpdl", [skip], up / ".git") == []
 
 
 def test_a_doc_only_change_is_skipped(tmp_path: Path, caplog) -> None:
     up = new_repo(tmp_path / "up")
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",))
-    commits.poll(home, cfg, queue)
+    git_poll.poll(home, cfg, queue)
     docs = commit(up, "Document it", {"doc/readme.md": "new\n", "examples/x.ps": "%!\n"})
     with caplog.at_level(logging.INFO, logger="cluster.commits"):
-        assert commits.poll(home, cfg, queue) == []
+        assert git_poll.poll(home, cfg, queue) == []
     assert f"{docs} no-products" in ledger(home, "ghostpdl")
     assert "2 changed path(s) need no product" in caplog.text
-    assert commits.repo_files(home, "ghostpdl").seen.read_text() == docs + "\n"
+    assert git_ledger.repo_files(home, "ghostpdl").seen.read_text() == docs + "\n"
 
 
 def test_an_unreachable_repository_is_logged_and_the_others_still_poll(tmp_path: Path,
@@ -163,28 +178,28 @@ def test_an_unreachable_repository_is_logged_and_the_others_still_poll(tmp_path:
     missing = tmp_path / "nowhere" / "ghostpdl.git"
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={missing}", f"mupdf={up}"))
     with caplog.at_level(logging.ERROR, logger="cluster.commits"):
-        added = commits.poll(home, cfg, queue)
+        added = git_poll.poll(home, cfg, queue)
     tip = git(up, "rev-parse", "HEAD")
     assert [s.line() for s in added] == [f"git {tip} mupdf tree=mupdf"]
     assert "tree 'ghostpdl'" in caplog.text and str(missing) in caplog.text
     assert "does not exist" in caplog.text  # git's own message
-    assert not commits.repo_files(home, "ghostpdl").clone.exists()
+    assert not git_ledger.repo_files(home, "ghostpdl").clone.exists()
 
 
 def test_a_repository_that_fails_to_fetch_later_keeps_its_place(tmp_path: Path, caplog) -> None:
     up = new_repo(tmp_path / "up")
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",))
-    commits.poll(home, cfg, queue)
-    seen = commits.repo_files(home, "ghostpdl").seen.read_text()
+    git_poll.poll(home, cfg, queue)
+    seen = git_ledger.repo_files(home, "ghostpdl").seen.read_text()
     moved = tmp_path / "moved"
     up.rename(moved)
     with caplog.at_level(logging.ERROR, logger="cluster.commits"):
-        assert commits.poll(home, cfg, queue) == []
+        assert git_poll.poll(home, cfg, queue) == []
     assert "cannot fetch" in caplog.text and str(up) in caplog.text
-    assert commits.repo_files(home, "ghostpdl").seen.read_text() == seen
+    assert git_ledger.repo_files(home, "ghostpdl").seen.read_text() == seen
     moved.rename(up)
     new = commit(up, "after the outage", {"base/gs.c": "2\n"})
-    assert [s.ref for s in commits.poll(home, cfg, queue)] == [new]
+    assert [s.ref for s in git_poll.poll(home, cfg, queue)] == [new]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,7 +213,7 @@ def test_post_commit_hook_queues_the_commit_and_the_poll_does_not_again(tmp_path
                          "--config", str(conf)]) == 0
     hook = work / ".git" / "hooks" / "post-commit"
     assert os.access(hook, os.X_OK)
-    base = commits.poll(home, cfg, queue)[0]
+    base = git_poll.poll(home, cfg, queue)[0]
     queue.remove(base)
     # A real `git commit`, from another directory, with a PATH that has no project on it.
     (work / "base" / "gs.c").write_text("2\n")
@@ -209,7 +224,7 @@ def test_post_commit_hook_queues_the_commit_and_the_poll_does_not_again(tmp_path
     sha = git(work, "rev-parse", "HEAD")
     assert f"queued: git {sha}" in done.stdout + done.stderr
     assert lines(queue) == [f"git {sha} {ALL} tree=ghostpdl"]
-    assert commits.poll(home, cfg, queue) == []
+    assert git_poll.poll(home, cfg, queue) == []
     assert lines(queue) == [f"git {sha} {ALL} tree=ghostpdl"]
     # A commit on another branch is not for the cluster.
     git(work, "checkout", "-q", "-b", "topic")
@@ -228,7 +243,7 @@ def test_post_receive_hook_queues_pushed_commits_oldest_first(tmp_path: Path) ->
     assert commits_cli.main(["install-hook", "--repo", str(up), "--tree", "ghostpdl",
                          "--config", str(conf)]) == 0
     assert (up / "hooks" / "post-receive").exists()  # bare: post-receive by default
-    queue.remove(commits.poll(home, cfg, queue)[0])
+    queue.remove(git_poll.poll(home, cfg, queue)[0])
     a = commit(work, "one", {"pcl/a.c": "1\n"})
     b = commit(work, "two", {"doc/readme.md": "2\n"})
     c = commit(work, "three", {"base/gs.c": "3\n"})
@@ -238,7 +253,7 @@ def test_post_receive_hook_queues_pushed_commits_oldest_first(tmp_path: Path) ->
     assert "remote: queued: git" in done.stderr
     assert lines(queue) == [f"git {a} {ALL} tree=ghostpdl", f"git {c} {ALL} tree=ghostpdl"]
     assert [line.split()[0] for line in ledger(home, "ghostpdl")][-3:] == [a, b, c]
-    assert commits.poll(home, cfg, queue) == []
+    assert git_poll.poll(home, cfg, queue) == []
     # Other branches, and deleting them, queue nothing.
     git(work, "checkout", "-q", "-b", "topic")
     commit(work, "topic", {"base/gs.c": "4\n"})
@@ -250,7 +265,7 @@ def test_post_receive_hook_queues_pushed_commits_oldest_first(tmp_path: Path) ->
 def test_concurrent_enqueuers_queue_a_commit_once(tmp_path: Path) -> None:
     up = new_repo(tmp_path / "up")
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",))
-    queue.remove(commits.poll(home, cfg, queue)[0])
+    queue.remove(git_poll.poll(home, cfg, queue)[0])
     sha = commit(up, "contended", {"base/gs.c": "2\n"})
     conf = write_config(tmp_path, home, f"ghostpdl={up}")
     # Four hook processes, eight threads and a poller at once.
@@ -267,13 +282,13 @@ def test_concurrent_enqueuers_queue_a_commit_once(tmp_path: Path) -> None:
     def enqueue() -> None:
         try:
             barrier.wait()
-            results.append(commits.enqueue_commits(home, cfg, "ghostpdl", [sha], up / ".git"))
+            results.append(git_poll.enqueue_commits(home, cfg, "ghostpdl", [sha], up / ".git"))
         except BaseException as exc:  # noqa: BLE001 -- reported by the assert below
             errors.append(exc)
 
     def poll() -> None:
         barrier.wait()
-        results.append(commits.poll(home, cfg, queue))
+        results.append(git_poll.poll(home, cfg, queue))
 
     threads = [threading.Thread(target=enqueue) for _ in range(8)]
     threads.append(threading.Thread(target=poll))
@@ -327,16 +342,16 @@ def test_export_commit_gives_exactly_the_tree_of_that_commit(tmp_path: Path) -> 
     os.symlink("base/gs.c", up / "link")
     first = commit(up, "modes and links", {})
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",))
-    commits.poll(home, cfg, queue)  # the clone now knows `first`
+    git_poll.poll(home, cfg, queue)  # the clone now knows `first`
     second = commit(up, "change", {"base/gs.c": "two\n", "gone.txt": None, "new.c": "n\n"})
     commit(up, "tip", {"base/gs.c": "three\n"})
     dest = tmp_path / "runs" / "r1" / "source" / "ghostpdl"
-    commits.export_commit(home, cfg, "ghostpdl", second, dest)  # not fetched yet
+    git_export.export_commit(home, cfg, "ghostpdl", second, dest)  # not fetched yet
     assert listing_of_dir(dest) == listing_of_commit(up, second)
     assert (dest / "base" / "gs.c").read_text() == "two\n"  # not the tip
     # Exporting again replaces what is there, leftovers included; nothing is left beside it.
     (dest / "stale.o").write_text("x")
-    commits.export_commit(home, cfg, "ghostpdl", first[:10], dest)
+    git_export.export_commit(home, cfg, "ghostpdl", first[:10], dest)
     assert listing_of_dir(dest) == listing_of_commit(up, first)
     assert "secret.txt" in listing_of_dir(dest)  # export-ignore does not apply
     assert sorted(p.name for p in dest.parent.iterdir()) == ["ghostpdl"]
@@ -349,10 +364,10 @@ def test_export_clones_when_there_is_no_clone_and_fetches_a_commit_off_the_branc
     dropped = commit(up, "force-pushed away", {"base/gs.c": "2\n"})
     git(up, "reset", "-q", "--hard", "HEAD~1")
     dest = tmp_path / "out"
-    commits.export_commit(home, cfg, "ghostpdl", dropped, dest)  # no clone yet, no branch
+    git_export.export_commit(home, cfg, "ghostpdl", dropped, dest)  # no clone yet, no branch
     assert (dest / "base" / "gs.c").read_text() == "2\n"
     with pytest.raises(CommitError, match="no such commit"):
-        commits.export_commit(home, cfg, "ghostpdl", "0123456789" * 4, tmp_path / "x")
+        git_export.export_commit(home, cfg, "ghostpdl", "0123456789" * 4, tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 
@@ -361,13 +376,13 @@ def test_commit_info_describes_the_commit(tmp_path: Path) -> None:
     home, cfg, _ = setup(tmp_path, repositories=(f"ghostpdl={up}",))
     sha = commit(up, "Fix the widget.\n\nLonger story.", {"base/gs.c": "2\n", "pcl/p.c": "p\n",
                                                           "doc/readme.md": None})
-    info = commits.commit_info(home, cfg, "ghostpdl", sha[:12])
+    info = git_info.commit_info(home, cfg, "ghostpdl", sha[:12])
     assert info.sha == sha and info.author == "Tess Ter <tess@example.org>"
     assert info.subject == "Fix the widget." and info.message.endswith("Longer story.")
     assert info.changed_paths == ("base/gs.c", "doc/readme.md", "pcl/p.c")
     assert info.date[:4].isdigit() and "T" in info.date
     root = git(up, "rev-list", "--max-parents=0", "HEAD")
-    assert commits.commit_info(home, cfg, "ghostpdl", root).changed_paths == \
+    assert git_info.commit_info(home, cfg, "ghostpdl", root).changed_paths == \
         ("base/gs.c", "doc/readme.md")
 
 
@@ -379,9 +394,9 @@ def test_commit_info_describes_the_commit(tmp_path: Path) -> None:
 def test_a_hostile_sha_is_refused(tmp_path: Path, sha: str) -> None:
     up = new_repo(tmp_path / "up")
     home, cfg, queue = setup(tmp_path, repositories=(f"ghostpdl={up}",))
-    for call in (lambda: commits.export_commit(home, cfg, "ghostpdl", sha, tmp_path / "d"),
-                 lambda: commits.commit_info(home, cfg, "ghostpdl", sha),
-                 lambda: commits.enqueue_commits(home, cfg, "ghostpdl", [sha], up / ".git")):
+    for call in (lambda: git_export.export_commit(home, cfg, "ghostpdl", sha, tmp_path / "d"),
+                 lambda: git_info.commit_info(home, cfg, "ghostpdl", sha),
+                 lambda: git_poll.enqueue_commits(home, cfg, "ghostpdl", [sha], up / ".git")):
         with pytest.raises(CommitError, match="bad commit .*expected a sha of 7 to 40 hex"):
             call()
     assert queue.read() == [] and not (tmp_path / "d").exists()
@@ -394,9 +409,9 @@ def test_a_hostile_tree_is_refused(tmp_path: Path, tree: str, capsys) -> None:
     home, cfg, _ = setup(tmp_path, repositories=(f"ghostpdl={up}",))
     sha = git(up, "rev-parse", "HEAD")
     with pytest.raises(CommitError, match="bad tree name"):
-        commits.export_commit(home, cfg, tree, sha, tmp_path / "d")
+        git_export.export_commit(home, cfg, tree, sha, tmp_path / "d")
     with pytest.raises(CommitError, match="bad tree name"):
-        commits.enqueue_commits(home, cfg, tree, [sha], up / ".git")
+        git_poll.enqueue_commits(home, cfg, tree, [sha], up / ".git")
     conf = write_config(tmp_path, home, f"ghostpdl={up}")
     assert commits_cli.main(["hook", "--config", str(conf), f"--tree={tree}",
                          "--kind", "post-commit", "--git-dir", str(up / ".git")]) == 2
@@ -409,11 +424,11 @@ def test_an_unconfigured_tree_and_a_bad_push_line_are_refused(tmp_path: Path) ->
     home, cfg, _ = setup(tmp_path, repositories=(f"ghostpdl={up}",))
     sha = git(up, "rev-parse", "HEAD")
     with pytest.raises(CommitError, match="not a configured repository"):
-        commits.enqueue_commits(home, cfg, "mupdf", [sha], up / ".git")
+        git_poll.enqueue_commits(home, cfg, "mupdf", [sha], up / ".git")
     with pytest.raises(CommitError, match="bad post-receive line"):
-        commits.hook_commits(up / ".git", "master", "post-receive",
+        git_hook.hook_commits(up / ".git", "master", "post-receive",
                              ["--upload-pack=x HEAD refs/heads/master"], "ghostpdl")
-    assert commits.hook_commits(up / ".git", "master", "post-receive",
+    assert git_hook.hook_commits(up / ".git", "master", "post-receive",
                                 [f"{'0' * 40} {sha} refs/heads/master",
                                  f"{'0' * 40} {sha} refs/heads/other"]) == [sha]
 
@@ -429,7 +444,7 @@ def test_install_hook_leaves_a_foreign_hook_alone(tmp_path: Path, capsys) -> Non
     assert "is not ours" in capsys.readouterr().err
     assert theirs.read_text() == "#!/bin/sh\necho mine\n"
     assert commits_cli.main([*argv, "--force"]) == 0
-    assert commits.HOOK_MARKER in theirs.read_text()
+    assert git_hook.HOOK_MARKER in theirs.read_text()
     assert commits_cli.main(argv) == 0  # ours now: reinstalling is fine
     assert commits_cli.main(["install-hook", "--repo", str(up), "--tree", "mupdf",
                          "--config", str(conf)]) == 1  # not a configured repository

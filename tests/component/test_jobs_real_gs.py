@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from cluster.config import Config
-from cluster.jobs.generate import MAX_BITMAP, MUPDF_BAND_HEIGHT, MUPDF_FORMATS, JobConfig, generate
+from cluster.jobs.commands import MAX_BITMAP, MUPDF_BAND_HEIGHT, MUPDF_FORMATS, JobConfig
+from cluster.jobs.generate import generate
 from cluster.node.readlog import classify
 from cluster.records import BIN, TEMP, TESTS, Job, JobResult
 

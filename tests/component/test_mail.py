@@ -1,4 +1,4 @@
-"""Component tests of cluster.mail against a real SMTP server (aiosmtpd on 127.0.0.1).
+"""Component tests of cluster.report.mail against a real SMTP server (aiosmtpd on 127.0.0.1).
 
 Each test starts its own server on a free port; its handler keeps every envelope it was
 given, so the tests check both what the SMTP envelope said (who really gets the mail) and

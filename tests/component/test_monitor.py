@@ -1,7 +1,7 @@
 """Component tests of the heartbeat monitor: a real server on 127.0.0.1 port 0, real clients.
 
-Covers cluster.monitor (wire format and server), cluster.heartbeat (client) and the
-heartbeat.py / monitor_port.py scripts.
+Covers cluster.wire.heartbeat (the format), cluster.master.monitor (the server),
+cluster.node.heartbeat (the client) and the heartbeat.py / monitor_port.py scripts.
 """
 
 from __future__ import annotations
@@ -23,17 +23,15 @@ import pytest
 from cluster.errors import AlreadyRunning, ProtocolError
 from cluster.home import Home
 from cluster.master import monitor
-from cluster.master.monitor import (
+from cluster.master.monitor import MonitorServer, acquire_lock, nodes_seen
+from cluster.node.heartbeat import HeartbeatError, send_heartbeat
+from cluster.wire.heartbeat import (
     Heartbeat,
-    MonitorServer,
-    acquire_lock,
     format_heartbeat,
     format_reply,
-    nodes_seen,
     parse_heartbeat,
     parse_reply,
 )
-from cluster.node.heartbeat import HeartbeatError, send_heartbeat
 
 REPO = Path(__file__).resolve().parents[2]
 JOB0 = "20190408115600"

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.bmpcmp import tool as bmpcmp
+from cluster import bmpcmp
+from cluster.defaults import NODE_EXIT_DONE as EXIT_DONE
+from cluster.defaults import NODE_EXIT_FAILED as EXIT_FAILED
 from cluster.node import noderun as node_mod
-from cluster.node.noderun import EXIT_DONE, EXIT_FAILED
 from cluster.records import Job
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart

@@ -11,7 +11,9 @@ import psutil
 import pytest
 
 from cluster.config import Config
-from cluster.node.noderun import EXIT_DONE, EXIT_FAILED, NodeRun
+from cluster.defaults import NODE_EXIT_DONE as EXIT_DONE
+from cluster.defaults import NODE_EXIT_FAILED as EXIT_FAILED
+from cluster.node.noderun import NodeRun
 from cluster.node.transport import LocalTransport
 from cluster.records import ERROR_TIMEOUT, Job
 from cluster.wire import protocol

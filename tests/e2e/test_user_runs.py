@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.bmpcmp import tool as bmpcmp
+from cluster import bmpcmp
 from cluster.localcluster import LocalCluster, write_demo_tree
 from cluster.queue import QueueFile, RunSpec
 from cluster.report.tab import read_tab

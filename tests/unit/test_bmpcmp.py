@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.bmpcmp import tool as bmpcmp
-from cluster.bmpcmp.tool import Image, PnmError, compare_files, compare_pages, iter_pnm
+from cluster import bmpcmp
+from cluster.bmpcmp import Image, PnmError, compare_files, compare_pages, iter_pnm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -332,3 +332,12 @@ def test_module_read_png_and_changed_pixels(tmp_path: Path) -> None:
     diff = compare_pages(base, cand)
     assert diff is not None and bmpcmp.changed_pixels(diff.diff) == diff.count == 2
     assert bmpcmp.changed_pixels(Image(1, 1, 3, b"\xff\x00\x01")) == 0
+
+
+def test_write_html_replaces_the_page_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    out = tmp_path / "page" / "index.html"
+    assert bmpcmp.write_html(images, out, "first") == 0
+    assert bmpcmp.write_html(images, out, "second") == 0
+    assert "second" in out.read_text() and [p.name for p in out.parent.iterdir()] == [out.name]

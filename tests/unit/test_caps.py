@@ -1,4 +1,4 @@
-"""Unit tests of cluster.caps (port of sendCaps.pl)."""
+"""Unit tests of cluster.node.caps and cluster.wire.caps (port of sendCaps.pl)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,8 @@ import platform
 
 import pytest
 
-from cluster.node.caps import (
-    TOOLS,
-    Caps,
-    caps_tools,
-    detect,
-    parse_caps,
-    parse_compiler_banner,
-    suitable,
-)
+from cluster.node.caps import TOOLS, detect, parse_compiler_banner
+from cluster.wire.caps import Caps, caps_tools, parse_caps, suitable
 
 SAMPLE = Caps("Linux", "x86_64", 64, "gcc-12.2.0", 2, 23975, ("gs", "md5sum", "mutool"))
 

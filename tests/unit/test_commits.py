@@ -7,21 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
+from cluster import config, datatypes
 from cluster.config import Config
+from cluster.datatypes import PathRule
 from cluster.errors import ConfigError
-from cluster.triggers.git import commits
-from cluster.triggers.git.commits import PathRule, products_for
+from cluster.triggers.git import hook as git_hook
+from cluster.triggers.git.decide import products_for
+from cluster.triggers.git.errors import CommitError
 
 ALL = ("gs", "pdfwrite", "ps2write")
 
 
 def rules(*entries: str) -> tuple[PathRule, ...]:
-    return commits.parse_path_products(entries)
+    return datatypes.parse_path_products(entries)
 
 
 def test_the_default_map_skips_docs_and_tests_the_rest() -> None:
-    default = commits.parse_path_products(Config().path_products)
+    default = datatypes.parse_path_products(Config().path_products)
     assert products_for("ghostpdl", ["doc/Use.htm", "examples/tiger.eps"], default) == ()
     assert products_for("ghostpdl", ["base/gxfill.c"], default) == ALL
     assert products_for("ghostpdl", ["doc/Use.htm", "psi/zfile.c"], default) == ALL
@@ -72,7 +74,7 @@ def test_a_leading_colon_writes_an_unqualified_prefix_that_holds_a_colon() -> No
 
 @pytest.mark.parametrize("tree", ["mupdf", "shell"])
 def test_a_tree_named_like_an_alone_product_tests_only_that_product(tree: str) -> None:
-    default = commits.parse_path_products(Config().path_products)
+    default = datatypes.parse_path_products(Config().path_products)
     assert products_for(tree, ["source/fitz/draw.c"], default) == (tree,)
     assert products_for(tree, ["doc/manual.md"], default) == ()  # still skipped
 
@@ -89,22 +91,22 @@ def test_a_tree_named_like_an_alone_product_tests_only_that_product(tree: str) -
 ])
 def test_bad_path_products_entries_name_the_entry_and_the_form(entry: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        commits.parse_path_products([entry])
+        datatypes.parse_path_products([entry])
     text = str(exc.value)
     assert "'path_products'" in text and repr(entry) in text and message in text
 
 
 def test_a_prefix_given_twice_is_an_error() -> None:
     with pytest.raises(ConfigError, match="each \\[tree:\\]prefix once"):
-        commits.parse_path_products(["doc/=", "doc/=gs"])
-    assert len(commits.parse_path_products(["doc/=", "ghostpdl:doc/=gs"])) == 2
+        datatypes.parse_path_products(["doc/=", "doc/=gs"])
+    assert len(datatypes.parse_path_products(["doc/=", "ghostpdl:doc/=gs"])) == 2
 
 
 def test_good_repositories_parse_in_order() -> None:
     entries = ["ghostpdl=https://git.ghostscript.com/ghostpdl.git",
                "mupdf=git@github.com:ArtifexSoftware/mupdf.git", "fork=/srv/git/fork.git",
                "local=file:///srv/git/x.git", "g2=ssh://host/path=with=equals"]
-    assert commits.parse_repositories(entries) == {
+    assert datatypes.parse_repositories(entries) == {
         "ghostpdl": "https://git.ghostscript.com/ghostpdl.git",
         "mupdf": "git@github.com:ArtifexSoftware/mupdf.git", "fork": "/srv/git/fork.git",
         "local": "file:///srv/git/x.git", "g2": "ssh://host/path=with=equals"}
@@ -122,25 +124,25 @@ def test_good_repositories_parse_in_order() -> None:
 ])
 def test_bad_repositories_name_the_entry_and_the_form(entry: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        commits.parse_repositories([entry])
+        datatypes.parse_repositories([entry])
     text = str(exc.value)
     assert "'repositories'" in text and repr(entry) in text and message in text
 
 
 def test_a_tree_given_twice_is_an_error() -> None:
     with pytest.raises(ConfigError, match="each tree once"):
-        commits.parse_repositories(["ghostpdl=/a.git", "ghostpdl=/b.git"])
+        datatypes.parse_repositories(["ghostpdl=/a.git", "ghostpdl=/b.git"])
 
 
 @pytest.mark.parametrize("branch", ["-x", "a..b", "x.lock", "a//b", "a/", ".hidden", "a b"])
 def test_a_bad_branch_is_refused(branch: str) -> None:
     with pytest.raises(ConfigError, match="'git_branch'"):
-        commits.check_branch(branch)
+        datatypes.check_branch(branch)
 
 
 @pytest.mark.parametrize("branch", ["master", "main", "release/9.56", "ghostpdl-9.20"])
 def test_plain_branches_are_accepted(branch: str) -> None:
-    assert commits.check_branch(branch) == branch
+    assert datatypes.check_branch(branch) == branch
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -167,9 +169,9 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
 
 
 def test_the_hook_template_is_rendered_with_quoted_absolute_settings(tmp_path: Path) -> None:
-    template = commits.HOOK_TEMPLATE.read_text()
-    assert template.startswith("#!/bin/sh\n") and commits.HOOK_MARKER in template
-    text = commits.render_hook(template, {"CLUSTER_PYTHON": "/opt/py thon/bin/python3",
+    template = git_hook.HOOK_TEMPLATE.read_text()
+    assert template.startswith("#!/bin/sh\n") and git_hook.HOOK_MARKER in template
+    text = git_hook.render_hook(template, {"CLUSTER_PYTHON": "/opt/py thon/bin/python3",
                                           "CLUSTER_PROJECT": "/src/it's here",
                                           "CLUSTER_CONFIG": "/etc/c.conf",
                                           "CLUSTER_TREE": "ghostpdl",
@@ -180,5 +182,5 @@ def test_the_hook_template_is_rendered_with_quoted_absolute_settings(tmp_path: P
     hook = tmp_path / "post-receive"
     hook.write_text(text)
     subprocess.run(["sh", "-n", str(hook)], check=True)
-    with pytest.raises(commits.CommitError, match="line break"):
-        commits.render_hook(template, {"CLUSTER_CONFIG": "/a\n/b"})
+    with pytest.raises(CommitError, match="line break"):
+        git_hook.render_hook(template, {"CLUSTER_CONFIG": "/a\n/b"})

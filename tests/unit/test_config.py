@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cluster import config
+from cluster.cli import config_example
 from cluster.errors import ConfigError
 from tests.helpers import REPO
 
@@ -147,3 +148,11 @@ def test_every_numeric_default_is_in_range() -> None:
     for f in dataclasses.fields(config.Config):
         if f.type in ("int", "float"):
             assert f.default > 0 if f.metadata["positive"] else f.default >= 0, f.name
+
+
+@pytest.mark.parametrize("section", ["master", "node"])
+def test_the_example_command_prints_the_etc_file(section: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`python3 -m cluster.cli.config_example <section>` is how etc/*.conf are made."""
+    assert config_example.main([section]) == 0
+    assert capsys.readouterr().out == (REPO / "etc" / f"{section}.conf").read_text()

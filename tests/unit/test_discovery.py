@@ -8,11 +8,11 @@ from cluster.cli.clustermaster import priority_from_name
 from cluster.config import Config
 from cluster.home import Home, suffixed
 from cluster.queue import QueueFile, RunSpec
-from cluster.triggers import droppings as discovery
+from cluster.triggers import discovery, droppings
 
 
 def drop(home: Home, user: str, tree: str, text: str) -> Path:
-    path = home.users / user / tree / discovery.DROPPING
+    path = home.users / user / tree / droppings.DROPPING
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -24,11 +24,11 @@ def test_droppings_are_queued_once_and_removed(tmp_path: Path) -> None:
     queue = QueueFile(home.queue(0), home.queue_lock(0))
     a = drop(home, "ann", "ghostpdl", "user ann gs lowres\n")
     b = drop(home, "bob", "mupdf", "user bob mupdf\n")
-    added = discovery.scan_user_droppings(home, Config(), queue)
+    added = droppings.scan_user_droppings(home, Config(), queue)
     assert [s.line() for s in added] == ["user ann gs lowres", "user bob mupdf"]
     assert not a.exists() and not b.exists()
     drop(home, "ann", "ghostpdl", "user ann gs lowres\n")
-    assert discovery.scan_user_droppings(home, Config(), queue) == []  # already queued
+    assert droppings.scan_user_droppings(home, Config(), queue) == []  # already queued
     assert [s.line() for s in queue.read()] == ["user ann gs lowres", "user bob mupdf"]
 
 
@@ -40,7 +40,7 @@ def test_bad_droppings_are_set_aside_with_a_reason(tmp_path: Path, caplog) -> No
     drop(home, "bob", "ghostpdl", "user bob mupdf\n")         # wrong tree
     drop(home, "cat", "ghostpdl", "user cat gs; rm -rf /\n")  # hostile words
     drop(home, "dan", "ghostpdl", "x" * 5000)                 # absurd size
-    assert discovery.scan_user_droppings(home, Config(), queue) == []
+    assert droppings.scan_user_droppings(home, Config(), queue) == []
     assert queue.read() == []
     rejected = sorted(p.parent.parent.name for p in home.users.glob("*/*/*.rejected"))
     assert rejected == ["ann", "bob", "cat", "dan"]

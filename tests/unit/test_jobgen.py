@@ -1,4 +1,4 @@
-"""Unit tests of cluster.jobgen (build.pl's job list) and the build.py CLI."""
+"""Unit tests of cluster.jobs (build.pl's job list) and the build.py CLI."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ import pytest
 from cluster.cli import build as build_cli
 from cluster.config import Config
 from cluster.errors import ConfigError
+from cluster.jobs import bmpcmp as bmpcmp_jobgen
 from cluster.jobs import generate as jobgen
-from cluster.jobs.generate import JobConfig, JobOptions, find_test_files, generate
+from cluster.jobs.commands import JobConfig
+from cluster.jobs.corpus import find_test_files
+from cluster.jobs.generate import JobOptions, generate
 from cluster.records import TEST_ID, Job
 
 CORPUS = Path("/work/shared/corpus")
@@ -445,16 +448,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_bmpcmp_device_mapping() -> None:
     """PNM devices are kept; grey -> pgmraw, mono -> pbmraw, any other colour -> ppmraw."""
-    assert [jobgen.bmpcmp_device(d) for d in ("pbmraw", "pgmraw", "ppmraw", "pkmraw")] == \
+    assert [bmpcmp_jobgen.bmpcmp_device(d) for d in ("pbmraw", "pgmraw", "ppmraw", "pkmraw")] == \
         ["pbmraw", "pgmraw", "ppmraw", "pkmraw"]
-    assert jobgen.bmpcmp_device("tiffgray") == "pgmraw"
-    assert jobgen.bmpcmp_device("pngmono") == "pbmraw"
-    assert jobgen.bmpcmp_device("tiffg4") == "pbmraw"
+    assert bmpcmp_jobgen.bmpcmp_device("tiffgray") == "pgmraw"
+    assert bmpcmp_jobgen.bmpcmp_device("pngmono") == "pbmraw"
+    assert bmpcmp_jobgen.bmpcmp_device("tiffg4") == "pbmraw"
     for colour in ("pam", "psdcmyk", "cups", "bitrgb", "tiff24nc"):
-        assert jobgen.bmpcmp_device(colour) == "ppmraw"
-    assert [jobgen.bmpcmp_mupdf_format(d) for d in ("ppmraw", "pgmraw", "pbmraw", "pkmraw",
-                                                    "pam")] == ["ppm", "pgm", "pbm", "ppm",
-                                                                "ppm"]
+        assert bmpcmp_jobgen.bmpcmp_device(colour) == "ppmraw"
+    assert [bmpcmp_jobgen.bmpcmp_mupdf_format(d)
+            for d in ("ppmraw", "pgmraw", "pbmraw", "pkmraw", "pam")] == \
+        ["ppm", "pgm", "pbm", "ppm", "ppm"]
 
 
 def test_bmpcmp_jobs_parse_ids_and_skip_what_cannot_be_used(
@@ -473,7 +476,7 @@ def test_bmpcmp_jobs_parse_ids_and_skip_what_cannot_be_used(
         ("a__one.ps.ppmraw.72.0", "pdfwrite"),          # not a pdfwrite config
     ]
     with caplog.at_level(logging.WARNING, logger="cluster.build"):
-        jobs = jobgen.bmpcmp_jobs(CFG, tests, root)
+        jobs = bmpcmp_jobgen.bmpcmp_jobs(CFG, tests, root)
     assert [j.name for j in jobs] == ["a__one.ps.ppmraw.300.1", "a__one.ps.pdf.ppmraw.72.0",
                                       "a__one.ps.ps.pkmraw.300.0", "a__two.pdf.pgmraw.72.0",
                                       "x.pdf.pdf.ppmraw.72.0"]
@@ -517,9 +520,9 @@ def test_bmpcmp_jobs_are_capped(tmp_path: Path, caplog: pytest.LogCaptureFixture
     root = make_tree(tmp_path / "tests", ["f.ps"])
     tests = [(f"f.ps.ppmraw.{r}.0", "gs") for r in range(1, 13)]
     with caplog.at_level(logging.WARNING, logger="cluster.build"):
-        jobs = jobgen.bmpcmp_jobs(CFG, tests, root, max_jobs=10)
+        jobs = bmpcmp_jobgen.bmpcmp_jobs(CFG, tests, root, max_jobs=10)
     assert len(jobs) == 10 and "2 more test(s) left out" in caplog.text
-    assert jobgen.BMPCMP_MAX_JOBS == 1000
+    assert bmpcmp_jobgen.BMPCMP_MAX_JOBS == 1000
 
 
 def test_read_bmpcmp_list(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -527,7 +530,7 @@ def test_read_bmpcmp_list(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> N
     path.write_text("# differences\n\na.ps.ppmraw.72.0 gs\nb.ps.pdf.ppmraw.72.0 gs  pdfwrite\n"
                     "lonely\n")
     with caplog.at_level(logging.WARNING, logger="cluster.build"):
-        assert jobgen.read_bmpcmp_list(path) == [("a.ps.ppmraw.72.0", "gs"),
+        assert bmpcmp_jobgen.read_bmpcmp_list(path) == [("a.ps.ppmraw.72.0", "gs"),
                                                  ("b.ps.pdf.ppmraw.72.0", "gs pdfwrite")]
     assert "line 5" in caplog.text
 
@@ -561,3 +564,26 @@ def test_build_py_bmpcmp_from_file(tmp_path: Path) -> None:
             (["bogus"], 2, "'bogus'")):
         bad = run_build_py("--home", str(home), *argv)
         assert bad.returncode == code and needle in bad.stderr and bad.stdout == ""
+
+
+def test_cli_bmpcmp_form_and_from_without_it(tree: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """cluster.cli.build holds the bmpcmp form too; --from without it is a usage error."""
+    listing = tmp_path / "bmpcmp.lst"
+    listing.write_text("a__one.ps.ppmraw.72.0 gs\nb__three.eps.ppmraw.72.0 gs\n")
+    assert build_cli.main(["--tests", str(tree), "bmpcmp", "--from", str(listing)]) == 0
+    out = capsys.readouterr().out
+    assert [Job.parse(line).name for line in out.splitlines()] == \
+        ["a__one.ps.ppmraw.72.0", "b__three.eps.ppmraw.72.0"]
+    assert build_cli.main(["--tests", str(tree), "gs", "--from", str(listing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--from is for the bmpcmp form only" in captured.err
+
+
+def test_bmpcmp_job_uses_the_tool_image_limit_and_the_shared_folder(tree: Path) -> None:
+    """The job line passes cluster.bmpcmp's MAX_IMAGES and writes under defaults.BMPCMP_DIR."""
+    from cluster import bmpcmp, defaults
+
+    (job,) = bmpcmp_jobgen.bmpcmp_jobs(CFG, [("a__one.ps.ppmraw.72.0", "gs")], tree)
+    assert (f"__temp__/{defaults.BMPCMP_DIR}/a__one.ps.ppmraw.72.0 {bmpcmp.MAX_IMAGES}"
+            in job.command)

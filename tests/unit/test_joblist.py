@@ -1,14 +1,19 @@
-"""The job list by index: names in memory, lines in memory or read from the jobs file."""
+"""The job list by index: names in memory, lines in memory or read from the jobs file; and
+the master's build.py call that writes the jobs file (bounded by build_timeout)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from cluster.master import joblist
+from cluster.config import Config
+from cluster.master import clustermaster, joblist
+from cluster.master.clustermaster import ClusterMaster, JobListError
 from cluster.master.joblist import JobFile, MemoryJobList
 from cluster.records import Job
+from cluster.wire.jobstart import JobStart
 
 
 def job(i: int, command: str = "echo hi") -> Job:
@@ -84,3 +89,52 @@ def test_empty_job_file(tmp_path: Path) -> None:
     got = JobFile(path)
     assert len(got) == 0 and got.skipped == 0
     got.close()
+
+
+# ------------------------------------------------------------------ the master's build.py call
+def _master_with_build_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str,
+                              build_timeout: float) -> tuple[ClusterMaster, JobStart]:
+    """A master whose build.py is ``body``, and the job.start of a run to make jobs for."""
+    script = tmp_path / "build.py"
+    script.write_text(body)
+    monkeypatch.setattr(clustermaster, "BUILD_SCRIPT", script)
+    cfg = Config().with_changes(home=tmp_path / "home", build_timeout=build_timeout)
+    master = ClusterMaster(cfg, 0)
+    master.home.create()
+    start = JobStart(id="run-1", priority=0, queue="user ann gs", kind="user", ref="ann",
+                     products=("gs",), tree="ghostpdl", source="users/ann/ghostpdl",
+                     build="make", tests="tests")
+    return master, start
+
+
+def test_build_py_past_build_timeout_is_a_job_list_error(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """A hung build.py is killed after build_timeout; no jobs file, no temporary file."""
+    master, start = _master_with_build_script(
+        tmp_path, monkeypatch, "import time\nprint('t1 log true ; echo 1')\ntime.sleep(60)\n",
+        build_timeout=0.5)
+    began = time.monotonic()
+    with pytest.raises(JobListError, match=r"build\.py failed: timed out after 0\.5 s"):
+        master._jobs(start)
+    assert time.monotonic() - began < 30
+    assert list(master.home.jobs(0).parent.glob(f"*{master.home.jobs(0).name}*")) == []
+
+
+def test_build_py_output_becomes_the_jobs_file(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    master, start = _master_with_build_script(
+        tmp_path, monkeypatch, "print('t1 log true ; echo 1')\nprint('t2 log true ; echo 2')\n",
+        build_timeout=60)
+    jobs = master._jobs(start)
+    assert jobs.names == ["t1", "t2"]
+    jobs.close()
+    assert master.home.jobs(0).read_text() == "t1 log true ; echo 1\nt2 log true ; echo 2\n"
+
+
+def test_failing_build_py_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    master, start = _master_with_build_script(
+        tmp_path, monkeypatch, "import sys\nsys.exit('no corpus here')\n", build_timeout=60)
+    with pytest.raises(JobListError, match=r"build\.py failed: exit status 1: no corpus here"):
+        master._jobs(start)
+    assert not master.home.jobs(0).exists()

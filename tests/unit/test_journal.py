@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cluster.master import journal
 from cluster.records import JobResult
 
@@ -93,3 +95,14 @@ def test_a_torn_tail_longer_than_the_read_block_is_trimmed(tmp_path: Path) -> No
     j = journal.Journal(path, "r")
     j.close()
     assert path.read_text().endswith(" gs pdfwrite\n")
+
+
+def test_line_format_round_trips() -> None:
+    """The journal owns its line format: made, split and parsed back here."""
+    line = journal.format_line(res(1))
+    assert line == f"n1 result t1.ps.ppmraw.72.0 0 0.25 0.00 0.00 {MD5} gs pdfwrite"
+    assert journal.split_line(line) == ("n1", journal.result_text(res(1)))
+    assert journal.journal_result(line) == res(1)
+    assert journal.journal_line("", "x") == "- result x"  # no machine: "-"
+    with pytest.raises(ValueError, match="result"):
+        journal.split_line("n1 garbage t1")

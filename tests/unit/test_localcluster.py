@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cluster import localcluster
 from cluster.localcluster import LocalCluster
+from cluster.runtime import proc as runtime_proc
 
 
 class FakePopen:
@@ -32,7 +32,7 @@ def spawned(script: str, name: str = "") -> dict[str, Any]:
 def test_node_env_reaches_only_that_node(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     FakePopen.calls = []
-    monkeypatch.setattr(localcluster.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(runtime_proc.subprocess, "Popen", FakePopen)
     cluster = LocalCluster(tmp_path / "home", nodes=2)
     cluster.home.create()
     cluster.start({"node2": {"CLUSTER_SLOWDOWN": "5"}})
@@ -48,7 +48,7 @@ def test_node_env_reaches_only_that_node(tmp_path: Path,
 def test_start_node_takes_env_and_overrides(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     FakePopen.calls = []
-    monkeypatch.setattr(localcluster.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(runtime_proc.subprocess, "Popen", FakePopen)
     monkeypatch.setenv("CLUSTER_SLOWDOWN", "1")
     cluster = LocalCluster(tmp_path / "home", nodes=0)
     cluster.home.create()

@@ -1,4 +1,4 @@
-"""Unit tests of cluster.md5cache (cachearchive.pl's md5sum.cache) and its use in the report."""
+"""Unit tests of cluster.report.md5cache (cachearchive.pl's md5sum.cache) and its use."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of cluster.pidfile: the clustermaster PID-file dance of ARTIFEX.md §2.6."""
+"""Unit tests of cluster.master.pidfile: the clustermaster PID-file dance of ARTIFEX.md §2.6."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""clusterpush's sync (cluster.push): what a developer's tree sends, by rsync and by the copy.
+"""clusterpush's sync (cluster.triggers.push): what a tree sends, by rsync and by the copy.
 
 The rsync tests run the real rsync (method="rsync"): where it is missing they fail with a
 ClusterError saying so, rather than being skipped.
@@ -11,14 +11,17 @@ import os
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import cluster.runtime.mirror as mirror_mod
 import cluster.triggers.push as push_mod
 from cluster.cli import clusterpush
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.queue import RunSpec
+from cluster.runtime import proc
 from cluster.triggers.droppings import DROPPING
 from cluster.triggers.push import MAX_PUSH_BYTES, is_excluded, push_tree, rsync_excludes
 
@@ -220,13 +223,13 @@ def test_auto_uses_rsync_when_on_path(home: Home, tree: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """method="auto" runs rsync when PATH has it (and the copy is not used)."""
     called: list[list[str]] = []
-    real = subprocess.run
+    real = proc.run
 
-    def spy(argv: list[str], **kw: object) -> subprocess.CompletedProcess[bytes]:
+    def spy(argv: list[str], **kw: Any) -> proc.Result:
         called.append(argv)
-        return real(argv, **kw)  # type: ignore[call-overload, no-any-return]
+        return real(argv, **kw)
 
-    monkeypatch.setattr(push_mod.subprocess, "run", spy)
+    monkeypatch.setattr(proc, "run", spy)
     push_tree(home, tree, SPEC)
     assert len(called) == 1 and Path(called[0][0]).name == "rsync"
     assert called[0][-2:] == [f"{tree.resolve()}/", f"{home.users / 'alice' / 'ghostpdl'}/"]
@@ -275,7 +278,7 @@ def test_cli_copy_flag(home: Home, tree: Path, monkeypatch: pytest.MonkeyPatch,
     def no_rsync(*_a: object, **_k: object) -> None:
         raise AssertionError("--copy must not run rsync")
 
-    monkeypatch.setattr(push_mod, "_rsync", no_rsync)
+    monkeypatch.setattr(mirror_mod, "_rsync", no_rsync)
     rc = clusterpush.main(["--home", str(home.root), "--tree", str(tree), "--user", "alice",
                            "--copy", "gs", "lowres"])
     assert rc == 0

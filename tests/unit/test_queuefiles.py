@@ -1,4 +1,4 @@
-"""Unit tests of cluster.queuefiles: the queue line grammar and the locked queue file."""
+"""Unit tests of cluster.queue: the queue line grammar and the locked queue file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of cluster.readlog: job logs turned into results (readlog.pl per job)."""
+"""Unit tests of cluster.node.readlog: job logs turned into results (readlog.pl per job)."""
 
 from __future__ import annotations
 

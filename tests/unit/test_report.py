@@ -1,4 +1,4 @@
-"""Unit tests of cluster.report: compare.pl's analysis and report text, section by section."""
+"""Unit tests of cluster.report.compare: compare.pl's analysis and report, section by section."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of cluster.singleton: the flock single-instance guard."""
+"""Unit tests of cluster.runtime.singleton: the flock single-instance guard."""
 
 from __future__ import annotations
 

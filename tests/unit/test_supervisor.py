@@ -1,4 +1,4 @@
-"""Tests of cluster.supervisor and run_clustermaster.py (the port of runClustermaster.sh)."""
+"""Tests of cluster.master.supervisor and run_clustermaster.py (the port of runClustermaster.sh)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of cluster.tab: the 10-column .tab format, reading, atomic writing and merging."""
+"""Unit tests of cluster.report.tab: the 10-column .tab format, reading, writing and merging."""
 
 from __future__ import annotations
 

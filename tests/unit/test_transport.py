@@ -1,13 +1,14 @@
-"""Unit tests of cluster.transport (the node's view of the master home)."""
+"""Unit tests of cluster.node.transport (the node's view of the master home)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-import cluster.node.transport as transport_mod
+import cluster.runtime.mirror as mirror_mod
 from cluster.config import Config
 from cluster.errors import ConfigError, TransportError
 from cluster.node.transport import LocalTransport, Transport, check_rel, make_transport
@@ -133,13 +134,13 @@ def test_fetch_tree_skips_unchanged_files(home: Path, t: LocalTransport, tmp_pat
     dest = tmp_path / "dest"
     t.fetch_tree("tests", dest)
     copied: list[str] = []
-    real = transport_mod._copy_atomic
+    real = mirror_mod.copy_file
 
     def spy(src: Path, dst: Path) -> bool:
         copied.append(src.name)
         return real(src, dst)
 
-    monkeypatch.setattr(transport_mod, "_copy_atomic", spy)
+    monkeypatch.setattr(mirror_mod, "copy_file", spy)
     t.fetch_tree("tests", dest)
     assert copied == []
     (home / "tests/b").write_text("bbbb")  # size changes
@@ -164,7 +165,7 @@ def test_fetch_tree_leaves_no_temp_file_on_failure(home: Path, t: LocalTransport
         Path(dst).write_text("half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(transport_mod.shutil, "copy2", broken_copy)
+    monkeypatch.setattr(mirror_mod.shutil, "copy2", broken_copy)
     with pytest.raises(TransportError, match="No space left"):
         t.fetch_tree("tests", dest)
     assert sorted(p.name for p in dest.iterdir()) == ["a"]
@@ -229,14 +230,14 @@ def test_left_out_lists_what_the_mirror_skips(home: Path, t: LocalTransport,
     outside = tmp_path / "secret"
     outside.write_text("s")
     _tree(home, {"tree/a": "a", "tree/sub/big": "123456", "tree/skip/link-target": "x",
-                 f"tree/{transport_mod.TEMP_PREFIX}1": "tmp"})
+                 f"tree/{mirror_mod.TEMP_PREFIX}1": "tmp"})
     (home / "tree/sub/out").symlink_to(outside)
     (home / "tree/skip/out").symlink_to(outside)
     (home / "tree/in").symlink_to("a")
     (home / "tree/dir-link").symlink_to("sub")
     os.mkfifo(home / "tree/fifo")
     got = t.left_out("tree", exclude=lambda p: p == "skip/", max_size=5)
-    assert got == sorted([f"{transport_mod.TEMP_PREFIX}1", "dir-link", "fifo", "sub/big",
+    assert got == sorted([f"{mirror_mod.TEMP_PREFIX}1", "dir-link", "fifo", "sub/big",
                           "sub/out"])
     dest = tmp_path / "dest"
     t.fetch_tree("tree", dest, exclude=lambda p: p == "skip/", max_size=5)
@@ -274,7 +275,7 @@ def test_upload_is_atomic_on_failure(home: Path, t: LocalTransport, tmp_path: Pa
         Path(d).write_text("ne")
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(transport_mod.shutil, "copy2", broken_copy)
+    monkeypatch.setattr(mirror_mod.shutil, "copy2", broken_copy)
     with pytest.raises(TransportError, match="upload runs/r/log: Input/output error"):
         t.upload(src, "runs/r/log")
     assert os.listdir(home / "runs/r") == ["log"]
@@ -298,3 +299,23 @@ def test_make_transport(tmp_path: Path) -> None:
     assert isinstance(tr, LocalTransport) and tr.root == tmp_path
     with pytest.raises(ConfigError):
         make_transport(Config(transport="ssh"))
+
+
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed")
+def test_mirror_by_rsync_holds_what_the_copy_holds(home: Path, tmp_path: Path) -> None:
+    """runtime.mirror's two copiers leave out, follow and delete the same entries."""
+    outside = tmp_path / "secret"
+    outside.write_text("s")
+    _tree(home, {"tree/a": "a", "tree/sub/big": "123456", "tree/skip/x": "x",
+                 "tree/sub/keep": "k", f"tree/{mirror_mod.TEMP_PREFIX}1": "tmp"})
+    (home / "tree/sub/out").symlink_to(outside)
+    (home / "tree/in").symlink_to("a")
+    (home / "tree/dir-link").symlink_to("sub")
+    results = []
+    for method in ("copy", "rsync"):
+        dest = tmp_path / method
+        _tree(dest, {"stale": "old", "skip/x": "old", "sub/big": "old"})
+        mirror_mod.mirror(home / "tree", dest, exclude=lambda p: p == "skip/", max_size=5,
+                          method=method, timeout=60)
+        results.append(_snapshot(dest))
+    assert results[0] == results[1] == {"a": "a", "in": "a", "sub/keep": "k"}

@@ -1,4 +1,4 @@
-"""Unit tests of cluster.userreport: the user run's report and the source diff in it."""
+"""Unit tests of cluster.report.userreport: the user run's report and the source diff in it."""
 
 from __future__ import annotations
 

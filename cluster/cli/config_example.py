@@ -1,0 +1,34 @@
+"""``python3 -m cluster.cli.config_example [master|node]``: print an example configuration.
+
+Writes to stdout the commented INI text of :func:`cluster.config.example` for the section
+(default master): every key of that section with its meaning, unit and default.  That is
+how ``etc/master.conf`` and ``etc/node.conf`` are made::
+
+    python3 -m cluster.cli.config_example master > etc/master.conf
+    python3 -m cluster.cli.config_example node > etc/node.conf
+
+Exit status: 0 done, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cluster import config
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python3 -m cluster.cli.config_example",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("section", nargs="?", choices=(config.MASTER, config.NODE),
+                        default=config.MASTER)
+    args = parser.parse_args(argv)
+    sys.stdout.write(config.example(args.section))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Phase 1 of clustermaster: finding new runs and putting them in the queue.
+
+A discoverer is ``f(home, cfg, queue) -> list[RunSpec]``: it appends what it finds to the
+queue itself (so a request is consumed only once it is safely queued) and returns what it
+added.  :data:`DISCOVERERS` lists them per priority:
+
+* priority 0: :func:`cluster.triggers.droppings.scan_user_droppings`, the droppings
+  clusterpush leaves in user trees;
+* priority 1: :func:`cluster.triggers.git.poll.poll`, new commits of the configured git
+  repositories (the post-receive/post-commit hook queues them too, at once; a commit is
+  queued once);
+* priority 2: nothing here, cron's enqueue_auto.py appends to the queue itself.
+
+:class:`WorkWatcher` tells the supervisor, between runs, which priorities have work.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from cluster.config import Config
+from cluster.defaults import AUTO_PRIORITY, COMMIT_PRIORITY, PRIORITIES, USER_PRIORITY
+from cluster.home import Home
+from cluster.queue import QueueFile, RunSpec
+from cluster.triggers import droppings
+from cluster.triggers.git import poll
+
+Discoverer = Callable[[Home, Config, QueueFile], list[RunSpec]]
+
+DISCOVERERS: dict[int, list[Discoverer]] = {USER_PRIORITY: [droppings.scan_user_droppings],
+                                             COMMIT_PRIORITY: [poll.poll],
+                                             AUTO_PRIORITY: []}
+
+
+class WorkWatcher:
+    """Tells the supervisor which priorities have new work, from a few stat calls.
+
+    A priority has new work when its queue file changed (a run was queued, or the running
+    one finished and was dequeued) and is not empty, or, for priority 0, when a clusterpush
+    dropping is waiting.  Call it as ``wakeup()`` -> priorities to start now.
+    """
+
+    def __init__(self, home: Home, priorities: tuple[int, ...] = PRIORITIES) -> None:
+        self.home = home
+        self.priorities = priorities
+        self.seen: dict[int, tuple[int, int]] = {p: self._signature(p) for p in priorities}
+        self.droppings: set[str] = set()
+
+    def _signature(self, priority: int) -> tuple[int, int]:
+        try:
+            st = os.stat(self.home.queue(priority))
+        except OSError:
+            return (0, 0)
+        return (st.st_mtime_ns, st.st_size)
+
+    def __call__(self) -> list[int]:
+        woken: list[int] = []
+        for p in self.priorities:
+            sig = self._signature(p)
+            if sig != self.seen[p]:
+                self.seen[p] = sig
+                if sig[1] > 0:
+                    woken.append(p)
+        if USER_PRIORITY in self.priorities:
+            # Only droppings not seen before: one that waits for phase 1 must not start a
+            # clustermaster at every poll.
+            now = {str(p) for p in droppings.waiting(self.home)}
+            if now - self.droppings and USER_PRIORITY not in woken:
+                woken.append(USER_PRIORITY)
+            self.droppings = now
+        return woken
