@@ -48,6 +48,7 @@ import sys
 from pathlib import Path
 
 from cluster.cli import common
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.jobs import bmpcmp as bmpcmp_jobgen
 from cluster.jobs import generate as jobgen
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(args_in)
     except _UsageError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except SystemExit as exc:  # --help printed the usage
         return exc.code if isinstance(exc.code, int) else 0
     if BMPCMP_WORD in args.words:
@@ -141,18 +142,18 @@ def main(argv: list[str] | None = None) -> int:
         cfg = common.load_config(args)
     except (ValueError, ClusterError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     tests_root = args.tests if args.tests is not None else cfg.home / cfg.tests_dir
     rng = random.Random(seed)
     try:
         jobs = jobgen.generate(cfg, products, tests_root, options, rng)
     except (ValueError, ClusterError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except OSError as exc:
         print(f"{PROG}: cannot read the test corpus {exc.filename or tests_root}: "
               f"{exc.strerror or exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     return _print_jobs(jobs)
 
 
@@ -168,20 +169,20 @@ def _bmpcmp_main(args: argparse.Namespace) -> int:
         cfg = common.load_config(args)
     except (ValueError, ClusterError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     tests_root = args.tests if args.tests is not None else cfg.home / cfg.tests_dir
     try:
         tests = bmpcmp_jobgen.read_bmpcmp_list(args.from_file)
     except OSError as exc:
         print(f"{PROG}: cannot read the bmpcmp list {args.from_file}: {exc.strerror or exc}",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     try:
         jobs = bmpcmp_jobgen.bmpcmp_jobs(cfg, tests, tests_root)
     except OSError as exc:
         print(f"{PROG}: cannot read the test corpus {exc.filename or tests_root}: "
               f"{exc.strerror or exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     return _print_jobs(jobs)
 
 
@@ -199,4 +200,4 @@ def _print_jobs(jobs: list[Job]) -> int:
         # final flush does not complain (the recipe of the signal module's docs).
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, out.fileno())
-    return 0
+    return EXIT_OK

@@ -24,6 +24,7 @@ import sys
 from cluster import cron, datatypes
 from cluster.cli import common
 from cluster.config import Config
+from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import AlreadyRunning, ClusterError
 from cluster.node import caps
 from cluster.node.pull import ClusterPull
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = common.load_config(args)
     except ClusterError as exc:
         print(f"clusterpull.py: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.install_cron or args.remove_cron:
         # Before the log and work_dir set-up: managing the crontab must not create them.
         return _manage_cron(args, cfg)
@@ -79,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):
             if args.once:
                 pull.tick(pull.clock.monotonic())
-                return 0
+                return EXIT_OK
             install_signal_handlers(pull.stop_flag)
             return pull.run()
     except AlreadyRunning as exc:
         # The usual case under cron (every clusterpull_schedule): logged, and with --quiet
         # not printed, so cron has nothing to mail.
         logging.getLogger("cluster.pull").info("%s; exiting", exc)
-        return 0
+        return EXIT_OK

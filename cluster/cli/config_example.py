@@ -16,6 +16,7 @@ import argparse
 import sys
 
 from cluster import config
+from cluster.defaults import EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=config.MASTER)
     args = parser.parse_args(argv)
     sys.stdout.write(config.example(args.section))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

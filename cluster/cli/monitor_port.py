@@ -26,6 +26,7 @@ import argparse
 import sys
 
 from cluster.cli import common
+from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master import monitor
@@ -54,12 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = common.load_config(args)
     except ClusterError as exc:
         print(f"monitor_port.py: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     home = Home(cfg.home)
     if args.nodes:
         for name, (age, status) in sorted(monitor.nodes_seen(home).items()):
             print(f"{name} {age:.0f} {status}".rstrip())
-        return 0
+        return EXIT_OK
     common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
     # The handlers only record the request; the daemon loop sees it within its poll interval.
     stop = StopFlag()

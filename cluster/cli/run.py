@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from cluster.cli import common
-from cluster.defaults import PRIORITIES
+from cluster.defaults import EXIT_USAGE, PRIORITIES
 from cluster.errors import ClusterError
 from cluster.node import caps
 from cluster.node.noderun import STOP_SIGNALS, NodeRun
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = common.load_config(args)
     except ClusterError as exc:
         print(f"run.py: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     common.setup_logging(verbose=args.verbose)
     run = NodeRun(cfg, make_transport(cfg), args.priority, caps.detect().format())
     install_signal_handlers(run.stop_flag, STOP_SIGNALS)

@@ -20,6 +20,7 @@ import argparse
 import sys
 
 from cluster.cli import common
+from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.node import caps
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         common.load_config(args)
     except ClusterError as exc:
         print(f"send_caps.py: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(caps.detect().format())
-    return 0
+    return EXIT_OK
 
