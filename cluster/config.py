@@ -224,6 +224,11 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
+
+#: Every setting at its default: code that needs a default outside a loaded configuration
+#: (a keyword argument's default, a test's setup) reads it here, never restates the number.
+DEFAULTS = Config()
+
 # ----------------------------------------------------------------------------------------------
 # Parsing
 

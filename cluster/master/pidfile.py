@@ -44,14 +44,13 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
-from cluster.config import Config
+from cluster.config import DEFAULTS
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock
 
 logger = logging.getLogger("cluster.pidfile")
 
 #: Where the defaults of stale_after and wait come from: the configuration table.
-_DEFAULTS = Config()
 #: Permission bits of the PID file: other users' tools read it.
 _FILE_MODE = 0o644
 #: The content that tells the running master to stop (ARTIFEX.md §2.6).
@@ -105,8 +104,8 @@ class PidFile:
     Perl's status line ("Regression terminated due to timeout") while it waits.
     """
 
-    def __init__(self, path: Path, clock: Clock, stale_after: float = _DEFAULTS.pid_stale,
-                 wait: float = _DEFAULTS.pid_wait,
+    def __init__(self, path: Path, clock: Clock, stale_after: float = DEFAULTS.pid_stale,
+                 wait: float = DEFAULTS.pid_wait,
                  is_master: Callable[[int], bool] = is_clustermaster, pid: int | None = None,
                  on_takeover: Callable[[str], None] | None = None) -> None:
         self.path = Path(path)

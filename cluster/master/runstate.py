@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from cluster.config import Config
+from cluster.config import DEFAULTS, Config
 from cluster.master.joblist import JobList, as_job_list
 from cluster.master.journal import format_line, journal_result, line_prefix, result_text, split_line
 from cluster.master.results import Results
@@ -49,7 +49,6 @@ Suitability = Callable[[str], tuple[bool, str]]
 #: The most jobs a node is kept holding, however fast it is.
 MAX_BATCH = 65536
 #: Where Settings takes its defaults: the configuration table (one place for each).
-_DEFAULTS = Config()
 
 
 class NodeState(enum.StrEnum):
@@ -108,11 +107,11 @@ class Outcome:
 class Settings:
     """The scheduling knobs of a run: the configuration keys of the same names."""
 
-    heartbeat_timeout: float = _DEFAULTS.heartbeat_timeout
-    batch_per_slot: int = _DEFAULTS.batch_per_slot
-    batch_seconds: float = _DEFAULTS.batch_seconds
-    speculate_tail: bool = _DEFAULTS.speculate_tail
-    upload_timeout: float = _DEFAULTS.upload_timeout
+    heartbeat_timeout: float = DEFAULTS.heartbeat_timeout
+    batch_per_slot: int = DEFAULTS.batch_per_slot
+    batch_seconds: float = DEFAULTS.batch_seconds
+    speculate_tail: bool = DEFAULTS.speculate_tail
+    upload_timeout: float = DEFAULTS.upload_timeout
 
     @classmethod
     def from_config(cls, cfg: Config) -> Settings:

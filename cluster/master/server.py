@@ -20,7 +20,7 @@ import selectors
 import socket
 from collections.abc import Callable
 
-from cluster.config import Config
+from cluster.config import DEFAULTS
 from cluster.errors import ProtocolError
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.wire import protocol
@@ -57,7 +57,7 @@ class NodeServer:
     def __init__(self, address: tuple[str, int], handler: Handler, *,
                  max_line: int = protocol.DEFAULT_MAX_LINE,
                  max_lines: int = protocol.DEFAULT_MAX_LINES,
-                 deadline: float = Config.connection_deadline,
+                 deadline: float = DEFAULTS.connection_deadline,
                  clock: Clock | None = None) -> None:
         self.handler = handler
         self.max_line = max_line

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from cluster.config import Config
+from cluster.config import DEFAULTS
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.proc import describe_status
@@ -83,7 +83,7 @@ class Supervisor:
     """
 
     def __init__(self, commands: Sequence[Sequence[str]], *, clock: Clock | None = None,
-                 interval: float = Config().supervisor_interval, log_path: Path | None = None,
+                 interval: float = DEFAULTS.supervisor_interval, log_path: Path | None = None,
                  kill_children: bool = False, kill_grace: float = DEFAULT_KILL_GRACE,
                  poll: float = STOP_POLL, cwd: Path | None = None,
                  env: dict[str, str] | None = None,

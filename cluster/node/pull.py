@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 
 from cluster.config import Config
-from cluster.defaults import NODE_EXIT_DONE, NODE_EXIT_FAILED, REPO_ROOT
+from cluster.defaults import EXIT_OK, NODE_EXIT_DONE, NODE_EXIT_FAILED, REPO_ROOT
 from cluster.node import heartbeat
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
@@ -135,7 +135,7 @@ class ClusterPull:
                 self._reap(clock.monotonic())
         if self.child is not None:
             self._stop_child(self.child.proc)
-        return 0
+        return EXIT_OK
 
     def _stop_child(self, child: subprocess.Popen[bytes]) -> None:
         """TERM run.py (it leaves its run cleanly); kill its tree if it has not gone within

@@ -35,7 +35,7 @@ from typing import IO, Any, TextIO
 
 #: Permission bits of a file that did not exist before.
 NEW_FILE_MODE = 0o644
-#: Suffix of every temporary file the writers here make (clean-up code may look for it).
+#: Suffix of every temporary file the writers here make.
 TEMP_SUFFIX = ".tmp"
 
 
@@ -97,20 +97,6 @@ def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *, fsync: 
         else:
             for piece in data:
                 fh.write(piece)
-
-
-def remove_stale_temps(directory: Path | str, name: str) -> list[Path]:
-    """Remove the temporary files the writers here left for ``name`` in ``directory``.
-
-    Only for a caller that holds the lock serialising writers of that file (a crashed
-    writer's temporary file is then surely dead).  Returns what was removed.
-    """
-    removed = []
-    for tmp in Path(directory).glob(f".{name}.*{TEMP_SUFFIX}"):
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-            removed.append(tmp)
-    return removed
 
 
 @contextlib.contextmanager

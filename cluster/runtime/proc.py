@@ -12,7 +12,7 @@ Contract of :func:`run`:
 * output is captured (``stdout``/``stderr`` left ``None``) or sent to an open file the
   caller owns (a build log); ``stderr=STDOUT`` merges the two;
 * ``stop`` (a :class:`cluster.runtime.service.StopFlag`, or anything with ``is_set()``)
-  is looked at every :data:`STOP_POLL` seconds while the command runs; once set, the group
+  is looked at every ``service.STOP_POLL`` seconds while the command runs; once set, the group
   is stopped as on a timeout and the result says ``stopped`` (a daemon told to leave does not
   leave a build running behind it);
 * the :class:`Result` carries the exit status, what was captured, the elapsed time and
@@ -34,9 +34,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from cluster.errors import ClusterError
+from cluster.runtime.service import STOP_POLL, StopSignal
 
 #: Pass as ``stderr`` to merge the child's stderr into its stdout.
 STDOUT = subprocess.STDOUT
@@ -47,16 +48,7 @@ KILL_GRACE = 5.0
 #: How much of a failed command's output a :class:`ProcessError` message keeps [characters].
 TAIL_CHARS = 2000
 
-#: How often a run with a ``stop`` flag looks at it [seconds].
-STOP_POLL = 0.25
-
 Output = IO[Any] | int | None
-
-
-class Stoppable(Protocol):
-    """A stop request (``cluster.runtime.service.StopFlag``, ``threading.Event``)."""
-
-    def is_set(self) -> bool: ...
 
 
 class ProcessError(ClusterError):
@@ -146,7 +138,7 @@ def spawn(argv: Sequence[str] | str, *, cwd: Path | str | None = None,
 def run(argv: Sequence[str] | str, *, timeout: float | None, cwd: Path | str | None = None,
         env: Mapping[str, str] | None = None, input: bytes | None = None,
         stdout: Output = None, stderr: Output = None, shell: bool = False,
-        kill_grace: float = KILL_GRACE, stop: Stoppable | None = None) -> Result:
+        kill_grace: float = KILL_GRACE, stop: StopSignal | None = None) -> Result:
     """Run a command to its end or its timeout; see the module docstring for the contract.
 
     ``timeout`` is required (keyword) so that every call site says how long it may take;

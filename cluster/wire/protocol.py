@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.config import Config
+from cluster.config import DEFAULTS
 
 # A node's name is a datatype (the config checks it too); re-exported for the wire's users.
 from cluster.datatypes import NODE_NAME as NODE_NAME
@@ -57,8 +57,8 @@ JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 
 TERMINATORS = ("OK", "ABORT")
 #: The limits a master applies unless configured otherwise (the config table's defaults).
-DEFAULT_MAX_LINE: int = Config.max_line_bytes
-DEFAULT_MAX_LINES: int = Config.max_request_lines
+DEFAULT_MAX_LINE = DEFAULTS.max_line_bytes
+DEFAULT_MAX_LINES = DEFAULTS.max_request_lines
 
 # Reply verbs.
 ABORT = "ABORT"
@@ -312,7 +312,7 @@ class RequestFramer(LineFramer):
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE,
                  max_lines: int = DEFAULT_MAX_LINES) -> None:
-        super().__init__((b"OK", b"ABORT"), max_line, max_lines)
+        super().__init__(tuple(t.encode() for t in TERMINATORS), max_line, max_lines)
 
 
 def format_reply(reply: Reply) -> bytes:

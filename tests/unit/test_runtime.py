@@ -79,14 +79,6 @@ def test_concurrent_writers_never_tear_the_file(tmp_path: Path) -> None:
     assert _temps(tmp_path) == []
 
 
-def test_remove_stale_temps_removes_only_that_files_temps(tmp_path: Path) -> None:
-    (tmp_path / f".jobs.123.abc{fsutil.TEMP_SUFFIX}").write_text("half")
-    (tmp_path / f".other.123.abc{fsutil.TEMP_SUFFIX}").write_text("half")
-    removed = fsutil.remove_stale_temps(tmp_path, "jobs")
-    assert [p.name for p in removed] == [f".jobs.123.abc{fsutil.TEMP_SUFFIX}"]
-    assert (tmp_path / f".other.123.abc{fsutil.TEMP_SUFFIX}").exists()
-
-
 def test_flocked_excludes_other_holders(tmp_path: Path) -> None:
     lock = tmp_path / "sub" / "x.lock"
     with fsutil.flocked(lock):
