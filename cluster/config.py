@@ -67,13 +67,28 @@ class Config:
     supervisor_interval: float = _opt(10.0, MASTER, "seconds",
                                       "run_clustermaster.py starts clustermaster 0/1/2 this often",
                                       positive=True)
-    pid_stale: float = _opt(7200.0, MASTER, "seconds",
-                            "a clustermaster.pid older than this is a dead or hung run",
+    pid_stale: float = _opt(600.0, MASTER, "seconds",
+                            "a clustermaster.pid its master has not refreshed for this long "
+                            "(on the monotonic clock) belongs to a dead or frozen master",
                             positive=True)
     pid_wait: float = _opt(300.0, MASTER, "seconds",
                            "after taking over a stale PID file, wait this long before freeing it")
     pid_check_interval: float = _opt(2.0, MASTER, "seconds",
                                      "how often a running master checks the PID file is still its")
+    max_run_time: float = _opt(7200.0, MASTER, "seconds",
+                               "a run still unfinished after this long (counted across "
+                               "takeovers) ends with a report listing the tests not run",
+                               positive=True)
+    no_node_timeout: float = _opt(600.0, MASTER, "seconds",
+                                  "a run that had nodes and has had none alive for this long "
+                                  "is queued again (see max_tries)", positive=True)
+    max_failed_nodes: int = _opt(10, MASTER, "nodes",
+                                 "a run that loses more nodes than this is queued again "
+                                 "(seed 000: if we drop too many nodes, we try again)",
+                                 positive=True)
+    max_tries: int = _opt(2, MASTER, "attempts",
+                          "attempts of one queued run before it is reported as failed",
+                          positive=True)
     heartbeat_timeout: float = _opt(180.0, MASTER, "seconds",
                                     "a node not heard from this long is dead; its jobs go back",
                                     positive=True)
@@ -84,6 +99,12 @@ class Config:
                                positive=True)
     max_request_lines: int = _opt(200000, MASTER, "lines",
                                   "most header and result lines in one node request", positive=True)
+    max_request_bytes: int = _opt(64 * 1024 * 1024, MASTER, "bytes",
+                                  "largest node request or heartbeat accepted; a bigger one "
+                                  "is refused with one log line", positive=True)
+    max_buffered_bytes: int = _opt(256 * 1024 * 1024, MASTER, "bytes",
+                                   "most memory all open node connections may hold together; "
+                                   "a request that would pass it is refused", positive=True)
     journal_sync_interval: float = _opt(1.0, MASTER, "seconds",
                                         "results journal is fsync'ed at most this often")
     linger: float = _opt(15.0, MASTER, "seconds",
