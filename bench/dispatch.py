@@ -2,7 +2,7 @@
 """bench/dispatch.py -- the cluster against xargs and GNU parallel on one list of small jobs.
 
 Usage: python3 bench/dispatch.py [--jobs 5000] [--slots 2] [--reps 3] [--gs]
-                                 [--keep DIR]
+                                 [--localcluster] [--keep DIR]
 
 One list of N jobs (``echo <i> | md5sum``) is run by four contenders, repetitions
 interleaved (a b c d a b c d ...):
@@ -19,6 +19,17 @@ must hold every job once with the md5 of the expected output.
 
 With --gs the real case is timed as well: one gs run over the example corpus
 (contender=gs-cluster-1node, the same S slots).
+
+With --localcluster the one-command experience is timed instead, against the same work
+done by hand:
+
+  gs-xargs       the gs job commands of the demo run (the README's main job), with the
+                 node's placeholders filled in, by ``xargs -P <cpus> sh -c`` after one
+                 ``make`` of the demo tree
+  localcluster   ``python3 localcluster.py --home <new dir>``, wall time from start to exit
+                 (home, corpus mirror, daemons, the run, the report, the stop)
+
+Both produce an md5 per job; the check is that every job has one.
 
 Prints the machine, then one line per contender:
   contender=xargs median_s=4.02 ratio=1.00 runs=3 ok=yes
@@ -41,13 +52,17 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import figures, median, start  # noqa: E402
+from cluster.jobs import generate as jobgen  # noqa: E402
 from cluster.localcluster import (  # noqa: E402
     DEFAULT_CORPUS,
     LocalCluster,
     free_port,  # noqa: E402
     write_demo_tree,
 )
+from cluster.records import BIN, TEMP, TESTS  # noqa: E402
 from cluster.report.tab import read_tab  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 #: Intervals for a cluster that should react in well under a second.
 QUICK = {"supervisor_interval": "10", "heartbeat_interval": "0.2", "poll_interval": "1",
@@ -115,6 +130,53 @@ class ClusterContender:
         return elapsed, ok
 
 
+class OneCommand:
+    """``python3 localcluster.py`` end to end, and xargs over the same gs job commands."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.reps = 0
+        # The job list of the demo run, as the master makes it from the default settings.
+        scratch = LocalCluster(root / "scratch", 2, DEFAULT_CORPUS, {})
+        cfg = scratch.prepare()
+        self.tree = write_demo_tree(root / "by-hand" / "gs", "gs", [])
+        subprocess.run(["make"], cwd=self.tree, check=True, capture_output=True)
+        tests = scratch.home_dir / "tests"
+        self.jobs = [job.command.replace(BIN, str(self.tree / "bin"))
+                     .replace(TESTS, str(tests)) for job in jobgen.generate(cfg, ["gs"], tests)]
+
+    def xargs(self) -> tuple[float, bool]:
+        self.reps += 1
+        temp = self.root / f"temp{self.reps}"
+        temp.mkdir()
+        listing = self.root / f"gs-jobs{self.reps}.txt"
+        listing.write_text("".join(c.replace(TEMP, str(temp)) + "\n" for c in self.jobs))
+        argv = ["xargs", "-d", "\n", "-P", str(os.cpu_count() or 1), "-n", "1", "sh", "-c"]
+        with open(listing, "rb") as stdin:
+            began = time.monotonic()
+            subprocess.run(argv, stdin=stdin, capture_output=True, check=False)
+            elapsed = time.monotonic() - began
+        ok = len(list(temp.glob("*.md5"))) == len(self.jobs)
+        shutil.rmtree(temp, ignore_errors=True)
+        return elapsed, ok
+
+    def localcluster(self) -> tuple[float, bool]:
+        self.reps += 1
+        home = self.root / f"home{self.reps}"
+        argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
+                "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}"]
+        began = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, check=False, cwd=self.root)
+        elapsed = time.monotonic() - began
+        tables = list((home / "archive").glob("*/*.tab"))
+        ok = done.returncode == 0 and len(tables) == 1 and \
+            len(read_tab(tables[0])) == len(self.jobs)
+        if not ok:
+            print(done.stderr.decode(errors="replace")[-2000:], file=sys.stderr)
+        shutil.rmtree(home, ignore_errors=True)
+        return elapsed, ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--gs", action="store_true", help="also time a gs corpus run")
+    parser.add_argument("--localcluster", action="store_true",
+                        help="time python3 localcluster.py against xargs over its gs jobs")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.slots < 1 or args.reps < 1:
@@ -139,7 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     expected = {f"{corpus.name}__small.cmds.{i + 1}":
                 hashlib.md5((output_line(i) + "\n").encode()).hexdigest() for i in range(n)}
 
-    contenders: dict[str, Callable[[], tuple[float, bool]]] = {
+    contenders: dict[str, Callable[[], tuple[float, bool]]]
+    if args.localcluster:
+        one_command = OneCommand(work / "one-command")
+        contenders = {"gs-xargs": one_command.xargs, "localcluster": one_command.localcluster}
+        return report(contenders, args.reps, "gs-xargs", {"jobs": len(one_command.jobs)},
+                      work, args.keep is None)
+    contenders = {
         "xargs": lambda: run_local(["xargs", "-d", "\n", "-P", str(s), "-n", "1", "sh", "-c"],
                                    jobs_file, n),
         "parallel": lambda: run_local(["parallel", "--will-cite", "-j", str(s)], jobs_file, n),
@@ -152,24 +222,32 @@ def main(argv: list[str] | None = None) -> int:
         gs = ClusterContender(work / "gs", 1, s, DEFAULT_CORPUS, "gs", None, {})
         contenders["gs-cluster-1node"] = gs.run
 
+    return report(contenders, args.reps, "xargs", {"jobs": n, "slots": s}, work,
+                  args.keep is None)
+
+
+def report(contenders: dict[str, Callable[[], tuple[float, bool]]], reps: int, base_name: str,
+           facts: dict[str, object], work: Path, remove: bool) -> int:
+    """Run the contenders ``reps`` times, interleaved; print their medians and ratios to
+    ``base_name``'s; 0 if every output was right."""
     times: dict[str, list[float]] = {name: [] for name in contenders}
     ok: dict[str, bool] = {name: True for name in contenders}
-    for rep in range(args.reps):
+    for rep in range(reps):
         for name, run in contenders.items():
             elapsed, good = run()
             times[name].append(elapsed)
             ok[name] = ok[name] and good
             print(f"# rep {rep + 1} {name} {elapsed:.2f}s ok={good}", flush=True)
-    base = median(times["xargs"])
-    print(figures({"jobs": n, "slots": s, "reps": args.reps}))
+    base = median(times[base_name])
+    print(figures({**facts, "reps": reps}))
     for name in contenders:
         med = median(times[name])
         # The gs run is other work than the list: a ratio to xargs would mean nothing.
-        ratio = "n/a" if name.startswith("gs-") else f"{med / base:.2f}"
+        ratio = "n/a" if name == "gs-cluster-1node" else f"{med / base:.2f}"
         print(figures({"contender": name, "median_s": f"{med:.2f}", "ratio": ratio,
                        "runs": len(times[name]), "ok": "yes" if ok[name] else "no"}),
               flush=True)
-    if args.keep is None:
+    if remove:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if all(ok.values()) else 1
 

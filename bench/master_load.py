@@ -345,6 +345,8 @@ def make_home(root: Path, jobs: int, history: bool, kind: str, archived: int = 0
     line, priority = KINDS[kind]
     if kind == "auto":
         (home.root / "shell").mkdir(exist_ok=True)  # the clean tree an auto run builds
+    else:
+        (home.users / "bench" / "shell").mkdir(parents=True, exist_ok=True)  # the push
     QueueFile(home.queue(priority), home.queue_lock(priority)).append(RunSpec.parse(line))
     return home
 

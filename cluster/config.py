@@ -74,7 +74,8 @@ class Config:
     pid_wait: float = _opt(300.0, MASTER, "seconds",
                            "after taking over a stale PID file, wait this long before freeing it")
     pid_check_interval: float = _opt(2.0, MASTER, "seconds",
-                                     "how often a running master checks the PID file is still its")
+                                     "how often a running master refreshes its PID file and "
+                                     "checks it is still its own")
     max_run_time: float = _opt(7200.0, MASTER, "seconds",
                                "a run still unfinished after this long (counted across "
                                "takeovers) ends with a report listing the tests not run",

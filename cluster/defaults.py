@@ -50,7 +50,8 @@ HEARTBEAT_EXIT_ERROR = 2
 
 #: The build failed or timed out (``build_timeout``); the report quotes the build log's tail.
 FAILURE_BUILD = -1
-#: The node could not reach the master or upload its logs.
+#: The node cannot take part: it could not reach the master, upload its logs or fetch the
+#: corpus or source, or its build failed on the node around the build command.
 FAILURE_NETWORK = 1
 #: Too many jobs timed out.
 FAILURE_TIMEOUTS = 2
@@ -62,3 +63,5 @@ FAILURE_TIMEOUTS = 2
 #: The folder of a run's bmpcmp image sets: under the node's ``__temp__`` (where the jobs
 #: write them), under ``runs/<run id>/`` (where the node uploads them) and in the archive.
 BMPCMP_DIR = "bmpcmp"
+#: monitor_port.py: another program holds the port (the message names address and port).
+EXIT_PORT_TAKEN = 5

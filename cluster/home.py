@@ -2,23 +2,31 @@
 
 Per-priority files carry the priority as a suffix: none for priority 0, ``.1`` and ``.2``
 otherwise.  Names with an extension take the suffix before it, as seed 000 writes
-``job.1.start``: ``queue`` -> ``queue.1``, ``job.start`` -> ``job.1.start``,
-``clustermaster.pid`` -> ``clustermaster.1.pid``.  (Seed 000 also has one sentence in which
-priority 0 appends to ``queue.1.lst``; we follow the suffix rule throughout, see
-docs/deviations.md.)
+``job.1.start`` and ``queue.1.lst``: ``queue.lst`` -> ``queue.1.lst``, ``job.start`` ->
+``job.1.start``, ``clustermaster.pid`` -> ``clustermaster.1.pid``.  (Seed 000 also has one
+sentence in which priority 0 appends to ``queue.1.lst``; we follow the suffix rule
+throughout, see docs/deviations.md.)
 
 Layout of a home::
 
-    queue[.p]            runs waiting at priority p, one per line (lock: queue[.p].lck)
+    queue[.p].lst        runs waiting at priority p, one per line (seed 000's names); the
+                         names of earlier releases (queue, queue.1, queue.2) are moved to
+                         these once, by cluster.queue.QueueFile
+    queue[.p].lck        the queue's lock file (ARTIFEX's queue.lck; the home directory
+                         is locked too, see cluster.runtime.pathlock)
+    queue[.p].lst.reported   sha256 of the bad queue lines already logged (only while any)
     job[.p].start        the running run: its id and what to build (nodes read it)
     jobs[.p]             build.py's job list for the running run
     results[.p]          journal of results received for the running run
     clustermaster[.p].pid   the PID-file semaphore of seed 000 phase 2
     status[.p]           one-line status for dashboards
-    runs/<id>/           working files of a run (uploaded node logs)
+    runs/<id>/           working files of a run (uploaded node logs, a user run's source
+                         snapshot runs/<id>/source/<tree>)
     archive/<id>/        a finished run: .tab, report, logs
     tables/              the previous result table of each stream (baselines)
-    users/<user>/<tree>/ trees pushed by clusterpush, with their cluster_command.run droppings
+    users/<user>/<tree>/ trees pushed by clusterpush, with their droppings:
+                         cluster_command.run, or the legacy gs.run / ghostscript.run
+    users/<user>/.<tree>.lock   the tree's lock: a push's sync, a run's snapshot of it
     nodes/<name>.up|.status|.caps   what the monitor learnt of each node
     tests/               the test corpus
     log/                 logs of the master processes
@@ -26,8 +34,24 @@ Layout of a home::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from cluster.runtime import fsutil
+
+#: The queue file names of earlier releases (``queue``, ``queue.1``, ``queue.2``), matched
+#: against the name of today's (``queue.lst``, ``queue.1.lst``, ``queue.2.lst``).
+_QUEUE_NAME = re.compile(r"queue((?:\.[0-9]+)?)\.lst")
+
+
+#: How long a temporary file below runs/ must have been left unmodified before the clean-up
+#: may remove it [seconds]: nodes upload into runs/ from other machines over a shared file
+#: system, and the pid in a remote writer's temp name means nothing on the master
+#: (see fsutil.remove_dead_temps).
+REMOTE_TEMP_AGE = 3600.0
+#: The folder of a run's source (an export, or a snapshot of a user's files): never cleaned.
+SOURCE_DIR = "source"
 
 
 def suffixed(name: str, priority: int) -> str:
@@ -48,9 +72,15 @@ class Home:
         return self.root / suffixed(name, priority)
 
     def queue(self, priority: int) -> Path:
+        """``queue.lst``, ``queue.1.lst``, ``queue.2.lst`` (seed 000)."""
+        return self.per_priority("queue.lst", priority)
+
+    def legacy_queue(self, priority: int) -> Path:
+        """The queue's name in earlier releases (``queue``, ``queue.1``, ``queue.2``)."""
         return self.per_priority("queue", priority)
 
     def queue_lock(self, priority: int) -> Path:
+        """``queue.lck``, ``queue.1.lck``, ``queue.2.lck`` (ARTIFEX §2.1's name)."""
         return self.per_priority("queue.lck", priority)
 
     def job_start(self, priority: int) -> Path:
@@ -87,6 +117,18 @@ class Home:
     def users(self) -> Path:
         return self.root / "users"
 
+    def user_dir(self, user: str) -> Path:
+        """``users/<user>``: a user's pushed trees."""
+        return self.users / user
+
+    def user_tree(self, user: str, tree: str) -> Path:
+        """``users/<user>/<tree>``: where clusterpush mirrors a user's tree."""
+        return self.users / user / tree
+
+    def user_tree_lock(self, user: str, tree: str) -> Path:
+        """``users/<user>/.<tree>.lock`` (a tree name never starts with a dot)."""
+        return self.users / user / f".{tree}.lock"
+
     @property
     def nodes(self) -> Path:
         return self.root / "nodes"
@@ -95,8 +137,51 @@ class Home:
     def log_dir(self) -> Path:
         return self.root / "log"
 
+    def clean_temps(self, run_id: str | None = None) -> list[Path]:
+        """Remove the temporary files killed processes left in this home; return them.
+
+        Without ``run_id`` (the supervisor's start): the home's own files, ``tables/``,
+        ``nodes/`` and ``repos/`` (not below: the bare clones are git's), and all of
+        ``runs/`` and ``archive/``.  With ``run_id`` (a clustermaster that starts or takes
+        over that run): the home's own files, ``tables/``, ``runs/<run_id>/`` and
+        ``archive/<run_id>/`` only, so the archive is not walked at every run.  Below
+        ``runs/`` a file must also be :data:`REMOTE_TEMP_AGE` old (uploads from other
+        machines), and a run's ``source/`` is left alone: it holds a user's own files,
+        hard-linked, and one of them may be named like a temporary file.  ``users/`` is
+        never cleaned: the next push's mirror (rsync --delete) removes what a killed push
+        left, and the trees there are the users' files.
+        """
+        flat = [self.root, self.tables]
+        if run_id is None:
+            flat += [self.nodes, self.root / "repos"]
+            runs = sorted(p for p in self.runs.iterdir() if p.is_dir() and not p.is_symlink()) \
+                if self.runs.is_dir() else []
+            archived = self.archive
+        else:
+            runs, archived = [self.run_dir(run_id)], self.archive / run_id
+        removed = [path for folder in flat for path in fsutil.remove_dead_temps(folder)]
+        for run in runs:
+            if not run.is_dir():
+                continue
+            removed += fsutil.remove_dead_temps(run, min_age=REMOTE_TEMP_AGE)
+            for sub in sorted(run.iterdir()):
+                if sub.is_dir() and not sub.is_symlink() and sub.name != SOURCE_DIR:
+                    removed += fsutil.remove_dead_temps(sub, recursive=True,
+                                                        min_age=REMOTE_TEMP_AGE)
+        removed += fsutil.remove_dead_temps(archived, recursive=True)
+        return removed
+
     def create(self) -> None:
         """Make the directories of a home (idempotent)."""
         for d in (self.root, self.runs, self.archive, self.tables, self.users, self.nodes,
                   self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
+
+
+def legacy_queue_name(name: str) -> str | None:
+    """The earlier release's name of the queue file called ``name`` today, or None.
+
+    ``queue.lst`` -> ``queue``, ``queue.2.lst`` -> ``queue.2``; any other name -> None.
+    """
+    match = _QUEUE_NAME.fullmatch(name)
+    return None if match is None else "queue" + match.group(1)

@@ -9,6 +9,14 @@ The demo product: a tree with a Makefile whose build writes ``bin/gs`` (or ``bin
 a wrapper around the installed program that adds the options listed in the tree's
 ``options`` file.  Changing an option changes the product's command line, exactly as a
 developer's change to ghostpdl would change its output.
+
+Failing fast: :meth:`LocalCluster.start` first checks that every port the cluster will
+listen on (``base_port`` + 0, 1, 2 and ``monitor_port``, on ``listen_address``) can be bound,
+and raises :class:`LocalClusterError` naming the port, its role and, when psutil can tell,
+the process holding it.  While :meth:`~LocalCluster.wait_for_nodes` and
+:meth:`~LocalCluster.wait_for_run` wait, they look at the monitor and the supervisor every
+poll: if either has exited, the wait stops at once with a LocalClusterError carrying its
+exit status and the last lines it logged, instead of waiting out its timeout.
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ from pathlib import Path
 from cluster import config
 from cluster.config import Config
 from cluster.defaults import REPO_ROOT
+from cluster.errors import ClusterError
 from cluster.home import Home
+from cluster.master import pidfile
 from cluster.node.transport import LocalTransport
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import proc
@@ -37,6 +47,18 @@ log = logging.getLogger("cluster.localcluster")
 DEFAULT_CORPUS = REPO_ROOT / "corpus" / "ghostpdl-examples"
 #: How often the waits below look again [seconds].
 _POLL = 0.05
+#: The daemons whose exit ends a wait at once (a node may die and be replaced; these not).
+MONITOR_SCRIPT = "monitor_port.py"
+SUPERVISOR_SCRIPT = "run_clustermaster.py"
+#: How many of a dead daemon's last log lines an error shows.
+LOG_TAIL_LINES = 20
+#: How much of a dead daemon's log is read for them, at most [bytes].
+LOG_TAIL_BYTES = 16_384
+
+
+class LocalClusterError(ClusterError):
+    """The local cluster cannot go on: a port it needs is taken, or a daemon it started
+    (the monitor, the supervisor) has exited.  The message says which and why."""
 
 MAKEFILE = """\
 # Demo product tree made by localcluster.py: `make` writes bin/<program>, a wrapper around
@@ -108,6 +130,95 @@ def free_port(count: int = 1) -> int:
     raise RuntimeError("no free port range found")
 
 
+def port_holder(port: int) -> str | None:
+    """Who listens on TCP ``port`` on this machine, as "pid N (command line)", or None when
+    psutil cannot tell (no listener found, or another user's process it may not see)."""
+    import psutil  # here: only the error path needs it
+
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            if conn.pid is None:
+                return None
+            try:
+                argv = psutil.Process(conn.pid).cmdline()
+            except psutil.Error:
+                return f"pid {conn.pid}"
+            command = " ".join(argv)
+            if len(command) > 160:
+                command = command[:157] + "..."
+            return f"pid {conn.pid} ({command})" if command else f"pid {conn.pid}"
+    return None
+
+
+def check_port(address: str, port: int, role: str) -> None:
+    """Raise LocalClusterError unless TCP ``port`` can be bound on ``address`` now.
+
+    Bound as the servers bind (``SO_REUSEADDR``, so a port in TIME_WAIT after an earlier
+    run counts as free, as it is for them) and released at once.  The message names the
+    port, ``role`` (what would listen there) and, when psutil can tell, the process holding
+    it.
+    """
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except OSError as exc:
+            holder = port_holder(port)
+            by = f"; held by {holder}" if holder else ""
+            raise LocalClusterError(
+                f"port {port} on {address} ({role}) cannot be bound: "
+                f"{exc.strerror or exc}{by}. Stop what holds it, or choose other ports "
+                f"with --set base_port=N (uses N, N+1, N+2) and --set monitor_port=M"
+            ) from None
+
+
+def cluster_ports(cfg: Config) -> dict[int, str]:
+    """The ports a cluster with ``cfg`` listens on, each with its role; LocalClusterError
+    when two roles share one port (one of them could never bind it)."""
+    roles = [(cfg.port_for(p), f"clustermaster of priority {p}: base_port + {p}")
+             for p in (0, 1, 2)]
+    roles.append((cfg.monitor_port, "monitor: monitor_port"))
+    ports: dict[int, str] = {}
+    for port, role in roles:
+        if port in ports:
+            raise LocalClusterError(f"port {port} is both the {ports[port]} and the {role}; "
+                                    f"each needs its own port")
+        if not 0 < port < 65536:
+            raise LocalClusterError(f"port {port} ({role}) is not a TCP port (1-65535)")
+        ports[port] = role
+    return ports
+
+
+def log_tail(path: Path, since: int = 0, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines written to ``path`` after byte offset ``since`` (what a
+    process started when the file had that size wrote), at most LOG_TAIL_BYTES of them."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(since, size - LOG_TAIL_BYTES))
+            data = fh.read()
+    except OSError as exc:
+        return f"(cannot read {path}: {exc.strerror or exc})"
+    text = data.decode("utf-8", errors="replace").rstrip("\n")
+    if not text:
+        return "(it wrote nothing)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class _Daemon:
+    """A process whose exit ends the waits, and where its output goes."""
+
+    child: subprocess.Popen[bytes]
+    log_path: Path
+    log_start: int  # the log's size when it was started: what it wrote comes after
+
+
 @dataclass
 class LocalCluster:
     """Starts and stops a master and ``nodes`` local nodes around one master home.
@@ -123,6 +234,8 @@ class LocalCluster:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     node_procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     clock: Clock = field(default_factory=SystemClock)
+    #: The monitor and the supervisor by script name (see :meth:`check_daemons`).
+    daemons: dict[str, _Daemon] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.home_dir = self.home_dir.resolve()
@@ -164,25 +277,39 @@ class LocalCluster:
         return argv
 
     def _spawn(self, script: str, extra: list[str], log_name: str,
-               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+               env: dict[str, str] | None = None, daemon: bool = False
+               ) -> subprocess.Popen[bytes]:
         log_path = self.home.log_dir / log_name
         child_env = None if env is None else {**os.environ, **env}
         with open(log_path, "ab") as out:
+            log_start = out.tell()
             child = proc.spawn([sys.executable, str(REPO_ROOT / script), *self.config_args(),
                                 *extra], stdout=out, stderr=proc.STDOUT, cwd=self.home_dir,
                                env=child_env)
         self.procs.append(child)
+        if daemon:
+            self.daemons[script] = _Daemon(child, log_path, log_start)
         return child
 
+    def check_ports(self, cfg: Config | None = None) -> None:
+        """LocalClusterError unless every port of the cluster can be bound now (see
+        :func:`check_port`): a port already taken is reported before anything starts."""
+        cfg = cfg or self.config()
+        for port, role in cluster_ports(cfg).items():
+            check_port(cfg.listen_address, port, role)
+
     def start(self, node_env: dict[str, dict[str, str]] | None = None) -> None:
-        """Start the monitor, the supervisor and the nodes.
+        """Check the ports (:meth:`check_ports`), then start the monitor, the supervisor
+        and the nodes.
 
         ``node_env`` maps a node name (``node1``, ...) to extra environment variables for
         that node's processes (clusterpull, its run.py and the jobs they run).
         """
-        self._spawn("monitor_port.py", [], "monitor_port.out")
+        self.check_ports()
+        self._spawn(MONITOR_SCRIPT, [], "monitor_port.out", daemon=True)
         # --kill-children: when we stop, no clustermaster may outlive the local cluster.
-        self._spawn("run_clustermaster.py", ["--kill-children"], "run_clustermaster.out")
+        self._spawn(SUPERVISOR_SCRIPT, ["--kill-children"], "run_clustermaster.out",
+                    daemon=True)
         for i in range(1, self.nodes + 1):
             name = f"node{i}"
             self.start_node(name, (node_env or {}).get(name))
@@ -198,10 +325,31 @@ class LocalCluster:
         self.node_procs[name] = child
         return child
 
+    def check_daemons(self) -> None:
+        """LocalClusterError if the monitor or the supervisor has exited.
+
+        Neither ever exits on its own while the cluster runs, so an exit means the cluster
+        cannot work (its port was taken after :meth:`check_ports`, another monitor holds
+        the home, a bad setting): the message gives the exit status and the last lines the
+        process logged since it was started here.
+        """
+        for script, daemon in self.daemons.items():
+            status = daemon.child.poll()
+            if status is None:
+                continue
+            tail = log_tail(daemon.log_path, daemon.log_start)
+            raise LocalClusterError(
+                f"{script} exited ({proc.describe_status(status)}); the local cluster cannot "
+                f"work without it. Its last lines ({daemon.log_path}):\n{tail}")
+
     def wait_for_nodes(self, timeout: float = 60.0) -> None:
-        """Until every node has sent its first heartbeat (so a timed run starts warm)."""
+        """Until every node has sent its first heartbeat (so a timed run starts warm).
+
+        TimeoutError past ``timeout``; LocalClusterError at once if the monitor or the
+        supervisor exits meanwhile (:meth:`check_daemons`)."""
         deadline = self.clock.monotonic() + timeout
         while len(list(self.home.nodes.glob("*.up"))) < self.nodes:
+            self.check_daemons()
             if self.clock.monotonic() > deadline:
                 raise TimeoutError(f"nodes did not start within {timeout:.0f} s; "
                                    f"see {self.home.log_dir}")
@@ -222,10 +370,14 @@ class LocalCluster:
     def wait_for_run(self, spec: RunSpec, before: set[str], timeout: float,
                      priority: int = 0) -> Path:
         """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
-        in ``before``, once the run has also left its queue."""
+        in ``before``, once the run has also left its queue.
+
+        TimeoutError past ``timeout``; LocalClusterError at once if the monitor or the
+        supervisor exits meanwhile (:meth:`check_daemons`)."""
         end = self.clock.monotonic() + timeout
         wanted = f"queue {spec.line()}\n"
         while self.clock.monotonic() < end:
+            self.check_daemons()
             for name in sorted(self.archives() - before):
                 folder = self.home.archive / name
                 info = folder / "run.info"
@@ -241,6 +393,7 @@ class LocalCluster:
     def _wait_dequeued(self, spec: RunSpec, end: float, priority: int) -> None:
         queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
         while self.clock.monotonic() < end and spec in queue.read():
+            self.check_daemons()
             self.clock.sleep(0.2)
 
     # ------------------------------------------------------------------ teardown
@@ -257,12 +410,16 @@ class LocalCluster:
                 child.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 log.error("process %d did not die", child.pid)
+        self.daemons.clear()
         # clustermasters started by the supervisor live in their own sessions.
         for p in (0, 1, 2):
             pid_file = self.home.pid_file(p)
             try:
-                pid = int(pid_file.read_text().strip())
-                os.kill(pid, signal.SIGKILL)
+                # The PID file's first line (a refresh stamp follows); 0 is the stop
+                # marker, and os.kill(0) would kill our own process group.
+                pid = int(pidfile.parse(pid_file.read_text())[0])
+                if pid > 0:
+                    os.kill(pid, signal.SIGKILL)
             except (OSError, ValueError):
                 pass
         self.procs.clear()

@@ -1,8 +1,8 @@
 """Queue files of the master: the grammar of a queued run and the locked queue file.
 
-A master home holds one queue per priority (``queue``, ``queue.1``, ``queue.2``; see
-:class:`cluster.home.Home`).  Each line is one run waiting to be done, and the first line is
-the current or next run (ARTIFEX.md §2.1/§2.2)::
+A master home holds one queue per priority (``queue.lst``, ``queue.1.lst``, ``queue.2.lst``,
+seed 000's names; see :class:`cluster.home.Home`).  Each line is one run waiting to be done,
+and the first line is the current or next run (ARTIFEX.md §2.1/§2.2)::
 
     <kind> <ref> <products> [option ...]
 
@@ -28,8 +28,14 @@ no control characters.  Blank lines and lines starting with ``#`` are ignored.
 Locking follows the Perl (STYLE guideline 12): every read holds ``flock`` on the separate
 lock file (``queue.lck``), shared for a read and exclusive for a read-modify-write; every
 rewrite goes through a temporary file in the same directory, ``fsync`` and ``os.replace``, so
-a reader never sees a torn file.  The lock file itself is never written or replaced: the lock
-belongs to its inode.
+a reader never sees a torn file.  The lock file itself is never written or replaced, and the
+queue's directory is locked with it (:mod:`cluster.runtime.pathlock`), so deleting the lock
+file while it is held does not let a second writer in.
+
+A bad line (not a run) is skipped, kept byte for byte, and logged once across processes
+(see :class:`QueueFile`); a line of any length costs a bounded amount of memory.  The queue
+files of an earlier release (``queue``, ``queue.1``, ``queue.2``) are moved to the new names
+by the first transaction that finds them.
 
 Usage::
 
@@ -41,18 +47,23 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import logging
 import os
 import re
+import stat
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from cluster.datatypes import ALONE, PRODUCTS, TREE
-from cluster.errors import QueueLineError
-from cluster.home import Home
-from cluster.runtime import fsutil
+from cluster.errors import ClusterError, QueueLineError
+from cluster.home import Home, legacy_queue_name
+from cluster.runtime import fsutil, pathlock
 
 logger = logging.getLogger("cluster.queue")
 
@@ -237,37 +248,183 @@ class RunSpec:
 # ----------------------------------------------------------------------------------------------
 # The queue file
 
+#: A line longer than this many bytes cannot be a run (MAX_LINE characters of at most four
+#: UTF-8 bytes, and a CR): it is never held in memory, only hashed, shown in part, and
+#: copied through from the old file on a rewrite.
+MAX_LINE_BYTES = 4 * MAX_LINE + 1
+#: How much of a bad line a log message shows [characters]; its length is given besides.
+EXCERPT_CHARS = 200
+#: At most this many distinct new bad lines are logged one by one in a pass; the others
+#: are counted in one more line (a binary file appended to a queue must not flood the log).
+MAX_REPORTED = 20
+#: Suffix of the side file that remembers which bad lines were logged (``queue.lst.reported``).
+REPORTED_SUFFIX = ".reported"
+_EXCERPT_BYTES = 4 * EXCERPT_CHARS
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One physical line of a file as :func:`_scan` finds it (without its newline)."""
+
+    offset: int           # of its first byte
+    length: int           # in bytes
+    data: bytes | None    # its bytes, or None when longer than MAX_LINE_BYTES
+    excerpt: bytes        # its first bytes (for messages)
+    long_digest: str      # sha256 of a long line ("" for a short one: hash it on demand)
+
+    def digest(self) -> str:
+        """The sha256 (hex) of the line's bytes."""
+        if self.data is None:
+            return self.long_digest
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def _scan(fh: BinaryIO) -> Iterator[_Line]:
+    """Every line of ``fh`` from its current position, read in chunks of _CHUNK bytes.
+
+    A line of any length costs at most MAX_LINE_BYTES of memory: past that only its sha256,
+    its length and its first bytes are kept.  A last line without a newline is a line; an
+    empty file has none.
+    """
+    offset = 0          # of the current line
+    short = bytearray()  # the current line while it is short
+    hasher: Any = None  # the current line's sha256 once it is long
+    length = 0          # of the current line once it is long
+    excerpt = b""
+
+    def line() -> _Line:
+        if hasher is None:
+            return _Line(offset, len(short), bytes(short), bytes(short[:_EXCERPT_BYTES]), "")
+        return _Line(offset, length, None, excerpt, hasher.hexdigest())
+
+    while chunk := fh.read(_CHUNK):  # bounded by the file's size
+        view = memoryview(chunk)
+        start = 0
+        while start < len(chunk):  # each pass consumes one line's piece of the chunk
+            nl = chunk.find(b"\n", start)
+            end = len(chunk) if nl < 0 else nl
+            piece = view[start:end]
+            if hasher is None and len(short) + len(piece) <= MAX_LINE_BYTES:
+                short += piece
+            else:
+                if hasher is None:  # the line just became long
+                    hasher = hashlib.sha256(short)
+                    excerpt = bytes(short[:_EXCERPT_BYTES])
+                    length = len(short)
+                    if len(excerpt) < _EXCERPT_BYTES:
+                        excerpt += bytes(piece[:_EXCERPT_BYTES - len(excerpt)])
+                    short = bytearray()
+                hasher.update(piece)
+                length += len(piece)
+            if nl < 0:
+                break
+            found = line()
+            yield found
+            offset += found.length + 1
+            short, hasher, length, excerpt = bytearray(), None, 0, b""
+            start = nl + 1
+    if short or hasher is not None:
+        yield line()
+
+
+def _excerpt(data: bytes) -> str:
+    """The start of a bad line as a log shows it: at most EXCERPT_CHARS characters."""
+    text = data.decode("utf-8", errors="replace")
+    return repr(text[:EXCERPT_CHARS]) + ("..." if len(text) > EXCERPT_CHARS else "")
+
+
 @dataclass
 class _Entry:
-    """One physical line of a queue file: kept verbatim, with its parse if it is a run."""
+    """One physical line of a queue file, kept verbatim, with its parse if it is a run.
 
-    raw: str
+    ``data`` holds the line's bytes; a line too long to hold (never a run) has ``data``
+    None and is copied on a rewrite from ``source`` (the old file, open for the whole
+    transaction) at ``span`` (offset, length).
+    """
+
+    data: bytes | None
     spec: RunSpec | None
+    source: BinaryIO | None = None
+    span: tuple[int, int] = (0, 0)
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> _Entry:
+        return cls(spec.line().encode("utf-8"), spec)
+
+
+@dataclass(frozen=True)
+class _Bad:
+    """A line that is not a run, as it is reported."""
+
+    lineno: int
+    digest: str
+    length: int
+    excerpt: bytes
+    problem: str
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What :meth:`QueueFile.submit` did with a run.
+
+    ``outcome`` is :data:`QUEUED` (appended), :data:`REPLACED` (a waiting run that
+    ``same`` matched now holds the new line, in its place) or :data:`UNCHANGED` (that
+    waiting run was already this very run).  ``previous`` is the waiting run found (None
+    when queued), ``position`` the run's 1-based place among the queued runs.
+    """
+
+    outcome: str
+    previous: RunSpec | None
+    position: int
+
+
+QUEUED, REPLACED, UNCHANGED = "queued", "replaced", "unchanged"
 
 
 class QueueFile:
-    """A queue file and its lock file.
+    """A queue file and its lock.
 
-    Callers use :meth:`read`, :meth:`head`, :meth:`append` and :meth:`remove`; each is one
-    locked transaction.  Lines that are not valid runs are logged (with file and line
-    number) and skipped by :meth:`read`, but kept verbatim when the file is rewritten, so
-    nothing an operator or another tool wrote is ever lost.
+    Callers use :meth:`read`, :meth:`head`, :meth:`append`, :meth:`submit` and
+    :meth:`remove`; each is one locked transaction (:func:`cluster.runtime.pathlock.locked`
+    on ``lock_path``: the lock file and its directory, so deleting the lock file while it
+    is held lets nobody in).  Never call one from inside another lock of the same
+    directory.
+
+    Lines that are not valid runs are skipped by :meth:`read` and kept byte for byte when
+    the file is rewritten, so nothing an operator or another tool wrote is ever lost.  Each
+    distinct bad line is logged once, ever: with file and line number, its length and at
+    most :data:`EXCERPT_CHARS` characters of it; the sha256 of the lines already logged is
+    kept in ``<queue>.reported`` beside the queue, pruned to the bad lines still there.  A
+    line of any size costs at most :data:`MAX_LINE_BYTES` of memory.
+
+    ``legacy_path`` is the queue's name in an earlier release (``queue`` for ``queue.lst``;
+    by default derived with :func:`cluster.home.legacy_queue_name`).  Whenever a
+    transaction finds that file it moves it to ``path`` first, under the lock: renamed
+    when ``path`` does not exist, else its lines that ``path`` lacks are appended to it;
+    then it is removed.  Never a line lost, never ``path`` overwritten; logged once.
     """
 
-    def __init__(self, path: Path, lock_path: Path) -> None:
+    def __init__(self, path: Path, lock_path: Path, legacy_path: Path | None = None) -> None:
         if Path(path) == Path(lock_path):
             # The rewrite replaces the queue's inode; a lock on it would protect nothing.
             raise ValueError(f"queue {path} and its lock file must differ")
         self.path = Path(path)
         self.lock_path = Path(lock_path)
-        # Corrupt lines already warned about, so a master polling every few seconds
-        # logs each one once at WARNING and later only at DEBUG (STYLE guideline 7).
-        self._warned: set[tuple[int, str]] = set()
+        if legacy_path is None:
+            legacy_name = legacy_queue_name(self.path.name)
+            legacy_path = None if legacy_name is None else self.path.with_name(legacy_name)
+        self.legacy_path = legacy_path
+        self.reported_path = self.path.with_name(self.path.name + REPORTED_SUFFIX)
+        # The digests of the bad lines this object has reported: it never logs one twice,
+        # even if the side file is lost or cannot be written.
+        self._warned: set[str] = set()
 
     @classmethod
     def for_priority(cls, home: Home, priority: int) -> QueueFile:
         """The queue of ``priority`` in master home ``home``."""
-        return cls(home.queue(priority), home.queue_lock(priority))
+        return cls(home.queue(priority), home.queue_lock(priority),
+                   home.legacy_queue(priority))
 
     def __repr__(self) -> str:
         return f"QueueFile({str(self.path)!r})"
@@ -275,37 +432,92 @@ class QueueFile:
     # --- transactions ---------------------------------------------------------------------
     def read(self) -> list[RunSpec]:
         """The queued runs in file order (empty if the file does not exist)."""
-        with fsutil.flocked(self.lock_path, shared=True):
-            entries = self._load()
-        return [e.spec for e in entries if e.spec is not None]
+        if self.legacy_path is not None and os.path.lexists(self.legacy_path):
+            with self._transaction(exclusive=True):
+                pass  # the move to the new name needs the exclusive lock
+        with self._transaction(exclusive=False) as entries:
+            return [e.spec for e in entries if e.spec is not None]
 
     def head(self) -> RunSpec | None:
         """The first queued run (the current or next one), or None."""
         runs = self.read()
         return runs[0] if runs else None
 
-    def append(self, spec: RunSpec) -> bool:
+    def append(self, spec: RunSpec, *, duplicate: bool = False) -> bool:
         """Queue ``spec`` at the end unless an equal run is already queued.
 
         Returns True if it was added.  Like the Perl, which greps before appending.
+        ``duplicate=True`` appends even then (a run queued again behind itself).
         """
-        with fsutil.flocked(self.lock_path):
-            entries = self._load()
-            if any(e.spec == spec for e in entries):
+        with self._transaction(exclusive=True) as entries:
+            if not duplicate and any(e.spec == spec for e in entries):
                 logger.debug("%s: %s already queued", self.path, spec)
                 return False
-            entries.append(_Entry(spec.line(), spec))
+            entries.append(_Entry.of(spec))
             self._rewrite(entries)
         logger.info("%s: queued %s", self.path, spec)
         return True
 
+    def submit(self, spec: RunSpec, *, same: Callable[[RunSpec], bool],
+               running: RunSpec | None = None, head_running: bool = False) -> Submitted:
+        """Queue ``spec``, replacing in place the first waiting run ``same`` matches.
+
+        A run is waiting unless it is the one running: the first run equal to ``running``,
+        or the first run of all when ``head_running`` (the running run is known to exist
+        but not which it is).  So a request that matches a waiting run takes its place in
+        the queue (with the new line if it differs), and one that matches only the running
+        run is queued after it, even as an identical second line (:meth:`remove` removes
+        one copy only).  See :class:`Submitted` for the result.
+        """
+        with self._transaction(exclusive=True) as entries:
+            runs = [(i, e.spec) for i, e in enumerate(entries) if e.spec is not None]
+            busy = _running_index(runs, running, head_running)
+            for position, (i, waiting) in enumerate(runs, start=1):
+                if i == busy or not same(waiting):
+                    continue
+                if waiting == spec:
+                    logger.debug("%s: %s already waits at position %d", self.path, spec,
+                                 position)
+                    return Submitted(UNCHANGED, waiting, position)
+                entries[i] = _Entry.of(spec)
+                self._rewrite(entries)
+                logger.info("%s: %s replaces the waiting %s at position %d", self.path, spec,
+                            waiting, position)
+                return Submitted(REPLACED, waiting, position)
+            entries.append(_Entry.of(spec))
+            self._rewrite(entries)
+        logger.info("%s: queued %s", self.path, spec)
+        return Submitted(QUEUED, None, len(runs) + 1)
+
+    def withdraw(self, match: Callable[[RunSpec], bool], *, running: RunSpec | None = None,
+                 head_running: bool = False) -> list[RunSpec]:
+        """Remove every waiting run ``match`` accepts, in one transaction; return them.
+
+        The running run (as for :meth:`submit`: the first run equal to ``running``, or the
+        first run when ``head_running``) stays, while a second copy of its line queued
+        behind it goes (what ``clusterpush abort`` needs: :meth:`remove` would take the
+        running copy, the first).
+        """
+        with self._transaction(exclusive=True) as entries:
+            runs = [(i, e.spec) for i, e in enumerate(entries) if e.spec is not None]
+            busy = _running_index(runs, running, head_running)
+            gone = [(i, spec) for i, spec in runs if i != busy and match(spec)]
+            if not gone:
+                return []
+            for i, _spec in reversed(gone):
+                del entries[i]
+            self._rewrite(entries)
+        for _i, spec in gone:
+            logger.info("%s: withdrew %s", self.path, spec)
+        return [spec for _i, spec in gone]
+
     def remove(self, spec: RunSpec) -> bool:
         """Remove the first line equal to ``spec`` (not blindly the first line).
 
-        Returns True if a line was removed.  Every other line, corrupt ones included, is kept.
+        Returns True if a line was removed.  Every other line, corrupt ones and a second
+        copy of ``spec`` included, is kept.
         """
-        with fsutil.flocked(self.lock_path):
-            entries = self._load()
+        with self._transaction(exclusive=True) as entries:
             for i, entry in enumerate(entries):
                 if entry.spec == spec:
                     del entries[i]
@@ -318,40 +530,223 @@ class QueueFile:
         return True
 
     # --- internals ------------------------------------------------------------------------
-    def _load(self) -> list[_Entry]:
-        """Every physical line of the file, parsed where it is a run.  Caller holds the lock."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return []
-        # surrogateescape: undecodable bytes survive a rewrite byte for byte.
-        text = data.decode("utf-8", errors="surrogateescape")
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        entries = []
-        for lineno, raw in enumerate(lines, start=1):
+    @contextlib.contextmanager
+    def _transaction(self, *, exclusive: bool) -> Iterator[list[_Entry]]:
+        """Hold the lock and yield the file's entries; the file stays open for the block
+        (a rewrite copies long lines from it)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with pathlock.locked(self.lock_path, shared=not exclusive):
+            if exclusive:
+                self._migrate()
+            try:
+                fh = open(self.path, "rb")  # noqa: SIM115 -- closed by the with below
+            except FileNotFoundError:
+                self._report([])
+                yield []
+                return
+            with fh:
+                entries, bad = self._load(fh)
+                self._report(bad)
+                yield entries
+
+    def _load(self, fh: BinaryIO) -> tuple[list[_Entry], list[_Bad]]:
+        """Every physical line of ``fh``, parsed where it is a run, and the bad ones."""
+        entries: list[_Entry] = []
+        bad: list[_Bad] = []
+        for lineno, line in enumerate(_scan(fh), start=1):
+            span = (line.offset, line.length)
+            if line.data is None:
+                entries.append(_Entry(None, None, fh, span))
+                if not line.excerpt.lstrip(b" \t").startswith(b"#"):  # a long comment is fine
+                    bad.append(_Bad(lineno, line.digest(), line.length, line.excerpt,
+                                    f"line is {line.length} bytes; expected at most "
+                                    f"{MAX_LINE} characters"))
+                continue
+            # surrogateescape: undecodable bytes are refused by the parser, and the entry
+            # keeps the bytes themselves for a rewrite.
+            raw = line.data.decode("utf-8", errors="surrogateescape")
             stripped = raw.strip(" \t\r")
             spec: RunSpec | None = None
             if stripped and not stripped.startswith("#"):
                 try:
                     spec = RunSpec.parse(raw, str(self.path), lineno)
                 except QueueLineError as exc:
-                    self._warn_corrupt(lineno, raw, exc)
-            entries.append(_Entry(raw, spec))
-        return entries
+                    bad.append(_Bad(lineno, line.digest(), line.length, line.excerpt,
+                                    _cut(exc.problem)))
+            entries.append(_Entry(line.data, spec))
+        return entries, bad
 
-    def _warn_corrupt(self, lineno: int, raw: str, exc: QueueLineError) -> None:
-        key = (lineno, raw)
-        level = logging.DEBUG if key in self._warned else logging.WARNING
-        self._warned.add(key)
-        logger.log(level, "skipping corrupt queue line %s", exc)
+    def _report(self, bad: list[_Bad]) -> None:
+        """Log the bad lines not logged before (in any process), and remember them.
+
+        The side file holds the digests of the bad lines present at the last look; it is
+        read and rewritten under its own flock, so two readers holding the queue's shared
+        lock do not both log a line.  It is a memory of what was said, not data: if it is
+        lost, a bad line is logged once more; if it cannot be written (a reader without
+        write access to the home), this object's own memory is used.
+        """
+        side = self.reported_path
+        if not bad:
+            self._warned = set()
+            if os.path.lexists(side):
+                with contextlib.suppress(OSError):
+                    os.unlink(side)
+            return
+        present: dict[str, _Bad] = {}
+        for b in bad:
+            present.setdefault(b.digest, b)
+        try:
+            fd = os.open(side, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o664)
+        except OSError as exc:
+            logger.debug("%s: cannot keep the reported bad lines (%s)", side, exc)
+            self._log_bad(present, set())
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            known = set(_read_all(fd).decode("ascii", errors="replace").split())
+            self._log_bad(present, known)
+            if set(present) != known:
+                data = "".join(d + "\n" for d in sorted(present)).encode("ascii")
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, data, 0)
+        except OSError as exc:
+            logger.debug("%s: cannot keep the reported bad lines (%s)", side, exc)
+        finally:
+            os.close(fd)
+
+    def _log_bad(self, present: dict[str, _Bad], known: set[str]) -> None:
+        """Log the bad lines of ``present`` (digest -> line) that neither ``known`` nor
+        this object has reported."""
+        new = [b for d, b in present.items() if d not in known and d not in self._warned]
+        for b in new[:MAX_REPORTED]:
+            logger.warning("%s:%d: skipping a bad queue line of %d bytes (kept in the file, "
+                           "logged once): %s; it starts %s", self.path, b.lineno, b.length,
+                           b.problem, _excerpt(b.excerpt))
+        if len(new) > MAX_REPORTED:
+            logger.warning("%s: %d more bad queue lines skipped (kept in the file, not "
+                           "logged one by one)", self.path, len(new) - MAX_REPORTED)
+        # Pruned like the side file: a line that leaves the file and comes back is new.
+        self._warned = set(present)
+
+    def _migrate(self) -> None:
+        """Move the queue of an earlier release's name to ``path``.  Caller holds the
+        exclusive lock."""
+        legacy = self.legacy_path
+        if legacy is None:
+            return
+        try:
+            st = os.lstat(legacy)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISREG(st.st_mode):
+            if legacy not in _ODD_LEGACY:
+                _ODD_LEGACY.add(legacy)
+                logger.error("%s is not a regular file; left alone (expected the queue of an "
+                             "earlier release, to be moved to %s)", legacy, self.path)
+            return
+        try:
+            # link, not rename: it fails if the new name exists, so it can never be lost.
+            os.link(legacy, self.path, follow_symlinks=False)
+        except FileExistsError:
+            moved, kept = self._merge(legacy)
+            how = (f"appended its {moved} line(s) that {self.path.name} lacked "
+                   f"({kept} were there already)")
+        except OSError:  # no hard links on this file system: the merge does it
+            moved, kept = self._merge(legacy)
+            how = f"copied its {moved} line(s) into {self.path.name}"
+        else:
+            how = f"renamed it {self.path.name}"
+        _fsync_dir(self.path.parent)
+        os.unlink(legacy)
+        _fsync_dir(self.path.parent)
+        logger.warning("%s: the queue's name in an earlier release; %s and removed it "
+                       "(seed 000 names the queues queue.lst, queue.1.lst, queue.2.lst)",
+                       legacy, how)
+
+    def _merge(self, legacy: Path) -> tuple[int, int]:
+        """Append to ``path`` the lines of ``legacy`` it lacks; (appended, already there)."""
+        with open(legacy, "rb") as old, contextlib.ExitStack() as stack:
+            try:
+                cur: BinaryIO | None = stack.enter_context(open(self.path, "rb"))
+            except FileNotFoundError:
+                cur = None
+            entries: list[_Entry] = []
+            have: set[str] = set()
+            if cur is not None:
+                for line in _scan(cur):
+                    entries.append(_Entry(line.data, None, cur, (line.offset, line.length)))
+                    have.add(line.digest())
+            moved = kept = 0
+            for line in _scan(old):
+                if line.data is not None and not line.data.strip(b" \t\r"):
+                    continue  # blank lines carry nothing
+                digest = line.digest()
+                if digest in have:
+                    kept += 1
+                    continue
+                have.add(digest)
+                entries.append(_Entry(line.data, None, old, (line.offset, line.length)))
+                moved += 1
+            self._rewrite(entries)
+        return moved, kept
 
     def _rewrite(self, entries: list[_Entry]) -> None:
         """Atomically replace the queue file with ``entries``.  Caller holds the lock."""
-        data = "".join(e.raw + "\n" for e in entries).encode("utf-8", errors="surrogateescape")
-        fsutil.atomic_write(self.path, data)
+
+        def pieces() -> Iterator[str]:
+            # latin-1 maps each byte to one character and back: the bytes go through the
+            # text writer of fsutil.atomic_write unchanged.
+            for e in entries:
+                if e.data is not None:
+                    yield (e.data + b"\n").decode("latin-1")
+                    continue
+                assert e.source is not None  # a long line is always copied from its file
+                offset, left = e.span
+                while left > 0:  # each pass copies at most _CHUNK bytes of the line
+                    chunk = os.pread(e.source.fileno(), min(left, _CHUNK), offset)
+                    if not chunk:
+                        raise ClusterError(f"{self.path} shrank while locked; expected "
+                                           "every writer to hold its lock")
+                    yield chunk.decode("latin-1")
+                    offset += len(chunk)
+                    left -= len(chunk)
+                yield "\n"
+
+        fsutil.atomic_write(self.path, pieces(), encoding="latin-1")
         _fsync_dir(self.path.parent)
+
+
+def _running_index(runs: list[tuple[int, RunSpec]], running: RunSpec | None,
+                   head_running: bool) -> int | None:
+    """The entry index of the running run among ``runs`` (entry index, run), or None: the
+    first run equal to ``running``, or the first run of all when ``head_running``."""
+    if head_running:
+        return runs[0][0] if runs else None
+    if running is None:
+        return None
+    return next((i for i, spec in runs if spec == running), None)
+
+
+#: Legacy queue paths that are not regular files, already reported by this process.
+_ODD_LEGACY: set[Path] = set()
+
+
+def _cut(text: str, limit: int = 2 * EXCERPT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (a problem may quote a long word of the line)."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _read_all(fd: int, limit: int = 64 << 20) -> bytes:
+    """The content of the small file open at ``fd`` (at most ``limit`` bytes)."""
+    parts: list[bytes] = []
+    offset = 0
+    while offset < limit:  # bounded by limit
+        chunk = os.pread(fd, min(_CHUNK, limit - offset), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
 
 
 def _fsync_dir(directory: Path) -> None:

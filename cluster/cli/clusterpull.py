@@ -13,6 +13,10 @@ second.  --remove-cron takes it out.  The entry is tagged with work_dir, so seve
 on one machine each have their own.  Both exit without starting the loop.  The entry runs
 with --quiet: the log (work_dir/log/clusterpull.log) keeps everything, and cron mails only
 warnings and errors, not "already running" every ten minutes.
+
+At start (once it holds the single-instance lock) it removes, anywhere under work_dir, the
+temporary files that killed processes left (fsutil.remove_dead_temps: named
+.<file>.<pid>.<random>.tmp, and that pid is no longer a live process).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from cluster import cron, datatypes
 from cluster.cli import common
@@ -28,6 +33,7 @@ from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import AlreadyRunning, ClusterError
 from cluster.node import caps
 from cluster.node.pull import ClusterPull
+from cluster.runtime import fsutil
 from cluster.runtime.service import install_signal_handlers
 from cluster.runtime.singleton import SingleInstance
 
@@ -44,6 +50,21 @@ def cron_entry(args: argparse.Namespace, cfg: Config) -> cron.CronEntry:
                                pin=("work_dir", "master_home"))
     return cron.CronEntry(cron_tag(cfg), schedule,
                           cron.script_command("clusterpull.py", [*options, "--quiet"]))
+
+
+def clean_work_dir(work_dir: Path) -> list[Path]:
+    """Remove the temporary files that killed processes left anywhere under ``work_dir``.
+
+    Called once at start, under the single-instance lock: every writer into work_dir is this
+    clusterpull or a child of it (run.py, the jobs), so a temp file whose writer is gone is a
+    leftover (see :func:`cluster.runtime.fsutil.remove_dead_temps`).  Returns what it removed.
+    """
+    removed = fsutil.remove_dead_temps(work_dir, recursive=True)
+    if removed:
+        logging.getLogger("cluster.pull").info(
+            "removed %d temporary file(s) left by killed processes under %s",
+            len(removed), work_dir)
+    return removed
 
 
 def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
@@ -78,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args))
     try:
         with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):
+            clean_work_dir(cfg.work_dir)
             if args.once:
                 pull.tick(pull.clock.monotonic())
                 return EXIT_OK

@@ -10,7 +10,11 @@ directory) is mirrored to users/<user>/<ghostpdl|mupdf|shell> in the master home
 run is queued at priority 0.  The mirror leaves out version control, build and object
 directories (bin/, obj/, build/, ...), object files, rendered images and files over 30 MB
 (named on stderr), and deletes them from an earlier push.  It uses rsync when rsync is on
-PATH; --copy uses the built-in copy instead (same result).  The report (mailed to you
+PATH; --copy uses the built-in copy instead (same result).  Pushing again while your run
+of the same products waits replaces it (same place in the queue; it says so); while it
+runs, the new push is queued after it, and the running run keeps the tree it started
+with.  A symlink at users/<user> or users/<user>/<tree> in the master home is refused,
+never followed.  The report (mailed to you
 when the master mails) compares with the baseline and with your previous push, and ends
 with the source diff against the master's clean tree.  `bmpcmp` instead renders the tests
 that differed in your last run with your build and the clean tree's, and makes a page of
@@ -32,7 +36,7 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.abort import request_abort
 from cluster.queue import RunSpec
-from cluster.triggers.push import push_tree
+from cluster.triggers.push import submit_push
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,9 +72,11 @@ def main(argv: list[str] | None = None) -> int:
                              source="command line")
         if not args.tree.is_dir():
             raise ClusterError(f"tree {args.tree} is not a directory")
-        push_tree(home, args.tree, spec, method="copy" if args.copy else "auto")
+        pushed = submit_push(home, args.tree, spec, method="copy" if args.copy else "auto")
     except ClusterError as exc:
         print(f"clusterpush.py: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"queueing: {spec.line()}")
+    if pushed.note:
+        print(pushed.note)
     return EXIT_OK

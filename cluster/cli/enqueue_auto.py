@@ -14,8 +14,12 @@ weekly_schedule, each running this script with the same --config/--home/--set op
 --quiet (which leaves out the "queued:" lines, so cron mails only problems); running it
 again replaces them (never duplicates).  --remove-cron takes them out.  Neither
 queues anything.  The entries are tagged with the master home, so each home has its own.
-Exit status: 0 done, 1 a named job was not found, a jobdef was bad or the crontab could not
-be changed, 2 bad usage or configuration.
+With no job definition for the schedule it says where it looked (the directory, the master
+home and where that came from: --home, a --set, the `home` key of --config, or the default)
+and exits 1: the run the caller asked for cannot happen (a wrong --home or configuration,
+most likely), just as when a named job is missing; cron mails the message either way.
+Exit status: 0 done, 1 no job definition, a named job was not found, a jobdef was bad or
+the crontab could not be changed, 2 bad usage or configuration.
 """
 
 from __future__ import annotations
@@ -55,6 +59,17 @@ def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
                               lambda: cron_entries(args, cfg))
 
 
+def home_source(args: argparse.Namespace) -> str:
+    """Where the master home of this invocation came from, for messages."""
+    if args.home is not None:
+        return "the --home option"
+    if any(pair.partition("=")[0].strip() == "home" for pair in args.set):
+        return "a --set home=... option"
+    if args.config is not None:
+        return f"the 'home' key of {args.config} (or its default if the file has none)"
+    return "the default of the 'home' key (no --config, --home or --set home= given)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="enqueue_auto.py", description=__doc__,
@@ -84,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         return _manage_cron(args, cfg)
     errors = common.ErrorCounter()
     logging.getLogger("cluster.auto").addHandler(errors)
-    for spec in auto.enqueue(Home(cfg.home), args.schedule, args.names):
+    home = Home(cfg.home)
+    for spec in auto.enqueue(home, args.schedule, args.names):
         if not args.quiet:
             print(f"queued: {spec.line()}")
+    if not auto.definitions(home, args.schedule):
+        # auto.enqueue logged where it looked; say where that home came from.
+        print(f"enqueue_auto.py: the master home {home.root} comes from {home_source(args)}",
+              file=sys.stderr)
     return EXIT_FAILED if errors.count else EXIT_OK

@@ -1,7 +1,7 @@
 """heartbeat.py -- port of heartbeat.pl: tell the master's monitor this node lives.
 
 Usage: heartbeat.py [--config FILE] [--home DIR] [--set key=value]... [--status TEXT]
-                    [--caps LINE]
+                    [--caps LINE] [--wait SECONDS] [--skip RUN_ID]...
 
 Sends one heartbeat (node ``node_name``, or the host name) to the monitor at
 ``master_host``:``monitor_port`` and prints the runs waiting to be joined, one per line::
@@ -17,6 +17,11 @@ exit code, it knows that there is a job to start"):
 
 ``--caps`` sends a capability line along (e.g. ``--caps "$(send_caps.py)"``); the monitor
 stores it as nodes/<name>.caps.
+
+``--wait SECONDS`` asks the monitor to hold its answer (long-poll) until a run waits that is
+not named by a ``--skip RUN_ID``, or until the wait ends (the monitor grants at most 30 s);
+a shell loop like clusterpull.sh then learns of a new run at once.  The exit status is the
+same: it says whether any run waits, skipped ones included.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--status", metavar="TEXT", default="",
                    help="free-text status for the dashboards")
     p.add_argument("--caps", metavar="LINE", default="", help="capability line to send")
+    p.add_argument("--wait", metavar="SECONDS", type=float, default=0.0,
+                   help="let the monitor hold the answer up to this long until a run waits")
+    p.add_argument("--skip", metavar="RUN_ID", action="append", default=[],
+                   help="a waiting run that must not end the --wait (repeatable)")
     return p
 
 
@@ -52,9 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"heartbeat.py: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if not 0 <= args.wait < float("inf"):
+        print(f"heartbeat.py: --wait {args.wait}: expected a number of seconds >= 0",
+              file=sys.stderr)
+        return EXIT_ERROR
     try:
         jobs = send_heartbeat(cfg.master_host, cfg.monitor_port, cfg.effective_node_name(),
-                              status=args.status, caps=args.caps, timeout=cfg.io_timeout)
+                              status=args.status, caps=args.caps, timeout=cfg.io_timeout,
+                              wait=args.wait, skip=args.skip)
     except HeartbeatError as exc:
         print(f"heartbeat.py: {exc}", file=sys.stderr)
         return EXIT_ERROR

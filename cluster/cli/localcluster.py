@@ -12,6 +12,13 @@ it started and prints the run's archive folder as its last line.
 
 Run it twice: the second run reports no differences.  Run it with --option=-dTextAlphaBits=4
 (or any option) and the report names exactly the tests whose output changed.
+
+Before starting anything it checks that its ports (base_port, base_port+1, base_port+2 and
+monitor_port on listen_address; change them with --set) are free; a port already taken is
+reported at once, naming the port and, when it can be told, the process holding it.  If the
+monitor or the supervisor exits while it waits, it stops at once and prints that process's
+last log lines.  Exit status: 0 the run's report was printed, 1 the cluster stopped or the
+run did not finish within --timeout, 2 bad usage or set-up.
 """
 
 from __future__ import annotations
@@ -21,12 +28,18 @@ import logging
 import sys
 from pathlib import Path
 
+from cluster import config
 from cluster.cli import common
 from cluster.config import parse_overrides
 from cluster.datatypes import PRODUCTS
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
-from cluster.localcluster import DEFAULT_CORPUS, LocalCluster, write_demo_tree
+from cluster.localcluster import (
+    DEFAULT_CORPUS,
+    LocalCluster,
+    LocalClusterError,
+    write_demo_tree,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +65,20 @@ def main(argv: list[str] | None = None) -> int:
     common.setup_logging(verbose=args.verbose)
     log = logging.getLogger("cluster.localcluster")
     try:
-        cluster = LocalCluster(args.home, args.nodes, args.corpus, parse_overrides(args.set))
+        overrides = parse_overrides(args.set)
+        cluster = LocalCluster(args.home, args.nodes, args.corpus, overrides)
+        settings = config.load(None, overrides)
+    except (ClusterError, OSError) as exc:
+        print(f"localcluster.py: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        # First of all (the ports are settings, not in the home's file): a port already
+        # taken is said at once, not after --timeout.
+        cluster.check_ports(settings)
+    except ClusterError as exc:
+        print(f"localcluster.py: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
         cluster.prepare()
     except (ClusterError, OSError) as exc:
         print(f"localcluster.py: {exc}", file=sys.stderr)
@@ -62,14 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         tree = write_demo_tree(cluster.home_dir / "demo" / args.product, args.product,
                                args.option)
     with cluster:
-        cluster.start()
-        before = cluster.archives()
-        spec = cluster.push(tree, args.user, [args.product], args.run_option)
-        log.info("pushed %s; waiting for the run (logs in %s)", spec.line(),
-                 cluster.home.log_dir)
         try:
+            cluster.start()
+            before = cluster.archives()
+            spec = cluster.push(tree, args.user, [args.product], args.run_option)
+            log.info("pushed %s; waiting for the run (logs in %s)", spec.line(),
+                     cluster.home.log_dir)
             archive = cluster.wait_for_run(spec, before, args.timeout)
-        except TimeoutError as exc:
+        except (LocalClusterError, TimeoutError) as exc:
             print(f"localcluster.py: {exc}", file=sys.stderr)
             return EXIT_FAILED
     sys.stdout.write((archive / "report.txt").read_text(encoding="utf-8"))

@@ -16,8 +16,13 @@ Deviations from monitorPort.pl: port 9010 instead of 9001 (priority 1's master p
 the request/answer format of cluster.wire.heartbeat instead of "machine name, file suffix, file
 contents" / "1 or 0".
 
-Exit status: 0 (stopped, or already running), 2 for a bad configuration or a port that
-cannot be bound.
+Exit status, at once and without retrying:
+
+    0  stopped, or another monitor of this home already runs
+    2  bad configuration, or an address that cannot be used (the system's error is logged)
+    5  another program holds the port (cluster.master.monitor.EXIT_PORT_TAKEN); the message
+       reads "cannot listen for heartbeats on <address>:<port>: the port is taken ..."
+       (localcluster stops on it instead of waiting for nodes that cannot report)
 """
 
 from __future__ import annotations

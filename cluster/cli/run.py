@@ -6,12 +6,18 @@ Reads job.start of that priority from the master, then follows the master's orde
 (BUILD, JOBS, UPLOAD, CONTINUE, ABORT) until the run is over.  clusterpull.py starts it.
 Exit status: 0 run over for this node, 1 failure, 3 master unreachable, 4 aborted (may
 rejoin later), 2 bad usage.
+
+At start it removes the temporary files killed processes left in work_dir and
+work_dir/baseline (the baseline builds' stamps); clusterpull.py cleans all of work_dir when
+it starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from pathlib import Path
 
 from cluster.cli import common
 from cluster.defaults import EXIT_USAGE, PRIORITIES
@@ -19,7 +25,21 @@ from cluster.errors import ClusterError
 from cluster.node import caps
 from cluster.node.noderun import STOP_SIGNALS, NodeRun
 from cluster.node.transport import make_transport
+from cluster.runtime import fsutil
 from cluster.runtime.service import install_signal_handlers
+
+
+def clean_work_dir(work_dir: Path) -> list[Path]:
+    """Remove the temporary files killed processes left in ``work_dir`` and its
+    ``baseline`` folder (not below: the mirrored trees are clusterpull's to clean at its
+    start, and walking them at every run would slow the node's start).  Returns them."""
+    removed = [*fsutil.remove_dead_temps(work_dir),
+               *fsutil.remove_dead_temps(work_dir / "baseline")]
+    if removed:
+        logging.getLogger("cluster.node").info(
+            "removed %d temporary file(s) left by killed processes in %s",
+            len(removed), work_dir)
+    return removed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: {exc}", file=sys.stderr)
         return EXIT_USAGE
     common.setup_logging(verbose=args.verbose)
+    clean_work_dir(cfg.work_dir)
     run = NodeRun(cfg, make_transport(cfg), args.priority, caps.detect().format())
     install_signal_handlers(run.stop_flag, STOP_SIGNALS)
     return run.run()

@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         # seed 000: "if it is it just exits" -- quietly, with status 0.
         logger.info("%s%s; exiting", exc, f", by pid {holder}" if holder else "")
         return EXIT_OK
+    # Temporary files of processes killed before this start (the whole home, once).
+    for left in home.clean_temps():
+        logger.info("removed %s, left by a killed process", left)
 
     try:
         supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args)),

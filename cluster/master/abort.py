@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cluster.defaults import USER_PRIORITY
 from cluster.home import Home
-from cluster.queue import QueueFile
+from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
@@ -47,14 +47,10 @@ def request_abort(home: Home, user: str) -> AbortOutcome:
     start = _running(home)
     running = start if start is not None and start.kind == "user" and start.ref == user \
         else None
-    removed = 0
-    for spec in queue.read():
-        if spec.kind != "user" or spec.ref != user:
-            continue
-        if running is not None and spec.line() == running.queue:
-            continue  # the master dequeues it once its nodes have stopped
-        if queue.remove(spec):
-            removed += 1
+    # The running copy of a line stays (the master dequeues it once its nodes have
+    # stopped); a second push of the same line queued behind it goes.
+    removed = len(queue.withdraw(lambda s: s.kind == "user" and s.ref == user,
+                                 running=RunSpec.parse(running.queue) if running else None))
     if running is not None:
         # Whole or absent, never torn: the master compares the content with its run id.
         # No fsync (as before): lost in a crash, the user asks again.

@@ -4,13 +4,18 @@
   (priority 0: clusterpush droppings; priority 1: commit polling and priority 2: cron
   plug in through :data:`cluster.triggers.discovery.DISCOVERERS`).
 * Phase 2 -- the PID-file dance (:mod:`cluster.master.pidfile`).
-* Phase 3 -- the run at the head of the queue: job.start, build.py -> jobs, serve nodes on
-  base_port + priority until every job has a result and the nodes have uploaded, collate,
-  report, archive, dequeue, remove the PID file.
+* Phase 3 -- first the end of any run of this priority whose end was cut short
+  (:mod:`cluster.master.ending`), then the run at the head of the queue: job.start,
+  build.py -> jobs, serve nodes on base_port + priority until every job has a result and
+  the nodes have uploaded, or the run is stopped (its user, a node's build failure,
+  ``max_run_time``, lost nodes); then the end steps (:mod:`cluster.master.endrun`) and the
+  PID file is removed.
 
 The master's state survives its own death: job.start keeps the run id, the jobs file is
-reused, and every accepted result is in the journal before the node hears back.  A master
-that takes over a run whose journal it finds serves only the jobs that have no result yet.
+reused, every accepted result is in the journal before the node hears back, and the run's
+elapsed time and lost nodes are in its folder (:mod:`cluster.master.progress`).  A master
+that takes over a run whose journal it finds serves only the jobs that have no result yet;
+one that finds an end record does only the end steps left.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +36,19 @@ from cluster.config import Config
 from cluster.defaults import EXIT_OK, REPO_ROOT, USER_PRIORITY
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import Home
-from cluster.master import abort, finish, journal
+from cluster.master import abort, ending, finish, journal
+from cluster.master.ending import EndRecord, Outcome
+from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
 from cluster.master.joblist import JobFile
 from cluster.master.pidfile import PidDecision, PidFile
+from cluster.master.progress import RunProgress
 from cluster.master.runstate import RunState, Settings
 from cluster.master.server import NodeServer
 from cluster.queue import QueueFile, RunSpec
-from cluster.report import mail
 from cluster.runtime import fsutil, proc
 from cluster.runtime.clock import Clock, SystemClock
-from cluster.triggers import discovery
+from cluster.triggers import discovery, push
 from cluster.triggers.git.export import export_commit
-from cluster.triggers.git.info import commit_info
 from cluster.wire import caps, protocol
 from cluster.wire.jobstart import JobStart
 
@@ -54,6 +59,12 @@ LIVENESS_INTERVAL = 0.25
 BUILD_SCRIPT = REPO_ROOT / "build.py"
 #: RunState.fatal of a run its user stopped with clusterpush abort.
 USER_ABORT = "aborted by its user (clusterpush abort)"
+#: RunState.fatal of a run another master took over (the nodes rejoin that one).
+REPLACED = protocol.REPLACED
+#: RunOutcome.failed of a run whose end steps could not all be done now.
+END_FAILED = "its end steps could not all be done"
+#: How often the serving master saves the run's progress [seconds].
+PROGRESS_INTERVAL = 1.0
 #: build.py understands these queue options; the rest are for the node or the report.
 BUILD_OPTIONS = ("lowres", "highres")
 
@@ -64,17 +75,13 @@ def new_run_id(priority: int, clock: Clock) -> str:
     return f"{stamp}-p{priority}-{secrets.token_hex(2)}"
 
 
-def write_status(path: Path, line: str) -> None:
-    """Replace the status file (what the dashboard shows) with ``line``.
-
-    Atomic, so a reader never sees half a line, but not fsync'ed: it is rewritten every
-    second and harmless to lose in a crash (fsutil's contract for status lines).
-    """
-    fsutil.atomic_write(path, line + "\n", fsync=False)
-
-
 class JobListError(ClusterError):
     """build.py could not make the run's job list."""
+
+
+class NotNow(ClusterError):
+    """A run cannot start at this invocation, but may at the next (a push is syncing its
+    tree, or the queue's head changed); nothing was written."""
 
 
 class RunSetupError(ClusterError):
@@ -83,14 +90,6 @@ class RunSetupError(ClusterError):
     def __init__(self, start: JobStart, problem: str) -> None:
         super().__init__(problem)
         self.start = start
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    run_id: str
-    archive: Path | None
-    replaced: bool = False
-    failed: str = ""
 
 
 class ClusterMaster:
@@ -104,18 +103,26 @@ class ClusterMaster:
         self.clock = clock or SystemClock()
         self.home = Home(cfg.home)
         self.queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
+        self.ender = RunEnder(cfg, self.home, priority, self.queue, self.clock)
 
     # ------------------------------------------------------------------ phases
     def main(self) -> int:
         self.home.create()
         self.phase1()
         pid = PidFile(self.home.pid_file(self.priority), self.clock,
-                      stale_after=self.cfg.pid_stale, wait=self.cfg.pid_wait)
+                      stale_after=self.cfg.pid_stale, wait=self.cfg.pid_wait,
+                      refresh_every=self.cfg.pid_check_interval)
         decision = pid.acquire()
         if decision is not PidDecision.RUN:
             log.debug("priority %d: %s, exiting", self.priority, decision.value)
             return EXIT_OK
         try:
+            with pid.keep_fresh(self.cfg.pid_check_interval):
+                for record in ending.pending(self.home, self.priority):
+                    log.warning("run %s: its end was cut short (%s done); finishing it",
+                                record.run_id, ", ".join(sorted(record.done)) or "nothing")
+                    if self._end(record).failed == END_FAILED:
+                        return EXIT_OK  # the queue waits until this run's end is done
             spec = self.queue.head()
             if spec is None:
                 return EXIT_OK
@@ -170,6 +177,8 @@ class ClusterMaster:
             server = NodeServer((self.cfg.listen_address, self.cfg.port_for(p)), handler,
                                 max_line=self.cfg.max_line_bytes,
                                 max_lines=self.cfg.max_request_lines,
+                                max_request=self.cfg.max_request_bytes,
+                                max_buffered=self.cfg.max_buffered_bytes,
                                 deadline=self.cfg.connection_deadline)
         except OSError as exc:
             # Another program holds the port: leave everything as it is and try again at
@@ -186,18 +195,25 @@ class ClusterMaster:
              bind: Callable[[RunState | None, journal.Journal | None], None]) -> RunOutcome:
         home, p = self.home, self.priority
         try:
-            start = self._job_start(spec)
+            with pid.keep_fresh(self.cfg.pid_check_interval):
+                start = self._job_start(spec)
+        except NotNow as exc:
+            log.info("priority %d: %s; trying again at the next invocation", p, exc)
+            return RunOutcome("", None, replaced=True)
         except RunSetupError as exc:
             log.error("run %s: %s", exc.start.id, exc)
-            return self._abandon(spec, exc.start, str(exc), "its source could not be made")
+            return self._abandon(exc.start, f"its source could not be made: {exc}")
         run_id = start.id
+        for left in home.clean_temps(run_id):
+            log.info("run %s: removed %s, left by a killed process", run_id, left)
         try:
-            jobs = self._jobs(start)
+            with pid.keep_fresh(self.cfg.pid_check_interval):
+                jobs = self._jobs(start)
         except JobListError as exc:
             # Retrying cannot help (bad corpus, bad configuration): report and dequeue,
             # or the run would block its queue forever.
             log.error("run %s: %s", run_id, exc)
-            return self._abandon(spec, start, str(exc))
+            return self._abandon(start, f"its job list could not be made: {exc}")
         run_dir = home.run_dir(run_id)
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         jrnl = journal.Journal(home.results(p), run_id, self.cfg.journal_sync_interval)
@@ -213,44 +229,65 @@ class ClusterMaster:
         state = RunState(run_id, jobs, self.clock.monotonic(), settings, suitable,
                          done=jrnl.lines)
         jrnl.lines = []  # the state has them now
+        # The time of every master that served the run, and the gap while none did (at
+        # most the PID file's staleness and wait, and a minute of starting).
+        progress = RunProgress.load(run_dir, self.clock,
+                                    max_gap=self.cfg.pid_stale + self.cfg.pid_wait + 60.0)
+        if state.results.count or self.ender.attempts.count(spec.line()):
+            # A run with results had nodes, whoever served them; another attempt of a run
+            # that lost its nodes waits no_node_timeout for one, then gives up.
+            progress.had_nodes = True
         bind(state, jrnl)
-        started = self.clock.time()
-        log.info("run %s: %s, %d jobs (%d to do), port %d", run_id, spec.line(), len(jobs),
-                 state.remaining, self.cfg.port_for(p))
+        log.info("run %s: %s, %d jobs (%d to do), port %d, %.0f s run so far", run_id,
+                 spec.line(), len(jobs), state.remaining, self.cfg.port_for(p),
+                 progress.elapsed())
         try:
-            replaced = self._serve(server, state, jrnl, pid)
-            if replaced:
+            ended = self._serve(server, state, jrnl, pid, progress)
+            if ended is None:
                 log.warning("run %s: the PID file is no longer ours; aborting nodes, exiting",
                             run_id)
+                progress.save(state.lost, bool(state.machines))
                 return RunOutcome(run_id, None, replaced=True)
-            archive, text = self._finish(spec, start, state, started)
+            outcome, reason = ended
+            if outcome is Outcome.RETRY and \
+                    self.ender.attempts.count(spec.line()) + 1 >= self.cfg.max_tries:
+                outcome = Outcome.GAVE_UP
+                reason += f" (attempt {self.cfg.max_tries} of {self.cfg.max_tries})"
+            jrnl.sync()  # every result is on disk before the run counts as ended
+            record = EndRecord.create(run_dir, start, outcome, reason,
+                                      elapsed=progress.elapsed(),
+                                      lost=tuple(progress.lost + state.lost))
             # The run is over: nodes that call in now learn it and leave.
             self._unlink(home.job_start(p))
             self._linger(server, state)
         finally:
             jrnl.close()
-            jobs.close()
-        fatal = state.fatal
-        # The run's state and job index, most of the master's memory with a million jobs,
-        # are done with: the md5 cache rebuild below reuses their memory instead of adding
-        # to it.  (The server is no longer served, so its handler needs no state.)
+        # From here on the server is not served, so its handler needs no state; the ender
+        # takes the only reference left, and drops it once the report is made.
         bind(None, None)
+        held = [state]
         del state, jobs
-        abort.clear(home, run_id)
-        self._adopt_clean_tree(spec, start)
-        self._mail(spec, start, archive, text, failed=bool(fatal))
-        if spec.kind in finish.BASELINE_KINDS and not fatal:
-            # After the nodes have gone: reading 50 big tables takes a while.
-            finish.rebuild_cache(home)
-        self.queue.remove(spec)
-        for path in (home.jobs(p), home.results(p)):
-            self._unlink(path)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        write_status(home.status(p), f"idle - last run {run_id} finished "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.clock.time()))} "
-                     "UTC")
-        log.info("run %s: archived in %s", run_id, archive)
-        return RunOutcome(run_id, archive, failed=fatal)
+        with pid.keep_fresh(self.cfg.pid_check_interval):
+            return self._end(record, held)
+
+    def _end(self, record: EndRecord, held: list[RunState] | None = None) -> RunOutcome:
+        """The end steps left of ``record``.  A step that fails (a full disk, a job list
+        that cannot be read) is logged and leaves the record: the next clustermaster of
+        this priority tries again, and nothing done so far is done twice."""
+        try:
+            return self.ender.end(record, held)
+        except (OSError, ClusterError) as exc:
+            log.error("run %s: its end stopped at a failed step (%s done so far): %s; the "
+                      "next clustermaster finishes it", record.run_id,
+                      ", ".join(s for s in ending.STEPS if record.is_done(s)) or "nothing",
+                      exc)
+            return RunOutcome(record.run_id, None, failed=END_FAILED)
+
+    def _abandon(self, start: JobStart, reason: str) -> RunOutcome:
+        """End a run that cannot start: a report saying why, then dequeue it."""
+        record = EndRecord.create(self.home.run_dir(start.id), start, Outcome.UNSTARTABLE,
+                                  reason)
+        return self._end(record)
 
     def _job_start(self, spec: RunSpec) -> JobStart:
         """Reuse job.start if it describes this queue line (takeover), else write a new one.
@@ -281,14 +318,29 @@ class ClusterMaster:
             baseline=spec.tree if finish.is_bmpcmp(spec) else "")
         for stale in (self.home.jobs(self.priority), self.home.results(self.priority)):
             self._unlink(stale)
-        self._prepare_source(spec, start)
-        fsutil.atomic_write(path, start.format())
+
+        def publish() -> None:
+            # A push may have replaced the waiting line since we read the head: running the
+            # old line now would run it twice (the new one stays queued).
+            if self.queue.head() != spec:
+                raise NotNow(f"the head of {self.queue.path.name} changed while run "
+                             f"{run_id} was set up")
+            fsutil.atomic_write(path, start.format())
+
+        try:
+            self._prepare_source(spec, start, publish)
+        except NotNow:
+            shutil.rmtree(self.home.run_dir(run_id), ignore_errors=True)
+            raise
         return start
 
     def _source_for(self, spec: RunSpec, run_id: str) -> str:
         """The tree the nodes build, relative to the home."""
         if spec.kind == "user":
-            return f"users/{spec.ref}/{spec.tree}"
+            # A snapshot of the pushed tree, taken when the run starts: a later push of the
+            # same tree (which waits its turn) cannot change what this run builds and
+            # reports.
+            return f"runs/{run_id}/source/{spec.tree}"
         if spec.kind == "git" and self._repository(spec.tree):
             return f"runs/{run_id}/source/{spec.tree}"  # the commit, exported
         return spec.tree  # the master's own clean tree of that product
@@ -297,31 +349,55 @@ class ClusterMaster:
         """Whether the master keeps a git clone of ``tree`` (commit runs export from it)."""
         return tree in datatypes.parse_repositories(self.cfg.repositories)
 
-    def _prepare_source(self, spec: RunSpec, start: JobStart) -> None:
-        """Export a commit run's tree; write a bmpcmp run's test list; check the baseline."""
+    def _prepare_source(self, spec: RunSpec, start: JobStart,
+                        publish: Callable[[], None] | None = None) -> None:
+        """Write a bmpcmp run's test list; export a commit run's tree or snapshot a user
+        run's; check the baseline; then ``publish`` (write job.start), if given.
+
+        A user run's job.start is written while the pushed tree's lock is still held, so
+        a push syncing just after the snapshot is queued as a run of its own, never merged
+        into this one (:func:`cluster.triggers.push.snapshot_push`).  NotNow when the tree
+        stays busy or the queue's head changed meanwhile: the next invocation tries again.
+        """
         run_dir = self.home.run_dir(start.id)
         try:
+            self._bmpcmp_listing(spec, start, run_dir)
+            dest = self.home.root / start.source
             if exported_source(start):
-                dest = self.home.root / start.source
                 if not dest.is_dir():
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     export_commit(self.home, self.cfg, spec.tree, spec.ref, dest)
-            elif spec.kind != "user" and not (self.home.root / start.source).is_dir():
+            elif spec.kind == "user":
+                if not dest.is_dir():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    push.snapshot_push(self.home, spec.ref, spec.tree, dest, then=publish)
+                    publish = None  # done under the tree's lock
+            elif not dest.is_dir():
                 raise ClusterError(f"the master has no tree {start.source!r} to build "
-                                   f"(expected {self.home.root / start.source})")
-            if finish.is_bmpcmp(spec):
-                if not (self.home.root / start.baseline).is_dir():
-                    raise ClusterError(f"bmpcmp needs the master's clean tree "
-                                       f"{self.home.root / start.baseline} as its baseline")
-                listing = run_dir / "bmpcmp.lst"
-                if not listing.exists():
-                    previous = finish.last_user_run(self.home, spec.ref)
-                    if previous is None:
-                        raise ClusterError(f"user {spec.ref} has no earlier run to bmpcmp")
-                    run_dir.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(previous / finish.CHANGED_LIST, listing)
+                                   f"(expected {dest})")
+        except push.TreeBusy as exc:
+            raise NotNow(f"the pushed tree is busy ({exc})") from None
+        except NotNow:
+            raise
         except ClusterError as exc:
             raise RunSetupError(start, str(exc)) from None
+        if publish is not None:
+            publish()
+
+    def _bmpcmp_listing(self, spec: RunSpec, start: JobStart, run_dir: Path) -> None:
+        """A bmpcmp run's tests: the user's last run's changed list (ClusterError if none)."""
+        if not finish.is_bmpcmp(spec):
+            return
+        if not (self.home.root / start.baseline).is_dir():
+            raise ClusterError(f"bmpcmp needs the master's clean tree "
+                               f"{self.home.root / start.baseline} as its baseline")
+        listing = run_dir / "bmpcmp.lst"
+        if not listing.exists():
+            previous = finish.last_user_run(self.home, spec.ref)
+            if previous is None:
+                raise ClusterError(f"user {spec.ref} has no earlier run to bmpcmp")
+            run_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(previous / finish.CHANGED_LIST, listing)
 
     def _jobs(self, start: JobStart) -> JobFile:
         """The run's job list: the jobs file if it is there (takeover), else build.py's.
@@ -364,9 +440,18 @@ class ClusterMaster:
         return jobs
 
     def _serve(self, server: NodeServer, state: RunState, jrnl: journal.Journal,
-               pid: PidFile) -> bool:
-        """Serve nodes until the run is finished; True if another master replaced us."""
+               pid: PidFile, progress: RunProgress) -> tuple[Outcome, str] | None:
+        """Serve nodes until the run ends; return how and why (None: another master
+        replaced this one, and the run goes on under it).
+
+        Besides every job having a result, a run ends when its user aborts it, a node's
+        build fails, it has run ``max_run_time`` (across masters), or it lost its nodes:
+        none alive for ``no_node_timeout`` after it had some, or more than
+        ``max_failed_nodes`` lost.
+        """
+        cfg = self.cfg
         next_tick = next_live = next_pid = 0.0
+        last_live = self.clock.monotonic()  # a successor's clock starts at the takeover
         while True:
             server.serve_once(LIVENESS_INTERVAL)
             now = self.clock.monotonic()
@@ -375,27 +460,55 @@ class ClusterMaster:
                 # a pass over 1,000 nodes costs a fraction of a millisecond.
                 for note in state.tick(now):
                     log.warning("%s", note)
+                if state.live_nodes():
+                    last_live = now
+                    progress.had_nodes = True
                 next_live = now + LIVENESS_INTERVAL
             if now >= next_tick:
                 jrnl.sync_if_due(now)
                 write_status(self.home.status(self.priority),
                              f"run {state.run_id} - {state.status_line()}")
-                next_tick = now + 1.0
+                progress.save(state.lost, bool(state.live_nodes()))
+                next_tick = now + PROGRESS_INTERVAL
             if now >= next_pid:
-                next_pid = now + self.cfg.pid_check_interval
+                next_pid = now + cfg.pid_check_interval
                 if self.priority == USER_PRIORITY and not state.fatal and \
                         abort.requested(self.home, state.run_id):
                     # clusterpush abort: every node is told ABORT at its next call, and
                     # the run ends now with an "aborted" report.
                     state.fatal = USER_ABORT
                     log.warning("run %s: aborted by its user", state.run_id)
-                    return False
-                if not pid.still_mine():
-                    state.fatal = "clustermaster replaced"
-                    self._linger(server, state, limit=min(self.cfg.linger, 5.0))
-                    return True
+                    return Outcome.ABORTED, USER_ABORT
+                if not pid.refresh():
+                    state.fatal = REPLACED
+                    self._linger(server, state, limit=min(cfg.linger, 5.0))
+                    return None
             if state.finished(now):
-                return False
+                if state.fatal:
+                    return Outcome.FAILED, state.fatal
+                return Outcome.DONE, ""
+            stop = self._cut_short(state, progress, now - last_live)
+            if stop is not None:
+                state.fatal = f"run stopped: {stop[1]}"
+                log.warning("run %s: %s", state.run_id, stop[1])
+                return stop
+
+    def _cut_short(self, state: RunState, progress: RunProgress,
+                   no_node_for: float) -> tuple[Outcome, str] | None:
+        """Whether the run must stop before it is complete, and why (None: it goes on)."""
+        cfg = self.cfg
+        elapsed = progress.elapsed()
+        if elapsed > cfg.max_run_time:
+            return Outcome.TIMED_OUT, (f"it ran {elapsed:.0f} s, longer than max_run_time "
+                                       f"{cfg.max_run_time:.0f} s")
+        lost = len(progress.lost) + len(state.lost)
+        if lost > cfg.max_failed_nodes:
+            return Outcome.RETRY, (f"it lost {lost} nodes, more than max_failed_nodes "
+                                   f"{cfg.max_failed_nodes}")
+        if progress.had_nodes and no_node_for > cfg.no_node_timeout:
+            return Outcome.RETRY, (f"no node was alive for {no_node_for:.0f} s "
+                                   f"(no_node_timeout {cfg.no_node_timeout:.0f} s)")
+        return None
 
     def _linger(self, server: NodeServer, state: RunState, limit: float | None = None) -> None:
         """Keep answering (ABORT) until every live node has been told, or ``linger`` passes."""
@@ -403,108 +516,7 @@ class ClusterMaster:
         while not state.everyone_told() and self.clock.monotonic() < deadline:
             server.serve_once(0.25)
 
-    # ------------------------------------------------------------------ collation
-    def _finish(self, spec: RunSpec, start: JobStart, state: RunState,
-                started: float) -> tuple[Path, str]:
-        """Collate, compare, report and archive the run; return its archive and report."""
-        home = self.home
-        run_id = state.run_id
-        archive = home.archive / run_id
-        archive.mkdir(parents=True, exist_ok=True)
-        logs = home.run_dir(run_id) / "logs"
-        if logs.is_dir():
-            shutil.copytree(logs, archive / "logs", dirs_exist_ok=True)
-        elapsed = self.clock.time() - started
-        text = finish.finish(home, finish.FinishedRun(
-            spec=spec, start=start, state=state, elapsed=elapsed, archive=archive,
-            header=self._header(spec, run_id), aborted=state.fatal == USER_ABORT))
-        fsutil.atomic_write(archive / "report.txt", text)
-        fsutil.atomic_write(archive / "run.info", start.format() + f"elapsed {elapsed:.1f}\n")
-        return archive, text
-
-    def _header(self, spec: RunSpec, run_id: str) -> str:
-        """The report's first lines; a commit run's name the commit and what it changed."""
-        header = run_header(spec, run_id)
-        if spec.kind != "git" or not self._repository(spec.tree):
-            return header
-        try:
-            info = commit_info(self.home, self.cfg, spec.tree, spec.ref)
-        except ClusterError as exc:
-            log.warning("run %s: no commit details: %s", run_id, exc)
-            return header
-        lines = [header, "", f"commit {info.sha}", f"Author: {info.author}",
-                 f"Date:   {info.date}", "", *("    " + line for line in
-                                                 info.message.rstrip().splitlines()),
-                 "", "Changed files:", *(f"  {path}" for path in info.changed_paths), "",
-                 f"Products tested: {' '.join(spec.products)}"]
-        return "\n".join(lines)
-
-    def _adopt_clean_tree(self, spec: RunSpec, start: JobStart) -> None:
-        """After a commit run, its exported tree becomes the master's clean tree.
-
-        The clean tree is what auto runs build, what user pushes are diffed against and
-        what bmpcmp renders as the baseline: it matches the baseline table (as the Perl
-        moved its working copy to the revision after the report, build failure or not).
-        """
-        if not exported_source(start):
-            return
-        exported = self.home.root / start.source
-        if not exported.is_dir():
-            return
-        clean = self.home.root / spec.tree
-        old = clean.with_name(f".{clean.name}.old.{os.getpid()}")
-        if clean.exists():
-            os.replace(clean, old)
-        os.replace(exported, clean)
-        shutil.rmtree(old, ignore_errors=True)
-        log.info("clean tree %s is now commit %s", clean, spec.ref)
-
-    def _mail(self, spec: RunSpec, start: JobStart, archive: Path, text: str,
-              failed: bool) -> None:
-        """Mail the report (when smtp_host is set); the outcome is noted in mail.log."""
-        if not self.cfg.smtp_host:
-            return
-        subject = ("FAILED: " if failed else "") + (
-            f"bmpcmp finished {spec.line()}" if finish.is_bmpcmp(spec) else spec.line())
-        try:
-            mail.send_report(self.cfg, self.home, spec.kind, spec.ref, subject, text)
-            note = f"mailed {subject!r}\n"
-        except mail.MailError as exc:
-            log.error("run %s: report not mailed: %s", start.id, exc)
-            note = f"not mailed: {exc}\n"
-        with open(archive / "mail.log", "a", encoding="utf-8") as fh:
-            fh.write(note)
-
-    def _abandon(self, spec: RunSpec, start: JobStart, reason: str,
-                 what: str = "its job list could not be made") -> RunOutcome:
-        """End a run that cannot start: a report saying why, then dequeue it."""
-        archive = self.home.archive / start.id
-        archive.mkdir(parents=True, exist_ok=True)
-        text = "\n".join([run_header(spec, start.id), "",
-                          f"The run could not start: {what}.", f"  {reason}", ""])
-        fsutil.atomic_write(archive / "report.txt", text)
-        fsutil.atomic_write(archive / "run.info", start.format())
-        self._mail(spec, start, archive, text, failed=True)
-        self.queue.remove(spec)
-        for path in (self.home.job_start(self.priority), self.home.jobs(self.priority),
-                     self.home.results(self.priority)):
-            self._unlink(path)
-        shutil.rmtree(self.home.run_dir(start.id), ignore_errors=True)
-        return RunOutcome(start.id, archive, failed=reason)
-
     @staticmethod
     def _unlink(path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-def exported_source(start: JobStart) -> bool:
-    """Whether the run builds a commit the master exported (see _source_for)."""
-    return start.kind == "git" and start.source.startswith("runs/")
-
-
-def run_header(spec: RunSpec, run_id: str) -> str:
-    if spec.kind == "user":
-        return (f"User regression: user {spec.ref} products {','.join(spec.products)} "
-                f"options {' '.join(spec.options) or '-'} run {run_id}")
-    return f"Regression {spec.kind} {spec.ref} products {','.join(spec.products)} run {run_id}"

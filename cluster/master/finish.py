@@ -36,6 +36,7 @@ from pathlib import Path
 from cluster import bmpcmp
 from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
+from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
 from cluster.queue import RunSpec
 from cluster.report import compare as report
@@ -60,10 +61,13 @@ class FinishedRun:
     spec: RunSpec
     start: JobStart
     state: RunState
-    elapsed: float
+    elapsed: float  # the whole run's, across takeovers
     archive: Path
     header: str  # the report's first lines (run_header, or the commit header)
-    aborted: bool = False  # its user stopped it (clusterpush abort)
+    stage: Path  # where the stream tables are staged (install_tables moves them in)
+    outcome: Outcome = Outcome.DONE
+    reason: str = ""  # why a run that is not DONE ended so
+    lost_nodes: tuple[str, ...] = ()  # every node the run lost, across takeovers
 
 
 def is_bmpcmp(spec: RunSpec) -> bool:
@@ -71,14 +75,20 @@ def is_bmpcmp(spec: RunSpec) -> bool:
 
 
 def finish(home: Home, run: FinishedRun) -> str:
-    """Collate, compare and archive ``run``; return its report text (also in report.txt)."""
+    """Collate, compare and archive ``run``; return its report text (also in report.txt).
+
+    Tables are not changed here: a complete run's new stream tables are written into
+    ``run.stage``, whole and fsync'ed, and :func:`install_tables` moves them in, so a full
+    disk or a kill leaves the old tables whole and a redo rotates the baseline once.
+    """
     state, spec = run.state, run.spec
-    nodes = sum(1 for n in state.nodes.values() if n.results)
-    if run.aborted:
+    if run.outcome is Outcome.ABORTED:
         return (f"{run.header}\n\nThe run was aborted by its user (clusterpush abort) after "
                 f"{state.results.count} of {len(state.jobs)} tests; no table was changed.\n")
-    if state.fatal:
+    if run.outcome is Outcome.FAILED:
         return failure_report(run.header, state, run.archive / "logs")
+    if run.outcome is not Outcome.DONE:
+        return incomplete_report(run, state)
     if is_bmpcmp(spec):
         return bmpcmp_report(home, run)
     # The table is made from the results' journal lines as it is read: a million rows as
@@ -86,13 +96,16 @@ def finish(home: Home, run: FinishedRun) -> str:
     current = state.results.table(state.run_id)
     run_tab = run.archive / f"{state.run_id}.tab"
     tab.write_tab_lines(run_tab, current.lines())
-    facts = report.RunFacts(tests=len(current), seconds=run.elapsed, nodes=nodes,
-                            lost_nodes=tuple(state.lost), duplicates=state.duplicates,
+    facts = report.RunFacts(tests=len(current), seconds=run.elapsed,
+                            nodes=len(state.machines),
+                            lost_nodes=run.lost_nodes, duplicates=state.duplicates,
                             header=run.header)
     baseline_path = home.tables / "current.tab"
     # The previous tables are streamed from their files (tab.TabFile), for the same reason.
     baseline = tab.TabFile(baseline_path) if baseline_path.exists() else None
     seen = md5cache.load(cache_path(home))
+    shutil.rmtree(run.stage, ignore_errors=True)  # a half staging of an earlier try
+    run.stage.mkdir(parents=True)
     if spec.kind == "user":
         push_path = home.tables / f"user-{spec.ref}.tab"
         previous_push = tab.TabFile(push_path) if push_path.exists() else None
@@ -101,37 +114,75 @@ def finish(home: Home, run: FinishedRun) -> str:
         vs_baseline, vs_push = userreport.comparisons(current, baseline, previous_push, seen)
         text = userreport.render_user_report(current, vs_baseline, vs_push, facts,
                                              clean if clean.is_dir() else None,
-                                             home.users / spec.ref / spec.tree)
+                                             home.root / run.start.source)
         write_changed_list(run.archive / CHANGED_LIST, current,
                            vs_baseline if baseline is not None else vs_push)
-        update_stream(push_path, previous_push, current, spec.products, run_tab)
+        stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab)
     else:
         text = report.compare(current, baseline, facts, seen=seen)
-        update_stream(baseline_path, baseline, current, spec.products, run_tab)
+        stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab)
     return text
 
 
 # ---------------------------------------------------------------------------- tables
-def update_stream(stream: Path, previous: tab.Previous | None,
-                  current: Mapping[str, tab.TabRow], products: tuple[str, ...],
-                  run_tab: Path) -> None:
-    """Merge the run into its stream's table (tab.merged_lines), streaming the lines.
+#: The order in which staged tables replace the old ones: the oldest first, so every
+#: moment's set of tables is a consistent rotation (or the old one).
+INSTALL_ORDER = ("previous2.tab", "previous.tab", "current.tab")
 
-    The baseline (``current.tab``) rotates first: current -> previous -> previous2
-    (ARTIFEX §2.8).  With no previous table the merge is the run's own table: its file is
-    copied.
+
+def stage_stream(stage: Path, stream: Path, previous: tab.Previous | None,
+                 current: Mapping[str, tab.TabRow], products: tuple[str, ...],
+                 run_tab: Path) -> None:
+    """Write into ``stage`` the stream's new table(s) after the run (tab.merged_lines).
+
+    The baseline (``current.tab``) rotates: current -> previous -> previous2 (ARTIFEX
+    §2.8); the two older ones are staged as hard links of the present files (no data is
+    copied, so a full disk cannot cut them).  With no previous table the merge is the
+    run's own table.  Nothing outside ``stage`` is changed: :func:`install_tables` does.
     """
-    stream.parent.mkdir(parents=True, exist_ok=True)
-    if stream.name == "current.tab" and stream.exists():
-        prev = stream.with_name("previous.tab")
-        if prev.exists():
-            os.replace(prev, stream.with_name("previous2.tab"))
-        shutil.copy2(stream, prev)
+    staged = stage / stream.name
     if previous is not None:
-        tab.write_tab_lines(stream, tab.merged_lines(previous, current, products))
+        tab.write_tab_lines(staged, tab.merged_lines(previous, current, products))
     else:
         with open(run_tab, encoding="utf-8") as fh:
-            tab.write_tab_lines(stream, (line.rstrip("\n") for line in fh))
+            tab.write_tab_lines(staged, (line.rstrip("\n") for line in fh))
+    if stream.name == "current.tab" and stream.exists():
+        _link(stream, stage / "previous.tab")
+        older = stream.with_name("previous.tab")
+        if older.exists():
+            _link(older, stage / "previous2.tab")
+
+
+def _link(source: Path, dest: Path) -> None:
+    """``dest`` becomes another name of ``source``'s file (a copy across devices)."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        tab.write_tab_lines(dest, (line.rstrip("\n") for line in
+                                   open(source, encoding="utf-8", errors="replace")))
+
+
+def install_tables(stage: Path, tables: Path) -> list[str]:
+    """Move the staged tables into ``tables``; return the names moved.
+
+    Idempotent: a table already moved is no longer in ``stage``, so a master killed half
+    way and started again moves only the rest, and the baseline rotates exactly once.
+    """
+    if not stage.is_dir():
+        return []
+    tables.mkdir(parents=True, exist_ok=True)
+    names = sorted((p.name for p in stage.iterdir() if p.name.endswith(".tab")),
+                   key=lambda n: (INSTALL_ORDER.index(n) if n in INSTALL_ORDER
+                                  else len(INSTALL_ORDER), n))
+    for name in names:
+        os.replace(stage / name, tables / name)
+    if names:
+        fd = os.open(tables, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return names
 
 
 def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],
@@ -227,6 +278,30 @@ def bmpcmp_report(home: Home, run: FinishedRun) -> str:
 
 
 # ---------------------------------------------------------------------------- failures
+#: Tests listed by name in the report of a run that did not finish; the rest are counted.
+MAX_LISTED = 2000
+
+
+def incomplete_report(run: FinishedRun, state: RunState) -> str:
+    """The report of a run that ran out of time or lost its nodes: no table was changed."""
+    missing = [name for name in state.jobs.names if name not in state.results]
+    what = {
+        Outcome.TIMED_OUT: "The run ran out of time",
+        Outcome.RETRY: "The run lost its nodes; it is queued again",
+        Outcome.GAVE_UP: "The run lost its nodes on its last attempt and is reported as failed",
+    }.get(run.outcome, "The run did not finish")
+    lines = [run.header, "", f"{what}: {run.reason}.",
+             f"After {run.elapsed:.0f} seconds {state.results.count} of {len(state.jobs)} "
+             f"tests had a result; no table was changed.", ""]
+    if run.lost_nodes:
+        lines += ["Nodes lost:", *(f"  {n}" for n in run.lost_nodes), ""]
+    lines.append(f"{len(missing)} tests did not run:")
+    lines += [f"  {report.display_name(name)}" for name in missing[:MAX_LISTED]]
+    if len(missing) > MAX_LISTED:
+        lines.append(f"  ... and {len(missing) - MAX_LISTED} more")
+    return "\n".join(lines) + "\n"
+
+
 def failure_report(header: str, state: RunState, logs: Path, tail: int = 100) -> str:
     """The report of a run that a node's fatal failure stopped (build failure)."""
     lines = [header, "",

@@ -165,9 +165,14 @@ class Journal:
 
     def sync_if_due(self, now: float) -> None:
         if self.dirty and now - self.last_sync >= self.sync_interval:
+            self.sync()
+            self.last_sync = now
+
+    def sync(self) -> None:
+        """fsync what was written (a run's end is recorded only after its results)."""
+        if self.dirty and self.fd >= 0:
             os.fsync(self.fd)
             self.dirty = False
-            self.last_sync = now
 
     def close(self) -> None:
         if self.fd >= 0:

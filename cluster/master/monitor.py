@@ -19,31 +19,51 @@ Deviations from the seed, and why:
 * the answer lists the waiting runs instead of a bare 1/0, so a node knows which priority to
   join; ``heartbeat.py`` still turns it into the seed's exit code (non-zero = a job waits).
 
+* the answer may be held (long-poll, issue 10): a heartbeat with ``wait <seconds>`` is
+  recorded at once and answered as soon as a run waits that it does not ``skip``, or when
+  the wait ends, so an idle node learns of a new run within :data:`HOLD_POLL` seconds
+  instead of at its next heartbeat.
+
+The server is one thread over non-blocking sockets (like the master's
+:class:`~cluster.master.server.NodeServer`), not a thread per connection: a silent or held
+client costs a socket and a small buffer, so hundreds of silent sockets cannot crowd out
+honest heartbeats (issue 10: 64 of them once made the thread-capped monitor refuse 29 of 32).
+Its bounds: :data:`DEADLINE` to deliver a request, ``MAX_LINE``/``MAX_LINES`` of
+:mod:`cluster.wire.heartbeat` per request, :data:`MAX_BUFFERED` bytes of unfinished requests
+over all connections, and as many connections as the open-file limit allows (at most
+:data:`~cluster.master.server.MAX_CONNECTIONS`).
+
 The single-instance "dance" is an ``fcntl.flock`` on ``home/monitor_port.lock``
-(:func:`acquire_lock`); :func:`run` is the whole daemon.
+(:func:`acquire_lock`); :func:`run` is the whole daemon.  A port already taken by another
+program ends it at once with :data:`EXIT_PORT_TAKEN` and a message naming the address.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import heapq
+import itertools
 import logging
 import os
+import selectors
 import socket
-import socketserver
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.defaults import PRIORITIES
+from cluster.defaults import EXIT_OK, EXIT_PORT_TAKEN, EXIT_USAGE, PRIORITIES
 from cluster.errors import AlreadyRunning, ProtocolError
 from cluster.home import Home
+from cluster.master.server import connection_limit
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.singleton import SingleInstance
+from cluster.wire.framing import LineFramer
 from cluster.wire.heartbeat import (
     MAX_LINE,
     MAX_LINES,
+    MAX_WAIT,
     Heartbeat,
     format_error,
     format_reply,
@@ -54,16 +74,21 @@ from cluster.wire.protocol import JOB_ID
 
 log = logging.getLogger("cluster.monitor")
 
-#: A client must deliver its whole request within this many seconds.
+#: A client must deliver its whole request within this many seconds (and, later, read its
+#: reply within as many).
 DEADLINE = 5.0
-#: Connections handled at once; more are answered ERROR at once (a flood of silent clients
-#: must not grow threads without bound).
-MAX_CONNECTIONS = 64
+#: Bytes of unfinished requests all connections may hold together.  An honest heartbeat is
+#: well under 1 KiB; one request is bounded by MAX_LINE x MAX_LINES (about 70 KB).
+MAX_BUFFERED = 16 * 1024 * 1024
+#: How often held heartbeats look for a new run [seconds]: three stat() calls of the
+#: job.start files, whatever the number of held connections (see MonitorServer._poll_jobs).
+HOLD_POLL = 0.1
 
 #: After an ERROR reply, input still discarded (bytes, seconds) so the reply is not lost to
-#: a TCP reset.
+#: a TCP reset.  Also what a held client may send before it is dropped.
 DRAIN_BYTES = 65536
 DRAIN_SECONDS = 0.5
+
 
 LOCK_NAME = "monitor_port.lock"
 
@@ -154,131 +179,426 @@ def acquire_lock(home: Home, program: str = "monitor_port") -> SingleInstance:
 # ----------------------------------------------------------------------------------------------
 # The server
 
-class _Handler(socketserver.BaseRequestHandler):
-    server: MonitorServer
+_READ_SIZE = 65536
+#: Connections accepted (and, when their request is there, served) per listener event.
+_ACCEPT_BATCH = 256
 
-    def handle(self) -> None:
-        self.server.handle_connection(self.request, self.client_address)
+# A connection's states, in the order it goes through them.
+_READING = "reading"    # collecting the request
+_HELD = "held"          # recorded; the answer waits for a run or the end of the wait
+_WRITING = "writing"    # the answer is being sent
+_DRAINING = "draining"  # after ERROR: half-closed, input discarded so the ERROR is not reset
 
 
-class MonitorServer(socketserver.ThreadingTCPServer):
-    """The heartbeat listener.  Callers use ``serve_forever()`` (in a thread), ``shutdown()``
-    (from another thread), ``server_close()`` and ``server_address``.
+class _Conn:
+    __slots__ = ("sock", "peer", "framer", "held", "state", "deadline", "out", "sent",
+                 "then_drain", "events", "skip", "node", "discarded")
 
-    One thread per connection, each with its own :data:`DEADLINE`, so a silent or slow
-    client delays nobody else; at most ``max_connections`` at once.
+    def __init__(self, sock: socket.socket, peer: str, framer: LineFramer,
+                 deadline: float) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.framer: LineFramer | None = framer  # None once the request is complete
+        self.held = 0  # request bytes held (counted in MonitorServer.buffered)
+        self.state = _READING
+        self.deadline = deadline  # of the current state, on the server's monotonic clock
+        self.out = b""
+        self.sent = 0
+        self.then_drain = False  # an ERROR answer: half-close and drain after sending it
+        self.events = 0  # what the selector watches for (0: not registered)
+        self.skip: frozenset[str] = frozenset()
+        self.node = ""
+        self.discarded = 0  # bytes read and thrown away while held or draining
+
+    @property
+    def closed(self) -> bool:
+        return self.sock.fileno() < 0
+
+
+class MonitorServer:
+    """The heartbeat listener: one thread, non-blocking sockets, one request per connection.
+
+    Callers drive it with :meth:`serve_once` in their own loop, or with
+    :meth:`serve_forever` in a thread and :meth:`shutdown` from another; then
+    :meth:`server_close`.  :attr:`server_address` is where it listens.
+
+    Every connection has :data:`DEADLINE` (``deadline``) to deliver its request; a held one
+    is answered when its wait (cut to ``max_wait``) ends.  At most ``max_connections`` are
+    open (default: what the open-file limit allows, see
+    :func:`~cluster.master.server.connection_limit`); more are answered ``ERROR monitor
+    busy`` at once.  Unfinished requests hold at most ``max_buffered`` bytes together; a
+    connection whose data would pass that is answered ``ERROR`` and logged once.
     """
-
-    allow_reuse_address = True
-    daemon_threads = True
-    block_on_close = False
 
     def __init__(self, home: Home, address: tuple[str, int] = ("127.0.0.1", 0), *,
                  deadline: float = DEADLINE, max_line: int = MAX_LINE,
-                 max_lines: int = MAX_LINES, max_connections: int = MAX_CONNECTIONS,
-                 clock: Clock | None = None) -> None:
+                 max_lines: int = MAX_LINES, max_connections: int | None = None,
+                 max_buffered: int = MAX_BUFFERED, max_wait: float = MAX_WAIT,
+                 hold_poll: float = HOLD_POLL, clock: Clock | None = None) -> None:
         self.home = home
         self.deadline = deadline
         self.max_line = max_line
         self.max_lines = max_lines
+        self.max_connections = (connection_limit() if max_connections is None
+                                else max_connections)
+        self.max_buffered = max_buffered
+        self.max_wait = max_wait
+        self.hold_poll = hold_poll
         self.clock = clock or SystemClock()
-        self.max_connections = max_connections
-        self._slots = threading.BoundedSemaphore(max_connections)
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        # create_server sets SO_REUSEADDR: a restart does not wait out TIME_WAIT, while a
+        # port another program listens on still fails with EADDRINUSE.
+        self.listener = socket.create_server(address, family=family, backlog=1024)
+        self.listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, None)
+        self.conns: dict[int, _Conn] = {}
+        self.held: set[_Conn] = set()
+        self.buffered = 0
+        self.served = 0
+        self.rejected = 0
+        # (deadline, sequence, conn); an entry whose deadline is no longer the conn's
+        # (it moved on to another state) or whose conn is closed is skipped when popped.
+        self._deadlines: list[tuple[float, int, _Conn]] = []
+        self._seq = itertools.count()
+        self._next_poll = 0.0
+        self._job_files: tuple[tuple[int, int, int] | None, ...] | None = None
+        self._busy_logged = False
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
 
-    # -- connection admission ------------------------------------------------------------------
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            log.warning("peer %s: refused, %s connections already open",
-                        _peer(client_address), self.max_connections)
-            with contextlib.suppress(OSError):
-                request.sendall(format_error("monitor busy, try again"))
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
+    @property
+    def server_address(self) -> tuple[str, int]:
+        host, port = self.listener.getsockname()[:2]
+        return host, port
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    # -- driving it ----------------------------------------------------------------------------
+    def serve_once(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for activity, deal with all of it, then with the
+        deadlines that passed and (while heartbeats are held) with new runs."""
+        now = self.clock.monotonic()
+        wait = timeout
+        if self._deadlines:
+            wait = min(wait, self._deadlines[0][0] - now)
+        if self.held:
+            wait = min(wait, self._next_poll - now)
+        for key, events in self.selector.select(max(0.0, wait)):
+            if key.data is None:
+                self._accept()
+                continue
+            conn: _Conn = key.data
+            if conn.closed:
+                continue
+            if conn.state == _WRITING:
+                if events & selectors.EVENT_WRITE:
+                    self._write(conn)
+            elif events & selectors.EVENT_READ:
+                self._read(conn)
+        now = self.clock.monotonic()
+        if self.held and now >= self._next_poll:
+            self._next_poll = now + self.hold_poll
+            self._poll_jobs()
+        self._expire(now)
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """:meth:`serve_once` until :meth:`shutdown` (from another thread; a shutdown that
+        came before this started makes it return at once)."""
+        self._stopped.clear()
         try:
-            super().process_request_thread(request, client_address)
+            while not self._stop.is_set():
+                self.serve_once(poll_interval)
         finally:
-            self._slots.release()
+            self._stop.clear()
+            self._stopped.set()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # The default prints to stderr; we want the peer in the log, and to keep serving.
-        log.exception("peer %s: error while handling a heartbeat", _peer(client_address))
+    def shutdown(self) -> None:
+        """Make :meth:`serve_forever` return, and wait until it has (at most one
+        ``poll_interval``).  Returns at once if it is not running."""
+        self._stop.set()
+        self._stopped.wait()
 
-    # -- one connection ------------------------------------------------------------------------
-    def handle_connection(self, sock: socket.socket, client_address: Any) -> None:
-        """Read one request within the deadline, act on it, reply, and return."""
-        peer = _peer(client_address)
+    def server_close(self) -> None:
+        """Close every connection and the listener.  Held heartbeats get their answer if it
+        can be sent without waiting, so their nodes need not wait out a timeout."""
+        if self.held:
+            reply = format_reply(waiting_jobs(self.home))
+            for conn in list(self.held):
+                try:
+                    conn.sock.send(reply)
+                except OSError:
+                    pass  # the node will time out and try again
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        self.selector.unregister(self.listener)
+        self.listener.close()
+        self.selector.close()
+
+    # -- connections ---------------------------------------------------------------------------
+    def _accept(self) -> None:
+        now = self.clock.monotonic()
+        # Bounded, so the deadlines and held heartbeats are looked at between bursts.
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                sock, addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: log, keep serving the others
+                log.warning("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            peer = _peer(addr)
+            if len(self.conns) >= self.max_connections:
+                self._refuse_busy(sock, peer)
+                continue
+            self._busy_logged = False
+            conn = _Conn(sock, peer, framer(self.max_line, self.max_lines), now + self.deadline)
+            self.conns[sock.fileno()] = conn
+            self._push_deadline(conn)
+            # The request usually arrives with the connection: serve it now.
+            self._read(conn)
+
+    def _refuse_busy(self, sock: socket.socket, peer: str) -> None:
+        if not self._busy_logged:
+            log.warning("peer %s: refused, %d connections already open (the monitor's "
+                        "limit); further refusals in this burst are not logged", peer,
+                        len(self.conns))
+            self._busy_logged = True
+        self.rejected += 1
+        _send_and_close(sock, format_error("monitor busy, try again"))
+
+    def _read(self, conn: _Conn) -> None:
         try:
-            data = self._read_request(sock)
-            hb = parse_heartbeat(data, self.max_line, self.max_lines)
-        except ProtocolError as exc:
-            log.warning("peer %s: bad heartbeat: %s", peer, exc)
-            self._send(sock, format_error(str(exc)), peer)
-            self._drain(sock)
+            chunk = conn.sock.recv(_READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            self._watch(conn, selectors.EVENT_READ)
             return
+        except OSError as exc:
+            log.info("peer %s: read failed: %s", conn.peer, exc)
+            self._close(conn)
+            return
+        if conn.state != _READING:
+            self._discard(conn, chunk)
+            return
+        if not chunk:
+            self._error(conn, "connection closed before the OK line")
+            return
+        assert conn.framer is not None  # reading: the request is not complete yet
+        # Checked before the chunk joins the buffer, so the bound is never passed.
+        if self.buffered + len(chunk) > self.max_buffered:
+            self._error(conn, f"monitor busy: open connections would hold more than "
+                              f"{self.max_buffered} bytes")
+            return
+        conn.held += len(chunk)
+        self.buffered += len(chunk)
+        try:
+            request = conn.framer.feed(chunk)
+        except ProtocolError as exc:
+            self._error(conn, str(exc))
+            return
+        if request is None:
+            self._watch(conn, selectors.EVENT_READ)
+            return
+        self._release(conn)
+        try:
+            hb = parse_heartbeat(request, self.max_line, self.max_lines)
+        except ProtocolError as exc:
+            self._error(conn, str(exc))
+            return
+        self._heartbeat(conn, hb)
+
+    def _discard(self, conn: _Conn, chunk: bytes) -> None:
+        """Input while held (a node sends nothing more) or draining: thrown away, bounded.
+        An empty chunk means the peer closed: a held node went away, or the drain is done."""
+        if not chunk:
+            if conn.state == _HELD:
+                log.debug("node %s (peer %s): went away while held", conn.node, conn.peer)
+            self._close(conn)
+            return
+        conn.discarded += len(chunk)
+        if conn.discarded > DRAIN_BYTES:
+            if conn.state == _HELD:
+                log.warning("node %s (peer %s): sent %d bytes after its request; dropped",
+                            conn.node, conn.peer, conn.discarded)
+            self._close(conn)
+
+    def _heartbeat(self, conn: _Conn, hb: Heartbeat) -> None:
+        """Record ``hb`` now; answer now, or hold the answer (long-poll)."""
         try:
             record_heartbeat(self.home, hb)
             jobs = waiting_jobs(self.home)
         except OSError as exc:
             log.error("node %s (peer %s): cannot record heartbeat in %s: %s",
-                      hb.node, peer, self.home.nodes, exc)
-            self._send(sock, format_error(f"master cannot record the heartbeat: {exc}"), peer)
+                      hb.node, conn.peer, self.home.nodes, exc)
+            self._reply(conn, format_error(f"master cannot record the heartbeat: {exc}"))
             return
-        log.debug("node %s (peer %s): heartbeat, %d job(s) waiting", hb.node, peer, len(jobs))
-        self._send(sock, format_reply(jobs), peer)
+        self.served += 1
+        wait = min(hb.wait or 0.0, self.max_wait)
+        if wait > 0 and not _news(jobs, hb.skip):
+            conn.state = _HELD
+            conn.node = hb.node
+            conn.skip = hb.skip
+            conn.deadline = self.clock.monotonic() + wait
+            self._push_deadline(conn)
+            self.held.add(conn)
+            # Watch for the node going away (EOF); and look again at the next poll, so a
+            # run that appeared since waiting_jobs() read the files is not missed.
+            self._watch(conn, selectors.EVENT_READ)
+            self._job_files = None
+            log.debug("node %s (peer %s): heartbeat held up to %g s", hb.node, conn.peer, wait)
+            return
+        log.debug("node %s (peer %s): heartbeat, %d job(s) waiting", hb.node, conn.peer,
+                  len(jobs))
+        self._reply(conn, format_reply(jobs))
 
-    def _read_request(self, sock: socket.socket) -> bytes:
-        reader = framer(self.max_line, self.max_lines)
-        end = self.clock.monotonic() + self.deadline
-        while True:
-            left = end - self.clock.monotonic()
-            if left <= 0:
-                raise ProtocolError(f"no complete request within {self.deadline:g} s")
-            sock.settimeout(left)
-            try:
-                chunk = sock.recv(4096)
-            except TimeoutError:
-                raise ProtocolError(f"no complete request within {self.deadline:g} s") from None
-            except OSError as exc:
-                raise ProtocolError(f"connection failed: {exc}") from None
-            if not chunk:
-                raise ProtocolError("connection closed before the OK line")
-            request = reader.feed(chunk)
-            if request is not None:
-                return request
+    def _poll_jobs(self) -> None:
+        """Answer the held heartbeats that a run not in their ``skip`` now waits for.
 
-    def _send(self, sock: socket.socket, data: bytes, peer: str) -> None:
+        Polling rather than inotify: it works on any file system (the home may be NFS, where
+        inotify sees no remote changes) and costs three stat() calls per poll whatever the
+        number of held connections; the files are read only when one of them changed
+        (job.start is written atomically, so a change is a new inode or mtime)."""
+        files = tuple(_file_id(self.home.job_start(p)) for p in PRIORITIES)
+        if files == self._job_files:
+            return
+        self._job_files = files
+        jobs = waiting_jobs(self.home)
+        ready = [conn for conn in self.held if _news(jobs, conn.skip)]
+        if not ready:
+            return
+        reply = format_reply(jobs)
+        for conn in ready:
+            log.debug("node %s (peer %s): held heartbeat answered, a run waits", conn.node,
+                      conn.peer)
+            self._reply(conn, reply)
+
+    # -- answers -------------------------------------------------------------------------------
+    def _error(self, conn: _Conn, problem: str) -> None:
+        """Refuse the request: one log line naming the peer, ``ERROR <problem>``, drain."""
+        self._release(conn)
+        log.warning("peer %s: bad heartbeat: %s", conn.peer, problem)
+        self.rejected += 1
+        self._reply(conn, format_error(problem), then_drain=True)
+
+    def _reply(self, conn: _Conn, data: bytes, then_drain: bool = False) -> None:
+        self.held.discard(conn)
+        conn.state = _WRITING
+        conn.out = data
+        conn.sent = 0
+        conn.then_drain = then_drain
+        conn.deadline = self.clock.monotonic() + self.deadline
+        self._write(conn)
+        if not conn.closed and conn.state == _WRITING:
+            self._push_deadline(conn)
+            self._watch(conn, selectors.EVENT_WRITE)
+
+    def _write(self, conn: _Conn) -> None:
         try:
-            sock.settimeout(self.deadline)
-            sock.sendall(data)
+            while conn.sent < len(conn.out):
+                conn.sent += conn.sock.send(memoryview(conn.out)[conn.sent:])
+        except (BlockingIOError, InterruptedError):
+            return
         except OSError as exc:
-            log.warning("peer %s: cannot send reply: %s", peer, exc)
-
-    def _drain(self, sock: socket.socket) -> None:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                log.info("peer %s: write failed: %s", conn.peer, exc)
+            self._close(conn)
+            return
+        if not conn.then_drain:
+            self._close(conn)
+            return
         # Closing a socket with unread input makes the kernel send RST, which can destroy
         # the ERROR line before the client reads it.  Half-close, then discard what the
         # client still sends -- bounded in bytes and time, so this cannot be abused.
         try:
-            sock.shutdown(socket.SHUT_WR)
-            sock.settimeout(DRAIN_SECONDS)
-            end = self.clock.monotonic() + DRAIN_SECONDS
-            left = DRAIN_BYTES
-            while left > 0 and self.clock.monotonic() < end:
-                chunk = sock.recv(min(left, 4096))
-                if not chunk:
-                    break
-                left -= len(chunk)
+            conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
-            pass  # the client went away: nothing left to protect
+            self._close(conn)
+            return
+        conn.state = _DRAINING
+        conn.out = b""
+        conn.deadline = self.clock.monotonic() + DRAIN_SECONDS
+        self._push_deadline(conn)
+        self._watch(conn, selectors.EVENT_READ)
+
+    def _expire(self, now: float) -> None:
+        heap = self._deadlines
+        # Bounded: each connection has at most one entry per state it went through.
+        while heap and heap[0][0] <= now:
+            deadline, _, conn = heapq.heappop(heap)
+            if conn.closed or deadline != conn.deadline:
+                continue
+            if conn.state == _READING:
+                self._error(conn, f"no complete request within {self.deadline:g} s")
+            elif conn.state == _HELD:
+                self._reply(conn, format_reply(waiting_jobs(self.home)))
+            elif conn.state == _WRITING:
+                log.warning("peer %s: did not read its reply within %g s", conn.peer,
+                            self.deadline)
+                self._close(conn)
+            else:
+                self._close(conn)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _push_deadline(self, conn: _Conn) -> None:
+        heapq.heappush(self._deadlines, (conn.deadline, next(self._seq), conn))
+
+    def _watch(self, conn: _Conn, events: int) -> None:
+        if conn.events == events:
+            return
+        if conn.events:
+            self.selector.modify(conn.sock, events, conn)
+        else:
+            self.selector.register(conn.sock, events, conn)
+        conn.events = events
+
+    def _release(self, conn: _Conn) -> None:
+        """Forget the connection's request buffer (complete, refused or closed)."""
+        self.buffered -= conn.held
+        conn.held = 0
+        conn.framer = None
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        self._release(conn)
+        self.held.discard(conn)
+        self.conns.pop(conn.sock.fileno(), None)
+        if conn.events:
+            try:
+                self.selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.events = 0
+        conn.sock.close()
+
+
+def _send_and_close(sock: socket.socket, data: bytes) -> None:
+    """One non-blocking try to send ``data``, then close.  The request that came with the
+    connection is read first (one bounded recv): closing with unread input would make the
+    kernel send a reset, which can destroy the answer before the client reads it."""
+    try:
+        sock.recv(DRAIN_BYTES)
+    except OSError:
+        pass  # nothing there yet (or the peer left)
+    try:
+        sock.send(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # cannot be sent cheaply: the close alone tells the client
+    sock.close()
+
+
+def _news(jobs: list[tuple[int, str]], skip: frozenset[str]) -> bool:
+    """Whether a run waits that the node does not skip."""
+    return any(job_id not in skip for _, job_id in jobs)
+
+
+def _file_id(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _peer(client_address: Any) -> str:
@@ -290,14 +610,26 @@ def _peer(client_address: Any) -> str:
 # ----------------------------------------------------------------------------------------------
 # The daemon
 
+def port_taken_message(address: tuple[str, int]) -> str:
+    """What :func:`run` logs when another program holds the port (localcluster quotes it)."""
+    host, port = address
+    return (f"cannot listen for heartbeats on {host}:{port}: the port is taken (another "
+            f"program listens on it); stop that program or set monitor_port to a free port")
+
+
 def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         poll: float = 0.5, clock: Clock | None = None,
-        on_ready: Callable[[MonitorServer], None] | None = None) -> int:
+        on_ready: Callable[[MonitorServer], None] | None = None, *,
+        max_buffered: int = MAX_BUFFERED) -> int:
     """Be the one monitor of ``home``: lock, listen on ``address``, serve until
-    ``should_stop()`` is true (checked every ``poll`` seconds of ``clock``; pass a
-    ``StopFlag``'s ``is_set``).  Returns the exit code: 0 after a stop or when another
-    instance holds the lock, 2 if the port cannot be bound.  ``on_ready`` is called once the
-    server listens (tests use it to learn the port).
+    ``should_stop()`` is true (checked at least every ``poll`` seconds; pass a
+    ``StopFlag``'s ``is_set``).  ``on_ready`` is called once the server listens (tests use
+    it to learn the port).
+
+    Returns the exit code at once, never retrying: 0 after a stop or when another instance
+    holds the lock (seed 000's dance); :data:`EXIT_PORT_TAKEN` when another program holds
+    the port (logged as :func:`port_taken_message`); 2 when the address cannot be used for
+    another reason (logged with the system's error).
     """
     clock = clock or SystemClock()
     home.create()
@@ -306,28 +638,29 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
     except AlreadyRunning as exc:
         # Seed 000: "if I am not the only one, then exit" -- quietly, cron will try again.
         log.info("%s; exiting", exc)
-        return 0
+        return EXIT_OK
     with lock:
+        # Status files a killed monitor was writing (nothing else writes in nodes/).
+        for left in fsutil.remove_dead_temps(home.nodes):
+            log.info("removed %s, left by a killed process", left)
         try:
-            server = MonitorServer(home, address, clock=clock)
+            server = MonitorServer(home, address, clock=clock, max_buffered=max_buffered)
         except OSError as exc:
-            log.error("cannot listen on %s port %s: %s (is the port taken? see monitor_port)",
-                      address[0], address[1], exc)
-            return 2
+            if exc.errno == errno.EADDRINUSE:
+                log.error("%s", port_taken_message(address))
+                return EXIT_PORT_TAKEN
+            log.error("cannot listen for heartbeats on %s:%s: %s (expected an address of "
+                      "this machine and a port this user may bind)", address[0], address[1],
+                      exc)
+            return EXIT_USAGE
         host, port = server.server_address[:2]
         log.info("listening on %s:%s for heartbeats, home %s", host, port, home.root)
-        thread = threading.Thread(target=server.serve_forever, name="monitor-serve",
-                                  daemon=True)
-        thread.start()
         try:
             if on_ready is not None:
                 on_ready(server)
             while not should_stop():
-                clock.sleep(poll)
+                server.serve_once(poll)
         finally:
-            # shutdown() must come from a thread other than the serving one (stdlib warning).
-            server.shutdown()
             server.server_close()
-            thread.join()
             log.info("stopped")
-    return 0
+    return EXIT_OK

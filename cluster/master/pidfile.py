@@ -1,35 +1,59 @@
 """The PID-file semaphore of the clustermaster (seed 000 phase 2, ARTIFEX.md §2.6).
 
-``clustermaster[.p].pid`` holds the PID of the clustermaster doing a run.  Other processes
-depend on its *content* and *mtime*, so this is ported as written, not replaced by flock
-(STYLE guideline 12).  :meth:`PidFile.acquire` decides what a freshly started clustermaster
-does:
+``clustermaster[.p].pid`` holds the PID of the clustermaster doing a run.  Other tools read
+its *first line* (the bare PID, or ``0``, the stop marker), so that line is ported as
+written, not replaced by flock (STYLE guideline 12).  A second line, written by this port,
+says when the owner last showed it is alive::
 
-==========================================  =====================================================
-file state                                  action, result
-==========================================  =====================================================
-missing                                     write our PID -> ``RUN`` (we do the run)
-holds ``0`` (the stop marker)               write our PID, sleep ``wait``, remove -> ``TOOK_OVER``
-mtime older than ``stale_after`` (2 h)      log "terminated due to timeout", same -> ``TOOK_OVER``
-fresh, PID is a live clustermaster          nothing -> ``EXIT_BUSY``
-fresh, PID dead / not a clustermaster /     log it, same takeover -> ``TOOK_OVER``
-garbage content
-==========================================  =====================================================
+    4242
+    refreshed 81234.517 0e7c8a4c-3f1d-4c2b-9b7e-5d1f3a0c2e11
 
-After ``TOOK_OVER`` or ``EXIT_BUSY`` the caller exits.  A takeover keeps our PID in the file
-while it sleeps: new starters see a fresh file owned by a live clustermaster and exit, and
-the old runner sees at its next :meth:`still_mine` check that the file is no longer its own,
-and stops.  During a run the owner calls :meth:`still_mine` often and :meth:`release` at the
-end.
+The number is the owner's ``CLOCK_MONOTONIC`` (system-wide on Linux, so another process can
+compare it with its own) and the word after it the kernel's boot id.  Staleness is judged on
+that clock, so a wall-clock step (NTP, an operator's ``date -s``) can neither evict a healthy
+run nor keep a dead one alive.  The running master calls :meth:`PidFile.refresh` every
+``pid_check_interval`` and wraps its blocking steps (build.py, the end of a run) in
+:meth:`PidFile.keep_fresh`; a frozen (SIGSTOP) or hung master refreshes nothing and goes stale.
+
+:meth:`PidFile.acquire` decides what a freshly started clustermaster does:
+
+===========================================  =======================================================
+file state                                   action, result
+===========================================  =======================================================
+missing                                      create it with our PID -> ``RUN`` (we do the run)
+first line ``0`` (the stop marker)           takeover (below), no kill -> ``TOOK_OVER``
+stamp from another boot                      "written before a reboot": takeover, no kill (the
+                                             owner is dead; its PID may now be someone else's)
+stamp older than ``stale_after`` on the      "terminated due to timeout": takeover; after the wait,
+monotonic clock (same boot)                  kill the owner if it is still that clustermaster
+no stamp (an old-format or hand-written      the Perl's rule on the file's mtime (wall clock):
+file, or a stamp this clock cannot judge)    older than ``stale_after`` -> as the line above
+fresh, PID is a live clustermaster           nothing -> ``EXIT_BUSY``
+fresh, PID dead / not a clustermaster /      log it, takeover, no kill -> ``TOOK_OVER``
+garbage first line
+===========================================  =======================================================
+
+A *takeover* writes our PID (with a fresh stamp), waits ``wait`` seconds while refreshing
+that stamp every ``refresh_every`` (so the file stays ours however long the wait is), kills
+the old owner if due, and then removes the file if it still holds our PID.  After
+``TOOK_OVER`` or ``EXIT_BUSY`` the caller exits.  While the taker waits, new starters see a
+fresh file owned by a live clustermaster and exit, and a live old runner sees at its next
+:meth:`refresh` / :meth:`still_mine` that the file is no longer its own, and stops; the kill
+after the wait (seed 000: "it kills the old version") ends an old runner that could not stop
+(frozen, hung): SIGTERM, SIGCONT, :data:`KILL_GRACE` seconds, SIGKILL.  The kill happens only
+if the owner was a clustermaster when judged and is the *same* process (same start time)
+after the wait, so a PID reused meanwhile is never killed.
 
 Creating the file is atomic *with its content* (a temporary file hard-linked into place), so
 of two masters starting at once exactly one wins, and the loser never reads a half-written
-file: it re-evaluates and sees a fresh file owned by the winner.  Overwriting it (a takeover)
-is :func:`cluster.runtime.fsutil.atomic_write`.  Both are fsync'ed.
+file: it re-evaluates and sees a fresh file owned by the winner.  Overwriting it (a takeover,
+a refresh) is :func:`cluster.runtime.fsutil.atomic_write`.
 
-The defaults of ``stale_after`` and ``wait`` are the configuration's ``pid_stale`` (seed 000:
-"No run should take more than 2 hours") and ``pid_wait`` (seed 000: "wait for 5 minutes ...
-gives any old clustermaster time to shut down neatly").
+The defaults of ``stale_after``, ``wait`` and ``refresh_every`` are the configuration's
+``pid_stale`` (seed 000 judged a run dead after 2 hours without end; a live master now says it
+is alive every few seconds, so staleness means "not refreshed for" ``pid_stale``), ``pid_wait``
+(seed 000: "wait for 5 minutes ... gives any old clustermaster time to shut down neatly")
+and ``pid_check_interval``.
 """
 
 from __future__ import annotations
@@ -37,12 +61,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import re
-import tempfile
-from collections.abc import Callable
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+
+import psutil
 
 from cluster.config import DEFAULTS
 from cluster.runtime import fsutil
@@ -50,18 +80,25 @@ from cluster.runtime.clock import Clock
 
 logger = logging.getLogger("cluster.pidfile")
 
-#: Where the defaults of stale_after and wait come from: the configuration table.
 #: Permission bits of the PID file: other users' tools read it.
 _FILE_MODE = 0o644
 #: The content that tells the running master to stop (ARTIFEX.md §2.6).
 STOP_MARKER = "0"
 #: How often acquire() re-evaluates when the file vanishes or changes under it.
 _MAX_ATTEMPTS = 5
+#: Where the kernel says which boot this is (a new random UUID at every boot).
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+#: Seconds an old master has to end after SIGTERM (and again after SIGKILL) when killed.
+KILL_GRACE = 5.0
+#: How often the kill looks whether the old master has ended [seconds].
+_KILL_POLL = 0.05
 
 # An argv word naming a clustermaster: clustermaster.py, /x/clustermaster2.pl,
 # cluster.cli.clustermaster (python -m) -- but not run_clustermaster.py, the supervisor, whose
 # command line also "mentions" clustermaster.
 _MASTER_WORD = re.compile(r"(?:.*\.)?clustermaster\d*(?:\.py|\.pl)?")
+# The second line: "refreshed <CLOCK_MONOTONIC seconds> <boot id>".
+_STAMP = re.compile(r"refreshed (-?\d+(?:\.\d+)?) ([A-Za-z0-9-]{1,64})")
 
 
 class PidDecision(StrEnum):
@@ -72,15 +109,49 @@ class PidDecision(StrEnum):
     TOOK_OVER = "took-over"  # we evicted a dead or stale owner and waited: exit
 
 
+@dataclass(frozen=True)
+class Stamp:
+    """The second line of the file: when (``monotonic``) its owner last refreshed it, and on
+    which boot (``boot_id``)."""
+
+    monotonic: float
+    boot_id: str
+
+
+def read_boot_id() -> str:
+    """This boot's id (Linux), or "" when the kernel does not say (then no stamp is written
+    and staleness falls back to the file's mtime)."""
+    try:
+        text = BOOT_ID_PATH.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return text if _STAMP.fullmatch(f"refreshed 0 {text}") else ""
+
+
+def parse(content: str) -> tuple[str, Stamp | None]:
+    """The first line (the PID word, stripped) and the stamp of a PID file's ``content``.
+
+    The stamp is None when there is no second line or it is not a stamp: such a file is
+    judged by its mtime, as the Perl did.
+    """
+    lines = content.splitlines()
+    first = lines[0].strip() if lines else ""
+    stamp = None
+    if len(lines) > 1:
+        match = _STAMP.fullmatch(lines[1].strip())
+        if match:
+            stamp = Stamp(float(match.group(1)), match.group(2))
+    return first, stamp
+
+
 def is_clustermaster(pid: int) -> bool:
     """Whether ``pid`` is a live process whose command line runs a clustermaster.
 
-    The port of the Perl's ``ps -p <pid>`` check.  A zombie counts as dead.  When the command
-    line cannot be read (another user's process), we assume it *is* a clustermaster: wrongly
-    evicting a live run is worse than waiting for the file to go stale.
+    The port of the Perl's ``ps -p <pid>`` check.  A zombie counts as dead; a stopped
+    (frozen) process counts as alive.  When the command line cannot be read (another user's
+    process), we assume it *is* a clustermaster: wrongly evicting a live run is worse than
+    waiting for the file to go stale.
     """
-    import psutil  # imported here: only the default check needs it
-
     if pid <= 0:
         return False
     try:
@@ -95,11 +166,76 @@ def is_clustermaster(pid: int) -> bool:
     return any(_MASTER_WORD.fullmatch(word.rsplit("/", 1)[-1]) for word in argv)
 
 
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (an identity: a reused PID has another), None if gone."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def kill_master(pid: int) -> None:
+    """End the old clustermaster ``pid``: SIGTERM, then SIGCONT (a stopped process acts on
+    TERM only once continued), up to :data:`KILL_GRACE` seconds for it to end, then SIGKILL
+    (which ends a stopped process too) and up to :data:`KILL_GRACE` seconds more.
+
+    Never raises: a process that is gone already is fine, one we may not signal (another
+    user's) or that outlives SIGKILL (stuck in the kernel) is logged as an error.  A zombie
+    counts as ended: its parent, not us, must reap it.
+    """
+    try:
+        proc = psutil.Process(pid)
+        proc.send_signal(signal.SIGTERM)  # send_signal checks the PID was not reused
+        proc.send_signal(signal.SIGCONT)
+    except psutil.NoSuchProcess:
+        return
+    except psutil.AccessDenied as exc:
+        logger.error("clustermaster %d: may not signal it (%s); it keeps running", pid, exc)
+        return
+    if _ended_within(proc, KILL_GRACE):
+        logger.warning("clustermaster %d: ended after SIGTERM", pid)
+        return
+    logger.warning("clustermaster %d: still running %.0fs after SIGTERM; sending SIGKILL",
+                   pid, KILL_GRACE)
+    try:
+        proc.kill()
+    except psutil.NoSuchProcess:
+        return
+    except psutil.AccessDenied as exc:
+        logger.error("clustermaster %d: may not SIGKILL it (%s); it keeps running", pid, exc)
+        return
+    if not _ended_within(proc, KILL_GRACE):
+        logger.error("clustermaster %d: still there %.0fs after SIGKILL (stuck in the "
+                     "kernel?)", pid, KILL_GRACE)
+
+
+def _ended_within(proc: psutil.Process, seconds: float) -> bool:
+    """Whether ``proc`` is gone or a zombie within ``seconds`` (real time: only the real
+    kill, never a test's fake clock, waits here)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_KILL_POLL)
+
+
 class PidFile:
     """The clustermaster PID file.
 
-    Callers use :meth:`acquire` once at start, :meth:`still_mine` during the run and
-    :meth:`release` at its end.  ``is_master`` and ``clock`` are the seams for tests;
+    Callers use :meth:`acquire` once at start; during the run :meth:`refresh` every
+    ``pid_check_interval`` (it also tells whether the file is still theirs) and
+    :meth:`keep_fresh` around steps that block; :meth:`release` at the end.
+
+    Seams for tests: ``clock`` (staleness on ``clock.monotonic()``, the old-format rule on
+    ``clock.time()``, the takeover wait on ``clock.sleep()``), ``is_master`` (is that PID a
+    live clustermaster), ``start_time`` (a process's identity, so a reused PID is not
+    killed), ``kill`` (ends an old master; the default :func:`kill_master` sends real
+    signals) and ``boot_id`` (None: read it from the kernel; "": unknown, write no stamp).
     ``on_takeover(reason)`` is called before the takeover wait, so the master can write the
     Perl's status line ("Regression terminated due to timeout") while it waits.
     """
@@ -107,7 +243,13 @@ class PidFile:
     def __init__(self, path: Path, clock: Clock, stale_after: float = DEFAULTS.pid_stale,
                  wait: float = DEFAULTS.pid_wait,
                  is_master: Callable[[int], bool] = is_clustermaster, pid: int | None = None,
-                 on_takeover: Callable[[str], None] | None = None) -> None:
+                 on_takeover: Callable[[str], None] | None = None,
+                 kill: Callable[[int], None] = kill_master,
+                 start_time: Callable[[int], float | None] = process_start_time,
+                 refresh_every: float = DEFAULTS.pid_check_interval,
+                 boot_id: str | None = None) -> None:
+        if refresh_every <= 0:
+            raise ValueError(f"PidFile refresh_every: got {refresh_every!r}, expected seconds > 0")
         self.path = Path(path)
         self.clock = clock
         self.stale_after = stale_after
@@ -115,13 +257,21 @@ class PidFile:
         self.is_master = is_master
         self.pid = os.getpid() if pid is None else pid
         self.on_takeover = on_takeover
+        self.kill = kill
+        self.start_time = start_time
+        self.refresh_every = refresh_every
+        self.boot_id = read_boot_id() if boot_id is None else boot_id
+        # refresh() may run in keep_fresh's thread while the owner calls release(): one at a
+        # time, or a refresh could re-create the file release() just removed.
+        self._lock = threading.Lock()
+        self._write_failing = False
 
     def __repr__(self) -> str:
         return f"PidFile({str(self.path)!r}, pid={self.pid})"
 
     # --- the phase 2 dance ---------------------------------------------------------------
     def acquire(self) -> PidDecision:
-        """Run the phase 2 dance; may block for ``wait`` seconds (takeover)."""
+        """Run the phase 2 dance; may block for ``wait`` seconds (takeover) plus the kill."""
         content = ""
         for _attempt in range(_MAX_ATTEMPTS):
             if self._create():
@@ -142,47 +292,186 @@ class PidFile:
         return self._judge(content, self._mtime_or_now())
 
     def _judge(self, content: str, mtime: float) -> PidDecision:
-        if content == STOP_MARKER:
+        first, stamp = parse(content)
+        if first == STOP_MARKER:
             return self._take_over("pid file holds 0 (stop marker)")
-        age = self.clock.time() - mtime
-        if age > self.stale_after:
-            return self._take_over(f"terminated due to timeout (pid file {content!r} is "
-                                   f"{age:.0f}s old, limit {self.stale_after:.0f}s)")
         try:
-            owner = int(content)
+            owner = int(first)
         except ValueError:
             owner = -1
-        if owner <= 0 or str(owner) != content:
-            return self._take_over(f"pid file holds garbage {content[:40]!r}; expected a pid")
+        if owner <= 0 or str(owner) != first:
+            owner = -1
+        stale, same_boot = self._staleness(first, stamp, mtime)
+        if stale:
+            # Kill after the wait only an owner of this boot that is a clustermaster now
+            # (after a reboot its PID may belong to anyone, even another clustermaster).
+            victim = None
+            if same_boot and owner > 0 and owner != self.pid and self.is_master(owner):
+                victim = owner
+            return self._take_over(stale, victim)
+        if owner <= 0:
+            return self._take_over(f"pid file holds garbage {first[:40]!r}; expected a pid")
         if owner == self.pid:
             # Only we could have written our own pid (a second acquire in this process).
             return PidDecision.RUN
         if self.is_master(owner):
-            logger.debug("%s: clustermaster %d is running (%.0fs); pid %d exits",
-                         self.path, owner, age, self.pid)
+            logger.debug("%s: clustermaster %d is running; pid %d exits",
+                         self.path, owner, self.pid)
             return PidDecision.EXIT_BUSY
         return self._take_over(f"missing clustermaster process {owner}")
 
-    def _take_over(self, reason: str) -> PidDecision:
-        """Write our pid, wait for the old runner to notice and stop, then free the file."""
+    def _staleness(self, first: str, stamp: Stamp | None, mtime: float) -> tuple[str, bool]:
+        """Why the file is stale ("" if it is fresh), and whether its owner may be a process
+        of this boot (False only when its stamp names another boot)."""
+        limit = self.stale_after
+        if stamp is not None and self.boot_id:
+            if stamp.boot_id != self.boot_id:
+                return (f"pid file {first!r} was written before a reboot (boot id "
+                        f"{stamp.boot_id}, now {self.boot_id}): its clustermaster is gone",
+                        False)
+            age = self.clock.monotonic() - stamp.monotonic
+            if age >= 0:
+                if age > limit:
+                    return (f"terminated due to timeout (pid file {first!r} not refreshed "
+                            f"for {age:.0f}s, limit {limit:.0f}s)", True)
+                return "", True
+            # A stamp from the future cannot come from this clock (another time namespace,
+            # or written by hand): judge the file as the Perl did.
+            logger.warning("%s: stamp %.3f is ahead of this monotonic clock (%.3f); judging "
+                           "the file by its mtime", self.path, stamp.monotonic,
+                           self.clock.monotonic())
+        age = self.clock.time() - mtime
+        if age > limit:
+            return (f"terminated due to timeout (pid file {first!r} is {age:.0f}s old by "
+                    f"its mtime, limit {limit:.0f}s)", True)
+        return "", True
+
+    def _take_over(self, reason: str, victim: int | None = None) -> PidDecision:
+        """Write our pid, wait for the old runner to notice and stop (refreshing our stamp),
+        kill ``victim`` if it is still the same clustermaster, then free the file."""
         logger.warning("%s: %s; pid %d takes over, waits %.0fs and frees the file",
                        self.path, reason, self.pid, self.wait)
         if self.on_takeover is not None:
             self.on_takeover(reason)
-        self._write_replace()
-        self.clock.sleep(self.wait)
+        identity = self.start_time(victim) if victim is not None else None
+        self._write_replace(fsync=True)
+        self._wait_refreshing()
+        if victim is not None:
+            self._kill_if_still_there(victim, identity)
         # Only if still ours: a second taker may have written its pid meanwhile, and it
         # frees the file itself after its own wait.
         self.release()
         return PidDecision.TOOK_OVER
 
+    def _wait_refreshing(self) -> None:
+        """Sleep ``wait`` seconds in steps of ``refresh_every``, refreshing our stamp after
+        each, so a wait longer than ``stale_after`` does not make our own file stale."""
+        remaining = self.wait
+        # Bounded by the number of steps, whatever the clock does.
+        for _step in range(math.ceil(max(self.wait, 0) / self.refresh_every)):
+            if remaining <= 0:
+                break
+            step = min(remaining, self.refresh_every)
+            self.clock.sleep(step)
+            remaining -= step
+            if remaining > 0 and not self.refresh():
+                logger.warning("%s: no longer holds pid %d during the takeover wait",
+                               self.path, self.pid)
+                self.clock.sleep(remaining)
+                break
+
+    def _kill_if_still_there(self, victim: int, identity: float | None) -> None:
+        """Kill ``victim`` (seed 000: "it kills the old version") if, after the wait, it is
+        still a clustermaster and the same process as when we judged the file."""
+        if not self.is_master(victim):
+            logger.info("%s: old clustermaster %d has ended", self.path, victim)
+            return
+        now = self.start_time(victim)
+        if now != identity:
+            logger.info("%s: pid %d is another process now (started %s, not %s); not "
+                        "killed", self.path, victim, now, identity)
+            return
+        logger.warning("%s: old clustermaster %d still running %.0fs after the takeover; "
+                       "killing it", self.path, victim, self.wait)
+        self.kill(victim)
+
     # --- during and after the run --------------------------------------------------------
     def still_mine(self) -> bool:
-        """True iff the file exists and holds our pid (the Perl's checkPID)."""
+        """True iff the file exists and its first line is our pid (the Perl's checkPID)."""
         try:
-            return self._read() == str(self.pid)
+            return self._first_line() == str(self.pid)
         except FileNotFoundError:
             return False
+
+    def refresh(self) -> bool:
+        """Stamp the file anew if it still holds our pid and return True; else return False
+        (we were replaced: the caller stops its run).
+
+        Cheap (one read, one small write and a rename): the master calls it every
+        ``pid_check_interval``.  A failed write (a full disk) is logged once and returns
+        True -- the file is still ours; if the trouble lasts, the file goes stale and a
+        successor takes over, which is all a run that cannot write could hope for.
+
+        Between our read and our rename a taker could write its pid, and we would overwrite
+        it; a taker does so only after we went unrefreshed for ``stale_after``, so this needs
+        a master frozen inside these few system calls.  Even then the taker kills us after its
+        wait (we are still a clustermaster) and the file, holding our dead pid, is taken over
+        by the next starter: the run is delayed, not doubled.
+        """
+        with self._lock:
+            if not self.still_mine():
+                return False
+            try:
+                # No fsync: the file matters only to processes of this boot, which all read
+                # the same page cache.  After a crash every owner is dead, and whatever the
+                # disk kept (the previous stamp, another boot id, even an empty file) is
+                # judged stale or garbage and taken over -- so syncing every 2 s would buy
+                # nothing but disk flushes.
+                self._write_replace(fsync=False)
+            except OSError as exc:
+                if not self._write_failing:
+                    logger.error("%s: cannot refresh the pid file: %s; it goes stale if this "
+                                 "lasts %.0fs", self.path, exc, self.stale_after)
+                self._write_failing = True
+                return True
+            if self._write_failing:
+                logger.warning("%s: refreshing the pid file works again", self.path)
+                self._write_failing = False
+            return True
+
+    @contextlib.contextmanager
+    def keep_fresh(self, interval: float) -> Iterator[None]:
+        """While the ``with`` block runs, refresh the file at once and then every ``interval``
+        seconds (real time) from a daemon thread.
+
+        For steps that block the master's loop (build.py, the end of a run).  The thread
+        stops refreshing when the file is no longer ours (the caller's next
+        :meth:`refresh` or :meth:`still_mine` tells it) and is stopped and joined when the
+        block ends.  A frozen process runs no thread, so it still goes stale.
+        """
+        if not interval > 0:
+            raise ValueError(f"keep_fresh interval: got {interval!r}, expected seconds > 0")
+        stop = threading.Event()
+
+        def loop() -> None:
+            while True:  # ends when stop is set (the block ended) or the file is not ours
+                try:
+                    if not self.refresh():
+                        logger.warning("%s: no longer holds pid %d; stopped refreshing it",
+                                       self.path, self.pid)
+                        return
+                except Exception:  # a refresher that dies silently would evict the run
+                    logger.exception("%s: refreshing the pid file failed", self.path)
+                if stop.wait(interval):
+                    return
+
+        thread = threading.Thread(target=loop, name=f"refresh {self.path.name}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def release(self) -> None:
         """Remove the file if it still holds our pid; otherwise leave it alone.
@@ -190,14 +479,23 @@ class PidFile:
         There is a window between the check and the unlink; the Perl has it too, and a
         taker writes its pid only after a file went stale or its owner died.
         """
-        if self.still_mine():
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-            logger.debug("%s: released by pid %d", self.path, self.pid)
+        with self._lock:
+            if self.still_mine():
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+                logger.debug("%s: released by pid %d", self.path, self.pid)
 
     # --- file operations -----------------------------------------------------------------
-    def _read(self) -> str:
-        return self.path.read_text(encoding="utf-8", errors="replace").strip()
+    def _content(self) -> str:
+        """Our pid, and the stamp when this boot has an id."""
+        if not self.boot_id:
+            return f"{self.pid}\n"
+        return f"{self.pid}\nrefreshed {self.clock.monotonic():.3f} {self.boot_id}\n"
+
+    def _first_line(self) -> str:
+        with open(self.path, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace")
+        return parse(head)[0]
 
     def _read_with_mtime(self) -> tuple[str, float]:
         with open(self.path, "rb") as fh:
@@ -214,16 +512,13 @@ class PidFile:
     def _temp_with_pid(self) -> str:
         """A complete, fsync'ed temporary file holding our pid, beside the PID file.
 
-        Made here rather than by fsutil because :meth:`_create` links it into place (which,
-        unlike fsutil's rename, fails if the PID file exists); named as fsutil names its
-        temporary files.
+        Filled here rather than by fsutil's atomic_write because :meth:`_create` links it
+        into place (which, unlike a rename, fails if the PID file exists).
         """
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent,
-                                   prefix=f".{self.path.name}.{os.getpid()}.",
-                                   suffix=fsutil.TEMP_SUFFIX)
+        fd, tmp = fsutil.temp_file(self.path)
         try:
             os.fchmod(fd, _FILE_MODE)
-            os.write(fd, f"{self.pid}\n".encode())
+            os.write(fd, self._content().encode())
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -256,12 +551,12 @@ class PidFile:
         except FileExistsError:
             return False
         try:
-            os.write(fd, f"{self.pid}\n".encode())
+            os.write(fd, self._content().encode())
             os.fsync(fd)
         finally:
             os.close(fd)
         return True
 
-    def _write_replace(self) -> None:
-        """Overwrite the file with our pid atomically (temp + rename), fsync'ed."""
-        fsutil.atomic_write(self.path, f"{self.pid}\n", fsync=True, mode=_FILE_MODE)
+    def _write_replace(self, fsync: bool) -> None:
+        """Overwrite the file with our pid and a fresh stamp atomically (temp + rename)."""
+        fsutil.atomic_write(self.path, self._content(), fsync=fsync, mode=_FILE_MODE)

@@ -142,14 +142,18 @@ class RunState:
         offsets = self.results.offsets
         taken: list[int] = []
         lines: list[str] = []
+        #: Nodes that sent a result, the earlier masters' included (the report's count).
+        self.machines: set[str] = set()
         for r in done:
             if isinstance(r, str):
                 line = r
-                text = split_line(line)[1]
+                machine, text = split_line(line)
                 name = text[:text.find(" ")]
             else:
                 line = format_line(r)
-                name = r.name
+                name, machine = r.name, r.machine or "-"
+            if machine != "-":
+                self.machines.add(machine)
             i = index.get(name)
             if i is not None and offsets[i] < 0:
                 offsets[i] = 0  # taken; add() sets the real offset
@@ -264,7 +268,7 @@ class RunState:
             return Outcome(reply, journal, tuple(notes))
 
         if self.fatal:
-            return out(Reply(protocol.ABORT, reason=f"run aborted: {self.fatal}"))
+            return out(Reply(protocol.ABORT, reason=f"{protocol.RUN_ABORTED}: {self.fatal}"))
         if req.failure < 0:
             self.fatal = (f"node {name} failed with code {req.failure}: "
                           f"{req.failure_reason}").rstrip()
@@ -346,6 +350,7 @@ class RunState:
             prefix = line_prefix(machine)
             data = self.results.add(idx, [prefix + text for text in texts])
             node.results += len(idx)
+            self.machines.add(machine)
             if self.all_results_in and self.all_results_at is None:
                 self.all_results_at = node.last_seen
             return data
@@ -376,6 +381,7 @@ class RunState:
             offsets[i] = -1
         data = self.results.add(new_idx, new_lines)
         node.results += len(new_idx)
+        self.machines.add(machine)
         if self.all_results_in and self.all_results_at is None:
             self.all_results_at = node.last_seen
         return data

@@ -10,12 +10,22 @@ A connection's life: accepted -> bytes collected by a
 ``handler(request, peer)`` returns the reply bytes -> reply written -> closed.  A framing
 error or an expired deadline is logged with the peer and answered with ``ABORT <what was
 wrong>`` where the socket still allows it.
+
+Memory is bounded twice, as bytes arrive (issue 10: one 480 MB request once took the master
+from 27 MB to 1.86 GB): one request may hold at most ``max_request`` bytes, and all open
+connections together at most ``max_buffered``.  Data that would pass either bound is
+refused: the buffer is dropped at once, the peer gets ``ABORT <reason>`` (one non-blocking
+try; a peer still sending may see a reset instead) and one log line names the peer and the
+bound; nothing more is read from that connection.  The number of open connections is
+bounded too (:func:`connection_limit`): beyond it a new connection is answered ``ABORT``
+and closed at once, so a flood of silent sockets cannot use up the file descriptors.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import resource
 import selectors
 import socket
 from collections.abc import Callable
@@ -31,16 +41,30 @@ Handler = Callable[[bytes, str], bytes]
 _READ_SIZE = 262144
 #: Connections accepted (and, when their request is there, served) per listener event.
 _ACCEPT_BATCH = 256
+#: Most connections a server keeps open unless told otherwise (see connection_limit).
+MAX_CONNECTIONS = 10000
+#: File descriptors left for everything else in the process (journal, logs, children).
+FD_MARGIN = 64
+
+
+def connection_limit(wanted: int = MAX_CONNECTIONS, margin: int = FD_MARGIN) -> int:
+    """``wanted``, cut to the process's open-file limit minus ``margin`` (at least 1): the
+    number of connections a server may hold open without running out of descriptors."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - margin))
 
 
 class _Conn:
-    __slots__ = ("sock", "peer", "framer", "deadline", "out", "sent", "events")
+    __slots__ = ("sock", "peer", "framer", "held", "deadline", "out", "sent", "events")
 
     def __init__(self, sock: socket.socket, peer: str, framer: protocol.RequestFramer,
                  deadline: float) -> None:
         self.sock = sock
         self.peer = peer
-        self.framer = framer
+        self.framer: protocol.RequestFramer | None = framer  # None once the request is done
+        self.held = 0  # request bytes this connection holds (counted in NodeServer.buffered)
         self.deadline = deadline
         self.out = b""
         self.sent = 0
@@ -52,18 +76,35 @@ class NodeServer:
 
     Callers use :meth:`serve_once` in their own loop (the master interleaves it with its
     health checks), :attr:`server_address` and :meth:`close`.
+
+    Bounds: ``max_line`` bytes a line and ``max_lines`` lines a request (the framer's),
+    ``max_request`` bytes a request, ``max_buffered`` bytes of unfinished requests over all
+    connections together, ``max_connections`` open connections (default: the file limit
+    allows, at most :data:`MAX_CONNECTIONS`), ``deadline`` seconds for a connection to
+    deliver its request and read its reply.  :attr:`buffered` is the bytes held right now.
     """
 
     def __init__(self, address: tuple[str, int], handler: Handler, *,
                  max_line: int = protocol.DEFAULT_MAX_LINE,
                  max_lines: int = protocol.DEFAULT_MAX_LINES,
+                 max_request: int = DEFAULTS.max_request_bytes,
+                 max_buffered: int = DEFAULTS.max_buffered_bytes,
+                 max_connections: int | None = None,
                  deadline: float = DEFAULTS.connection_deadline,
                  clock: Clock | None = None) -> None:
+        for name, value in (("max_request", max_request), ("max_buffered", max_buffered)):
+            if value < 1:
+                raise ValueError(f"NodeServer {name}={value!r}: expected bytes >= 1")
         self.handler = handler
         self.max_line = max_line
         self.max_lines = max_lines
+        self.max_request = max_request
+        self.max_buffered = max_buffered
+        self.max_connections = (connection_limit() if max_connections is None
+                                else max_connections)
         self.deadline = deadline
         self.clock = clock or SystemClock()
+        self.buffered = 0
         self.listener = socket.create_server(address, reuse_port=False, backlog=1024)
         self.listener.setblocking(False)
         self.selector = selectors.DefaultSelector()
@@ -71,6 +112,7 @@ class NodeServer:
         self.conns: dict[int, _Conn] = {}
         self.served = 0
         self.rejected = 0
+        self._busy_logged = False  # one log line per burst of connections over the limit
 
     @property
     def server_address(self) -> tuple[str, int]:
@@ -111,14 +153,40 @@ class NodeServer:
                 log.warning("accept failed: %s", exc)
                 return
             sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = f"{addr[0]}:{addr[1]}"
+            if len(self.conns) >= self.max_connections:
+                self._refuse_busy(sock, peer)
+                continue
+            self._busy_logged = False
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Conn(sock, peer, protocol.RequestFramer(self.max_line, self.max_lines),
                          now + self.deadline)
             self.conns[sock.fileno()] = conn
             # The request has usually arrived with the connection: serve it now, and only
             # watch the socket (a system call to add it, one to remove it) if it has not.
             self._read(conn)
+
+    def _refuse_busy(self, sock: socket.socket, peer: str) -> None:
+        """Over max_connections: one non-blocking ABORT, then close (a node tries again)."""
+        if not self._busy_logged:
+            log.warning("peer %s: refused, %d connections already open (the server's "
+                        "limit); further refusals in this burst are not logged", peer,
+                        len(self.conns))
+            self._busy_logged = True
+        self.rejected += 1
+        # Read the request that came with the connection first (one bounded recv): closing
+        # with unread input makes the kernel send a reset that can destroy the ABORT.
+        try:
+            sock.recv(_READ_SIZE)
+        except OSError:
+            pass  # nothing there yet (or the peer left)
+        try:
+            sock.send(protocol.format_reply(protocol.Reply(protocol.ABORT,
+                                                           reason="master busy, try again")))
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # it cannot be sent cheaply: the close alone tells the peer
+        sock.close()
 
     def _watch(self, conn: _Conn, events: int) -> None:
         if conn.events == events:
@@ -144,14 +212,30 @@ class NodeServer:
             self.rejected += 1
             self._close(conn)
             return
+        framer = conn.framer
+        if framer is None:  # the request is complete: what follows it is ignored
+            return
+        # The bounds are checked before the chunk joins the buffer, so neither is ever
+        # passed, even by one chunk.
+        if conn.held + len(chunk) > self.max_request:
+            self._refuse(conn, f"request larger than {self.max_request} bytes "
+                               "(max_request_bytes)")
+            return
+        if self.buffered + len(chunk) > self.max_buffered:
+            self._refuse(conn, f"open connections would hold more than {self.max_buffered} "
+                               "bytes (max_buffered_bytes)")
+            return
+        conn.held += len(chunk)
+        self.buffered += len(chunk)
         try:
-            request = conn.framer.feed(chunk)
+            request = framer.feed(chunk)
         except ProtocolError as exc:
             self._reject(conn, str(exc))
             return
         if request is None:
             self._watch(conn, selectors.EVENT_READ)
             return
+        self._release(conn)
         try:
             reply = self.handler(request, conn.peer)
         except Exception:  # the handler's bug must not take the master down
@@ -160,7 +244,26 @@ class NodeServer:
         self.served += 1
         self._start_reply(conn, reply)
 
+    def _release(self, conn: _Conn) -> None:
+        """Forget the connection's request buffer (done, refused or closed)."""
+        self.buffered -= conn.held
+        conn.held = 0
+        conn.framer = None
+
+    def _refuse(self, conn: _Conn, bound: str) -> None:
+        """Over a memory bound: drop the buffer now, log once, answer ABORT and close.
+
+        Nothing more is read from the connection (a reply in progress is never read from),
+        so its remaining data costs no memory and no further log lines."""
+        size = conn.held
+        self._release(conn)
+        log.warning("peer %s: refused after %d bytes: %s", conn.peer, size, bound)
+        self.rejected += 1
+        self._start_reply(conn, protocol.format_reply(
+            protocol.Reply(protocol.ABORT, reason=f"refused: {bound}")))
+
     def _reject(self, conn: _Conn, problem: str) -> None:
+        self._release(conn)
         log.warning("peer %s: bad request: %s", conn.peer, problem)
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
@@ -209,6 +312,7 @@ class NodeServer:
         fd = conn.sock.fileno()
         if fd < 0:
             return
+        self._release(conn)
         self.conns.pop(fd, None)
         if conn.events:
             try:

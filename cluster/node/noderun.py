@@ -34,7 +34,13 @@ a failed call sends them again (the master records the first copy and counts the
 
 A build (of the product, or of the baseline) that runs longer than ``build_timeout`` seconds
 is killed with its whole process tree and fails like any failed build: failure -1, the build
-log uploaded, and a reason saying it timed out after that many seconds.
+log uploaded, and a reason saying it timed out after that many seconds.  Failure -1 ends the
+run for every node, so it is reported only when the build *command* failed (the source is at
+fault: every node would fail alike).  A BUILD that could not fetch the corpus or the source
+(the tree missing on the master, the mirror failing) or failed on this node for any other
+reason before or around the command reports failure 1 (FAILURE_NETWORK): the master drops
+this node and the others go on.  A build ended because the node was told to stop is no
+failure at all: the node leaves the run.
 
 Exit codes (cluster.defaults NODE_EXIT_*): 0 the run is over for this node, 1 failure, 3 the
 master could not be reached, 4 aborted for a reason that may pass (the node may join again
@@ -74,7 +80,7 @@ from cluster.defaults import (
     NODE_EXIT_UNREACHABLE,
     REPO_ROOT,
 )
-from cluster.errors import ClusterError, ProtocolError
+from cluster.errors import ClusterError, ProtocolError, TransportError
 from cluster.home import suffixed
 from cluster.node import readlog
 from cluster.node.slots import Finished, SlotPool
@@ -90,8 +96,17 @@ log = logging.getLogger("cluster.node")
 
 #: The signals that make run.py leave its run cleanly (see :attr:`NodeRun.stop_flag`).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-#: ABORT reasons after which this node must not join the same run again.
+#: ABORT reasons (prefixes) after which this node must not join the same run again.
 FINAL_ABORTS = ("run complete", "unsuitable", "wrong job id", "run aborted", "dropped")
+#: ABORT reasons, matched whole, that are *not* final although they start with one of
+#: FINAL_ABORTS: the run goes on elsewhere and this node should come back to it.  The master
+#: answers ``run aborted: <RunState.fatal>``, and a master that finds the PID file no longer
+#: its own sets fatal to protocol.REPLACED ("clustermaster replaced"): its
+#: successor resumes the same run under the same id (seed 001: a node may start again from
+#: scratch and rejoin), so the node exits NODE_EXIT_ABORTED and clusterpull rejoins it after
+#: its rejoin_delay.  A user's abort ("run aborted: aborted by its user ..."), a failed or
+#: stopped run and a finished one stay final.
+REJOIN_ABORTS = (f"{protocol.RUN_ABORTED}: {protocol.REPLACED}",)
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
 #: A baseline tree's folder name under work_dir/baseline (``/`` written as ``__``); it
 #: starts with a letter or digit, so it never clashes with the dot files beside it.
@@ -101,13 +116,39 @@ RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
 BMPCMP_UPLOAD_LIMIT = 10_000_000
 
 
+class BuildFailed(ClusterError):
+    """The build command failed, timed out or was killed: the source (or its build command)
+    is at fault and every node would fail alike, so the node reports failure -1."""
+
+
+class BuildStopped(ClusterError):
+    """The node was told to stop while its build ran: no failure to report; it leaves."""
+
+
+def build_failure(exc: BaseException) -> tuple[int, str]:
+    """The failure code and reason a node reports for a BUILD that raised ``exc``.
+
+    FAILURE_BUILD (-1, which ends the run for every node) only for :class:`BuildFailed`;
+    FAILURE_NETWORK (1: the master drops this node) for a fetch from the master that failed
+    (:class:`~cluster.errors.TransportError`) and for anything else that went wrong on this
+    node around the build command (a full disk, a copy that failed).
+    """
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, BuildFailed):
+        return FAILURE_BUILD, f"build failed: {text}"
+    if isinstance(exc, TransportError):
+        return FAILURE_NETWORK, f"fetch failed: {text}"
+    return FAILURE_NETWORK, f"could not prepare the build on this node: {text}"
+
+
 @dataclass
 class Background:
-    """A BUILD or UPLOAD running in a thread; ``error`` is set if it failed."""
+    """A BUILD or UPLOAD running in a thread; ``error`` (and ``exception``) set if it failed."""
 
     what: str
     thread: threading.Thread
     error: str = ""
+    exception: Exception | None = None
     done: bool = False
 
 
@@ -166,6 +207,8 @@ class NodeRun:
         self.run_dir = work / "runs" / start.id
         self.temp = self.run_dir / "temp"
         self.temp.mkdir(parents=True, exist_ok=True)
+        # A node killed in this run before (it rejoins) may have left temporary files.
+        fsutil.remove_dead_temps(self.run_dir, recursive=True)
         self.src = work / "src" / start.source.replace("/", "__")
         self.tests = work / "tests"
         self.node_log_path = self.run_dir / f"{self.name}.log"
@@ -313,7 +356,7 @@ class NodeRun:
         verb = reply.verb
         if verb == protocol.ABORT:
             self._kill_all()
-            final = reply.reason.startswith(FINAL_ABORTS) or self.failure != 0
+            final = is_final_abort(reply.reason) or self.failure != 0
             log.info("node %s: told ABORT (%s)", self.name, reply.reason or "no reason")
             if self.failure:
                 return NODE_EXIT_FAILED
@@ -360,8 +403,12 @@ class NodeRun:
         try:
             target()
         except Exception as exc:  # reported to the master as a failure
-            log.exception("node %s: %s failed", self.name, bg.what)
+            if isinstance(exc, ClusterError):  # expected: the message says it all
+                log.error("node %s: %s failed: %s", self.name, bg.what, exc)
+            else:
+                log.exception("node %s: %s failed", self.name, bg.what)
             bg.error = str(exc) or type(exc).__name__
+            bg.exception = exc
         bg.done = True
 
     def _settle_background(self) -> None:
@@ -370,9 +417,10 @@ class NodeRun:
             return
         self.background = None
         if bg.what == "build":
-            if bg.error:
-                self.failure = FAILURE_BUILD
-                self.failure_reason = f"build failed: {bg.error}"
+            if isinstance(bg.exception, BuildStopped):
+                log.info("node %s: build stopped; leaving the run", self.name)
+            elif bg.exception is not None:
+                self.failure, self.failure_reason = build_failure(bg.exception)
                 self._upload_logs()  # seed 001: the failure logs are uploaded first
             else:
                 self.built_marker.touch()
@@ -389,12 +437,17 @@ class NodeRun:
         with open(self.build_log, "w", encoding="utf-8") as out:
             out.write(f"node {self.name}: building {self.start.source} for run {self.start.id}\n")
             out.flush()
-            self.transport.fetch_tree(self.start.tests, self.tests)
-            self.transport.fetch_tree(self.start.source, self.src)
-            out.write(f"$ {self.start.build}\n")
-            self._run_build(out, self.src, "")
-            if self.baseline_dir is not None:
-                self._build_baseline(out)
+            try:
+                self.transport.fetch_tree(self.start.tests, self.tests)
+                self.transport.fetch_tree(self.start.source, self.src)
+                out.write(f"$ {self.start.build}\n")
+                self._run_build(out, self.src, "")
+                if self.baseline_dir is not None:
+                    self._build_baseline(out)
+            except TransportError as exc:
+                # Into the build log too: it is uploaded, and it is where one looks first.
+                out.write(f"node {self.name}: fetch failed: {exc}\n")
+                raise
 
     def _build_baseline(self, out: TextIO) -> None:
         """Fetch the baseline tree and build it, unless the cached build is up to date.
@@ -438,8 +491,9 @@ class NodeRun:
         """Run the build command in ``cwd``, its output going to the build log ``out``.
 
         Bounded by ``build_timeout``: past it the command's whole process tree is killed.
-        ClusterError, naming the build (``what``, default the command) and what happened,
-        if it fails or times out; the same line goes to the build log.
+        :class:`BuildFailed`, naming the build (``what``, default the command) and what
+        happened, if it fails or times out (:class:`BuildStopped` if the node was told to
+        stop meanwhile); the same line goes to the build log.
         """
         assert self.start is not None
         what = what or repr(self.start.build)
@@ -460,7 +514,7 @@ class NodeRun:
             return
         out.write(f"node {self.name}: {problem}\n")
         out.flush()
-        raise ClusterError(problem)
+        raise BuildStopped(problem) if done.stopped else BuildFailed(problem)
 
     def _do_upload(self) -> None:
         self.node_log.flush()
@@ -481,7 +535,8 @@ class NodeRun:
             return
         groups: dict[str, list[Path]] = {}
         for path in sorted(folder.iterdir()):
-            if path.is_file():
+            # A bmpcmp job killed mid-write leaves a temporary file: never uploaded.
+            if path.is_file() and not fsutil.TEMP_NAME.fullmatch(path.name):
                 m = SET_FILE.fullmatch(path.name)
                 groups.setdefault(m.group("stem") if m else path.name, []).append(path)
         dest = f"runs/{self.start.id}/{BMPCMP_DIR}"
@@ -568,6 +623,15 @@ class NodeRun:
     def _kill_all(self) -> None:
         self.pool.kill_all()
         self.queue.clear()
+
+
+def is_final_abort(reason: str) -> bool:
+    """Whether an ABORT with ``reason`` ends this run for the node for good (clusterpull never
+    rejoins it) rather than for now (see :data:`FINAL_ABORTS` and :data:`REJOIN_ABORTS`)."""
+    reason = reason.strip()
+    if reason in REJOIN_ABORTS:
+        return False
+    return reason.startswith(FINAL_ABORTS)
 
 
 def tree_digest(root: Path, build_command: str) -> str:

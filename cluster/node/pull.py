@@ -1,8 +1,21 @@
 """clusterpull: the node's resident loop (port of clusterpull.sh).
 
-Every ``heartbeat_interval`` seconds it sends a heartbeat to the master's monitor, which
-answers with the runs waiting (one job.start per priority).  When no run.py is running it
-starts one for the most urgent run (lowest priority number) this node has not finished.
+It sends heartbeats to the master's monitor, which answers with the runs waiting (one
+job.start per priority).  When no run.py is running it starts one for the most urgent run
+(lowest priority number) this node has not finished.
+
+The heartbeats, at most one per ``heartbeat_interval`` when nothing happens:
+
+* idle (no run.py): a long-poll -- the heartbeat asks the monitor to hold its answer up to
+  ``heartbeat_interval`` (``wait``), naming the waiting runs it will not join (``skip``:
+  finished, or in their rejoin backoff), so it learns of a new run within a fraction of a
+  second instead of at its next heartbeat (issue 10: that wait was most of a local run's
+  start-up).  A monitor that predates the long-poll answers at once; then the node simply
+  asks again after the interval, as before;
+* running: a plain heartbeat every ``heartbeat_interval`` with its status, and run.py is
+  reaped every :data:`REAP_POLL` seconds; when it exits the node heartbeats at once.
+
+A stop request ends a held heartbeat within :data:`cluster.node.heartbeat.STOP_POLL`.
 
 A run is *finished* for this node when run.py exits 0 (the master said the run is over, or
 that this node is unsuitable) or 1 (the node failed); it then never joins that run again.
@@ -62,33 +75,81 @@ class ClusterPull:
     stop_flag: StopFlag = field(default_factory=StopFlag)
     clock: Clock = field(default_factory=SystemClock)
 
+    #: The runs the monitor said were waiting, at the last heartbeat answered.
+    waiting: list[tuple[int, str]] = field(default_factory=list)
+    #: Heartbeats answered so far (the traffic the long-poll must not increase).
+    heartbeats: int = 0
+
     @property
     def name(self) -> str:
         return self.cfg.effective_node_name()
+
+    def skip_and_wait(self, now: float) -> tuple[frozenset[str], float]:
+        """For an idle node: the waiting runs it will not join (finished, or backing off
+        at ``now``), and how long the monitor may hold the answer -- the heartbeat interval,
+        cut short so a hold ends when a backoff does."""
+        wait = self.cfg.heartbeat_interval
+        skip = set()
+        for _, run_id in self.waiting:
+            if run_id in self.finished:
+                skip.add(run_id)
+                continue
+            until = self.retry_after.get(run_id, 0.0)
+            if until > now:
+                skip.add(run_id)
+                wait = min(wait, until - now)
+        return frozenset(skip), wait
 
     def status(self) -> str:
         if self.child is None:
             return "idle"
         return f"running run {self.child.run_id} (priority {self.child.priority})"
 
-    def tick(self, now: float) -> None:
-        """One heartbeat; reap a finished run.py; start run.py if a run waits."""
+    def tick(self, now: float, *, hold: bool = False) -> float:
+        """Reap a finished run.py; one heartbeat; start run.py if a run waits that this node
+        may join.  With ``hold`` (the loop of :meth:`run`) an idle node's heartbeat is a
+        long-poll; without it (``clusterpull.py --once``) it is answered at once.
+
+        Returns when the next heartbeat is due, on the monotonic clock: ``now`` + the
+        interval, or at once when the runs waiting changed so that the node now skips
+        others than it asked to (one extra heartbeat per such change)."""
         self._reap(now)
+        interval = self.cfg.heartbeat_interval
+        idle = self.child is None
+        skip, wait = self.skip_and_wait(now) if idle else (frozenset(), 0.0)
+        if not hold:
+            wait = 0.0
         try:
             waiting = heartbeat.send_heartbeat(self.cfg.master_host, self.cfg.monitor_port,
-                                               self.name, self.status(), self.caps)
+                                               self.name, self.status(), self.caps,
+                                               wait=wait, skip=skip,
+                                               stop=self.stop_flag.is_set)
+        except heartbeat.HeartbeatStopped:
+            return now  # the loop sees the stop flag
         except Exception as exc:  # the monitor may be down; keep trying next tick
             log.warning("node %s: heartbeat failed: %s", self.name, exc)
-            return
-        if self.child is not None or self.stop_flag.is_set():
-            return
-        for priority, run_id in sorted(waiting):
+            return now + interval
+        self.heartbeats += 1
+        self.waiting = waiting
+        if not idle or self.stop_flag.is_set():
+            return now + interval
+        later = self.clock.monotonic()
+        if self._start_next(later):
+            return now + interval
+        if hold and self.skip_and_wait(later)[0] != skip:
+            return later  # the monitor answered because of a run this node skips: re-ask
+        return now + interval
+
+    def _start_next(self, now: float) -> bool:
+        """Start run.py for the most urgent waiting run this node may join; whether one
+        was started."""
+        for priority, run_id in sorted(self.waiting):
             if run_id in self.finished or self.retry_after.get(run_id, 0.0) > now:
                 continue
-            self._start(priority, run_id)
-            return
+            return self._start(priority, run_id)
+        return False
 
-    def _start(self, priority: int, run_id: str) -> None:
+    def _start(self, priority: int, run_id: str) -> bool:
         logs = self.cfg.work_dir / "log"
         logs.mkdir(parents=True, exist_ok=True)
         out = open(logs / "run.log", "ab")  # noqa: SIM115 - handed to the child
@@ -100,39 +161,44 @@ class ClusterPull:
             child = proc.spawn(argv, stdout=out, stderr=proc.STDOUT)
         except proc.ProcessError as exc:
             log.error("node %s: %s", self.name, exc)
-            return
+            return False
         finally:
             out.close()
         self.child = Child(priority, run_id, child)
+        return True
 
-    def _reap(self, now: float) -> None:
+    def _reap(self, now: float) -> bool:
+        """Whether run.py has just exited (then it is recorded as finished or backing off)."""
         child = self.child
         if child is None:
-            return
+            return False
         code = child.proc.poll()
         if code is None:
-            return
+            return False
         self.child = None
         if code in FINISHED_CODES:
             self.finished.add(child.run_id)
         else:
             self.retry_after[child.run_id] = now + self.rejoin_delay
         log.info("node %s: run.py for run %s exited with %d", self.name, child.run_id, code)
+        return True
 
     def run(self) -> int:
-        """Tick every heartbeat_interval until the stop flag is set; then stop run.py."""
+        """Heartbeat (see the module's docstring) until the stop flag is set; then stop
+        run.py.  Between heartbeats run.py is reaped every REAP_POLL seconds; its exit
+        brings the next heartbeat forward to at once."""
         clock = self.clock
-        interval = self.cfg.heartbeat_interval
         next_at = clock.monotonic()
         while not self.stop_flag.is_set():
-            self.tick(clock.monotonic())
-            next_at += interval
             now = clock.monotonic()
-            if next_at < now:  # skip missed periods instead of bursting
-                next_at = now + interval
-            while not self.stop_flag.is_set() and clock.monotonic() < next_at:
-                clock.sleep(min(REAP_POLL, max(next_at - clock.monotonic(), 0)))
-                self._reap(clock.monotonic())
+            if self._reap(now):
+                next_at = now  # free again: say so, and learn what waits, at once
+            if now >= next_at:
+                # tick() returns a time after its own start, so missed periods are skipped
+                # rather than sent in a burst.
+                next_at = self.tick(now, hold=True)
+                continue
+            clock.sleep(min(REAP_POLL, next_at - now))
         if self.child is not None:
             self._stop_child(self.child.proc)
         return EXIT_OK

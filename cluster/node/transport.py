@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
 from cluster.errors import ConfigError, TransportError
-from cluster.runtime import mirror
+from cluster.runtime import fsutil, mirror
 from cluster.runtime.mirror import Exclude
 
 if TYPE_CHECKING:
@@ -117,6 +117,15 @@ class LocalTransport:
 
     # -- write ---------------------------------------------------------------------------------
     def upload(self, src: Path, rel: str) -> None:
+        """Copy ``src`` to ``rel`` through a temporary file renamed into place, fsync'ed.
+
+        The temporary file is named as :func:`cluster.runtime.fsutil.temp_file` names its
+        files (``.<name>.<pid>.<random>.tmp``, this node process's pid), so a half upload
+        never carries its final name, and the one a killed node leaves is recognised and
+        removed by the master's clean-up at start (``fsutil.remove_dead_temps``).  fsync'ed:
+        the uploaded logs are part of the run's archive, which must survive a crash of the
+        master's machine as a whole file or not at all.
+        """
         target = self._path(rel, "upload")
         if not Path(src).is_file():
             raise TransportError("upload", rel, f"local file {src} does not exist or is not "
@@ -125,7 +134,7 @@ class LocalTransport:
             raise TransportError("upload", rel, "is a directory on the master")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            mirror.copy_file(Path(src), target)
+            fsutil.atomic_copy(Path(src), target, fsync=True)
         except OSError as exc:
             raise TransportError("upload", rel, exc.strerror or str(exc)) from None
 

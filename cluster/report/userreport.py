@@ -52,7 +52,8 @@ EXCLUDED_DIRS = frozenset({"bin", "obj", "debugobj", "pgobj", "sobin", "soobj", 
 
 #: File name patterns never compared: object files, and the clusterpush dropping with its
 #: temporary and ``.rejected`` forms.
-EXCLUDED_FILES = ("*.o", "cluster_command.run*", ".cluster_command.run*")
+EXCLUDED_FILES = ("*.o", "cluster_command.run*", ".cluster_command.run*", "gs.run*",
+                  "ghostscript.run*")
 
 #: A file larger than this [bytes] is reported as differing, not diffed line by line:
 #: difflib on a generated multi-megabyte file would hold up the master's report.
@@ -106,7 +107,7 @@ def render_user_report(current: Mapping[str, TabRow], vs_baseline: Comparison,
 
     *vs_baseline* compares *current* with the baseline (a baseline comparison when there is
     none), *vs_push* with the user's previous push (None: the first push).
-    ``facts.header`` (the run header, :func:`cluster.master.clustermaster.run_header`) comes
+    ``facts.header`` (the run header, :func:`cluster.master.endrun.run_header`) comes
     first, once; lost nodes and late duplicates are reported once, in the first comparison.
     *clean* is the master's clean tree of the pushed product (None: there is none), *pushed*
     the tree the user pushed.

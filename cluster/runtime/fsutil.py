@@ -17,6 +17,14 @@ Contract of :func:`atomic_write` and :func:`atomic_writer`:
 * on any failure, including ``KeyboardInterrupt``, the temporary file is removed and the
   target is untouched.
 
+:func:`atomic_copy` copies a file under the same contract (the node's uploads to the master
+home use it, so a half upload never carries its final name).
+
+A process killed while it writes (SIGKILL, a power cut) cannot remove its temporary file.
+Because the writer's pid is part of the name, :func:`remove_dead_temps` can tell such a
+leftover from a write in progress: it removes the files named like ours whose writer is no
+longer a live process, and nothing else.  The daemons call it on their directories at start.
+
 :func:`flocked` holds an exclusive (or shared) ``flock`` on a lock file for the length of a
 ``with`` block; the lock file is created if missing and never written or unlinked (unlinking
 a flock'ed file lets two processes lock two inodes of one name).
@@ -25,18 +33,33 @@ a flock'ed file lets two processes lock two inodes of one name).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import os
+import re
+import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TextIO
+
+log = logging.getLogger("cluster.fsutil")
 
 #: Permission bits of a file that did not exist before.
 NEW_FILE_MODE = 0o644
 #: Suffix of every temporary file the writers here make.
 TEMP_SUFFIX = ".tmp"
+#: The name of every temporary file made by :func:`temp_file`: ``.<target>.<pid>.<random>.tmp``
+#: where ``<random>`` is mkstemp's eight characters.  Strict on purpose: a file that does not
+#: match exactly is not ours and :func:`remove_dead_temps` leaves it alone.
+TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>[1-9][0-9]{0,9})\.[a-z0-9_]{8}"
+                       + re.escape(TEMP_SUFFIX))
+#: How deep :func:`remove_dead_temps` descends below its directory (a bound on the walk; no
+#: home or work directory nests anywhere near this deep).
+MAX_CLEAN_DEPTH = 64
 
 
 def _mode_for(path: Path, mode: int | None) -> int:
@@ -48,13 +71,26 @@ def _mode_for(path: Path, mode: int | None) -> int:
         return NEW_FILE_MODE
 
 
+def temp_file(target: Path | str) -> tuple[int, str]:
+    """Create a new temporary file beside ``target`` and return ``(fd, path)``, as mkstemp.
+
+    Its name is ``.<target name>.<our pid>.<random>.tmp`` (:data:`TEMP_NAME`): unique per
+    writer, and it says which process may still be writing it.  Every temporary file that is
+    later renamed over a file of the cluster is made here (or named the same way), so that
+    :func:`remove_dead_temps` can clean what a killed writer leaves.  Mode 0600 until the
+    caller sets another.
+    """
+    target = Path(target)
+    return tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
+                            suffix=TEMP_SUFFIX)
+
+
 @contextlib.contextmanager
 def _replacing(path: Path, binary: bool, fsync: bool, mode: int | None,
                encoding: str) -> Iterator[IO[Any]]:
     """Yield a temporary file beside ``path``; on a clean exit it replaces ``path``."""
     final_mode = _mode_for(path, mode)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
-                               suffix=TEMP_SUFFIX)
+    fd, tmp = temp_file(path)
     try:
         fh: IO[Any] = (os.fdopen(fd, "wb") if binary
                        else os.fdopen(fd, "w", encoding=encoding, newline="\n"))
@@ -97,6 +133,133 @@ def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *, fsync: 
         else:
             for piece in data:
                 fh.write(piece)
+
+
+def atomic_copy(src: Path | str, dst: Path | str, *, fsync: bool = True) -> None:
+    """Replace ``dst`` with a copy of the regular file ``src`` (content, permission bits and
+    times, as :func:`shutil.copy2`), atomically: under the contract of :func:`atomic_write`.
+
+    ``dst``'s directory must exist.  A reader of ``dst`` sees the old file or the whole copy,
+    never a part; a copier killed mid-way leaves only its temporary file (named by
+    :func:`temp_file`, so :func:`remove_dead_temps` cleans it).  Before any temporary file
+    is made, a missing ``src`` raises FileNotFoundError and one that is not a regular file
+    (a directory, a FIFO a copy would block on) OSError EINVAL.
+    """
+    src, dst = Path(src), Path(dst)
+    if not stat.S_ISREG(os.stat(src).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (a copy would read it as a stream)",
+                      str(src))
+    fd, tmp = temp_file(dst)
+    os.close(fd)
+    try:
+        shutil.copy2(src, tmp)  # into the file mkstemp made (same inode, truncated)
+        if fsync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def writer_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process on this machine, as far as a temp file cares.
+
+    ``os.kill(pid, 0)``: ProcessLookupError means no such process (dead); success or
+    PermissionError (another user's process) means it exists.  A zombie counts as dead: it
+    can never write again, and its parent may reap it late.  A pid out of the system's range
+    is dead (no process can have it).
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    import psutil  # here: only the clean-up at start needs it
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # includes ZombieProcess
+        return True
+    except psutil.Error:
+        return False  # cannot tell: keep the file
+
+
+def remove_dead_temps(directory: Path, *, recursive: bool = False,
+                      min_age: float = 0.0) -> list[Path]:
+    """Remove the temporary files a killed writer left in ``directory``; return them.
+
+    A file is removed only if all of these hold:
+
+    * it is a regular file (not a symlink, not a directory) whose name matches
+      :data:`TEMP_NAME` exactly, i.e. one :func:`temp_file` made;
+    * the writer's pid in its name is not a live process (:func:`writer_alive`).  A live pid
+      keeps its file even when the pid was reused by an unrelated process since: we cannot
+      tell the two apart, and removing a file a live writer is about to rename would make
+      its write fail; a reused pid only delays the clean-up to a later start;
+    * it was last modified at least ``min_age`` seconds ago.  The pid is only meaningful on
+      this machine: where writers on other machines share the directory (nodes uploading
+      to the master home over a shared file system), pass a ``min_age`` larger than any
+      upload takes, so a remote writer's file in progress is not taken for a dead one.
+
+    With ``recursive`` the walk descends into subdirectories (at most
+    :data:`MAX_CLEAN_DEPTH` levels); it never follows a symlink, to a file or a directory.
+    ``directory`` itself is used as given (an admin's symlink naming it is trusted).  A
+    missing ``directory`` yields ``[]``.  Failures to read a directory or to remove a file
+    (another user's file, a file removed meanwhile) are logged and skipped: cleaning is
+    best effort and never stops a start.
+    """
+    removed: list[Path] = []
+    now = time.time()
+    stack: list[tuple[Path, int]] = [(Path(directory), 0)]
+    while stack:  # bounded: each directory of a finite tree is pushed once (no symlinks)
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                listing = list(entries)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("temp clean-up: cannot list %s: %s", folder, exc.strerror or exc)
+            continue
+        for entry in listing:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if recursive and depth < MAX_CLEAN_DEPTH:
+                        stack.append((Path(entry.path), depth + 1))
+                    elif recursive:
+                        log.warning("temp clean-up: not descending into %s, %d levels below "
+                                    "%s", entry.path, depth + 1, directory)
+                    continue
+                match = TEMP_NAME.fullmatch(entry.name)
+                if match is None or not entry.is_file(follow_symlinks=False):
+                    continue
+                if min_age > 0 and now - entry.stat(follow_symlinks=False).st_mtime < min_age:
+                    continue
+                if writer_alive(int(match["pid"])):
+                    continue
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue  # gone meanwhile (renamed by its writer, removed by another cleaner)
+            except OSError as exc:
+                log.warning("temp clean-up: cannot remove %s: %s", entry.path,
+                            exc.strerror or exc)
+                continue
+            removed.append(Path(entry.path))
+            log.info("removed %s, left by process %s, which is gone", entry.path,
+                     match["pid"])
+    return removed
 
 
 @contextlib.contextmanager

@@ -36,16 +36,40 @@ def read_jobdef(path: Path, schedule: str) -> RunSpec:
     return RunSpec.parse(f"auto {schedule}-{name} {lines[0]}", source=str(path), lineno=1)
 
 
+def jobs_dir(home: Home, schedule: str) -> Path:
+    """``<home>/auto/<schedule>``: where the ``schedule`` job definitions live."""
+    return home.root / "auto" / schedule
+
+
+def definitions(home: Home, schedule: str) -> list[Path]:
+    """The ``schedule`` job definitions, ``<home>/auto/<schedule>/*/jobdef.txt``, sorted."""
+    return sorted(jobs_dir(home, schedule).glob("*/jobdef.txt"))
+
+
 def enqueue(home: Home, schedule: str, names: list[str] | None = None) -> list[RunSpec]:
-    """Queue the ``schedule`` jobs (all, or only ``names``); return the runs added."""
+    """Queue the ``schedule`` jobs (all, or only ``names``); return the runs added.
+
+    Finding no job definition at all is an error (logged, naming where it looked: the
+    pattern ``<home>/auto/<schedule>/*/jobdef.txt`` and whether that directory exists), as
+    is a named job that is not there: a cron entry that queues nothing must say so.
+    """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
-    root = home.root / "auto" / schedule
+    root = jobs_dir(home, schedule)
     queue = QueueFile.for_priority(home, AUTO_PRIORITY)
     wanted = set(names or [])
     added: list[RunSpec] = []
     found: set[str] = set()
-    for jobdef in sorted(root.glob("*/jobdef.txt")):
+    jobdefs = definitions(home, schedule)
+    if not jobdefs:
+        what = ("does not exist" if not root.exists()
+                else "is not a directory" if not root.is_dir()
+                else "holds no <name>/jobdef.txt")
+        log.error("no %s auto jobs to queue: looked for %s/*/jobdef.txt, and %s %s (each "
+                  "job is auto/%s/<name>/jobdef.txt in the master home %s, holding "
+                  "'<products> [option ...]')", schedule, root, root, what, schedule,
+                  home.root)
+    for jobdef in jobdefs:
         name = jobdef.parent.name
         if wanted and name not in wanted:
             continue

@@ -5,7 +5,8 @@ queue itself (so a request is consumed only once it is safely queued) and return
 added.  :data:`DISCOVERERS` lists them per priority:
 
 * priority 0: :func:`cluster.triggers.droppings.scan_user_droppings`, the droppings
-  clusterpush leaves in user trees;
+  clusterpush leaves in user trees (``cluster_command.run``, and the legacy ``gs.run`` and
+  ``ghostscript.run``);
 * priority 1: :func:`cluster.triggers.git.poll.poll`, new commits of the configured git
   repositories (the post-receive/post-commit hook queues them too, at once; a commit is
   queued once);
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from cluster.config import Config
 from cluster.defaults import AUTO_PRIORITY, COMMIT_PRIORITY, PRIORITIES, USER_PRIORITY
@@ -37,22 +39,31 @@ class WorkWatcher:
     """Tells the supervisor which priorities have new work, from a few stat calls.
 
     A priority has new work when its queue file changed (a run was queued, or the running
-    one finished and was dequeued) and is not empty, or, for priority 0, when a clusterpush
-    dropping is waiting.  Call it as ``wakeup()`` -> priorities to start now.
+    one finished and was dequeued) and is not empty, or a queue file of an earlier
+    release's name (``queue``, ``queue.1``, ``queue.2``) appeared or changed (the master
+    moves it to the new name), or, for priority 0, when a clusterpush dropping
+    (``cluster_command.run``, or the legacy ``gs.run`` and ``ghostscript.run``) is new or
+    was written again.  Call it as ``wakeup()`` -> priorities to start now.
     """
 
     def __init__(self, home: Home, priorities: tuple[int, ...] = PRIORITIES) -> None:
         self.home = home
         self.priorities = priorities
-        self.seen: dict[int, tuple[int, int]] = {p: self._signature(p) for p in priorities}
-        self.droppings: set[str] = set()
+        self.seen: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {
+            p: self._signature(p) for p in priorities}
+        self.droppings: set[tuple[str, int]] = set()
 
-    def _signature(self, priority: int) -> tuple[int, int]:
+    @staticmethod
+    def _stat(path: Path) -> tuple[int, int]:
         try:
-            st = os.stat(self.home.queue(priority))
+            st = os.stat(path)
         except OSError:
             return (0, 0)
         return (st.st_mtime_ns, st.st_size)
+
+    def _signature(self, priority: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        return (self._stat(self.home.queue(priority)),
+                self._stat(self.home.legacy_queue(priority)))
 
     def __call__(self) -> list[int]:
         woken: list[int] = []
@@ -60,12 +71,12 @@ class WorkWatcher:
             sig = self._signature(p)
             if sig != self.seen[p]:
                 self.seen[p] = sig
-                if sig[1] > 0:
+                if sig[0][1] > 0 or sig[1][1] > 0:
                     woken.append(p)
         if USER_PRIORITY in self.priorities:
-            # Only droppings not seen before: one that waits for phase 1 must not start a
-            # clustermaster at every poll.
-            now = {str(p) for p in droppings.waiting(self.home)}
+            # Only droppings not seen before (or written again since): one that waits for
+            # phase 1 must not start a clustermaster at every poll.
+            now = {(str(p), self._stat(p)[0]) for p in droppings.waiting(self.home)}
             if now - self.droppings and USER_PRIORITY not in woken:
                 woken.append(USER_PRIORITY)
             self.droppings = now

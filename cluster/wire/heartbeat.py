@@ -5,6 +5,8 @@ One connection per heartbeat.  The node sends header lines of seed 001's format:
     node <name>                  required, cluster.wire.protocol.valid_node_name
     status <free text>           optional  -> home/nodes/<name>.status
     caps <caps line>             optional  -> home/nodes/<name>.caps  (cluster.wire.caps)
+    wait <seconds>               optional  hold the answer up to this long (long-poll)
+    skip <run id> [<run id>...]  optional, may repeat: runs the node will not join
     OK
 
 and the monitor answers one line per run waiting in the home, then ``END``::
@@ -13,14 +15,26 @@ and the monitor answers one line per run waiting in the home, then ``END``::
     END
 
 or ``ERROR <what was wrong>`` for a malformed request.  Unknown headers are ignored (seed 001:
-the format is meant to grow).  The server is :mod:`cluster.master.monitor`, the client
+the format is meant to grow), so a monitor that predates ``wait`` simply answers at once,
+and a node that sends no ``wait`` is answered at once as before.
+
+Long-poll: with ``wait <seconds>`` (a decimal number, at most :data:`MAX_WAIT` honoured) the
+monitor records the heartbeat at once, then holds the answer until a run waits whose id is
+not among the ``skip`` ids, or until the wait ends; either way the answer is the same list
+of every waiting run (skipped ones included).  A node thus learns of a new run within a
+fraction of a second while sending no more heartbeats than one per wait.
+
+The request is bounded: :data:`MAX_LINES` lines of at most :data:`MAX_LINE` bytes, at most
+:data:`MAX_SKIP` skip ids in all.  The server is :mod:`cluster.master.monitor`, the client
 :mod:`cluster.node.heartbeat`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from cluster.defaults import PRIORITIES
 from cluster.errors import ProtocolError
@@ -40,6 +54,15 @@ MAX_LINE = 4096
 MAX_LINES = 16
 #: Longest reply the client accepts, in bytes (three job lines and END need far less).
 MAX_REPLY = 65536
+#: Longest hold the monitor grants a ``wait`` header, in seconds (a longer wait is cut to
+#: this; clients set their socket timeout from the wait they asked, so any value is safe).
+MAX_WAIT = 30.0
+#: Most run ids all ``skip`` headers of one heartbeat may name together.  A node skips only
+#: runs it saw waiting (one per priority), so a handful is plenty.
+MAX_SKIP = 64
+
+#: A ``wait`` value: a decimal number of seconds, e.g. ``10`` or ``0.5``.
+WAIT_VALUE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
 
 OK = "OK"
 END = "END"
@@ -51,16 +74,25 @@ HEADERS = {
                      unique=True),
     "status": text("status"),
     "caps": text("caps"),
+    "wait": matching("wait", WAIT_VALUE, "takes a number of seconds such as 10 or 0.5"),
 }
+#: The repeatable header of the run ids a node will not join (collected, not in HEADERS).
+SKIP = "skip"
 
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """One heartbeat request.  ``None`` means the header was not sent."""
+    """One heartbeat request.  ``None`` means the header was not sent.
+
+    ``wait`` is the hold the node asks for in seconds (None: answer at once, as before the
+    long-poll); ``skip`` the run ids that must not end the hold.
+    """
 
     node: str
     status: str | None = None
     caps: str | None = None
+    wait: float | None = None
+    skip: frozenset[str] = field(default_factory=frozenset)
 
 
 def framer(max_line: int = MAX_LINE, max_lines: int = MAX_LINES) -> LineFramer:
@@ -68,15 +100,48 @@ def framer(max_line: int = MAX_LINE, max_lines: int = MAX_LINES) -> LineFramer:
     return LineFramer((OK.encode(),), max_line, max_lines)
 
 
+def format_wait(seconds: float) -> str:
+    """``seconds`` as a ``wait`` value: non-negative, at most 6 decimals, no exponent."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"wait of {seconds!r} s: expected a finite number of seconds >= 0")
+    text = f"{min(seconds, 999_999_999.0):.6f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
 def format_heartbeat(hb: Heartbeat) -> bytes:
-    """The wire form of ``hb``; newlines inside status/caps are folded to spaces."""
+    """The wire form of ``hb``; newlines inside status/caps are folded to spaces.
+
+    The skip ids go several to a line, each line within :data:`MAX_LINE`.  ValueError for
+    more than :data:`MAX_SKIP` skip ids, an id that is not a job id, or a bad wait.
+    """
     out = [f"node {hb.node}"]
     if hb.status is not None:
         out.append(f"status {one_line(hb.status)}".rstrip())
     if hb.caps is not None:
         out.append(f"caps {one_line(hb.caps)}".rstrip())
+    if hb.wait is not None:
+        out.append(f"wait {format_wait(hb.wait)}")
+    out.extend(_skip_lines(hb.skip))
     out.append(OK)
     return ("\n".join(out) + "\n").encode("utf-8")
+
+
+def _skip_lines(ids: Iterable[str]) -> list[str]:
+    ids = sorted(ids)
+    if len(ids) > MAX_SKIP:
+        raise ValueError(f"{len(ids)} skip ids: at most {MAX_SKIP} fit a heartbeat")
+    lines: list[str] = []
+    line = SKIP
+    for run_id in ids:
+        if not JOB_ID.fullmatch(run_id):
+            raise ValueError(f"skip id {run_id!r} is not a job id")
+        if len(line) + 1 + len(run_id) > MAX_LINE:
+            lines.append(line)
+            line = SKIP
+        line += " " + run_id
+    if line != SKIP:
+        lines.append(line)
+    return lines
 
 
 def parse_heartbeat(data: bytes, max_line: int = MAX_LINE, max_lines: int = MAX_LINES
@@ -90,11 +155,28 @@ def parse_heartbeat(data: bytes, max_line: int = MAX_LINE, max_lines: int = MAX_
         raise ProtocolError("request does not end with a line OK")
     if len(lines) - 1 > max_lines:
         raise ProtocolError(f"request has {len(lines) - 1} lines, more than {max_lines}")
-    values, _ = parse_headers(lines[:-1], HEADERS, max_line=max_line, control_ok=False)
+    values, skip_lines = parse_headers(lines[:-1], HEADERS, max_line=max_line,
+                                       collect=SKIP, control_ok=False)
     if "node" not in values:
         raise ProtocolError("request has no 'node <name>' header (expected one naming the "
                             "node)")
-    return Heartbeat(values["node"], values.get("status"), values.get("caps"))
+    wait = float(values["wait"]) if "wait" in values else None
+    skip: set[str] = set()
+    for lineno, value in skip_lines:
+        ids = value.split()
+        if not ids:
+            raise ProtocolError("header 'skip' takes one or more run ids", f"skip {value}",
+                                lineno)
+        for run_id in ids:
+            if not JOB_ID.fullmatch(run_id):
+                raise ProtocolError(f"header 'skip': {run_id!r} is not a run id (expected "
+                                    "1-64 of [A-Za-z0-9._:-])", f"skip {value}", lineno)
+        skip.update(ids)
+        if len(skip) > MAX_SKIP:
+            raise ProtocolError(f"more than {MAX_SKIP} skip ids (expected the few runs the "
+                                "node will not join)", f"skip {value}", lineno)
+    return Heartbeat(values["node"], values.get("status"), values.get("caps"), wait,
+                     frozenset(skip))
 
 
 def format_reply(jobs: Sequence[tuple[int, str]]) -> bytes:
@@ -103,6 +185,7 @@ def format_reply(jobs: Sequence[tuple[int, str]]) -> bytes:
 
 
 def format_error(what: str) -> bytes:
+    """``ERROR <what>`` on one line: the answer to a request the monitor refuses."""
     return f"{ERROR} {one_line(what)}\n".encode()
 
 

@@ -68,6 +68,12 @@ CONTINUE = "CONTINUE"
 JOBS = "JOBS"
 VERBS = (ABORT, BUILD, UPLOAD, CONTINUE, JOBS)
 
+#: Why a master that finds the PID file no longer its own stops its run: a successor goes on
+#: with the same run, so its nodes come back and join it (seed 001).
+REPLACED = "clustermaster replaced"
+#: The ABORT reason of a run that stopped (``run aborted: <why>``).
+RUN_ABORTED = "run aborted"
+
 
 def _failure(value: str) -> tuple[int, str]:
     code, _, reason = value.partition(" ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from cluster.home import Home
@@ -26,21 +28,29 @@ MD5 = "0123456789abcdef0123456789abcdef"
 @pytest.fixture
 def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[bytes]]]:
     """A home with one queued user run over 3 corpus files, and its clustermaster."""
+    with _master(tmp_path) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def _master(tmp_path: Path, *settings: str
+            ) -> Iterator[tuple[Home, int, subprocess.Popen[bytes]]]:
+    """As the ``master`` fixture, with extra ``key=value`` settings."""
     home = Home(tmp_path / "home")
     home.create()
     tests = home.root / "tests" / "ex"
     tests.mkdir(parents=True)
     for name in ("golfer.eps", "tiger.eps", "spots2.pdf"):
         shutil.copy(CORPUS / name, tests / name)
+    (home.users / "ann" / "ghostpdl").mkdir(parents=True)  # the pushed tree
     QueueFile(home.queue(0), home.queue_lock(0)).append(RunSpec.parse("user ann gs"))
     port = free_port()
     argv = [sys.executable, str(REPO / "clustermaster.py"), "--home", str(home.root),
             "--set", f"base_port={port}", "--set", "gs_configs=ppmraw.72.0 pbmraw.72.0",
             "--set", "connection_deadline=3", "--set", "linger=2",
             "--set", "heartbeat_timeout=60"]
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
-    wait_for(lambda: home.job_start(0).exists(), 20, "job.start")
-
+    for setting in settings:
+        argv += ["--set", setting]
     def listening() -> bool:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -48,11 +58,17 @@ def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[bytes]]
         except OSError:
             return False
 
-    wait_for(listening, 20, "the master to listen")
-    yield home, port, proc
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: home.job_start(0).exists(), 20, "job.start")
+        wait_for(listening, 20, "the master to listen")
+        yield home, port, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 def request(node: str, run_id: str, *extra: str) -> bytes:
@@ -145,6 +161,8 @@ def test_a_run_whose_job_list_cannot_be_made_is_reported_and_dequeued(tmp_path: 
     home = Home(tmp_path / "home")
     home.create()
     queue = QueueFile(home.queue(0), home.queue_lock(0))
+    for user in ("ann", "bob"):
+        (home.users / user / "ghostpdl").mkdir(parents=True)  # their pushed trees
     queue.append(RunSpec.parse("user ann gs"))
     queue.append(RunSpec.parse("user bob gs"))
     done = subprocess.run([sys.executable, str(REPO / "clustermaster.py"), "--home",
@@ -156,3 +174,40 @@ def test_a_run_whose_job_list_cannot_be_made_is_reported_and_dequeued(tmp_path: 
     assert "could not start" in text and "build.py failed" in text
     assert [s.line() for s in queue.read()] == ["user bob gs"]
     assert not home.job_start(0).exists()
+
+
+def test_a_huge_request_is_refused_and_memory_stays_flat(tmp_path: Path) -> None:
+    """Issue 10: one 480 MB request took the master from 27 MB to 1.86 GB.  With
+    max_request_bytes at 1 MiB, senders of 100 MB each are refused after about 1 MiB with
+    one log line each, the master's memory barely moves, and nodes are still served."""
+    with _master(tmp_path, f"max_request_bytes={1024 * 1024}",
+                                    f"max_buffered_bytes={4 * 1024 * 1024}") as started:
+        home, port, proc = started
+        run_id = JobStart.parse(home.job_start(0).read_text()).id
+        assert talk(port, request("n1", run_id)) == b"BUILD\n"
+        rss = psutil.Process(proc.pid).memory_info().rss
+        peak = rss
+        line = b"result " + b"r" * 60000 + b"\n"
+        chunk = line * 16  # ~1 MB, one buffer reused: the test itself stays small
+        for _ in range(3):
+            sent = 0
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+                try:
+                    sock.sendall(request("n2", run_id)[:-3])  # everything but OK
+                    while sent < 100 * 1024 * 1024:
+                        sock.sendall(chunk)
+                        sent += len(chunk)
+                except OSError:
+                    pass  # refused and closed under us: expected
+            assert sent < 50 * 1024 * 1024, "the master kept reading past max_request_bytes"
+            assert talk(port, request("n1", run_id, "busy build")) == b"CONTINUE\n"
+            peak = max(peak, psutil.Process(proc.pid).memory_info().rss)
+        assert peak - rss < 40 * 1024 * 1024, (rss, peak)
+        assert proc.poll() is None
+        proc.kill()
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode(errors="replace")
+        refused = [ln for ln in err.splitlines() if "refused after" in ln]
+        assert len(refused) == 3, err[-3000:]
+        assert all("1048576 bytes (max_request_bytes)" in ln and "peer 127.0.0.1:" in ln
+                   for ln in refused)

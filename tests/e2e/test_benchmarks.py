@@ -37,6 +37,16 @@ def test_dispatch_small() -> None:
     assert rows["xargs"]["ratio"] == "1.00"
 
 
+def test_dispatch_one_command() -> None:
+    """--localcluster: the README's main job against xargs over its own gs jobs."""
+    lines = run_bench("bench/dispatch.py", "--localcluster", "--reps", "1")
+    rows = {f["contender"]: f for f in map(figures, lines) if "contender" in f}
+    assert set(rows) == {"gs-xargs", "localcluster"}
+    for row in rows.values():
+        assert row["ok"] == "yes" and float(row["median_s"]) > 0
+    assert rows["gs-xargs"]["ratio"] == "1.00"
+
+
 def test_tail_small() -> None:
     """bench/tail.py: a few seconds of work per case; every job once in each .tab."""
     done = subprocess.run([sys.executable, "bench/tail.py", "--work", "6",

@@ -98,7 +98,7 @@ def test_install_cron_writes_two_entries_idempotently(user_crontab: str,
     assert len(weekly) == 1 and weekly[0].startswith("0 3 * * 6 cd ")
     assert command_of(nightly[0]).endswith(" nightly")
     assert command_of(weekly[0]).endswith(" weekly")
-    assert not (home / "queue.2").exists(), "--install-cron must not queue anything"
+    assert not (home / "queue.2.lst").exists(), "--install-cron must not queue anything"
 
     again = script("enqueue_auto.py", "--home", str(home), "--install-cron")
     assert again.returncode == 0, again.stderr
@@ -129,7 +129,7 @@ def test_the_installed_commands_enqueue_the_auto_runs(user_crontab: str, tmp_pat
                              capture_output=True, text=True, timeout=60)
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout == ran.stderr == "", "cron would mail this output"
-    queue = (home / "queue.2").read_text().splitlines()
+    queue = (home / "queue.2.lst").read_text().splitlines()
     assert queue == ["auto nightly-x gs lowres", "auto weekly-y gs"]
 
 

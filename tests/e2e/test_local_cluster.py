@@ -161,7 +161,7 @@ def test_master_killed_mid_run_is_taken_over_without_rerunning_journaled_jobs(
     spec = cluster.push(tree, "tester", ["gs"], [])
     home = cluster.home
     wait_for(lambda: sum(_journal_machines(home).values()) >= 10, 120, "10 journaled results")
-    pid = int(home.pid_file(0).read_text().strip())
+    pid = int(home.pid_file(0).read_text().split("\n", 1)[0])
     psutil.Process(pid).send_signal(signal.SIGKILL)
     journaled = {line.split(" ")[2] for line in home.results(0).read_text().splitlines()[1:]}
     assert len(journaled) >= 10
@@ -196,7 +196,7 @@ def test_a_build_failure_aborts_the_run_with_a_report_quoting_the_build_log(
 
 
 def test_an_auto_run_queued_by_enqueue_auto_runs_at_priority_2(make_cluster) -> None:
-    """enqueue_auto.py -> queue.2 -> clustermaster2.py on base_port+2 -> archive."""
+    """enqueue_auto.py -> queue.2.lst -> clustermaster2.py on base_port+2 -> archive."""
     cluster = make_cluster(gs_configs="ppmraw.72.0")
     write_demo_tree(cluster.home_dir / "ghostpdl", "gs", [])  # the master's own tree
     jobdef = cluster.home_dir / "auto" / "nightly" / "smoke" / "jobdef.txt"

@@ -56,7 +56,8 @@ def test_priority_comes_from_the_invoked_name() -> None:
 
 
 def test_per_priority_names_follow_the_suffix_rule() -> None:
-    assert [suffixed("queue", p) for p in (0, 1, 2)] == ["queue", "queue.1", "queue.2"]
+    assert [suffixed("queue.lst", p) for p in (0, 1, 2)] == ["queue.lst", "queue.1.lst",
+                                                             "queue.2.lst"]
     assert suffixed("job.start", 2) == "job.2.start"
     assert suffixed("clustermaster.pid", 1) == "clustermaster.1.pid"
 

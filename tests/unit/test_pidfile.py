@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from cluster.master.pidfile import PidDecision, PidFile, is_clustermaster
+from cluster.master.pidfile import PidDecision, PidFile, is_clustermaster, parse
 from cluster.runtime.clock import FakeClock
 
 NOW = 1_700_000_000.0
@@ -22,8 +22,13 @@ ME = 4242
 OTHER = 3131
 
 
+def _first(path: Path) -> str:
+    """The PID file's first line (the pid other tools read)."""
+    return parse(path.read_text())[0]
+
+
 class RecordingClock(FakeClock):
-    """A FakeClock that records what the PID file held whenever someone slept."""
+    """A FakeClock that records the PID file's first line whenever someone slept."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(start=NOW)
@@ -32,7 +37,7 @@ class RecordingClock(FakeClock):
 
     def sleep(self, seconds: float) -> None:
         try:
-            self.seen_while_sleeping.append(self.path.read_text().strip())
+            self.seen_while_sleeping.append(_first(self.path))
         except FileNotFoundError:
             self.seen_while_sleeping.append(None)
         super().sleep(seconds)
@@ -44,10 +49,16 @@ def _write(path: Path, content: str, age: float) -> None:
 
 
 def _pidfile(path: Path, clock: FakeClock, masters: set[int] | None = None,
-             pid: int = ME) -> PidFile:
+             pid: int = ME, kills: list[int] | None = None) -> PidFile:
+    """A PidFile whose live clustermasters are ``masters`` and whose kills go to ``kills``.
+
+    ``refresh_every`` equals ``wait``: the takeover wait is one sleep, as in the Perl (the
+    refreshing wait is tested in test_pidfile_refresh.py).
+    """
     live = masters if masters is not None else set()
+    record = kills if kills is not None else []
     return PidFile(path, clock, stale_after=7200, wait=300, is_master=live.__contains__,
-                   pid=pid)
+                   pid=pid, kill=record.append, start_time=lambda p: 1.0, refresh_every=300)
 
 
 def test_no_file_we_run(tmp_path: Path) -> None:
@@ -56,7 +67,9 @@ def test_no_file_we_run(tmp_path: Path) -> None:
     clock = FakeClock(start=NOW)
     pf = _pidfile(path, clock)
     assert pf.acquire() is PidDecision.RUN
-    assert path.read_text() == f"{ME}\n"
+    first, stamp = parse(path.read_text())
+    assert first == str(ME) and path.read_text().startswith(f"{ME}\n")
+    assert stamp is not None and stamp.monotonic == clock.monotonic()
     assert pf.still_mine()
     assert clock.sleeps == []
     assert [p.name for p in tmp_path.iterdir()] == ["clustermaster.pid"]  # no temp left
@@ -75,24 +88,28 @@ def test_zero_marker_takes_over(tmp_path: Path) -> None:
 
 def test_stale_file_takes_over_and_logs_timeout(tmp_path: Path,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    """A file older than stale_after is taken over even if its pid is a live master."""
+    """An old-format file older than stale_after is taken over even if its pid is a live
+    master, which is killed after the wait (seed 000: "it kills the old version")."""
     path = tmp_path / "clustermaster.pid"
     _write(path, f"{OTHER}\n", age=7201)
     clock = RecordingClock(path)
     reasons: list[str] = []
+    kills: list[int] = []
     pf = PidFile(path, clock, stale_after=7200, wait=300, is_master=lambda pid: True, pid=ME,
-                 on_takeover=reasons.append)
+                 on_takeover=reasons.append, kill=kills.append, start_time=lambda p: 1.0,
+                 refresh_every=300)
     with caplog.at_level(logging.WARNING, logger="cluster.pidfile"):
         assert pf.acquire() is PidDecision.TOOK_OVER
     assert "terminated due to timeout" in caplog.text
     assert reasons and "terminated due to timeout" in reasons[0]
     assert clock.seen_while_sleeping == [str(ME)]
     assert clock.sleeps == [300]
+    assert kills == [OTHER]
     assert not path.exists()
 
 
 def test_staleness_uses_the_injected_clock(tmp_path: Path) -> None:
-    """mtime is compared with clock.time(): the same file is fresh or stale by the clock."""
+    """Old format: mtime is compared with clock.time(): fresh or stale by the clock."""
     path = tmp_path / "clustermaster.pid"
     _write(path, f"{OTHER}\n", age=0)
     clock = FakeClock(start=NOW + 7199)
@@ -116,13 +133,15 @@ def test_fresh_live_master_exit_busy(tmp_path: Path) -> None:
 
 
 def test_fresh_dead_pid_takes_over(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A fresh file whose pid is not a live clustermaster is taken over."""
+    """A fresh file whose pid is not a live clustermaster is taken over; nothing is killed."""
     path = tmp_path / "clustermaster.pid"
     _write(path, f"{OTHER}\n", age=60)
     clock = RecordingClock(path)
+    kills: list[int] = []
     with caplog.at_level(logging.WARNING, logger="cluster.pidfile"):
-        assert _pidfile(path, clock, set()).acquire() is PidDecision.TOOK_OVER
+        assert _pidfile(path, clock, set(), kills=kills).acquire() is PidDecision.TOOK_OVER
     assert f"missing clustermaster process {OTHER}" in caplog.text
+    assert kills == []
     assert clock.seen_while_sleeping == [str(ME)]
     assert not path.exists()
 
@@ -172,8 +191,7 @@ def test_old_runner_notices_takeover(tmp_path: Path) -> None:
     clock = FakeClock(start=NOW)
     runner = _pidfile(path, clock, pid=OTHER)
     assert runner.acquire() is PidDecision.RUN
-    os.utime(path, (NOW, NOW))
-    clock.advance(7201)
+    clock.advance(7201)  # the runner did not refresh for longer than stale_after
 
     seen: list[bool] = []
 
@@ -182,10 +200,13 @@ def test_old_runner_notices_takeover(tmp_path: Path) -> None:
             seen.append(runner.still_mine())
             super().sleep(seconds)
 
-    taker = _pidfile(path, Watching(start=clock.time()), {OTHER})
+    kills: list[int] = []
+    taker = _pidfile(path, Watching(start=clock.time(), monotonic_start=clock.monotonic()),
+                     {OTHER}, kills=kills)
     assert taker.acquire() is PidDecision.TOOK_OVER
     assert seen == [False]
-    assert not runner.still_mine()
+    assert not runner.still_mine() and not runner.refresh()
+    assert kills == [OTHER]  # the stale runner was still a clustermaster after the wait
     runner.release()  # must not fail or recreate anything
     assert not path.exists()
 
@@ -200,7 +221,7 @@ def test_release_only_our_own_file(tmp_path: Path) -> None:
     path.write_text(f"{OTHER}\n")
     pf.release()
     assert path.read_text() == f"{OTHER}\n"
-    path.write_text(f"{ME}\n")
+    path.write_text(f"{ME}\n")  # old format, our pid: ours too
     pf.release()
     assert not path.exists()
 
@@ -268,7 +289,7 @@ def test_race_between_processes_exactly_one_runs(tmp_path: Path) -> None:
             p.join(30)
             assert p.exitcode == 0
         assert sorted(results) == ["busy"] * 5 + ["run"]
-        winner = int(path.read_text())
+        winner = int(_first(path))
         assert 1000 <= winner < 1006
     manager.shutdown()
 

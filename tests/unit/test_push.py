@@ -291,13 +291,13 @@ def test_cli_copy_flag(home: Home, tree: Path, monkeypatch: pytest.MonkeyPatch,
 def test_cli_default_uses_rsync(home: Home, tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without --copy the CLI asks for "auto" (rsync here, since it is installed)."""
     seen: list[str] = []
-    real = push_mod.push_tree
+    real = push_mod.submit_push
 
-    def spy(h: Home, t: Path, spec: RunSpec, method: str = "auto") -> Path:
+    def spy(h: Home, t: Path, spec: RunSpec, method: str = "auto") -> push_mod.Pushed:
         seen.append(method)
         return real(h, t, spec, method=method)
 
-    monkeypatch.setattr(clusterpush, "push_tree", spy)
+    monkeypatch.setattr(clusterpush, "submit_push", spy)
     assert clusterpush.main(["--home", str(home.root), "--tree", str(tree), "--user",
                              "alice", "gs"]) == 0
     assert seen == ["auto"]

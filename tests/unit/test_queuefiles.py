@@ -145,20 +145,22 @@ def test_trailing_crlf_is_ignored() -> None:
 
 
 def _queue(tmp_path: Path) -> QueueFile:
-    return QueueFile(tmp_path / "queue", tmp_path / "queue.lck")
+    return QueueFile(tmp_path / "queue.lst", tmp_path / "queue.lck")
 
 
 def test_for_priority_uses_home_names(tmp_path: Path) -> None:
-    """for_priority picks queue[.p] and queue[.p].lck of the home."""
+    """for_priority picks queue[.p].lst and queue[.p].lck of the home (seed 000's names)."""
     q = QueueFile.for_priority(Home(tmp_path), 2)
-    assert q.path == tmp_path / "queue.2"
+    assert q.path == tmp_path / "queue.2.lst"
     assert q.lock_path == tmp_path / "queue.2.lck"
+    assert q.legacy_path == tmp_path / "queue.2"
+    assert QueueFile.for_priority(Home(tmp_path), 0).path == tmp_path / "queue.lst"
 
 
 def test_lock_path_must_differ(tmp_path: Path) -> None:
     """Locking the file that gets replaced would protect nothing: refused."""
     with pytest.raises(ValueError):
-        QueueFile(tmp_path / "queue", tmp_path / "queue")
+        QueueFile(tmp_path / "queue.lst", tmp_path / "queue.lst")
 
 
 def test_missing_file_reads_empty(tmp_path: Path) -> None:
@@ -178,7 +180,7 @@ def test_append_read_head_remove(tmp_path: Path) -> None:
     assert q.head() == a
     assert q.remove(b)
     assert q.read() == [a, c]
-    assert (tmp_path / "queue").read_text() == "user a gs\nauto n mupdf\n"
+    assert (tmp_path / "queue.lst").read_text() == "user a gs\nauto n mupdf\n"
 
 
 def test_append_refuses_duplicates(tmp_path: Path) -> None:
@@ -191,7 +193,7 @@ def test_append_refuses_duplicates(tmp_path: Path) -> None:
 
 def test_remove_takes_the_matching_line_not_the_first(tmp_path: Path) -> None:
     """remove(spec) removes the first line equal to spec, whatever its position."""
-    (tmp_path / "queue").write_text("user a gs\nuser b gs\nuser c gs\n")
+    (tmp_path / "queue.lst").write_text("user a gs\nuser b gs\nuser c gs\n")
     q = _queue(tmp_path)
     assert q.remove(RunSpec.parse("user c gs"))
     assert [s.ref for s in q.read()] == ["a", "b"]
@@ -199,7 +201,7 @@ def test_remove_takes_the_matching_line_not_the_first(tmp_path: Path) -> None:
 
 def test_remove_matches_non_canonical_lines(tmp_path: Path) -> None:
     """A hand-written line equal in meaning to spec is removed."""
-    (tmp_path / "queue").write_text("git ABCDEF0  pdfwrite,gs\n")
+    (tmp_path / "queue.lst").write_text("git ABCDEF0  pdfwrite,gs\n")
     q = _queue(tmp_path)
     assert q.remove(RunSpec.parse("git abcdef0 gs,pdfwrite"))
     assert q.read() == []
@@ -208,7 +210,7 @@ def test_remove_matches_non_canonical_lines(tmp_path: Path) -> None:
 def test_corrupt_lines_logged_skipped_and_kept(tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:
     """A corrupt line is logged with file and line number, skipped, and kept on rewrite."""
-    path = tmp_path / "queue"
+    path = tmp_path / "queue.lst"
     path.write_bytes(b"# a comment\n\nuser a gs\nsvn 1234 gs\nuser b gs\n"
                      b"user \xff\xfe gs\nuser c gs")
     q = _queue(tmp_path)
@@ -228,7 +230,7 @@ def test_corrupt_lines_logged_skipped_and_kept(tmp_path: Path,
 def test_corrupt_line_warned_once_per_queue_object(tmp_path: Path,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """A master polling the queue does not repeat the same warning every time."""
-    (tmp_path / "queue").write_text("bogus\n")
+    (tmp_path / "queue.lst").write_text("bogus\n")
     q = _queue(tmp_path)
     with caplog.at_level(logging.WARNING, logger="cluster.queue"):
         q.read()
@@ -240,22 +242,22 @@ def test_rewrite_is_atomic_and_keeps_lock_inode(tmp_path: Path) -> None:
     """A rewrite replaces the queue's inode, never the lock file's, and leaves no temp file."""
     q = _queue(tmp_path)
     q.append(RunSpec.parse("user a gs"))
-    queue_ino = (tmp_path / "queue").stat().st_ino
+    queue_ino = (tmp_path / "queue.lst").stat().st_ino
     lock_ino = (tmp_path / "queue.lck").stat().st_ino
     q.append(RunSpec.parse("user b gs"))
-    assert (tmp_path / "queue").stat().st_ino != queue_ino
+    assert (tmp_path / "queue.lst").stat().st_ino != queue_ino
     assert (tmp_path / "queue.lck").stat().st_ino == lock_ino
     assert (tmp_path / "queue.lck").read_bytes() == b""
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["queue", "queue.lck"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["queue.lck", "queue.lst"]
 
 
 def test_rewrite_preserves_mode(tmp_path: Path) -> None:
     """Readers of other users keep their access after a rewrite."""
     q = _queue(tmp_path)
     q.append(RunSpec.parse("user a gs"))
-    os.chmod(tmp_path / "queue", 0o640)
+    os.chmod(tmp_path / "queue.lst", 0o640)
     q.append(RunSpec.parse("user b gs"))
-    assert (tmp_path / "queue").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "queue.lst").stat().st_mode & 0o777 == 0o640
 
 
 def test_append_waits_for_exclusive_lock(tmp_path: Path) -> None:
@@ -273,7 +275,7 @@ def test_append_waits_for_exclusive_lock(tmp_path: Path) -> None:
     t.start()
     try:
         assert not done.wait(0.3)
-        assert not (tmp_path / "queue").exists()
+        assert not (tmp_path / "queue.lst").exists()
     finally:
         os.close(fd)
     t.join(5)
@@ -288,14 +290,14 @@ PER_WRITER = 50
 
 
 def _append_many(root: str, writer: int) -> None:
-    q = QueueFile(Path(root) / "queue", Path(root) / "queue.lck")
+    q = QueueFile(Path(root) / "queue.lst", Path(root) / "queue.lck")
     for i in range(PER_WRITER):
         q.append(RunSpec("auto", f"w{writer}-{i}", ("gs",)))
 
 
 def _watch_unlocked(root: str, stop: Any, bad: Any) -> None:
     """Read the queue WITHOUT the lock: thanks to os.replace it is never torn."""
-    path = Path(root) / "queue"
+    path = Path(root) / "queue.lst"
     while not stop.is_set():
         try:
             data = path.read_text()
@@ -328,7 +330,7 @@ def test_concurrent_appends_lose_nothing(tmp_path: Path) -> None:
     stop.set()
     watcher.join(10)
     assert list(bad) == []
-    lines = (tmp_path / "queue").read_text().splitlines()
+    lines = (tmp_path / "queue.lst").read_text().splitlines()
     assert len(lines) == WRITERS * PER_WRITER
     assert len(set(lines)) == len(lines)
     specs = _queue(tmp_path).read()
@@ -342,7 +344,7 @@ def test_concurrent_appends_lose_nothing(tmp_path: Path) -> None:
 
 
 def _append_then_remove(root: str, writer: int) -> None:
-    q = QueueFile(Path(root) / "queue", Path(root) / "queue.lck")
+    q = QueueFile(Path(root) / "queue.lst", Path(root) / "queue.lck")
     for i in range(20):
         spec = RunSpec("user", f"u{writer}-{i}", ("gs",))
         q.append(spec)

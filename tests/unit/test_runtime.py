@@ -79,6 +79,19 @@ def test_concurrent_writers_never_tear_the_file(tmp_path: Path) -> None:
     assert _temps(tmp_path) == []
 
 
+def test_temp_names_carry_the_writer_and_match_the_clean_up_pattern(tmp_path: Path) -> None:
+    """Every temp name says whose it is, even for targets with dots and digits in them."""
+    for name in ("jobs", "jobs.1", "clustermaster.2.pid", "x.123", ".stamp"):
+        fd, tmp = fsutil.temp_file(tmp_path / name)
+        os.close(fd)
+        match = fsutil.TEMP_NAME.fullmatch(Path(tmp).name)
+        assert match, tmp
+        assert match["target"] == name and int(match["pid"]) == os.getpid()
+    for other in (".jobs.tmp", "jobs.12.abcdefgh.tmp", ".jobs.12.abcdefgh.tmp~",
+                  ".jobs.0.abcdefgh.tmp", ".jobs.12.abcdefg.tmp", ".jobs.x.abcdefgh.tmp"):
+        assert fsutil.TEMP_NAME.fullmatch(other) is None, other
+
+
 def test_flocked_excludes_other_holders(tmp_path: Path) -> None:
     lock = tmp_path / "sub" / "x.lock"
     with fsutil.flocked(lock):

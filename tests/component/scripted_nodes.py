@@ -1,0 +1,74 @@
+"""Scripted nodes: the node side of the protocol spoken by the test itself, over real TCP.
+
+For tests of the master's run loop that need nodes doing exact things at exact times
+(finishing, going silent, holding jobs) rather than running gs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+from cluster.home import Home
+from cluster.queue import QueueFile, RunSpec
+from cluster.records import Job
+from cluster.wire import protocol
+from cluster.wire.jobstart import JobStart
+from tests.helpers import CORPUS, talk, wait_for
+
+FILES = ("golfer.eps", "tiger.eps", "spots2.pdf")
+CONFIGS = ("ppmraw.72.0", "pbmraw.72.0")
+
+
+def make_home(root: Path, line: str = "auto nightly gs", priority: int = 2) -> Home:
+    """A home with a corpus of 3 files, a clean ghostpdl tree and ``line`` queued."""
+    home = Home(root)
+    home.create()
+    tests = home.root / "tests" / "ex"
+    tests.mkdir(parents=True)
+    for name in FILES:
+        shutil.copy(CORPUS / name, tests / name)
+    (home.root / "ghostpdl").mkdir()
+    QueueFile(home.queue(priority), home.queue_lock(priority)).append(RunSpec.parse(line))
+    return home
+
+
+def request(node: str, run_id: str, *extra: str) -> bytes:
+    """A node request: name, run id, caps, ``extra`` lines, the OK terminator."""
+    return ("\n".join([f"node {node}", f"id {run_id}", "caps tools=md5sum", *extra, "OK"])
+            + "\n").encode()
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_for_run(home: Home, priority: int, port: int, timeout: float = 30) -> str:
+    """Wait for a run's job.start and its master's port; return the run id."""
+    wait_for(lambda: home.job_start(priority).exists(), timeout, "job.start")
+    wait_for(lambda: listening(port), timeout, "the master to listen")
+    return JobStart.parse(home.job_start(priority).read_text()).id
+
+
+def run_to_the_end(port: int, node: str, run_id: str, held: list[str], md5: str,
+                   calls: int = 60) -> list[str]:
+    """Report ``held`` with ``md5``, take and report every later batch, upload, until the
+    master says ABORT or is gone; return the verbs heard.  At most ``calls`` calls."""
+    verbs: list[str] = []
+    for _ in range(calls):
+        lines = [f"result {name} 0 0.10 0.00 0.00 {md5} gs" for name in held]
+        try:
+            data = talk(port, request(node, run_id, "slots 8", "jobs 0 0", *lines))
+        except OSError:
+            break  # the master is gone
+        reply = protocol.parse_reply(data)
+        verbs.append(reply.verb)
+        if reply.verb == protocol.ABORT:
+            break
+        held = [Job.parse(line).name for line in reply.jobs]
+    return verbs

@@ -1,0 +1,98 @@
+"""Which ABORTs end a run for a node for good, and which let it rejoin (issue 10): a node told
+that its master was replaced exits NODE_EXIT_ABORTED, so clusterpull brings it back to the
+successor; a user's abort, a failed run and a finished one stay final."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster.config import Config
+from cluster.defaults import NODE_EXIT_ABORTED, NODE_EXIT_DONE, NODE_EXIT_FAILED
+from cluster.master.clustermaster import REPLACED, USER_ABORT
+from cluster.master.runstate import RunState
+from cluster.node.noderun import FINAL_ABORTS, REJOIN_ABORTS, NodeRun, is_final_abort
+from cluster.node.transport import LocalTransport
+from cluster.records import Job
+from cluster.wire import protocol
+from cluster.wire.protocol import Reply, Request
+
+RUN = "run-1"
+
+
+@pytest.mark.parametrize("reason, final", [
+    ("run complete", True),
+    ("unsuitable: missing tools: gs", True),
+    ("wrong job id, running 20260101000000-p0-beef", True),
+    ("run aborted", True),  # the node whose failure -1 aborted the run
+    ("run aborted: node n2 failed with code -1: build failed", True),
+    (f"run aborted: {USER_ABORT}", True),
+    ("run aborted: run stopped: max_run_time", True),
+    ("dropped after failure 1", True),
+    ("run aborted: clustermaster replaced", False),
+    (" run aborted: clustermaster replaced ", False),
+    ("run aborted: clustermaster replaced, and more", True),  # matched whole, not a prefix
+    ("goodbye", False),
+    ("bad request: no node header", False),
+    ("", False),
+])
+def test_final_or_not(reason: str, final: bool) -> None:
+    assert is_final_abort(reason) is final
+
+
+def test_the_rejoin_reasons_would_otherwise_be_final() -> None:
+    """Each exception is needed: it starts with a final prefix."""
+    assert all(reason.startswith(FINAL_ABORTS) for reason in REJOIN_ABORTS)
+
+
+def _abort_reason(fatal: str) -> str:
+    """The reason a node reads, as the real run state and wire format make it."""
+    state = RunState(RUN, [Job("t1.ps.ppmraw.72.0", "__temp__/t1.log", "true")], 0)
+    assert state.handle(Request(node="a", job_id=RUN, slots=1), 0).reply.verb == protocol.BUILD
+    state.fatal = fatal
+    reply = state.handle(Request(node="a", job_id=RUN, slots=1), 1).reply
+    assert reply.verb == protocol.ABORT
+    return protocol.parse_reply(protocol.format_reply(reply)).reason
+
+
+def test_the_masters_replaced_reason_is_not_final() -> None:
+    assert not is_final_abort(_abort_reason(REPLACED))
+
+
+def test_the_masters_user_abort_reason_is_final() -> None:
+    assert is_final_abort(_abort_reason(USER_ABORT))
+
+
+class _Pool:
+    """The slot pool's kill_all, all _obey needs of it."""
+
+    killed = 0
+
+    def kill_all(self) -> None:
+        self.killed += 1
+
+
+def _obey(tmp_path: Path, reason: str, failure: int = 0) -> int | None:
+    cfg = Config(node_name="n1", work_dir=tmp_path / "work")
+    node = NodeRun(cfg, LocalTransport(tmp_path), 0, "tools=md5sum")
+    pool = _Pool()
+    node.pool = pool  # type: ignore[assignment]
+    node.failure = failure
+    code = node._obey(Reply(protocol.ABORT, reason=reason))
+    assert pool.killed == 1  # every ABORT kills what runs
+    return code
+
+
+@pytest.mark.parametrize("reason, code", [
+    (f"run aborted: {REPLACED}", NODE_EXIT_ABORTED),
+    (f"run aborted: {USER_ABORT}", NODE_EXIT_DONE),
+    ("run complete", NODE_EXIT_DONE),
+    ("goodbye", NODE_EXIT_ABORTED),
+])
+def test_exit_codes(tmp_path: Path, reason: str, code: int) -> None:
+    assert _obey(tmp_path, reason) == code
+
+
+def test_a_failed_node_exits_failed_even_when_the_master_was_replaced(tmp_path: Path) -> None:
+    assert _obey(tmp_path, f"run aborted: {REPLACED}", failure=1) == NODE_EXIT_FAILED
