@@ -656,9 +656,9 @@ class QueueFile:
             how = f"copied its {moved} line(s) into {self.path.name}"
         else:
             how = f"renamed it {self.path.name}"
-        _fsync_dir(self.path.parent)
+        fsutil.fsync_dir(self.path.parent)
         os.unlink(legacy)
-        _fsync_dir(self.path.parent)
+        fsutil.fsync_dir(self.path.parent)
         logger.warning("%s: the queue's name in an earlier release; %s and removed it "
                        "(seed 000 names the queues queue.lst, queue.1.lst, queue.2.lst)",
                        legacy, how)
@@ -713,7 +713,7 @@ class QueueFile:
                 yield "\n"
 
         fsutil.atomic_write(self.path, pieces(), encoding="latin-1")
-        _fsync_dir(self.path.parent)
+        fsutil.fsync_dir(self.path.parent)
 
 
 def _running_index(runs: list[tuple[int, RunSpec]], running: RunSpec | None,
@@ -747,17 +747,3 @@ def _read_all(fd: int, limit: int = 64 << 20) -> bytes:
         parts.append(chunk)
         offset += len(chunk)
     return b"".join(parts)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable; best effort (some file systems refuse to fsync a directory)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -95,7 +95,7 @@ class EndRecord:
                  f"elapsed {elapsed:.3f}", *(f"lost {_one_line(n)}" for n in lost),
                  *(f"start {line}" for line in start.format().splitlines())]
         fsutil.atomic_write(record.path, "\n".join(lines) + "\n")
-        _fsync_dir(run_dir)
+        fsutil.fsync_dir(run_dir)
         return record
 
     @classmethod
@@ -170,12 +170,3 @@ def pending(home: Home, priority: int) -> list[EndRecord]:
 def _one_line(text: str) -> str:
     """``text`` on one line (a reason may come from a node's message)."""
     return " ".join(text.split())
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a new name in ``directory`` durable (the record must outlive a machine crash)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -177,11 +177,7 @@ def install_tables(stage: Path, tables: Path) -> list[str]:
     for name in names:
         os.replace(stage / name, tables / name)
     if names:
-        fd = os.open(tables, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsutil.fsync_dir(tables)
     return names
 
 

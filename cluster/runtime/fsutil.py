@@ -262,6 +262,24 @@ def remove_dead_temps(directory: Path, *, recursive: bool = False,
     return removed
 
 
+def fsync_dir(directory: Path | str) -> None:
+    """Make the names just created or renamed in ``directory`` durable.
+
+    Best effort: some file systems refuse to open or fsync a directory, and there the
+    rename is as durable as they make it.
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def flocked(path: Path | str, *, shared: bool = False, file_mode: int = 0o664) -> Iterator[int]:
     """Hold a blocking ``flock`` on ``path`` (created with ``file_mode`` if missing).

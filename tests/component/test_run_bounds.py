@@ -46,6 +46,19 @@ def keep_alive(port: int, node: str, run_id: str, held: int) -> bytes:
     return talk(port, request(node, run_id, "slots 1", f"jobs {held} {held}"))
 
 
+def stay_until_exit(master: subprocess.Popen[bytes], port: int, node: str, run_id: str,
+                    held: int, limit: float = 30.0) -> None:
+    """Keep ``node`` alive in the run (a call every 0.3 s) until the master exits, for at
+    most ``limit`` seconds; a call the master no longer answers is not an error."""
+    deadline = time.monotonic() + limit
+    while master.poll() is None and time.monotonic() < deadline:
+        try:
+            keep_alive(port, node, run_id, held)
+        except OSError:
+            pass
+        time.sleep(0.3)
+
+
 def test_a_run_past_max_run_time_ends_with_the_tests_not_run_listed(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
     port = free_port(3) + 2
@@ -56,13 +69,7 @@ def test_a_run_past_max_run_time_ends_with_the_tests_not_run_listed(tmp_path: Pa
         first = held[0]
         talk(port, request("n1", run_id, "slots 1", "jobs 0 0",
                            f"result {first} 0 0.1 0 0 {MD5} gs"))
-        deadline = time.monotonic() + 30
-        while master.poll() is None and time.monotonic() < deadline:
-            try:
-                keep_alive(port, "n1", run_id, 1)
-            except OSError:
-                pass
-            time.sleep(0.3)
+        stay_until_exit(master, port, "n1", run_id, 1)
         assert master.wait(timeout=30) == 0
     finally:
         if master.poll() is None:
@@ -104,12 +111,7 @@ def test_max_run_time_counts_the_time_of_every_master(tmp_path: Path) -> None:
     second = subprocess.Popen(argv(home, port, *settings), stderr=subprocess.PIPE)
     try:
         wait_for_run(home, 2, port)
-        while second.poll() is None and time.monotonic() - resumed_at < 30:
-            try:
-                keep_alive(port, "n1", run_id, 1)
-            except OSError:
-                pass
-            time.sleep(0.3)
+        stay_until_exit(second, port, "n1", run_id, 1)
         assert second.wait(timeout=30) == 0
     finally:
         if second.poll() is None:
@@ -171,13 +173,7 @@ def test_a_run_that_loses_too_many_nodes_is_queued_again(tmp_path: Path) -> None
         run_id = wait_for_run(home, 2, port)
         for node in ("n1", "n2"):
             join(port, node, run_id)  # then silent: both are lost after 1 s
-        deadline = time.monotonic() + 30
-        while master.poll() is None and time.monotonic() < deadline:
-            try:
-                keep_alive(port, "n3", run_id, 0)  # a live node: not a no-node retry
-            except OSError:
-                pass
-            time.sleep(0.2)
+        stay_until_exit(master, port, "n3", run_id, 0)  # a live node: not a no-node retry
         assert master.wait(timeout=30) == 0
     finally:
         if master.poll() is None:
