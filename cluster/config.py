@@ -33,6 +33,8 @@ from cluster.errors import ConfigError
 
 MASTER = "master"
 NODE = "node"
+#: The values of the node key ``transport``.
+TRANSPORTS = ("local", "ssh")
 BOTH = "both"  # keys a master and its nodes must agree on; allowed in either section
 
 
@@ -199,9 +201,27 @@ class Config:
                           "this node's name (letters, digits, . _ -); empty = the host name")
     master_host: str = _opt("127.0.0.1", NODE, "host", "where the clustermaster listens")
     master_home: Path = _opt(Path("cluster-home"), NODE, "directory",
-                             "the master home as this node sees it (shared file system transport)")
+                             "the master home: as this node sees it (transport local), or its "
+                             "path on master_host (transport ssh; relative = to the ssh "
+                             "user's home there)")
     transport: str = _opt("local", NODE, "name",
-                          "how the node reaches the master's files: 'local' (shared file system)")
+                          "how the node reaches the master's files: 'local' (a shared or the "
+                          "same file system) or 'ssh' (paramiko for files, rsync over ssh "
+                          "for trees)")
+    ssh_port: int = _opt(22, NODE, "TCP port", "the master's sshd (transport ssh)")
+    ssh_user: str = _opt("", NODE, "name",
+                         "the account on master_host that owns the master home (transport "
+                         "ssh); empty = this node's user name")
+    ssh_key: str = _opt("", NODE, "file",
+                        "the private key the node logs in with (transport ssh); empty = "
+                        "ssh's usual keys (~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+    ssh_known_hosts: Path = _opt(Path("~/.ssh/known_hosts"), NODE, "file",
+                                 "the known_hosts file master_host's key must be in (transport "
+                                 "ssh); an unknown or changed key is refused, never added")
+    self_update: bool = _opt(True, NODE, "flag",
+                             "clusterpull.py fetches the node code the master publishes "
+                             "(node-code/ in its home) when its manifest changed, and starts "
+                             "run.py from that copy")
     work_dir: Path = _opt(Path("node-work"), NODE, "directory",
                           "the node's own directory: source, build, temp, logs")
     slots: int = _opt(0, NODE, "jobs", "jobs run at once; 0 = the CPU count")
@@ -349,8 +369,10 @@ def validate(cfg: Config) -> None:
             raise ConfigError(name, port, "a TCP port between 0 and 65533")
     if not 1 <= cfg.smtp_port <= 65535:
         raise ConfigError("smtp_port", cfg.smtp_port, "a TCP port between 1 and 65535")
-    if cfg.transport not in ("local",):
-        raise ConfigError("transport", cfg.transport, "'local'")
+    if cfg.transport not in TRANSPORTS:
+        raise ConfigError("transport", cfg.transport, " or ".join(map(repr, TRANSPORTS)))
+    if not 1 <= cfg.ssh_port <= 65535:
+        raise ConfigError("ssh_port", cfg.ssh_port, "a TCP port between 1 and 65535")
     if cfg.node_name and not datatypes.valid_node_name(cfg.node_name):
         raise ConfigError("node_name", cfg.node_name, "letters, digits, '.', '_' or '-' (max 64)")
     if cfg.slots < 0:

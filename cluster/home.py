@@ -28,6 +28,10 @@ Layout of a home::
                          cluster_command.run, or the legacy gs.run / ghostscript.run
     users/<user>/.<tree>.lock   the tree's lock: a push's sync, a run's snapshot of it
     nodes/<name>.up|.status|.caps   what the monitor learnt of each node
+    node-code/           the node side of the package, published for nodes to fetch, and
+                         its MANIFEST (an md5 per file)
+    cluster.secret       the key of the monitor's signed heartbeats (mode 0600)
+    runs/<id>/audit.log  every node connection of the run and every refusal (archived)
     tests/               the test corpus
     log/                 logs of the master processes
 """
@@ -136,6 +140,26 @@ class Home:
     @property
     def log_dir(self) -> Path:
         return self.root / "log"
+
+    #: Names in the home that issue 11's pieces share (see the layout above).
+    NODE_CODE = "node-code"
+    CLUSTER_SECRET = "cluster.secret"
+
+    @property
+    def node_code(self) -> Path:
+        """``node-code/``: the node side of the package as the master publishes it, with its
+        ``MANIFEST`` (nodes fetch it when the manifest changed)."""
+        return self.root / self.NODE_CODE
+
+    @property
+    def cluster_secret(self) -> Path:
+        """``cluster.secret`` (mode 0600): the key that signs heartbeats to the monitor."""
+        return self.root / self.CLUSTER_SECRET
+
+    def audit_log(self, run_id: str) -> Path:
+        """``runs/<id>/audit.log`` while the run is served; archived as
+        ``archive/<id>/audit.log``."""
+        return self.run_dir(run_id) / "audit.log"
 
     def clean_temps(self, run_id: str | None = None) -> list[Path]:
         """Remove the temporary files killed processes left in this home; return them.
