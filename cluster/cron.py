@@ -35,8 +35,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crontab import CronItem
-
 from cluster.config import Config
 from cluster.datatypes import is_schedule
 from cluster.defaults import REPO_ROOT
@@ -128,6 +126,10 @@ def _check_entry(entry: CronEntry) -> None:
 def render(entry: CronEntry) -> str:
     """The crontab line of ``entry`` (python-crontab's rendering: ``%`` escaped, comment last)."""
     _check_entry(entry)
+    # Imported here, not at the top: python-crontab imports asyncio, a cost every command
+    # line would pay at start (cli/common imports this module) though few install entries.
+    from crontab import CronItem  # noqa: PLC0415
+
     item = CronItem(command=entry.command, comment=entry.comment)
     item.setall(" ".join(entry.schedule.split()))
     return item.render().strip()

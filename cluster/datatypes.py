@@ -1,8 +1,9 @@
 """The grammars of the values the cluster passes around: names, products, schedules, repositories.
 
-A leaf module: it imports only :mod:`cluster.errors`, the standard library and python-crontab,
-so the configuration (which checks its values with these at load), the queue grammar, the
-wire protocol and the commit triggers can all share one definition of each.
+A leaf module: it imports only :mod:`cluster.errors`, the standard library and (for unusual
+cron schedules, on demand) python-crontab, so the configuration (which checks its values with
+these at load), the queue grammar, the wire protocol and the commit triggers can all share
+one definition of each.
 
 Contracts:
 
@@ -18,8 +19,6 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from crontab import CronSlices
 
 from cluster.errors import ConfigError
 
@@ -72,10 +71,52 @@ def valid_node_name(name: str) -> bool:
 # ----------------------------------------------------------------------------------------------
 # Cron schedules
 
+#: The numeric range of each of the five cron fields (minute, hour, day, month, weekday).
+_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+#: One item of a numeric cron field: ``*``, ``N`` or ``N-M``, with an optional ``/step``.
+_CRON_ITEM = re.compile(r"(\*|([0-9]{1,2})(?:-([0-9]{1,2}))?)(?:/([0-9]{1,2}))?")
+
+
+def _plain_schedule(fields: list[str]) -> bool:
+    """Whether five fields are a schedule in the plain numeric form (``*/10 * * * *``,
+    ``0 1 * * 1-5``): every item ``*``, ``N`` or ``N-M`` (N <= M) in the field's range, with
+    an optional step from 1 to the field's maximum.
+
+    A strict subset of what python-crontab accepts, checked without importing it:
+    python-crontab imports asyncio, which costs every process that loads the configuration
+    (clustermaster, build.py, run.py) tens of milliseconds at start."""
+    if len(fields) != 5:
+        return False
+    for field, (low, high) in zip(fields, _CRON_RANGES, strict=True):
+        for item in field.split(","):
+            match = _CRON_ITEM.fullmatch(item)
+            if match is None:
+                return False
+            _, first, last, step = match.groups()
+            if step is not None and not 1 <= int(step) <= high:
+                return False
+            if first is None:
+                continue
+            start = int(first)
+            end = start if last is None else int(last)
+            if not low <= start <= end <= high:
+                return False
+    return True
+
+
 def is_schedule(text: str) -> bool:
-    """Whether ``text`` (whitespace normalised) is five cron fields or an @special."""
+    """Whether ``text`` (whitespace normalised) is five cron fields or an @special.
+
+    The plain numeric form is checked here; anything else (names such as ``MON``, an
+    @special) by python-crontab's parser, imported only then."""
     normal = " ".join(text.split())
-    return bool(normal) and CronSlices.is_valid(normal)
+    if not normal:
+        return False
+    if _plain_schedule(normal.split(" ")):
+        return True
+    from crontab import CronSlices  # noqa: PLC0415 - see _plain_schedule: costly import
+
+    return bool(CronSlices.is_valid(normal))
 
 
 def check_schedule(key: str, value: str) -> str:
