@@ -33,8 +33,9 @@ from cluster.errors import ConfigError
 
 MASTER = "master"
 NODE = "node"
-#: The values of the node key ``transport``.
+#: The values of the node key ``transport``, the default first.
 TRANSPORTS = ("local", "ssh")
+DEFAULT_TRANSPORT = TRANSPORTS[0]
 BOTH = "both"  # keys a master and its nodes must agree on; allowed in either section
 
 
@@ -204,7 +205,7 @@ class Config:
                              "the master home: as this node sees it (transport local), or its "
                              "path on master_host (transport ssh; relative = to the ssh "
                              "user's home there)")
-    transport: str = _opt("local", NODE, "name",
+    transport: str = _opt(DEFAULT_TRANSPORT, NODE, "name",
                           "how the node reaches the master's files: 'local' (a shared or the "
                           "same file system) or 'ssh' (paramiko for files, rsync over ssh "
                           "for trees)")
@@ -245,6 +246,11 @@ class Config:
     connect_retries: int = _opt(10, NODE, "attempts", "tries to reach the master before giving up",
                                 positive=True)
     connect_retry_delay: float = _opt(5.0, NODE, "seconds", "pause between those tries")
+    rejoin_delay: float = _opt(30.0, NODE, "seconds",
+                               "after run.py exits 3 (master unreachable) or 4 (aborted for a "
+                               "reason that may pass, e.g. the master was replaced), "
+                               "clusterpull.py waits this long before joining that run again",
+                               positive=True)
     io_timeout: float = _opt(60.0, NODE, "seconds", "longest wait for the master's reply",
                              positive=True)
 
@@ -320,9 +326,15 @@ def load(path: Path | None = None, overrides: dict[str, str] | None = None) -> C
     """Read ``path`` (if given) and apply ``overrides`` (raw strings); return a frozen Config.
 
     Unknown keys and keys in the wrong section are errors that list what is allowed.
+
+    Paths are expanded (``~``) and made absolute against the file's directory (or the
+    current directory for overrides), except ``master_home`` with ``transport = ssh``: that
+    path is on ``master_host`` and is kept as written (relative = to the ssh user's home
+    there).
     """
     table = _field_table()
     values: dict[str, Any] = {}
+    raw_home: str | None = None  # master_home as written, for transport ssh
     if path is not None:
         parser = configparser.ConfigParser(interpolation=None)
         try:
@@ -342,11 +354,17 @@ def load(path: Path | None = None, overrides: dict[str, str] | None = None) -> C
                 if f is None:
                     raise ConfigError(key, raw, "one of " + ", ".join(sorted(table)), str(path))
                 values[key] = _convert(f, raw, base, str(path))
+                if key == "master_home":
+                    raw_home = raw
     for key, raw in (overrides or {}).items():
         f = table.get(key)
         if f is None:
             raise ConfigError(key, raw, "one of " + ", ".join(sorted(table)), "command line")
         values[key] = _convert(f, raw, Path.cwd(), "command line")
+        if key == "master_home":
+            raw_home = raw
+    if values.get("transport", DEFAULT_TRANSPORT) == "ssh" and raw_home is not None:
+        values["master_home"] = Path(raw_home.strip())  # a path on master_host: as written
     cfg = Config(**values)
     validate(cfg)
     return cfg

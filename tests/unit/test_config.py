@@ -156,3 +156,15 @@ def test_the_example_command_prints_the_etc_file(section: str,
     """`python3 -m cluster.cli.config_example <section>` is how etc/*.conf are made."""
     assert config_example.main([section]) == 0
     assert capsys.readouterr().out == (REPO / "etc" / f"{section}.conf").read_text()
+
+
+def test_master_home_of_an_ssh_node_is_kept_as_written(tmp_path: Path) -> None:
+    conf = tmp_path / "node.conf"
+    conf.write_text("[node]\ntransport = ssh\nmaster_home = cluster-home\n")
+    assert config.load(conf).master_home == Path("cluster-home")
+    conf.write_text("[node]\ntransport = ssh\nmaster_home = ~/homes/cluster\n")
+    assert config.load(conf).master_home == Path("~/homes/cluster")
+    # A local node's home is a local path: expanded, and made absolute against the file.
+    conf.write_text("[node]\nmaster_home = cluster-home\n")
+    assert config.load(conf).master_home == tmp_path / "cluster-home"
+    assert config.load(None, {"transport": "ssh", "master_home": "h"}).master_home == Path("h")
