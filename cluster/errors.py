@@ -82,3 +82,29 @@ class TransportError(ClusterError):
 
     def __str__(self) -> str:
         return f"{self.action} {self.path}: {self.reason}"
+
+
+class SshError(ClusterError):
+    """An ssh connection or command to another machine failed.
+
+    ``kind`` says why, so callers can tell the cases apart without parsing the message:
+    "unreachable" (no TCP connection, or it was lost; the only kind worth a retry), "auth"
+    (our key was refused), "hostkey-unknown" (the server's key is not in our known_hosts),
+    "hostkey-changed" (it differs from the one recorded there), "protocol" (the server does
+    not speak ssh, or broke it) and "timeout" (a remote command ran past its time limit).
+    ``where`` names the server (``user@host:port``).
+    """
+
+    KINDS = ("unreachable", "auth", "hostkey-unknown", "hostkey-changed", "protocol",
+             "timeout")
+
+    def __init__(self, kind: str, where: str, reason: str) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"SshError kind {kind!r}: expected one of {', '.join(self.KINDS)}")
+        super().__init__(kind, where, reason)
+        self.kind = kind
+        self.where = where
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"ssh {self.where}: {self.reason}"

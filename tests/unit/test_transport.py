@@ -11,7 +11,14 @@ import pytest
 import cluster.runtime.mirror as mirror_mod
 from cluster.config import Config
 from cluster.errors import ConfigError, TransportError
-from cluster.node.transport import LocalTransport, Transport, check_rel, make_transport
+from cluster.node.transport import (
+    LocalTransport,
+    SshTransport,
+    Transport,
+    check_rel,
+    make_transport,
+)
+from cluster.runtime.ssh import SshTarget
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:
@@ -294,11 +301,34 @@ def test_upload_errors(home: Path, t: LocalTransport, tmp_path: Path) -> None:
 
 
 def test_make_transport(tmp_path: Path) -> None:
-    """'local' gives a LocalTransport on master_home; anything else is a ConfigError."""
+    """'local' gives a LocalTransport on master_home; 'ssh' an SshTransport built from the
+    node keys, not yet connected; anything else is a ConfigError."""
     tr = make_transport(Config(master_home=tmp_path))
     assert isinstance(tr, LocalTransport) and tr.root == tmp_path
+    ssh_tr = make_transport(Config(transport="ssh", master_host="m.example", ssh_port=2222,
+                                   ssh_user="cluster", ssh_key="/k",
+                                   ssh_known_hosts=Path("~/kh"),
+                                   master_home=Path("/srv/cluster-home"),
+                                   connect_retries=3, connect_retry_delay=0.5))
+    assert isinstance(ssh_tr, SshTransport) and ssh_tr.connects == 0
+    assert ssh_tr.target == SshTarget("m.example", 2222, "cluster", "/k",
+                                      Path(os.path.expanduser("~/kh")))
+    assert ssh_tr.remote_path("tests/a.ps") == "/srv/cluster-home/tests/a.ps"
+    assert (ssh_tr.connect_retries, ssh_tr.connect_retry_delay) == (3, 0.5)
     with pytest.raises(ConfigError):
-        make_transport(Config(transport="ssh"))
+        make_transport(Config(transport="ftp"))
+
+
+@pytest.mark.parametrize("home,expected", [("cluster-home", "cluster-home/job.start"),
+                                           ("~/cluster-home", "cluster-home/job.start"),
+                                           ("~", "job.start"),
+                                           ("/abs/home", "/abs/home/job.start")])
+def test_ssh_remote_paths(home: str, expected: str) -> None:
+    """On the master, a relative master_home (or ~/...) is relative to the login home."""
+    tr = SshTransport(SshTarget("m"), home)
+    assert tr.remote_path("job.start") == expected
+    with pytest.raises(TransportError, match="'..'"):
+        tr.remote_path("../job.start")
 
 
 @pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed")
