@@ -11,7 +11,10 @@ A real ``clustermaster.py`` process serves one run of M jobs (product shell: a c
 as usual).  K simulated nodes with S slots each speak the node protocol to it over
 loopback: first call -> BUILD, a call without ``busy`` -> JOBS, every job "finishes" at once
 and its result (error 0, the md5 of the test name, product ``shell``) goes back with the
-next call, UPLOAD is answered by calling again, and ABORT ends the node.  The nodes run in
+next call, UPLOAD is answered by calling again, and ABORT ends the node.  They sign as real
+nodes do (issue 11): every request carries a nonce (a session per node and a counter) and
+the HMAC-SHA256 ``sig`` line under the run's secret from job.start, and every reply's
+signature is verified before it is read.  The nodes run in
 ``--procs`` client processes (default: 1), each a single-threaded selector loop; the
 master is alone on its core.
 
@@ -53,6 +56,7 @@ from __future__ import annotations
 import argparse
 import errno
 import hashlib
+import hmac
 import multiprocessing as mp
 import os
 import selectors
@@ -75,6 +79,7 @@ from bench.common import REPO, figures, start  # noqa: E402
 from cluster.home import Home  # noqa: E402
 from cluster.localcluster import free_port  # noqa: E402
 from cluster.queue import QueueFile, RunSpec  # noqa: E402
+from cluster.wire import signing  # noqa: E402
 from cluster.wire.jobstart import JobStart  # noqa: E402
 
 STEM = b"load__load.cmds."  # test ids are <file id>.<line number> (jobgen.shell_jobs)
@@ -103,6 +108,8 @@ class Node:
     name: str
     prefix: bytes                     # the request headers, ready to send
     held: list[bytes] = field(default_factory=list)  # names of the jobs it was given
+    session: bytes = b""              # its nonces' session (16 hex), as a node process has
+    count: int = 0                    # its nonces' counter
     calls: int = 0
     done: bool = False
     refused: int = 0
@@ -122,10 +129,12 @@ class Stats:
 
 
 class _Call:
-    __slots__ = ("node", "sock", "out", "sent", "chunks", "started")
+    __slots__ = ("node", "sock", "out", "sent", "chunks", "started", "nonce")
 
-    def __init__(self, node: Node, sock: socket.socket, out: bytes, started: float) -> None:
+    def __init__(self, node: Node, sock: socket.socket, out: bytes, started: float,
+                 nonce: str) -> None:
         self.node = node
+        self.nonce = nonce
         self.sock = sock
         self.out = out
         self.sent = 0
@@ -134,7 +143,7 @@ class _Call:
 
 
 def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
-              deadline: float, job_start: Path) -> Stats:
+              deadline: float, job_start: Path, secret: str = "") -> Stats:
     """Drive ``names`` as simulated nodes until each is told ABORT (or ``deadline``).
 
     A node refused after the master removed ``job_start`` came too late: the run was
@@ -148,23 +157,32 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
     address = ("127.0.0.1", port)
     mono = time.monotonic
     nodes = [Node(n, (f"node {n}\nid {run_id}\ncaps {CAPS}\nslots {slots}\n"
-                      f"jobs 0 0\n").encode()) for n in names]
+                      f"jobs 0 0\n").encode(), session=os.urandom(8).hex().encode())
+             for n in names]
+    mac_key = signing.parse_secret(secret)
+    sha256 = hashlib.sha256
     waiting: list[tuple[float, Node]] = [(0.0, n) for n in nodes]  # (not before, node)
     live = len(nodes)
     md5 = hashlib.md5
     stem_len = len(STEM)
 
     def start(node: Node) -> None:
+        node.count += 1
+        nonce = b"%s%016x" % (node.session, node.count)
         if node.held:
-            out = b"".join([node.prefix,
-                            *[b"result %s 0 0.00 0.00 0.00 %s shell\n"
-                              % (name, md5(name).hexdigest().encode()) for name in node.held],
-                            b"OK\n"])
+            head = b"".join([node.prefix,
+                             *[b"result %s 0 0.00 0.00 0.00 %s shell\n"
+                               % (name, md5(name).hexdigest().encode()) for name in node.held],
+                             b"nonce %s\n" % nonce])
         else:
-            out = node.prefix + b"OK\n"
+            head = node.prefix + b"nonce %s\n" % nonce
+        # As signing.sign_request: the MAC of every byte but the sig line.
+        mac = hmac.new(mac_key, head, sha256)
+        mac.update(b"OK\n")
+        out = b"%ssig %s\nOK\n" % (head, mac.hexdigest().encode())
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
-        call = _Call(node, sock, out, mono())
+        call = _Call(node, sock, out, mono(), nonce.decode())
         err = sock.connect_ex(address)
         if err not in (0, errno.EINPROGRESS):
             sock.close()
@@ -193,6 +211,13 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
     def replied(call: _Call, data: bytes) -> None:
         now = mono()
         node = call.node
+        try:
+            data = signing.verify_reply(data, mac_key, call.nonce)  # before anything is read
+        except signing.SignatureError as exc:
+            stats.errors.append(f"{node.name}: reply refused: {exc}: {data[:80]!r}")
+            node.done = True
+            finish_node()
+            return
         node.refused = 0
         lat.append(now - call.started)
         stats.calls += 1
@@ -278,9 +303,9 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
 
 
 def _client(conn: mp.connection.Connection, port: int, run_id: str, names: list[str],
-            slots: int, jobs: int, deadline: float, job_start: Path) -> None:
+            slots: int, jobs: int, deadline: float, job_start: Path, secret: str) -> None:
     try:
-        stats = run_nodes(port, run_id, names, slots, jobs, deadline, job_start)
+        stats = run_nodes(port, run_id, names, slots, jobs, deadline, job_start, secret)
     except BaseException as exc:  # report, never hang the parent
         stats = Stats()
         stats.errors.append(f"client process failed: {exc!r}")
@@ -568,7 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     problem = ""
     try:
         wait_until(lambda: job_start.exists(), 120, proc, "job.start")
-        run_id = JobStart.parse(job_start.read_text()).id
+        start_info = JobStart.parse(job_start.read_text())
+        run_id = start_info.id
         wait_until(lambda: listening(port), 600, proc, "the master to listen")
         deadline = time.monotonic() + args.timeout
         names = [f"n{i:05d}" for i in range(args.nodes)]
@@ -579,7 +605,8 @@ def main(argv: list[str] | None = None) -> int:
             parent_end, child_end = ctx.Pipe(duplex=False)
             share = names[p::args.procs]
             w = ctx.Process(target=_client, args=(child_end, port, run_id, share, args.slots,
-                                                  args.jobs, deadline, job_start))
+                                                  args.jobs, deadline, job_start,
+                                                  start_info.secret))
             w.start()
             child_end.close()
             pipes.append(parent_end)

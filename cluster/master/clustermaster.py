@@ -21,6 +21,7 @@ one that finds an end record does only the end steps left.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -28,6 +29,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from cluster.defaults import EXIT_OK, REPO_ROOT, USER_PRIORITY
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import Home
 from cluster.master import abort, ending, finish, journal
+from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
 from cluster.master.joblist import JobFile
@@ -49,7 +52,7 @@ from cluster.runtime import fsutil, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers import discovery, push
 from cluster.triggers.git.export import export_commit
-from cluster.wire import caps, protocol
+from cluster.wire import caps, protocol, signing
 from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.master")
@@ -65,6 +68,8 @@ REPLACED = protocol.REPLACED
 END_FAILED = "its end steps could not all be done"
 #: How often the serving master saves the run's progress [seconds].
 PROGRESS_INTERVAL = 1.0
+#: job.start's permission bits: it holds the run's secret.
+JOB_START_MODE = 0o600
 #: build.py understands these queue options; the rest are for the node or the report.
 BUILD_OPTIONS = ("lowres", "highres")
 
@@ -73,6 +78,34 @@ def new_run_id(priority: int, clock: Clock) -> str:
     """A job id as seed 001 suggests (the start time), made unique across priorities."""
     stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(clock.time()))
     return f"{stamp}-p{priority}-{secrets.token_hex(2)}"
+
+
+def write_job_start(path: Path, start: JobStart) -> None:
+    """Write ``start`` as job.start, secret included, readable by its owner only (0600):
+    the secret is what keeps strangers from taking jobs and sending results."""
+    fsutil.atomic_write(path, start.format(with_secret=True), mode=JOB_START_MODE)
+    os.chmod(path, JOB_START_MODE)  # atomic_write keeps an older file's bits otherwise
+
+
+def _good_secret(text: str) -> bool:
+    try:
+        signing.parse_secret(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class RunSession:
+    """What the node handler needs of a run besides its state: the key of its signed
+    messages, the nonces seen, and its audit trail."""
+
+    key: bytes
+    guard: signing.ReplayGuard
+    audit: AuditLog
+
+
+Binder = Callable[[RunState | None, journal.Journal | None, "RunSession | None"], None]
 
 
 class JobListError(ClusterError):
@@ -152,26 +185,57 @@ class ClusterMaster:
         parse = protocol.parse_request
         max_line, max_lines = self.cfg.max_line_bytes, self.cfg.max_request_lines
         monotonic = self.clock.monotonic
-        live: dict[str, Any] = {}  # "state" and "journal", set by bind() before serving
+        # "state", "journal" and "session" (the run's key, replay guard and audit trail),
+        # set by bind() before serving.
+        live: dict[str, Any] = {"session": None}
 
-        def bind(state: RunState | None, jrnl: journal.Journal | None) -> None:
+        def bind(state: RunState | None, jrnl: journal.Journal | None,
+                 session: RunSession | None = None) -> None:
             """Give the handler the run to serve (None, None: the serving is over)."""
-            live["state"], live["journal"] = state, jrnl
+            live["state"], live["journal"], live["session"] = state, jrnl, session
+
+        def refuse(session: RunSession, peer: str, node: str, reason: str) -> bytes:
+            # One log line naming the peer and the node it claimed; nothing it carried is
+            # recorded.  Unsigned: a node treats it as a failed call.
+            log.warning("peer %s (claims node %s): refused: %s", peer, node or "-", reason)
+            session.audit.refusal(peer, node, reason)
+            return protocol.format_reply(protocol.Reply(protocol.ABORT, reason=reason))
 
         def handler(data: bytes, peer: str) -> bytes:
-            state, jrnl = live["state"], live["journal"]
+            state, jrnl, session = live["state"], live["journal"], live["session"]
+            claimed = signing.header_value(data, b"node")
+            if signing.header_value(data, b"id") != state.run_id:
+                # Another run's node (or none): remember nothing, as RunState would.
+                return refuse(session, peer, claimed, f"wrong job id, running {state.run_id}")
+            # Verified before anything in it is parsed or believed (issue 11).
+            try:
+                _, nonce = signing.verify_request(data, session.key)
+            except signing.SignatureError as exc:
+                return refuse(session, peer, claimed, str(exc))
             try:
                 req = parse(data, max_line, max_lines, canonical=True)
             except ProtocolError as exc:
                 log.warning("peer %s: bad request: %s", peer, exc)
-                return protocol.format_reply(protocol.Reply(protocol.ABORT,
-                                                            reason=f"bad request: {exc}"))
+                session.audit.refusal(peer, claimed, f"bad request: {exc}")
+                return signing.sign_reply(protocol.format_reply(
+                    protocol.Reply(protocol.ABORT, reason=f"bad request: {exc}")),
+                    session.key, nonce)
+            if not session.guard.accept(req.node, nonce):
+                return refuse(session, peer, req.node, f"{signing.REPLAYED} {nonce}")
             outcome = state.handle(req, monotonic())
             for note in outcome.notes:
                 log.warning("peer %s: %s", peer, note)
             if outcome.journal:
                 jrnl.write(outcome.journal)  # on disk before the node hears back
-            return protocol.format_reply(outcome.reply)
+            session.audit.connection(peer, req, outcome.reply, outcome.results,
+                                     outcome.refused)
+            return signing.sign_reply(protocol.format_reply(outcome.reply), session.key,
+                                      nonce)
+
+        def server_refused(peer: str, reason: str) -> None:
+            session = live["session"]
+            if session is not None:
+                session.audit.refusal(peer, "", reason)
 
         try:
             server = NodeServer((self.cfg.listen_address, self.cfg.port_for(p)), handler,
@@ -179,7 +243,8 @@ class ClusterMaster:
                                 max_lines=self.cfg.max_request_lines,
                                 max_request=self.cfg.max_request_bytes,
                                 max_buffered=self.cfg.max_buffered_bytes,
-                                deadline=self.cfg.connection_deadline)
+                                deadline=self.cfg.connection_deadline,
+                                on_refusal=server_refused)
         except OSError as exc:
             # Another program holds the port: leave everything as it is and try again at
             # the next invocation (a run in progress keeps its id and journal).
@@ -192,7 +257,7 @@ class ClusterMaster:
             server.close()
 
     def _run(self, spec: RunSpec, pid: PidFile, server: NodeServer,
-             bind: Callable[[RunState | None, journal.Journal | None], None]) -> RunOutcome:
+             bind: Binder) -> RunOutcome:
         home, p = self.home, self.priority
         try:
             with pid.keep_fresh(self.cfg.pid_check_interval):
@@ -237,12 +302,14 @@ class ClusterMaster:
             # A run with results had nodes, whoever served them; another attempt of a run
             # that lost its nodes waits no_node_timeout for one, then gives up.
             progress.had_nodes = True
-        bind(state, jrnl)
+        session = RunSession(signing.parse_secret(start.secret), signing.ReplayGuard(),
+                             AuditLog(home.audit_log(run_id), self.clock))
+        bind(state, jrnl, session)
         log.info("run %s: %s, %d jobs (%d to do), port %d, %.0f s run so far", run_id,
                  spec.line(), len(jobs), state.remaining, self.cfg.port_for(p),
                  progress.elapsed())
         try:
-            ended = self._serve(server, state, jrnl, pid, progress)
+            ended = self._serve(server, state, jrnl, pid, progress, session.audit)
             if ended is None:
                 log.warning("run %s: the PID file is no longer ours; aborting nodes, exiting",
                             run_id)
@@ -259,12 +326,13 @@ class ClusterMaster:
                                       lost=tuple(progress.lost + state.lost))
             # The run is over: nodes that call in now learn it and leave.
             self._unlink(home.job_start(p))
-            self._linger(server, state)
+            self._linger(server, state, audit=session.audit)
         finally:
             jrnl.close()
+            session.audit.flush(force=True)  # complete before the end steps archive it
         # From here on the server is not served, so its handler needs no state; the ender
         # takes the only reference left, and drops it once the report is made.
-        bind(None, None)
+        bind(None, None, None)
         held = [state]
         del state, jobs
         with pid.keep_fresh(self.cfg.pid_check_interval):
@@ -301,6 +369,11 @@ class ClusterMaster:
             old = JobStart.parse(path.read_text(encoding="utf-8"))
             if old.queue == spec.line():
                 self._prepare_source(spec, old)  # a takeover: redo what may be missing
+                if not _good_secret(old.secret):
+                    # Written by a master without signing: the run keeps its id, and its
+                    # nodes (which could not sign) read the new secret when they rejoin.
+                    old = dataclasses.replace(old, secret=signing.new_secret())
+                    write_job_start(path, old)
                 return old
         except FileNotFoundError:
             pass
@@ -315,7 +388,8 @@ class ClusterMaster:
             tests=self.cfg.tests_dir.as_posix() if not self.cfg.tests_dir.is_absolute()
             else os.path.relpath(self.cfg.tests_dir, self.home.root),
             options=spec.options,
-            baseline=spec.tree if finish.is_bmpcmp(spec) else "")
+            baseline=spec.tree if finish.is_bmpcmp(spec) else "",
+            secret=signing.new_secret())
         for stale in (self.home.jobs(self.priority), self.home.results(self.priority)):
             self._unlink(stale)
 
@@ -325,7 +399,7 @@ class ClusterMaster:
             if self.queue.head() != spec:
                 raise NotNow(f"the head of {self.queue.path.name} changed while run "
                              f"{run_id} was set up")
-            fsutil.atomic_write(path, start.format())
+            write_job_start(path, start)
 
         try:
             self._prepare_source(spec, start, publish)
@@ -440,7 +514,8 @@ class ClusterMaster:
         return jobs
 
     def _serve(self, server: NodeServer, state: RunState, jrnl: journal.Journal,
-               pid: PidFile, progress: RunProgress) -> tuple[Outcome, str] | None:
+               pid: PidFile, progress: RunProgress, audit: AuditLog
+               ) -> tuple[Outcome, str] | None:
         """Serve nodes until the run ends; return how and why (None: another master
         replaced this one, and the run goes on under it).
 
@@ -454,6 +529,7 @@ class ClusterMaster:
         last_live = self.clock.monotonic()  # a successor's clock starts at the takeover
         while True:
             server.serve_once(LIVENESS_INTERVAL)
+            audit.flush()  # one append per iteration, whatever the number of connections
             now = self.clock.monotonic()
             if now >= next_live:
                 # Often, so a dead node is dropped within heartbeat_timeout plus one poll;
@@ -481,7 +557,7 @@ class ClusterMaster:
                     return Outcome.ABORTED, USER_ABORT
                 if not pid.refresh():
                     state.fatal = REPLACED
-                    self._linger(server, state, limit=min(cfg.linger, 5.0))
+                    self._linger(server, state, limit=min(cfg.linger, 5.0), audit=audit)
                     return None
             if state.finished(now):
                 if state.fatal:
@@ -510,11 +586,14 @@ class ClusterMaster:
                                    f"(no_node_timeout {cfg.no_node_timeout:.0f} s)")
         return None
 
-    def _linger(self, server: NodeServer, state: RunState, limit: float | None = None) -> None:
+    def _linger(self, server: NodeServer, state: RunState, limit: float | None = None,
+                audit: AuditLog | None = None) -> None:
         """Keep answering (ABORT) until every live node has been told, or ``linger`` passes."""
         deadline = self.clock.monotonic() + (self.cfg.linger if limit is None else limit)
         while not state.everyone_told() and self.clock.monotonic() < deadline:
             server.serve_once(0.25)
+            if audit is not None:
+                audit.flush()
 
     @staticmethod
     def _unlink(path: Path) -> None:

@@ -160,6 +160,9 @@ class RunEnder:
         logs = home.run_dir(start.id) / "logs"
         if logs.is_dir():
             shutil.copytree(logs, archive / "logs", dirs_exist_ok=True)
+        audit = home.audit_log(start.id)
+        if audit.exists():  # every node connection and refusal (issue 11)
+            fsutil.atomic_copy(audit, archive / audit.name)
         header = self._header(spec, start.id)
         if state is None:
             text = "\n".join([header, "", f"The run could not start: {record.reason}.", ""])

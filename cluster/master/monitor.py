@@ -33,6 +33,14 @@ Its bounds: :data:`DEADLINE` to deliver a request, ``MAX_LINE``/``MAX_LINES`` of
 over all connections, and as many connections as the open-file limit allows (at most
 :data:`~cluster.master.server.MAX_CONNECTIONS`).
 
+Signed heartbeats (issue 11): the monitor keeps the cluster secret in ``cluster.secret``
+(mode 0600; :func:`ensure_cluster_secret` creates it once, and never rewrites one that is
+there).  A heartbeat is verified before anything in it is parsed or recorded: an unsigned,
+wrongly signed or replayed one is answered ``ERROR <reason>`` (unsigned), logged once
+naming the peer and the node it claimed, and nothing is written in ``nodes/``.  Every
+answer to a verified heartbeat ends with the ``sig`` line of its request's nonce
+(:mod:`cluster.wire.signing`).
+
 The single-instance "dance" is an ``fcntl.flock`` on ``home/monitor_port.lock``
 (:func:`acquire_lock`); :func:`run` is the whole daemon.  A port already taken by another
 program ends it at once with :data:`EXIT_PORT_TAKEN` and a message naming the address.
@@ -53,12 +61,13 @@ from pathlib import Path
 from typing import Any
 
 from cluster.defaults import EXIT_OK, EXIT_PORT_TAKEN, EXIT_USAGE, PRIORITIES
-from cluster.errors import AlreadyRunning, ProtocolError
+from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
 from cluster.home import Home
 from cluster.master.server import connection_limit
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.singleton import SingleInstance
+from cluster.wire import signing
 from cluster.wire.framing import LineFramer
 from cluster.wire.heartbeat import (
     MAX_LINE,
@@ -166,6 +175,34 @@ def nodes_seen(home: Home, now: float | None = None) -> dict[str, tuple[float, s
     return seen
 
 
+def ensure_cluster_secret(home: Home) -> bytes:
+    """The key of ``home.cluster_secret``, which is created (mode 0600, a fresh
+    :func:`~cluster.wire.signing.new_secret`) if it does not exist.  One that exists is never
+    rewritten: every node holds a copy.  ClusterError naming the file if it is unreadable or
+    not a secret (64 hex digits)."""
+    path = home.cluster_secret
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = fsutil.temp_file(path)  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(signing.new_secret() + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, path)  # never replaces: a secret made meanwhile wins
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(tmp)
+    try:
+        return signing.parse_secret(path.read_text(encoding="ascii"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ClusterError(f"{path}: not a usable cluster secret ({exc}); expected 64 hex "
+                           "digits (remove it to have a new one made, then give every node "
+                           "the new one)") from None
+
+
 # ----------------------------------------------------------------------------------------------
 # Single instance
 
@@ -192,7 +229,7 @@ _DRAINING = "draining"  # after ERROR: half-closed, input discarded so the ERROR
 
 class _Conn:
     __slots__ = ("sock", "peer", "framer", "held", "state", "deadline", "out", "sent",
-                 "then_drain", "events", "skip", "node", "discarded")
+                 "then_drain", "events", "skip", "node", "discarded", "nonce")
 
     def __init__(self, sock: socket.socket, peer: str, framer: LineFramer,
                  deadline: float) -> None:
@@ -209,6 +246,7 @@ class _Conn:
         self.skip: frozenset[str] = frozenset()
         self.node = ""
         self.discarded = 0  # bytes read and thrown away while held or draining
+        self.nonce = ""  # of a verified request: its answer is signed for it
 
     @property
     def closed(self) -> bool:
@@ -234,8 +272,13 @@ class MonitorServer:
                  deadline: float = DEADLINE, max_line: int = MAX_LINE,
                  max_lines: int = MAX_LINES, max_connections: int | None = None,
                  max_buffered: int = MAX_BUFFERED, max_wait: float = MAX_WAIT,
-                 hold_poll: float = HOLD_POLL, clock: Clock | None = None) -> None:
+                 hold_poll: float = HOLD_POLL, clock: Clock | None = None,
+                 secret: bytes | None = None) -> None:
         self.home = home
+        #: The key heartbeats are signed with (default: the home's cluster secret, made if
+        #: missing), and the nonces seen.
+        self.key = ensure_cluster_secret(home) if secret is None else secret
+        self.guard = signing.ReplayGuard()
         self.deadline = deadline
         self.max_line = max_line
         self.max_lines = max_lines
@@ -325,7 +368,7 @@ class MonitorServer:
             reply = format_reply(waiting_jobs(self.home))
             for conn in list(self.held):
                 try:
-                    conn.sock.send(reply)
+                    conn.sock.send(signing.sign_reply(reply, self.key, conn.nonce))
                 except OSError:
                     pass  # the node will time out and try again
         for conn in list(self.conns.values()):
@@ -400,10 +443,21 @@ class MonitorServer:
             self._watch(conn, selectors.EVENT_READ)
             return
         self._release(conn)
+        claimed = signing.header_value(request, b"node")
+        try:
+            _, nonce = signing.verify_request(request, self.key)
+        except signing.SignatureError as exc:
+            self._refuse(conn, claimed, str(exc))
+            return
+        conn.nonce = nonce  # from here on every answer is signed
         try:
             hb = parse_heartbeat(request, self.max_line, self.max_lines)
         except ProtocolError as exc:
             self._error(conn, str(exc))
+            return
+        if not self.guard.accept(hb.node, nonce):
+            conn.nonce = ""
+            self._refuse(conn, hb.node, f"{signing.REPLAYED} {nonce}")
             return
         self._heartbeat(conn, hb)
 
@@ -480,7 +534,17 @@ class MonitorServer:
         self.rejected += 1
         self._reply(conn, format_error(problem), then_drain=True)
 
+    def _refuse(self, conn: _Conn, node: str, reason: str) -> None:
+        """A heartbeat not signed with the cluster secret (or replayed): one log line naming
+        the peer and the node it claimed, ``ERROR <reason>`` unsigned, nothing recorded."""
+        log.warning("peer %s (claims node %s): heartbeat refused: %s", conn.peer,
+                    node or "-", reason)
+        self.rejected += 1
+        self._reply(conn, format_error(reason), then_drain=True)
+
     def _reply(self, conn: _Conn, data: bytes, then_drain: bool = False) -> None:
+        if conn.nonce:
+            data = signing.sign_reply(data, self.key, conn.nonce)
         self.held.discard(conn)
         conn.state = _WRITING
         conn.out = data
@@ -645,6 +709,9 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
             log.info("removed %s, left by a killed process", left)
         try:
             server = MonitorServer(home, address, clock=clock, max_buffered=max_buffered)
+        except ClusterError as exc:  # the cluster secret
+            log.error("%s", exc)
+            return EXIT_USAGE
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 log.error("%s", port_taken_message(address))

@@ -15,7 +15,12 @@ The rules are seed 001's "normal course of events":
 * nodes may join at any time; when every job has a result, each node that ran jobs is told
   UPLOAD, and after its upload it is told ABORT;
 * a node not heard from for ``heartbeat_timeout`` seconds is dead: its unfinished jobs go to
-  the front of the list.  If it comes back it is treated as a new node.
+  the front of the list.  If it comes back it is treated as a new node;
+* a result is taken only for a job that was handed to the node sending it (at any time in
+  this run: a job put back after its lease lapsed, or copied in the tail, may still come
+  back from each node that got it).  Any other result is refused, counted in
+  :attr:`Outcome.refused` and logged; the rest of the request goes on (issue 11: a node
+  must not put results into the table for jobs it was never given).
 
 Results stream back with every request.  The first result for a job wins; later ones (from a
 node presumed dead, or from a speculative copy in the tail) are counted as duplicates.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -96,6 +102,9 @@ class Outcome:
     reply: Reply
     journal: bytes = b""
     notes: tuple[str, ...] = ()  # things worth a log line (bad results, node dropped, ...)
+    #: Results the request carried, and those refused: for jobs never handed to its node.
+    results: int = 0
+    refused: int = 0
 
     @property
     def new_results(self) -> tuple[JobResult, ...]:
@@ -171,6 +180,14 @@ class RunState:
         # (oldest first).
         self.in_flight: dict[str, int] = {}
         self.nodes: dict[str, NodeInfo] = {}
+        # Who was handed each job, ever in this run (a result is taken only from them):
+        # ``lessee[i]`` is the number (``node_numbers``) of the first node given job i
+        # (-1: none yet), ``more_lessees`` the others for the few jobs handed out again.
+        # 4 bytes a job, not a set per node: sized for a million jobs.
+        self.node_numbers: dict[str, int] = {}
+        self.lessee = array("i", [-1]) * len(self.jobs)
+        self.more_lessees: dict[int, set[int]] = {}
+        self.refused_results = 0
         self.slots_known = 0               # sum of the slots of self.nodes (any state)
         self.tail_plan = TailPlan()        # the tail's speculative copies
         self.culled: dict[str, str] = {}
@@ -260,12 +277,15 @@ class RunState:
         node.status = req.status
         if req.problems:
             notes.extend(f"node {name}: bad result: {problem}" for problem in req.problems)
-        journal = self._record(node, req, notes) if req.results or req.result_lines else b""
+        carried = len(req.results) + len(req.result_lines)
+        refused_before = self.refused_results
+        journal = self._record(node, req, notes) if carried else b""
+        refused = self.refused_results - refused_before
 
         def out(reply: Reply) -> Outcome:
             if reply.verb == protocol.ABORT:
                 node.told_abort = True
-            return Outcome(reply, journal, tuple(notes))
+            return Outcome(reply, journal, tuple(notes), carried, refused)
 
         if self.fatal:
             return out(Reply(protocol.ABORT, reason=f"{protocol.RUN_ABORTED}: {self.fatal}"))
@@ -302,8 +322,9 @@ class RunState:
                 if node.state is NodeState.DONE:
                     node.state = NodeState.READY  # DONE -> READY: work came back after a death
                 node.ran_jobs = True
-                return out(Reply(protocol.JOBS, tuple(
-                    self.jobs.lines(list(map(self.jobs.index.__getitem__, batch))))))
+                indexes = list(map(self.jobs.index.__getitem__, batch))
+                self._lease(name, indexes)
+                return out(Reply(protocol.JOBS, tuple(self.jobs.lines(indexes))))
             return out(Reply(protocol.CONTINUE))
         if node.ran_jobs and node.state is NodeState.READY:
             node.state = NodeState.UPLOADING  # READY -> UPLOADING
@@ -341,6 +362,18 @@ class RunState:
             idx = [index[name] for name in names]
         except KeyError:
             idx = []  # a result for a job not in this run: the slow path below tells
+        number = self.node_numbers.get(machine, -1)
+        lessee = self.lessee
+        if idx and not self._first_lessee_of_all(number, idx):
+            # Some result is for a job first handed to another node (or to nobody): keep
+            # only those this node was ever given, refuse the rest.
+            texts, refused = self._leased_only(number, texts, idx)
+            if refused:
+                self.refused_results += len(refused)
+                notes.append(f"node {machine}: refused {len(refused)} result(s) for jobs "
+                             f"never handed to it (first: {refused[0]!r})")
+            names = [text[:text.find(" ")] for text in texts]
+            idx = [index[name] for name in names]
         if idx and max(map(offsets.__getitem__, idx)) < 0 and len(set(idx)) == len(idx):
             # The usual request: every result new, for a job of this run, once.
             pop_held, pop_flight = held.pop, in_flight.pop
@@ -357,12 +390,17 @@ class RunState:
         new_idx: list[int] = []
         new_lines: list[str] = []
         prefix = line_prefix(machine)
+        more = self.more_lessees
+        stray: list[str] = []
         for text in texts:
             name = text[:text.find(" ")]
             i = index.get(name)
             if i is None:
                 self.unknown_results += 1
                 notes.append(f"node {machine} sent a result for unknown test {name!r}")
+                continue
+            if lessee[i] != number and (number < 0 or number not in more.get(i, ())):
+                stray.append(name)  # (only when a result for an unknown test came too)
                 continue
             held.pop(name, None)
             if offsets[i] >= 0:
@@ -375,6 +413,10 @@ class RunState:
             offsets[i] = 0  # taken (a second copy in this request is a duplicate)
             new_idx.append(i)
             new_lines.append(prefix + text)
+        if stray:
+            self.refused_results += len(stray)
+            notes.append(f"node {machine}: refused {len(stray)} result(s) for jobs never "
+                         f"handed to it (first: {stray[0]!r})")
         if not new_idx:
             return b""
         for i in new_idx:
@@ -385,6 +427,54 @@ class RunState:
         if self.all_results_in and self.all_results_at is None:
             self.all_results_at = node.last_seen
         return data
+
+    def _first_lessee_of_all(self, number: int, idx: list[int]) -> bool:
+        """Whether node ``number`` was the first to be handed each job of ``idx``."""
+        lessee = self.lessee
+        first, n = idx[0], len(idx)
+        if idx[-1] - first == n - 1 and idx == list(range(first, first + n)):
+            # Consecutive jobs (a batch from the list, reported in order): counted in C.
+            return lessee[first:first + n].count(number) == n
+        return all(lessee[i] == number for i in idx)
+
+    def _lease(self, name: str, indexes: list[int]) -> None:
+        """Remember that node ``name`` was handed the jobs ``indexes``."""
+        number = self.node_numbers.setdefault(name, len(self.node_numbers))
+        lessee, more = self.lessee, self.more_lessees
+        first, n = indexes[0], len(indexes)
+        if indexes[-1] - first == n - 1 and lessee[first:first + n].count(-1) == n and \
+                indexes == list(range(first, first + n)):
+            # Jobs never handed out before, in order (the usual batch): one slice.
+            lessee[first:first + n] = array("i", [number]) * n
+            return
+        for i in indexes:
+            first = lessee[i]
+            if first < 0:
+                lessee[i] = number
+            elif first != number:
+                more.setdefault(i, set()).add(number)
+
+    def leased_to(self, name: str, test: str) -> bool:
+        """Whether job ``test`` was ever handed to node ``name`` in this run."""
+        i = self.jobs.index.get(test)
+        number = self.node_numbers.get(name, -1)
+        if i is None or number < 0:
+            return False
+        return self.lessee[i] == number or number in self.more_lessees.get(i, ())
+
+    def _leased_only(self, number: int, texts: list[str], idx: list[int]
+                     ) -> tuple[list[str], list[str]]:
+        """(the results of ``texts`` for jobs leased to node ``number``, the test names of
+        the others).  ``idx`` are the jobs of ``texts``, in order."""
+        lessee, more = self.lessee, self.more_lessees
+        kept: list[str] = []
+        refused: list[str] = []
+        for text, i in zip(texts, idx, strict=True):
+            if number >= 0 and (lessee[i] == number or number in more.get(i, ())):
+                kept.append(text)
+            else:
+                refused.append(text[:text.find(" ")])
+        return kept, refused
 
     def _drop(self, node: NodeInfo, reason: str, notes: list[str]) -> None:
         held = len([n for n in node.held if n not in self.results])

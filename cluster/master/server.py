@@ -9,7 +9,10 @@ A connection's life: accepted -> bytes collected by a
 :class:`~cluster.wire.protocol.RequestFramer` (limits enforced as bytes arrive) ->
 ``handler(request, peer)`` returns the reply bytes -> reply written -> closed.  A framing
 error or an expired deadline is logged with the peer and answered with ``ABORT <what was
-wrong>`` where the socket still allows it.
+wrong>`` where the socket still allows it.  The server does not sign: the handler verifies
+each request and signs its reply (:mod:`cluster.wire.signing`); the ABORTs the server
+itself sends are unsigned, which a node treats as a failed call and retries.  Every such
+refusal is also handed to ``on_refusal(peer, reason)`` (the run's audit trail).
 
 Memory is bounded twice, as bytes arrive (issue 10: one 480 MB request once took the master
 from 27 MB to 1.86 GB): one request may hold at most ``max_request`` bytes, and all open
@@ -38,6 +41,8 @@ from cluster.wire import protocol
 log = logging.getLogger("cluster.server")
 
 Handler = Callable[[bytes, str], bytes]
+#: Told of every request the server itself refuses: ``(peer, reason)`` (the audit trail).
+RefusalHook = Callable[[str, str], None]
 _READ_SIZE = 262144
 #: Connections accepted (and, when their request is there, served) per listener event.
 _ACCEPT_BATCH = 256
@@ -91,11 +96,12 @@ class NodeServer:
                  max_buffered: int = DEFAULTS.max_buffered_bytes,
                  max_connections: int | None = None,
                  deadline: float = DEFAULTS.connection_deadline,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, on_refusal: RefusalHook | None = None) -> None:
         for name, value in (("max_request", max_request), ("max_buffered", max_buffered)):
             if value < 1:
                 raise ValueError(f"NodeServer {name}={value!r}: expected bytes >= 1")
         self.handler = handler
+        self.on_refusal = on_refusal
         self.max_line = max_line
         self.max_lines = max_lines
         self.max_request = max_request
@@ -173,6 +179,7 @@ class NodeServer:
                         "limit); further refusals in this burst are not logged", peer,
                         len(self.conns))
             self._busy_logged = True
+            self._tell(peer, "master busy: too many open connections")
         self.rejected += 1
         # Read the request that came with the connection first (one bounded recv): closing
         # with unread input makes the kernel send a reset that can destroy the ABORT.
@@ -209,6 +216,7 @@ class NodeServer:
             return
         if not chunk:
             log.warning("peer %s: closed the connection before OK or ABORT", conn.peer)
+            self._tell(conn.peer, "closed the connection before OK or ABORT")
             self.rejected += 1
             self._close(conn)
             return
@@ -258,6 +266,7 @@ class NodeServer:
         size = conn.held
         self._release(conn)
         log.warning("peer %s: refused after %d bytes: %s", conn.peer, size, bound)
+        self._tell(conn.peer, f"after {size} bytes: {bound}")
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
             protocol.Reply(protocol.ABORT, reason=f"refused: {bound}")))
@@ -265,9 +274,17 @@ class NodeServer:
     def _reject(self, conn: _Conn, problem: str) -> None:
         self._release(conn)
         log.warning("peer %s: bad request: %s", conn.peer, problem)
+        self._tell(conn.peer, f"bad request: {problem}")
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
             protocol.Reply(protocol.ABORT, reason=f"bad request: {problem}")))
+
+    def _tell(self, peer: str, reason: str) -> None:
+        if self.on_refusal is not None:
+            try:
+                self.on_refusal(peer, reason)
+            except Exception:  # the hook's bug must not take the master down
+                log.exception("peer %s: refusal hook failed", peer)
 
     def _start_reply(self, conn: _Conn, reply: bytes) -> None:
         conn.out = reply

@@ -8,21 +8,31 @@ With ``wait`` the monitor may hold the answer (long-poll): it answers as soon as
 whose id is not in ``skip``, or when the wait ends.  A monitor that predates the long-poll
 ignores the header and answers at once, so callers must not assume the call took ``wait``.
 
+Every heartbeat is signed with the cluster secret (the text of ``cluster.secret`` in the
+master home, read through the node's transport) and the answer is used only if its
+signature verifies (:mod:`cluster.wire.signing`); otherwise :class:`HeartbeatUnverified`
+is raised, and the caller may read the secret again (the master's may have been replaced).
+
 Usage::
 
-    jobs = send_heartbeat("master.example", 9010, "node7", status="idle")
+    jobs = send_heartbeat("master.example", 9010, "node7", status="idle", secret=text)
     # -> [(0, "20190408115600")]  (priority, job id); [] when nothing waits
     jobs = send_heartbeat(host, port, "node7", wait=10, skip={"20190408115600"},
-                          stop=flag.is_set)   # held up to 10 s, a stop ends it early
+                          stop=flag.is_set, secret=text)  # held up to 10 s
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from cluster.errors import ClusterError, ProtocolError
+from cluster.home import Home
+from cluster.node.transport import make_transport
+from cluster.wire import signing
 from cluster.wire.heartbeat import MAX_REPLY, Heartbeat, format_heartbeat, parse_reply
 from cluster.wire.protocol import valid_node_name
 
@@ -47,16 +57,68 @@ class HeartbeatStopped(HeartbeatError):
     """``stop()`` turned true while the heartbeat waited for its answer (not a failure)."""
 
 
+class HeartbeatUnverified(HeartbeatError):
+    """The answer's signature did not verify (or it had none): nothing of it was used.
+    Either the node's copy of the cluster secret is stale, or the answer did not come from
+    the monitor."""
+
+
+if TYPE_CHECKING:
+    from cluster.config import Config
+
+#: The nonces of this process's heartbeats (one session per process).
+_NONCES = signing.NonceSource()
+#: The cluster secrets this process read, by where they were read from (see cluster_secret).
+_SECRETS: dict[tuple[str, str, str], str] = {}
+_SECRETS_LOCK = threading.Lock()
+
+
+def cluster_secret(cfg: Config) -> str:
+    """The cluster secret's text, read through the node's transport (``make_transport``)
+    from ``cluster.secret`` in the master home on first use and kept; read again after a
+    heartbeat whose answer did not verify (:class:`HeartbeatUnverified` drops the kept
+    copies: the master's secret may have been replaced).
+
+    HeartbeatError naming the monitor if the file is absent or cannot be read.
+    """
+    where = (cfg.transport, cfg.master_host, str(cfg.master_home))
+    with _SECRETS_LOCK:
+        text = _SECRETS.get(where)
+    if text is not None:
+        return text
+    try:
+        text = make_transport(cfg).read_text(Home.CLUSTER_SECRET)
+    except ClusterError as exc:
+        raise HeartbeatError(cfg.master_host, cfg.monitor_port,
+                             f"cannot read the cluster secret: {exc}") from None
+    if text is None:
+        raise HeartbeatError(cfg.master_host, cfg.monitor_port,
+                             f"the master home has no {Home.CLUSTER_SECRET} yet (the monitor "
+                             "makes it when it starts)")
+    with _SECRETS_LOCK:
+        _SECRETS[where] = text
+    return text
+
+
+def forget_cluster_secrets() -> None:
+    """Drop the secrets :func:`cluster_secret` kept (the next call reads them again)."""
+    with _SECRETS_LOCK:
+        _SECRETS.clear()
+
+
 def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str = "",
                    timeout: float = 10.0, *, wait: float = 0.0, skip: Iterable[str] = (),
-                   stop: Callable[[], bool] | None = None) -> list[tuple[int, str]]:
+                   stop: Callable[[], bool] | None = None, secret: str
+                   ) -> list[tuple[int, str]]:
     """Send one heartbeat; return the waiting runs as ``(priority, job id)``, by priority.
 
     Empty ``status``/``caps`` are not sent (the master keeps what it had).  ``wait`` > 0
     asks the monitor to hold the answer up to that many seconds unless a run not in
     ``skip`` waits; ``timeout`` bounds the connect, and the exchange beyond ``wait``.
     ``stop`` is looked at every :data:`STOP_POLL` seconds while the answer is awaited: once
-    it returns true the connection is closed and HeartbeatStopped raised.
+    it returns true the connection is closed and HeartbeatStopped raised.  ``secret`` is the
+    cluster secret's text (64 hex digits): the request is signed with it and the answer
+    must verify under it, else HeartbeatUnverified.
 
     Raises HeartbeatError naming the monitor for a bad node name or skip id, a connection
     failure, a timeout, an ``ERROR`` answer or a reply that is not ``job``/``END`` lines.
@@ -65,8 +127,15 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
         raise HeartbeatError(host, port, f"node name {node!r} is not 1-64 of [A-Za-z0-9._-] "
                                          "(set node_name)")
     try:
-        request = format_heartbeat(Heartbeat(node, status or None, caps or None,
-                                             wait if wait > 0 else None, frozenset(skip)))
+        key = signing.parse_secret(secret)
+    except ValueError as exc:
+        raise HeartbeatError(host, port, f"the cluster secret is unusable: {exc}") from None
+    nonce = _NONCES.next()
+    try:
+        request = signing.sign_request(
+            format_heartbeat(Heartbeat(node, status or None, caps or None,
+                                       wait if wait > 0 else None, frozenset(skip))),
+            key, nonce)
     except ValueError as exc:
         raise HeartbeatError(host, port, str(exc)) from None
     # Real time, not a Clock: the socket's own timeouts are real time.
@@ -85,7 +154,15 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
     if data is None:
         raise HeartbeatStopped(host, port, "stopped while waiting for the answer")
     try:
-        return parse_reply(data)
+        body = signing.verify_reply(data, key, nonce)
+    except signing.SignatureError as exc:
+        forget_cluster_secrets()  # perhaps a stale copy: read it again next time
+        said = data.split(b"\n", 1)[0][:200].decode("utf-8", "replace")
+        raise HeartbeatUnverified(host, port, f"answer refused, nothing of it used: {exc} "
+                                              f"(its first line, unverified: {said!r})"
+                                  ) from None
+    try:
+        return parse_reply(body)
     except ProtocolError as exc:
         raise HeartbeatError(host, port, str(exc)) from None
 

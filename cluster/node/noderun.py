@@ -29,6 +29,13 @@ baseline, so a job using it fails visibly) and ``__python__`` (this interpreter,
 slot shells get the project on ``PYTHONPATH`` so ``__python__ -m cluster.bmpcmp`` imports
 from any directory, installed or not).
 
+Every call is signed with the run's secret (job.start's ``secret``; a job.start without one
+is refused) and the master's reply is believed only once its signature, bound to the
+call's nonce, verifies (:mod:`cluster.wire.signing`).  A reply that does not verify is not
+acted upon in any way -- no job line of it runs -- and counts as a failed call: retried
+after ``connect_retry_delay``, and after ``connect_retries`` the node exits 3 as for an
+unreachable master (never failure -1, which would end everyone's run).
+
 Results are dropped from the node's memory only after the master's reply has been read, so
 a failed call sends them again (the master records the first copy and counts the rest).
 
@@ -89,7 +96,7 @@ from cluster.records import BASELINE, BIN, ERROR_INTERNAL, PYTHON, TEMP, TESTS, 
 from cluster.runtime import fsutil, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag
-from cluster.wire import protocol
+from cluster.wire import protocol, signing
 from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.node")
@@ -189,6 +196,8 @@ class NodeRun:
         self.built = False
         self.consecutive_failures = 0
         self.start: JobStart | None = None
+        self.key = b""  # the run's secret (job.start), set by _prepare
+        self.nonces = signing.NonceSource()
 
     # ------------------------------------------------------------------ setup
     def stop(self) -> None:
@@ -200,6 +209,11 @@ class NodeRun:
         if text is None:
             raise ClusterError(f"no {suffixed('job.start', self.priority)} on the master")
         start = JobStart.parse(text)
+        try:
+            self.key = signing.parse_secret(start.secret)
+        except ValueError as exc:
+            raise ClusterError(f"{suffixed('job.start', self.priority)} has no usable "
+                               f"secret ({exc}): the master must sign its replies") from None
         work = self.cfg.work_dir.resolve()
         if not SAFE_PATH.fullmatch(str(work)):
             raise ClusterError(f"work_dir {work} must be a path of [A-Za-z0-9_./+,@%=:-] "
@@ -320,16 +334,15 @@ class NodeRun:
         req = self._request(leaving)
         try:
             reply = self._exchange(protocol.format_request(req))
+        except signing.SignatureError as exc:
+            # Not from a master holding this run's secret (or altered on the way): nothing
+            # of it is acted upon, and it counts as a failed call (retried; in the end the
+            # node gives up as for an unreachable master, never with failure -1).
+            log.error("node %s: reply from %s:%d refused, nothing of it run: %s", self.name,
+                      self.cfg.master_host, self.cfg.port_for(self.priority), exc)
+            return self._failed_call(now, leaving, exc)
         except (OSError, ProtocolError) as exc:
-            self.consecutive_failures += 1
-            if leaving or self.consecutive_failures >= self.cfg.connect_retries:
-                log.error("node %s: master unreachable after %d tries: %s", self.name,
-                          self.consecutive_failures, exc)
-                return NODE_EXIT_UNREACHABLE
-            log.warning("node %s: call to master failed (%s); retrying in %.0f s", self.name,
-                        exc, self.cfg.connect_retry_delay)
-            self.next_contact = now + self.cfg.connect_retry_delay
-            return None
+            return self._failed_call(now, leaving, exc)
         self.consecutive_failures = 0
         sent = len(req.results)
         if sent:
@@ -338,8 +351,25 @@ class NodeRun:
         self.next_contact = self.clock.monotonic() + self.cfg.poll_interval
         return self._obey(reply)
 
+    def _failed_call(self, now: float, leaving: bool, exc: Exception) -> int | None:
+        """Count a failed call: retry after ``connect_retry_delay``, or give up (exit 3)
+        after ``connect_retries`` in a row (at once when leaving)."""
+        self.consecutive_failures += 1
+        if leaving or self.consecutive_failures >= self.cfg.connect_retries:
+            log.error("node %s: master unreachable after %d tries: %s", self.name,
+                      self.consecutive_failures, exc)
+            return NODE_EXIT_UNREACHABLE
+        log.warning("node %s: call to master failed (%s); retrying in %.0f s", self.name,
+                    exc, self.cfg.connect_retry_delay)
+        self.next_contact = now + self.cfg.connect_retry_delay
+        return None
+
     def _exchange(self, data: bytes) -> protocol.Reply:
+        """Sign ``data``, send it, and return the reply once its signature verified
+        (SignatureError otherwise: no line of it is parsed before)."""
         port = self.cfg.port_for(self.priority)
+        nonce = self.nonces.next()
+        data = signing.sign_request(data, self.key, nonce)
         with socket.create_connection((self.cfg.master_host, port),
                                       timeout=self.cfg.io_timeout) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -350,7 +380,7 @@ class NodeRun:
                 if not chunk:
                     break
                 chunks.append(chunk)
-        return protocol.parse_reply(b"".join(chunks))
+        return protocol.parse_reply(signing.verify_reply(b"".join(chunks), self.key, nonce))
 
     def _obey(self, reply: protocol.Reply) -> int | None:
         verb = reply.verb

@@ -11,6 +11,13 @@ relative to the master home), ``options`` (space list, may be empty), and the op
 a bmpcmp run renders as its reference.  Nodes fetch and build it besides ``source``, cache
 the build between runs, and substitute ``__baseline__`` with its ``bin``.  Empty or absent:
 no baseline, and the line is not written, so job.start files of other runs are unchanged.
+
+``secret`` (issue 11): 64 hex digits, fresh for each run, the key of the run's signed node
+messages (:mod:`cluster.wire.signing`).  Only job.start itself carries it (written mode
+0600, ``format(with_secret=True)``); every other copy of the run's description (the end
+record, ``run.info`` in the archive) is written by :meth:`JobStart.format` without it.
+Optional when parsing, so a job.start of an older master still parses; a node refuses to
+join a run without one.
 """
 
 from __future__ import annotations
@@ -18,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KEYS = ("id", "priority", "queue", "kind", "ref", "products", "tree", "source", "build",
-        "tests", "options", "baseline")
+        "tests", "options", "baseline", "secret")
 #: Keys a job.start may lack.
-OPTIONAL = ("options", "baseline")
+OPTIONAL = ("options", "baseline", "secret")
 
 
 @dataclass(frozen=True)
@@ -37,17 +44,20 @@ class JobStart:
     tests: str
     options: tuple[str, ...] = ()
     baseline: str = ""
+    secret: str = ""
 
-    def format(self) -> str:
+    def format(self, *, with_secret: bool = False) -> str:
+        """The file's text; the ``secret`` line only ``with_secret`` (job.start itself)."""
         values = {
             "id": self.id, "priority": str(self.priority), "queue": self.queue,
             "kind": self.kind, "ref": self.ref, "products": ",".join(self.products),
             "tree": self.tree, "source": self.source, "build": self.build,
             "tests": self.tests, "options": " ".join(self.options),
             "baseline": self.baseline,
+            "secret": self.secret if with_secret else "",
         }
         return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS
-                       if k != "baseline" or values[k])
+                       if k not in ("baseline", "secret") or values[k])
 
     @classmethod
     def parse(cls, text: str) -> JobStart:
@@ -70,4 +80,5 @@ class JobStart:
                    products=tuple(p for p in values["products"].split(",") if p),
                    tree=values["tree"], source=values["source"], build=values["build"],
                    tests=values["tests"], options=tuple(values.get("options", "").split()),
-                   baseline=values.get("baseline", "").strip())
+                   baseline=values.get("baseline", "").strip(),
+                   secret=values.get("secret", "").strip())

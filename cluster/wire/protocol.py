@@ -21,6 +21,14 @@ Unknown headers are ignored (the format was made to grow); a malformed known hea
 error.  Replies (master -> node)::
 
     ABORT [reason] | BUILD | UPLOAD | CONTINUE | JOBS\\n<count>\\n<job line>...
+
+Signed (issue 11, :mod:`cluster.wire.signing`): a node adds ``nonce <32 hex>`` and, last
+before ``OK``/``ABORT``, ``sig <64 hex>`` (HMAC-SHA256 under the run's secret from
+job.start); the master verifies before it parses, and its reply ends with a ``sig`` line
+bound to the request's nonce, which the node verifies before it acts on any line.  The
+functions here deal with the plain message: to the parser ``nonce`` and ``sig`` are
+unknown headers, and :func:`parse_reply` takes the reply without its ``sig`` line
+(:func:`~cluster.wire.signing.verify_reply` returns it so).
 """
 
 from __future__ import annotations

@@ -2,6 +2,11 @@
 
 For tests of the master's run loop that need nodes doing exact things at exact times
 (finishing, going silent, holding jobs) rather than running gs.
+
+They sign as real nodes do (issue 11): :func:`known_run` (and :func:`wait_for_run`) read a
+run's secret from its job.start, and :func:`signed_talk` signs a request of a known run,
+sends it and returns the reply without its ``sig`` line once that verified (a reply with no
+``sig`` line, a refusal, comes back as it is).
 """
 
 from __future__ import annotations
@@ -13,11 +18,14 @@ from pathlib import Path
 from cluster.home import Home
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import Job
-from cluster.wire import protocol
+from cluster.wire import protocol, signing
 from cluster.wire.jobstart import JobStart
 from tests.helpers import CORPUS, talk, wait_for
 
 FILES = ("golfer.eps", "tiger.eps", "spots2.pdf")
+#: The key of each run whose job.start was read (by run id), and the scripted nodes' nonces.
+KEYS: dict[str, bytes] = {}
+NONCES = signing.NonceSource()
 CONFIGS = ("ppmraw.72.0", "pbmraw.72.0")
 
 
@@ -40,6 +48,27 @@ def request(node: str, run_id: str, *extra: str) -> bytes:
             + "\n").encode()
 
 
+def known_run(home: Home, priority: int) -> str:
+    """The id of the run in ``home``'s job.start of ``priority``; its secret is kept for
+    :func:`signed_talk`."""
+    start = JobStart.parse(home.job_start(priority).read_text())
+    KEYS[start.id] = signing.parse_secret(start.secret)
+    return start.id
+
+
+def signed_talk(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """:func:`tests.helpers.talk` for a node: ``data`` signed with its run's key (if the run
+    is known), and the reply verified and returned without its sig line."""
+    key = KEYS.get(signing.header_value(data, b"id"))
+    if key is None:
+        return talk(port, data, timeout)
+    nonce = NONCES.next()
+    reply = talk(port, signing.sign_request(data, key, nonce), timeout)
+    if not reply.rstrip(b"\n").rsplit(b"\n", 1)[-1].startswith(signing.SIG_LINE):
+        return reply  # unsigned: a refusal
+    return signing.verify_reply(reply, key, nonce)
+
+
 def listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -52,7 +81,7 @@ def wait_for_run(home: Home, priority: int, port: int, timeout: float = 30) -> s
     """Wait for a run's job.start and its master's port; return the run id."""
     wait_for(lambda: home.job_start(priority).exists(), timeout, "job.start")
     wait_for(lambda: listening(port), timeout, "the master to listen")
-    return JobStart.parse(home.job_start(priority).read_text()).id
+    return known_run(home, priority)
 
 
 def run_to_the_end(port: int, node: str, run_id: str, held: list[str], md5: str,
@@ -63,7 +92,7 @@ def run_to_the_end(port: int, node: str, run_id: str, held: list[str], md5: str,
     for _ in range(calls):
         lines = [f"result {name} 0 0.10 0.00 0.00 {md5} gs" for name in held]
         try:
-            data = talk(port, request(node, run_id, "slots 8", "jobs 0 0", *lines))
+            data = signed_talk(port, request(node, run_id, "slots 8", "jobs 0 0", *lines))
         except OSError:
             break  # the master is gone
         reply = protocol.parse_reply(data)

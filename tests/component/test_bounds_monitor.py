@@ -15,16 +15,25 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cluster.home import Home
 from cluster.master import monitor
 from cluster.master.monitor import EXIT_PORT_TAKEN, MonitorServer
-from cluster.node.heartbeat import send_heartbeat
+from cluster.node import heartbeat as node_heartbeat
+from cluster.wire import signing
 from tests.helpers import REPO, wait_for
 
 RUN = "20190408115600"
+#: The cluster secret the ``home`` fixture gives the monitor, and the nodes sign with.
+SECRET = signing.new_secret()
+
+
+def send_heartbeat(*args: Any, **kwargs: Any) -> list[tuple[int, str]]:
+    """The node's heartbeat, signed with :data:`SECRET`."""
+    return node_heartbeat.send_heartbeat(*args, secret=SECRET, **kwargs)
 
 
 @pytest.fixture
@@ -32,6 +41,7 @@ def home(tmp_path: Path) -> Home:
     h = Home(tmp_path / "home")
     h.create()
     h.job_start(0).write_text(f"id {RUN}\nproduct gs\n")
+    h.cluster_secret.write_text(SECRET + "\n")
     return h
 
 

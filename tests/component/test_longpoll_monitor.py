@@ -22,13 +22,22 @@ import pytest
 
 from cluster.config import Config
 from cluster.home import Home
-from cluster.master.monitor import MonitorServer
+from cluster.master.monitor import MonitorServer, ensure_cluster_secret
+from cluster.node import heartbeat as node_heartbeat
 from cluster.node import pull
-from cluster.node.heartbeat import HeartbeatStopped, send_heartbeat
+from cluster.node.heartbeat import HeartbeatStopped
+from cluster.wire import signing
 from tests.helpers import REPO, wait_for
 
 RUN = "20190408115600"
 OTHER = "user-bob-7"
+#: The cluster secret the ``home`` fixture gives the monitor, and the nodes sign with.
+SECRET = signing.new_secret()
+
+
+def send_heartbeat(*args: Any, **kwargs: Any) -> list[tuple[int, str]]:
+    """The node's heartbeat, signed with :data:`SECRET`."""
+    return node_heartbeat.send_heartbeat(*args, secret=SECRET, **kwargs)
 
 
 def _write_job_start(home: Home, priority: int, run_id: str) -> None:
@@ -43,6 +52,7 @@ def _write_job_start(home: Home, priority: int, run_id: str) -> None:
 def home(tmp_path: Path) -> Home:
     h = Home(tmp_path / "home")
     h.create()
+    h.cluster_secret.write_text(SECRET + "\n")
     return h
 
 
@@ -146,10 +156,11 @@ def test_wait_without_a_run_ends_at_its_time(server: MonitorServer) -> None:
 def test_old_style_heartbeat_is_answered_at_once(server: MonitorServer) -> None:
     """No wait header (an older node): answered at once even though nothing waits."""
     start = time.monotonic()
+    key, nonce = signing.parse_secret(SECRET), signing.NonceSource().next()
     with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as sock:
-        sock.sendall(b"node old\nstatus idle\nOK\n")
+        sock.sendall(signing.sign_request(b"node old\nstatus idle\nOK\n", key, nonce))
         reply = sock.recv(4096)
-    assert reply == b"END\n"
+    assert reply == signing.sign_reply(b"END\n", key, nonce)
     assert time.monotonic() - start < 3
 
 
@@ -201,9 +212,10 @@ def _pull(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int, interval: 
     script = tmp_path / "run_stand_in.py"
     script.write_text(STAND_IN.format(marker=str(marker), seconds=seconds, code=code))
     monkeypatch.setattr(pull, "RUN_SCRIPT", script)
+    ensure_cluster_secret(Home(tmp_path / "home"))  # the fixture's, or a new one
     cfg = Config().with_changes(master_host="127.0.0.1", monitor_port=port,
                                 heartbeat_interval=interval, node_name="pullnode",
-                                work_dir=tmp_path / "work")
+                                work_dir=tmp_path / "work", master_home=tmp_path / "home")
     return pull.ClusterPull(cfg, caps="os=Linux"), marker
 
 
@@ -327,6 +339,7 @@ def test_heartbeat_script_waits_and_skips(server: MonitorServer, home: Home) -> 
     done = subprocess.run([sys.executable, str(REPO / "heartbeat.py"),
                            "--set", f"monitor_port={_port(server)}",
                            "--set", "master_host=127.0.0.1", "--set", "node_name=sh-node",
+                           "--set", f"master_home={home.root}",
                            "--wait", "1.5", "--skip", RUN],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     elapsed = time.monotonic() - start

@@ -18,8 +18,8 @@ from cluster.home import Home
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import Job
 from cluster.report.tab import read_tab
-from cluster.wire import protocol
-from cluster.wire.jobstart import JobStart
+from cluster.wire import protocol, signing
+from tests.component.scripted_nodes import KEYS, NONCES, known_run, signed_talk
 from tests.helpers import CORPUS, REPO, free_port, talk, wait_for
 
 MD5 = "0123456789abcdef0123456789abcdef"
@@ -80,10 +80,10 @@ def test_scripted_nodes_run_a_whole_run(master: tuple[Home, int, subprocess.Pope
                                         ) -> None:
     """Two scripted nodes follow BUILD, JOBS, UPLOAD, ABORT; the run is archived."""
     home, port, proc = master
-    run_id = JobStart.parse(home.job_start(0).read_text()).id
+    run_id = known_run(home, 0)
     for node in ("n1", "n2"):
-        assert talk(port, request(node, run_id)) == b"BUILD\n"
-        assert talk(port, request(node, run_id, "busy build")) == b"CONTINUE\n"
+        assert signed_talk(port, request(node, run_id)) == b"BUILD\n"
+        assert signed_talk(port, request(node, run_id, "busy build")) == b"CONTINUE\n"
     held: dict[str, list[str]] = {"n1": [], "n2": []}
     results: dict[str, list[str]] = {"n1": [], "n2": []}
     done: set[str] = set()
@@ -93,7 +93,7 @@ def test_scripted_nodes_run_a_whole_run(master: tuple[Home, int, subprocess.Pope
                 continue  # told to leave: a real node would be gone
             lines = [f"result {name} 0 0.10 0.00 0.00 {MD5} gs" for name in held[node]]
             done.update(held[node])
-            reply = protocol.parse_reply(talk(port, request(node, run_id, "slots 2",
+            reply = protocol.parse_reply(signed_talk(port, request(node, run_id, "slots 2",
                                                             "jobs 0 0", *lines)))
             held[node] = [Job.parse(line).name for line in reply.jobs]
             results[node].append(reply.verb)
@@ -115,14 +115,14 @@ def test_silent_client_does_not_stall_the_others(
         master: tuple[Home, int, subprocess.Popen[bytes]]) -> None:
     """A client that connects and says nothing costs the others nothing."""
     home, port, proc = master
-    run_id = JobStart.parse(home.job_start(0).read_text()).id
+    run_id = known_run(home, 0)
     silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
     half = socket.create_connection(("127.0.0.1", port))
     half.sendall(b"node slow\nid ")  # half a request, then nothing
     try:
         started = time.monotonic()
         for i in range(20):
-            assert talk(port, request(f"quick{i}", run_id), timeout=2) == b"BUILD\n"
+            assert signed_talk(port, request(f"quick{i}", run_id), timeout=2) == b"BUILD\n"
         assert time.monotonic() - started < 2.0  # the deadline is 3 s
         # After its deadline the half-request is told what went wrong, and closed.
         half.settimeout(10)
@@ -142,17 +142,22 @@ def test_silent_client_does_not_stall_the_others(
 ])
 def test_malformed_requests_get_abort_and_the_master_keeps_serving(
         master: tuple[Home, int, subprocess.Popen[bytes]], data: bytes, reason: bytes) -> None:
+    """Signed with the run's secret (a stranger's never get this far: unsigned, below)."""
     home, port, proc = master
-    run_id = JobStart.parse(home.job_start(0).read_text()).id
-    reply = talk(port, data)
+    run_id = known_run(home, 0)
+    data = f"id {run_id}\n".encode() + data
+    nonce = NONCES.next()
+    reply = talk(port, signing.sign_request(data, KEYS[run_id], nonce))
     assert reply.startswith(b"ABORT bad request") and reason in reply
-    assert talk(port, request("good", run_id)) == b"BUILD\n"
+    unsigned = talk(port, data)
+    assert unsigned.startswith(b"ABORT") and (b"unsigned" in unsigned or reason in unsigned)
+    assert signed_talk(port, request("good", run_id)) == b"BUILD\n"
     assert proc.poll() is None
 
 
 def test_wrong_job_id_gets_abort(master: tuple[Home, int, subprocess.Popen[bytes]]) -> None:
     home, port, _ = master
-    assert talk(port, request("n1", "19990101000000-p0-dead")).startswith(
+    assert signed_talk(port, request("n1", "19990101000000-p0-dead")).startswith(
         b"ABORT wrong job id")
 
 
@@ -183,8 +188,8 @@ def test_a_huge_request_is_refused_and_memory_stays_flat(tmp_path: Path) -> None
     with _master(tmp_path, f"max_request_bytes={1024 * 1024}",
                                     f"max_buffered_bytes={4 * 1024 * 1024}") as started:
         home, port, proc = started
-        run_id = JobStart.parse(home.job_start(0).read_text()).id
-        assert talk(port, request("n1", run_id)) == b"BUILD\n"
+        run_id = known_run(home, 0)
+        assert signed_talk(port, request("n1", run_id)) == b"BUILD\n"
         rss = psutil.Process(proc.pid).memory_info().rss
         peak = rss
         line = b"result " + b"r" * 60000 + b"\n"
@@ -200,7 +205,7 @@ def test_a_huge_request_is_refused_and_memory_stays_flat(tmp_path: Path) -> None
                 except OSError:
                     pass  # refused and closed under us: expected
             assert sent < 50 * 1024 * 1024, "the master kept reading past max_request_bytes"
-            assert talk(port, request("n1", run_id, "busy build")) == b"CONTINUE\n"
+            assert signed_talk(port, request("n1", run_id, "busy build")) == b"CONTINUE\n"
             peak = max(peak, psutil.Process(proc.pid).memory_info().rss)
         assert peak - rss < 40 * 1024 * 1024, (rss, peak)
         assert proc.poll() is None

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,9 @@ from cluster.errors import AlreadyRunning, ProtocolError
 from cluster.home import Home
 from cluster.master import monitor
 from cluster.master.monitor import MonitorServer, acquire_lock, nodes_seen
-from cluster.node.heartbeat import HeartbeatError, send_heartbeat
+from cluster.node import heartbeat as node_heartbeat
+from cluster.node.heartbeat import HeartbeatError
+from cluster.wire import signing
 from cluster.wire.heartbeat import (
     Heartbeat,
     format_heartbeat,
@@ -36,6 +39,13 @@ from cluster.wire.heartbeat import (
 REPO = Path(__file__).resolve().parents[2]
 JOB0 = "20190408115600"
 JOB2 = "user-alice-1"
+#: The cluster secret the ``home`` fixture gives the monitor, and the nodes sign with.
+SECRET = signing.new_secret()
+
+
+def send_heartbeat(*args: Any, **kwargs: Any) -> list[tuple[int, str]]:
+    """The node's heartbeat, signed with :data:`SECRET`."""
+    return node_heartbeat.send_heartbeat(*args, secret=SECRET, **kwargs)
 
 
 @pytest.fixture
@@ -44,6 +54,7 @@ def home(tmp_path: Path) -> Home:
     h.create()
     h.job_start(0).write_text(f"id {JOB0}\nproduct gs\n")
     h.job_start(2).write_text(f"id {JOB2}\nuser alice\n")
+    h.cluster_secret.write_text(SECRET + "\n")
     return h
 
 
@@ -188,6 +199,9 @@ def test_malformed_request_gets_error_and_server_keeps_serving(
     """A malformed request is answered ERROR and logged with the peer; the next client is
     served normally."""
     caplog.set_level("WARNING", logger="cluster.monitor")
+    if data.endswith(b"OK\n"):  # signed: a stranger's never get this far (unsigned)
+        data = signing.sign_request(data, signing.parse_secret(SECRET),
+                                    signing.NonceSource().next())
     reply = _raw(server, data, half_close)
     assert reply.startswith(b"ERROR ") and reply.endswith(b"\n") and problem in reply
     assert any("peer 127.0.0.1:" in r.getMessage() for r in caplog.records)
@@ -291,7 +305,7 @@ def test_heartbeat_script_exit_codes(server: MonitorServer, home: Home) -> None:
     """heartbeat.py prints waiting runs and exits 1; 0 when none waits; 2 on error."""
     port = str(_port(server))
     sets = ["--set", f"monitor_port={port}", "--set", "master_host=127.0.0.1",
-            "--set", "node_name=script-node"]
+            "--set", "node_name=script-node", "--set", f"master_home={home.root}"]
     proc = _script("heartbeat.py", *sets, "--status", "idle")
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == f"0 {JOB0}\n2 {JOB2}\n"

@@ -14,9 +14,10 @@ import pytest
 from cluster.defaults import NODE_EXIT_ABORTED, NODE_EXIT_FAILED
 from cluster.master.runstate import NodeState, RunState
 from cluster.records import Job
-from cluster.wire import protocol
+from cluster.wire import protocol, signing
 from cluster.wire.protocol import Request
 from tests.component.test_node_run import (
+    KEY,
     RUN,
     ScriptedMaster,
     make_node_home,
@@ -35,10 +36,12 @@ class RealMaster:
         self.lock = threading.Lock()
 
     def handler(self, data: bytes, peer: str) -> bytes:
+        _, nonce = signing.verify_request(data, KEY)
         req = protocol.parse_request(data)
         with self.lock:
             self.seen.append(req)
-            return protocol.format_reply(self.state.handle(req, time.monotonic()).reply)
+            reply = protocol.format_reply(self.state.handle(req, time.monotonic()).reply)
+        return signing.sign_reply(reply, KEY, nonce)
 
 
 def _break(home: Path, how: str) -> str:

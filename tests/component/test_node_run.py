@@ -16,11 +16,14 @@ from cluster.defaults import NODE_EXIT_FAILED as EXIT_FAILED
 from cluster.node.noderun import NodeRun
 from cluster.node.transport import LocalTransport
 from cluster.records import ERROR_TIMEOUT, Job
-from cluster.wire import protocol
+from cluster.wire import protocol, signing
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import Reply, Request
 
 RUN = "20261122000000-p0-beef"
+#: The run's secret (in job.start): the scripted master verifies and signs with it.
+SECRET = signing.new_secret()
+KEY = signing.parse_secret(SECRET)
 
 
 @dataclass
@@ -31,9 +34,10 @@ class ScriptedMaster:
     seen: list[Request] = field(default_factory=list)
 
     def handler(self, data: bytes, peer: str) -> bytes:
+        _, nonce = signing.verify_request(data, KEY)
         req = protocol.parse_request(data)
         self.seen.append(req)
-        return self.script(req, self.seen)
+        return signing.sign_reply(self.script(req, self.seen), KEY, nonce)
 
 
 def make_node_home(tmp_path: Path) -> Path:
@@ -54,8 +58,8 @@ def home(tmp_path: Path) -> Path:
 def write_start(home: Path, build: str = "make") -> None:
     start = JobStart(id=RUN, priority=0, queue="user t gs", kind="user", ref="t",
                      products=("gs",), tree="ghostpdl", source="src", build=build,
-                     tests="tests")
-    (home / "job.start").write_text(start.format())
+                     tests="tests", secret=SECRET)
+    (home / "job.start").write_text(start.format(with_secret=True))
 
 
 def node(home: Path, tmp_path: Path, port: int, **settings: object) -> NodeRun:

@@ -28,9 +28,10 @@ from tests.component.scripted_nodes import (
     make_home,
     request,
     run_to_the_end,
+    signed_talk,
     wait_for_run,
 )
-from tests.helpers import REPO, free_port, talk
+from tests.helpers import REPO, free_port
 
 MD5 = "0123456789abcdef0123456789abcdef"
 #: Rows of an untested product in the baseline: the merged table is big (about 1.5 MB).
@@ -69,8 +70,9 @@ def test_enospc_during_the_rotation_leaves_the_tables_whole(tmpfs: Path) -> None
     filler = tmpfs / "filler"
     try:
         run_id = wait_for_run(home, 2, port)
-        assert talk(port, request("n1", run_id)) == b"BUILD\n"
-        reply = protocol.parse_reply(talk(port, request("n1", run_id, "slots 8", "jobs 0 0")))
+        assert signed_talk(port, request("n1", run_id)) == b"BUILD\n"
+        reply = protocol.parse_reply(signed_talk(port, request("n1", run_id, "slots 8",
+                                                               "jobs 0 0")))
         held = [Job.parse(line).name for line in reply.jobs]
         assert sorted(held) == sorted(names)
         # Fill the disk, leaving room for the run's own small files but not the baseline.

@@ -18,8 +18,14 @@ from cluster.master.attempts import Attempts
 from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.wire import protocol
-from tests.component.scripted_nodes import CONFIGS, make_home, request, wait_for_run
-from tests.helpers import REPO, free_port, talk, wait_for
+from tests.component.scripted_nodes import (
+    CONFIGS,
+    make_home,
+    request,
+    signed_talk,
+    wait_for_run,
+)
+from tests.helpers import REPO, free_port, wait_for
 from tests.smtp import smtp_server
 
 MD5 = "0123456789abcdef0123456789abcdef"
@@ -36,14 +42,14 @@ def argv(home: Home, port: int, *settings: str) -> list[str]:
 
 def join(port: int, node: str, run_id: str) -> list[str]:
     """BUILD, then ready: return the first batch of job names."""
-    assert talk(port, request(node, run_id)) == b"BUILD\n"
-    reply = protocol.parse_reply(talk(port, request(node, run_id, "slots 1", "jobs 0 0")))
+    assert signed_talk(port, request(node, run_id)) == b"BUILD\n"
+    reply = protocol.parse_reply(signed_talk(port, request(node, run_id, "slots 1", "jobs 0 0")))
     return [Job.parse(line).name for line in reply.jobs]
 
 
 def keep_alive(port: int, node: str, run_id: str, held: int) -> bytes:
     """A call that sends no result: the node is busy with what it holds."""
-    return talk(port, request(node, run_id, "slots 1", f"jobs {held} {held}"))
+    return signed_talk(port, request(node, run_id, "slots 1", f"jobs {held} {held}"))
 
 
 def stay_until_exit(master: subprocess.Popen[bytes], port: int, node: str, run_id: str,
@@ -67,7 +73,7 @@ def test_a_run_past_max_run_time_ends_with_the_tests_not_run_listed(tmp_path: Pa
         run_id = wait_for_run(home, 2, port)
         held = join(port, "n1", run_id)
         first = held[0]
-        talk(port, request("n1", run_id, "slots 1", "jobs 0 0",
+        signed_talk(port, request("n1", run_id, "slots 1", "jobs 0 0",
                            f"result {first} 0 0.1 0 0 {MD5} gs"))
         stay_until_exit(master, port, "n1", run_id, 1)
         assert master.wait(timeout=30) == 0
@@ -134,7 +140,7 @@ def test_a_run_whose_nodes_all_die_is_retried_then_reported_failed(tmp_path: Pat
         try:
             run_id = wait_for_run(home, 2, port)
             held = join(port, "n1", run_id)
-            talk(port, request("n1", run_id, "slots 1", "jobs 0 0",
+            signed_talk(port, request("n1", run_id, "slots 1", "jobs 0 0",
                                f"result {held[0]} 0 0.1 0 0 {MD5} gs"))
             began = time.monotonic()  # the node now dies: it never calls again
             assert master.wait(timeout=30) == 0

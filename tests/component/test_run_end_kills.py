@@ -25,8 +25,15 @@ from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.report.tab import read_tab
 from cluster.wire import protocol
-from tests.component.scripted_nodes import CONFIGS, FILES, make_home, request, wait_for_run
-from tests.helpers import REPO, free_port, talk, wait_for
+from tests.component.scripted_nodes import (
+    CONFIGS,
+    FILES,
+    make_home,
+    request,
+    signed_talk,
+    wait_for_run,
+)
+from tests.helpers import REPO, free_port, wait_for
 from tests.smtp import smtp_server
 
 NEW_MD5 = "0123456789abcdef0123456789abcdef"
@@ -92,14 +99,14 @@ def serve_as_nodes(home: Home, port: int) -> str:
     held: dict[str, list[str]] = {"n1": [], "n2": []}
     told: dict[str, str] = {}
     for node in held:
-        talk(port, request(node, run_id))
+        signed_talk(port, request(node, run_id))
     for _ in range(60):
         for node in held:
             if told.get(node) == protocol.ABORT:
                 continue
             lines = [f"result {name} 0 0.10 0.00 0.00 {NEW_MD5} gs" for name in held[node]]
             try:
-                data = talk(port, request(node, run_id, "slots 2", "jobs 0 0", *lines))
+                data = signed_talk(port, request(node, run_id, "slots 2", "jobs 0 0", *lines))
             except OSError:
                 return run_id  # the master is gone (killed at the end of the run)
             reply = protocol.parse_reply(data)

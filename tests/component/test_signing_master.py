@@ -1,0 +1,244 @@
+"""Signed node messages against real processes on loopback (issue 11, items 5 and 6).
+
+* A real clustermaster: a client that knows the run id but not the secret gets no jobs and
+  puts nothing in the .tab (its forged results and its ``failure -1`` are refused, logged
+  and written to the audit trail); a signed request replayed is refused; a signed node's
+  result for a job handed to another node is refused while the rest of its request goes on.
+* A real run.py against a fake master whose JOBS reply is badly signed: the node runs
+  nothing from it and exits as for an unreachable master.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.defaults import NODE_EXIT_UNREACHABLE
+from cluster.home import Home
+from cluster.records import Job
+from cluster.report.tab import read_tab
+from cluster.wire import protocol, signing
+from cluster.wire.jobstart import JobStart
+from tests.component.scripted_nodes import (
+    CONFIGS,
+    FILES,
+    KEYS,
+    NONCES,
+    make_home,
+    request,
+    run_to_the_end,
+    signed_talk,
+    wait_for_run,
+)
+from tests.helpers import REPO, free_port, talk
+
+GOOD = "0123456789abcdef0123456789abcdef"
+FAKE = "deadbeefdeadbeefdeadbeefdeadbeef"
+NAMES = sorted(f"ex__{f}.{c}" for f in FILES for c in CONFIGS)
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[str]]]:
+    """A real clustermaster serving an auto run of 6 jobs at priority 2."""
+    home = make_home(tmp_path / "home")
+    port = free_port(3) + 2
+    argv = [sys.executable, str(REPO / "clustermaster.py"), "--priority", "2",
+            "--home", str(home.root), "--set", f"base_port={port - 2}",
+            "--set", "gs_configs=" + " ".join(CONFIGS), "--set", "connection_deadline=5",
+            "--set", "linger=1", "--set", "heartbeat_timeout=60", "--set", "pid_wait=0.2"]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        yield home, port, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def forged(run_id: str, node: str, *extra: str, sig: str = "") -> bytes:
+    """A request of someone who knows the run id but not the secret."""
+    lines = [f"node {node}", f"id {run_id}", "caps tools=md5sum", "slots 8", "jobs 0 0",
+             *extra]
+    if sig:
+        lines += [f"nonce {'0' * 32}", f"sig {sig}"]
+    return ("\n".join([*lines, "OK"]) + "\n").encode()
+
+
+def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
+        master: tuple[Home, int, subprocess.Popen[str]]) -> None:
+    home, port, proc = master
+    run_id = wait_for_run(home, 2, port)
+    assert (home.job_start(2).stat().st_mode & 0o777) == 0o600  # it holds the secret
+    fake_results = [f"result {name} 0 0.10 0.00 0.00 {FAKE} gs" for name in NAMES]
+    # The stranger, posing as a node that will take part, and as a new one: every form
+    # of its request is refused, unsigned.
+    refusals = [
+        talk(port, forged(run_id, "n1")),
+        talk(port, forged(run_id, "evil", *fake_results)),
+        talk(port, forged(run_id, "evil", "failure -1 forged build failure")),
+        talk(port, forged(run_id, "n1", *fake_results, sig="0" * 64)),
+        talk(port, signing.sign_request(forged(run_id, "evil", *fake_results),
+                                        signing.parse_secret(signing.new_secret()),
+                                        NONCES.next())),
+    ]
+    for reply in refusals:
+        assert reply.startswith(b"ABORT ") and b"\nsig " not in reply, reply
+        assert b"JOBS" not in reply
+    assert b"unsigned" in refusals[0] and b"bad signature" in refusals[3]
+    assert b"bad signature" in refusals[4]
+
+    # The honest node n1 builds and takes every job.
+    assert signed_talk(port, request("n1", run_id)) == b"BUILD\n"
+    # A signed request replayed as it was recorded: refused the second time.
+    nonce = NONCES.next()
+    recorded = signing.sign_request(request("n1", run_id, "busy build"), KEYS[run_id], nonce)
+    first = talk(port, recorded)
+    assert signing.verify_reply(first, KEYS[run_id], nonce) == b"CONTINUE\n"
+    replayed = talk(port, recorded)
+    assert replayed.startswith(b"ABORT replayed nonce")
+    reply = protocol.parse_reply(signed_talk(port, request("n1", run_id, "slots 8",
+                                                           "jobs 0 0")))
+    held = [Job.parse(line).name for line in reply.jobs]
+    assert sorted(held) == NAMES
+
+    # n2 holds the secret but was handed none of these jobs: its results are refused, the
+    # rest of its request (its first contact) goes on.
+    stray = [f"result {name} 0 0.10 0.00 0.00 {FAKE} gs" for name in held[:2]]
+    assert signed_talk(port, request("n2", run_id, *stray)) == b"BUILD\n"
+
+    verbs = run_to_the_end(port, "n1", run_id, held, GOOD)
+    assert verbs[-1] == protocol.ABORT and protocol.UPLOAD in verbs
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+
+    (archive,) = home.archive.iterdir()
+    table = read_tab(archive / f"{archive.name}.tab")
+    assert sorted(table) == NAMES
+    assert {row.md5 for row in table.values()} == {GOOD}
+    assert {row.machine for row in table.values()} == {"n1"}
+    report = (archive / "report.txt").read_text()
+    assert "forged" not in report and "aborted" not in report.lower()
+    assert "run.info" in {p.name for p in archive.iterdir()}
+    assert "secret" not in (archive / "run.info").read_text()
+
+    # One log line per refusal, naming the peer and the node it claimed.
+    refused = [ln for ln in err.splitlines() if "refused:" in ln]
+    assert len([ln for ln in refused if "(claims node evil)" in ln]) == 3
+    assert len([ln for ln in refused if "(claims node n1)" in ln]) == 3  # 2 forged, 1 replay
+    assert all(re.search(r"peer 127\.0\.0\.1:\d+ \(claims node", ln) for ln in refused)
+    assert "refused 2 result(s) for jobs never handed to it" in err
+
+    # The audit trail, archived: every connection and every refusal with its reason.
+    audit = (archive / "audit.log").read_text().splitlines()
+    assert not home.audit_log(archive.name).exists()  # the run's folder is gone, archived
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z 127\.0\.0\.1:\d+ "
+    assert all(re.match(stamp, line) for line in audit), audit
+    refusal_lines = [line for line in audit if " refused " in line.split(" node ", 1)[1][:80]
+                     and " reported " not in line]
+    reasons = [line.split(" refused ", 1)[1] for line in refusal_lines]
+    assert sum(r.startswith("unsigned request") for r in reasons) == 3
+    assert sum(r.startswith("bad signature") for r in reasons) == 2
+    assert sum(r.startswith("replayed nonce") for r in reasons) == 1
+    assert not [line for line in audit if " node evil " in line and " given " in line]
+    n2 = [line for line in audit if " node n2 reported " in line]
+    assert n2 and "results 2 refused 2 " in n2[0] and n2[0].endswith("given BUILD")
+    given_jobs = [line for line in audit if " node n1 " in line and " given JOBS " in line]
+    assert given_jobs and given_jobs[0].endswith("given JOBS 6")
+    assert any(" node n1 reported results 6 " in line for line in audit)
+    assert any(line.endswith("given ABORT: run complete") for line in audit)
+    assert not any(NAMES[0] in line for line in audit)  # counts, never job lines
+
+
+# ----------------------------------------------------------------------------------------------
+# A node against a master that cannot sign
+
+class FakeMaster:
+    """A plain socket server answering every request with the same reply (a thread)."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self.requests: list[bytes] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                data = b""
+                while not data.endswith((b"OK\n", b"ABORT\n")):
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests.append(data)
+                conn.sendall(self.reply)
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(5)
+        self.listener.close()
+
+
+def node_home(root: Path, secret: str) -> Path:
+    (root / "tests" / "t").mkdir(parents=True)
+    (root / "tests" / "t" / "f.ps").write_text("showpage\n")
+    (root / "src").mkdir()
+    start = JobStart(id="20261123000000-p0-f00d", priority=0, queue="user t gs", kind="user",
+                     ref="t", products=("gs",), tree="ghostpdl", source="src", build="true",
+                     tests="tests", secret=secret)
+    (root / "job.start").write_text(start.format(with_secret=True))
+    return root
+
+
+@pytest.mark.parametrize("how", ["bad signature", "unsigned", "signed with another key"])
+def test_a_node_runs_nothing_from_a_reply_it_cannot_verify(tmp_path: Path, how: str) -> None:
+    secret = signing.new_secret()
+    home = node_home(tmp_path / "home", secret)
+    pwned = tmp_path / "pwned"
+    job = Job("t__f.ps.ppmraw.72.0", "__temp__/t.log", f"touch {pwned}").line
+    body = protocol.format_reply(protocol.Reply(protocol.JOBS, (job,)))
+    if how == "bad signature":
+        reply = body + b"sig " + b"0" * 64 + b"\n"
+    elif how == "unsigned":
+        reply = body
+    else:  # correct form, any nonce: a key other than the run's
+        reply = signing.sign_reply(body, signing.parse_secret(signing.new_secret()),
+                                   "0" * 32)
+    fake = FakeMaster(reply)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(REPO / "run.py"), "--priority", "0",
+             "--set", f"master_home={home}", "--set", "master_host=127.0.0.1",
+             "--set", f"base_port={fake.port}", "--set", "node_name=victim",
+             "--set", f"work_dir={tmp_path / 'work'}", "--set", "connect_retries=3",
+             "--set", "connect_retry_delay=0.2", "--set", "io_timeout=5", "--set", "slots=1"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    finally:
+        fake.close()
+    assert done.returncode == NODE_EXIT_UNREACHABLE, done.stderr
+    assert not pwned.exists()
+    assert len(fake.requests) == 3  # tried connect_retries times, as for a network failure
+    # Each request was signed with the run's secret (the node does its part).
+    for data in fake.requests:
+        signing.verify_request(data, signing.parse_secret(secret))
+    assert "failure -1" not in b"".join(fake.requests).decode()
+    assert done.stderr.count("refused, nothing of it run") == 3
