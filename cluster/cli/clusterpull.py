@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return _manage_cron(args, cfg)
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     common.setup_logging(cfg.work_dir / "log" / "clusterpull.log", args.verbose, args.quiet)
-    pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args))
+    pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args),
+                       rejoin_delay=cfg.rejoin_delay)
     try:
         with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):
             clean_work_dir(cfg.work_dir)

@@ -16,6 +16,9 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
   is appended to ``<home>/log/run_clustermaster.children.log``;
 * SIGTERM or SIGINT stops the loop.  Running clustermasters are left to finish their run,
   unless ``--kill-children`` is given: then they get SIGTERM (a second signal: SIGKILL).
+* every round first publishes the node side of this repo into ``<home>/node-code/`` with
+  its MANIFEST (:class:`cluster.master.supervisor.NodeCodePublisher`), which the nodes'
+  clusterpull fetches when it changed (self_update);
 * ``--once`` does one round of starts and exits (for tests and manual use);
 * it logs to ``<home>/log/run_clustermaster.log`` and to stderr; ``--quiet`` (for crontab
   lines: cron mails whatever a job prints) prints only warnings and errors.
@@ -37,7 +40,7 @@ from cluster.cli import common
 from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
 from cluster.errors import AlreadyRunning, ClusterError, ConfigError
 from cluster.home import Home
-from cluster.master.supervisor import Supervisor
+from cluster.master.supervisor import NodeCodePublisher, Supervisor
 from cluster.runtime.service import StopFlag, install_signal_handlers
 from cluster.runtime.singleton import SingleInstance, read_holder
 from cluster.triggers.discovery import WorkWatcher
@@ -109,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args)),
                                 interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
-                                kill_children=args.kill_children, wakeup=WorkWatcher(home))
+                                kill_children=args.kill_children, wakeup=WorkWatcher(home),
+                                on_tick=NodeCodePublisher(REPO_ROOT, home.node_code))
         if args.once:
             supervisor.initialize()
             try:

@@ -19,6 +19,14 @@ extra invocations queue new work and exit.
   process groups get SIGTERM, and a second stop request during the grace period SIGKILLs
   them (STYLE guideline 5).
 
+Publishing the node code (issue 11): with ``on_tick`` -- run_clustermaster.py passes a
+:class:`NodeCodePublisher` -- each tick first makes the home's ``node-code/`` match the
+node side of the repo this master runs from (:func:`cluster.node.code.publish`: a few
+stat calls and ~20 ms of parsing when nothing changed), so a change to a node-side module
+on the master reaches the nodes at their next clusterpull cycle.  It runs at the first tick
+(the supervisor's start) and every ``interval`` after; a failure is logged and the tick
+goes on.
+
 Signal handlers (:func:`install_signal_handlers`) only record the request in a
 :class:`StopFlag`; the loop sees it within ``poll`` seconds.  The single-instance lock is
 the caller's business (see :mod:`cluster.cli.run_clustermaster`).
@@ -36,6 +44,7 @@ from pathlib import Path
 from typing import IO
 
 from cluster.config import DEFAULTS
+from cluster.node import code
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.proc import describe_status
@@ -87,7 +96,8 @@ class Supervisor:
                  kill_children: bool = False, kill_grace: float = DEFAULT_KILL_GRACE,
                  poll: float = STOP_POLL, cwd: Path | None = None,
                  env: dict[str, str] | None = None,
-                 wakeup: Callable[[], Iterable[int]] | None = None) -> None:
+                 wakeup: Callable[[], Iterable[int]] | None = None,
+                 on_tick: Callable[[], object] | None = None) -> None:
         if interval <= 0:
             raise ValueError(f"supervisor interval {interval!r}: expected seconds > 0")
         if poll <= 0:
@@ -102,6 +112,7 @@ class Supervisor:
         self.cwd = cwd
         self.env = env
         self.wakeup = wakeup
+        self.on_tick = on_tick
         self.children: list[Child] = []
         self.ticks = 0
         self.last_tick: float | None = None
@@ -123,6 +134,11 @@ class Supervisor:
         self.ticks += 1
         self.last_tick = now
         self.reap()
+        if self.on_tick is not None:
+            try:
+                self.on_tick()
+            except Exception:  # its own business; the clustermasters must still start
+                logger.exception("the per-tick hook failed")
         for command in self.commands:
             self._start(command, now)
 
@@ -240,6 +256,30 @@ class Supervisor:
             if child.proc.returncode is not None:
                 continue
             proc.kill_tree(child.pid, signum)
+
+
+class NodeCodePublisher:
+    """Calling it publishes ``repo_root``'s node code into ``dest`` (the home's
+    ``node-code/``); a failure is logged (once per distinct message, then again when it
+    changes or clears) and never raised.  Returns whether anything changed."""
+
+    def __init__(self, repo_root: Path, dest: Path) -> None:
+        self.repo_root = repo_root
+        self.dest = dest
+        self.last_error = ""
+
+    def __call__(self) -> bool:
+        try:
+            changed = code.publish(self.repo_root, self.dest)
+        except (code.NodeCodeError, OSError) as exc:
+            if str(exc) != self.last_error:
+                logger.error("cannot publish the node code into %s: %s", self.dest, exc)
+            self.last_error = str(exc)
+            return False
+        if self.last_error:
+            logger.info("node code published into %s again", self.dest)
+            self.last_error = ""
+        return changed
 
 
 def _short(command: Sequence[str]) -> str:

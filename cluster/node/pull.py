@@ -22,6 +22,13 @@ that this node is unsuitable) or 1 (the node failed); it then never joins that r
 Exit 3 (master unreachable) or 4 (aborted for a reason that may pass, e.g. the master was
 replaced) lets it join again after ``rejoin_delay``.
 
+Before each run.py starts, :meth:`ClusterPull.node_code` picks the copy of the node code it
+runs from (:mod:`cluster.node.selfupdate`): with ``self_update`` (the default) the version
+the master publishes in ``node-code/``, fetched into ``work_dir/code/<md5>/`` when its
+manifest changed and checked file by file; else, or when nothing is published, the
+installed copy.  A run.py already running keeps its copy.  clusterpull itself is never
+replaced (its owner installs it; seed 000's clusterpull.sh re-pulled itself too).
+
 Deviation (docs/deviations.md): a node runs one run at a time and does not preempt a
 lower-priority run when a higher one appears; it picks the most urgent when it is free.
 """
@@ -34,9 +41,11 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from cluster.config import Config
+from cluster.config import DEFAULTS, Config
 from cluster.defaults import EXIT_OK, NODE_EXIT_DONE, NODE_EXIT_FAILED, REPO_ROOT
 from cluster.node import heartbeat
+from cluster.node.selfupdate import CodeChoice, SelfUpdate
+from cluster.node.transport import make_transport
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag
@@ -68,7 +77,7 @@ class ClusterPull:
     cfg: Config
     caps: str
     config_args: list[str] = field(default_factory=list)
-    rejoin_delay: float = 30.0
+    rejoin_delay: float = DEFAULTS.rejoin_delay
     child: Child | None = None
     finished: set[str] = field(default_factory=set)
     retry_after: dict[str, float] = field(default_factory=dict)
@@ -79,6 +88,9 @@ class ClusterPull:
     waiting: list[tuple[int, str]] = field(default_factory=list)
     #: Heartbeats answered so far (the traffic the long-poll must not increase).
     heartbeats: int = 0
+    #: Chooses the copy of the node code each run.py starts from (self_update; made on
+    #: first use).
+    updater: SelfUpdate | None = None
 
     @property
     def name(self) -> str:
@@ -123,7 +135,8 @@ class ClusterPull:
             waiting = heartbeat.send_heartbeat(self.cfg.master_host, self.cfg.monitor_port,
                                                self.name, self.status(), self.caps,
                                                wait=wait, skip=skip,
-                                               stop=self.stop_flag.is_set)
+                                               stop=self.stop_flag.is_set,
+                                               secret=heartbeat.cluster_secret(self.cfg))
         except heartbeat.HeartbeatStopped:
             return now  # the loop sees the stop flag
         except Exception as exc:  # the monitor may be down; keep trying next tick
@@ -152,13 +165,16 @@ class ClusterPull:
     def _start(self, priority: int, run_id: str) -> bool:
         logs = self.cfg.work_dir / "log"
         logs.mkdir(parents=True, exist_ok=True)
+        code = self.node_code()
+        script = RUN_SCRIPT if code.version is None else code.run_script
         out = open(logs / "run.log", "ab")  # noqa: SIM115 - handed to the child
-        argv = [sys.executable, str(RUN_SCRIPT), *self.config_args, "--priority", str(priority)]
-        log.info("node %s: starting run.py for run %s (priority %d)", self.name, run_id, priority)
+        argv = [sys.executable, str(script), *self.config_args, "--priority", str(priority)]
+        log.info("node %s: starting %s for run %s (priority %d)", self.name, script, run_id,
+                 priority)
         try:
             # Its own session: a terminal's ^C aimed at clusterpull does not reach it, and on
             # a hard stop its whole tree can be killed at once.
-            child = proc.spawn(argv, stdout=out, stderr=proc.STDOUT)
+            child = proc.spawn(argv, stdout=out, stderr=proc.STDOUT, env=code.env())
         except proc.ProcessError as exc:
             log.error("node %s: %s", self.name, exc)
             return False
@@ -166,6 +182,23 @@ class ClusterPull:
             out.close()
         self.child = Child(priority, run_id, child)
         return True
+
+    def node_code(self) -> CodeChoice:
+        """The copy of the node code the next run.py starts from: the version the master
+        published, fetched when its manifest changed (:mod:`cluster.node.selfupdate`), or
+        the installed copy (``self_update = no``, nothing published, or an error)."""
+        installed = CodeChoice(RUN_SCRIPT.parent)
+        if not self.cfg.self_update:
+            return installed
+        if self.updater is None:
+            cfg = self.cfg
+            self.updater = SelfUpdate(lambda: make_transport(cfg), cfg.work_dir, installed)
+        try:
+            return self.updater.choose()
+        except Exception as exc:  # a local disk problem: run the installed copy, keep going
+            log.error("node %s: choosing the node code failed: %s; starting the installed "
+                      "run.py", self.name, exc)
+            return installed
 
     def _reap(self, now: float) -> bool:
         """Whether run.py has just exited (then it is recorded as finished or backing off)."""

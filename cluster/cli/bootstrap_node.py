@@ -1,0 +1,149 @@
+"""bootstrap_node.py -- set up a node machine over ssh (seed 002's initialisation).
+
+Usage: bootstrap_node.py HOST --name NODE [--user U] [--key K] [--port P]
+                         [--known-hosts F] [--dir REMOTE_DIR] [--python PY]
+                         [--master-host H] [--master-home PATH] [--master-user U]
+                         [--master-port P] [--master-key FILE | --send-master-key LOCAL]
+                         [--master-known-hosts FILE | --send-master-known-hosts LOCAL]
+                         [--transport ssh|local] [--node-set KEY=VALUE]...
+                         [--config FILE] [--home DIR] [--set KEY=VALUE]...
+
+Run on the master (or any machine with the repo and an ssh key the node accepts).  Two
+directions of ssh are involved:
+
+* this machine -> the node (HOST): ``--user``, ``--key``, ``--port``, ``--known-hosts``
+  (default: your ssh user name, your usual keys, 22, ~/.ssh/known_hosts).  The node's host
+  key must already be in that known_hosts file: an unknown key is refused, never added;
+* the node -> the master, written into the node's ``node.conf``: ``--master-host`` (default:
+  this machine's host name), ``--master-home`` (an absolute path on the master; default: the
+  home of ``--config``/``--home`` here), ``--master-user`` (default: your user name here),
+  ``--master-port`` (22), and the node's key and known_hosts file for it: paths on the node
+  (``--master-key``, ``--master-known-hosts``), or local files to upload there
+  (``--send-master-key`` -> REMOTE_DIR/master_key, mode 0600; ``--send-master-known-hosts``
+  -> REMOTE_DIR/known_hosts).  ``--node-set KEY=VALUE`` adds any other [node] key.
+
+Steps (cluster/node/bootstrap.py): connect and run ``true``; list missing tools (gs,
+mutool, make, md5sum, rsync, crontab, python3 and the Python modules the node code
+imports); copy the node code into REMOTE_DIR (default ``cluster-node`` in the login
+directory), only the files that differ; write REMOTE_DIR/node.conf if it differs; install
+the clusterpull crontab entry (``clusterpull.py --install-cron``); run send_caps once and
+print its line.  Every step prints what it changed; a second run prints "nothing changed"
+and writes nothing.
+
+Exit status: 0 done (missing tools are listed but not fatal), 1 a step on the node failed
+(or its Python lacks modules), 2 bad usage, 3 the host is unreachable, 4 the host refused
+the key, 5 the host key is unknown (not in known_hosts), 6 the host key changed, 7 another
+ssh failure (protocol, time-out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import posixpath
+import socket
+import sys
+from pathlib import Path
+
+from cluster import config, datatypes
+from cluster.cli import common
+from cluster.defaults import EXIT_USAGE
+from cluster.errors import ClusterError, ConfigError
+from cluster.node import bootstrap
+from cluster.node.bootstrap import Bootstrap, NodeSettings
+from cluster.runtime.ssh import SshTarget
+
+PROG = "bootstrap_node.py"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("host", metavar="HOST", help="the node machine")
+    p.add_argument("--name", required=True, help="the node's name (node_name)")
+    p.add_argument("--user", default="", help="login on HOST (default: yours)")
+    p.add_argument("--key", default="", help="private key for HOST (default: your usual keys)")
+    p.add_argument("--port", type=int, default=22, help="HOST's ssh port (22)")
+    p.add_argument("--known-hosts", type=Path, default=None,
+                   help="known_hosts file holding HOST's key (~/.ssh/known_hosts)")
+    p.add_argument("--dir", default=bootstrap.DEFAULT_DIR, dest="remote_dir",
+                   help="the node's directory on HOST (relative: to the login directory)")
+    p.add_argument("--python", default="python3",
+                   help="the Python on HOST that runs the node (python3)")
+    p.add_argument("--timeout", type=float, default=15.0, help="ssh connect timeout [s]")
+    p.add_argument("--transport", choices=config.TRANSPORTS, default="ssh",
+                   help="how the node reaches the master's files (ssh)")
+    p.add_argument("--master-host", default="", help="the master as the node reaches it")
+    p.add_argument("--master-home", default="", help="the master home's absolute path")
+    p.add_argument("--master-user", default="", help="account on the master (yours)")
+    p.add_argument("--master-port", type=int, default=22, help="the master's ssh port (22)")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--master-key", default="", help="the node's key for the master "
+                     "(a path on the node)")
+    key.add_argument("--send-master-key", type=Path, help="a local private key to upload as "
+                     "the node's key for the master")
+    known = p.add_mutually_exclusive_group()
+    known.add_argument("--master-known-hosts", default="", help="known_hosts on the node "
+                       "holding the master's key (a path on the node)")
+    known.add_argument("--send-master-known-hosts", type=Path, help="a local known_hosts "
+                       "file to upload for the node")
+    p.add_argument("--node-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="another [node] key for node.conf")
+    common.add_config_options(p)
+    return p
+
+
+def _settings(args: argparse.Namespace) -> NodeSettings:
+    """node.conf's settings from the options; ConfigError for a bad one."""
+    if not datatypes.valid_node_name(args.name):
+        raise ConfigError("--name", args.name, "letters, digits, '.', '_' or '-' (max 64)")
+    home = args.master_home
+    if not home:
+        home = str(common.load_config(args).home.resolve())
+    if not posixpath.isabs(home):
+        raise ConfigError("--master-home", home, "an absolute path on the master")
+    extra = config.parse_overrides(args.node_set)
+    table = {name for name, _ in config.Config.__dataclass_fields__.items()}
+    for name in extra:
+        if name not in table:
+            raise ConfigError("--node-set", name, "a configuration key (see etc/node.conf)")
+    settings = NodeSettings(
+        node_name=args.name, transport=args.transport,
+        master_host=args.master_host or socket.gethostname(), master_home=home,
+        ssh_port=args.master_port, ssh_user=args.master_user or getpass.getuser(),
+        ssh_key=args.master_key, ssh_known_hosts=args.master_known_hosts,
+        extra=tuple(extra.items()))
+    # What the node will load must load: check the text with the real loader here.
+    _check_conf(settings.conf_text())
+    return settings
+
+
+def _check_conf(text: str) -> None:
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "node.conf"
+        path.write_text(text, encoding="utf-8")
+        config.load(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
+        return int(exc.code or 0)
+    try:
+        settings = _settings(args)
+        for option in (args.send_master_key, args.send_master_known_hosts):
+            if option is not None and not option.is_file():
+                raise ConfigError("--send-master-*", str(option), "a readable local file")
+        if not 1 <= args.port <= 65535:
+            raise ConfigError("--port", args.port, "a TCP port between 1 and 65535")
+    except ClusterError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    target = SshTarget(args.host, args.port, args.user, args.key, args.known_hosts)
+    job = Bootstrap(target, settings, remote_dir=args.remote_dir, python=args.python,
+                    upload_key=args.send_master_key,
+                    upload_known_hosts=args.send_master_known_hosts, timeout=args.timeout,
+                    out=lambda line: print(line, flush=True))
+    return job.run().exit_code

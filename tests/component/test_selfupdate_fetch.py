@@ -1,0 +1,209 @@
+"""Self-update (cluster/node/selfupdate.py) against a real master home through the local
+transport: a new version is fetched into work_dir/code/<md5>/ and checked; the same version
+is not fetched again; only changed files travel; a corrupt file is refused and the last
+good version used; nothing published means the installed copy; old versions go unless a
+live process uses them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.home import Home
+from cluster.node import code, selfupdate
+from cluster.node.selfupdate import CodeChoice, SelfUpdate
+from cluster.node.transport import LocalTransport
+from tests.helpers import REPO
+
+INSTALLED = CodeChoice(Path("/installed/copy"))
+
+
+class CountingTransport(LocalTransport):
+    """The real local transport, counting the trees it fetches."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.fetches = 0
+
+    def fetch_tree(self, rel: str, dest: Path, exclude: object = None,  # type: ignore[override]
+                   max_size: int | None = None) -> None:
+        self.fetches += 1
+        super().fetch_tree(rel, dest)
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> tuple[Path, Home]:
+    """A copy of the repo's package and scripts (the master's checkout) and its home."""
+    repo = tmp_path / "master-repo"
+    shutil.copytree(REPO / "cluster", repo / "cluster",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for script in REPO.glob("*.py"):
+        shutil.copy2(script, repo / script.name)
+    home = Home(tmp_path / "home")
+    home.create()
+    return repo, home
+
+
+def _updater(home: Home, work: Path) -> tuple[SelfUpdate, CountingTransport]:
+    transport = CountingTransport(home.root)
+    return SelfUpdate(lambda: transport, work, INSTALLED), transport
+
+
+def _edit(repo: Path, rel: str = "cluster/node/caps.py", line: str = "# edited\n") -> None:
+    path = repo / rel
+    path.write_text(path.read_text() + line)
+
+
+def test_nothing_published_means_the_installed_copy(master: tuple[Path, Home],
+                                                    tmp_path: Path) -> None:
+    _, home = master
+    updater, transport = _updater(home, tmp_path / "work")
+    assert updater.choose() == INSTALLED
+    assert transport.fetches == 0
+    assert INSTALLED.env() is None
+
+
+def test_a_new_version_is_fetched_checked_and_kept(master: tuple[Path, Home], tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    repo, home = master
+    code.publish(repo, home.node_code)
+    manifest = (home.node_code / code.MANIFEST).read_text()
+    version = code.manifest_version(manifest)
+    work = tmp_path / "work"
+    updater, transport = _updater(home, work)
+
+    first = updater.choose()
+    assert first == CodeChoice(work.absolute() / "code" / version, version)
+    assert first.run_script.is_file()
+    selfupdate.check_copy(first.root, manifest)
+    assert (work / "code" / "CURRENT").read_text() == version + "\n"
+    assert transport.fetches == 1
+    env = first.env({"PYTHONPATH": "/elsewhere"})
+    assert env is not None and env["PYTHONPATH"] == f"{first.root}{os.pathsep}/elsewhere"
+
+    # The same manifest: nothing fetched again.
+    assert updater.choose() == first
+    assert transport.fetches == 1
+
+    # A module changed on the master: the next choice is a new version, and only the
+    # changed file and the manifest travelled (the fetch is seeded with the last version).
+    _edit(repo)
+    assert code.publish(repo, home.node_code) is True
+    caplog.set_level(logging.DEBUG, logger="cluster.transport")
+    second = updater.choose()
+    assert second.version not in (None, version)
+    assert (second.root / "cluster/node/caps.py").read_text().endswith("# edited\n")
+    assert transport.fetches == 2
+    copied = [r.getMessage() for r in caplog.records if "file(s) copied" in r.getMessage()]
+    assert copied and copied[-1].endswith(": 2 file(s) copied"), copied
+    # The first version stays (a run.py may use it; two are kept), untouched.
+    assert (first.root / "cluster/node/caps.py").read_text() == \
+        (home.node_code / "cluster/node/caps.py").read_text().removesuffix("# edited\n")
+    assert not list((work / "code").glob(".fetch-*"))
+
+
+def test_a_corrupt_file_is_refused_and_the_last_good_version_used(
+        master: tuple[Path, Home], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo, home = master
+    code.publish(repo, home.node_code)
+    work = tmp_path / "work"
+    updater, transport = _updater(home, work)
+    good = updater.choose()
+    assert good.version is not None
+
+    # A new version whose published copy is damaged (a file no longer matches MANIFEST).
+    _edit(repo)
+    code.publish(repo, home.node_code)
+    new_version = code.manifest_version((home.node_code / code.MANIFEST).read_text())
+    damaged = home.node_code / "cluster/node/caps.py"
+    damaged.write_text(damaged.read_text() + "import os; os.system('evil')\n")
+    caplog.set_level(logging.ERROR, logger="cluster.selfupdate")
+    assert updater.choose() == good
+    errors = [r.getMessage() for r in caplog.records]
+    assert any(f"refusing the fetched version {new_version}" in m
+               and "cluster/node/caps.py: md5" in m for m in errors), errors
+    assert not (work / "code" / new_version).exists()
+    assert not list((work / "code").glob(".fetch-*"))
+    assert (work / "code" / "CURRENT").read_text() == good.version + "\n"
+
+    # The master publishes again (repairing it): the next cycle takes the new version.
+    time.sleep(0.01)
+    os.utime(repo / "cluster/node/caps.py")
+    code.publish(repo, home.node_code)
+    fixed = updater.choose()
+    assert fixed.version == new_version
+
+    # A local copy damaged after the fact is noticed and fetched again.
+    (fixed.root / "cluster/node/caps.py").write_text("broken\n")
+    fetches = transport.fetches
+    assert updater.choose() == fixed
+    assert transport.fetches == fetches + 1
+    selfupdate.check_copy(fixed.root, (home.node_code / code.MANIFEST).read_text())
+
+
+def test_an_extra_file_is_refused(master: tuple[Path, Home], tmp_path: Path) -> None:
+    repo, home = master
+    code.publish(repo, home.node_code)
+    (home.node_code / "cluster" / "sitecustomize.py").write_text("print('not listed')\n")
+    updater, _ = _updater(home, tmp_path / "work")
+    assert updater.choose() == INSTALLED  # no good version yet: the installed copy
+    assert not list((tmp_path / "work" / "code").glob("[0-9a-f]*"))
+
+
+def test_old_versions_go_unless_in_use(master: tuple[Path, Home], tmp_path: Path) -> None:
+    repo, home = master
+    work = tmp_path / "work"
+    updater, _ = _updater(home, work)
+    made: list[CodeChoice] = []
+    user = None
+    try:
+        for n in range(4):
+            _edit(repo, line=f"# version {n}\n")
+            code.publish(repo, home.node_code)
+            made.append(updater.choose())
+            if n == 0:
+                # A stand-in for a run.py started from the first version, still running.
+                user = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                         str(made[0].run_script)])
+            time.sleep(0.02)  # distinct directory mtimes (most recently chosen first)
+        left = {p.name for p in (work / "code").iterdir() if p.name != "CURRENT"}
+        assert left == {made[0].version, made[2].version, made[3].version}
+    finally:
+        if user is not None:
+            user.kill()
+            user.wait()
+    assert updater.prune() == [made[0].root]
+    left = {p.name for p in (work / "code").iterdir() if p.name != "CURRENT"}
+    assert left == {made[2].version, made[3].version}
+
+
+def test_a_dead_fetchers_staging_directory_is_removed(master: tuple[Path, Home],
+                                                      tmp_path: Path) -> None:
+    repo, home = master
+    code.publish(repo, home.node_code)
+    work = tmp_path / "work"
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True, timeout=60)
+    stale = work / "code" / f".fetch-{done.stdout.strip()}"
+    (stale / "cluster").mkdir(parents=True)
+    updater, _ = _updater(home, work)
+    assert updater.choose().version is not None
+    assert not stale.exists()
+
+
+def test_an_unusable_manifest_keeps_the_last_good_version(master: tuple[Path, Home],
+                                                          tmp_path: Path) -> None:
+    repo, home = master
+    code.publish(repo, home.node_code)
+    updater, transport = _updater(home, tmp_path / "work")
+    good = updater.choose()
+    (home.node_code / code.MANIFEST).write_text("not a manifest\n")
+    assert updater.choose() == good
+    assert transport.fetches == 1

@@ -1,0 +1,61 @@
+"""The supervisor publishes the node code at every tick (master/supervisor.py's on_tick and
+NodeCodePublisher): a change in the checkout is in node-code/ after the next tick, a
+failure is logged once and never stops the clustermasters from starting."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster.master.supervisor import NodeCodePublisher, Supervisor
+from cluster.node import code
+from tests.helpers import REPO
+
+
+def _repo(dest: Path) -> Path:
+    shutil.copytree(REPO / "cluster", dest / "cluster",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for script in REPO.glob("*.py"):
+        shutil.copy2(script, dest / script.name)
+    return dest
+
+
+def test_each_tick_publishes_and_a_failure_is_logged_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = _repo(tmp_path / "repo")
+    dest = tmp_path / "home" / "node-code"
+    publisher = NodeCodePublisher(repo, dest)
+    marker = tmp_path / "started"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"]
+    supervisor = Supervisor([command], interval=1.0, on_tick=publisher)
+
+    def tick(now: float) -> None:
+        supervisor.tick(now)
+        for child in supervisor.children:  # at most two copies may live: let each end
+            child.proc.wait(60)
+
+    try:
+        tick(0.0)
+        assert (dest / code.MANIFEST).read_text() == code.manifest(repo, code.node_files(repo))
+
+        caps = repo / "cluster/node/caps.py"
+        caps.write_text(caps.read_text() + "# changed\n")
+        tick(1.0)
+        assert (dest / "cluster/node/caps.py").read_text().endswith("# changed\n")
+
+        # A broken checkout: logged once, the published copy stays, the masters still start.
+        good = (dest / code.MANIFEST).read_text()
+        caps.write_text("import cluster.not_there\n")
+        caplog.set_level(logging.ERROR, logger="cluster.supervisor")
+        tick(2.0)
+        tick(3.0)
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "cluster.not_there" in errors[0], errors
+        assert (dest / code.MANIFEST).read_text() == good
+        assert marker.read_text() == "xxxx"
+    finally:
+        supervisor.shutdown()
