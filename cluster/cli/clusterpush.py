@@ -3,6 +3,9 @@
 Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree DIR]
                       [--user NAME] [--copy] [PRODUCT...] [lowres|highres] [relaxtimeout]
                       [filter=A,B] [bmpcmp] [abort]
+       clusterpush.py --master [USER@]HOST[:HOME] [--ssh-port P] [--ssh-key K]
+                      [--known-hosts F] [--master-python PY] [--master-cache DIR]
+                      [--tree DIR] [--user NAME] [PRODUCT...] ... [abort]
 
 PRODUCT is gs, pdfwrite, ps2write, mupdf or shell (the last two alone); the default is
 gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree (default: the current
@@ -19,6 +22,18 @@ when the master mails) compares with the baseline and with your previous push, a
 with the source diff against the master's clean tree.  `bmpcmp` instead renders the tests
 that differed in your last run with your build and the clean tree's, and makes a page of
 PNG difference images.  `abort` removes your queued runs and stops the one running.
+
+--master pushes from a machine that does not see the master home: the tree goes to
+HOME/users/<user>/<tree> on HOST with rsync over ssh (after a small change, only the change
+moves), and the dropping is written there; `abort` works the same way.  HOME defaults to
+cluster-home; a relative HOME is relative to the ssh account's home on HOST.  The host key
+must be in --known-hosts (default ~/.ssh/known_hosts, or the config's ssh_known_hosts): an
+unknown or changed key is refused with its fingerprint.  --ssh-port, --ssh-key default to
+the config's ssh_port and ssh_key.  The master needs python3 (--master-python) and rsync;
+clusterpush ships its own code there (see cluster.triggers.remotepush), so the master side
+of the push is the same code as a local push.  Exit status: 0 queued or aborted, 1 the
+master could not be reached, 2 refused (a bad argument, a refused key or host key, a failed
+transfer: nothing was queued).
 """
 
 from __future__ import annotations
@@ -31,16 +46,19 @@ from pathlib import Path
 
 from cluster.cli import common
 from cluster.datatypes import PRODUCTS
-from cluster.defaults import EXIT_OK, EXIT_USAGE
-from cluster.errors import ClusterError
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from cluster.errors import ClusterError, SshError
 from cluster.home import Home
 from cluster.master.abort import request_abort
 from cluster.queue import RunSpec
+from cluster.runtime.ssh import SshTarget
 from cluster.triggers.push import submit_push
+from cluster.triggers.remotepush import REMOTE_CACHE, parse_master, remote_abort, remote_push
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status (0 queued or aborted, 2 refused)."""
+    """The command line; returns the exit status (0 queued or aborted, 1 the master could not
+    be reached, 2 refused)."""
     parser = argparse.ArgumentParser(prog="clusterpush.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
@@ -49,6 +67,19 @@ def main(argv: list[str] | None = None) -> int:
                         or os.environ.get("USER") or "")
     parser.add_argument("--copy", action="store_true",
                         help="mirror the tree with the built-in copy, not rsync")
+    parser.add_argument("--master", metavar="[USER@]HOST[:HOME]",
+                        help="push over ssh to the master home HOME on HOST")
+    parser.add_argument("--ssh-port", type=int, help="the master's sshd port (default: the "
+                        "config's ssh_port, 22)")
+    parser.add_argument("--ssh-key", help="private key to log in with (default: the config's "
+                        "ssh_key, else ssh's usual keys)")
+    parser.add_argument("--known-hosts", type=Path, help="known_hosts file the master's host "
+                        "key must be in (default: the config's ssh_known_hosts)")
+    parser.add_argument("--master-python", default="python3",
+                        help="the Python 3 on the master (default: python3 on its PATH)")
+    parser.add_argument("--master-cache", default=REMOTE_CACHE,
+                        help="where on the master clusterpush keeps the code it ships there "
+                        f"(default: {REMOTE_CACHE} in the ssh account's home)")
     parser.add_argument("words", nargs="*")
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
@@ -57,26 +88,76 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger().setLevel(logging.WARNING)
     try:
         cfg = common.load_config(args)
-        home = Home(cfg.home)
         if not args.user:
             raise ClusterError("no user name: pass --user or set $CLUSTER_USER or $USER")
-        if "abort" in args.words:
-            outcome = request_abort(home, args.user)
-            print(f"dequeueing: removed {outcome.removed} queued run(s) of {args.user}")
-            if outcome.running:
-                print(f"dequeueing: stopping the running run {outcome.running}")
-            return EXIT_OK
-        products = [w for w in args.words if w in PRODUCTS] or ["gs"]
-        options = [w for w in args.words if w not in PRODUCTS]
-        spec = RunSpec.parse(" ".join(["user", args.user, ",".join(products), *options]),
-                             source="command line")
-        if not args.tree.is_dir():
-            raise ClusterError(f"tree {args.tree} is not a directory")
-        pushed = submit_push(home, args.tree, spec, method="copy" if args.copy else "auto")
+        if args.master is None:
+            if args.ssh_port is not None or args.ssh_key is not None \
+                    or args.known_hosts is not None:
+                raise ClusterError("--ssh-port, --ssh-key and --known-hosts go with --master")
+            return _local(Home(cfg.home), args)
+        return _remote(args, cfg.ssh_port, cfg.ssh_key, cfg.ssh_known_hosts)
+    except SshError as exc:
+        print(f"clusterpush.py: {exc}", file=sys.stderr)
+        return EXIT_FAILED if exc.kind in ("unreachable", "timeout") else EXIT_USAGE
     except ClusterError as exc:
         print(f"clusterpush.py: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _spec(args: argparse.Namespace) -> RunSpec:
+    products = [w for w in args.words if w in PRODUCTS] or ["gs"]
+    options = [w for w in args.words if w not in PRODUCTS]
+    return RunSpec.parse(" ".join(["user", args.user, ",".join(products), *options]),
+                         source="command line")
+
+
+def _local(home: Home, args: argparse.Namespace) -> int:
+    """A push (or abort) into a master home this machine sees."""
+    if "abort" in args.words:
+        outcome = request_abort(home, args.user)
+        print(f"dequeueing: removed {outcome.removed} queued run(s) of {args.user}")
+        if outcome.running:
+            print(f"dequeueing: stopping the running run {outcome.running}")
+        return EXIT_OK
+    spec = _spec(args)
+    if not args.tree.is_dir():
+        raise ClusterError(f"tree {args.tree} is not a directory")
+    pushed = submit_push(home, args.tree, spec, method="copy" if args.copy else "auto")
     print(f"queueing: {spec.line()}")
+    if pushed.note:
+        print(pushed.note)
+    return EXIT_OK
+
+
+def _remote(args: argparse.Namespace, port: int, key: str, known_hosts: Path) -> int:
+    """A push (or abort) over ssh (``--master``); the config gives the ssh defaults."""
+    if args.copy:
+        raise ClusterError("--copy mirrors into a master home this machine sees; with "
+                           "--master the tree always goes by rsync over ssh")
+    if args.home is not None:
+        raise ClusterError("--home names a master home this machine sees; with --master give "
+                           "the home on the master as --master HOST:HOME")
+    master = parse_master(args.master)
+    port = args.ssh_port if args.ssh_port is not None else port
+    if not 1 <= port <= 65535:
+        raise ClusterError(f"--ssh-port {port}: expected a TCP port between 1 and 65535")
+    target = SshTarget(master.host, port, master.user,
+                       args.ssh_key if args.ssh_key is not None else key,
+                       Path(os.path.expanduser(args.known_hosts or known_hosts)))
+    if "abort" in args.words:
+        aborted = remote_abort(target, master.home, args.user, python=args.master_python,
+                               cache=args.master_cache)
+        print(f"dequeueing: removed {aborted.removed} queued run(s) of {args.user}")
+        if aborted.running:
+            print(f"dequeueing: stopping the running run {aborted.running}")
+        return EXIT_OK
+    spec = _spec(args)
+    pushed = remote_push(target, master.home, args.tree, spec, python=args.master_python,
+                         cache=args.master_cache)
+    print(f"queueing: {spec.line()}")
+    if pushed.files is not None:
+        print(f"sent {pushed.files} changed file(s), {pushed.size} bytes "
+              f"({pushed.literal} literal) to {target.where()}:{pushed.target}")
     if pushed.note:
         print(pushed.note)
     return EXIT_OK

@@ -15,8 +15,12 @@ as that file, any other (leaving the tree, dangling, naming a directory) is left
 
 Two copiers give the same result: ``rsync`` when it is on PATH (what the Perl used, and
 quick on a large tree that changed little), else the Python copy with the same exclusions;
-both are :func:`cluster.runtime.mirror.mirror`.  The embedded default reaches the master
-home as a local (or shared) directory; the ssh route plugs in behind the same function later.
+both are :func:`cluster.runtime.mirror.mirror`.  That reaches the master home as a local (or
+shared) directory.  From a machine that does not see it, ``clusterpush.py --master`` sends the
+tree with rsync over ssh and runs this module's :func:`receive_push` on the master for the
+master's side (:mod:`cluster.triggers.remotepush`): the same lock, checks and dropping.  This
+module therefore imports nothing beyond the standard library (the master's ``python3`` runs
+it without the package's dependencies).
 
 Pushes never get lost or mixed up (issue 10): the sync and the dropping happen under the
 tree's lock (``users/<user>/.<tree>.lock``); :func:`snapshot_push` copies a pushed tree for
@@ -35,8 +39,9 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -250,23 +255,36 @@ def submit_push(home: Home, tree: Path, spec: RunSpec, method: str = "auto") -> 
         raise ClusterError("rsync was asked for but is not on PATH; install it or push with "
                            "the built-in copy (clusterpush.py --copy)")
     source = tree.resolve()
-    user_tree(home, spec.ref, spec.tree, create=True)
-    with tree_locked(home, spec.ref, spec.tree, PUSH_LOCK_WAIT):
-        # Again under the lock: what was checked before waiting may have changed.
-        target = user_tree(home, spec.ref, spec.tree, create=True)
-        unqueued = [name for name in DROPPINGS if os.path.lexists(target / name)]
+
+    def sync(target: Path) -> None:
         if rsync:
             _unshare(source, target)
         # No timeout: the developer who pushes watches it (^C stops rsync's whole tree, see
         # proc.run), and a first push of a large tree over a slow link may rightly take long.
         mirror(source, target, exclude=is_excluded, max_size=MAX_PUSH_BYTES,
                method="rsync" if rsync else "copy", label=source.name, timeout=None)
+
+    pushed = _push_locked(home, spec, sync)
+    log.info("queueing %s (tree %s -> %s by %s)", spec.line(), source, pushed.target,
+             "rsync" if rsync else "copy")
+    if pushed.note:
+        log.info("%s", pushed.note)
+    return pushed
+
+
+def _push_locked(home: Home, spec: RunSpec, sync: Callable[[Path], None]) -> Pushed:
+    """The part of a push that happens in the master home, local or remote alike: check the
+    way to ``users/<user>/<tree>`` (:func:`user_tree`), take the tree's lock, call
+    ``sync(target)`` to fill the tree, then work out the note and write the dropping, all
+    under the lock.  An exception from ``sync`` leaves no dropping."""
+    user_tree(home, spec.ref, spec.tree, create=True)
+    with tree_locked(home, spec.ref, spec.tree, PUSH_LOCK_WAIT):
+        # Again under the lock: what was checked before waiting may have changed.
+        target = user_tree(home, spec.ref, spec.tree, create=True)
+        unqueued = [name for name in DROPPINGS if os.path.lexists(target / name)]
+        sync(target)
         note = queue_note(home, spec, replaces_dropping=bool(unqueued))
         fsutil.atomic_write(target / DROPPING, spec.line() + "\n")
-    log.info("queueing %s (tree %s -> %s by %s)", spec.line(), source, target,
-             "rsync" if rsync else "copy")
-    if note:
-        log.info("%s", note)
     return Pushed(target, note)
 
 
@@ -332,6 +350,165 @@ def _unshare(source: Path, target: Path) -> int:
         log.debug("%s: %d file(s) shared with a snapshot unlinked before rsync changes their "
                   "mode", target, unlinked)
     return unlinked
+
+
+# ----------------------------------------------------------------------------------------------
+# The master's side of a push from another machine (clusterpush.py --master)
+
+#: The most bytes a modes list (:func:`read_modes`) may hold: a path and a mode per file
+#: of a tree whose files are each at most MAX_PUSH_BYTES; a source tree has well under a
+#: million files.
+MAX_MODES_BYTES = 256 * 1024 * 1024
+
+
+def receive_push(home: Home, spec: RunSpec, server_argv: Sequence[str], *,
+                 modes: Mapping[str, int] | None = None, rsync: str = "rsync") -> Pushed:
+    """The master's side of ``clusterpush.py --master``: run on the master, by the remote
+    shell, as rsync's ``--rsync-path`` (see :mod:`cluster.triggers.remotepush`).
+
+    ``server_argv`` is what the rsync client asked its server to run (``--server ...``;
+    its stdin and stdout, inherited from this process, are the ssh channel).  The same
+    contract as a local push (:func:`submit_push`, via the same code): the way to
+    ``users/<user>/<tree>`` is checked to hold no symlink and made, the tree's lock is held
+    while rsync's server receives into the tree and while the dropping is written, and a
+    failed transfer leaves no dropping.  The server runs with its working directory set to
+    the tree through a descriptor opened component by component without following a
+    symlink (:func:`_open_tree`), and the client names ``.`` as its destination, so no path
+    below the home is looked up again by name once it was checked.
+
+    ``modes`` (relative POSIX path -> permission bits of the developer's file) lets the
+    files a run's snapshot shares be unlinked before rsync would chmod them in place (what
+    :func:`_unshare` does for a local push, which can stat the source itself).
+    ClusterError (nothing queued) if rsync's server fails, with its exit status.
+    """
+    if spec.kind != "user":
+        raise ValueError(f"clusterpush submits user runs, not {spec.kind!r}")
+    if not server_argv or server_argv[0] != "--server" or "--sender" in server_argv:
+        raise ClusterError(f"remote push: expected rsync's receiving server arguments "
+                           f"('--server ...' without --sender), got {list(server_argv)[:4]!r}")
+
+    def sync(target: Path) -> None:
+        fd = _open_tree(home, spec.ref, spec.tree)
+        try:
+            if modes:
+                _unshare_modes(fd, target, modes)
+            # Plain Popen, not proc.run: the server must inherit our stdin and stdout (the
+            # ssh channel to the client), and no timeout applies here: the client passes
+            # rsync's --timeout, which its server honours too, so a stalled link ends it.
+            server = subprocess.Popen([rsync, *server_argv], cwd=f"/proc/self/fd/{fd}",
+                                      pass_fds=(fd,))
+            status = server.wait()
+        except OSError as exc:
+            raise ClusterError(f"remote push: cannot run {rsync} on the master: "
+                               f"{exc.strerror or exc}; expected rsync on its PATH") from None
+        finally:
+            os.close(fd)
+        if status != 0:
+            raise ClusterError(f"remote push: rsync's server on the master exited with status "
+                               f"{status} while receiving into {target}; nothing was queued")
+
+    pushed = _push_locked(home, spec, sync)
+    log.info("queueing %s (tree pushed from another machine -> %s)", spec.line(), pushed.target)
+    return pushed
+
+
+def _open_tree(home: Home, user: str, tree: str) -> int:
+    """A descriptor of ``users/<user>/<tree>`` opened a component at a time, none of them
+    followed if it is a symlink (the home itself may be one: :func:`user_tree`)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    path = home.root
+    fd = os.open(path, flags)
+    try:
+        for part in ("users", user, tree):
+            path = path / part
+            try:
+                sub = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                # ELOOP (a symlink) or ENOTDIR (a file): what user_tree refuses, planted
+                # since it looked.
+                raise SymlinkInHome(path, f"something other than a directory "
+                                          f"({exc.strerror})") from None
+            os.close(fd)
+            fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _unshare_modes(fd: int, target: Path, modes: Mapping[str, int]) -> int:
+    """:func:`_unshare` for a tree open as ``fd`` whose source is on another machine:
+    unlink the regular files another link shares whose permission bits differ from the
+    developer's (``modes``); return how many.  Owner and group are not compared: a remote
+    push does not carry them (the files belong to the account that receives them)."""
+    unlinked = 0
+    for dirpath, _dirs, names, dir_fd in os.fwalk(".", dir_fd=fd):  # no symlink followed
+        for name in names:
+            rel = os.path.normpath(os.path.join(dirpath, name))
+            want = modes.get(rel)
+            if want is None:
+                continue  # not sent: rsync deletes it, or leaves it (never chmods it)
+            try:
+                have = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(have.st_mode) and have.st_nlink > 1 \
+                    and stat.S_IMODE(have.st_mode) != stat.S_IMODE(want):
+                os.unlink(name, dir_fd=dir_fd)
+                unlinked += 1
+    if unlinked:
+        log.debug("%s: %d file(s) shared with a snapshot unlinked before rsync changes their "
+                  "mode", target, unlinked)
+    return unlinked
+
+
+def source_modes(source: Path) -> dict[str, int]:
+    """The permission bits of each file a push of ``source`` may send, by relative POSIX
+    path (a symlink: of the file it names), for :func:`receive_push`.  Excluded directories
+    are not walked; listing a file that is not sent is harmless."""
+    modes: dict[str, int] = {}
+    root = source.resolve()
+    for dirpath, dirs, names in os.walk(root):  # bounded by the tree; no symlink followed
+        rel_dir = os.path.relpath(dirpath, root)
+        prefix = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        dirs[:] = [d for d in dirs if not is_excluded(f"{prefix}{d}/")]
+        for name in names:
+            if is_excluded(prefix + name):
+                continue
+            try:
+                modes[prefix + name] = stat.S_IMODE(os.stat(os.path.join(dirpath, name)).st_mode)
+            except OSError:
+                continue  # dangling, or gone: not sent
+    return modes
+
+
+def write_modes(modes: Mapping[str, int]) -> bytes:
+    """``modes`` as :func:`read_modes` reads it: ``<octal mode>\\0<path>\\0`` per file
+    (a NUL ends each field: any other byte may be in a file name)."""
+    return b"".join(f"{mode:o}".encode() + b"\0" + os.fsencode(path) + b"\0"
+                    for path, mode in sorted(modes.items()))
+
+
+def read_modes(data: bytes) -> dict[str, int]:
+    """Parse :func:`write_modes`'s bytes; ClusterError for anything else."""
+    if len(data) > MAX_MODES_BYTES:
+        raise ClusterError(f"modes list of {len(data)} bytes: expected at most "
+                           f"{MAX_MODES_BYTES}")
+    fields = data.split(b"\0")
+    if fields[-1] != b"" or len(fields) % 2 != 1:
+        raise ClusterError("modes list: expected NUL-terminated pairs of an octal mode and a "
+                           "path")
+    modes: dict[str, int] = {}
+    for i in range(0, len(fields) - 1, 2):
+        try:
+            mode = int(fields[i], 8)
+        except ValueError:
+            raise ClusterError(f"modes list: {fields[i][:20]!r} is not an octal mode") from None
+        path = os.fsdecode(fields[i + 1])
+        if not path or path.startswith("/") or ".." in path.split("/"):
+            raise ClusterError(f"modes list: {path!r} is not a path inside the tree")
+        modes[path] = mode & 0o7777
+    return modes
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""The master's side of ``clusterpush.py --master``: what runs on the master over ssh.
+
+Not a command for people.  ``clusterpush.py --master`` (:mod:`cluster.triggers.remotepush`)
+ships the developer's own copy of the package to the master as one zip file (run as
+``python3 FILE.pyz``, whose ``__main__`` calls :func:`main`) and runs it there:
+
+``receive --home H --line LINE [--modes FILE] -- --server ...``
+    as rsync's ``--rsync-path``: :func:`cluster.triggers.push.receive_push` takes the tree's
+    lock, runs rsync's server (the rest of the arguments) into ``users/<user>/<tree>`` and
+    writes the dropping holding LINE.  Its stdout belongs to rsync's protocol, so the
+    outcome is one line on stderr: :data:`MARKER` and a JSON object, ``{"target": ...,
+    "note": ...}`` or ``{"error": ...}``.  ``--modes`` names a file (uploaded beside the
+    zip, removed here once read) of the developer's file modes
+    (:func:`cluster.triggers.push.read_modes`).
+``abort --home H --user U``
+    :func:`cluster.master.abort.request_abort`; prints :data:`MARKER` and ``{"removed": N,
+    "running": ID-or-null}`` (or ``{"error": ...}``) on stdout.
+
+Exit status 0 when done, 2 when refused (the JSON says why).  Relative paths are relative
+to the working directory the remote shell starts in: the ssh account's home.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from cluster.defaults import EXIT_OK, EXIT_USAGE
+from cluster.errors import ClusterError
+from cluster.home import Home
+from cluster.master.abort import request_abort
+from cluster.queue import RunSpec
+from cluster.triggers.push import read_modes, receive_push
+
+#: What starts the one line that carries a remote step's outcome back to the client.
+MARKER = "clusterpush-remote: "
+
+
+def _report(stream: str, outcome: dict[str, object]) -> None:
+    out = sys.stderr if stream == "stderr" else sys.stdout
+    out.write(MARKER + json.dumps(outcome, sort_keys=True) + "\n")
+    out.flush()
+
+
+def _take_modes(path: str) -> dict[str, int]:
+    """Read the modes list at ``path`` (never through a symlink) and remove it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ClusterError(f"modes list {path}: {exc.strerror or exc}; expected the file "
+                           "clusterpush uploaded") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read()
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass  # the client removes it too
+    return read_modes(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one remote step (see the module docstring); returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    server: list[str] = []
+    if "--" in args:
+        cut = args.index("--")
+        args, server = args[:cut], args[cut + 1:]
+    parser = argparse.ArgumentParser(prog="pushremote")
+    sub = parser.add_subparsers(dest="step", required=True)
+    receive = sub.add_parser("receive")
+    receive.add_argument("--home", required=True)
+    receive.add_argument("--line", required=True)
+    receive.add_argument("--modes")
+    receive.add_argument("--rsync", default="rsync")
+    abort = sub.add_parser("abort")
+    abort.add_argument("--home", required=True)
+    abort.add_argument("--user", required=True)
+    opts = parser.parse_args(args)
+    # Warnings (a lock waited for, a symlink refused) reach the developer's terminal: the
+    # remote stderr is theirs.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="master: %(levelname)s: %(message)s")
+    stream = "stderr" if opts.step == "receive" else "stdout"
+    try:
+        home = Home(Path(opts.home))
+        if not home.root.is_dir():
+            raise ClusterError(f"master home {opts.home} is not a directory on the master; "
+                               "expected the clustermaster's home (--master host:HOME)")
+        if opts.step == "receive":
+            spec = RunSpec.parse(opts.line, source="clusterpush --master")
+            modes = _take_modes(opts.modes) if opts.modes else None
+            pushed = receive_push(home, spec, server, modes=modes, rsync=opts.rsync)
+            _report(stream, {"target": str(pushed.target), "note": pushed.note})
+        else:
+            outcome = request_abort(home, opts.user)
+            _report(stream, {"removed": outcome.removed, "running": outcome.running})
+    except (ClusterError, ValueError, OSError) as exc:
+        _report(stream, {"error": str(exc)})
+        return EXIT_USAGE
+    return EXIT_OK
