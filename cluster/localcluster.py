@@ -17,18 +17,34 @@ the process holding it.  While :meth:`~LocalCluster.wait_for_nodes` and
 :meth:`~LocalCluster.wait_for_run` wait, they look at the monitor and the supervisor every
 poll: if either has exited, the wait stops at once with a LocalClusterError carrying its
 exit status and the last lines it logged, instead of waiting out its timeout.
+
+Transports: with ``transport="ssh"`` (``localcluster.py --transport ssh``) the nodes reach
+the master's files the way nodes on other machines do: :meth:`LocalCluster.start` first
+starts a private OpenSSH server (:class:`cluster.runtime.sshd.PrivateSshd`) on a free
+loopback port, with a host key and a client key it generates in ``home/ssh/``, and each
+node is configured with ``transport = ssh`` against it (``master_home`` the home's absolute
+path, ``ssh_key`` the client key, ``ssh_known_hosts`` the server's known_hosts file).  It
+removes nothing outside the home (``home/ssh/`` stays for the next start).  ``local``
+(the home read directly) stays the default.
+
+Wrapping: :attr:`LocalCluster.wrap` rewrites the command line of every process
+it starts (the multi-machine tests run the monitor and the supervisor inside a network
+namespace with it).
 """
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cluster import config
 from cluster.config import Config
@@ -42,6 +58,9 @@ from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers.push import push_tree
 
+if TYPE_CHECKING:
+    from cluster.runtime.sshd import PrivateSshd
+
 log = logging.getLogger("cluster.localcluster")
 
 DEFAULT_CORPUS = REPO_ROOT / "corpus" / "ghostpdl-examples"
@@ -54,6 +73,12 @@ SUPERVISOR_SCRIPT = "run_clustermaster.py"
 LOG_TAIL_LINES = 20
 #: How much of a dead daemon's log is read for them, at most [bytes].
 LOG_TAIL_BYTES = 16_384
+#: The transports a local cluster's nodes can use (the node key ``transport``).
+TRANSPORTS = ("local", "ssh")
+#: Where ``transport="ssh"`` keeps its sshd's keys and configuration, in the home.
+SSH_DIR = "ssh"
+#: How long the private sshd has to start accepting connections [seconds].
+SSHD_START_TIMEOUT = 30.0
 
 
 class LocalClusterError(ClusterError):
@@ -219,12 +244,22 @@ class _Daemon:
     log_start: int  # the log's size when it was started: what it wrote comes after
 
 
+#: What :attr:`LocalCluster.wrap` is given: the role of the process ("monitor",
+#: "supervisor" or a node's name) and its command line; it returns the command line to run.
+Wrap = Callable[[str, list[str]], list[str]]
+
+
 @dataclass
 class LocalCluster:
     """Starts and stops a master and ``nodes`` local nodes around one master home.
 
     Every process is started with :func:`cluster.runtime.proc.spawn` (its own session) and
     stopped with :func:`cluster.runtime.proc.kill_tree`; the waits run on ``clock``.
+
+    ``transport`` is how the nodes reach the home: "local" (directly) or "ssh" (through a
+    private sshd :meth:`start` starts, see the module's docstring).  ``wrap``, if given,
+    rewrites every command line before it is started (it must ``exec`` the command, so
+    that the process started is the command's process).
     """
 
     home_dir: Path
@@ -236,11 +271,19 @@ class LocalCluster:
     clock: Clock = field(default_factory=SystemClock)
     #: The monitor and the supervisor by script name (see :meth:`check_daemons`).
     daemons: dict[str, _Daemon] = field(default_factory=dict)
+    transport: str = "local"
+    wrap: Wrap | None = None
+    #: The private sshd of ``transport="ssh"``, while it runs.  Set it before
+    #: :meth:`start` to use one started elsewhere (:meth:`stop` stops it all the same).
+    sshd: PrivateSshd | None = None
 
     def __post_init__(self) -> None:
         self.home_dir = self.home_dir.resolve()
         self.home = Home(self.home_dir)
         self.conf_path = self.home_dir / "cluster.conf"
+        if self.transport not in TRANSPORTS:
+            raise LocalClusterError(f"transport {self.transport!r}: expected one of "
+                                    f"{', '.join(TRANSPORTS)}")
 
     # ------------------------------------------------------------------ setup
     def prepare(self) -> Config:
@@ -277,14 +320,16 @@ class LocalCluster:
         return argv
 
     def _spawn(self, script: str, extra: list[str], log_name: str,
-               env: dict[str, str] | None = None, daemon: bool = False
-               ) -> subprocess.Popen[bytes]:
+               env: dict[str, str] | None = None, daemon: bool = False,
+               role: str = "") -> subprocess.Popen[bytes]:
         log_path = self.home.log_dir / log_name
         child_env = None if env is None else {**os.environ, **env}
+        argv = [sys.executable, str(REPO_ROOT / script), *self.config_args(), *extra]
+        if self.wrap is not None:
+            argv = self.wrap(role or script, argv)
         with open(log_path, "ab") as out:
             log_start = out.tell()
-            child = proc.spawn([sys.executable, str(REPO_ROOT / script), *self.config_args(),
-                                *extra], stdout=out, stderr=proc.STDOUT, cwd=self.home_dir,
+            child = proc.spawn(argv, stdout=out, stderr=proc.STDOUT, cwd=self.home_dir,
                                env=child_env)
         self.procs.append(child)
         if daemon:
@@ -299,29 +344,69 @@ class LocalCluster:
             check_port(cfg.listen_address, port, role)
 
     def start(self, node_env: dict[str, dict[str, str]] | None = None) -> None:
-        """Check the ports (:meth:`check_ports`), then start the monitor, the supervisor
-        and the nodes.
+        """Check the ports (:meth:`check_ports`), start the private sshd (transport ssh,
+        unless :attr:`sshd` is set already), then the monitor, the supervisor and the nodes.
 
         ``node_env`` maps a node name (``node1``, ...) to extra environment variables for
         that node's processes (clusterpull, its run.py and the jobs they run).
         """
         self.check_ports()
-        self._spawn(MONITOR_SCRIPT, [], "monitor_port.out", daemon=True)
+        if self.transport == "ssh" and self.sshd is None:
+            self.start_sshd()
+        self._spawn(MONITOR_SCRIPT, [], "monitor_port.out", daemon=True, role="monitor")
         # --kill-children: when we stop, no clustermaster may outlive the local cluster.
         self._spawn(SUPERVISOR_SCRIPT, ["--kill-children"], "run_clustermaster.out",
-                    daemon=True)
+                    daemon=True, role="supervisor")
         for i in range(1, self.nodes + 1):
             name = f"node{i}"
             self.start_node(name, (node_env or {}).get(name))
+
+    def start_sshd(self) -> PrivateSshd:
+        """Start the private sshd of ``transport="ssh"`` on a free port of ``master_host``
+        (loopback by default), its keys in ``home/ssh/``, logging in only this user; kept in
+        :attr:`sshd`.  LocalClusterError if it does not start within SSHD_START_TIMEOUT."""
+        # Here, not at the top: only the ssh transport needs OpenSSH's server.
+        from cluster.runtime.sshd import PrivateSshd
+
+        cfg = self.config()
+        sshd = PrivateSshd(self.home_dir / SSH_DIR, address=cfg.master_host,
+                           user=getpass.getuser())
+        try:
+            sshd.start(timeout=SSHD_START_TIMEOUT)
+        except (ClusterError, OSError, TimeoutError) as exc:
+            raise LocalClusterError(f"the private sshd for the ssh transport did not start "
+                                    f"on {cfg.master_host} (files in "
+                                    f"{self.home_dir / SSH_DIR}): {exc}") from None
+        self.sshd = sshd
+        log.info("private sshd on %s:%d for the nodes (host key %s)", sshd.address, sshd.port,
+                 sshd.host_fingerprint)
+        return sshd
+
+    def node_settings(self, name: str, work_dir: Path | None = None) -> dict[str, str]:
+        """The settings node ``name`` runs with beyond the home's cluster.conf: its name and
+        work directory (default ``home/node-work/<name>``) and, for transport ssh, the
+        transport's keys against :attr:`sshd` (which must have been started)."""
+        work = work_dir or self.home_dir / "node-work" / name
+        settings = {"node_name": name, "work_dir": str(work)}
+        if self.transport == "ssh":
+            if self.sshd is None:
+                raise LocalClusterError("transport ssh: the private sshd is not started "
+                                        "(call start() or start_sshd() first)")
+            settings.update({
+                "transport": "ssh", "master_host": self.sshd.address,
+                "master_home": str(self.home_dir), "ssh_port": str(self.sshd.port),
+                "ssh_user": getpass.getuser(), "ssh_key": str(self.sshd.client_key),
+                "ssh_known_hosts": str(self.sshd.known_hosts)})
+        return settings
 
     def start_node(self, name: str,
                    env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """Start node ``name``'s clusterpull; ``env`` adds to (or overrides) the environment
         it and everything it starts (run.py, the jobs) inherit."""
-        work = self.home_dir / "node-work" / name
-        child = self._spawn("clusterpull.py", ["--set", f"node_name={name}",
-                                               "--set", f"work_dir={work}"], f"{name}.out",
-                            env)
+        extra: list[str] = []
+        for key, value in self.node_settings(name).items():
+            extra += ["--set", f"{key}={value}"]
+        child = self._spawn("clusterpull.py", extra, f"{name}.out", env, role=name)
         self.node_procs[name] = child
         return child
 
@@ -418,11 +503,26 @@ class LocalCluster:
                 # The PID file's first line (a refresh stamp follows); 0 is the stop
                 # marker, and os.kill(0) would kill our own process group.
                 pid = int(pidfile.parse(pid_file.read_text())[0])
-                if pid > 0:
+                if pid > 0 and self._is_ours(pid):
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ValueError):
                 pass
         self.procs.clear()
+        if self.sshd is not None:
+            # After the nodes: none of them is left talking to it.
+            self.sshd.stop()
+            self.sshd = None
+
+    def _is_ours(self, pid: int) -> bool:
+        """Whether ``pid`` is a process of this cluster (its command line names our config
+        file): a PID file left behind may name a pid the system has since given to
+        another process, which must not be killed."""
+        import psutil  # here: only stop() needs it
+
+        try:
+            return str(self.conf_path) in psutil.Process(pid).cmdline()
+        except psutil.Error:
+            return False
 
     def __enter__(self) -> LocalCluster:
         return self

@@ -2,13 +2,18 @@
 
 Usage: localcluster.py [--home DIR] [--nodes N] [--corpus DIR] [--product gs|pdfwrite|
                        ps2write|mupdf|shell] [--tree DIR] [--option OPT]... [--user NAME]
-                       [--set KEY=VALUE]... [--timeout SECONDS]
+                       [--set KEY=VALUE]... [--timeout SECONDS] [--transport local|ssh]
 
 Creates a master home (default ./cluster-home), starts the supervisor, the monitor and N
 local nodes (default 2), pushes a product tree (default: a demo tree wrapping the installed
 ghostscript or mutool; --option adds options to its command line) against the corpus
 (default: the ghostpdl examples), waits for the run, prints the report, stops everything
 it started and prints the run's archive folder as its last line.
+
+With --transport ssh the nodes reach the master's files as nodes on other machines do: over
+ssh and rsync, through a private OpenSSH server it starts on a free loopback port with a host
+key and a client key it generates in the home (HOME/ssh/; nothing outside the home is
+touched).  The default, local, has the nodes read the home directly.
 
 Run it twice: the second run reports no differences.  Run it with --option=-dTextAlphaBits=4
 (or any option) and the report names exactly the tests whose output changed.
@@ -36,6 +41,7 @@ from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.localcluster import (
     DEFAULT_CORPUS,
+    TRANSPORTS,
     LocalCluster,
     LocalClusterError,
     write_demo_tree,
@@ -58,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="queue option for the run: lowres, highres, filter=...")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="local",
+                        help="how the nodes reach the master's files: local (directly, the "
+                        "default) or ssh (a private sshd on loopback, keys in HOME/ssh)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.nodes < 1:
@@ -66,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("cluster.localcluster")
     try:
         overrides = parse_overrides(args.set)
-        cluster = LocalCluster(args.home, args.nodes, args.corpus, overrides)
+        cluster = LocalCluster(args.home, args.nodes, args.corpus, overrides,
+                               transport=args.transport)
         settings = config.load(None, overrides)
     except (ClusterError, OSError) as exc:
         print(f"localcluster.py: {exc}", file=sys.stderr)

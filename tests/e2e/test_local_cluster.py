@@ -233,3 +233,49 @@ def test_the_readme_command_runs_a_cluster_and_prints_the_archive_last(tmp_path:
                 if str(tmp_path / "h") in " ".join(p.info["cmdline"] or [])
                 and p.info["status"] != psutil.STATUS_ZOMBIE]
     assert leftover == []  # it stopped everything it started
+
+
+def test_the_readme_command_with_the_ssh_transport_goes_through_its_own_sshd(
+        tmp_path: Path) -> None:
+    """localcluster.py --transport ssh: the nodes fetch, read and upload through a private
+    sshd on loopback whose keys are made in the home; the run is the same as with local."""
+    corpus = tmp_path / "mini"
+    corpus.mkdir()
+    for name in ("golfer.eps", "spots.ps", "spots2.pdf"):
+        shutil.copyfile(REPO / "corpus" / "ghostpdl-examples" / name, corpus / name)
+    home = tmp_path / "h"
+    user_ssh = Path.home() / ".ssh"
+    before = sorted((p.name, p.stat().st_mtime) for p in user_ssh.iterdir()) \
+        if user_ssh.is_dir() else None
+    argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
+            "--transport", "ssh", "--corpus", str(corpus),
+            "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", "gs_configs=ppmraw.72.0 pbmraw.300.1"]
+    for key, value in FAST.items():
+        argv += ["--set", f"{key}={value}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    archive = Path(done.stdout.splitlines()[-1])
+    assert "ran 6 tests in" in done.stdout and "on 2 nodes" in done.stdout
+    table = read_tab(archive / f"{archive.name}.tab")
+    assert len(table) == 6 and all(r.error == 0 for r in table.values())
+    assert {r.machine for r in table.values()} == {"node1", "node2"}
+    # Its sshd, its keys, in the home; both nodes logged in with the key made there, and
+    # used sftp (job.start, the uploads) and commands (rsync's server, for the trees).
+    ssh_dir = home / "ssh"
+    for name in ("sshd_config", "ssh_host_ed25519_key", "client_key", "known_hosts"):
+        assert (ssh_dir / name).is_file(), name
+    sshd_log = (ssh_dir / "sshd.log").read_text()
+    assert len(re.findall(r"Accepted publickey for \S+ from 127\.0\.0\.1", sshd_log)) >= 2
+    assert "Starting session: subsystem 'sftp'" in sshd_log
+    assert "Starting session: command" in sshd_log
+    assert sorted(p.name for p in (archive / "logs").iterdir()) == [
+        "node1.build.log", "node1.log", "node2.build.log", "node2.log"]
+    # Nothing outside the home: the user's own ~/.ssh is as it was.
+    after = sorted((p.name, p.stat().st_mtime) for p in user_ssh.iterdir()) \
+        if user_ssh.is_dir() else None
+    assert after == before
+    leftover = [p for p in psutil.process_iter(["cmdline", "status"])
+                if str(home) in " ".join(p.info["cmdline"] or [])
+                and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert leftover == []  # the sshd and its sessions stopped with the rest

@@ -1,8 +1,11 @@
-"""LocalCluster: extra environment variables for one node's processes; the port rules."""
+"""LocalCluster: extra environment variables for one node's processes; the port rules; the ssh
+transport's node settings; the wrap hook; stop() and PID files it does not own."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +80,102 @@ def test_a_port_shared_by_two_roles_is_refused() -> None:
     with pytest.raises(LocalClusterError, match=r"port 9101 is both the clustermaster of "
                                                 r"priority 1.*and the monitor"):
         cluster_ports(Config(base_port=9100, monitor_port=9101))
+
+
+class FakeSshd:
+    """Stands in for a started PrivateSshd: the attributes the node settings are made of."""
+
+    def __init__(self, root: Path) -> None:
+        self.address, self.port = "127.0.0.1", 40022
+        self.client_key, self.known_hosts = root / "client_key", root / "known_hosts"
+        self.host_fingerprint = "SHA256:test"
+        self.stopped = 0
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+
+def _setting(argv: list[str], key: str) -> str:
+    values = [a.split("=", 1)[1] for a in argv if a.startswith(f"{key}=")]
+    assert values, f"{key} not set in {argv}"
+    return values[-1]  # the last --set wins
+
+
+def test_transport_ssh_nodes_get_the_sshd_settings_and_stop_stops_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    FakePopen.calls = []
+    monkeypatch.setattr(runtime_proc.subprocess, "Popen", FakePopen)
+    cluster = _cluster(tmp_path / "home", 2)
+    cluster.transport = "ssh"
+    sshd = FakeSshd(cluster.home_dir / "ssh")
+    cluster.sshd = sshd  # type: ignore[assignment]  # started elsewhere: start() keeps it
+    cluster.start()
+    assert len(FakePopen.calls) == 4
+    for name in ("node1", "node2"):
+        argv = next(a for a, _ in FakePopen.calls if f"node_name={name}" in a)
+        assert _setting(argv, "transport") == "ssh"
+        assert _setting(argv, "master_home") == str(cluster.home_dir)  # absolute, for ssh
+        assert _setting(argv, "ssh_port") == "40022"
+        assert _setting(argv, "ssh_key") == str(sshd.client_key)
+        assert _setting(argv, "ssh_known_hosts") == str(sshd.known_hosts)
+        assert _setting(argv, "master_host") == "127.0.0.1"
+        assert _setting(argv, "work_dir") == str(cluster.home_dir / "node-work" / name)
+    monitor = next(a for a, _ in FakePopen.calls if a[1].endswith("monitor_port.py"))
+    assert not any(a.startswith("transport=") for a in monitor)  # the master is unchanged
+    cluster.procs.clear()  # nothing real was started
+    cluster.stop(grace=0)
+    assert sshd.stopped == 1 and cluster.sshd is None
+
+
+def test_transport_local_is_the_default_and_sets_no_ssh_keys(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path / "home", 1)
+    assert cluster.transport == "local"
+    assert cluster.node_settings("node1") == {
+        "node_name": "node1", "work_dir": str(cluster.home_dir / "node-work" / "node1")}
+
+
+def test_transport_ssh_without_its_sshd_and_an_unknown_transport_are_refused(
+        tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "home", transport="ssh")
+    with pytest.raises(LocalClusterError, match="private sshd is not started"):
+        cluster.node_settings("node1")
+    with pytest.raises(LocalClusterError, match=r"transport 'scp': expected one of local, ssh"):
+        LocalCluster(tmp_path / "home", transport="scp")
+
+
+def test_wrap_rewrites_every_command_line_with_its_role(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    FakePopen.calls = []
+    monkeypatch.setattr(runtime_proc.subprocess, "Popen", FakePopen)
+    roles: list[str] = []
+
+    def wrap(role: str, argv: list[str]) -> list[str]:
+        roles.append(role)
+        return ["ip", "netns", "exec", f"ns-{role}", *argv]
+
+    cluster = _cluster(tmp_path / "home", 1)
+    cluster.wrap = wrap
+    cluster.start()
+    assert roles == ["monitor", "supervisor", "node1"]
+    assert [a[:4] for a, _ in FakePopen.calls] == [
+        ["ip", "netns", "exec", f"ns-{r}"] for r in roles]
+    assert FakePopen.calls[0][0][5].endswith("monitor_port.py")
+
+
+def test_stop_kills_a_pid_file_s_process_only_if_it_is_this_cluster_s(tmp_path: Path) -> None:
+    """A PID file left behind may name a pid since given to another process: stop() must
+    leave that process alone, and still kill a clustermaster of its own."""
+    cluster = _cluster(tmp_path / "home", 0)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                             "--config", str(cluster.conf_path)])
+    try:
+        cluster.home.pid_file(0).write_text(f"{stranger.pid}\n")
+        cluster.home.pid_file(1).write_text(f"{ours.pid}\n")
+        cluster.stop(grace=0)
+        assert ours.wait(timeout=10) == -9
+        assert stranger.poll() is None
+    finally:
+        for child in (stranger, ours):
+            child.kill()
+            child.wait(timeout=10)
