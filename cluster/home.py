@@ -20,6 +20,8 @@ Layout of a home::
     results[.p]          journal of results received for the running run
     clustermaster[.p].pid   the PID-file semaphore of seed 000 phase 2
     status[.p]           one-line status for dashboards
+    live[.p].json        the running run's live status (counts, rate, nodes), rewritten
+                         each second by its master, for the status page and clusteradmin
     runs/<id>/           working files of a run (uploaded node logs, a user run's source
                          snapshot runs/<id>/source/<tree>)
     archive/<id>/        a finished run: .tab, report, logs
@@ -28,6 +30,8 @@ Layout of a home::
                          cluster_command.run, or the legacy gs.run / ghostscript.run
     users/<user>/.<tree>.lock   the tree's lock: a push's sync, a run's snapshot of it
     nodes/<name>.up|.status|.caps   what the monitor learnt of each node
+    nodes/<name>.down    a node disabled by clusteradmin (the Perl's $m.down): no work
+    runs/<id>/stop       an admin asked to stop run <id> (who, and why)
     node-code/           the node side of the package, published for nodes to fetch, and
                          its MANIFEST (an md5 per file)
     cluster.secret       the key of the monitor's signed heartbeats (mode 0600)
@@ -101,6 +105,18 @@ class Home:
 
     def status(self, priority: int) -> Path:
         return self.per_priority("status", priority)
+
+    def live(self, priority: int) -> Path:
+        """``live[.p].json``: the running run's live status (see cluster.master.livestatus)."""
+        return self.per_priority("live.json", priority)
+
+    def node_down(self, name: str) -> Path:
+        """``nodes/<name>.down``: the node is disabled (given no work) while this exists."""
+        return self.nodes / f"{name}.down"
+
+    def stop_request(self, run_id: str) -> Path:
+        """``runs/<id>/stop``: an admin's request that the master stop run ``run_id``."""
+        return self.run_dir(run_id) / "stop"
 
     @property
     def runs(self) -> Path:
