@@ -67,6 +67,12 @@ class Config:
     listen_address: str = _opt("127.0.0.1", MASTER, "address",
                                "address the master and the monitor listen on; 0.0.0.0 for "
                                "a real cluster")
+    status_address: str = _opt("127.0.0.1", MASTER, "address",
+                               "address the status page (clusterstatus.py) listens on; loopback "
+                               "by default: put it behind a reverse proxy, or set 0.0.0.0 on a "
+                               "trusted network, to let others see it")
+    status_port: int = _opt(9020, MASTER, "TCP port",
+                            "the status page and its JSON API (clusterstatus.py); 0 = not served")
     supervisor_interval: float = _opt(10.0, MASTER, "seconds",
                                       "run_clustermaster.py starts clustermaster 0/1/2 this often",
                                       positive=True)
