@@ -73,6 +73,10 @@ class Config:
                                "trusted network, to let others see it")
     status_port: int = _opt(9020, MASTER, "TCP port",
                             "the status page and its JSON API (clusterstatus.py); 0 = not served")
+    node_down_after: float = _opt(300.0, MASTER, "seconds",
+                                  "a node not heard from for this long shows as down on the "
+                                  "status page, clusteradmin and clustermonitor (the Perl's 300 s)",
+                                  positive=True)
     supervisor_interval: float = _opt(10.0, MASTER, "seconds",
                                       "run_clustermaster.py starts clustermaster 0/1/2 this often",
                                       positive=True)
