@@ -53,6 +53,11 @@ SCRIPTS = ("clustermaster.py", "clustermaster1.py", "clustermaster2.py")
 LOCK_NAME = "run_clustermaster.lock"
 CHILD_LOG_NAME = "run_clustermaster.children.log"
 LOG_NAME = "run_clustermaster.log"
+#: How often the supervisor asks its WorkWatcher whether a run waits [seconds]: a run
+#: starts within this of being queued.  The watcher costs a few stat calls, so 20 looks a
+#: second are nothing, and they take a tenth of a second off every run's start (the
+#: default slice, 0.25 s, cost 0.125 s on average).
+WAKEUP_POLL = 0.05
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args)),
                                 interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
                                 kill_children=args.kill_children, wakeup=WorkWatcher(home),
+                                poll=WAKEUP_POLL,
                                 on_tick=NodeCodePublisher(REPO_ROOT, home.node_code))
         if args.once:
             supervisor.initialize()

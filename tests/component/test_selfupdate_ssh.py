@@ -14,7 +14,7 @@ import pytest
 from cluster.home import Home
 from cluster.node import code, selfupdate
 from cluster.node.selfupdate import CodeChoice, SelfUpdate
-from cluster.node.transport import SshTransport
+from cluster.node.sshtransport import SshTransport
 from cluster.runtime.ssh import SshTarget
 from cluster.runtime.sshd import PrivateSshd
 from tests.helpers import REPO

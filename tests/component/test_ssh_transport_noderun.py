@@ -10,7 +10,7 @@ from pathlib import Path
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE, NODE_EXIT_FAILED
 from cluster.node.noderun import NodeRun
-from cluster.node.transport import SshTransport
+from cluster.node.sshtransport import SshTransport
 from cluster.runtime import ssh
 from cluster.runtime.sshd import PrivateSshd
 from cluster.wire import protocol

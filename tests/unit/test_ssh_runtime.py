@@ -14,7 +14,7 @@ import pytest
 
 import cluster.runtime.mirror as mirror_mod
 from cluster.errors import SshError
-from cluster.node.transport import WALK_SCRIPT, _plan
+from cluster.node.sshtransport import WALK_SCRIPT, _plan
 from cluster.runtime import fsutil, ssh
 from cluster.runtime.sshd import fingerprint, known_hosts_name
 

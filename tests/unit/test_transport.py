@@ -11,9 +11,9 @@ import pytest
 import cluster.runtime.mirror as mirror_mod
 from cluster.config import Config
 from cluster.errors import ConfigError, TransportError
+from cluster.node.sshtransport import SshTransport
 from cluster.node.transport import (
     LocalTransport,
-    SshTransport,
     Transport,
     check_rel,
     make_transport,
