@@ -7,6 +7,12 @@ not by clusterpush: clusterpush leaves ``abort.job`` in the master home holding 
 often as it checks its PID file, tells its nodes ABORT, reports the run as aborted and
 dequeues it.  The id, not the queue line, is what names the run: an ``abort.job`` that
 arrives just after its run ended can never stop the user's next push of the same line.
+
+An admin stops a run of any priority the same way, with ``runs/<id>/stop``
+(:func:`request_stop`, ``clusteradmin stop``): first line who asks (``alice@host``), an
+optional second line why.  The master serving the run looks for it as often as for
+``abort.job`` and ends the run as aborted, with the reason :func:`stop_reason` makes of the
+file (``stopped by alice@host: disk full``); the file goes with the run's folder.
 """
 
 from __future__ import annotations
@@ -24,6 +30,15 @@ from cluster.wire.jobstart import JobStart
 log = logging.getLogger("cluster.abort")
 
 ABORT_FILE = "abort.job"
+#: The most characters of a stop request's who and reason that are kept.
+STOP_WHO_MAX = 100
+STOP_REASON_MAX = 300
+#: The most bytes of a stop request read (it holds two short lines).
+STOP_READ_MAX = 4096
+#: Who stopped a run when the stop file does not say (empty or unreadable).
+ANONYMOUS = "an admin"
+#: How the reason of a run an admin stopped begins (the report and mail rely on it).
+STOPPED_BY = "stopped by "
 
 
 @dataclass(frozen=True)
@@ -73,3 +88,43 @@ def clear(home: Home, run_id: str) -> None:
     if requested(home, run_id):
         with contextlib.suppress(FileNotFoundError):
             (home.root / ABORT_FILE).unlink()
+
+
+def request_stop(home: Home, run_id: str, who: str, reason: str = "") -> None:
+    """Ask the master serving run ``run_id`` to stop it: write ``runs/<id>/stop`` (whole or
+    absent, never torn).  ``who`` and ``reason`` are kept to one line each."""
+    text = _clean(who, STOP_WHO_MAX) + "\n"
+    if reason.strip():
+        text += _clean(reason, STOP_REASON_MAX) + "\n"
+    path = home.stop_request(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fsutil.atomic_write(path, text, fsync=False)
+
+
+def stop_reason(home: Home, run_id: str) -> str | None:
+    """The reason to end run ``run_id`` if an admin asked to stop it, else None.
+
+    ``stopped by <who>`` or ``stopped by <who>: <reason>`` from ``runs/<id>/stop``'s first
+    two lines, each on one line and cut to a sane length; a stop file that is empty or
+    cannot be read still stops the run, ``stopped by an admin``."""
+    path = home.stop_request(run_id)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(STOP_READ_MAX)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a directory, no permission: the request is still there
+        log.warning("%s: unreadable (%s); stopping the run anyway", path, exc)
+        data = b""
+    lines = [line for line in data.decode("utf-8", errors="replace").splitlines()
+             if line.strip()]
+    who = _clean(lines[0], STOP_WHO_MAX) if lines else ""
+    why = _clean(lines[1], STOP_REASON_MAX) if len(lines) > 1 else ""
+    return f"{STOPPED_BY}{who or ANONYMOUS}" + (f": {why}" if why else "")
+
+
+def _clean(text: str, limit: int) -> str:
+    """``text`` on one line of printable characters, at most ``limit`` of them."""
+    words = "".join(c if c.isprintable() else " " for c in text).split()
+    out = " ".join(words)
+    return out if len(out) <= limit else out[:limit - 3].rstrip() + "..."

@@ -7,9 +7,10 @@
 * Phase 3 -- first the end of any run of this priority whose end was cut short
   (:mod:`cluster.master.ending`), then the run at the head of the queue: job.start,
   build.py -> jobs, serve nodes on base_port + priority until every job has a result and
-  the nodes have uploaded, or the run is stopped (its user, a node's build failure,
-  ``max_run_time``, lost nodes); then the end steps (:mod:`cluster.master.endrun`) and the
-  PID file is removed.
+  the nodes have uploaded, or the run is stopped (its user, an admin's
+  ``runs/<id>/stop``, a node's build failure, ``max_run_time``, lost nodes); the live
+  status ``live[.p].json`` is rewritten every second meanwhile; then the end steps
+  (:mod:`cluster.master.endrun`) and the PID file is removed.
 
 The master's state survives its own death: job.start keeps the run id, the jobs file is
 reused, every accepted result is in the journal before the node hears back, and the run's
@@ -38,11 +39,12 @@ from cluster.config import Config
 from cluster.defaults import EXIT_OK, REPO_ROOT, USER_PRIORITY
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import Home
-from cluster.master import abort, ending, finish, journal
+from cluster.master import abort, ending, finish, journal, monitor
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
 from cluster.master.joblist import JobFile
+from cluster.master.livestatus import LiveStatus
 from cluster.master.pidfile import PidDecision, PidFile
 from cluster.master.progress import RunProgress
 from cluster.master.runstate import RunState, Settings
@@ -304,12 +306,16 @@ class ClusterMaster:
             progress.had_nodes = True
         session = RunSession(signing.parse_secret(start.secret), signing.ReplayGuard(),
                              AuditLog(home.audit_log(run_id), self.clock))
+        # Its start as the first master saw it: now less the elapsed time of them all.
+        live = LiveStatus(home.live(p), start, self.clock.time() - progress.elapsed(),
+                          self.clock)
+        state.set_disabled(monitor.disabled_nodes(home))
         bind(state, jrnl, session)
         log.info("run %s: %s, %d jobs (%d to do), port %d, %.0f s run so far", run_id,
                  spec.line(), len(jobs), state.remaining, self.cfg.port_for(p),
                  progress.elapsed())
         try:
-            ended = self._serve(server, state, jrnl, pid, progress, session.audit)
+            ended = self._serve(server, state, jrnl, pid, progress, session.audit, live)
             if ended is None:
                 log.warning("run %s: the PID file is no longer ours; aborting nodes, exiting",
                             run_id)
@@ -324,6 +330,7 @@ class ClusterMaster:
             record = EndRecord.create(run_dir, start, outcome, reason,
                                       elapsed=progress.elapsed(),
                                       lost=tuple(progress.lost + state.lost))
+            live.remove()
             # The run is over: nodes that call in now learn it and leave.
             self._unlink(home.job_start(p))
             self._linger(server, state, audit=session.audit)
@@ -514,15 +521,17 @@ class ClusterMaster:
         return jobs
 
     def _serve(self, server: NodeServer, state: RunState, jrnl: journal.Journal,
-               pid: PidFile, progress: RunProgress, audit: AuditLog
+               pid: PidFile, progress: RunProgress, audit: AuditLog, live: LiveStatus
                ) -> tuple[Outcome, str] | None:
         """Serve nodes until the run ends; return how and why (None: another master
         replaced this one, and the run goes on under it).
 
-        Besides every job having a result, a run ends when its user aborts it, a node's
-        build fails, it has run ``max_run_time`` (across masters), or it lost its nodes:
-        none alive for ``no_node_timeout`` after it had some, or more than
-        ``max_failed_nodes`` lost.
+        Besides every job having a result, a run ends when its user aborts it, an admin
+        stops it (``runs/<id>/stop``), a node's build fails, it has run ``max_run_time``
+        (across masters), or it lost its nodes: none alive for ``no_node_timeout`` after
+        it had some, or more than ``max_failed_nodes`` lost.  Every progress tick the
+        status line and ``live[.p].json`` are rewritten; every ``pid_check_interval`` the
+        disabled nodes (``nodes/*.down``) are read again.
         """
         cfg = self.cfg
         next_tick = next_live = next_pid = 0.0
@@ -545,9 +554,11 @@ class ClusterMaster:
                 write_status(self.home.status(self.priority),
                              f"run {state.run_id} - {state.status_line()}")
                 progress.save(state.lost, bool(state.live_nodes()))
+                live.update(state, progress.lost + state.lost)
                 next_tick = now + PROGRESS_INTERVAL
             if now >= next_pid:
                 next_pid = now + cfg.pid_check_interval
+                state.set_disabled(monitor.disabled_nodes(self.home))
                 if self.priority == USER_PRIORITY and not state.fatal and \
                         abort.requested(self.home, state.run_id):
                     # clusterpush abort: every node is told ABORT at its next call, and
@@ -555,6 +566,13 @@ class ClusterMaster:
                     state.fatal = USER_ABORT
                     log.warning("run %s: aborted by its user", state.run_id)
                     return Outcome.ABORTED, USER_ABORT
+                stopped = None if state.fatal else abort.stop_reason(self.home, state.run_id)
+                if stopped is not None:
+                    # clusteradmin stop, at any priority: ended like a user's abort.
+                    state.fatal = live.stopping = stopped
+                    live.update(state, progress.lost + state.lost)
+                    log.warning("run %s: %s", state.run_id, stopped)
+                    return Outcome.ABORTED, stopped
                 if not pid.refresh():
                     state.fatal = REPLACED
                     self._linger(server, state, limit=min(cfg.linger, 5.0), audit=audit)

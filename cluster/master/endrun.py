@@ -5,7 +5,11 @@
 * ``report``: the node logs, the run's ``.tab``, ``report.txt`` and ``run.info`` into
   ``archive/<id>/``, and the stream's new tables staged in ``runs/<id>/tables``
   (:func:`cluster.master.finish.finish`).  The report counts the whole run: every node that
-  sent a result and the time of every master that served it;
+  sent a result and the time of every master that served it.  ``run.info`` is the run's
+  job.start (no secret) and the lines ``elapsed <s>``, ``outcome <outcome>``, ``nodes <n>``
+  (machines that sent results), and, when the report states them, ``differences <d>`` and
+  ``errors <e>`` (:class:`cluster.master.finish.Report`): what the console lists of recent
+  runs without reading their tables;
 * ``tables``: the staged tables replace the old ones (the baseline rotates once);
 * ``cache``: the "seen before" cache is rebuilt after a baseline run;
 * ``mail``: the report is mailed (not for a run queued again);
@@ -36,6 +40,7 @@ from cluster.master import abort, ending, finish, journal
 from cluster.master.attempts import Attempts
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.joblist import JobFile
+from cluster.master.livestatus import remove_if_run
 from cluster.master.runstate import RunState, Settings
 from cluster.queue import QueueFile, RunSpec
 from cluster.report import mail
@@ -93,6 +98,7 @@ class RunEnder:
         run_id = start.id
         spec = RunSpec.parse(start.queue, source=str(record.path))
         _unlink_if_run(home.job_start(self.priority), run_id)  # nodes now learn it is over
+        remove_if_run(home.live(self.priority), run_id)  # no longer live (a killed master's)
         archive = home.archive / run_id
         outcome = record.outcome
         if not record.is_done(ending.REPORT):
@@ -118,7 +124,7 @@ class RunEnder:
             record.mark(ending.CACHE)
         if not record.is_done(ending.MAIL):
             if outcome is not Outcome.RETRY:
-                self._mail(spec, start, archive, failed=outcome is not Outcome.DONE)
+                self._mail(spec, start, archive, record)
             record.mark(ending.MAIL)
         if not record.is_done(ending.TREE):
             if outcome is not Outcome.RETRY:
@@ -165,16 +171,18 @@ class RunEnder:
             fsutil.atomic_copy(audit, archive / audit.name)
         header = self._header(spec, start.id)
         if state is None:
-            text = "\n".join([header, "", f"The run could not start: {record.reason}.", ""])
+            made = finish.Report("\n".join([header, "",
+                                            f"The run could not start: {record.reason}.", ""]))
+            nodes = 0
         else:
-            text = finish.finish(home, finish.FinishedRun(
+            made = finish.finish(home, finish.FinishedRun(
                 spec=spec, start=start, state=state, elapsed=record.elapsed,
                 archive=archive, header=header,
                 stage=home.run_dir(start.id) / STAGE_DIR, outcome=record.outcome,
                 reason=record.reason, lost_nodes=record.lost))
-        fsutil.atomic_write(archive / "report.txt", text)
-        fsutil.atomic_write(archive / "run.info", start.format()
-                            + f"elapsed {record.elapsed:.1f}\noutcome {record.outcome.value}\n")
+            nodes = len(state.machines)
+        fsutil.atomic_write(archive / "report.txt", made.text)
+        fsutil.atomic_write(archive / "run.info", run_info(start, record, nodes, made))
 
     def _header(self, spec: RunSpec, run_id: str) -> str:
         """The report's first lines; a commit run's name the commit and what it changed."""
@@ -197,12 +205,21 @@ class RunEnder:
         return tree in datatypes.parse_repositories(self.cfg.repositories)
 
     # ------------------------------------------------------------------ after the report
-    def _mail(self, spec: RunSpec, start: JobStart, archive: Path, failed: bool) -> None:
-        """Mail the report (when smtp_host is set); the outcome is noted in mail.log."""
+    def _mail(self, spec: RunSpec, start: JobStart, archive: Path, record: EndRecord) -> None:
+        """Mail the report (when smtp_host is set); the outcome is noted in mail.log.
+
+        The subject starts ``STOPPED:`` for a run an admin stopped (the report says who),
+        ``FAILED:`` for any other run that did not complete."""
         if not self.cfg.smtp_host:
             return
         text = (archive / "report.txt").read_text(encoding="utf-8", errors="replace")
-        subject = ("FAILED: " if failed else "") + (
+        if record.outcome is Outcome.DONE:
+            prefix = ""
+        elif record.outcome is Outcome.ABORTED and record.reason.startswith(abort.STOPPED_BY):
+            prefix = "STOPPED: "
+        else:
+            prefix = "FAILED: "
+        subject = prefix + (
             f"bmpcmp finished {spec.line()}" if finish.is_bmpcmp(spec) else spec.line())
         try:
             mail.send_report(self.cfg, self.home, spec.kind, spec.ref, subject, text)
@@ -243,6 +260,19 @@ class RunEnder:
             return
         self.queue.remove(spec)
         self.attempts.clear(line)
+
+
+def run_info(start: JobStart, record: EndRecord, nodes: int, made: finish.Report) -> str:
+    """The text of ``archive/<id>/run.info``: job.start without its secret, then ``elapsed``,
+    ``outcome``, ``nodes`` and the report's ``differences`` and ``errors`` (each only when
+    the report states it).  JobStart.parse reads it (it skips keys it does not know)."""
+    lines = [f"elapsed {record.elapsed:.1f}", f"outcome {record.outcome.value}",
+             f"nodes {nodes}"]
+    if made.differences is not None:
+        lines.append(f"differences {made.differences}")
+    if made.errors is not None:
+        lines.append(f"errors {made.errors}")
+    return start.format() + "\n".join(lines) + "\n"
 
 
 def _unlink_if_run(path: Path, run_id: str) -> None:

@@ -18,10 +18,12 @@ fatal failure stopped the run).  By kind of run:
 * ``bmpcmp`` user runs compare no tables: the difference images the nodes uploaded are
   put on one HTML page in the archive (:mod:`cluster.bmpcmp`), and the report says where.
 * A run stopped by a node's failure (a build failure) gets the failure report with the
-  failing nodes' log excerpts; one its user aborted says so.  No table is touched.
+  failing nodes' log excerpts; one its user aborted says so, and one an admin stopped
+  names who (and why).  No table is touched.
 
 Everything is written into ``archive/<run id>/``: ``report.txt``, ``<id>.tab`` and the
-node logs.
+node logs.  :func:`finish` also returns the counts the report states (:class:`Report`),
+which the master adds to ``run.info`` so the console need not read the ``.tab``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 from cluster import bmpcmp
 from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
+from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
 from cluster.queue import RunSpec
@@ -70,12 +73,28 @@ class FinishedRun:
     lost_nodes: tuple[str, ...] = ()  # every node the run lost, across takeovers
 
 
+@dataclass(frozen=True)
+class Report:
+    """A finished run's report text and the counts it states.
+
+    ``differences``: tests whose output changed, against the baseline (a user run: against
+    the user's previous push when there is no baseline); None when the run was compared
+    with nothing (a first run, a bmpcmp run, a run that did not complete).  ``errors``:
+    tests of the run that ended with an error code; None when the run did not complete.
+    """
+
+    text: str
+    differences: int | None = None
+    errors: int | None = None
+
+
 def is_bmpcmp(spec: RunSpec) -> bool:
     return spec.kind == "user" and spec.has_flag("bmpcmp")
 
 
-def finish(home: Home, run: FinishedRun) -> str:
-    """Collate, compare and archive ``run``; return its report text (also in report.txt).
+def finish(home: Home, run: FinishedRun) -> Report:
+    """Collate, compare and archive ``run``; return its report (the text also goes into
+    report.txt, by the caller).
 
     Tables are not changed here: a complete run's new stream tables are written into
     ``run.stage``, whole and fsync'ed, and :func:`install_tables` moves them in, so a full
@@ -83,14 +102,13 @@ def finish(home: Home, run: FinishedRun) -> str:
     """
     state, spec = run.state, run.spec
     if run.outcome is Outcome.ABORTED:
-        return (f"{run.header}\n\nThe run was aborted by its user (clusterpush abort) after "
-                f"{state.results.count} of {len(state.jobs)} tests; no table was changed.\n")
+        return Report(aborted_report(run, state))
     if run.outcome is Outcome.FAILED:
-        return failure_report(run.header, state, run.archive / "logs")
+        return Report(failure_report(run.header, state, run.archive / "logs"))
     if run.outcome is not Outcome.DONE:
-        return incomplete_report(run, state)
+        return Report(incomplete_report(run, state))
     if is_bmpcmp(spec):
-        return bmpcmp_report(home, run)
+        return Report(bmpcmp_report(home, run), errors=state.errors)
     # The table is made from the results' journal lines as it is read: a million rows as
     # objects would not fit the master's memory budget.
     current = state.results.table(state.run_id)
@@ -115,13 +133,31 @@ def finish(home: Home, run: FinishedRun) -> str:
         text = userreport.render_user_report(current, vs_baseline, vs_push, facts,
                                              clean if clean.is_dir() else None,
                                              home.root / run.start.source)
-        write_changed_list(run.archive / CHANGED_LIST, current,
-                           vs_baseline if baseline is not None else vs_push)
+        against = vs_baseline if baseline is not None else vs_push
+        write_changed_list(run.archive / CHANGED_LIST, current, against)
         stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab)
     else:
-        text = report.compare(current, baseline, facts, seen=seen)
+        against = report.analyse(current, baseline, seen=seen)
+        text = report.render(against, current, facts)  # what report.compare does
         stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab)
-    return text
+    return Report(text, differences=differences(against), errors=state.errors)
+
+
+def differences(comparison: report.Comparison | None) -> int | None:
+    """How many tests the report lists as differing (None: compared with nothing)."""
+    if comparison is None or comparison.baseline:
+        return None
+    return sum(len(names) for names in comparison.differences.values())
+
+
+def aborted_report(run: FinishedRun, state: RunState) -> str:
+    """The report of a run its user aborted, or an admin stopped (the reason says who)."""
+    done = f"{state.results.count} of {len(state.jobs)} tests"
+    if run.reason.startswith(STOPPED_BY):
+        return (f"{run.header}\n\nThe run was {run.reason}.\nIt was stopped after {done}; "
+                f"no table was changed.\n")
+    return (f"{run.header}\n\nThe run was aborted by its user (clusterpush abort) after "
+            f"{done}; no table was changed.\n")
 
 
 # ---------------------------------------------------------------------------- tables

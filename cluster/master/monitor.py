@@ -19,6 +19,9 @@ Deviations from the seed, and why:
 * the answer lists the waiting runs instead of a bare 1/0, so a node knows which priority to
   join; ``heartbeat.py`` still turns it into the seed's exit code (non-zero = a job waits).
 
+* a disabled node (``nodes/<name>.down``, clusteradmin's ``node disable``; the Perl's
+  ``$m.down``) is answered with no run, held or not, so its clusterpull starts no run.py;
+  its heartbeat is still recorded (it is not down, only disabled);
 * the answer may be held (long-poll, issue 10): a heartbeat with ``wait <seconds>`` is
   recorded at once and answered as soon as a run waits that it does not ``skip``, or when
   the wait ends, so an idle node learns of a new run within :data:`HOLD_POLL` seconds
@@ -148,6 +151,30 @@ def record_heartbeat(home: Home, hb: Heartbeat) -> None:
         fsutil.atomic_write(home.nodes / f"{hb.node}.caps", hb.caps + "\n", fsync=False)
     # Touch last, so a node that is "up" already has its status and caps on disk.
     (home.nodes / f"{hb.node}.up").touch()
+
+
+#: The suffix of a disabled node's file in ``nodes/`` (:meth:`Home.node_down`).
+DOWN_SUFFIX = ".down"
+
+
+def is_disabled(home: Home, node: str) -> bool:
+    """Whether an admin disabled ``node`` (its ``nodes/<name>.down`` exists): one stat."""
+    return home.node_down(node).exists()
+
+
+def disabled_nodes(home: Home) -> frozenset[str]:
+    """The names of every disabled node: one scan of ``nodes/`` (no file is read)."""
+    try:
+        with os.scandir(home.nodes) as entries:
+            return frozenset(e.name[:-len(DOWN_SUFFIX)] for e in entries
+                             if e.name.endswith(DOWN_SUFFIX) and not e.name.startswith("."))
+    except FileNotFoundError:
+        return frozenset()
+
+
+def jobs_for(home: Home, node: str) -> list[tuple[int, str]]:
+    """The runs ``node`` is told wait: :func:`waiting_jobs`, none if it is disabled."""
+    return [] if is_disabled(home, node) else waiting_jobs(home)
 
 
 def nodes_seen(home: Home, now: float | None = None) -> dict[str, tuple[float, str]]:
@@ -365,8 +392,9 @@ class MonitorServer:
         """Close every connection and the listener.  Held heartbeats get their answer if it
         can be sent without waiting, so their nodes need not wait out a timeout."""
         if self.held:
-            reply = format_reply(waiting_jobs(self.home))
+            jobs = waiting_jobs(self.home)
             for conn in list(self.held):
+                reply = format_reply([] if is_disabled(self.home, conn.node) else jobs)
                 try:
                     conn.sock.send(signing.sign_reply(reply, self.key, conn.nonce))
                 except OSError:
@@ -480,7 +508,7 @@ class MonitorServer:
         """Record ``hb`` now; answer now, or hold the answer (long-poll)."""
         try:
             record_heartbeat(self.home, hb)
-            jobs = waiting_jobs(self.home)
+            jobs = jobs_for(self.home, hb.node)
         except OSError as exc:
             log.error("node %s (peer %s): cannot record heartbeat in %s: %s",
                       hb.node, conn.peer, self.home.nodes, exc)
@@ -517,7 +545,9 @@ class MonitorServer:
             return
         self._job_files = files
         jobs = waiting_jobs(self.home)
-        ready = [conn for conn in self.held if _news(jobs, conn.skip)]
+        # A disabled node's heartbeat is held to its end and answered with no run.
+        ready = [conn for conn in self.held
+                 if _news(jobs, conn.skip) and not is_disabled(self.home, conn.node)]
         if not ready:
             return
         reply = format_reply(jobs)
@@ -594,7 +624,7 @@ class MonitorServer:
             if conn.state == _READING:
                 self._error(conn, f"no complete request within {self.deadline:g} s")
             elif conn.state == _HELD:
-                self._reply(conn, format_reply(waiting_jobs(self.home)))
+                self._reply(conn, format_reply(jobs_for(self.home, conn.node)))
             elif conn.state == _WRITING:
                 log.warning("peer %s: did not read its reply within %g s", conn.peer,
                             self.deadline)

@@ -8,6 +8,9 @@ leases of nodes that went silent.
 The rules are seed 001's "normal course of events":
 
 * a wrong job id gets ABORT, and nothing is remembered of the node (it may come back);
+* a disabled node (``nodes/<name>.down``, :meth:`RunState.set_disabled`) gets ABORT
+  ``node <name> is disabled``: its results are taken, its unfinished jobs go back to the
+  others, and it leaves the run without counting as lost (it did not fail);
 * unsuitable caps get ABORT and the node is culled for this run;
 * a node's first contact gets BUILD; ``busy`` keeps its lease alive without giving it work;
 * ``failure <0`` aborts the whole run; ``failure >0`` drops the node and puts its unfinished
@@ -46,7 +49,7 @@ from cluster.master.joblist import JobList, as_job_list
 from cluster.master.journal import format_line, journal_result, line_prefix, result_text, split_line
 from cluster.master.results import Results
 from cluster.master.tailplan import TailPlan
-from cluster.records import Job, JobResult
+from cluster.records import ERROR_TIMEOUT, ERROR_TIMEOUT_STAGE2, Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
 
@@ -54,6 +57,11 @@ Suitability = Callable[[str], tuple[bool, str]]
 
 #: The most jobs a node is kept holding, however fast it is.
 MAX_BATCH = 65536
+#: The first character of a canonical result's error field (``<test> <error> ...``) for
+#: error 0, and for the timeout codes (3 and 4; no other code, -1 and 10 included, starts
+#: with these digits).
+_NO_ERROR = "0"
+_TIMEOUT_DIGITS = (str(ERROR_TIMEOUT), str(ERROR_TIMEOUT_STAGE2))
 #: Where Settings takes its defaults: the configuration table (one place for each).
 
 
@@ -82,6 +90,8 @@ class NodeInfo:
     ran_jobs: bool = False      # it was given jobs, so it has logs to upload
     told_abort: bool = False    # it has been told the run is over
     results: int = 0            # first results it delivered
+    errors: int = 0             # of those, results with an error code (not 0)
+    timeouts: int = 0           # of those, results that timed out (error 3 or 4)
 
     def job_seconds(self, now: float) -> float | None:
         """Wall seconds one of its slots has spent per job so far; None if unknown."""
@@ -134,6 +144,11 @@ def _always_suitable(caps: str) -> tuple[bool, str]:
     return True, ""
 
 
+def disabled_reason(name: str) -> str:
+    """The ABORT reason a disabled node is given."""
+    return f"node {name} is disabled"
+
+
 class RunState:
     """Scheduling state of one run.  Callers use handle(), tick() and the read-only queries."""
 
@@ -153,14 +168,18 @@ class RunState:
         lines: list[str] = []
         #: Nodes that sent a result, the earlier masters' included (the report's count).
         self.machines: set[str] = set()
+        #: Results with an error code (not 0), the earlier masters' included.
+        self.errors = 0
         for r in done:
             if isinstance(r, str):
                 line = r
                 machine, text = split_line(line)
                 name = text[:text.find(" ")]
+                failed = text[len(name) + 1:len(name) + 2] != _NO_ERROR
             else:
                 line = format_line(r)
                 name, machine = r.name, r.machine or "-"
+                failed = r.error != 0
             if machine != "-":
                 self.machines.add(machine)
             i = index.get(name)
@@ -168,6 +187,7 @@ class RunState:
                 offsets[i] = 0  # taken; add() sets the real offset
                 taken.append(i)
                 lines.append(line)
+                self.errors += failed
         if taken:
             for i in taken:
                 offsets[i] = -1
@@ -195,6 +215,9 @@ class RunState:
         self.duplicates = 0
         self.unknown_results = 0
         self.fatal: str = ""               # set when a node reported failure < 0
+        #: Nodes an admin disabled (``nodes/<name>.down``): given no work (set_disabled).
+        self.disabled: frozenset[str] = frozenset()
+        self.disabled_left: list[str] = []  # "name (disabled; ...)": left, not lost
         self.started = now
         self.all_results_at: float | None = now if self.all_results_in else None
 
@@ -241,6 +264,11 @@ class RunState:
         return (f"{done}/{total} done - {pct}% - {len(self.live_nodes())} nodes"
                 + (f" - aborted: {self.fatal}" if self.fatal else ""))
 
+    def set_disabled(self, names: Iterable[str]) -> None:
+        """The nodes disabled now (the master rereads ``nodes/*.down`` every
+        ``pid_check_interval``).  A node in it is told ABORT at its next request."""
+        self.disabled = frozenset(names)
+
     # ---------------------------------------------------------------- the protocol step
     def handle(self, req: Request, now: float) -> Outcome:
         """Decide the reply to one node request (seed 001's normal course of events)."""
@@ -252,6 +280,9 @@ class RunState:
             return Outcome(Reply(protocol.ABORT, reason=f"unsuitable: {self.culled[name]}"))
         notes: list[str] = []
         node = self.nodes.get(name)
+        disabled = name in self.disabled
+        if disabled and (node is None or node.state is NodeState.GONE):
+            return Outcome(Reply(protocol.ABORT, reason=disabled_reason(name)))
         if node is None or node.state is NodeState.GONE:
             ok, why = self.suitable(req.caps)
             if not ok:
@@ -289,6 +320,11 @@ class RunState:
 
         if self.fatal:
             return out(Reply(protocol.ABORT, reason=f"{protocol.RUN_ABORTED}: {self.fatal}"))
+        if disabled:
+            # Its results are in (above); its other jobs go back to the others.  Not a
+            # failure: it does not count against max_failed_nodes.
+            self._drop(node, "disabled", notes, lost=False)
+            return out(Reply(protocol.ABORT, reason=disabled_reason(name)))
         if req.failure < 0:
             self.fatal = (f"node {name} failed with code {req.failure}: "
                           f"{req.failure_reason}").rstrip()
@@ -383,12 +419,15 @@ class RunState:
             prefix = line_prefix(machine)
             data = self.results.add(idx, [prefix + text for text in texts])
             node.results += len(idx)
+            self._count_errors(node, texts, names)
             self.machines.add(machine)
             if self.all_results_in and self.all_results_at is None:
                 self.all_results_at = node.last_seen
             return data
         new_idx: list[int] = []
         new_lines: list[str] = []
+        new_texts: list[str] = []
+        new_names: list[str] = []
         prefix = line_prefix(machine)
         more = self.more_lessees
         stray: list[str] = []
@@ -413,6 +452,8 @@ class RunState:
             offsets[i] = 0  # taken (a second copy in this request is a duplicate)
             new_idx.append(i)
             new_lines.append(prefix + text)
+            new_texts.append(text)
+            new_names.append(name)
         if stray:
             self.refused_results += len(stray)
             notes.append(f"node {machine}: refused {len(stray)} result(s) for jobs never "
@@ -423,10 +464,30 @@ class RunState:
             offsets[i] = -1
         data = self.results.add(new_idx, new_lines)
         node.results += len(new_idx)
+        self._count_errors(node, new_texts, new_names)
         self.machines.add(machine)
         if self.all_results_in and self.all_results_at is None:
             self.all_results_at = node.last_seen
         return data
+
+    def _count_errors(self, node: NodeInfo, texts: list[str], names: list[str]) -> None:
+        """Add the errors and timeouts among new results ``texts`` (canonical, of tests
+        ``names``) to ``node``'s counts, and the errors to the run's.  The error code is
+        the word after the test name; its first character tells 0, the timeout codes and
+        the rest apart: one character looked at per result (a plain loop is the fastest
+        way found, about 0.1 us a result)."""
+        no_error, timeout_digits = _NO_ERROR, _TIMEOUT_DIGITS
+        errors = timeouts = 0
+        for text, name in zip(texts, names, strict=True):
+            code = text[len(name) + 1]
+            if code != no_error:
+                errors += 1
+                if code in timeout_digits:
+                    timeouts += 1
+        if errors:
+            self.errors += errors
+            node.errors += errors
+            node.timeouts += timeouts
 
     def _first_lessee_of_all(self, number: int, idx: list[int]) -> bool:
         """Whether node ``number`` was the first to be handed each job of ``idx``."""
@@ -476,11 +537,14 @@ class RunState:
                 refused.append(text[:text.find(" ")])
         return kept, refused
 
-    def _drop(self, node: NodeInfo, reason: str, notes: list[str]) -> None:
+    def _drop(self, node: NodeInfo, reason: str, notes: list[str], lost: bool = True) -> None:
+        """``node`` leaves the run, its unfinished jobs put back; ``lost`` (the default):
+        it counts as a lost node (the report's list, ``max_failed_nodes``)."""
         held = len([n for n in node.held if n not in self.results])
         self._requeue(node, front=True)
         node.state = NodeState.GONE
-        self.lost.append(f"{node.name} ({reason}; {held} unfinished jobs put back)")
+        entry = f"{node.name} ({reason}; {held} unfinished jobs put back)"
+        (self.lost if lost else self.disabled_left).append(entry)
         notes.append(f"node {node.name} dropped: {reason}; {held} unfinished jobs put back")
 
     def _requeue(self, node: NodeInfo, front: bool) -> None:
