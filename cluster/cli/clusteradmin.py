@@ -1,0 +1,171 @@
+"""clusteradmin.py -- watch and steer the cluster from the master home (seed 003's admin).
+
+Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND ...
+
+  stat [--json]                   the queues, the running runs (done/total, rate,
+                                  estimated end) and node counts
+  ls [--json]                     the nodes: name, state (up, down, disabled), last heard,
+                                  run, jobs done in it, capabilities
+  info RUN [--json]               one run, queued, running or archived: its description,
+                                  tests per node, failed tests
+  stop RUN [--reason R] [--wait S]
+                                  a running run: the master ends it as aborted, its report
+                                  saying who stopped it ($USER@host) and why; a waiting
+                                  run: taken off its queue.  --wait: until its report is
+                                  written (at most S seconds)
+  stopall [--reason R]            stop every running run, withdraw every waiting one
+  node disable NAME [--reason R]  the master gives node NAME no work until enabled
+  node enable NAME
+  history TEST [--json]           every archived run in which TEST's md5 or error code
+                                  changed, newest first, with its commit, user or schedule
+
+RUN is a run id (as stat, info and the reports show it), a waiting run's p<priority>:<n>
+(its place in queue <priority>, from stat), or its queue line in quotes
+("user alice gs").  TEST is a test id (tests__ex__golfer.eps.ppmraw.72.0) or as the
+reports show it (tests/ex/golfer.eps.ppmraw.72.0).  The options before COMMAND may also
+follow it.
+
+Exit status: 0 done; 1 an unknown run, node or test, or a stop --wait that timed out
+(the message names it); 2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cluster.cli import common
+from cluster.config import Config
+from cluster.console import admin
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from cluster.errors import ClusterError, ConfigError
+from cluster.home import Home
+
+PROG = "clusteradmin.py"
+
+
+def _config_options(parser: argparse.ArgumentParser) -> None:
+    """--config, --home, --set after the command too; SUPPRESS keeps the values given
+    before it (a subcommand's defaults would overwrite them)."""
+    parser.add_argument("--config", type=Path, default=argparse.SUPPRESS,
+                        help="INI configuration file (see etc/)")
+    parser.add_argument("--home", type=Path, default=argparse.SUPPRESS,
+                        help="master home (overrides the config)")
+    parser.add_argument("--set", action="append", default=argparse.SUPPRESS,
+                        metavar="KEY=VALUE", help="override one configuration key")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_config_options(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str, json_option: bool = False
+                ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _config_options(p)
+        if json_option:
+            p.add_argument("--json", action="store_true", help="print JSON")
+        return p
+
+    command("stat", "queues, running runs, node counts", json_option=True)
+    command("ls", "the nodes", json_option=True)
+    command("info", "one run", json_option=True).add_argument("run", metavar="RUN")
+    p = command("stop", "stop a running run or withdraw a waiting one")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--reason", default="", help="why (the report says it)")
+    p.add_argument("--wait", type=float, metavar="SECONDS",
+                   help="wait until the stopped run's report is written")
+    command("stopall", "stop every run, withdraw every waiting run").add_argument(
+        "--reason", default="", help="why (the reports say it)")
+    p = command("node", "disable or enable a node")
+    p.add_argument("action", choices=("disable", "enable"))
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--reason", default="", help="why (kept in nodes/NAME.down)")
+    command("history", "the runs in which a test changed", json_option=True).add_argument(
+        "test", metavar="TEST")
+    return parser
+
+
+def _print(data: Any, as_json: bool, text: Callable[[Any], list[str]]) -> None:
+    if as_json:
+        json.dump(data, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        for line in text(data):
+            print(line)
+
+
+def _stop(home: Home, args: argparse.Namespace) -> int:
+    done = admin.stop(home, args.run, admin.who_am_i(), args.reason)
+    print(done.message())
+    if args.wait is None or done.action != "stop requested":
+        return EXIT_OK
+    outcome = admin.wait_finished(home, done.run, args.wait)
+    if outcome is None:
+        print(f"{PROG}: run {done.run} has no report after {args.wait:g} s",
+              file=sys.stderr)
+        return EXIT_FAILED
+    print(f"run {done.run} ended: {outcome}; report: "
+          f"{home.archive / done.run / 'report.txt'}")
+    return EXIT_OK
+
+
+def run_command(cfg: Config, args: argparse.Namespace) -> int:
+    home = Home(cfg.home)
+    if not home.root.is_dir():
+        raise ConfigError("home", str(home.root), "the folder of an existing master home "
+                          "(--home or the config's home)")
+    as_json = getattr(args, "json", False)
+    match args.command:
+        case "stat":
+            _print(admin.stat(home, cfg), as_json, admin.format_stat)
+        case "ls":
+            _print(admin.nodes(home, cfg), as_json, admin.format_nodes)
+        case "info":
+            _print(admin.info(home, args.run), as_json, admin.format_info)
+        case "history":
+            _print(admin.history(home, args.test), as_json, admin.format_history)
+        case "stop":
+            return _stop(home, args)
+        case "stopall":
+            done = admin.stop_all(home, admin.who_am_i(), args.reason)
+            for item in done:
+                print(item.message())
+            if not done:
+                print("nothing runs or waits")
+        case "node":
+            if args.action == "disable":
+                print(admin.disable_node(home, args.name, admin.who_am_i(), args.reason))
+            else:
+                print(admin.enable_node(home, args.name))
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (0 done, 1 unknown run/node/test, 2 bad
+    usage or configuration)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
+        return int(exc.code or 0)
+    try:
+        cfg = common.load_config(args)
+    except ClusterError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run_command(cfg, args)
+    except ConfigError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ClusterError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except BrokenPipeError:  # | head
+        return EXIT_OK

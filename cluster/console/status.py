@@ -1,0 +1,823 @@
+"""The status model: what the cluster is doing, read from the files of the master home.
+
+Two entry points, both JSON-able dicts (the status page's API, clusteradmin's ``--json``,
+clustermonitor's input):
+
+* :func:`snapshot` -- the queues, the running runs (their ``live[.p].json``), the nodes and
+  the 20 newest archived runs;
+* :func:`run_detail` -- one run, queued, running or finished: its description, which node
+  ran which tests and which failed (seed 002's statistics).
+
+Nothing here writes to the home; the master and the monitor own every file read.
+
+Schema of :func:`snapshot` (version 1; keys may be added, never renamed)::
+
+    {"version": 1, "now": <epoch>, "master": "<hostname>",
+     "queues": [{"priority": 0, "runs": [{"line", "kind", "who", "products", "queued",
+                 "running", "id", "options"}]}],
+     "running": [<live.json dict> + "elapsed", "state", "stop_requested", "status"],
+     "nodes": [{"name", "caps", "status", "last_heard", "down_since", "disabled", "run",
+                "done", "errors", "timeouts", "down", "disabled_reason"}],
+     "recent": [{"run", "kind", "what", "who", "started", "ended", "elapsed", "outcome",
+                 "nodes", "differences", "errors", "priority",
+                 "links": {"report", "tab", "bmpcmp"}}],
+     "status": [{"priority", "line"}]}
+
+Where the facts come from, and the decisions made:
+
+* ``queues[].runs[].who`` is the line's ref: a user run's user, a commit run's commit, an
+  auto run's schedule name.  ``id`` is the run id of the running line, else
+  ``p<priority>:<position>`` (1-based), the name :func:`run_detail` and ``clusteradmin``
+  take for a waiting run.
+* ``queued``: a queue line carries no time, and the dropping it came from is gone once it
+  is queued.  So the time is the queue file's mtime when this process first saw the line:
+  a long-running reader (the status server) sees a new line at its next look, right after
+  the append that changed the mtime, so the time is exact unless the queue changed again
+  in between; a line already queued when the process started gets the mtime of that first
+  look, an upper bound ("waiting since at least").
+* ``running``: the ``live[.p].json`` of each priority whose ``job[.p].start`` names the same
+  run (a live file left by a killed master is ignored), plus ``elapsed`` (now - started),
+  ``state`` ("running"), ``stop_requested`` (the first line of ``runs/<id>/stop`` or None)
+  and ``status`` (the ``status[.p]`` line).  A run whose job.start exists but whose master
+  has not written its live file yet (it is building the job list) is listed with the same
+  keys, zero counts and ``state`` "starting".
+* ``nodes``: every name with a ``.up``, ``.down``, ``.status`` or ``.caps`` file in
+  ``nodes/``, and every node a running run's live file names.  ``last_heard`` is the
+  ``.up`` mtime; a node not heard from for ``node_down_after`` seconds (300) is down since
+  ``last_heard + node_down_after`` (``down_since``, and ``down`` true).  ``run``, ``done``,
+  ``errors``, ``timeouts`` come from the live file of the run the node takes part in.
+* ``recent``: the 20 newest folders of ``archive/`` that hold a ``run.info`` (run ids start
+  with their UTC start time, so the name order is the time order).  ``ended`` is
+  run.info's mtime (it is written last), ``elapsed`` and ``outcome`` its lines, and
+  ``nodes``, ``differences``, ``errors`` its summary lines when the master wrote them
+  (None otherwise: the .tab is never read for the list).  ``bmpcmp`` links the bmpcmp page
+  (``bmpcmp/index.html``) of a bmpcmp run, ``tab`` the run's table when it has one.
+
+Speed (bench/console_status.py): with 200 archived runs and 1,000 nodes a snapshot takes
+about a millisecond when nothing changed, and a few more after the running run's live file
+was rewritten.  What is read from ``archive/`` is cached per folder by the folder's (inode,
+mtime) -- an archived run's files are written by rename, which changes the folder's mtime --
+and the ``.tab`` is never read for the list; small files (job.start, live files, queues,
+status lines) are re-read only when their (inode, mtime, size) changed; ``nodes/`` is listed
+(one stat per node) at most every ``nodes_ttl`` seconds (1 s), and a node's ``.status`` and
+``.caps`` are re-read only when its ``.up`` mtime changed (the monitor rewrites them before
+it touches ``.up``).  The caches live in a :class:`StatusReader`, one per process by
+default, safe to share between threads; what :func:`snapshot` returns shares nested values
+with them, so callers serialize it and never change it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from cluster.config import Config
+from cluster.defaults import BMPCMP_DIR, PRIORITIES
+from cluster.errors import ClusterError
+from cluster.home import Home
+from cluster.master import ending, journal
+from cluster.queue import QueueFile, RunSpec
+from cluster.wire.jobstart import JobStart
+from cluster.wire.protocol import JOB_ID
+
+log = logging.getLogger("cluster.console")
+
+VERSION = 1
+#: How many archived runs the snapshot lists.
+RECENT = 20
+#: A waiting run's name: ``p<priority>:<position in its queue, from 1>``.
+QUEUED_REF = re.compile(r"p([0-9]+):([1-9][0-9]*)")
+#: run.info's summary lines (written by the master at the end of a run), as integers.
+SUMMARY_KEYS = ("nodes", "differences", "errors")
+#: Where a bmpcmp run's page is, inside its archive folder (cluster.master.finish).
+BMPCMP_PAGE = f"{BMPCMP_DIR}/index.html"
+#: Lines of report.txt that run_detail shows of a finished run.
+REPORT_HEAD = 40
+#: The files of nodes/ that tell of a node (cluster.master.monitor, clusteradmin).
+NODE_FILES = ("up", "status", "caps", "down")
+#: Finished runs whose per-node tables run_detail keeps (a .tab can be large).
+DETAIL_CACHE = 4
+
+#: How long a listing of nodes/ (and the nodes' heartbeat times) is reused [seconds]:
+#: a stat per node costs milliseconds with 1,000 nodes, and liveness is judged in minutes.
+NODES_TTL = 1.0
+
+JSON = dict[str, Any]
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------- helpers
+def parse_info(text: str) -> dict[str, str]:
+    """``key value`` lines (run.info, job.start) as a dict; the first of a key wins."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key and key not in values:
+            values[key] = value.strip()
+    return values
+
+
+def small_text(path: str) -> str:
+    """The text of a small file (at most 64 KiB), stripped; "" if unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(65536).strip()
+    except OSError:
+        return ""
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _float_or_none(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def run_started(run_id: str) -> float | None:
+    """The start time a run id carries (``YYYYmmddHHMMSS-...``, UTC), or None."""
+    try:
+        return float(calendar.timegm(time.strptime(run_id[:14], "%Y%m%d%H%M%S")))
+    except ValueError:
+        return None
+
+
+def _first_line(path: Path) -> str | None:
+    """The first line of a small file, or None if it does not exist."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.readline(4096).strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        log.warning("cannot read %s: %s", path, exc)
+        return None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        log.warning("cannot read %s: %s", path, exc)
+        return None
+
+
+def job_start(home: Home, priority: int) -> JobStart | None:
+    """The running run of ``priority`` (its job.start), or None."""
+    text = _read_text(home.job_start(priority))
+    if text is None:
+        return None
+    try:
+        return JobStart.parse(text)
+    except ValueError as exc:
+        log.warning("%s: %s", home.job_start(priority), exc)
+        return None
+
+
+def start_info(start: JobStart) -> dict[str, str]:
+    """A job.start as ``key: value`` strings, never its secret."""
+    return parse_info(start.format())
+
+
+def is_run_id(text: str) -> bool:
+    """Whether ``text`` can name a run (a job id: no slash, no leading dot)."""
+    return JOB_ID.fullmatch(text) is not None
+
+
+def queue_ref(priority: int, position: int) -> str:
+    return f"p{priority}:{position}"
+
+
+# ---------------------------------------------------------------------------------- caches
+@dataclass
+class _Journal:
+    """What was read so far of one results journal (read on from ``offset``)."""
+
+    identity: tuple[int, int]
+    run_id: str | None = None
+    offset: int = 0
+    by_node: dict[str, list[str]] = field(default_factory=dict)
+    failed: list[JSON] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+
+
+class StatusReader:
+    """The caches behind :func:`snapshot` and :func:`run_detail`; thread-safe."""
+
+    def __init__(self, nodes_ttl: float = NODES_TTL) -> None:
+        self._lock = threading.Lock()
+        #: archive folder -> ((inode, mtime_ns), its recent-runs entry or None)
+        self._archives: dict[Path, tuple[tuple[int, int], JSON | None]] = {}
+        #: (nodes folder, node) -> ((.up mtime, files it has), (status, caps))
+        self._files: dict[tuple[str, str], tuple[tuple[int | None, frozenset[str]],
+                                                 tuple[str, str]]] = {}
+        #: (queue file, line, occurrence) -> the time it was first seen
+        self._queued: dict[tuple[Path, str, int], float | None] = {}
+        self._journals: dict[Path, _Journal] = {}
+        #: archive folder and its (inode, mtime_ns) -> its run_detail (a few, newest used)
+        self._details: OrderedDict[tuple[Path, tuple[int, int]], JSON] = OrderedDict()
+        #: file -> ((inode, mtime_ns, size), what it parsed to): job.start, live.json, ...
+        self._parses: dict[Path, tuple[tuple[int, int, int], object]] = {}
+        #: nodes folder -> (when it was listed [monotonic], its listing)
+        self._listings: dict[str, tuple[float, _Listing]] = {}
+        #: nodes folder -> the nodes list made last
+        self._made: dict[str, _Made] = {}
+        self.nodes_ttl = nodes_ttl
+        self.archive_reads = 0  # how many archive folders were read (the cache's test)
+        self.host = socket.gethostname()
+
+    def _parsed(self, path: Path, parse: Callable[[Path], T]) -> T | None:
+        """``parse(path)``, redone only when the file changed (by inode, mtime and size);
+        None while the file does not exist.  The value is shared with the cache: callers
+        never change it."""
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            self._parses.pop(path, None)
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        hit = self._parses.get(path)
+        if hit is not None and hit[0] == key:
+            return cast(T, hit[1])
+        try:
+            value = parse(path)
+        except FileNotFoundError:
+            return None
+        self._parses[path] = (key, value)
+        return value
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot(self, home: Home, cfg: Config, now: float | None = None) -> JSON:
+        now = time.time() if now is None else now
+        with self._lock:
+            running, starts = self._running(home, now)
+            return {
+                "version": VERSION, "now": now, "master": self.host,
+                "queues": self._queues(home, starts),
+                "running": running,
+                "nodes": self._nodes(home, cfg, running, now),
+                "recent": self._recent(home),
+                "status": [{"priority": p, "line": line} for p in PRIORITIES
+                           if (line := self._parsed(home.status(p), _first_line))],
+            }
+
+    def _running(self, home: Home, now: float) -> tuple[list[JSON], dict[int, JobStart]]:
+        running: list[JSON] = []
+        starts: dict[int, JobStart] = {}
+        for p in PRIORITIES:
+            start = self._parsed(home.job_start(p), _job_start)
+            if start is None:
+                continue
+            starts[p] = start
+            live = self._live(home, p, start.id)
+            if live is None:
+                live = {"version": VERSION, "run": start.id, "priority": p,
+                        "kind": start.kind, "queue": start.queue,
+                        "products": list(start.products), "started": None, "updated": None,
+                        "jobs": {"total": 0, "done": 0, "running": 0, "left": 0},
+                        "rate": 0.0, "eta": None, "nodes": {}, "lost": [], "fatal": "",
+                        "stopping": "", "state": "starting"}
+            else:
+                live.setdefault("state", "running")
+            started = live.get("started")
+            live["elapsed"] = max(0.0, now - started) if isinstance(started, int | float) \
+                else None
+            live["stop_requested"] = _first_line(home.stop_request(start.id))
+            live["status"] = self._parsed(home.status(p), _first_line) or ""
+            running.append(live)
+        return running, starts
+
+    def live_file(self, home: Home, priority: int) -> JSON | None:
+        with self._lock:
+            return self._parsed(home.live(priority), _live_json)
+
+    def _live(self, home: Home, priority: int, run_id: str) -> JSON | None:
+        """A shallow copy of the run's live file (its nested values are the cache's)."""
+        live = self._parsed(home.live(priority), _live_json)
+        if live is None or live.get("run") != run_id:
+            return None  # none yet, or another run's, left by a master that was killed
+        return dict(live)
+
+    def _queues(self, home: Home, starts: dict[int, JobStart]) -> list[JSON]:
+        queues: list[JSON] = []
+        for p in PRIORITIES:
+            queue = QueueFile.for_priority(home, p)
+            try:
+                read = self._parsed(queue.path, _queue_reader(queue))
+            except (OSError, ClusterError) as exc:
+                log.warning("%s: %s", queue.path, exc)
+                read = None
+            specs, mtime = read if read is not None else ([], None)
+            start = starts.get(p)
+            running_seen = False
+            counts: dict[str, int] = {}
+            runs: list[JSON] = []
+            for position, spec in enumerate(specs, start=1):
+                line = spec.line()
+                counts[line] = counts.get(line, 0) + 1
+                key = (queue.path, line, counts[line])
+                queued = self._queued.setdefault(key, mtime)
+                is_running = not running_seen and start is not None and start.queue == line
+                running_seen = running_seen or is_running
+                runs.append({"line": line, "kind": spec.kind, "who": spec.ref,
+                             "products": list(spec.products), "options": list(spec.options),
+                             "queued": queued, "running": is_running,
+                             "id": start.id if is_running and start is not None
+                             else queue_ref(p, position)})
+            # Forget lines that left this queue (a line queued again later is new).
+            for key in [k for k in self._queued if k[0] == queue.path
+                        and counts.get(k[1], 0) < k[2]]:
+                del self._queued[key]
+            queues.append({"priority": p, "runs": runs})
+        return queues
+
+    def _node_files(self, folder: str, name: str, up_mtime: int | None,
+                    has: frozenset[str]) -> tuple[str, str]:
+        """(status, caps) of a node, re-read only when its heartbeat time changed: the
+        monitor rewrites ``.status`` and ``.caps`` before it touches ``.up``, so an
+        unchanged ``.up`` mtime means unchanged files (one stat per node, not three)."""
+        key = (up_mtime, has)
+        hit = self._files.get((folder, name))
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        texts = (small_text(os.path.join(folder, name + ".status")) if "status" in has else "",
+                 small_text(os.path.join(folder, name + ".caps")) if "caps" in has else "")
+        self._files[(folder, name)] = (key, texts)
+        return texts
+
+    def _nodes(self, home: Home, cfg: Config, running: list[JSON], now: float) -> list[JSON]:
+        """The nodes list.  Made again only when nodes/ was listed again (at most every
+        ``nodes_ttl``), a live file changed, or ``now`` crossed a node's down time; else
+        the list made last is returned (shared: callers never change it)."""
+        folder = str(home.nodes)
+        clock = time.monotonic()
+        listed = self._listings.get(folder)
+        if listed is None or clock - listed[0] >= self.nodes_ttl:
+            listed = (clock, self._list(folder))
+            self._listings[folder] = listed
+        lives = tuple(live.get("nodes") for live in running)
+        after = cfg.node_down_after
+        made = self._made.get(folder)
+        if made is not None and made.listing is listed[1] and made.after == after \
+                and len(made.lives) == len(lives) \
+                and all(a is b for a, b in zip(made.lives, lives, strict=True)) \
+                and made.valid_from <= now < made.valid_until:
+            return made.nodes
+        nodes, valid_from, valid_until = _node_list(listed[1], running, after, now)
+        self._made[folder] = _Made(listed[1], lives, after, valid_from, valid_until, nodes)
+        # Forget nodes that are gone (the cache stays the size of nodes/).
+        if len(self._files) > len(listed[1]) + 64:
+            for key in [k for k in self._files if k[0] == folder and k[1] not in listed[1]]:
+                del self._files[key]
+        return nodes
+
+    def _list(self, folder: str) -> _Listing:
+        """nodes/ now: each node's files, heartbeat time, status, caps and down file."""
+        listing: _Listing = {}
+        found = _list_nodes(folder)
+        for name in sorted(found):  # the listing's order is the snapshot's
+            has, mtime, mtime_ns = found[name]
+            status, caps = self._node_files(folder, name, mtime_ns, has)
+            down = small_text(os.path.join(folder, name + ".down")) if "down" in has else None
+            files = _NodeFiles(has, mtime, status, caps, down)
+            listing[name] = dataclasses.replace(files, base=_base(name, files))
+        return listing
+
+    def _recent(self, home: Home) -> list[JSON]:
+        try:
+            names = sorted((n for n in os.listdir(home.archive) if not n.startswith(".")),
+                           reverse=True)
+        except FileNotFoundError:
+            return []
+        recent: list[JSON] = []
+        for name in names:
+            entry = self.archived(home, name)
+            if entry is not None:
+                recent.append(entry)
+                if len(recent) >= RECENT:
+                    break
+        return recent
+
+    def archived(self, home: Home, run_id: str) -> JSON | None:
+        """The recent-runs entry of archived run ``run_id`` (None: no such finished run).
+        Callers hold the lock, or accept a race on the cache (it only ever re-reads)."""
+        folder = home.archive / run_id
+        try:
+            st = folder.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        key = (st.st_ino, st.st_mtime_ns)
+        hit = self._archives.get(folder)
+        if hit is not None and hit[0] == key:
+            return None if hit[1] is None else dict(hit[1])
+        self.archive_reads += 1
+        entry = _archive_entry(folder, run_id)
+        self._archives[folder] = (key, entry)
+        return None if entry is None else dict(entry)
+
+    # ------------------------------------------------------------------ one run
+    def run_detail(self, home: Home, run_id: str) -> JSON:
+        with self._lock:
+            return self._run_detail(home, run_id)
+
+    def _run_detail(self, home: Home, run_id: str) -> JSON:
+        match = QUEUED_REF.fullmatch(run_id)
+        if match is not None:
+            return self._queued_detail(home, int(match.group(1)), int(match.group(2)), run_id)
+        if not is_run_id(run_id):
+            raise ClusterError(f"{run_id!r} is not a run id (expected a run id such as "
+                               f"20250101120000-p0-ab12, or p<priority>:<position> for a "
+                               f"waiting run)")
+        for p in PRIORITIES:
+            start = job_start(home, p)
+            if start is not None and start.id == run_id:
+                return self._running_detail(home, p, start)
+        record = home.run_dir(run_id) / ending.FILE_NAME
+        if record.exists() and not (home.archive / run_id / "run.info").exists():
+            try:
+                end = ending.EndRecord.load(record)
+            except (OSError, ValueError) as exc:
+                raise ClusterError(f"run {run_id}: its end record is unreadable: {exc}"
+                                   ) from None
+            detail = self._journal_detail(home, end.start.priority, run_id)
+            info = start_info(end.start)
+            info.update({"outcome": end.outcome.value, "reason": end.reason,
+                         "elapsed": f"{end.elapsed:.1f}"})
+            return {"run": run_id, "state": "running", "ending": True, "info": info,
+                    **detail}
+        if (home.archive / run_id / "run.info").is_file():
+            return self._finished_detail(home, run_id)
+        raise ClusterError(f"run {run_id} is not queued, running or archived in "
+                           f"{home.root} (see clusteradmin stat)")
+
+    def _queued_detail(self, home: Home, priority: int, position: int, ref: str) -> JSON:
+        if priority not in PRIORITIES:
+            raise ClusterError(f"{ref}: there is no priority {priority} (expected one of "
+                               f"{', '.join(map(str, PRIORITIES))})")
+        specs = QueueFile.for_priority(home, priority).read()
+        if position > len(specs):
+            raise ClusterError(f"{ref}: queue {priority} holds {len(specs)} run(s), not "
+                               f"{position}")
+        spec = specs[position - 1]
+        start = job_start(home, priority)
+        if position == 1 and start is not None and start.queue == spec.line():
+            return self._running_detail(home, priority, start)
+        return {"run": ref, "state": "queued",
+                "info": queued_info(spec, priority, position),
+                "by_node": {}, "failed": [], "counts": {}}
+
+    def _running_detail(self, home: Home, priority: int, start: JobStart) -> JSON:
+        detail = self._journal_detail(home, priority, start.id)
+        live = self._live(home, priority, start.id)
+        if live is not None:
+            jobs = live.get("jobs") or {}
+            detail["counts"].update({k: jobs.get(k) for k in ("total", "running", "left")})
+        info = start_info(start)
+        return {"run": start.id, "state": "running", "info": info, "live": live,
+                "stop_requested": _first_line(home.stop_request(start.id)), **detail}
+
+    def _journal_detail(self, home: Home, priority: int, run_id: str) -> JSON:
+        """by_node, failed and counts of a run from its results journal (read on from where
+        the last call stopped: the journal only grows while its run lasts)."""
+        path = home.results(priority)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return {"by_node": {}, "failed": [], "counts": {"done": 0, "failed": 0,
+                                                            "nodes": 0}}
+        state = self._journals.get(path)
+        if state is None or state.identity != (st.st_ino, st.st_dev) or st.st_size < \
+                state.offset:
+            state = _Journal((st.st_ino, st.st_dev))
+            self._journals[path] = state
+        _read_journal(path, state)
+        if state.run_id != run_id:
+            by_node: dict[str, list[str]] = {}
+            failed: list[JSON] = []
+        else:
+            by_node, failed = state.by_node, state.failed
+        return {"by_node": {n: list(t) for n, t in sorted(by_node.items())},
+                "failed": list(failed),
+                "counts": {"done": sum(len(t) for t in by_node.values()),
+                           "failed": len(failed), "nodes": len(by_node)}}
+
+    def _finished_detail(self, home: Home, run_id: str) -> JSON:
+        folder = home.archive / run_id
+        st = folder.stat()
+        key = (folder, (st.st_ino, st.st_mtime_ns))
+        cached = self._details.get(key)
+        if cached is None:
+            cached = _finished(folder, run_id)
+            self._details[key] = cached
+            while len(self._details) > DETAIL_CACHE:
+                self._details.popitem(last=False)
+        else:
+            self._details.move_to_end(key)
+        return json.loads(json.dumps(cached))  # a copy the caller may change
+
+
+@dataclass(frozen=True)
+class _NodeFiles:
+    """What nodes/ says of one node, and its snapshot entry made of that alone."""
+
+    has: frozenset[str]  # which of NODE_FILES exist
+    last_heard: float | None  # .up's mtime
+    status: str
+    caps: str
+    down: str | None  # the .down file's text, None if the node is not disabled
+    base: JSON = field(default_factory=dict)
+
+
+_Listing = dict[str, _NodeFiles]
+_NO_FILES = _NodeFiles(frozenset(), None, "", "", None)
+
+
+@dataclass(frozen=True)
+class _Made:
+    """A nodes list and what it was made of (:meth:`StatusReader._nodes`)."""
+
+    listing: _Listing
+    lives: tuple[object, ...]
+    after: float
+    valid_from: float  # the list holds for ``now`` in [valid_from, valid_until)
+    valid_until: float
+    nodes: list[JSON]
+
+
+def _list_nodes(folder: str) -> dict[str, tuple[frozenset[str], float | None, int | None]]:
+    """Each node named by a file of ``folder`` (nodes/): which of its files exist and its
+    heartbeat time in s and ns (one stat per node)."""
+    kinds: dict[str, set[str]] = {}
+    ups: dict[str, os.DirEntry[str]] = {}
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        name, dot, ext = entry.name.rpartition(".")
+        if not dot or ext not in NODE_FILES or entry.name.startswith("."):
+            continue
+        kinds.setdefault(name, set()).add(ext)
+        if ext == "up":
+            ups[name] = entry
+    found: dict[str, tuple[frozenset[str], float | None, int | None]] = {}
+    for name, exts in kinds.items():
+        mtime: float | None = None
+        mtime_ns: int | None = None
+        up = ups.get(name)
+        if up is not None:
+            try:
+                st = up.stat()
+                mtime, mtime_ns = st.st_mtime, st.st_mtime_ns
+            except FileNotFoundError:
+                pass
+        found[name] = (frozenset(exts), mtime, mtime_ns)
+    return found
+
+
+def _node_list(listing: _Listing, running: list[JSON], after: float, now: float
+               ) -> tuple[list[JSON], float, float]:
+    """The snapshot's nodes, and the span of ``now`` in which no node's down state
+    changes.  Each node's entry is a copy of its listing's ``base`` with the run's facts
+    and the down state filled in (a copy of a small dict is the cheap part)."""
+    in_run: dict[str, tuple[str, JSON]] = {}
+    for live in running:
+        for name, facts in (live.get("nodes") or {}).items():
+            if isinstance(facts, dict):
+                in_run.setdefault(name, (str(live.get("run")), facts))
+    valid_from, valid_until = float("-inf"), float("inf")
+    nodes: list[JSON] = []
+    names: Iterable[str] = listing.keys()  # sorted when listed
+    if not in_run.keys() <= listing.keys():
+        names = sorted(listing.keys() | in_run.keys())
+    for name in names:
+        files = listing.get(name)
+        entry = (files.base if files is not None else _base(name, _NO_FILES)).copy()
+        last_heard = entry["last_heard"]
+        joined = in_run.get(name)
+        if joined is not None:
+            run, facts = joined
+            entry["run"] = run
+            for key in ("done", "errors", "timeouts"):
+                value = facts.get(key)
+                entry[key] = value if type(value) is int else int(value or 0)
+            if last_heard is None and isinstance(facts.get("last_seen"), int | float):
+                last_heard = entry["last_heard"] = float(facts["last_seen"])
+            has = files.has if files is not None else frozenset()
+            if "caps" not in has:
+                entry["caps"] = str(facts.get("caps", ""))
+            if "status" not in has:
+                entry["status"] = str(facts.get("status", ""))
+        if last_heard is not None:
+            flip = last_heard + after
+            if now > flip:  # "not heard from for node_down_after seconds"
+                entry["down_since"] = flip
+                entry["down"] = True
+                if flip > valid_from:
+                    valid_from = flip
+            else:
+                entry["down"] = False
+                if flip < valid_until:
+                    valid_until = flip
+        nodes.append(entry)
+    return nodes, valid_from, valid_until
+
+
+def _base(name: str, files: _NodeFiles) -> JSON:
+    """A node's entry from its files alone: not in a run, down if never heard from."""
+    disabled = reason = None
+    if files.down is not None:
+        first, _, rest = files.down.partition("\n")
+        disabled = first.strip() or "disabled"
+        reason = rest.strip() or None
+    return {"name": name, "caps": files.caps, "status": files.status,
+            "last_heard": files.last_heard, "down_since": None, "down": True,
+            "disabled": disabled, "disabled_reason": reason, "run": None, "done": 0,
+            "errors": 0, "timeouts": 0}
+
+
+def _job_start(path: Path) -> JobStart | None:
+    try:
+        return JobStart.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except ValueError as exc:
+        log.warning("%s: %s", path, exc)
+        return None
+
+
+def _live_json(path: Path) -> JSON | None:
+    try:
+        live = json.loads(path.read_bytes())
+    except ValueError as exc:
+        log.warning("%s is not JSON (%s); ignored", path, exc)
+        return None
+    return live if isinstance(live, dict) else None
+
+
+def _queue_reader(queue: QueueFile) -> Callable[[Path], tuple[list[RunSpec], float]]:
+    """What :meth:`StatusReader._parsed` calls for a queue: its runs (read under its lock)
+    and the file's mtime."""
+    def read(path: Path) -> tuple[list[RunSpec], float]:
+        return queue.read(), path.stat().st_mtime
+    return read
+
+
+def queued_info(spec: RunSpec, priority: int, position: int) -> dict[str, Any]:
+    return {"line": spec.line(), "kind": spec.kind, "who": spec.ref,
+            "products": list(spec.products), "options": list(spec.options),
+            "priority": priority, "position": position}
+
+
+def _read_journal(path: Path, state: _Journal) -> None:
+    """Read the lines appended to ``path`` since ``state.offset`` (whole lines only)."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        fh.seek(state.offset)
+        data = fh.read()
+    end = data.rfind(b"\n") + 1  # a line being written is read next time
+    for raw in data[:end].splitlines():
+        line = raw.decode("utf-8", errors="replace")
+        if state.run_id is None:
+            word, _, rest = line.partition(" ")
+            state.run_id = rest.strip() if word == "run" else ""
+            continue
+        try:
+            result = journal.journal_result(line)
+        except ValueError:
+            continue
+        if result.name in state.seen:
+            continue  # a late copy: the first result counts, as in the run's table
+        state.seen.add(result.name)
+        machine = result.machine or "-"
+        state.by_node.setdefault(machine, []).append(result.name)
+        if result.error:
+            state.failed.append({"test": result.name, "error": result.error,
+                                 "machine": machine})
+    state.offset += end
+
+
+def _archive_entry(folder: Path, run_id: str) -> JSON | None:
+    """The recent-runs entry of one archive folder, or None while it has no run.info."""
+    info_path = folder / "run.info"
+    try:
+        st = info_path.stat()
+        text = info_path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        log.warning("cannot read %s: %s", info_path, exc)
+        return None
+    info = parse_info(text)
+    base = f"/archive/{run_id}"
+    entry: JSON = {
+        "run": run_id, "kind": info.get("kind", ""), "what": info.get("queue", ""),
+        "who": info.get("ref", ""), "priority": _int_or_none(info.get("priority")),
+        "started": run_started(run_id), "ended": st.st_mtime,
+        "elapsed": _float_or_none(info.get("elapsed")), "outcome": info.get("outcome", ""),
+        "links": {"report": f"{base}/report.txt",
+                  "tab": f"{base}/{run_id}.tab" if (folder / f"{run_id}.tab").is_file()
+                  else None,
+                  "bmpcmp": f"{base}/{BMPCMP_PAGE}" if (folder / BMPCMP_PAGE).is_file()
+                  else None},
+    }
+    for key in SUMMARY_KEYS:
+        entry[key] = _int_or_none(info.get(key))
+    return entry
+
+
+def _finished(folder: Path, run_id: str) -> JSON:
+    """run_detail of an archived run: run.info, and per node and failed from its .tab."""
+    info = parse_info(_read_text(folder / "run.info") or "")
+    by_node: dict[str, list[str]] = {}
+    failed: list[JSON] = []
+    table = folder / f"{run_id}.tab"
+    tests = 0
+    for name, error, machine in _tab_rows(table):
+        tests += 1
+        machine = machine or "-"
+        by_node.setdefault(machine, []).append(name)
+        if error:
+            failed.append({"test": name, "error": error, "machine": machine})
+    report = _read_text(folder / "report.txt") or ""
+    entry = _archive_entry(folder, run_id) or {}
+    counts: JSON = {"tests": tests, "failed": len(failed), "nodes": len(by_node)}
+    for key in SUMMARY_KEYS:
+        counts[f"summary_{key}"] = _int_or_none(info.get(key))
+    return {"run": run_id, "state": "finished", "info": info,
+            "by_node": dict(sorted(by_node.items())), "failed": failed, "counts": counts,
+            "links": entry.get("links", {}),
+            "report_head": report.splitlines()[:REPORT_HEAD]}
+
+
+def _tab_rows(path: Path) -> Iterator[tuple[str, int, str]]:
+    """(name, error, machine) of each row of a .tab (bad lines skipped)."""
+    try:
+        fh = open(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            fields = line.rstrip("\r\n").split("\t")
+            if len(fields) < 9:
+                continue
+            try:
+                error = int(fields[1])
+            except ValueError:
+                continue
+            yield fields[0], error, fields[9] if len(fields) > 9 else ""
+
+
+#: The reader :func:`snapshot` and :func:`run_detail` use (one per process).
+READER = StatusReader()
+
+
+def live_status(home: Home, priority: int) -> JSON | None:
+    """The ``live[.p].json`` of ``priority`` as it is (any run's), or None.  Shared with the
+    cache: callers never change it."""
+    return READER.live_file(home, priority)
+
+
+def snapshot(home: Home, cfg: Config, now: float | None = None) -> JSON:
+    """The cluster now, as a JSON-able dict (schema in the module's docstring).
+
+    ``now``: wall-clock epoch seconds (default: the system clock); node liveness is judged
+    against it.  Never raises for a missing or half-written file: what cannot be read is
+    logged and left out.
+    """
+    return READER.snapshot(home, cfg, now)
+
+
+def run_detail(home: Home, run_id: str) -> JSON:
+    """One run: ``{"run", "state" ("queued"|"running"|"finished"), "info", "by_node",
+    "failed", "counts"}`` and, by state, ``live``/``stop_requested`` (running),
+    ``ending`` (its end steps are being done), ``links``/``report_head`` (finished).
+
+    ``run_id``: a run id (running or archived), or ``p<priority>:<position>`` for a waiting
+    run.  ``by_node`` maps each machine to the tests it ran (a running run's from its
+    results journal, a finished one's from its .tab); ``failed`` lists ``{"test", "error",
+    "machine"}`` of every test with a non-zero error code.  ClusterError naming the run if
+    it is not queued, running or archived.
+    """
+    return READER.run_detail(home, run_id)
