@@ -103,7 +103,7 @@ class ClusterContender:
         self.expected = expected
         self.cluster = LocalCluster(root, nodes, corpus, {
             **QUICK, **settings, "slots": str(slots), "base_port": str(free_port(3)),
-            "monitor_port": str(free_port())})
+            "monitor_port": str(free_port()), "status_port": str(free_port())})
         self.cluster.prepare()
         self.tree = write_demo_tree(root / "demo" / product, product, [])
 
@@ -164,7 +164,8 @@ class OneCommand:
         self.reps += 1
         home = self.root / f"home{self.reps}"
         argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
-                "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}"]
+                "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+                "--set", f"status_port={free_port()}"]
         began = time.monotonic()
         done = subprocess.run(argv, capture_output=True, check=False, cwd=self.root)
         elapsed = time.monotonic() - began

@@ -219,7 +219,7 @@ class TailRun:
                          hashlib.md5(f"{i}\n".encode()).hexdigest()
                          for i in range(1, len(durations) + 1)}
         settings = {**QUICK, "slots": str(args.slots), "base_port": str(free_port(3)),
-                    "monitor_port": str(free_port())}
+                    "monitor_port": str(free_port()), "status_port": str(free_port())}
         if case.kill:
             settings["heartbeat_timeout"] = str(args.heartbeat_timeout)
         self.limit = args.heartbeat_timeout + float(settings["poll_interval"])

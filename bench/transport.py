@@ -61,7 +61,8 @@ class TransportContender:
         self.md5s = md5s
         self.cluster = LocalCluster(root, nodes, DEFAULT_CORPUS, {
             **QUICK, **settings, "base_port": str(free_port(3)),
-            "monitor_port": str(free_port())}, transport=transport)
+            "monitor_port": str(free_port()), "status_port": str(free_port())},
+        transport=transport)
         self.cluster.prepare()
         self.tree = write_demo_tree(root / "demo" / "gs", "gs", [])
 

@@ -11,12 +11,19 @@ a wrapper around the installed program that adds the options listed in the tree'
 developer's change to ghostpdl would change its output.
 
 Failing fast: :meth:`LocalCluster.start` first checks that every port the cluster will
-listen on (``base_port`` + 0, 1, 2 and ``monitor_port``, on ``listen_address``) can be bound,
-and raises :class:`LocalClusterError` naming the port, its role and, when psutil can tell,
-the process holding it.  While :meth:`~LocalCluster.wait_for_nodes` and
-:meth:`~LocalCluster.wait_for_run` wait, they look at the monitor and the supervisor every
-poll: if either has exited, the wait stops at once with a LocalClusterError carrying its
-exit status and the last lines it logged, instead of waiting out its timeout.
+listen on (``base_port`` + 0, 1, 2 and ``monitor_port``, on ``listen_address``, and
+``status_port`` on ``status_address`` unless it is 0) can be bound, and raises
+:class:`LocalClusterError` naming the port, its role and, when psutil can tell, the process
+holding it.  While :meth:`~LocalCluster.wait_for_nodes` and
+:meth:`~LocalCluster.wait_for_run` wait, they look at the monitor, the supervisor and the
+status service every poll: if one has exited, the wait stops at once with a
+LocalClusterError carrying its exit status and the last lines it logged, instead of waiting
+out its timeout.
+
+The status page: :meth:`LocalCluster.start` starts ``clusterstatus.py`` with the other
+master daemons (unless ``status_port`` is 0); :meth:`LocalCluster.status_url` is its address.
+:meth:`~LocalCluster.wait_for_run` calls its ``on_poll`` at every look (localcluster.py
+rewrites its progress line there), adding no wait of its own.
 
 Transports: with ``transport="ssh"`` (``localcluster.py --transport ssh``) the nodes reach
 the master's files the way nodes on other machines do: :meth:`LocalCluster.start` first
@@ -69,6 +76,7 @@ _POLL = 0.05
 #: The daemons whose exit ends a wait at once (a node may die and be replaced; these not).
 MONITOR_SCRIPT = "monitor_port.py"
 SUPERVISOR_SCRIPT = "run_clustermaster.py"
+STATUS_SCRIPT = "clusterstatus.py"
 #: How many of a dead daemon's last log lines an error shows.
 LOG_TAIL_LINES = 20
 #: How much of a dead daemon's log is read for them, at most [bytes].
@@ -198,7 +206,8 @@ def check_port(address: str, port: int, role: str) -> None:
             raise LocalClusterError(
                 f"port {port} on {address} ({role}) cannot be bound: "
                 f"{exc.strerror or exc}{by}. Stop what holds it, or choose other ports "
-                f"with --set base_port=N (uses N, N+1, N+2) and --set monitor_port=M"
+                f"with --set base_port=N (uses N, N+1, N+2), --set monitor_port=M and "
+                f"--set status_port=S (0: no status page)"
             ) from None
 
 
@@ -217,6 +226,29 @@ def cluster_ports(cfg: Config) -> dict[int, str]:
             raise LocalClusterError(f"port {port} ({role}) is not a TCP port (1-65535)")
         ports[port] = role
     return ports
+
+
+def status_port(cfg: Config) -> tuple[int, str] | None:
+    """The status page's port and role, or None when ``status_port`` is 0 (not served);
+    LocalClusterError when it is also one of :func:`cluster_ports` on the same address."""
+    if cfg.status_port == 0:
+        return None
+    role = "status page: status_port"
+    if not 0 < cfg.status_port < 65536:
+        raise LocalClusterError(f"port {cfg.status_port} ({role}) is not a TCP port "
+                                f"(1-65535, or 0 for no status page)")
+    other = cluster_ports(cfg).get(cfg.status_port)
+    if other is not None and cfg.status_address in (cfg.listen_address, "0.0.0.0", "::"):
+        raise LocalClusterError(f"port {cfg.status_port} is both the {other} and the {role}; "
+                                f"each needs its own port")
+    return cfg.status_port, role
+
+
+def page_url(address: str, port: int) -> str:
+    """The URL of a server listening on ``address``:``port`` (a wildcard address: this
+    machine's name)."""
+    host = socket.gethostname() if address in ("0.0.0.0", "::", "") else address
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 def log_tail(path: Path, since: int = 0, lines: int = LOG_TAIL_LINES) -> str:
@@ -269,7 +301,8 @@ class LocalCluster:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     node_procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     clock: Clock = field(default_factory=SystemClock)
-    #: The monitor and the supervisor by script name (see :meth:`check_daemons`).
+    #: The master daemons (monitor, supervisor, status service) by script name (see
+    #: :meth:`check_daemons`).
     daemons: dict[str, _Daemon] = field(default_factory=dict)
     transport: str = "local"
     wrap: Wrap | None = None
@@ -342,10 +375,19 @@ class LocalCluster:
         cfg = cfg or self.config()
         for port, role in cluster_ports(cfg).items():
             check_port(cfg.listen_address, port, role)
+        served = status_port(cfg)
+        if served is not None:
+            check_port(cfg.status_address, *served)
+
+    def status_url(self, cfg: Config | None = None) -> str | None:
+        """The status page's URL, or None when ``status_port`` is 0 (not served)."""
+        cfg = cfg or self.config()
+        return None if cfg.status_port == 0 else page_url(cfg.status_address, cfg.status_port)
 
     def start(self, node_env: dict[str, dict[str, str]] | None = None) -> None:
         """Check the ports (:meth:`check_ports`), start the private sshd (transport ssh,
-        unless :attr:`sshd` is set already), then the monitor, the supervisor and the nodes.
+        unless :attr:`sshd` is set already), then the monitor, the supervisor, the status
+        service (unless ``status_port`` is 0) and the nodes.
 
         ``node_env`` maps a node name (``node1``, ...) to extra environment variables for
         that node's processes (clusterpull, its run.py and the jobs they run).
@@ -357,6 +399,8 @@ class LocalCluster:
         # --kill-children: when we stop, no clustermaster may outlive the local cluster.
         self._spawn(SUPERVISOR_SCRIPT, ["--kill-children"], "run_clustermaster.out",
                     daemon=True, role="supervisor")
+        if self.config().status_port != 0:
+            self._spawn(STATUS_SCRIPT, [], "clusterstatus.out", daemon=True, role="status")
         for i in range(1, self.nodes + 1):
             name = f"node{i}"
             self.start_node(name, (node_env or {}).get(name))
@@ -411,12 +455,12 @@ class LocalCluster:
         return child
 
     def check_daemons(self) -> None:
-        """LocalClusterError if the monitor or the supervisor has exited.
+        """LocalClusterError if the monitor, the supervisor or the status service has exited.
 
-        Neither ever exits on its own while the cluster runs, so an exit means the cluster
-        cannot work (its port was taken after :meth:`check_ports`, another monitor holds
-        the home, a bad setting): the message gives the exit status and the last lines the
-        process logged since it was started here.
+        None ever exits on its own while the cluster runs, so an exit means the cluster
+        cannot work as asked (its port was taken after :meth:`check_ports`, another monitor
+        holds the home, a bad setting): the message gives the exit status and the last lines
+        the process logged since it was started here.
         """
         for script, daemon in self.daemons.items():
             status = daemon.child.poll()
@@ -440,6 +484,28 @@ class LocalCluster:
                                    f"see {self.home.log_dir}")
             self.clock.sleep(_POLL)
 
+    def wait_for_status_page(self, timeout: float = 30.0) -> str:
+        """The status page's URL once it accepts connections (start() does not wait for it:
+        a run need not).  TimeoutError past ``timeout``; LocalClusterError if it is not
+        served (``status_port`` 0) or a master daemon exits meanwhile."""
+        cfg = self.config()
+        url = self.status_url(cfg)
+        if url is None:
+            raise LocalClusterError("status_port is 0: the status page is not served")
+        deadline = self.clock.monotonic() + timeout
+        while True:
+            self.check_daemons()
+            try:
+                with socket.create_connection((cfg.status_address, cfg.status_port),
+                                              timeout=1.0):
+                    return url
+            except OSError:
+                pass
+            if self.clock.monotonic() > deadline:
+                raise TimeoutError(f"the status page {url} did not answer within "
+                                   f"{timeout:.0f} s; see {self.home.log_dir}")
+            self.clock.sleep(_POLL)
+
     # ------------------------------------------------------------------ a run
     def push(self, tree: Path, user: str, products: list[str], options: list[str]) -> RunSpec:
         spec = RunSpec.parse(" ".join(["user", user, ",".join(products), *options]),
@@ -453,16 +519,19 @@ class LocalCluster:
         return {p.name for p in self.home.archive.iterdir()}
 
     def wait_for_run(self, spec: RunSpec, before: set[str], timeout: float,
-                     priority: int = 0) -> Path:
+                     priority: int = 0, on_poll: Callable[[], None] | None = None) -> Path:
         """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
         in ``before``, once the run has also left its queue.
 
-        TimeoutError past ``timeout``; LocalClusterError at once if the monitor or the
-        supervisor exits meanwhile (:meth:`check_daemons`)."""
+        ``on_poll`` is called at every look (each 0.2 s; it must be quick).  TimeoutError
+        past ``timeout``; LocalClusterError at once if a master daemon exits meanwhile
+        (:meth:`check_daemons`)."""
         end = self.clock.monotonic() + timeout
         wanted = f"queue {spec.line()}\n"
         while self.clock.monotonic() < end:
             self.check_daemons()
+            if on_poll is not None:
+                on_poll()
             for name in sorted(self.archives() - before):
                 folder = self.home.archive / name
                 info = folder / "run.info"

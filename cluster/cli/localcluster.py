@@ -4,11 +4,16 @@ Usage: localcluster.py [--home DIR] [--nodes N] [--corpus DIR] [--product gs|pdf
                        ps2write|mupdf|shell] [--tree DIR] [--option OPT]... [--user NAME]
                        [--set KEY=VALUE]... [--timeout SECONDS] [--transport local|ssh]
 
-Creates a master home (default ./cluster-home), starts the supervisor, the monitor and N
-local nodes (default 2), pushes a product tree (default: a demo tree wrapping the installed
-ghostscript or mutool; --option adds options to its command line) against the corpus
-(default: the ghostpdl examples), waits for the run, prints the report, stops everything
-it started and prints the run's archive folder as its last line.
+Creates a master home (default ./cluster-home), starts the supervisor, the monitor, the
+status page (clusterstatus.py, on status_address:status_port, 127.0.0.1:9020 by default; it
+prints the page's URL) and N local nodes (default 2), pushes a product tree (default: a demo
+tree wrapping the installed ghostscript or mutool; --option adds options to its command
+line) against the corpus (default: the ghostpdl examples), waits for the run, prints the
+report, stops everything it started and prints the run's archive folder as its last line.
+
+While it waits, a terminal shows one progress line, rewritten in place: jobs done of total,
+nodes, results per second and the estimated end.  When stdout is not a terminal (a pipe, a
+file) nothing of it is printed.
 
 With --transport ssh the nodes reach the master's files as nodes on other machines do: over
 ssh and rsync, through a private OpenSSH server it starts on a free loopback port with a host
@@ -19,11 +24,12 @@ Run it twice: the second run reports no differences.  Run it with --option=-dTex
 (or any option) and the report names exactly the tests whose output changed.
 
 Before starting anything it checks that its ports (base_port, base_port+1, base_port+2 and
-monitor_port on listen_address; change them with --set) are free; a port already taken is
-reported at once, naming the port and, when it can be told, the process holding it.  If the
-monitor or the supervisor exits while it waits, it stops at once and prints that process's
-last log lines.  Exit status: 0 the run's report was printed, 1 the cluster stopped or the
-run did not finish within --timeout, 2 bad usage or set-up.
+monitor_port on listen_address, status_port on status_address; change them with --set,
+status_port=0 for no status page) are free; a port already taken is reported at once,
+naming the port and, when it can be told, the process holding it.  If the monitor, the
+supervisor or the status service exits while it waits, it stops at once and prints that
+process's last log lines.  Exit status: 0 the run's report was printed, 1 the cluster
+stopped or the run did not finish within --timeout, 2 bad usage or set-up.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pathlib import Path
 from cluster import config
 from cluster.cli import common
 from cluster.config import parse_overrides
+from cluster.console.progress import ProgressLine
 from cluster.datatypes import PRODUCTS
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
@@ -100,11 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     with cluster:
         try:
             cluster.start()
+            url = cluster.status_url()
+            if url is not None:
+                print(f"Status page: {url}", flush=True)
             before = cluster.archives()
             spec = cluster.push(tree, args.user, [args.product], args.run_option)
             log.info("pushed %s; waiting for the run (logs in %s)", spec.line(),
                      cluster.home.log_dir)
-            archive = cluster.wait_for_run(spec, before, args.timeout)
+            progress = ProgressLine(sys.stdout, cluster.home, cluster.config(), spec.line())
+            try:
+                archive = cluster.wait_for_run(spec, before, args.timeout,
+                                               on_poll=progress.update)
+            finally:
+                progress.clear()
         except (LocalClusterError, TimeoutError) as exc:
             print(f"localcluster.py: {exc}", file=sys.stderr)
             return EXIT_FAILED

@@ -54,7 +54,8 @@ def run_localcluster(home: Path, corpus: Path, *settings: str) -> tuple[subproce
                                                                        CompletedProcess[str],
                                                                        float]:
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home), "--corpus",
-            str(corpus), "--nodes", "1", "--timeout", str(LONG)]
+            str(corpus), "--nodes", "1", "--timeout", str(LONG),
+            "--set", f"status_port={free_port()}"]  # a later --set may name another
     for setting in settings:
         argv += ["--set", setting]
     start = time.monotonic()
@@ -91,7 +92,8 @@ def test_start_spawns_nothing_when_a_port_is_taken(
         tmp_path: Path, corpus: Path, taken: tuple[socket.socket, int]) -> None:
     _, port = taken
     cluster = LocalCluster(tmp_path / "home", 1, corpus,
-                           {"base_port": str(free_port(3)), "monitor_port": str(port)})
+                           {"base_port": str(free_port(3)), "monitor_port": str(port),
+                            "status_port": str(free_port())})
     cluster.prepare()
     with pytest.raises(LocalClusterError, match=f"port {port} "):
         cluster.start()
@@ -101,7 +103,8 @@ def test_start_spawns_nothing_when_a_port_is_taken(
 def _started(tmp_path: Path, corpus: Path, monitor_port: int) -> LocalCluster:
     cluster = LocalCluster(tmp_path / "home", 1, corpus,
                            {"base_port": str(free_port(3)),
-                            "monitor_port": str(monitor_port)})
+                            "monitor_port": str(monitor_port),
+                            "status_port": str(free_port())})
     cluster.prepare()
     return cluster
 

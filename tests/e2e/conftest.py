@@ -22,6 +22,7 @@ def make_cluster(tmp_path: Path) -> Iterator[MakeCluster]:
     def make(nodes: int = 2, corpus: Path = CORPUS, **settings: str) -> LocalCluster:
         base = free_port(3)
         overrides = {**FAST, "base_port": str(base), "monitor_port": str(free_port()),
+                     "status_port": str(free_port()),
                      **settings}
         cluster = LocalCluster(tmp_path / f"home{len(clusters)}", nodes, corpus, overrides)
         cluster.prepare()

@@ -219,6 +219,7 @@ def test_the_readme_command_runs_a_cluster_and_prints_the_archive_last(tmp_path:
     """localcluster.py itself: report on stdout, archive folder as the last line."""
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(tmp_path / "h"),
             "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", f"status_port={free_port()}",
             "--set", "gs_configs=ppmraw.72.0 pbmraw.300.1"]
     for key, value in FAST.items():
         argv += ["--set", f"{key}={value}"]
@@ -250,6 +251,7 @@ def test_the_readme_command_with_the_ssh_transport_goes_through_its_own_sshd(
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
             "--transport", "ssh", "--corpus", str(corpus),
             "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", f"status_port={free_port()}",
             "--set", "gs_configs=ppmraw.72.0 pbmraw.300.1"]
     for key, value in FAST.items():
         argv += ["--set", f"{key}={value}"]

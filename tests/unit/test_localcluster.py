@@ -36,7 +36,8 @@ def spawned(script: str, name: str = "") -> dict[str, Any]:
 def _cluster(home: Path, nodes: int) -> LocalCluster:
     """A LocalCluster on free ports with a minimal cluster.conf (start() checks the ports)."""
     cluster = LocalCluster(home, nodes=nodes, overrides={"base_port": str(free_port(3)),
-                                                         "monitor_port": str(free_port())})
+                                                         "monitor_port": str(free_port()),
+                                                         "status_port": str(free_port())})
     cluster.home.create()
     cluster.conf_path.write_text("[master]\nhome = .\n", encoding="utf-8")
     return cluster
@@ -48,7 +49,7 @@ def test_node_env_reaches_only_that_node(tmp_path: Path,
     monkeypatch.setattr(runtime_proc.subprocess, "Popen", FakePopen)
     cluster = _cluster(tmp_path / "home", 2)
     cluster.start({"node2": {"CLUSTER_SLOWDOWN": "5"}})
-    assert len(FakePopen.calls) == 4  # monitor, supervisor, node1, node2
+    assert len(FakePopen.calls) == 5  # monitor, supervisor, status, node1, node2
     env = spawned("clusterpull.py", "node2")["env"]
     assert env["CLUSTER_SLOWDOWN"] == "5" and env["PATH"] == os.environ["PATH"]
     # Everything else inherits the environment unchanged, as before.
@@ -110,7 +111,7 @@ def test_transport_ssh_nodes_get_the_sshd_settings_and_stop_stops_it(
     sshd = FakeSshd(cluster.home_dir / "ssh")
     cluster.sshd = sshd  # type: ignore[assignment]  # started elsewhere: start() keeps it
     cluster.start()
-    assert len(FakePopen.calls) == 4
+    assert len(FakePopen.calls) == 5
     for name in ("node1", "node2"):
         argv = next(a for a, _ in FakePopen.calls if f"node_name={name}" in a)
         assert _setting(argv, "transport") == "ssh"
@@ -156,7 +157,7 @@ def test_wrap_rewrites_every_command_line_with_its_role(
     cluster = _cluster(tmp_path / "home", 1)
     cluster.wrap = wrap
     cluster.start()
-    assert roles == ["monitor", "supervisor", "node1"]
+    assert roles == ["monitor", "supervisor", "status", "node1"]
     assert [a[:4] for a, _ in FakePopen.calls] == [
         ["ip", "netns", "exec", f"ns-{r}"] for r in roles]
     assert FakePopen.calls[0][0][5].endswith("monitor_port.py")

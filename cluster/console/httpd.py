@@ -1,0 +1,535 @@
+"""The status page's HTTP server: clusterstatus.py's engine.
+
+A small threaded HTTP/1.0 server (the standard library's ``ThreadingHTTPServer``, one daemon
+thread per connection) on ``status_address``:``status_port``, answering GET and HEAD only:
+
+    /                      the status page (cluster.console.page): HTML with inline CSS and
+                           JavaScript that polls /api/status; nothing comes from elsewhere
+    /api/status            cluster.console.status.snapshot as JSON
+    /api/nodes             {"version", "now", "nodes"}: the snapshot's nodes
+    /api/runs/<id>         cluster.console.status.run_detail as JSON; 404 naming the run when
+                           it is unknown, 400 when the id is not a run id
+    /archive/<id>/<file>   a finished run's report.txt, <id>.tab, bmpcmp/ page and images
+                           (cluster.console.archivefiles decides what is served, safely)
+
+Every error is JSON, ``{"error": "<what was refused and what was expected>", "status": N}``;
+another method is 405 (501 for one HTTP does not know).
+
+Contract:
+
+* **Cheap under many clients, quick under load.**  The snapshot (both ``/api/status`` and
+  ``/api/nodes``) and each run's detail are made at most once per :data:`CACHE_SECONDS`
+  (:class:`TtlCache`); errors are cached the same way.  The snapshot is refreshed in the
+  background: a request gets the last one made at once (at most about CACHE_SECONDS old,
+  its ``now`` says when) and never waits for a home read, except the very first.  A run's
+  detail is made on demand; concurrent requests for it wait for the one making it.  The
+  page itself is made once.  The JSON answers are also kept gzipped and sent so to
+  clients that accept it (a thousand nodes make 300 KB of JSON, under 10 KB gzipped).
+* **Bounded.**  At most :data:`MAX_CLIENTS` connections are served at once (more get a 503
+  at once); a request line longer than :data:`MAX_REQUEST_LINE` bytes gets a 414; the
+  headers are bounded by the standard library (100 lines of 64 KiB); a client that sends
+  nothing for :data:`CLIENT_TIMEOUT` seconds is dropped; request bodies are never read.
+* **Safe headers.**  API answers are ``Cache-Control: no-store``; every answer carries
+  ``X-Content-Type-Options: nosniff`` and a Content-Security-Policy that allows nothing from
+  another origin (the page's own inline script and style, and nothing else).
+
+:func:`run` is the daemon: single instance per home (:data:`LOCK_NAME`), a taken port ends
+it at once with :data:`cluster.defaults.EXIT_PORT_TAKEN` and a message naming
+address:port.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Generic, TypeVar
+from urllib.parse import unquote
+
+from cluster.config import Config
+from cluster.console import archivefiles, page, status
+from cluster.console.archivefiles import ArchiveRefused
+from cluster.defaults import EXIT_OK, EXIT_PORT_TAKEN, EXIT_USAGE
+from cluster.errors import AlreadyRunning, ClusterError
+from cluster.home import Home
+from cluster.runtime.singleton import SingleInstance
+
+log = logging.getLogger("cluster.console.httpd")
+
+#: The single-instance lock of clusterstatus.py, in the master home.
+LOCK_NAME = "clusterstatus.lock"
+#: How long a made snapshot (node list, run detail) is served again [seconds].
+CACHE_SECONDS = 0.5
+#: Answers at least this long are also kept gzipped [bytes]; and how hard to compress.
+GZIP_MIN = 1024
+GZIP_LEVEL = 5
+#: How many run details are kept at once.
+MAX_CACHED_RUNS = 16
+#: Connections served at once; more are answered 503 at once.
+MAX_CLIENTS = 64
+#: The longest request line read [bytes].
+MAX_REQUEST_LINE = 8192
+#: A client silent this long is dropped [seconds].
+CLIENT_TIMEOUT = 10.0
+#: The daemon's thread switch interval [seconds] (see :func:`run`).
+SWITCH_INTERVAL = 0.001
+#: How often the daemon loop looks at its stop flag [seconds].
+POLL = 0.5
+#: The page and the API's policy: our own origin only, the page's inline script and style.
+PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+               "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
+               "frame-ancestors 'none'")
+#: Archive files (the bmpcmp page has inline style and images, no script).
+ARCHIVE_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+                  "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+JSON_TYPE = "application/json"
+#: The routes, for the 404 of an unknown path.
+ROUTES = "/, /api/status, /api/nodes, /api/runs/<id> or /archive/<id>/<file>"
+
+
+def port_taken_message(address: tuple[str, int]) -> str:
+    """What :func:`run` logs when another program holds the port (localcluster quotes it)."""
+    host, port = address
+    return (f"cannot serve the status page on {host}:{port}: the port is taken (another "
+            f"program listens on it); stop that program or set status_port to a free port "
+            f"(0: no status page)")
+
+
+# ----------------------------------------------------------------------------------------------
+# The cache
+
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP answer, made once and served to every client asking within its lifetime;
+    ``gzipped`` is the body compressed, for clients that accept gzip (None: send as is)."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON_TYPE
+    gzipped: bytes | None = None
+
+
+def json_answer(value: Any, status_code: int = 200, compress: bool = False) -> Answer:
+    """``value`` as a JSON answer; ``compress`` also keeps it gzipped when that pays."""
+    body = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    packed = gzip.compress(body, GZIP_LEVEL) if compress and len(body) >= GZIP_MIN else None
+    return Answer(status_code, body, JSON_TYPE, packed)
+
+
+def error_answer(status_code: int, message: str) -> Answer:
+    return json_answer({"error": message, "status": status_code}, status_code)
+
+
+V = TypeVar("V")
+
+
+@dataclass
+class _Entry(Generic[V]):
+    made: float
+    value: V
+
+
+class TtlCache(Generic[V]):
+    """Values by key, each made at most once per ``ttl`` seconds of ``clock``.
+
+    Concurrent :meth:`get` calls for one key wait for the one making it (one home read for
+    many clients); calls for other keys do not wait.  With ``background=True`` a stale
+    value is returned at once while one thread makes the next (no client waits for a
+    refresh; only the very first request of a key waits).  At most ``max_entries`` keys
+    are kept (the oldest made is dropped first).  An exception of ``make`` reaches its
+    caller (in the background: it is logged) and is not cached.
+    """
+
+    def __init__(self, ttl: float = CACHE_SECONDS, max_entries: int = MAX_CACHED_RUNS + 2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry[V]] = {}
+        self._making: dict[str, threading.Lock] = {}
+        self._refreshing: set[str] = set()
+        self.made = 0  # how many values were made (the tests count home reads with it)
+
+    def _fresh(self, key: str) -> V | None:
+        entry = self._entries.get(key)
+        if entry is not None and self._clock() - entry.made < self.ttl:
+            return entry.value
+        return None
+
+    def _store(self, key: str, value: V) -> None:
+        with self._lock:
+            self.made += 1
+            self._entries[key] = _Entry(self._clock(), value)
+            while len(self._entries) > self.max_entries:
+                oldest = min(self._entries, key=lambda k: self._entries[k].made)
+                del self._entries[oldest]
+
+    def get(self, key: str, make: Callable[[], V], *, background: bool = False) -> V:
+        with self._lock:
+            value = self._fresh(key)
+            if value is not None:
+                return value
+            stale = self._entries.get(key)
+            if background and stale is not None:
+                if key not in self._refreshing:
+                    self._refreshing.add(key)
+                    threading.Thread(target=self._refresh, args=(key, make), daemon=True,
+                                     name=f"refresh {key}").start()
+                return stale.value
+            making = self._making.setdefault(key, threading.Lock())
+        with making:
+            with self._lock:
+                value = self._fresh(key)  # made while we waited
+                if value is not None:
+                    return value
+            try:
+                value = make()
+            finally:
+                with self._lock:
+                    self._making.pop(key, None)
+            self._store(key, value)
+            return value
+
+    def _refresh(self, key: str, make: Callable[[], V]) -> None:
+        try:
+            value = make()
+        except Exception:  # noqa: BLE001 -- a daemon thread: log, keep the stale value
+            log.exception("could not refresh %s", key)
+            return
+        finally:
+            with self._lock:
+                self._refreshing.discard(key)
+        self._store(key, value)
+
+
+# ----------------------------------------------------------------------------------------------
+# What is served
+
+Snapshot = Callable[[Home, Config], dict[str, Any]]
+RunDetail = Callable[[Home, str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Views:
+    """The answers made from one snapshot."""
+
+    status: Answer
+    nodes: Answer
+
+
+class StatusModel:
+    """The answers of the API routes, cached (see :class:`TtlCache`): the snapshot's two
+    views are refreshed in the background (a client never waits for a home read but the
+    first), a run's detail on demand.
+
+    ``snapshot`` and ``run_detail`` default to cluster.console.status's; a test may pass
+    others.
+    """
+
+    def __init__(self, home: Home, cfg: Config, *, ttl: float = CACHE_SECONDS,
+                 snapshot: Snapshot = status.snapshot,
+                 run_detail: RunDetail = status.run_detail) -> None:
+        self.home = home
+        self.cfg = cfg
+        self.views: TtlCache[_Views] = TtlCache(ttl, max_entries=1)
+        self.details: TtlCache[Answer] = TtlCache(ttl, max_entries=MAX_CACHED_RUNS)
+        self._snapshot = snapshot
+        self._run_detail = run_detail
+        self.page = Answer(200, page.render().encode("utf-8"), "text/html; charset=utf-8")
+
+    def _make_views(self) -> _Views:
+        try:
+            snap = self._snapshot(self.home, self.cfg)
+            nodes = {"version": snap.get("version", 1), "now": snap.get("now"),
+                     "nodes": snap.get("nodes", [])}
+            return _Views(json_answer(snap, compress=True), json_answer(nodes, compress=True))
+        except Exception as exc:  # noqa: BLE001 -- logged with its traceback, answered 500
+            # A file being rewritten, a bug: one bad read must not take the page down.
+            log.exception("could not make the status snapshot")
+            error = error_answer(500, f"could not make the status snapshot: "
+                                      f"{type(exc).__name__}: {exc}")
+            return _Views(error, error)
+
+    def status(self) -> Answer:
+        return self.views.get("snapshot", self._make_views, background=True).status
+
+    def nodes(self) -> Answer:
+        return self.views.get("snapshot", self._make_views, background=True).nodes
+
+    def run(self, run_id: str) -> Answer:
+        try:
+            archivefiles.check_run_id(run_id)
+        except ArchiveRefused as exc:
+            return error_answer(exc.status, exc.message)
+
+        def make() -> Answer:
+            try:
+                return json_answer(self._run_detail(self.home, run_id), compress=True)
+            except ClusterError as exc:  # an unknown run: the message names it
+                return error_answer(404, str(exc))
+        return self.details.get(run_id, lambda: self._guarded(f"the detail of run {run_id}",
+                                                              make))
+
+    @staticmethod
+    def _guarded(what: str, make: Callable[[], Answer]) -> Answer:
+        """``make()``, or a 500 naming ``what`` when reading the home failed unexpectedly
+        (a file being rewritten, a bug): one bad read must not take the page down."""
+        try:
+            return make()
+        except Exception as exc:  # noqa: BLE001 -- logged with its traceback, answered 500
+            log.exception("could not make %s", what)
+            return error_answer(500, f"could not make {what}: {type(exc).__name__}: {exc}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The server
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection, one request (HTTP/1.0): GET and HEAD of the routes above."""
+
+    server: StatusServer
+    raw_requestline: bytes
+    server_version = "clusterstatus/1"
+    sys_version = ""
+    timeout = CLIENT_TIMEOUT
+    # Errors for garbage (or HTTP/0.9) still get a status line and headers.
+    default_request_version = "HTTP/1.0"
+
+    # -- the methods
+    def do_GET(self) -> None:  # noqa: N802 -- the name http.server looks up
+        self._answer(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(head=True)
+
+    def _not_allowed(self) -> None:
+        self._send(error_answer(405, f"method {self.command} is not allowed: the status "
+                                     f"service answers GET and HEAD only"),
+                   extra={"Allow": "GET, HEAD"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = \
+        _not_allowed
+
+    def parse_request(self) -> bool:
+        if len(self.raw_requestline) > MAX_REQUEST_LINE:
+            self.requestline, self.request_version, self.command = "", "HTTP/1.0", "GET"
+            self.send_error(414, f"request line of {len(self.raw_requestline)} bytes: "
+                                 f"expected at most {MAX_REQUEST_LINE}")
+            return False
+        return super().parse_request()
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """The standard library's errors (a bad request line, an unknown method), as JSON."""
+        text = message or self.responses.get(code, ("error",))[0]
+        if explain:
+            text = f"{text}: {explain}"
+        self.close_connection = True
+        self._send(error_answer(code, text), head=self.command == "HEAD")
+
+    # -- routing
+    def _answer(self, head: bool) -> None:
+        path = self.path.split("?", 1)[0].split("#", 1)[0]
+        model = self.server.model
+        if path in ("/", "/index.html"):
+            self._send(model.page, head)
+        elif path == "/api/status":
+            self._send(model.status(), head)
+        elif path == "/api/nodes":
+            self._send(model.nodes(), head)
+        elif path.startswith(("/api/runs/", "/archive/")):
+            prefix = "/api/runs/" if path.startswith("/api/runs/") else "/archive/"
+            try:
+                rest = unquote(path[len(prefix):], errors="strict")
+            except UnicodeDecodeError:
+                self._send(error_answer(400, f"path {path[:80]!r}: its %-escapes are not "
+                                             f"UTF-8"), head)
+                return
+            if prefix == "/archive/":
+                self._archive(rest, head)
+            else:
+                self._send(model.run(rest), head)
+        else:
+            shown = path if len(path) <= 80 else path[:77] + "..."
+            self._send(error_answer(404, f"no page {shown!r}: expected {ROUTES}"), head)
+
+    def _archive(self, rest: str, head: bool) -> None:
+        try:
+            target = archivefiles.resolve(self.server.model.home, rest)
+            fh = open(target, "rb")  # noqa: SIM115 -- closed below, after sendfile
+        except ArchiveRefused as exc:
+            self._send(error_answer(exc.status, exc.message), head)
+            return
+        except OSError as exc:  # removed or unreadable between the checks and here
+            self._send(error_answer(404, f"archive/{rest}: cannot be read "
+                                         f"({exc.strerror or exc})"), head)
+            return
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            self.send_response(200)
+            self._headers(archivefiles.content_type(target), size, ARCHIVE_POLICY,
+                          no_store=False)
+            if not head:
+                self.wfile.flush()
+                self.connection.sendfile(fh)
+
+    # -- writing
+    def _headers(self, content_type: str, length: int, policy: str, no_store: bool,
+                 extra: dict[str, str] | None = None) -> None:
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(length))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", policy)
+        self.send_header("Referrer-Policy", "no-referrer")
+        if no_store:
+            self.send_header("Cache-Control", "no-store")
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+
+    def _accepts_gzip(self) -> bool:
+        headers = getattr(self, "headers", None)  # none yet when the request line was bad
+        offered = headers.get("Accept-Encoding", "") if headers is not None else ""
+        for item in offered.split(","):
+            coding, _, params = item.partition(";")
+            if coding.strip().lower() == "gzip":
+                return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+        return False
+
+    def _send(self, answer: Answer, head: bool = False,
+              extra: dict[str, str] | None = None) -> None:
+        body, more = answer.body, dict(extra or {})
+        if answer.gzipped is not None:
+            more["Vary"] = "Accept-Encoding"
+            if self._accepts_gzip():
+                body = answer.gzipped
+                more["Content-Encoding"] = "gzip"
+        self.send_response(answer.status)
+        self._headers(answer.content_type, len(body), PAGE_POLICY, no_store=True, extra=more)
+        if not head:
+            self.wfile.write(body)
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base's name
+        # Every page polls every 2 s: requests are logged only when debugging.
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class StatusServer(ThreadingHTTPServer):
+    """The status service on ``address``; ``model`` makes its answers.
+
+    Binds and listens in the constructor (OSError as the system says, e.g. EADDRINUSE).
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = MAX_CLIENTS
+
+    def __init__(self, address: tuple[str, int], model: StatusModel) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.model = model
+        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            # Answered here, in the accepting thread, without reading the request.
+            try:
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: "
+                                b"application/json\r\nConnection: close\r\n\r\n"
+                                b'{"error":"too many clients at once; try again","status":503}')
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away mid-answer is normal; anything else is a bug to see.
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            log.debug("connection from %s ended early", client_address, exc_info=True)
+        else:
+            log.exception("error answering %s", client_address)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}/"
+
+
+# ----------------------------------------------------------------------------------------------
+# The daemon
+
+def run(home: Home, cfg: Config, should_stop: Callable[[], bool], poll: float = POLL,
+        on_ready: Callable[[StatusServer], None] | None = None) -> int:
+    """Be the one status service of ``home``: lock, listen on ``status_address``:
+    ``status_port``, serve until ``should_stop()`` is true (checked every ``poll``
+    seconds).  ``on_ready`` is called once it listens (tests learn the port from it).
+
+    Returns at once, never retrying: 0 after a stop, when ``status_port`` is 0 (not served)
+    or when another instance holds the lock; EXIT_PORT_TAKEN when another program holds
+    the port (logged as :func:`port_taken_message`); 2 when the address cannot be used for
+    another reason (logged with the system's error).
+    """
+    address = (cfg.status_address, cfg.status_port)
+    if cfg.status_port == 0:
+        log.info("status_port is 0: the status page is not served")
+        return EXIT_OK
+    home.create()
+    try:
+        lock = SingleInstance(home.root / LOCK_NAME, "clusterstatus")
+        lock.acquire()
+    except AlreadyRunning as exc:
+        log.info("%s; exiting", exc)
+        return EXIT_OK
+    with lock:
+        try:
+            server = StatusServer(address, StatusModel(home, cfg))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                log.error("%s", port_taken_message(address))
+                return EXIT_PORT_TAKEN
+            log.error("cannot serve the status page on %s:%s: %s (expected an address of "
+                      "this machine and a port this user may bind)", address[0], address[1],
+                      exc.strerror or exc)
+            return EXIT_USAGE
+        # The background refresh of the snapshot is CPU-bound Python; a request thread
+        # waiting for the GIL behind it should get it within a millisecond, not 5 (the
+        # default switch interval), so an answer from the cache stays quick.
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        log.info("status page on %s (home %s)", server.url, home.root)
+        thread = threading.Thread(target=server.serve_forever, args=(poll,),
+                                  name="clusterstatus", daemon=True)
+        thread.start()
+        try:
+            if on_ready is not None:
+                on_ready(server)
+            while not should_stop():
+                time.sleep(poll)
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+            log.info("stopped")
+    return EXIT_OK
