@@ -142,16 +142,20 @@ class TtlCache(Generic[V]):
     """Values by key, each made at most once per ``ttl`` seconds of ``clock``.
 
     Concurrent :meth:`get` calls for one key wait for the one making it (one home read for
-    many clients); calls for other keys do not wait.  With ``background=True`` a stale
-    value is returned at once while one thread makes the next (no client waits for a
-    refresh; only the very first request of a key waits).  At most ``max_entries`` keys
+    many clients); calls for other keys do not wait.  With ``background=True`` a value
+    that is stale but younger than ``max_stale`` is returned at once while one thread
+    makes the next (under steady polling no client waits for a refresh); an older one,
+    as after a quiet spell, is made again before the answer, so no page ever shows a
+    state older than ``max_stale`` (default: four ``ttl``).  At most ``max_entries`` keys
     are kept (the oldest made is dropped first).  An exception of ``make`` reaches its
     caller (in the background: it is logged) and is not cached.
     """
 
     def __init__(self, ttl: float = CACHE_SECONDS, max_entries: int = MAX_CACHED_RUNS + 2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_stale: float | None = None) -> None:
         self.ttl = ttl
+        self.max_stale = 4 * ttl if max_stale is None else max_stale
         self.max_entries = max_entries
         self._clock = clock
         self._lock = threading.Lock()
@@ -180,7 +184,8 @@ class TtlCache(Generic[V]):
             if value is not None:
                 return value
             stale = self._entries.get(key)
-            if background and stale is not None:
+            if background and stale is not None \
+                    and self._clock() - stale.made < self.max_stale:
                 if key not in self._refreshing:
                     self._refreshing.add(key)
                     threading.Thread(target=self._refresh, args=(key, make), daemon=True,

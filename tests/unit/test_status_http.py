@@ -117,6 +117,22 @@ def test_in_the_background_a_stale_value_is_served_while_one_thread_makes_the_ne
     assert cache.get("k", slow, background=True) == "v2" and len(made) == 2
 
 
+def test_after_a_quiet_spell_the_value_is_made_again_before_the_answer() -> None:
+    """A value older than max_stale (four ttl) is never served, even in the background."""
+    clock = FakeClock()
+    cache: TtlCache[str] = TtlCache(ttl=0.5, clock=clock)
+    made: list[str] = []
+
+    def make() -> str:
+        made.append("x")
+        return f"v{len(made)}"
+
+    assert cache.get("k", make, background=True) == "v1"
+    clock.now += 60  # nobody asked for a minute
+    assert cache.get("k", make, background=True) == "v2"  # made now, not the old one
+    assert len(made) == 2
+
+
 def test_a_failing_background_refresh_keeps_the_stale_value() -> None:
     clock = FakeClock()
     cache: TtlCache[str] = TtlCache(ttl=0.5, clock=clock)
