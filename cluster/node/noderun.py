@@ -619,7 +619,13 @@ class NodeRun:
         if not self.pool.running():
             self.clock.sleep(max(min(timeout, 0.5), 0))
             return
-        for done in self.pool.wait(timeout):
+        finished = self.pool.wait(timeout)
+        if finished:
+            # Refill the freed slots before reading the results: a slot idles while this
+            # process works, and reading a result's files costs more than the job itself
+            # when jobs are as small as ``echo 17 | md5sum``.
+            self._spawn(self.clock.monotonic())
+        for done in finished:
             self._finish(done)
 
     def _finish(self, done: Finished) -> None:
