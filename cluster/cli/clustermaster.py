@@ -21,7 +21,7 @@ from cluster.cli import common
 from cluster.defaults import EXIT_FAILED, EXIT_USAGE, PRIORITIES
 from cluster.errors import ClusterError
 from cluster.home import suffixed
-from cluster.master.clustermaster import ClusterMaster
+from cluster.master import invocation
 
 
 def priority_from_name(argv0: str) -> int:
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return EXIT_USAGE
     common.setup_logging(cfg.home / "log" / suffixed("clustermaster.log", priority), args.verbose)
     try:
-        return ClusterMaster(cfg, priority, common.config_argv(args)).main()
+        return invocation.invoke(cfg, priority, common.config_argv(args))
     except ClusterError as exc:
         logging.getLogger("cluster.master").error("%s", exc)
         return EXIT_FAILED

@@ -1,16 +1,15 @@
-"""clustermaster: one invocation does phase 1, phase 2 and at most one run (seed 000).
+"""clustermaster: phase 3 of an invocation, the one run it serves (seed 000).
 
-* Phase 1 -- queue scan: the discoverers of this priority turn new work into queue lines
-  (priority 0: clusterpush droppings; priority 1: commit polling and priority 2: cron
-  plug in through :data:`cluster.triggers.discovery.DISCOVERERS`).
-* Phase 2 -- the PID-file dance (:mod:`cluster.master.pidfile`).
-* Phase 3 -- first the end of any run of this priority whose end was cut short
-  (:mod:`cluster.master.ending`), then the run at the head of the queue: job.start,
-  build.py -> jobs, serve nodes on base_port + priority until every job has a result and
-  the nodes have uploaded, or the run is stopped (its user, an admin's
-  ``runs/<id>/stop``, a node's build failure, ``max_run_time``, lost nodes); the live
-  status ``live[.p].json`` is rewritten every second meanwhile; then the end steps
-  (:mod:`cluster.master.endrun`) and the PID file is removed.
+An invocation (:mod:`cluster.master.invocation`) does phase 1 -- the queue scan, through
+:data:`cluster.triggers.discovery.DISCOVERERS` -- and phase 2 -- the PID-file dance
+(:mod:`cluster.master.pidfile`) -- and loads this module only when it has work.  Phase 3,
+here: first the end of any run of this priority whose end was cut short
+(:mod:`cluster.master.ending`), then the run at the head of the queue: job.start,
+build.py -> jobs, serve nodes on base_port + priority until every job has a result and
+the nodes have uploaded, or the run is stopped (its user, an admin's
+``runs/<id>/stop``, a node's build failure, ``max_run_time``, lost nodes); the live
+status ``live[.p].json`` is rewritten every second meanwhile; then the end steps
+(:mod:`cluster.master.endrun`); the invocation then removes the PID file.
 
 The master's state survives its own death: job.start keeps the run id, the jobs file is
 reused, every accepted result is in the journal before the node hears back, and the run's
@@ -36,7 +35,7 @@ from typing import Any
 
 from cluster import datatypes
 from cluster.config import Config
-from cluster.defaults import EXIT_OK, REPO_ROOT, USER_PRIORITY
+from cluster.defaults import REPO_ROOT, USER_PRIORITY
 from cluster.errors import ClusterError, ProtocolError
 from cluster.home import Home
 from cluster.master import abort, ending, finish, journal, monitor
@@ -45,14 +44,14 @@ from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
 from cluster.master.joblist import JobFile
 from cluster.master.livestatus import LiveStatus
-from cluster.master.pidfile import PidDecision, PidFile
+from cluster.master.pidfile import PidFile
 from cluster.master.progress import RunProgress
 from cluster.master.runstate import RunState, Settings
 from cluster.master.server import NodeServer
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import fsutil, proc
 from cluster.runtime.clock import Clock, SystemClock
-from cluster.triggers import discovery, push
+from cluster.triggers import push
 from cluster.triggers.git.export import export_commit
 from cluster.wire import caps, protocol, signing
 from cluster.wire.jobstart import JobStart
@@ -128,7 +127,9 @@ class RunSetupError(ClusterError):
 
 
 class ClusterMaster:
-    """One clustermaster invocation at one priority.  Callers use :meth:`main`."""
+    """Phase 3 of one clustermaster invocation at one priority: the run ends left and the
+    run at the head of the queue.  Phases 1 and 2, and the choice of whether to load this
+    module at all, are :mod:`cluster.master.invocation`'s; callers use its ``invoke``."""
 
     def __init__(self, cfg: Config, priority: int, config_args: list[str] | None = None,
                  clock: Clock | None = None) -> None:
@@ -140,43 +141,21 @@ class ClusterMaster:
         self.queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
         self.ender = RunEnder(cfg, self.home, priority, self.queue, self.clock)
 
-    # ------------------------------------------------------------------ phases
-    def main(self) -> int:
-        self.home.create()
-        self.phase1()
-        pid = PidFile(self.home.pid_file(self.priority), self.clock,
-                      stale_after=self.cfg.pid_stale, wait=self.cfg.pid_wait,
-                      refresh_every=self.cfg.pid_check_interval)
-        decision = pid.acquire()
-        if decision is not PidDecision.RUN:
-            log.debug("priority %d: %s, exiting", self.priority, decision.value)
-            return EXIT_OK
-        try:
-            with pid.keep_fresh(self.cfg.pid_check_interval):
-                for record in ending.pending(self.home, self.priority):
-                    log.warning("run %s: its end was cut short (%s done); finishing it",
-                                record.run_id, ", ".join(sorted(record.done)) or "nothing")
-                    if self._end(record).failed == END_FAILED:
-                        return EXIT_OK  # the queue waits until this run's end is done
-            spec = self.queue.head()
-            if spec is None:
-                return EXIT_OK
-            self.run(spec, pid)
-        finally:
-            pid.release()
-        return EXIT_OK
-
-    def phase1(self) -> None:
-        """Queue scan: let this priority's discoverers append new runs to the queue."""
-        for discover in discovery.DISCOVERERS.get(self.priority, ()):
-            try:
-                for spec in discover(self.home, self.cfg, self.queue):
-                    log.info("priority %d: queued %s", self.priority, spec.line())
-            except Exception:  # one broken discoverer must not stop the run
-                log.exception("priority %d: discoverer %s failed", self.priority,
-                              getattr(discover, "__name__", discover))
-
     # ------------------------------------------------------------------ phase 3
+    def work(self, pid: PidFile, pending: list[EndRecord]) -> None:
+        """Phase 3, for an invocation holding the PID file (``pid``, kept fresh by the
+        caller, :func:`cluster.master.invocation.invoke`): finish the runs whose end was
+        cut short (``pending``, oldest first), then serve the run at the head of the queue.
+        A run end that cannot be finished now keeps the queue waiting."""
+        for record in pending:
+            log.warning("run %s: its end was cut short (%s done); finishing it",
+                        record.run_id, ", ".join(sorted(record.done)) or "nothing")
+            if self._end(record).failed == END_FAILED:
+                return  # the queue waits until this run's end is done
+        spec = self.queue.head()
+        if spec is not None:
+            self.run(spec, pid)
+
     def run(self, spec: RunSpec, pid: PidFile) -> RunOutcome:
         """Run ``spec`` to the end (or until another master replaces this one)."""
         p = self.priority
