@@ -2,7 +2,7 @@
 """bench/dispatch.py -- the cluster against xargs and GNU parallel on one list of small jobs.
 
 Usage: python3 bench/dispatch.py [--jobs 5000] [--slots 2] [--reps 3] [--gs]
-                                 [--localcluster] [--keep DIR]
+                                 [--localcluster [--corpus DIR]] [--keep DIR]
 
 One list of N jobs (``echo <i> | md5sum``) is run by four contenders, repetitions
 interleaved (a b c d a b c d ...):
@@ -29,7 +29,8 @@ done by hand:
   localcluster   ``python3 localcluster.py --home <new dir>``, wall time from start to exit
                  (home, corpus mirror, daemons, the run, the report, the stop)
 
-Both produce an md5 per job; the check is that every job has one.
+Both produce an md5 per job; the check is that every job has one.  ``--corpus DIR`` runs
+both over another corpus than the ghostpdl examples (localcluster.py's own --corpus).
 
 Prints the machine, then one line per contender:
   contender=xargs median_s=4.02 ratio=1.00 runs=3 ok=yes
@@ -160,11 +161,12 @@ class ClusterContender:
 class OneCommand:
     """``python3 localcluster.py`` end to end, and xargs over the same gs job commands."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, corpus: Path = DEFAULT_CORPUS) -> None:
         self.root = root
+        self.corpus = corpus
         self.reps = 0
         # The job list of the demo run, as the master makes it from the default settings.
-        scratch = LocalCluster(root / "scratch", 2, DEFAULT_CORPUS, {})
+        scratch = LocalCluster(root / "scratch", 2, corpus, {})
         cfg = scratch.prepare()
         self.tree = write_demo_tree(root / "by-hand" / "gs", "gs", [])
         subprocess.run(["make"], cwd=self.tree, check=True, capture_output=True)
@@ -191,6 +193,7 @@ class OneCommand:
         self.reps += 1
         home = self.root / f"home{self.reps}"
         argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
+                "--corpus", str(self.corpus),
                 "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
                 "--set", f"status_port={free_port()}"]
         began = time.monotonic()
@@ -214,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gs", action="store_true", help="also time a gs corpus run")
     parser.add_argument("--localcluster", action="store_true",
                         help="time python3 localcluster.py against xargs over its gs jobs")
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
+                        help="with --localcluster: the corpus (default: the ghostpdl examples)")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.slots < 1 or args.reps < 1:
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
     contenders: dict[str, Callable[[], tuple[float, bool]]]
     if args.localcluster:
-        one_command = OneCommand(work / "one-command")
+        one_command = OneCommand(work / "one-command", args.corpus.resolve())
         contenders = {"gs-xargs": one_command.xargs, "localcluster": one_command.localcluster}
         return report(contenders, args.reps, "gs-xargs", {"jobs": len(one_command.jobs)},
                       work, args.keep is None)

@@ -5,12 +5,14 @@ CI checks that they run and that their results are right, never how fast they ar
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import CORPUS, REPO
 
 pytestmark = pytest.mark.e2e
 
@@ -37,9 +39,15 @@ def test_dispatch_small() -> None:
     assert rows["xargs"]["ratio"] == "1.00"
 
 
-def test_dispatch_one_command() -> None:
-    """--localcluster: the README's main job against xargs over its own gs jobs."""
-    lines = run_bench("bench/dispatch.py", "--localcluster", "--reps", "1")
+def test_dispatch_one_command(tmp_path: Path) -> None:
+    """--localcluster: the README's main job against xargs over its own gs jobs (on three
+    files of the corpus: the benchmark's working is checked here, not its figures)."""
+    corpus = tmp_path / "mini"
+    corpus.mkdir()
+    for name in ("golfer.eps", "spots.ps", "spots2.pdf"):
+        shutil.copyfile(CORPUS / name, corpus / name)
+    lines = run_bench("bench/dispatch.py", "--localcluster", "--reps", "1",
+                      "--corpus", str(corpus))
     rows = {f["contender"]: f for f in map(figures, lines) if "contender" in f}
     assert set(rows) == {"gs-xargs", "localcluster"}
     for row in rows.values():
