@@ -109,6 +109,34 @@ def test_a_new_version_is_fetched_checked_and_kept(master: tuple[Path, Home], tm
     assert not list((work / "code").glob(".fetch-*"))
 
 
+def test_a_fetched_copy_is_compiled_once_and_python_uses_its_bytecode(
+        master: tuple[Path, Home], tmp_path: Path) -> None:
+    """Every module of a fetched version has its bytecode, naming the final place; a run.py
+    started with PYTHONDONTWRITEBYTECODE=1 imports it without compiling anything."""
+    repo, home = master
+    code.publish(repo, home.node_code)
+    updater, _ = _updater(home, tmp_path / "work")
+    copy = updater.choose()
+    modules = sorted(copy.root.glob("cluster/**/*.py"))
+    assert modules
+    for module in modules:
+        pyc = module.parent / "__pycache__" / f"{module.stem}.{sys.implementation.cache_tag}.pyc"
+        assert pyc.is_file(), f"{module}: no bytecode"
+    # The bytecode is what Python loads (no source is compiled again), and a traceback
+    # names the copy's final place, not the staging directory it was compiled in.
+    probe = "import cluster.node.noderun as n; print(n.NodeRun.run.__code__.co_filename)"
+    done = subprocess.run([sys.executable, "-v", "-c", probe], cwd=copy.root,
+                          env={**os.environ, **(copy.env() or {}),
+                               "PYTHONDONTWRITEBYTECODE": "1"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    noderun = copy.root / "cluster/node/noderun.py"
+    assert f"code object from '{noderun.parent}/__pycache__/" in done.stderr
+    assert f"matches {noderun}" in done.stderr
+    assert str(noderun) in done.stdout and ".fetch-" not in done.stdout
+    selfupdate.check_copy(copy.root, (home.node_code / code.MANIFEST).read_text())
+
+
 def test_a_corrupt_file_is_refused_and_the_last_good_version_used(
         master: tuple[Path, Home], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     repo, home = master

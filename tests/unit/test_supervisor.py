@@ -421,6 +421,27 @@ def test_cli_once_starts_the_three_masters(fake_repo: Path, tmp_path: Path) -> N
     assert (home / "log" / cli.CHILD_LOG_NAME).exists()
 
 
+def test_cli_start_writes_the_package_bytecode_once(fake_repo: Path, tmp_path: Path) -> None:
+    """The supervisor's start compiles its checkout's package (even where
+    PYTHONDONTWRITEBYTECODE is set), so the clustermasters it starts load bytecode."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    res = subprocess.run(_cli(fake_repo, "--home", str(tmp_path / "home"), "--once"),
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    tag = sys.implementation.cache_tag
+    modules = sorted((fake_repo / "cluster").rglob("*.py"))
+    missing = [m for m in modules
+               if not (m.parent / "__pycache__" / f"{m.stem}.{tag}.pyc").is_file()]
+    assert modules and missing == []
+    # A second start finds them up to date and leaves them as they are.
+    pyc = fake_repo / "cluster" / "master" / "__pycache__" / f"invocation.{tag}.pyc"
+    before = pyc.stat().st_mtime_ns
+    res = subprocess.run(_cli(fake_repo, "--home", str(tmp_path / "home"), "--once"),
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    assert pyc.stat().st_mtime_ns == before
+
+
 def test_cli_second_instance_exits_at_once(fake_repo: Path, tmp_path: Path) -> None:
     """While one supervisor runs, a second one logs that and exits 0 promptly."""
     home = tmp_path / "home"
