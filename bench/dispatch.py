@@ -58,6 +58,7 @@ from bench.common import figures, median, start  # noqa: E402
 from cluster.jobs import generate as jobgen  # noqa: E402
 from cluster.localcluster import (  # noqa: E402
     DEFAULT_CORPUS,
+    SUPERVISOR_SCRIPT,
     LocalCluster,
     free_port,  # noqa: E402
     write_demo_tree,
@@ -99,25 +100,28 @@ def run_local(argv: list[str], jobs_file: Path, n: int) -> tuple[float, bool]:
 def settle(cluster: LocalCluster, timeout: float = 30.0) -> None:
     """Wait (at most ``timeout`` seconds) until the supervisor's first round is over: the
     clustermasters it starts with the cluster (one per priority, finding nothing to do)
-    take a core for about half a second, which would otherwise fall inside the timed run
-    of a cluster that, in use, has been up for days."""
+    take a core for a fraction of a second, and while two copies of clustermaster 0 live
+    the supervisor starts no third for a push; all of that would otherwise fall inside the
+    timed run of a cluster that, in use, has been up for days.  The round is seen start
+    (the supervisor's clustermaster children appear; they live a tenth of a second or
+    more, and the supervisor is looked at every 5 ms) and end (none is left)."""
+    supervisor = psutil.Process(cluster.daemons[SUPERVISOR_SCRIPT].child.pid)
     end = time.monotonic() + timeout
+    seen = False
     while time.monotonic() < end:
-        busy = False
-        for child in cluster.procs:
+        masters = 0
+        for child in supervisor.children():
             try:
-                tree = psutil.Process(child.pid).children(recursive=True)
-            except psutil.Error:
+                argv = child.cmdline()
+            except psutil.Error:  # ended meanwhile (a zombie has no command line)
                 continue
-            for process in tree:
-                try:
-                    argv = process.cmdline()
-                except psutil.Error:
-                    continue
-                busy = busy or any(Path(a).name == "clustermaster.py" for a in argv)
-        if not busy:
+            masters += any(Path(arg).name.startswith("clustermaster") for arg in argv)
+        if masters:
+            seen = True
+        elif seen:
             return
-        time.sleep(0.05)
+        time.sleep(0.005)
+    raise TimeoutError(f"the supervisor's first round did not end within {timeout:.0f} s")
 
 
 class ClusterContender:
