@@ -58,6 +58,7 @@ later).  TERM, INT and HUP only set :attr:`NodeRun.stop_flag`; the loop then lea
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import logging
 import math
@@ -247,7 +248,7 @@ class NodeRun:
         self.substitutions = tuple(subst.items())
         self.built = self.built_marker.exists()  # built for this run before (a restart)
         self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
-                             self.cfg.kill_grace)
+                             self.cfg.kill_grace, clock=self.clock.monotonic)
         return start
 
     # ------------------------------------------------------------------ main loop
@@ -611,7 +612,9 @@ class NodeRun:
             command = job.command
             for placeholder, value in self.substitutions:
                 command = command.replace(placeholder, value)
-            pool.start(job, command, now)
+            if not pool.start(job, command, now):
+                self.queue.appendleft(job)  # a long command waits for an idle slot
+                break
             self.counters.started += 1
 
     def _wait(self, timeout: float) -> None:
@@ -620,13 +623,24 @@ class NodeRun:
             self.clock.sleep(max(min(timeout, 0.5), 0))
             return
         finished = self.pool.wait(timeout)
+        self._take_back(self.pool.take_returned())
         if finished:
-            # Refill the freed slots before reading the results: a slot idles while this
-            # process works, and reading a result's files costs more than the job itself
-            # when jobs are as small as ``echo 17 | md5sum``.
+            # Refill the freed slots before reading the results: reading a result's files
+            # costs more than the job itself when jobs are as small as ``echo 17 | md5sum``.
             self._spawn(self.clock.monotonic())
         for done in finished:
             self._finish(done)
+
+    def _take_back(self, jobs: list[Job]) -> None:
+        """Jobs a slot handed back unrun (its shell had to go first): first in line again,
+        in their order, with anything a start of theirs may have written removed."""
+        for job in reversed(jobs):
+            base = f"{self.temp}/{job.name}"
+            for suffix in (".log", ".md5", ".out"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(base + suffix)
+            self.queue.appendleft(job)
+            self.counters.started -= 1
 
     def _finish(self, done: Finished) -> None:
         name = done.job.name

@@ -13,6 +13,16 @@ each job as one line on its stdin and runs it in a subshell (a fork, no exec)::
 * ``S <pid>`` tells the node which process tree to kill on a timeout, ``E <status>`` that
   the job ended and how.
 
+A slot holds up to :data:`DEPTH` jobs: the one its shell runs and the next, already in its
+input, so the shell starts the next the moment one ends instead of waiting for the node to
+notice (on a busy machine the node's turn can come a millisecond later, as long as the
+whole job when jobs are as small as ``echo 17 | md5sum``).  A job's timeout runs from
+when it starts: when it was sent to an idle slot, or when the job before it ended.  A job
+still waiting in a shell's input when that shell has to go (its running job timed out,
+or the shell died) never ran: it is handed back (:meth:`SlotPool.take_returned`) for the
+node to run again.  A command longer than ``PIPE_BUF`` is only sent to an idle slot, so
+writing it can never block the node behind a running job.
+
 Why the shells are started here with ``os.posix_spawn`` and not through
 :mod:`cluster.runtime.proc`: ``proc.run`` runs a command to its end, and ``proc.spawn`` gives
 a child with stdin at ``/dev/null``; a slot shell instead lives for the whole run, reads job
@@ -26,8 +36,8 @@ catches anything re-parented; the slot then gets a fresh shell.  If the job ends
 SIGHUP, the group is killed at once all the same: a descendant may ignore HUP.  A shell
 that dies on its own ends its job as an internal error and is replaced.
 
-Callers use :meth:`SlotPool.start`, :meth:`SlotPool.wait`, :meth:`SlotPool.check_timeouts`,
-:meth:`SlotPool.kill_all` and :meth:`SlotPool.close`.
+Callers use :meth:`SlotPool.start`, :meth:`SlotPool.wait`, :meth:`SlotPool.take_returned`,
+:meth:`SlotPool.check_timeouts`, :meth:`SlotPool.kill_all` and :meth:`SlotPool.close`.
 """
 
 from __future__ import annotations
@@ -37,7 +47,9 @@ import os
 import select
 import shlex
 import signal
-from collections.abc import Mapping
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import psutil
@@ -48,6 +60,9 @@ from cluster.runtime import proc
 log = logging.getLogger("cluster.slots")
 
 _RUNNER = '( eval {cmd} ) </dev/null & p=$!; echo "S $p" >&3; wait $p; echo "E $?" >&3\n'
+
+#: Jobs a slot holds at once: the one its shell runs and the next one in its input.
+DEPTH = 2
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,8 @@ class Finished:
 
 
 class Slot:
-    """One persistent shell and the job it runs (if any)."""
+    """One persistent shell and the jobs sent to it (``sent``: the first runs, or is about
+    to; the others wait in the shell's input)."""
 
     def __init__(self, index: int, env: Mapping[str, str]) -> None:
         self.index = index
@@ -80,20 +96,38 @@ class Slot:
         self.status_fd = status_r
         os.set_blocking(status_r, False)
         self.buf = b""
-        self.job: Job | None = None
+        self.sent: deque[Job] = deque()
+        # Of the first job in ``sent``: its process (from "S"), deadline, when HUP was sent.
         self.job_pid = 0
         self.deadline = 0.0
         self.hup_sent = 0.0
 
-    def send(self, job: Job, command: str, deadline: float) -> None:
-        self.job = job
+    @property
+    def job(self) -> Job | None:
+        """The job the shell runs (or is about to), None when the slot is idle."""
+        return self.sent[0] if self.sent else None
+
+    @staticmethod
+    def runner(command: str) -> bytes:
+        """The line a slot's shell is given to run ``command``."""
+        return _RUNNER.format(cmd=shlex.quote(command)).encode()
+
+    def send(self, job: Job, line: bytes, deadline: float) -> None:
+        """Give the shell ``line`` (see :meth:`runner`) for ``job``; ``deadline`` counts
+        if the slot was idle (the job starts now), else it is set when the one before
+        ends.  BrokenPipeError if the shell has gone (nothing is then recorded)."""
+        view = memoryview(line)
+        while view:  # a pipe takes 64 KiB at once; longer commands need more writes
+            view = view[os.write(self.cmd_fd, view):]
+        if not self.sent:
+            self._next(deadline)
+        self.sent.append(job)
+
+    def _next(self, deadline: float) -> None:
+        """The first job in ``sent`` changed: its timing starts afresh."""
         self.job_pid = 0
         self.deadline = deadline
         self.hup_sent = 0.0
-        data = _RUNNER.format(cmd=shlex.quote(command)).encode()
-        view = memoryview(data)
-        while view:  # a pipe takes 64 KiB at once; longer commands need more writes
-            view = view[os.write(self.cmd_fd, view):]
 
     def read_events(self) -> tuple[list[bytes], bool]:
         """Complete lines the shell wrote, and whether it has gone (EOF)."""
@@ -127,78 +161,102 @@ class Slot:
 
 
 class SlotPool:
-    """``count`` slots running jobs with a per-job timeout."""
+    """``count`` slots running jobs with a per-job timeout.  ``clock`` times the jobs (the
+    caller's clock: the ``now`` it passes to :meth:`start` and :meth:`check_timeouts`)."""
 
     def __init__(self, count: int, env: Mapping[str, str], timeout: float,
-                 kill_grace: float) -> None:
+                 kill_grace: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.env = dict(env)
         self.timeout = timeout
         self.kill_grace = kill_grace
+        self.clock = clock
         self.slots = [Slot(i, self.env) for i in range(count)]
         self.by_fd = {s.status_fd: s for s in self.slots}
+        self.returned: list[Job] = []
 
     def free(self) -> int:
-        return sum(1 for s in self.slots if s.job is None)
+        """How many more jobs the slots take now (up to :data:`DEPTH` each)."""
+        return sum(DEPTH - len(s.sent) for s in self.slots)
 
     def running(self) -> int:
-        return sum(1 for s in self.slots if s.job is not None)
+        """Jobs sent to the slots that have not ended (running, or next in a shell)."""
+        return sum(len(s.sent) for s in self.slots)
 
-    def start(self, job: Job, command: str, now: float) -> None:
-        """Run ``job`` (its command already substituted) in a free slot."""
-        for slot in self.slots:
-            if slot.job is None:
-                try:
-                    slot.send(job, command, now + self.timeout)
-                except BrokenPipeError:  # its shell died while idle: replace it, try again
-                    self._replace(slot)
-                    self.slots[slot.index].send(job, command, now + self.timeout)
-                return
-        raise RuntimeError("no free slot")
+    def start(self, job: Job, command: str, now: float) -> bool:
+        """Send ``job`` (its command already substituted) to the least busy slot; False
+        (nothing sent) when no slot can take it now: all are full, or the command is too
+        long to wait in a busy shell's input and no slot is idle."""
+        line = Slot.runner(command)
+        candidates = [s for s in self.slots if len(s.sent) < DEPTH
+                      and (not s.sent or len(line) <= select.PIPE_BUF)]
+        if not candidates:
+            return False
+        for slot in sorted(candidates, key=lambda s: len(s.sent)):
+            try:
+                slot.send(job, line, now + self.timeout)
+                return True
+            except BrokenPipeError:
+                if slot.sent:
+                    continue  # died running a job: wait() sees its end and retires it
+                self._replace(slot)  # died while idle: a fresh shell, and try again
+                self.slots[slot.index].send(job, line, now + self.timeout)
+                return True
+        return False
 
     def next_deadline(self) -> float | None:
         times = [s.deadline if not s.hup_sent else s.hup_sent + self.kill_grace
-                 for s in self.slots if s.job is not None]
+                 for s in self.slots if s.sent]
         return min(times) if times else None
 
     def wait(self, timeout: float) -> list[Finished]:
-        """Wait up to ``timeout`` seconds for jobs to end; return those that ended."""
-        busy = [s.status_fd for s in self.slots if s.job is not None]
+        """Wait up to ``timeout`` seconds for jobs to end; return those that ended.  Jobs
+        that were waiting in a shell that had to go are then in :meth:`take_returned`."""
+        busy = [s.status_fd for s in self.slots if s.sent]
         if not busy:
             return []
         ready, _, _ = select.select(busy, [], [], max(timeout, 0.0))
         done: list[Finished] = []
+        now = self.clock()
         for fd in ready:
             slot = self.by_fd[fd]
             lines, gone = slot.read_events()
+            head_ended = False  # the job that was running when the shell went has ended
             for line in lines:
                 kind, _, value = line.partition(b" ")
-                if kind == b"S":
+                if kind == b"S" and slot.sent:
                     slot.job_pid = int(value)
-                elif kind == b"E" and slot.job is not None:
-                    done.append(Finished(slot.job, int(value), slot.hup_sent > 0))
-                    slot.job = None
-                    if slot.hup_sent:
+                elif kind == b"E" and slot.sent:
+                    killed = slot.hup_sent > 0
+                    done.append(Finished(slot.sent.popleft(), int(value), killed))
+                    slot._next(now + self.timeout)  # the next one started just now
+                    if killed:
                         # It ended after SIGHUP, but a descendant may ignore HUP: kill the
-                        # slot's whole group and start a fresh shell.
-                        gone = True
+                        # slot's whole group (and with it any job started after it) and
+                        # start a fresh shell.
+                        gone = head_ended = True
+                        break
             if gone:
-                if slot.job is not None:
-                    done.append(Finished(slot.job, None, slot.hup_sent > 0))
-                    slot.job = None
-                self._replace(slot)
+                self._retire(slot, done, head_ended)
         return done
+
+    def take_returned(self) -> list[Job]:
+        """The jobs handed back since the last call, oldest first: sent to a shell that had
+        to go before it started them.  They never ran; the caller runs them again."""
+        jobs, self.returned = self.returned, []
+        return jobs
 
     def check_timeouts(self, now: float) -> int:
         """Signal jobs past their deadline; return how many newly timed out."""
         new = 0
         for slot in self.slots:
-            if slot.job is None:
+            job = slot.job
+            if job is None:
                 continue
             if not slot.hup_sent and now >= slot.deadline:
                 new += 1
                 slot.hup_sent = now
                 log.warning("%s timed out after %.0f s; killing its process tree",
-                            slot.job.name, self.timeout)
+                            job.name, self.timeout)
                 if slot.job_pid:
                     _signal_tree(slot.job_pid, signal.SIGHUP)
                 else:
@@ -210,11 +268,11 @@ class SlotPool:
         return new
 
     def kill_all(self) -> list[Job]:
-        """Kill every running job (and its slot's shell); return the jobs that were running."""
-        jobs = [s.job for s in self.slots if s.job is not None]
+        """Kill every job (and its slot's shell); return the jobs that were sent."""
+        jobs = [job for s in self.slots for job in s.sent]
         for slot in list(self.slots):
-            if slot.job is not None:
-                slot.job = None
+            if slot.sent:
+                slot.sent.clear()
                 self._replace(slot)
         return jobs
 
@@ -223,6 +281,16 @@ class SlotPool:
             slot.close()
         self.slots = []
         self.by_fd = {}
+
+    def _retire(self, slot: Slot, done: list[Finished], head_ended: bool) -> None:
+        """``slot``'s shell has gone, or must go: unless it has just ended (``head_ended``),
+        its running job ends as lost or killed (exit status None); the jobs behind it are
+        handed back (:meth:`take_returned`); a fresh shell takes the slot."""
+        if slot.sent and not head_ended:
+            done.append(Finished(slot.sent.popleft(), None, slot.hup_sent > 0))
+        self.returned.extend(slot.sent)
+        slot.sent.clear()
+        self._replace(slot)
 
     def _replace(self, slot: Slot) -> None:
         slot.close()

@@ -89,3 +89,75 @@ def test_a_shell_killed_from_outside_ends_its_job_and_is_replaced(pool: SlotPool
         done = pool.wait(0.1)
     assert done[0].job.name == "victim" and done[0].exit_status is None
     assert run(pool, "again", "true").exit_status == 0
+
+
+def test_a_busy_slot_starts_the_next_job_without_waiting_for_the_node(tmp_path: Path) -> None:
+    """Two jobs in one slot: the second starts the moment the first ends, while nobody
+    reads the slot's events; both then end, in order, with their own statuses."""
+    pool = SlotPool(1, os.environ, timeout=30, kill_grace=0.3)
+    try:
+        stamp = tmp_path / "second-started"
+        began = time.time()
+        assert pool.start(job("first"), "sleep 0.5; exit 4", time.monotonic())
+        assert pool.start(job("second"), f"date +%s.%N > {stamp}", time.monotonic())
+        assert pool.free() == 0 and pool.running() == 2
+        assert not pool.start(job("third"), "true", time.monotonic())  # full: DEPTH 2
+        time.sleep(2.0)  # the node busy elsewhere: no wait() meanwhile
+        assert float(stamp.read_text()) - began < 1.5  # ran at ~0.5 s, not after 2 s
+        done: list[Finished] = []
+        end = time.monotonic() + 10
+        while len(done) < 2 and time.monotonic() < end:
+            done += pool.wait(0.1)
+        assert [(d.job.name, d.exit_status, d.killed) for d in done] == [
+            ("first", 4, False), ("second", 0, False)]
+        assert pool.take_returned() == [] and pool.running() == 0
+    finally:
+        pool.close()
+
+
+def test_a_job_waiting_behind_a_timed_out_one_is_handed_back_unrun(tmp_path: Path) -> None:
+    """The running job ignores SIGHUP and is killed with its shell after the grace; the
+    job waiting in that shell's input never ran and comes back from take_returned()."""
+    pool = SlotPool(1, os.environ, timeout=0.5, kill_grace=0.3)
+    try:
+        ran = tmp_path / "ran"
+        pool.start(job("stuck"), "trap '' HUP; sleep 30", time.monotonic())
+        pool.start(job("behind"), f"echo ran > {ran}", time.monotonic())
+        done: list[Finished] = []
+        end = time.monotonic() + 10
+        while not done and time.monotonic() < end:
+            pool.check_timeouts(time.monotonic())
+            done = pool.wait(0.05)
+        assert [(d.job.name, d.exit_status, d.killed) for d in done] == [
+            ("stuck", None, True)]
+        assert [j.name for j in pool.take_returned()] == ["behind"]
+        assert pool.take_returned() == []  # handed back once
+        assert not ran.exists()
+        assert run(pool, "after", "true").exit_status == 0  # a fresh shell took over
+    finally:
+        pool.close()
+
+
+def test_a_long_command_waits_for_an_idle_slot() -> None:
+    """A command longer than PIPE_BUF is not queued behind a running job (writing it could
+    block the node until that job ends); an idle slot takes it at once."""
+    pool = SlotPool(2, os.environ, timeout=30, kill_grace=0.3)
+    try:
+        long_command = "true " + "x" * 8000
+        assert pool.start(job("busy1"), "sleep 0.3", time.monotonic())
+        assert pool.start(job("busy2"), "sleep 0.3", time.monotonic())
+        assert pool.free() == 2  # room for one more in each shell's input...
+        assert not pool.start(job("long"), long_command, time.monotonic())  # ...not this
+        assert pool.start(job("short"), "true", time.monotonic())
+        done: list[Finished] = []
+        end = time.monotonic() + 10
+        while len(done) < 3 and time.monotonic() < end:
+            done += pool.wait(0.1)
+        assert sorted(d.job.name for d in done) == ["busy1", "busy2", "short"]
+        assert pool.start(job("long"), long_command, time.monotonic())
+        done = []
+        while not done and time.monotonic() < end:
+            done = pool.wait(0.1)
+        assert [(d.job.name, d.exit_status) for d in done] == [("long", 0)]
+    finally:
+        pool.close()
