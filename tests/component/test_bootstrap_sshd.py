@@ -32,10 +32,6 @@ from tests.helpers import REPO, free_port
 
 TIMEOUT = 300
 
-#: The user's real crontab is one per machine: these tests and tests/e2e/test_cron.py run
-#: on one xdist worker, one at a time (README's test command: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("crontab")
-
 
 def crontab_l() -> str:
     done = subprocess.run(["crontab", "-l"], capture_output=True, text=True, timeout=30)

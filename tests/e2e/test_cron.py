@@ -20,9 +20,7 @@ import pytest
 from cluster.cron import TAG_PREFIX
 from tests.helpers import REPO, free_port, wait_for
 
-#: The user's real crontab is one per machine: its tests run on one xdist worker, one at a
-#: time (README's test command: --dist loadgroup).
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("crontab")]
+pytestmark = pytest.mark.e2e
 
 UNRELATED = "17 5 * * * echo unrelated-entry-of-someone-else # not ours"
 #: Lines of someone else's that a naive rewrite (python-crontab's CronTab.write) would drop or
