@@ -150,15 +150,10 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (0 done, 1 unknown run/node/test, 2 bad
     usage or configuration)."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
-        return int(exc.code or 0)
-    try:
-        cfg = common.load_config(args)
-    except ClusterError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    parsed = common.parse_with_config(_parser(), argv, PROG)
+    if isinstance(parsed, int):
+        return parsed
+    args, cfg = parsed
     try:
         return run_command(cfg, args)
     except ConfigError as exc:

@@ -22,7 +22,6 @@ import sys
 from cluster.cli import common
 from cluster.console import status, terminal
 from cluster.defaults import EXIT_OK, EXIT_USAGE
-from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.runtime.service import StopFlag, install_signal_handlers
 
@@ -42,18 +41,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (0, or 2 bad usage or configuration)."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
-        return int(exc.code or 0)
+    parsed = common.parse_with_config(_parser(), argv, PROG)
+    if isinstance(parsed, int):
+        return parsed
+    args, cfg = parsed
     if not args.interval > 0:
         print(f"{PROG}: --interval {args.interval}: expected a positive number of seconds",
               file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        cfg = common.load_config(args)
-    except ClusterError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     home = Home(cfg.home)
     if not home.root.is_dir():

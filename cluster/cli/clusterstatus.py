@@ -28,12 +28,9 @@ Exit status, at once and without retrying:
 from __future__ import annotations
 
 import argparse
-import sys
 
 from cluster.cli import common
 from cluster.console import httpd
-from cluster.defaults import EXIT_USAGE
-from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.runtime.service import StopFlag, install_signal_handlers
 
@@ -51,15 +48,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
-        return int(exc.code or 0)
-    try:
-        cfg = common.load_config(args)
-    except ClusterError as exc:
-        print(f"clusterstatus.py: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    parsed = common.parse_with_config(_parser(), argv, "clusterstatus.py")
+    if isinstance(parsed, int):
+        return parsed
+    args, cfg = parsed
     home = Home(cfg.home)
     common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
     # The handlers only record the request; the daemon loop sees it within its poll interval.

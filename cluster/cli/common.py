@@ -43,6 +43,23 @@ def load_config(args: argparse.Namespace) -> Config:
     return config.load(args.config, overrides)
 
 
+def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str
+                      ) -> tuple[argparse.Namespace, Config] | int:
+    """``argv`` parsed by ``parser`` (which has :func:`add_config_options`) and the
+    configuration it names, or the exit status a ``main`` returns at once: argparse's own
+    for --help or a bad option (it printed why), EXIT_USAGE for a configuration that cannot
+    be used (one line on stderr, ``prog: <what is wrong>``)."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
+        return int(exc.code or 0)
+    try:
+        return args, load_config(args)
+    except ClusterError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
 def config_argv(args: argparse.Namespace) -> list[str]:
     """The options to hand a child script so it sees the same configuration."""
     argv: list[str] = []

@@ -28,11 +28,9 @@ Exit status, at once and without retrying:
 from __future__ import annotations
 
 import argparse
-import sys
 
 from cluster.cli import common
-from cluster.defaults import EXIT_OK, EXIT_USAGE
-from cluster.errors import ClusterError
+from cluster.defaults import EXIT_OK
 from cluster.home import Home
 from cluster.master import monitor
 from cluster.runtime.service import StopFlag, install_signal_handlers
@@ -52,15 +50,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
-        return int(exc.code or 0)
-    try:
-        cfg = common.load_config(args)
-    except ClusterError as exc:
-        print(f"monitor_port.py: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    parsed = common.parse_with_config(_parser(), argv, "monitor_port.py")
+    if isinstance(parsed, int):
+        return parsed
+    args, cfg = parsed
     home = Home(cfg.home)
     if args.nodes:
         for name, (age, status) in sorted(monitor.nodes_seen(home).items()):

@@ -17,11 +17,9 @@ Exit status: 0, or 2 for a bad option or configuration.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from cluster.cli import common
-from cluster.defaults import EXIT_OK, EXIT_USAGE
-from cluster.errors import ClusterError
+from cluster.defaults import EXIT_OK
 from cluster.node import caps
 
 
@@ -33,17 +31,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
-        return int(exc.code or 0)
-    try:
-        # The configuration is not needed to detect caps; loading it still rejects a bad
-        # file, so every script of the node fails the same way on the same mistake.
-        common.load_config(args)
-    except ClusterError as exc:
-        print(f"send_caps.py: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    # The configuration is not needed to detect caps; loading it still rejects a bad file,
+    # so every script of the node fails the same way on the same mistake.
+    parsed = common.parse_with_config(_parser(), argv, "send_caps.py")
+    if isinstance(parsed, int):
+        return parsed
     print(caps.detect().format())
     return EXIT_OK
 
