@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -14,6 +16,21 @@ REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpus" / "ghostpdl-examples"
 
 T = TypeVar("T")
+A = TypeVar("A", str, bytes)
+
+
+@contextmanager
+def reaped(proc: subprocess.Popen[A]) -> Iterator[subprocess.Popen[A]]:
+    """``proc`` for the ``with`` block; afterwards killed if it still runs, waited for, and
+    its stderr pipe (if any) closed: a fixture's process never outlives its test."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 def talk(port: int, data: bytes, timeout: float = 10.0) -> bytes:

@@ -33,7 +33,7 @@ from tests.component.scripted_nodes import (
     signed_talk,
     wait_for_run,
 )
-from tests.helpers import REPO, free_port, wait_for
+from tests.helpers import REPO, free_port, reaped, wait_for
 
 MD5 = "0123456789abcdef0123456789abcdef"
 WHO = f"tester@{socket.gethostname()}"
@@ -65,14 +65,8 @@ def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[str]]]:
             "--set", "linger=1", "--set", "heartbeat_timeout=60", "--set", "pid_wait=0.2",
             "--set", "pid_check_interval=0.5"]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
-    try:
+    with reaped(proc):
         yield home, port, proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def join(port: int, node: str, run_id: str) -> None:

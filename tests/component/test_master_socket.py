@@ -20,7 +20,7 @@ from cluster.records import Job
 from cluster.report.tab import read_tab
 from cluster.wire import protocol, signing
 from tests.component.scripted_nodes import KEYS, NONCES, known_run, signed_talk
-from tests.helpers import CORPUS, REPO, free_port, talk, wait_for
+from tests.helpers import CORPUS, REPO, free_port, reaped, talk, wait_for
 
 MD5 = "0123456789abcdef0123456789abcdef"
 
@@ -58,17 +58,10 @@ def _master(tmp_path: Path, *settings: str
         except OSError:
             return False
 
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
-    try:
+    with reaped(subprocess.Popen(argv, stderr=subprocess.PIPE)) as proc:
         wait_for(lambda: home.job_start(0).exists(), 20, "job.start")
         wait_for(listening, 20, "the master to listen")
         yield home, port, proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def request(node: str, run_id: str, *extra: str) -> bytes:

@@ -37,7 +37,7 @@ from tests.component.scripted_nodes import (
     signed_talk,
     wait_for_run,
 )
-from tests.helpers import REPO, free_port, talk
+from tests.helpers import REPO, free_port, reaped, talk
 
 GOOD = "0123456789abcdef0123456789abcdef"
 FAKE = "deadbeefdeadbeefdeadbeefdeadbeef"
@@ -54,14 +54,8 @@ def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[str]]]:
             "--set", "gs_configs=" + " ".join(CONFIGS), "--set", "connection_deadline=5",
             "--set", "linger=1", "--set", "heartbeat_timeout=60", "--set", "pid_wait=0.2"]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
-    try:
+    with reaped(proc):
         yield home, port, proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def forged(run_id: str, node: str, *extra: str, sig: str = "") -> bytes:
