@@ -29,19 +29,18 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cluster import datatypes
 from cluster.config import Config
 from cluster.defaults import REPO_ROOT, USER_PRIORITY
-from cluster.errors import ClusterError, ProtocolError
+from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master import abort, ending, finish, journal, monitor
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
+from cluster.master.handler import RequestHandler, RunSession
 from cluster.master.joblist import JobFile
 from cluster.master.livestatus import LiveStatus
 from cluster.master.pidfile import PidFile
@@ -94,19 +93,6 @@ def _good_secret(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-@dataclass(frozen=True)
-class RunSession:
-    """What the node handler needs of a run besides its state: the key of its signed
-    messages, the nonces seen, and its audit trail."""
-
-    key: bytes
-    guard: signing.ReplayGuard
-    audit: AuditLog
-
-
-Binder = Callable[[RunState | None, journal.Journal | None, "RunSession | None"], None]
 
 
 class JobListError(ClusterError):
@@ -163,61 +149,8 @@ class ClusterMaster:
         # the port open (its call waits in the backlog while build.py makes the job list)
         # instead of being refused and retrying connect_retry_delay later.  The handler
         # only runs from _serve, once ``state`` and ``jrnl`` below exist.
-        parse = protocol.parse_request
-        max_line, max_lines = self.cfg.max_line_bytes, self.cfg.max_request_lines
-        monotonic = self.clock.monotonic
-        # "state", "journal" and "session" (the run's key, replay guard and audit trail),
-        # set by bind() before serving.
-        live: dict[str, Any] = {"session": None}
-
-        def bind(state: RunState | None, jrnl: journal.Journal | None,
-                 session: RunSession | None = None) -> None:
-            """Give the handler the run to serve (None, None: the serving is over)."""
-            live["state"], live["journal"], live["session"] = state, jrnl, session
-
-        def refuse(session: RunSession, peer: str, node: str, reason: str) -> bytes:
-            # One log line naming the peer and the node it claimed; nothing it carried is
-            # recorded.  Unsigned: a node treats it as a failed call.
-            log.warning("peer %s (claims node %s): refused: %s", peer, node or "-", reason)
-            session.audit.refusal(peer, node, reason)
-            return protocol.format_reply(protocol.Reply(protocol.ABORT, reason=reason))
-
-        def handler(data: bytes, peer: str) -> bytes:
-            state, jrnl, session = live["state"], live["journal"], live["session"]
-            claimed = signing.header_value(data, b"node")
-            if signing.header_value(data, b"id") != state.run_id:
-                # Another run's node (or none): remember nothing, as RunState would.
-                return refuse(session, peer, claimed, f"wrong job id, running {state.run_id}")
-            # Verified before anything in it is parsed or believed (issue 11).
-            try:
-                _, nonce = signing.verify_request(data, session.key)
-            except signing.SignatureError as exc:
-                return refuse(session, peer, claimed, str(exc))
-            try:
-                req = parse(data, max_line, max_lines, canonical=True)
-            except ProtocolError as exc:
-                log.warning("peer %s: bad request: %s", peer, exc)
-                session.audit.refusal(peer, claimed, f"bad request: {exc}")
-                return signing.sign_reply(protocol.format_reply(
-                    protocol.Reply(protocol.ABORT, reason=f"bad request: {exc}")),
-                    session.key, nonce)
-            if not session.guard.accept(req.node, nonce):
-                return refuse(session, peer, req.node, f"{signing.REPLAYED} {nonce}")
-            outcome = state.handle(req, monotonic())
-            for note in outcome.notes:
-                log.warning("peer %s: %s", peer, note)
-            if outcome.journal:
-                jrnl.write(outcome.journal)  # on disk before the node hears back
-            session.audit.connection(peer, req, outcome.reply, outcome.results,
-                                     outcome.refused)
-            return signing.sign_reply(protocol.format_reply(outcome.reply), session.key,
-                                      nonce)
-
-        def server_refused(peer: str, reason: str) -> None:
-            session = live["session"]
-            if session is not None:
-                session.audit.refusal(peer, "", reason)
-
+        handler = RequestHandler(self.cfg.max_line_bytes, self.cfg.max_request_lines,
+                                 self.clock.monotonic)
         try:
             server = NodeServer((self.cfg.listen_address, self.cfg.port_for(p)), handler,
                                 max_line=self.cfg.max_line_bytes,
@@ -225,7 +158,7 @@ class ClusterMaster:
                                 max_request=self.cfg.max_request_bytes,
                                 max_buffered=self.cfg.max_buffered_bytes,
                                 deadline=self.cfg.connection_deadline,
-                                on_refusal=server_refused)
+                                on_refusal=handler.server_refused)
         except OSError as exc:
             # Another program holds the port: leave everything as it is and try again at
             # the next invocation (a run in progress keeps its id and journal).
@@ -233,12 +166,12 @@ class ClusterMaster:
                       self.cfg.port_for(p), exc)
             return RunOutcome("", None, replaced=True)
         try:
-            return self._run(spec, pid, server, bind)
+            return self._run(spec, pid, server, handler)
         finally:
             server.close()
 
     def _run(self, spec: RunSpec, pid: PidFile, server: NodeServer,
-             bind: Binder) -> RunOutcome:
+             handler: RequestHandler) -> RunOutcome:
         home, p = self.home, self.priority
         try:
             with pid.keep_fresh(self.cfg.pid_check_interval):
@@ -289,7 +222,7 @@ class ClusterMaster:
         live = LiveStatus(home.live(p), start, self.clock.time() - progress.elapsed(),
                           self.clock)
         state.set_disabled(monitor.disabled_nodes(home))
-        bind(state, jrnl, session)
+        handler.bind(state, jrnl, session)
         log.info("run %s: %s, %d jobs (%d to do), port %d, %.0f s run so far", run_id,
                  spec.line(), len(jobs), state.remaining, self.cfg.port_for(p),
                  progress.elapsed())
@@ -318,7 +251,7 @@ class ClusterMaster:
             session.audit.flush(force=True)  # complete before the end steps archive it
         # From here on the server is not served, so its handler needs no state; the ender
         # takes the only reference left, and drops it once the report is made.
-        bind(None, None, None)
+        handler.unbind()
         held = [state]
         del state, jobs
         with pid.keep_fresh(self.cfg.pid_check_interval):
