@@ -92,6 +92,9 @@ class JobFile(JobList):
         self.ends = array("q")  # exclusive; the newline (if any) is at ends[i]
         self.skipped = 0
         self.problems: list[str] = []
+        #: Whether each job's line directly follows the one before (no blank or skipped
+        #: line between): then consecutive jobs are always one read.
+        self.dense = True
         self.fd = os.open(path, os.O_RDONLY)
         try:
             self._scan()
@@ -150,6 +153,8 @@ class JobFile(JobList):
                 if name in index:
                     self._problem(lineno, f"test id {name} is used by an earlier line")
                     continue
+                if names and start != ends[-1] + 1:
+                    self.dense = False
                 index[name] = len(names)
                 names.append(name)
                 starts.append(start)
@@ -159,9 +164,15 @@ class JobFile(JobList):
                 break
 
     def lines(self, indexes: Sequence[int]) -> list[str]:
-        starts, ends, fd = self.starts, self.ends, self.fd
-        out: list[str] = []
+        starts, ends = self.starts, self.ends
         n = len(indexes)
+        if n and self.dense:
+            first = indexes[0]
+            if indexes[-1] - first == n - 1 and list(indexes) == list(range(first, first + n)):
+                # The usual batch: consecutive jobs of a file without gaps, one read and no
+                # Python step per job.
+                return self._read(starts[first], ends[first + n - 1]).split("\n")
+        out: list[str] = []
         k = 0
         while k < n:
             first = indexes[k]
@@ -171,13 +182,15 @@ class JobFile(JobList):
             while j < n and indexes[j] == last + 1 and starts[last + 1] == ends[last] + 1:
                 last += 1
                 j += 1
-            begin, end = starts[first], ends[last]
-            data = os.pread(fd, end - begin, begin)
-            if len(data) != end - begin:
-                raise OSError(f"{self.path}: short read (the file changed under the master)")
-            out.extend(data.decode("utf-8").split("\n"))
+            out.extend(self._read(starts[first], ends[last]).split("\n"))
             k = j
         return out
+
+    def _read(self, begin: int, end: int) -> str:
+        data = os.pread(self.fd, end - begin, begin)
+        if len(data) != end - begin:
+            raise OSError(f"{self.path}: short read (the file changed under the master)")
+        return data.decode("utf-8")
 
     def close(self) -> None:
         if self.fd >= 0:

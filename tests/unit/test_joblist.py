@@ -34,7 +34,9 @@ def test_job_file_indexes_lines_and_reads_any_selection(tmp_path: Path) -> None:
     got = JobFile(path)
     try:
         assert got.names == [j.name for j in jobs] and len(got) == 10
+        assert got.dense  # every line a job: consecutive jobs are one read
         assert got.lines(list(range(10))) == [j.line for j in jobs]  # one read
+        assert got.lines(list(range(4, 7))) == [j.line for j in jobs[4:7]]
         assert got.lines([3, 4, 7, 0, 1]) == [jobs[i].line for i in (3, 4, 7, 0, 1)]
         assert got.line(9) == jobs[9].line and got.lines([]) == []
     finally:
@@ -49,6 +51,7 @@ def test_job_file_skips_what_job_parse_rejects(tmp_path: Path) -> None:
         "t2 log true ; ", job(1, "again").line, job(3).line]) + "\n")
     got = JobFile(path)
     assert got.names == [job(1).name, job(3).name]
+    assert not got.dense
     assert got.lines([0, 1]) == [job(1).line, job(3).line]  # not adjacent in the file
     assert got.skipped == 4 and len(got.problems) == 4
     assert ":4: " in got.problems[0] and "empty command" in got.problems[2]
