@@ -209,15 +209,15 @@ def parse_request(data: bytes, max_line: int = DEFAULT_MAX_LINE,
     is described in ``problems``; if its test id is readable the test gets an internal-error
     result (error 10), so the run can still complete and the problem shows in the report.
     """
+    if canonical:
+        fast = _parse_fast(data, max_line, max_lines)
+        if fast is not None:
+            return fast
     lines = decode_lines(data)
     if len(lines) > max_lines + 1:
         raise ProtocolError(f"request has {len(lines)} lines, more than the limit {max_lines}")
     if not lines or lines[-1].rstrip("\r") not in TERMINATORS:
         raise ProtocolError("request does not end with a line OK or ABORT")
-    if canonical:
-        fast = _parse_fast(lines, max_line)
-        if fast is not None:
-            return fast
     values, results = parse_headers(lines[:-1], REQUEST_HEADERS, max_line=max_line,
                                     collect="result")
     node = _node(values)
@@ -262,26 +262,55 @@ def _node(values: dict[str, Any]) -> str:
     return str(node)
 
 
-#: A whole ``result`` line whose value is canonical (for findall over a request's text).
-_CANONICAL_LINE = re.compile(r"^result (" + CANONICAL_RESULT.pattern + ")$", re.M)
+#: The longest product the fast parse takes (a longer one goes the line by line way).
+_FAST_PRODUCT = 1000
+#: A whole ``result`` line whose value is canonical, for findall over a request's block of
+#: result lines: CANONICAL_RESULT with the product bounded, so that a line it matches has at
+#: most :data:`_FAST_LINE_BYTES` bytes.
+_FAST_RESULT_LINE = re.compile(
+    r"^result ([A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400} (?:-1|10|[0-9])"
+    rf" {_TIME} {_TIME} {_TIME} (?:[0-9a-f]{{32}}|0) \S[^\n]{{0,{_FAST_PRODUCT - 1}}})$", re.M)
+_FAST_LINE_BYTES = 7 + 401 + 3 + 3 * 16 + 33 + 1 + 4 * _FAST_PRODUCT
+_RESULT_LINE_START = "\nresult "
 
 
-def _parse_fast(lines: list[str], max_line: int) -> Request | None:
+def _parse_fast(data: bytes, max_line: int, max_lines: int) -> Request | None:
     """:func:`parse_request` with ``canonical`` for the usual request, or None.
 
-    The usual request: no ``\\r``, no line too long, every result line canonical, good
-    headers.  Its result lines are then validated and collected by one findall over the
-    text instead of a Python step each.  Anything else returns None, and the line by line
+    The usual request: UTF-8, no ``\r``, within ``max_lines``, its result lines one block
+    (headers before and after it, none among them), each canonical.  The block's lines are
+    then validated and collected by one findall, and only the few header lines are looked at
+    one by one: no Python step per result.  Anything else returns None, and the line by line
     parse takes over (and names the line of any problem).
     """
-    body = lines[:-1]
-    joined = "\n".join(body)
-    if "\r" in joined or (len(joined) > max_line and max(map(len, body)) > max_line):
+    if max_line < _FAST_LINE_BYTES:
+        return None  # a line the pattern takes could be too long: let the slow way check
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
         return None
-    texts = _CANONICAL_LINE.findall(joined)
-    others = [line for line in body if not line.startswith("result ")]
-    if len(texts) != len(body) - len(others):
+    if text.endswith("\nOK\n"):
+        body, leaving = text[:-4], False
+    elif text.endswith("\nABORT\n"):
+        body, leaving = text[:-7], True
+    else:
         return None
+    if "\r" in body or body.count("\n") + 2 > max_lines + 1:
+        return None
+    first = 0 if body.startswith("result ") else body.find(_RESULT_LINE_START) + 1
+    if first == 0 and not body.startswith("result "):
+        texts: list[str] = []
+        others = body.split("\n")
+    else:
+        last = body.rfind(_RESULT_LINE_START) + 1  # 0: the first line is the only one
+        end = body.find("\n", last)
+        if end < 0:
+            end = len(body)
+        block = body[first:end]
+        texts = _FAST_RESULT_LINE.findall(block)
+        if len(texts) != block.count("\n") + 1:
+            return None  # a header among the results, or a result that is not canonical
+        others = (body[:first] + body[end + 1:]).split("\n")
     try:
         values, bare = parse_headers(others, REQUEST_HEADERS, max_line=max_line,
                                      collect="result")
@@ -290,8 +319,7 @@ def _parse_fast(lines: list[str], max_line: int) -> Request | None:
         return None
     if bare:
         return None  # "result" alone: malformed, described by the slow path
-    return Request(node=node, result_lines=tuple(texts), leaving=lines[-1] == "ABORT",
-                   **values)
+    return Request(node=node, result_lines=tuple(texts), leaving=leaving, **values)
 
 
 def format_request(req: Request) -> bytes:

@@ -191,6 +191,14 @@ def test_canonical_result_refuses_what_parse_result_refuses() -> None:
     b"node a\r\n" + result_line("a.1") + b"\r\nOK\r\n",  # CRs: the line by line parse
     b"node a\n" + result_line("a.1") + b"\nresult x 0 0 0 0\nOK\n",  # a bad result
     b"node a\nfailure -1 build failed\n\nOK\n",
+    # The block of results between headers, as a signed request has it.
+    b"node a\njobs 0 0\n" + result_line("a.1") + b"\n" + result_line("b.2")
+    + b"\nnonce " + b"0" * 32 + b"\nsig " + b"f" * 64 + b"\nOK\n",
+    b"node a\n" + result_line("a.1") + b"\nstatus s\n" + result_line("b.2") + b"\nOK\n",
+    b"node a\n" + result_line("a.1") + b"\nnosuchheader 1\n" + result_line("b.2") + b"\nOK\n",
+    result_line("a.1") + b"\nnode a\nABORT\n",  # the results first
+    b"node a\n" + result_line("a.1") + b"\nresult\nOK\n",  # a bare result header
+    b"node a\n" + result_line("a.1") + b" " + "é".encode() * 1200 + b"\nOK\n",  # long product
 ])
 def test_canonical_parse_agrees_with_the_object_parse(data: bytes) -> None:
     """Same headers, problems and results, the results as canonical text."""
@@ -216,6 +224,30 @@ def test_canonical_parse_refuses_what_the_object_parse_refuses(data: bytes, prob
     with pytest.raises(ProtocolError) as exc:
         parse_request(data, max_line=150, canonical=True)
     assert problem in str(exc.value)
+
+
+@pytest.mark.parametrize(("data", "fast"), [
+    (b"node a\nid r\n" + result_line("a.1") + b"\n" + result_line("b.2") + b"\nnonce n\nOK\n",
+     True),
+    (b"node a\nslots 2\nOK\n", True),
+    (result_line("a.1") + b"\nnode a\nABORT\n", True),
+    (b"node a\n" + result_line("a.1") + b"\nstatus s\n" + result_line("b.2") + b"\nOK\n",
+     False),  # a header among the results
+    (b"node a\n" + result_line("a.1", times="0.1 0 0") + b"\nOK\n", False),
+    (b"node a\r\nOK\r\n", False),
+    (b"node a\n" + b"result a.1 0 0.10 0.00 0.00 0 " + b"p" * 1001 + b"\nOK\n", False),
+    (b"node a\nslots 2\nOK\n" + b"trailing", False),
+])
+def test_the_fast_parse_takes_the_usual_request_and_leaves_the_rest(data: bytes, fast: bool
+                                                                    ) -> None:
+    """The usual request is parsed without a step per line; anything else goes the line by
+    line way, which agrees with it where both apply (above)."""
+    got = protocol._parse_fast(data, protocol.DEFAULT_MAX_LINE, protocol.DEFAULT_MAX_LINES)
+    assert (got is not None) == fast
+    if got is not None:
+        assert got == parse_request(data, max_line=protocol._FAST_LINE_BYTES - 1,
+                                    canonical=True)  # the slow way, forced
+    assert protocol._parse_fast(data, protocol.DEFAULT_MAX_LINE, max_lines=1) is None
 
 
 def test_format_request_writes_result_lines() -> None:
