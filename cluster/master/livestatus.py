@@ -123,7 +123,7 @@ class LiveStatus:
         wall = self.clock.time()
         total = len(state.jobs)
         done = state.results.count
-        running = len(state.in_flight)
+        running = state.running
         per_second = self.meter.add(mono, done)
         skew = wall - mono  # a node's last_seen is monotonic
         nodes = {

@@ -64,22 +64,27 @@ class Results(Mapping[str, JobResult]):
         start = self.offsets[i]
         return self.text[start:self.text.index(b"\n", start)].decode("utf-8")
 
-    def add(self, indexes: list[int], lines: list[str]) -> bytes:
-        """Record the journal lines of jobs ``indexes`` (which have no result yet).
+    def add(self, indexes: list[int], lines: list[str], prefix: str = "") -> bytes:
+        """Record the journal lines ``prefix + line`` of jobs ``indexes`` (which have no
+        result yet).  ``prefix`` is a journal line's machine part
+        (:func:`cluster.master.journal.line_prefix`), the same for all of them.
 
         Returns the lines as the bytes to journal.
         """
-        data = ("\n".join(lines) + "\n").encode("utf-8")
+        if not indexes:
+            return b""
+        joined = prefix + f"\n{prefix}".join(lines) + "\n"
+        data = joined.encode("utf-8")
         text, offsets = self.text, self.offsets
         pos = len(text)
-        sizes = [len(line) + 1 for line in lines]
-        if len(data) == sum(sizes):  # ASCII: chars are bytes
+        if joined.isascii():  # chars are bytes: each line's size is its length, in C
+            sizes = map((len(prefix) + 1).__add__, map(len, lines))
             first = indexes[0]
             if indexes == list(range(first, first + len(indexes))):
                 # Consecutive jobs (a batch handed out in order): one slice assignment.
-                starts = list(accumulate(sizes, initial=pos))
+                starts = array("q", accumulate(sizes, initial=pos))
                 starts.pop()
-                offsets[first:first + len(indexes)] = array("q", starts)
+                offsets[first:first + len(indexes)] = starts
             else:
                 for i, size in zip(indexes, sizes, strict=True):
                     offsets[i] = pos
@@ -87,7 +92,7 @@ class Results(Mapping[str, JobResult]):
         else:
             for i, line in zip(indexes, lines, strict=True):
                 offsets[i] = pos
-                pos += len(line.encode("utf-8")) + 1
+                pos += len((prefix + line).encode("utf-8")) + 1
         text += data
         self.count += len(indexes)
         return data

@@ -43,6 +43,9 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
+from typing import cast
 
 from cluster.config import DEFAULTS, Config
 from cluster.master.joblist import JobList, as_job_list
@@ -62,7 +65,8 @@ MAX_BATCH = 65536
 #: with these digits).
 _NO_ERROR = "0"
 _TIMEOUT_DIGITS = (str(ERROR_TIMEOUT), str(ERROR_TIMEOUT_STAGE2))
-#: Where Settings takes its defaults: the configuration table (one place for each).
+#: The test and the rest of a result split at its first space (``str.partition``).
+_FIRST, _THIRD = itemgetter(0), itemgetter(2)
 
 
 class NodeState(enum.StrEnum):
@@ -83,7 +87,8 @@ class NodeInfo:
     caps: str = ""
     slots: int = 1
     status: str = ""
-    held: dict[str, None] = field(default_factory=dict)  # jobs handed out, no result yet (ordered)
+    #: Jobs handed out to it with no result from it yet, oldest first: name -> job index.
+    held: dict[str, int] = field(default_factory=dict)
     working_since: float | None = None  # when it first got jobs: its rate is measured from then
     capacity: int = 0                   # jobs it is kept holding (grown while it runs dry fast)
     last_batch_at: float | None = None  # when it was last given new jobs
@@ -196,9 +201,12 @@ class RunState:
         # Jobs to hand out: first those put back (front), then jobs[cursor:] without a result.
         self.front: deque[str] = deque()
         self.cursor = 0
-        # in_flight: unfinished job -> number of nodes holding it; ordered by first hand-out
-        # (oldest first).
-        self.in_flight: dict[str, int] = {}
+        # holders[i]: how many nodes hold unfinished job i (0 once it has a result: a copy
+        # still out elsewhere stays in that node's ``held`` only); ``running`` counts the
+        # jobs with holders.  An array, not a dict by name: updated by the slice for the
+        # usual batch, and 2 bytes a job.
+        self.holders = array("H", [0]) * len(self.jobs)
+        self.running = 0
         self.nodes: dict[str, NodeInfo] = {}
         # Who was handed each job, ever in this run (a result is taken only from them):
         # ``lessee[i]`` is the number (``node_numbers``) of the first node given job i
@@ -229,6 +237,12 @@ class RunState:
     @property
     def remaining(self) -> int:
         return len(self.jobs) - self.results.count
+
+    def in_flight(self) -> dict[str, int]:
+        """Unfinished jobs held by a node -> how many nodes hold them, in list order (a
+        walk over every job: for tests and diagnostics, not for the serving path)."""
+        names, holders = self.jobs.names, self.holders
+        return {names[i]: h for i, h in enumerate(holders) if h}
 
     @property
     def pending(self) -> list[str]:
@@ -358,9 +372,8 @@ class RunState:
                 if node.state is NodeState.DONE:
                     node.state = NodeState.READY  # DONE -> READY: work came back after a death
                 node.ran_jobs = True
-                indexes = list(map(self.jobs.index.__getitem__, batch))
-                self._lease(name, indexes)
-                return out(Reply(protocol.JOBS, tuple(self.jobs.lines(indexes))))
+                self._lease(name, batch)
+                return out(Reply(protocol.JOBS, tuple(self.jobs.lines(batch))))
             return out(Reply(protocol.CONTINUE))
         if node.ran_jobs and node.state is NodeState.READY:
             node.state = NodeState.UPLOADING  # READY -> UPLOADING
@@ -386,74 +399,66 @@ class RunState:
         texts: Iterable[str] = req.result_lines
         if req.results:
             texts = [*texts, *(result_text(r) for r in req.results)]
-        index = self.jobs.index
-        offsets = self.results.offsets
-        held = node.held
-        in_flight = self.in_flight
-        machine = node.name
         if not isinstance(texts, list):
             texts = list(texts)
-        names = [text[:text.find(" ")] for text in texts]
-        try:
-            idx = [index[name] for name in names]
-        except KeyError:
-            idx = []  # a result for a job not in this run: the slow path below tells
-        number = self.node_numbers.get(machine, -1)
-        lessee = self.lessee
-        if idx and not self._first_lessee_of_all(number, idx):
-            # Some result is for a job first handed to another node (or to nobody): keep
-            # only those this node was ever given, refuse the rest.
-            texts, refused = self._leased_only(number, texts, idx)
-            if refused:
-                self.refused_results += len(refused)
-                notes.append(f"node {machine}: refused {len(refused)} result(s) for jobs "
-                             f"never handed to it (first: {refused[0]!r})")
-            names = [text[:text.find(" ")] for text in texts]
-            idx = [index[name] for name in names]
-        if idx and max(map(offsets.__getitem__, idx)) < 0 and len(set(idx)) == len(idx):
-            # The usual request: every result new, for a job of this run, once.
-            pop_held, pop_flight = held.pop, in_flight.pop
-            for name in names:
-                pop_held(name, None)
-                pop_flight(name, None)
-            prefix = line_prefix(machine)
-            data = self.results.add(idx, [prefix + text for text in texts])
-            node.results += len(idx)
-            self._count_errors(node, texts, names)
-            self.machines.add(machine)
-            if self.all_results_in and self.all_results_at is None:
-                self.all_results_at = node.last_seen
+        offsets = self.results.offsets
+        machine = node.name
+        parts = list(map(str.partition, texts, repeat(" ")))  # (test, " ", the rest)
+        names = list(map(_FIRST, parts))
+        # Each result's job leaves the node's held jobs; the job's index comes with it (None:
+        # not held by this node, or a second result for it in this request).  A small dict
+        # of the node's, instead of a lookup in the index of a million jobs.
+        pop: Callable[[str, None], int | None] = node.held.pop
+        idx = list(map(pop, names, repeat(None)))
+        jobs = cast(list[int], idx)  # if None is not in it
+        if idx and None not in idx and max(map(offsets.__getitem__, jobs)) < 0:
+            # The usual request: every result new, once, for a job this node holds (so it
+            # was handed to it).
+            self._finish(jobs)
+            data = self.results.add(jobs, texts, line_prefix(machine))
+            self._count_new(node, parts)
             return data
+        return self._record_each(node, texts, parts, idx, notes)
+
+    def _record_each(self, node: NodeInfo, texts: list[str],
+                     parts: list[tuple[str, str, str]], held: list[int | None],
+                     notes: list[str]) -> bytes:
+        """:meth:`_record`, one result at a time, for a request that is not the usual one:
+        a result for a job the node does not hold (put back after its lease lapsed,
+        copied in the tail, never handed to it, or not in the run), a job with a result
+        already, or a job twice.  ``parts``: each result split at its first space;
+        ``held``: each result's job index if the node held it."""
+        index, offsets, holders = self.jobs.index, self.results.offsets, self.holders
+        machine = node.name
+        number = self.node_numbers.get(machine, -1)
+        lessee, more = self.lessee, self.more_lessees
         new_idx: list[int] = []
-        new_lines: list[str] = []
         new_texts: list[str] = []
-        new_names: list[str] = []
-        prefix = line_prefix(machine)
-        more = self.more_lessees
+        new_parts: list[tuple[str, str, str]] = []
         stray: list[str] = []
-        for text in texts:
-            name = text[:text.find(" ")]
-            i = index.get(name)
+        for text, part, i in zip(texts, parts, held, strict=True):
+            name = part[0]
             if i is None:
-                self.unknown_results += 1
-                notes.append(f"node {machine} sent a result for unknown test {name!r}")
-                continue
-            if lessee[i] != number and (number < 0 or number not in more.get(i, ())):
-                stray.append(name)  # (only when a result for an unknown test came too)
-                continue
-            held.pop(name, None)
+                i = index.get(name)
+                if i is None:
+                    self.unknown_results += 1
+                    notes.append(f"node {machine} sent a result for unknown test {name!r}")
+                    continue
+                if lessee[i] != number and (number < 0 or number not in more.get(i, ())):
+                    stray.append(name)
+                    continue
             if offsets[i] >= 0:
                 self.duplicates += 1  # first result wins; later ones are only counted
                 continue
-            # Finished: it leaves in_flight even if a tail copy is still out on another node
-            # (that node's held keeps it until it reports or is dropped), so in_flight holds
-            # only unfinished jobs and the tail's walk over it stays short.
-            in_flight.pop(name, None)
+            # Finished: no longer counted as held even if a tail copy is still out on
+            # another node (that node's held keeps it until it reports or is dropped).
+            if holders[i]:
+                holders[i] = 0
+                self.running -= 1
             offsets[i] = 0  # taken (a second copy in this request is a duplicate)
             new_idx.append(i)
-            new_lines.append(prefix + text)
             new_texts.append(text)
-            new_names.append(name)
+            new_parts.append(part)
         if stray:
             self.refused_results += len(stray)
             notes.append(f"node {machine}: refused {len(stray)} result(s) for jobs never "
@@ -462,41 +467,41 @@ class RunState:
             return b""
         for i in new_idx:
             offsets[i] = -1
-        data = self.results.add(new_idx, new_lines)
-        node.results += len(new_idx)
-        self._count_errors(node, new_texts, new_names)
-        self.machines.add(machine)
-        if self.all_results_in and self.all_results_at is None:
-            self.all_results_at = node.last_seen
+        data = self.results.add(new_idx, new_texts, line_prefix(machine))
+        self._count_new(node, new_parts)
         return data
 
-    def _count_errors(self, node: NodeInfo, texts: list[str], names: list[str]) -> None:
-        """Add the errors and timeouts among new results ``texts`` (canonical, of tests
-        ``names``) to ``node``'s counts, and the errors to the run's.  The error code is
-        the word after the test name; its first character tells 0, the timeout codes and
-        the rest apart: one character looked at per result (a plain loop is the fastest
-        way found, about 0.1 us a result)."""
-        no_error, timeout_digits = _NO_ERROR, _TIMEOUT_DIGITS
-        errors = timeouts = 0
-        for text, name in zip(texts, names, strict=True):
-            code = text[len(name) + 1]
-            if code != no_error:
-                errors += 1
-                if code in timeout_digits:
-                    timeouts += 1
+    def _finish(self, jobs: list[int]) -> None:
+        """Jobs ``jobs``, held by the node that sent their first results, are no longer
+        held by anyone."""
+        holders = self.holders
+        first, n = jobs[0], len(jobs)
+        self.running -= n
+        if jobs[-1] - first == n - 1 and jobs == list(range(first, first + n)):
+            holders[first:first + n] = array("H", [0]) * n  # a batch reported in order
+            return
+        for i in jobs:
+            holders[i] = 0
+
+    def _count_new(self, node: NodeInfo, parts: list[tuple[str, str, str]]) -> None:
+        """Count the new results from ``node`` (each split at its first space: the test,
+        then the rest, which starts with the error code), their errors and timeouts among
+        them in the node's counts and the errors in the run's too.
+
+        An error code's first character tells 0, the timeout codes (3, 4) and the rest
+        apart (-1 and 10 included): those characters are gathered into one string and
+        counted, in C, instead of looked at one by one.
+        """
+        node.results += len(parts)
+        self.machines.add(node.name)
+        if self.all_results_in and self.all_results_at is None:
+            self.all_results_at = node.last_seen
+        codes = "".join(map(_FIRST, map(_THIRD, parts)))
+        errors = len(codes) - codes.count(_NO_ERROR)
         if errors:
             self.errors += errors
             node.errors += errors
-            node.timeouts += timeouts
-
-    def _first_lessee_of_all(self, number: int, idx: list[int]) -> bool:
-        """Whether node ``number`` was the first to be handed each job of ``idx``."""
-        lessee = self.lessee
-        first, n = idx[0], len(idx)
-        if idx[-1] - first == n - 1 and idx == list(range(first, first + n)):
-            # Consecutive jobs (a batch from the list, reported in order): counted in C.
-            return lessee[first:first + n].count(number) == n
-        return all(lessee[i] == number for i in idx)
+            node.timeouts += sum(map(codes.count, _TIMEOUT_DIGITS))
 
     def _lease(self, name: str, indexes: list[int]) -> None:
         """Remember that node ``name`` was handed the jobs ``indexes``."""
@@ -523,20 +528,6 @@ class RunState:
             return False
         return self.lessee[i] == number or number in self.more_lessees.get(i, ())
 
-    def _leased_only(self, number: int, texts: list[str], idx: list[int]
-                     ) -> tuple[list[str], list[str]]:
-        """(the results of ``texts`` for jobs leased to node ``number``, the test names of
-        the others).  ``idx`` are the jobs of ``texts``, in order."""
-        lessee, more = self.lessee, self.more_lessees
-        kept: list[str] = []
-        refused: list[str] = []
-        for text, i in zip(texts, idx, strict=True):
-            if number >= 0 and (lessee[i] == number or number in more.get(i, ())):
-                kept.append(text)
-            else:
-                refused.append(text[:text.find(" ")])
-        return kept, refused
-
     def _drop(self, node: NodeInfo, reason: str, notes: list[str], lost: bool = True) -> None:
         """``node`` leaves the run, its unfinished jobs put back; ``lost`` (the default):
         it counts as a lost node (the report's list, ``max_failed_nodes``)."""
@@ -549,15 +540,18 @@ class RunState:
 
     def _requeue(self, node: NodeInfo, front: bool) -> None:
         back: list[str] = []
-        for name in node.held:
-            holders = self.in_flight.get(name, 0)
-            if holders <= 1:
-                self.in_flight.pop(name, None)
-                if name not in self.results:
-                    back.append(name)
-            else:
+        holders, offsets = self.holders, self.results.offsets
+        for name, i in node.held.items():
+            count = holders[i]
+            if count > 1:
                 # Someone else still holds a copy (tail speculation); no need to re-send.
-                self.in_flight[name] = holders - 1
+                holders[i] = count - 1
+                continue
+            if count == 1:
+                holders[i] = 0
+                self.running -= 1
+            if offsets[i] < 0:
+                back.append(name)
         node.held.clear()
         if front:
             self.front.extendleft(reversed(back))
@@ -584,8 +578,9 @@ class RunState:
         self.cursor = cursor
         return cursor < total
 
-    def _batch(self, node: NodeInfo, req: Request, now: float) -> list[str]:
-        """Jobs to hand ``node`` now; empty if it holds enough or nothing is left.
+    def _batch(self, node: NodeInfo, req: Request, now: float) -> list[int]:
+        """Jobs to hand ``node`` now (their indexes in the job list, now in its ``held`` and
+        counted in ``holders``); empty if it holds enough or nothing is left.
 
         A node is kept holding ``batch_per_slot`` jobs per slot, or, once its rate is
         known, about ``batch_seconds`` of work at that rate if that is more: a node that
@@ -629,30 +624,45 @@ class RunState:
                                   if n.state in (NodeState.READY, NodeState.DONE))
                 share = math.ceil(remaining * node.slots / max(total_slots, node.slots))
                 size = max(1, min(want, share - len(held)))
-            batch: list[str] = []
-            in_flight = self.in_flight
+            batch: list[int] = []
+            holders = self.holders
             offsets = self.results.offsets
             front = self.front
             if front:
                 index = self.jobs.index
                 while front and len(batch) < size:
                     name = front.popleft()
-                    if offsets[index[name]] >= 0 or name in held:
+                    i = index[name]
+                    if offsets[i] >= 0 or name in held:
                         continue
-                    batch.append(name)
-                    held[name] = None
-                    in_flight[name] = in_flight.get(name, 0) + 1
+                    batch.append(i)
+                    held[name] = i
+                    if not holders[i]:
+                        self.running += 1
+                    holders[i] += 1
             if len(batch) < size:
                 # Never handed out before, so nobody holds them.
                 names = self.jobs.names
                 cursor, total = self.cursor, len(names)
-                while cursor < total and len(batch) < size:
-                    if offsets[cursor] < 0:
-                        name = names[cursor]
-                        batch.append(name)
-                        held[name] = None
-                        in_flight[name] = 1
-                    cursor += 1
+                end = min(total, cursor + size - len(batch))
+                if offsets[cursor:end].count(-1) == end - cursor:
+                    # The usual batch: the next jobs of the list, none with a result yet
+                    # (only a journal taken over gives results ahead of the cursor).  Taken
+                    # as one slice, the dicts filled in C: no Python step per job.
+                    taken = range(cursor, end)
+                    batch.extend(taken)
+                    held.update(zip(names[cursor:end], taken, strict=True))
+                    holders[cursor:end] = array("H", [1]) * len(taken)
+                    self.running += len(taken)
+                    cursor = end
+                else:
+                    while cursor < total and len(batch) < size:
+                        if offsets[cursor] < 0:
+                            batch.append(cursor)
+                            held[names[cursor]] = cursor
+                            holders[cursor] = 1
+                            self.running += 1
+                        cursor += 1
                 self.cursor = cursor
             if batch:
                 node.last_batch_at = now
@@ -663,4 +673,4 @@ class RunState:
         # the jobs expected to finish last elsewhere (deep in the queue of a slow or silent
         # node) when a copy here should finish sooner; the first result wins.
         return self.tail_plan.copies(node, node.slots - req.running, now,
-                                     self.nodes.values(), self.in_flight)
+                                     self.nodes.values(), self.holders, self.jobs.names)

@@ -6,14 +6,15 @@ sooner; the first result wins (:class:`cluster.master.runstate.RunState` counts 
 a duplicate).  :class:`TailPlan` ranks the candidates and hands them out.
 
 The plan reads what it needs of a node through :class:`Holder` (the run state's
-``NodeInfo`` is one) and shares the run state's ``in_flight`` count (unfinished job -> how
-many nodes hold it): a job is copied only while exactly one node holds it, so at most once.
+``NodeInfo`` is one) and shares the run state's ``holders`` count (by job index: how many
+nodes hold the unfinished job): a job is copied only while exactly one node holds it, so at
+most once.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableSequence, Sequence
 from typing import Protocol
 
 
@@ -21,8 +22,8 @@ class Holder(Protocol):
     """What the tail plan reads (and, for ``held``, writes) of a node."""
 
     @property
-    def held(self) -> dict[str, None]:
-        """Jobs handed out to the node with no result yet, oldest first."""
+    def held(self) -> dict[str, int]:
+        """Jobs handed out to the node with no result yet, oldest first: name -> index."""
         ...
 
     @property
@@ -39,8 +40,8 @@ class Holder(Protocol):
         ...
 
 
-#: A ranked job: (expected finish, -place in its node's list, name); ascending order.
-Entry = tuple[float, int, str]
+#: A ranked job: (expected finish, -place in its node's list, job index); ascending order.
+Entry = tuple[float, int, int]
 
 
 class TailPlan:
@@ -60,10 +61,10 @@ class TailPlan:
         self.made_size = 0
 
     def copies(self, node: Holder, free: int, now: float, nodes: Iterable[Holder],
-               in_flight: dict[str, int]) -> list[str]:
-        """Up to ``free`` copies for ``node``; they are added to its ``held`` and counted in
-        ``in_flight``.  ``nodes`` are all the nodes of the run (the plan is remade from them
-        when it is due).
+               holders: MutableSequence[int], names: Sequence[str]) -> list[int]:
+        """Up to ``free`` copies for ``node`` (job indexes); they are added to its ``held``
+        and counted in ``holders``.  ``nodes`` are all the nodes of the run (the plan is
+        remade from them when it is due); ``names`` are the job names by index.
 
         Only jobs expected to finish later than a job of this node's own would are copied:
         a fast node takes over a slow node's last jobs, a slow node does not copy a fast
@@ -72,32 +73,33 @@ class TailPlan:
         age = now - self.made_at
         if age >= self.REFRESH or (not self.entries and self.made_size
                                    and age >= self.REFILL):
-            self.rank(nodes, in_flight, now)
+            self.rank(nodes, holders, now)
         entries = self.entries
         if not entries:
             return []
         mine = node.job_seconds(now) or 0.0
         held = node.held
-        batch: list[str] = []
+        batch: list[int] = []
         own: list[Entry] = []
         while entries and len(batch) < free:
             entry = entries[-1]
             if entry[0] <= mine:
                 break  # the rest would end sooner still
             entries.pop()
-            name = entry[2]
-            if in_flight.get(name) != 1:
-                continue  # finished (it left in_flight), or copied already
+            i = entry[2]
+            if holders[i] != 1:
+                continue  # finished (no holders any more), or copied already
+            name = names[i]
             if name in held:
                 own.append(entry)  # this node's own job: left for the others
                 continue
-            batch.append(name)
-            held[name] = None
-            in_flight[name] = 2
+            batch.append(i)
+            held[name] = i
+            holders[i] = 2
         entries.extend(reversed(own))
         return batch
 
-    def rank(self, nodes: Iterable[Holder], in_flight: dict[str, int], now: float) -> None:
+    def rank(self, nodes: Iterable[Holder], holders: Sequence[int], now: float) -> None:
         """Rank the jobs that exactly one node holds by when they are expected to finish.
 
         A node runs its jobs in the order it got them, so the job at place p of its list
@@ -123,15 +125,15 @@ class TailPlan:
             place = len(held)
             taken = 0
             last_wave = -1
-            for name in reversed(held):  # the latest places first: they finish last
+            for i in reversed(held.values()):  # the latest places first: they finish last
                 place -= 1
                 wave = place // slots
                 if taken >= cap and wave < last_wave:
                     break
-                if in_flight.get(name) != 1:  # finished (it left in_flight), or copied
+                if holders[i] != 1:  # finished (no holders any more), or copied
                     continue
                 # Ordered by finish; among equals, the job handed out first goes first.
-                entries.append(((wave + 0.5) * per_job + late, -place, name))
+                entries.append(((wave + 0.5) * per_job + late, -place, i))
                 taken += 1
                 last_wave = wave
         entries.sort()  # popped from the end: latest finish first

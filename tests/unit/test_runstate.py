@@ -292,12 +292,12 @@ def test_journal_lines_resume_a_run() -> None:
 
 
 def test_finished_jobs_leave_in_flight_even_with_a_copy_out() -> None:
-    """in_flight holds unfinished jobs only, so the tail's walk over it stays short."""
+    """Only unfinished jobs count as held (running), even with a copy still out."""
     state = RunState(RUN, jobs(3), 0, Settings(batch_per_slot=1, speculate_tail=True))
     slow = names(ready(state, "slow", 0, slots=3))
     copies = names(ready(state, "fast", 1, slots=2))
     state.handle(req("fast", results=tuple(result(n, "fast") for n in copies)), 2)
-    assert list(state.in_flight) == [slow[2]]
+    assert list(state.in_flight()) == [slow[2]] and state.running == 1
     assert set(state.nodes["slow"].held) == set(slow)  # until it reports or is dropped
     state.tick(1000)  # slow is dropped: only its unfinished job goes back
     assert state.pending == [slow[2]]
@@ -391,7 +391,8 @@ def test_a_slow_node_does_not_copy_a_faster_nodes_jobs() -> None:
                      pending=0, running=2), 10)
     reply = state.handle(req("slow", results=tuple(result(n, "slow") for n in slow)), 10)
     assert reply.reply.verb == protocol.CONTINUE
-    assert state.in_flight == {fast[2]: 1, fast[3]: 1}  # no copy was made
+    assert state.in_flight() == {fast[2]: 1, fast[3]: 1}  # no copy was made
+    assert state.running == 2
 
 
 def test_a_silent_nodes_jobs_are_copied_first() -> None:
@@ -438,3 +439,57 @@ def test_a_node_that_runs_dry_fast_gets_bigger_batches_then_smaller() -> None:
     t += 5.0  # now it takes far longer than batch_seconds
     slow = finish(state, "a", reply, now=t, slots=1)
     assert 0 < len(slow.jobs) < sizes[-1]
+
+
+def check_holders(state: RunState) -> None:
+    """The per-job holder counts agree with the nodes' held jobs: an unfinished job is
+    counted once per node that holds it (a node gone holds nothing), a finished one not at
+    all, and ``running`` is the number of jobs counted."""
+    expected = [0] * len(state.jobs)
+    for node in state.nodes.values():
+        for name, i in node.held.items():
+            assert state.jobs.names[i] == name
+            if name not in state.results:
+                expected[i] += 1
+    assert list(state.holders) == expected
+    assert state.running == sum(1 for h in expected if h)
+
+
+def test_holder_counts_stay_true_through_deaths_rejoins_copies_and_stray_results() -> None:
+    """A seeded random walk of six nodes over a run of 60 jobs: each call reports some of
+    its jobs (now and then twice, or one of another node's, or an unknown test), some
+    nodes go silent and are dropped, come back, and the tail copies jobs.  The counts are
+    checked after every step, and every job ends with exactly one result."""
+    import random
+    rng = random.Random(11)
+    state = RunState(RUN, jobs(60), 0, Settings(batch_per_slot=2, heartbeat_timeout=5))
+    nodes = [f"n{i}" for i in range(6)]
+    now = 0.0
+    for node in nodes:
+        state.handle(req(node, slots=2), now)
+    for _ in range(400):
+        if state.all_results_in:
+            break
+        now += 1.0
+        node = rng.choice(nodes)
+        info = state.nodes[node]
+        if info.state is NodeState.GONE or rng.random() < 0.1:
+            state.handle(req(node, slots=2), now)  # (re)join: BUILD, or a call without news
+        else:
+            held = list(info.held)
+            done = [n for n in held[:rng.randint(0, len(held))]]
+            if done and rng.random() < 0.2:
+                done.append(done[0])  # twice in one request
+            others = [n for other in state.nodes.values() if other.name != node
+                      for n in other.held]
+            if others and rng.random() < 0.2:
+                done.append(rng.choice(others))  # never handed to it: refused
+            if rng.random() < 0.05:
+                done.append("nosuch.1")  # not in the run
+            state.handle(req(node, slots=2, results=tuple(result(n, node) for n in done),
+                             running=len(held) - len(set(done) & set(held))), now)
+        if rng.random() < 0.1:
+            state.tick(now + 6)  # the silent ones are dropped, their jobs put back
+        check_holders(state)
+    assert state.all_results_in and state.results.count == 60
+    assert state.running == 0
