@@ -120,6 +120,9 @@ SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
 #: starts with a letter or digit, so it never clashes with the dot files beside it.
 BASELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]*")
 RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
+#: What a job writes in the temp folder beside its name: its log, the md5sum output of its
+#: raster, and (product shell) its raw output, whose md5 is its result.
+JOB_LOG, JOB_MD5, JOB_OUT = ".log", ".md5", ".out"
 #: Bytes of bmpcmp images one node uploads per run (ARTIFEX.md §5.7: checkSize.pl, 10 MB).
 BMPCMP_UPLOAD_LIMIT = 10_000_000
 
@@ -636,7 +639,7 @@ class NodeRun:
         in their order, with anything a start of theirs may have written removed."""
         for job in reversed(jobs):
             base = f"{self.temp}/{job.name}"
-            for suffix in (".log", ".md5", ".out"):
+            for suffix in (JOB_LOG, JOB_MD5, JOB_OUT):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(base + suffix)
             self.queue.appendleft(job)
@@ -645,9 +648,9 @@ class NodeRun:
     def _finish(self, done: Finished) -> None:
         name = done.job.name
         base = f"{self.temp}/{name}"
-        log_text = _read_and_remove(base + ".log")
-        md5_text = _read_and_remove(base + ".md5")
-        digest = _md5_and_remove(base + ".out")
+        log_text = _read_and_remove(base + JOB_LOG)
+        md5_text = _read_and_remove(base + JOB_MD5)
+        digest = _md5_and_remove(base + JOB_OUT)
         if digest is not None:
             md5_text += f"{digest}  -\n"  # the job's raw output is its result (product shell)
         result = readlog.classify(name, log_text, md5_text, done.killed, self.name,
