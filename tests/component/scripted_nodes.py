@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import sys
 from pathlib import Path
 
 from cluster.home import Home
@@ -20,7 +21,7 @@ from cluster.queue import QueueFile, RunSpec
 from cluster.records import Job
 from cluster.wire import protocol, signing
 from cluster.wire.jobstart import JobStart
-from tests.helpers import CORPUS, talk, wait_for
+from tests.helpers import CORPUS, REPO, talk, wait_for
 
 FILES = ("golfer.eps", "tiger.eps", "spots2.pdf")
 #: The key of each run whose job.start was read (by run id), and the scripted nodes' nonces.
@@ -40,6 +41,22 @@ def make_home(root: Path, line: str = "auto nightly gs", priority: int = 2) -> H
     (home.root / "ghostpdl").mkdir()
     QueueFile(home.queue(priority), home.queue_lock(priority)).append(RunSpec.parse(line))
     return home
+
+
+def master_argv(home: Home, port: int, *settings: str, priority: int = 2,
+                suffixed: bool = False) -> list[str]:
+    """The command line of a real clustermaster of ``priority`` serving ``home``'s runs on
+    ``port`` (base_port is ``port - priority``), with the settings of scripted runs (the
+    two CONFIGS, a one-second linger, a short PID wait), then ``settings`` ("key=value",
+    which win over those).  ``suffixed``: started as ``clustermaster<priority>.py``, as
+    the supervisor starts it, instead of with ``--priority``."""
+    script = [str(REPO / f"clustermaster{priority}.py")] if suffixed else \
+        [str(REPO / "clustermaster.py"), "--priority", str(priority)]
+    argv = [sys.executable, *script, "--home", str(home.root)]
+    for setting in (f"base_port={port - priority}", "gs_configs=" + " ".join(CONFIGS),
+                    "linger=1", "pid_wait=0.2", *settings):
+        argv += ["--set", setting]
+    return argv
 
 
 def request(node: str, run_id: str, *extra: str) -> bytes:

@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -34,14 +33,14 @@ from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.wire import protocol
 from tests.component.scripted_nodes import (
-    CONFIGS,
     make_home,
+    master_argv,
     request,
     run_to_the_end,
     signed_talk,
     wait_for_run,
 )
-from tests.helpers import REPO, free_port, wait_for
+from tests.helpers import free_port, wait_for
 from tests.smtp import smtp_server
 
 MD5 = "0123456789abcdef0123456789abcdef"
@@ -49,13 +48,8 @@ OLD_MD5 = "fedcba9876543210fedcba9876543210"
 
 
 def argv(home: Home, port: int, *settings: str) -> list[str]:
-    out = [sys.executable, str(REPO / "clustermaster2.py"), "--home", str(home.root),
-           "--set", f"base_port={port - 2}", "--set", "gs_configs=" + " ".join(CONFIGS),
-           "--set", "linger=1", "--set", "pid_wait=0.2", "--set", "pid_check_interval=0.2",
-           "--set", "heartbeat_timeout=60", "--set", "batch_per_slot=1"]
-    for setting in settings:
-        out += ["--set", setting]
-    return out
+    return master_argv(home, port, "pid_check_interval=0.2", "heartbeat_timeout=60",
+                       "batch_per_slot=1", *settings, suffixed=True)
 
 
 def call(port: int, node: str, run_id: str, *lines: str, held: int = 0) -> protocol.Reply:

@@ -27,8 +27,8 @@ from cluster.queue import QueueFile, RunSpec
 from cluster.records import Job
 from cluster.wire import protocol
 from tests.component.scripted_nodes import (
-    CONFIGS,
     make_home,
+    master_argv,
     request,
     signed_talk,
     wait_for_run,
@@ -59,11 +59,8 @@ def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[str]]]:
     home = make_home(tmp_path / "home")
     QueueFile.for_priority(home, 2).append(RunSpec.parse("auto weekly gs"))
     port = free_port(3) + 2
-    argv = [sys.executable, str(REPO / "clustermaster.py"), "--priority", "2",
-            "--home", str(home.root), "--set", f"base_port={port - 2}",
-            "--set", "gs_configs=" + " ".join(CONFIGS), "--set", "connection_deadline=5",
-            "--set", "linger=1", "--set", "heartbeat_timeout=60", "--set", "pid_wait=0.2",
-            "--set", "pid_check_interval=0.5"]
+    argv = master_argv(home, port, "connection_deadline=5", "heartbeat_timeout=60",
+                       "pid_check_interval=0.5")
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     with reaped(proc):
         yield home, port, proc

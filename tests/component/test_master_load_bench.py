@@ -51,3 +51,18 @@ def test_master_load_nightly_auto_run() -> None:
     last = done.stdout.splitlines()[-1]
     assert last.endswith("ok=yes") and " kind=auto archived=3 " in last
     assert " history=yes " in last
+
+
+def test_master_handler_small() -> None:
+    """bench/master_handler.py serves a whole run in-process and checks every job has one
+    result; --stages adds the time of each step of the handler."""
+    done = subprocess.run([sys.executable, "bench/master_handler.py", "--jobs", "3000",
+                           "--nodes", "30", "--reps", "2", "--stages"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = dict(word.split("=", 1) for word in done.stdout.splitlines()[-1].split())
+    assert figures["ok"] == "yes" and figures["jobs"] == "3000"
+    assert len(figures["repeats"].split(",")) == 2
+    assert float(figures["handler_us_per_job"]) > 0 and int(figures["calls"]) > 30
+    for step in ("verify", "parse", "state", "sign"):
+        assert int(figures[f"{step}_ns"]) > 0

@@ -19,7 +19,15 @@ from cluster.queue import QueueFile, RunSpec
 from cluster.records import Job
 from cluster.report.tab import read_tab
 from cluster.wire import protocol, signing
-from tests.component.scripted_nodes import KEYS, NONCES, known_run, signed_talk
+from tests.component.scripted_nodes import (
+    KEYS,
+    NONCES,
+    known_run,
+    listening,
+    master_argv,
+    request,
+    signed_talk,
+)
 from tests.helpers import CORPUS, REPO, free_port, reaped, talk, wait_for
 
 MD5 = "0123456789abcdef0123456789abcdef"
@@ -45,28 +53,12 @@ def _master(tmp_path: Path, *settings: str
     (home.users / "ann" / "ghostpdl").mkdir(parents=True)  # the pushed tree
     QueueFile(home.queue(0), home.queue_lock(0)).append(RunSpec.parse("user ann gs"))
     port = free_port()
-    argv = [sys.executable, str(REPO / "clustermaster.py"), "--home", str(home.root),
-            "--set", f"base_port={port}", "--set", "gs_configs=ppmraw.72.0 pbmraw.72.0",
-            "--set", "connection_deadline=3", "--set", "linger=2",
-            "--set", "heartbeat_timeout=60"]
-    for setting in settings:
-        argv += ["--set", setting]
-    def listening() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            return False
-
+    argv = master_argv(home, port, "connection_deadline=3", "linger=2", "heartbeat_timeout=60",
+                       *settings, priority=0)
     with reaped(subprocess.Popen(argv, stderr=subprocess.PIPE)) as proc:
         wait_for(lambda: home.job_start(0).exists(), 20, "job.start")
-        wait_for(listening, 20, "the master to listen")
+        wait_for(lambda: listening(port), 20, "the master to listen")
         yield home, port, proc
-
-
-def request(node: str, run_id: str, *extra: str) -> bytes:
-    return ("\n".join([f"node {node}", f"id {run_id}", "caps tools=md5sum", *extra, "OK"])
-            + "\n").encode()
 
 
 def test_scripted_nodes_run_a_whole_run(master: tuple[Home, int, subprocess.Popen[bytes]]

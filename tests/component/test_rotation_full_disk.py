@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,12 +25,13 @@ from tests.component.scripted_nodes import (
     CONFIGS,
     FILES,
     make_home,
+    master_argv,
     request,
     run_to_the_end,
     signed_talk,
     wait_for_run,
 )
-from tests.helpers import REPO, free_port
+from tests.helpers import free_port
 
 MD5 = "0123456789abcdef0123456789abcdef"
 #: Rows of an untested product in the baseline: the merged table is big (about 1.5 MB).
@@ -63,9 +63,7 @@ def test_enospc_during_the_rotation_leaves_the_tables_whole(tmpfs: Path) -> None
     for name, data in tables.items():
         (home.tables / name).write_bytes(data)
     port = free_port(3) + 2
-    argv = [sys.executable, str(REPO / "clustermaster2.py"), "--home", str(home.root),
-            "--set", f"base_port={port - 2}", "--set", "gs_configs=" + " ".join(CONFIGS),
-            "--set", "linger=0.5", "--set", "pid_wait=0.2"]
+    argv = master_argv(home, port, "linger=0.5", suffixed=True)
     master = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     filler = tmpfs / "filler"
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,25 +18,20 @@ from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.wire import protocol
 from tests.component.scripted_nodes import (
-    CONFIGS,
     make_home,
+    master_argv,
     request,
     signed_talk,
     wait_for_run,
 )
-from tests.helpers import REPO, free_port, wait_for
+from tests.helpers import free_port, wait_for
 from tests.smtp import smtp_server
 
 MD5 = "0123456789abcdef0123456789abcdef"
 
 
 def argv(home: Home, port: int, *settings: str) -> list[str]:
-    out = [sys.executable, str(REPO / "clustermaster2.py"), "--home", str(home.root),
-           "--set", f"base_port={port - 2}", "--set", "gs_configs=" + " ".join(CONFIGS),
-           "--set", "linger=1", "--set", "pid_wait=0.2", "--set", "pid_check_interval=0.2"]
-    for setting in settings:
-        out += ["--set", setting]
-    return out
+    return master_argv(home, port, "pid_check_interval=0.2", *settings, suffixed=True)
 
 
 def join(port: int, node: str, run_id: str) -> list[str]:

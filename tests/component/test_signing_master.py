@@ -32,6 +32,7 @@ from tests.component.scripted_nodes import (
     KEYS,
     NONCES,
     make_home,
+    master_argv,
     request,
     run_to_the_end,
     signed_talk,
@@ -49,10 +50,7 @@ def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[str]]]:
     """A real clustermaster serving an auto run of 6 jobs at priority 2."""
     home = make_home(tmp_path / "home")
     port = free_port(3) + 2
-    argv = [sys.executable, str(REPO / "clustermaster.py"), "--priority", "2",
-            "--home", str(home.root), "--set", f"base_port={port - 2}",
-            "--set", "gs_configs=" + " ".join(CONFIGS), "--set", "connection_deadline=5",
-            "--set", "linger=1", "--set", "heartbeat_timeout=60", "--set", "pid_wait=0.2"]
+    argv = master_argv(home, port, "connection_deadline=5", "heartbeat_timeout=60")
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     with reaped(proc):
         yield home, port, proc
