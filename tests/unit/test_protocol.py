@@ -250,6 +250,23 @@ def test_the_fast_parse_takes_the_usual_request_and_leaves_the_rest(data: bytes,
     assert protocol._parse_fast(data, protocol.DEFAULT_MAX_LINE, max_lines=1) is None
 
 
+@pytest.mark.parametrize("value", [
+    f"t.1 0 0.10 0.00 0.00 {MD5} gs", "t.1 -1 12.34 0.00 999999999999.99 0 gs pdfwrite",
+    "t.1 10 0.00 0.00 0.00 0 unknown", f"t.1 11 0.00 0.00 0.00 {MD5} gs",
+    f"t.1 -2 0.00 0.00 0.00 {MD5} gs", f"t.1 0 01.00 0.00 0.00 {MD5} gs",
+    f"t.1 0 1000000000000.00 0.00 0.00 {MD5} gs", f"t.1 0 1.0 0.00 0.00 {MD5} gs",
+    f"t.1 0 0.00 0.00 0.00 {MD5[:-1]} gs", f"t.1 0 0.00 0.00 0.00 {MD5}0 gs",
+    f"t.1 0 0.00 0.00 0.00 {MD5.upper()} gs", f"t.1 0 0.00 0.00 0.00 {MD5}  gs",
+    f"{'a' * 401} 0 0.00 0.00 0.00 {MD5} gs", f"{'a' * 402} 0 0.00 0.00 0.00 {MD5} gs",
+    f"-t 0 0.00 0.00 0.00 {MD5} gs", f"t.1 0 0.00 0.00 0.00 {MD5} " + "p" * 1000,
+    f"t.1 0 0.00 0.00 0.00 {MD5} gs é\u2003x", f"t.1 0 0.00 0.00 0.00 {MD5}",
+])
+def test_the_fast_result_pattern_takes_what_the_canonical_one_takes(value: str) -> None:
+    """Line by line or in a block, a result value is taken or left alike."""
+    assert (protocol._FAST_RESULT_LINE.fullmatch("result " + value) is not None) == \
+        (protocol.CANONICAL_RESULT.fullmatch(value) is not None)
+
+
 def test_format_request_writes_result_lines() -> None:
     req = Request(node="a", result_lines=("t.1 0 0.10 0.00 0.00 0 gs",))
     assert parse_request(protocol.format_request(req), canonical=True).result_lines == \
