@@ -20,7 +20,7 @@ Exit status, at once and without retrying:
 
     0  stopped, or another monitor of this home already runs
     2  bad configuration, or an address that cannot be used (the system's error is logged)
-    5  another program holds the port (cluster.master.monitor.EXIT_PORT_TAKEN); the message
+    5  another program holds the port (cluster.defaults.EXIT_PORT_TAKEN); the message
        reads "cannot listen for heartbeats on <address>:<port>: the port is taken ..."
        (localcluster stops on it instead of waiting for nodes that cannot report)
 """

@@ -40,7 +40,6 @@ address:port.
 
 from __future__ import annotations
 
-import errno
 import gzip
 import json
 import logging
@@ -58,9 +57,10 @@ from urllib.parse import unquote
 from cluster.config import Config
 from cluster.console import archivefiles, page, status
 from cluster.console.archivefiles import ArchiveRefused
-from cluster.defaults import EXIT_OK, EXIT_PORT_TAKEN, EXIT_USAGE
+from cluster.defaults import EXIT_OK
 from cluster.errors import AlreadyRunning, ClusterError
 from cluster.home import Home
+from cluster.runtime import service
 from cluster.runtime.singleton import SingleInstance
 
 log = logging.getLogger("cluster.console.httpd")
@@ -96,12 +96,14 @@ JSON_TYPE = "application/json"
 ROUTES = "/, /api/status, /api/nodes, /api/runs/<id> or /archive/<id>/<file>"
 
 
+#: What the status service does on its port, and what to do when the port is taken.
+DOING = "serve the status page"
+REMEDY = "set status_port to a free port (0: no status page)"
+
+
 def port_taken_message(address: tuple[str, int]) -> str:
     """What :func:`run` logs when another program holds the port (localcluster quotes it)."""
-    host, port = address
-    return (f"cannot serve the status page on {host}:{port}: the port is taken (another "
-            f"program listens on it); stop that program or set status_port to a free port "
-            f"(0: no status page)")
+    return service.port_taken_message(DOING, address, REMEDY)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -509,16 +511,10 @@ def run(home: Home, cfg: Config, should_stop: Callable[[], bool], poll: float = 
         log.info("%s; exiting", exc)
         return EXIT_OK
     with lock:
-        try:
-            server = StatusServer(address, StatusModel(home, cfg))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                log.error("%s", port_taken_message(address))
-                return EXIT_PORT_TAKEN
-            log.error("cannot serve the status page on %s:%s: %s (expected an address of "
-                      "this machine and a port this user may bind)", address[0], address[1],
-                      exc.strerror or exc)
-            return EXIT_USAGE
+        server = service.listen_or_exit(lambda: StatusServer(address, StatusModel(home, cfg)),
+                                        address, DOING, REMEDY, log)
+        if isinstance(server, int):
+            return server
         # The background refresh of the snapshot is CPU-bound Python; a request thread
         # waiting for the GIL behind it should get it within a millisecond, not 5 (the
         # default switch interval), so an answer from the cache stays quick.

@@ -46,7 +46,8 @@ answer to a verified heartbeat ends with the ``sig`` line of its request's nonce
 
 The single-instance "dance" is an ``fcntl.flock`` on ``home/monitor_port.lock``
 (:func:`acquire_lock`); :func:`run` is the whole daemon.  A port already taken by another
-program ends it at once with :data:`EXIT_PORT_TAKEN` and a message naming the address.
+program ends it at once with :data:`cluster.defaults.EXIT_PORT_TAKEN` and a message naming
+the address.
 """
 
 from __future__ import annotations
@@ -63,11 +64,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.defaults import EXIT_OK, EXIT_PORT_TAKEN, EXIT_USAGE, PRIORITIES
+from cluster.defaults import EXIT_OK, EXIT_USAGE, PRIORITIES
 from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
 from cluster.home import Home
 from cluster.master.server import connection_limit
-from cluster.runtime import fsutil
+from cluster.runtime import fsutil, service
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.singleton import SingleInstance
 from cluster.wire import signing
@@ -704,11 +705,14 @@ def _peer(client_address: Any) -> str:
 # ----------------------------------------------------------------------------------------------
 # The daemon
 
+#: What the monitor does on its port, and what to do when the port is taken.
+DOING = "listen for heartbeats"
+REMEDY = "set monitor_port to a free port"
+
+
 def port_taken_message(address: tuple[str, int]) -> str:
     """What :func:`run` logs when another program holds the port (localcluster quotes it)."""
-    host, port = address
-    return (f"cannot listen for heartbeats on {host}:{port}: the port is taken (another "
-            f"program listens on it); stop that program or set monitor_port to a free port")
+    return service.port_taken_message(DOING, address, REMEDY)
 
 
 def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
@@ -721,9 +725,9 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
     it to learn the port).
 
     Returns the exit code at once, never retrying: 0 after a stop or when another instance
-    holds the lock (seed 000's dance); :data:`EXIT_PORT_TAKEN` when another program holds
-    the port (logged as :func:`port_taken_message`); 2 when the address cannot be used for
-    another reason (logged with the system's error).
+    holds the lock (seed 000's dance); :data:`cluster.defaults.EXIT_PORT_TAKEN` when
+    another program holds the port (logged as :func:`port_taken_message`); 2 when the
+    address cannot be used for another reason (logged with the system's error).
     """
     clock = clock or SystemClock()
     home.create()
@@ -738,18 +742,14 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         for left in fsutil.remove_dead_temps(home.nodes):
             log.info("removed %s, left by a killed process", left)
         try:
-            server = MonitorServer(home, address, clock=clock, max_buffered=max_buffered)
+            server = service.listen_or_exit(
+                lambda: MonitorServer(home, address, clock=clock, max_buffered=max_buffered),
+                address, DOING, REMEDY, log)
         except ClusterError as exc:  # the cluster secret
             log.error("%s", exc)
             return EXIT_USAGE
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                log.error("%s", port_taken_message(address))
-                return EXIT_PORT_TAKEN
-            log.error("cannot listen for heartbeats on %s:%s: %s (expected an address of "
-                      "this machine and a port this user may bind)", address[0], address[1],
-                      exc)
-            return EXIT_USAGE
+        if isinstance(server, int):
+            return server
         host, port = server.server_address[:2]
         log.info("listening on %s:%s for heartbeats, home %s", host, port, home.root)
         try:

@@ -19,12 +19,17 @@ Contract of :class:`StopFlag`:
 
 from __future__ import annotations
 
+import errno
+import logging
 import signal
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from cluster.defaults import EXIT_PORT_TAKEN, EXIT_USAGE
 from cluster.runtime.clock import Clock, SystemClock
+
+Server = TypeVar("Server")
 
 #: Longest slice a loop sleeps before looking at its stop flag again [seconds].
 STOP_POLL = 0.25
@@ -88,3 +93,29 @@ def install_signal_handlers(flag: StopFlag,
             signal.signal(s, h)
 
     return restore
+
+
+def port_taken_message(doing: str, address: tuple[str, int], remedy: str) -> str:
+    """What a daemon logs when another program holds its port: ``cannot <doing> on
+    <host>:<port>: the port is taken ...; stop that program or <remedy>``."""
+    host, port = address
+    return (f"cannot {doing} on {host}:{port}: the port is taken (another program listens "
+            f"on it); stop that program or {remedy}")
+
+
+def listen_or_exit(make: Callable[[], Server], address: tuple[str, int], doing: str,
+                   remedy: str, log: logging.Logger) -> Server | int:
+    """``make()`` the daemon's listening server on ``address``, or the exit code when it
+    cannot: :data:`~cluster.defaults.EXIT_PORT_TAKEN` when another program holds the port
+    (logged as :func:`port_taken_message`), EXIT_USAGE for any other reason the address
+    cannot be used (logged with the system's error).  Never retries: the daemon's starter
+    (cron, the supervisor, localcluster) decides what comes next."""
+    try:
+        return make()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            log.error("%s", port_taken_message(doing, address, remedy))
+            return EXIT_PORT_TAKEN
+        log.error("cannot %s on %s:%s: %s (expected an address of this machine and a port "
+                  "this user may bind)", doing, address[0], address[1], exc.strerror or exc)
+        return EXIT_USAGE

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from cluster.defaults import EXIT_PORT_TAKEN
 from cluster.home import Home
 from cluster.master import monitor
-from cluster.master.monitor import EXIT_PORT_TAKEN, MonitorServer
+from cluster.master.monitor import MonitorServer
 from cluster.node import heartbeat as node_heartbeat
 from cluster.wire import signing
 from tests.helpers import REPO, wait_for
