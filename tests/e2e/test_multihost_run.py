@@ -87,12 +87,19 @@ def test_a_cut_link_mid_run_its_jobs_go_elsewhere_and_the_node_rejoins_when_it_i
     assert all(r.error == 0 for r in table.values())
     text = (archive / "report.txt").read_text()
     assert "Nodes lost during the run:" in text and "node1 (not heard from" in text
-    # Back on the network: it heartbeats again and takes part in the next run.
+    # Back on the network: it heartbeats again and takes part in the next run.  Its run.py
+    # of the run it was cut from first learns that run is over: the master, serving no run
+    # or another, can only refuse its calls unsigned, which a node takes for failed calls
+    # and retries for a while.  So the next run is pushed once node1 says it is idle (else
+    # node2 alone may finish its 45 small jobs before node1 comes).
     mh.topo.restore("node1")
-    up = home.nodes / "node1.up"
+    up, status = home.nodes / "node1.up", home.nodes / "node1.status"
     restored = up.stat().st_mtime
-    wait_for(lambda: up.stat().st_mtime > restored + 0.5, 120, "node1's heartbeat after the "
-             "link came back")
+
+    def idle_again() -> bool:
+        return up.stat().st_mtime > restored + 0.5 and \
+            status.read_text(encoding="utf-8").strip() == "idle"
+    wait_for(idle_again, 120, "node1's heartbeat, idle, after the link came back")
     second = run_once(cluster)
     machines = Counter(r.machine for r in read_tab(second / f"{second.name}.tab").values())
     assert machines["node1"] > 0 and machines["node2"] > 0, machines
