@@ -35,8 +35,8 @@ from cluster.wire.heartbeat import (
     parse_heartbeat,
     parse_reply,
 )
+from tests.helpers import REPO, reaped
 
-REPO = Path(__file__).resolve().parents[2]
 JOB0 = "20190408115600"
 JOB2 = "user-alice-1"
 #: The cluster secret the ``home`` fixture gives the monitor, and the nodes sign with.
@@ -328,9 +328,8 @@ def test_monitor_port_script_serves_and_refuses_a_second_instance(home: Home) ->
     """monitor_port.py serves heartbeats, a second copy exits 0 saying 'already running',
     and SIGTERM stops the first cleanly."""
     sets = ["--set", f"home={home.root}", "--set", "monitor_port=0"]
-    first = subprocess.Popen([sys.executable, str(REPO / "monitor_port.py"), *sets], cwd=REPO,
-                             stderr=subprocess.PIPE, text=True)
-    try:
+    with reaped(subprocess.Popen([sys.executable, str(REPO / "monitor_port.py"), *sets],
+                                 cwd=REPO, stderr=subprocess.PIPE, text=True)) as first:
         assert first.stderr is not None
         port = None
         deadline = time.monotonic() + 20
@@ -354,12 +353,6 @@ def test_monitor_port_script_serves_and_refuses_a_second_instance(home: Home) ->
         assert nodes.returncode == 0 and re.fullmatch(r"n1 \d+ hello\n", nodes.stdout)
         first.send_signal(signal.SIGTERM)
         assert first.wait(10) == 0
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-        if first.stderr is not None:
-            first.stderr.close()
 
 
 def test_send_caps_script_prints_the_caps_line() -> None:
