@@ -36,6 +36,18 @@ _CHUNK = 1 << 22
 MAX_PROBLEMS = 20
 
 
+def consecutive(indexes: Sequence[int]) -> bool:
+    """Whether ``indexes`` are ``i, i+1, ..., i+n-1`` (n >= 1): a batch handed out from the
+    list in order, or reported back in order.  Then the per-job arrays of the master (the
+    jobs file's offsets, the results, the holders, the lessees) are read or set as one
+    slice.  Checked in C: the ends first, then one list comparison."""
+    n = len(indexes)
+    if not n:
+        return False
+    first = indexes[0]
+    return indexes[-1] - first == n - 1 and list(indexes) == list(range(first, first + n))
+
+
 class JobList:
     """The jobs of a run, by index.  Subclasses provide :meth:`lines`."""
 
@@ -166,12 +178,10 @@ class JobFile(JobList):
     def lines(self, indexes: Sequence[int]) -> list[str]:
         starts, ends = self.starts, self.ends
         n = len(indexes)
-        if n and self.dense:
-            first = indexes[0]
-            if indexes[-1] - first == n - 1 and list(indexes) == list(range(first, first + n)):
-                # The usual batch: consecutive jobs of a file without gaps, one read and no
-                # Python step per job.
-                return self._read(starts[first], ends[first + n - 1]).split("\n")
+        if self.dense and consecutive(indexes):
+            # The usual batch: consecutive jobs of a file without gaps, one read and no
+            # Python step per job.
+            return self._read(starts[indexes[0]], ends[indexes[-1]]).split("\n")
         out: list[str] = []
         k = 0
         while k < n:

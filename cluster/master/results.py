@@ -12,7 +12,7 @@ from array import array
 from collections.abc import Iterator, Mapping
 from itertools import accumulate
 
-from cluster.master.joblist import JobList
+from cluster.master.joblist import JobList, consecutive
 from cluster.master.journal import journal_result, split_line
 from cluster.records import JobResult
 from cluster.report.tab import TabRow
@@ -79,12 +79,11 @@ class Results(Mapping[str, JobResult]):
         pos = len(text)
         if joined.isascii():  # chars are bytes: each line's size is its length, in C
             sizes = map((len(prefix) + 1).__add__, map(len, lines))
-            first = indexes[0]
-            if indexes == list(range(first, first + len(indexes))):
-                # Consecutive jobs (a batch handed out in order): one slice assignment.
+            if consecutive(indexes):
+                # A batch reported in order: one slice assignment.
                 starts = array("q", accumulate(sizes, initial=pos))
                 starts.pop()
-                offsets[first:first + len(indexes)] = starts
+                offsets[indexes[0]:indexes[0] + len(indexes)] = starts
             else:
                 for i, size in zip(indexes, sizes, strict=True):
                     offsets[i] = pos

@@ -48,7 +48,7 @@ from operator import itemgetter
 from typing import cast
 
 from cluster.config import DEFAULTS, Config
-from cluster.master.joblist import JobList, as_job_list
+from cluster.master.joblist import JobList, as_job_list, consecutive
 from cluster.master.journal import format_line, journal_result, line_prefix, result_text, split_line
 from cluster.master.results import Results
 from cluster.master.tailplan import TailPlan
@@ -475,10 +475,9 @@ class RunState:
         """Jobs ``jobs``, held by the node that sent their first results, are no longer
         held by anyone."""
         holders = self.holders
-        first, n = jobs[0], len(jobs)
-        self.running -= n
-        if jobs[-1] - first == n - 1 and jobs == list(range(first, first + n)):
-            holders[first:first + n] = array("H", [0]) * n  # a batch reported in order
+        self.running -= len(jobs)
+        if consecutive(jobs):  # a batch reported in order
+            holders[jobs[0]:jobs[0] + len(jobs)] = array("H", [0]) * len(jobs)
             return
         for i in jobs:
             holders[i] = 0
@@ -508,8 +507,7 @@ class RunState:
         number = self.node_numbers.setdefault(name, len(self.node_numbers))
         lessee, more = self.lessee, self.more_lessees
         first, n = indexes[0], len(indexes)
-        if indexes[-1] - first == n - 1 and lessee[first:first + n].count(-1) == n and \
-                indexes == list(range(first, first + n)):
+        if consecutive(indexes) and lessee[first:first + n].count(-1) == n:
             # Jobs never handed out before, in order (the usual batch): one slice.
             lessee[first:first + n] = array("i", [number]) * n
             return

@@ -141,3 +141,11 @@ def test_failing_build_py_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with pytest.raises(JobListError, match=r"build\.py failed: exit status 1: no corpus here"):
         master._jobs(start)
     assert not master.home.jobs(0).exists()
+
+
+def test_consecutive_indexes_are_told_apart_from_any_others() -> None:
+    assert joblist.consecutive([4]) and joblist.consecutive([4, 5, 6])
+    assert joblist.consecutive(range(7, 10)) and joblist.consecutive((0, 1))
+    assert not joblist.consecutive([]) and not joblist.consecutive([4, 6])
+    assert not joblist.consecutive([6, 5, 4]) and not joblist.consecutive([4, 6, 6])
+    assert not joblist.consecutive([4, 9, 6])  # the ends alone would say yes
