@@ -274,6 +274,8 @@ _FAST_RESULT_LINE = re.compile(
     r"^result ([A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400}+ (?:-1|10|[0-9])"
     rf" {_FAST_TIME} {_FAST_TIME} {_FAST_TIME} (?:[0-9a-f]{{32}}+|0)"
     rf" \S[^\n]{{0,{_FAST_PRODUCT - 1}}}+)$", re.M)
+#: "result " + a test id + " -1" + three " <12 digits>.dd" + " <md5>" + " " + the product
+#: (a character is at most 4 bytes).
 _FAST_LINE_BYTES = 7 + 401 + 3 + 3 * 16 + 33 + 1 + 4 * _FAST_PRODUCT
 _RESULT_LINE_START = "\nresult "
 
@@ -299,12 +301,15 @@ def _parse_fast(data: bytes, max_line: int, max_lines: int) -> Request | None:
         body, leaving = text[:-7], True
     else:
         return None
-    if "\r" in body or body.count("\n") + 2 > max_lines + 1:
+    if "\r" in body or body.count("\n") + 1 > max_lines:  # its lines, the terminator aside
         return None
-    first = 0 if body.startswith("result ") else body.find(_RESULT_LINE_START) + 1
-    if first == 0 and not body.startswith("result "):
+    # The block of result lines: from the first line starting "result " to the end of the
+    # last one.
+    at_start = body.startswith("result ")
+    first = 0 if at_start else body.find(_RESULT_LINE_START) + 1
+    if not at_start and first == 0:
         texts: list[str] = []
-        others = body.split("\n")
+        others = body.split("\n")  # no result line
     else:
         last = body.rfind(_RESULT_LINE_START) + 1  # 0: the first line is the only one
         end = body.find("\n", last)
