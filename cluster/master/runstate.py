@@ -646,7 +646,8 @@ class RunState:
                 if offsets[cursor:end].count(-1) == end - cursor:
                     # The usual batch: the next jobs of the list, none with a result yet
                     # (only a journal taken over gives results ahead of the cursor).  Taken
-                    # as one slice, the dicts filled in C: no Python step per job.
+                    # as one slice; the node's held jobs and the holder counts filled in C:
+                    # no Python step per job.
                     taken = range(cursor, end)
                     batch.extend(taken)
                     held.update(zip(names[cursor:end], taken, strict=True))
