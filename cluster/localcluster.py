@@ -48,6 +48,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,16 +138,25 @@ def write_demo_tree(dest: Path, product: str, options: list[str]) -> Path:
     return dest
 
 
+#: Ports free_port has handed out in this process, oldest first (bounded: see free_port).
+_HANDED_OUT: deque[int] = deque(maxlen=4096)
+
+
 def free_port(count: int = 1) -> int:
     """A base port such that ``count`` consecutive ports are free on loopback now.
 
     (Free now, not reserved: good enough for a local cluster or a test, which binds at once.)
+    A range never overlaps one handed out earlier in this process (among the last 4096
+    ports): ports are picked for a whole configuration before anything binds them, so two
+    calls (``base_port`` and ``status_port``, say) must not both be given a port the kernel
+    happens to offer twice while nothing holds it.
     """
+    given = set(_HANDED_OUT)
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
-        if base + count >= 65535:
+        if base + count >= 65535 or given.intersection(range(base, base + count)):
             continue
         socks = []
         try:
@@ -154,6 +164,7 @@ def free_port(count: int = 1) -> int:
                 t = socket.socket()
                 socks.append(t)
                 t.bind(("127.0.0.1", base + i))
+            _HANDED_OUT.extend(range(base, base + count))
             return base
         except OSError:
             continue

@@ -83,6 +83,61 @@ def test_a_port_shared_by_two_roles_is_refused() -> None:
         cluster_ports(Config(base_port=9100, monitor_port=9101))
 
 
+class OfferedPorts:
+    """Stands in for the socket module's sockets: bind to port 0 gets the next port of
+    ``offers`` (as the kernel picks one), bind to a named port always succeeds."""
+
+    def __init__(self, offers: list[int]) -> None:
+        self.offers = offers
+
+    def socket(self) -> OfferedPorts._Socket:
+        return self._Socket(self)
+
+    class _Socket:
+        def __init__(self, owner: OfferedPorts) -> None:
+            self.owner, self.port = owner, 0
+
+        def bind(self, address: tuple[str, int]) -> None:
+            self.port = address[1] or self.owner.offers.pop(0)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+        def close(self) -> None:
+            pass
+
+        def __enter__(self) -> OfferedPorts._Socket:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+
+def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_offers_it_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CI failure this guards: free_port(3) gave base_port 47373, and a later
+    # free_port() for the status page was offered 47375 (base_port + 2, free since
+    # nothing had bound it yet), so localcluster refused the configuration.
+    from cluster import localcluster
+
+    offers = OfferedPorts([47373, 47375, 47374, 47390, 47373, 47391])
+    monkeypatch.setattr(localcluster, "socket", offers)
+    monkeypatch.setattr(localcluster, "_HANDED_OUT", localcluster.deque(maxlen=4096))
+    assert free_port(3) == 47373
+    assert free_port() == 47390  # 47375 and 47374 are in the range handed out first
+    assert free_port() == 47391  # and 47373 is its base
+    assert offers.offers == []
+
+
+def test_free_port_ranges_of_one_process_are_disjoint_on_real_sockets() -> None:
+    taken: set[int] = set()
+    for count in [3, 1, 1] * 30:
+        base = free_port(count)
+        ports = set(range(base, base + count))
+        assert not ports & taken, (base, count)
+        taken |= ports
+
+
 class FakeSshd:
     """Stands in for a started PrivateSshd: the attributes the node settings are made of."""
 
