@@ -34,7 +34,11 @@ is refused) and the master's reply is believed only once its signature, bound to
 call's nonce, verifies (:mod:`cluster.wire.signing`).  A reply that does not verify is not
 acted upon in any way -- no job line of it runs -- and counts as a failed call: retried
 after ``connect_retry_delay``, and after ``connect_retries`` the node exits 3 as for an
-unreachable master (never failure -1, which would end everyone's run).
+unreachable master (never failure -1, which would end everyone's run).  Except when the run
+is over: a node cut off while its run ended finds the port's master serving another run (or
+none), which refuses this run's id unsigned.  So after such a reply the node reads job.start
+through its transport, and when job.start is gone or names another run it leaves at once
+(exit 0, the run is over for it) instead of retrying.  The reply itself decides nothing.
 
 Results are dropped from the node's memory only after the master's reply has been read, so
 a failed call sends them again (the master records the first copy and counts the rest).
@@ -344,6 +348,14 @@ class NodeRun:
             # node gives up as for an unreachable master, never with failure -1).
             log.error("node %s: reply from %s:%d refused, nothing of it run: %s", self.name,
                       self.cfg.master_host, self.cfg.port_for(self.priority), exc)
+            # The usual cause: this run has ended (the link was down while it did) and the
+            # port's master now serves another, answering this run's id unsigned.
+            ended = self._run_ended()
+            if ended is not None:
+                log.info("node %s: leaving run %s: %s (%d results not sent)", self.name,
+                         self.start.id if self.start else "?", ended, len(self.unsent))
+                self._kill_all()
+                return NODE_EXIT_DONE
             return self._failed_call(now, leaving, exc)
         except (OSError, ProtocolError) as exc:
             return self._failed_call(now, leaving, exc)
@@ -354,6 +366,31 @@ class NodeRun:
             self.first_unsent = self.clock.monotonic()
         self.next_contact = self.clock.monotonic() + self.cfg.poll_interval
         return self._obey(reply)
+
+    def _run_ended(self) -> str | None:
+        """Why this node's run is over, or None when job.start still names it (or cannot be
+        read now).
+
+        Read from the master's job.start through the transport (the master removes it when
+        the run ends; the next run writes its own), never from a reply: an unverified reply
+        may be anyone's, and must not be able to send nodes away from a run.
+        """
+        name = suffixed("job.start", self.priority)
+        try:
+            text = self.transport.read_text(name)
+        except TransportError as exc:
+            log.warning("node %s: cannot read %s to see whether run %s goes on: %s",
+                        self.name, name, self.start.id if self.start else "?", exc)
+            return None
+        if text is None:
+            return f"{name} is gone from the master (the run has ended)"
+        try:
+            current = JobStart.parse(text).id
+        except ValueError:
+            return None  # being rewritten, or damaged: the next failed call looks again
+        if self.start is not None and current != self.start.id:
+            return f"{name} now describes run {current}"
+        return None
 
     def _failed_call(self, now: float, leaving: bool, exc: Exception) -> int | None:
         """Count a failed call: retry after ``connect_retry_delay``, or give up (exit 3)

@@ -10,17 +10,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from cluster.defaults import NODE_EXIT_UNREACHABLE
+from cluster.defaults import NODE_EXIT_DONE, NODE_EXIT_UNREACHABLE
 from cluster.home import Home
 from cluster.records import Job
 from cluster.report.tab import read_tab
@@ -157,8 +158,9 @@ def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
 class FakeMaster:
     """A plain socket server answering every request with the same reply (a thread)."""
 
-    def __init__(self, reply: bytes) -> None:
+    def __init__(self, reply: bytes, on_request: Callable[[], None] = lambda: None) -> None:
         self.reply = reply
+        self.on_request = on_request  # runs before each reply is sent
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(0.2)
         self.port = self.listener.getsockname()[1]
@@ -182,6 +184,7 @@ class FakeMaster:
                         break
                     data += chunk
                 self.requests.append(data)
+                self.on_request()
                 conn.sendall(self.reply)
 
     def close(self) -> None:
@@ -201,6 +204,17 @@ def node_home(root: Path, secret: str) -> Path:
     return root
 
 
+def run_node(tmp_path: Path, home: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """run.py for priority 0 of ``home`` against the master at ``port``: three tries."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), "--priority", "0",
+         "--set", f"master_home={home}", "--set", "master_host=127.0.0.1",
+         "--set", f"base_port={port}", "--set", "node_name=victim",
+         "--set", f"work_dir={tmp_path / 'work'}", "--set", "connect_retries=3",
+         "--set", "connect_retry_delay=0.2", "--set", "io_timeout=5", "--set", "slots=1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.parametrize("how", ["bad signature", "unsigned", "signed with another key"])
 def test_a_node_runs_nothing_from_a_reply_it_cannot_verify(tmp_path: Path, how: str) -> None:
     secret = signing.new_secret()
@@ -217,13 +231,7 @@ def test_a_node_runs_nothing_from_a_reply_it_cannot_verify(tmp_path: Path, how: 
                                    "0" * 32)
     fake = FakeMaster(reply)
     try:
-        done = subprocess.run(
-            [sys.executable, str(REPO / "run.py"), "--priority", "0",
-             "--set", f"master_home={home}", "--set", "master_host=127.0.0.1",
-             "--set", f"base_port={fake.port}", "--set", "node_name=victim",
-             "--set", f"work_dir={tmp_path / 'work'}", "--set", "connect_retries=3",
-             "--set", "connect_retry_delay=0.2", "--set", "io_timeout=5", "--set", "slots=1"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        done = run_node(tmp_path, home, fake.port)
     finally:
         fake.close()
     assert done.returncode == NODE_EXIT_UNREACHABLE, done.stderr
@@ -234,3 +242,50 @@ def test_a_node_runs_nothing_from_a_reply_it_cannot_verify(tmp_path: Path, how: 
         signing.verify_request(data, signing.parse_secret(secret))
     assert "failure -1" not in b"".join(fake.requests).decode()
     assert done.stderr.count("refused, nothing of it run") == 3
+
+
+@pytest.mark.parametrize("then", ["job.start removed", "job.start of the next run"])
+def test_a_node_whose_run_has_ended_leaves_at_the_first_unsigned_refusal(
+        tmp_path: Path, then: str) -> None:
+    # What a node cut off while its run ended meets when the link comes back: the port's
+    # master serves another run (or none) and refuses this run's id unsigned.  job.start,
+    # read through the transport, tells the node its run is over; the reply is not trusted.
+    home = node_home(tmp_path / "home", signing.new_secret())
+    job_start = home / "job.start"
+
+    def run_ends() -> None:
+        if then == "job.start removed":
+            job_start.unlink(missing_ok=True)
+        else:
+            start = JobStart.parse(job_start.read_text())
+            following = dataclasses.replace(start, id="20261123000100-p0-beef",
+                                            secret=signing.new_secret())
+            job_start.write_text(following.format(with_secret=True))
+
+    refusal = protocol.format_reply(protocol.Reply(
+        protocol.ABORT, reason="wrong job id, running 20261123000100-p0-beef"))
+    fake = FakeMaster(refusal, on_request=run_ends)
+    try:
+        done = run_node(tmp_path, home, fake.port)
+    finally:
+        fake.close()
+    assert done.returncode == NODE_EXIT_DONE, done.stderr
+    assert len(fake.requests) == 1  # no retries: the run is over
+    assert "refused, nothing of it run" in done.stderr
+    expected = ("job.start is gone from the master" if then == "job.start removed" else
+                "job.start now describes run 20261123000100-p0-beef")
+    assert f"leaving run 20261123000000-p0-f00d: {expected}" in done.stderr
+
+
+def test_a_forged_refusal_while_job_start_names_the_run_sends_no_node_away(
+        tmp_path: Path) -> None:
+    home = node_home(tmp_path / "home", signing.new_secret())
+    refusal = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="run complete"))
+    fake = FakeMaster(refusal)
+    try:
+        done = run_node(tmp_path, home, fake.port)
+    finally:
+        fake.close()
+    assert done.returncode == NODE_EXIT_UNREACHABLE, done.stderr
+    assert len(fake.requests) == 3  # retried as for a network failure, then gave up
+    assert "leaving run" not in done.stderr
