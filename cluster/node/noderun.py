@@ -35,10 +35,11 @@ call's nonce, verifies (:mod:`cluster.wire.signing`).  A reply that does not ver
 acted upon in any way -- no job line of it runs -- and counts as a failed call: retried
 after ``connect_retry_delay``, and after ``connect_retries`` the node exits 3 as for an
 unreachable master (never failure -1, which would end everyone's run).  Except when the run
-is over: a node cut off while its run ended finds the port's master serving another run (or
-none), which refuses this run's id unsigned.  So after such a reply the node reads job.start
-through its transport, and when job.start is gone or names another run it leaves at once
-(exit 0, the run is over for it) instead of retrying.  The reply itself decides nothing.
+is over: a node cut off while its run ended finds on the port either another run's master,
+which refuses this run's id unsigned, or no master at all (the connection is refused).
+After such a reply or refusal the node reads job.start through its transport, and when
+job.start is gone or names another run it leaves at once (exit 0: the run is over for it)
+instead of retrying.  The reply itself decides nothing.
 
 Results are dropped from the node's memory only after the master's reply has been read, so
 a failed call sends them again (the master records the first copy and counts the rest).
@@ -348,14 +349,6 @@ class NodeRun:
             # node gives up as for an unreachable master, never with failure -1).
             log.error("node %s: reply from %s:%d refused, nothing of it run: %s", self.name,
                       self.cfg.master_host, self.cfg.port_for(self.priority), exc)
-            # The usual cause: this run has ended (the link was down while it did) and the
-            # port's master now serves another, answering this run's id unsigned.
-            ended = self._run_ended()
-            if ended is not None:
-                log.info("node %s: leaving run %s: %s (%d results not sent)", self.name,
-                         self.start.id if self.start else "?", ended, len(self.unsent))
-                self._kill_all()
-                return NODE_EXIT_DONE
             return self._failed_call(now, leaving, exc)
         except (OSError, ProtocolError) as exc:
             return self._failed_call(now, leaving, exc)
@@ -379,8 +372,8 @@ class NodeRun:
         try:
             text = self.transport.read_text(name)
         except TransportError as exc:
-            log.warning("node %s: cannot read %s to see whether run %s goes on: %s",
-                        self.name, name, self.start.id if self.start else "?", exc)
+            log.warning("node %s: cannot read %s to see whether its run goes on: %s",
+                        self.name, name, exc)
             return None
         if text is None:
             return f"{name} is gone from the master (the run has ended)"
@@ -394,7 +387,23 @@ class NodeRun:
 
     def _failed_call(self, now: float, leaving: bool, exc: Exception) -> int | None:
         """Count a failed call: retry after ``connect_retry_delay``, or give up (exit 3)
-        after ``connect_retries`` in a row (at once when leaving)."""
+        after ``connect_retries`` in a row (at once when leaving).
+
+        Unless the run is over (:meth:`_run_ended`): then leave it at once (exit 0).  That
+        is looked at only when the master's machine answered, but not as this run's master
+        (a reply that does not verify, or a refused connection): the usual cause is that
+        the run ended while this node was cut off, and the port now has another run's
+        master (which refuses this run's id unsigned) or none.  Then job.start is cheap to
+        read; after a timeout the transport would only wait out its own retries.
+        """
+        if isinstance(exc, (signing.SignatureError, ConnectionRefusedError)):
+            ended = self._run_ended()
+            if ended is not None:
+                assert self.start is not None
+                log.info("node %s: leaving run %s: %s (%d results not sent)", self.name,
+                         self.start.id, ended, len(self.unsent))
+                self._kill_all()
+                return NODE_EXIT_DONE
         self.consecutive_failures += 1
         if leaving or self.consecutive_failures >= self.cfg.connect_retries:
             log.error("node %s: master unreachable after %d tries: %s", self.name,

@@ -6,6 +6,8 @@
   result for a job handed to another node is refused while the rest of its request goes on.
 * A real run.py against a fake master whose JOBS reply is badly signed: the node runs
   nothing from it and exits as for an unreachable master.
+* A node whose run has ended (job.start gone or naming another run) leaves at the first
+  unverified reply or refused connection; while job.start names its run, it retries.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE, NODE_EXIT_UNREACHABLE
 from cluster.home import Home
+from cluster.node.noderun import NodeRun
+from cluster.node.transport import LocalTransport
 from cluster.records import Job
 from cluster.report.tab import read_tab
 from cluster.wire import protocol, signing
@@ -279,3 +284,27 @@ def test_a_node_whose_run_has_ended_leaves_at_the_first_unsigned_refusal(
     expected = ("job.start is gone from the master" if then == "job.start removed" else
                 "job.start now describes run 20261123000100-p0-beef")
     assert f"leaving run 20261123000000-p0-f00d: {expected}" in done.stderr
+
+
+@pytest.mark.parametrize("job_start", ["gone", "still there"])
+def test_a_node_whose_master_has_gone_leaves_only_once_job_start_is_gone(
+        tmp_path: Path, job_start: str) -> None:
+    # The run ended while the node was cut off and its master has exited: nothing listens
+    # on the port (a real refused connection).  job.start decides whether to retry.
+    home = node_home(tmp_path / "home", signing.new_secret())
+    cfg = Config(node_name="victim", work_dir=tmp_path / "work", master_host="127.0.0.1",
+                 base_port=free_port(), connect_retries=3, slots=1)
+    node = NodeRun(cfg, LocalTransport(home), 0, "tools=md5sum")
+    node.start = node._prepare()
+    try:
+        if job_start == "gone":
+            (home / "job.start").unlink()
+            assert node._contact(0.0) == NODE_EXIT_DONE
+            assert node.consecutive_failures == 0
+        else:
+            assert node._contact(0.0) is None  # retried later
+            assert node.consecutive_failures == 1
+            assert node.next_contact == cfg.connect_retry_delay
+    finally:
+        node.pool.close()
+        node.node_log.close()
