@@ -88,10 +88,10 @@ def test_a_cut_link_mid_run_its_jobs_go_elsewhere_and_the_node_rejoins_when_it_i
     text = (archive / "report.txt").read_text()
     assert "Nodes lost during the run:" in text and "node1 (not heard from" in text
     # Back on the network: it heartbeats again and takes part in the next run.  Its run.py
-    # of the run it was cut from first learns that run is over: the master, serving no run
-    # or another, can only refuse its calls unsigned, which a node takes for failed calls
-    # and retries for a while.  So the next run is pushed once node1 says it is idle (else
-    # node2 alone may finish its 45 small jobs before node1 comes).
+    # of the run it was cut from must first be gone (given up while cut off, or, at its
+    # first call refused since, finding job.start gone), and clusterpull must heartbeat.
+    # So the next run is pushed once node1 says it is idle (else node2 alone may finish its
+    # 45 small jobs before node1 comes).
     mh.topo.restore("node1")
     up, status = home.nodes / "node1.up", home.nodes / "node1.status"
     restored = up.stat().st_mtime
