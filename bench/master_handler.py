@@ -110,8 +110,8 @@ def one_run(jobs_path: Path, work: Path, jobs: int, nodes: int, slots: int,
     handler = RequestHandler(protocol.DEFAULT_MAX_LINE, protocol.DEFAULT_MAX_LINES,
                              lambda: now[0])
     handler.bind(state, jrnl, session)
-    heads = [f"node n{i:05d}\nid {RUN_ID}\ncaps x\nslots {slots}\njobs 0 0\n".encode()
-             for i in range(nodes)]
+    heads = [(f"node n{i:05d}\nid {RUN_ID}\nbuilt {RUN_ID}\ncaps x\nslots {slots}\n"
+              "jobs 0 0\n").encode() for i in range(nodes)]
     nonces = [signing.NonceSource() for _ in range(nodes)]
     held: list[list[bytes]] = [[] for _ in range(nodes)]
     live = set(range(nodes))

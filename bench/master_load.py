@@ -156,7 +156,7 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
     sel = selectors.DefaultSelector()
     address = ("127.0.0.1", port)
     mono = time.monotonic
-    nodes = [Node(n, (f"node {n}\nid {run_id}\ncaps {CAPS}\nslots {slots}\n"
+    nodes = [Node(n, (f"node {n}\nid {run_id}\nbuilt {run_id}\ncaps {CAPS}\nslots {slots}\n"
                       f"jobs 0 0\n").encode(), session=os.urandom(8).hex().encode())
              for n in names]
     mac_key = signing.parse_secret(secret)

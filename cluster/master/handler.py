@@ -103,7 +103,7 @@ class RequestHandler:
                 session.key, nonce)
         if not session.guard.accept(req.node, nonce):
             return self._refuse(session, peer, data, f"{signing.REPLAYED} {nonce}")
-        outcome = state.handle(req, self.monotonic())
+        outcome = state.handle(req, self.monotonic(), nonce[:signing.SESSION_HEX], peer)
         for note in outcome.notes:
             log.warning("peer %s: %s", peer, note)
         if outcome.journal:

@@ -37,6 +37,7 @@ speculative copies are planned by :class:`~cluster.master.tailplan.TailPlan`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from array import array
@@ -84,6 +85,12 @@ class NodeInfo:
     name: str
     state: NodeState
     last_seen: float
+    #: The node process this is (the session of its signed nonces; "" when unknown) and the
+    #: machine's instance (``instance`` header) and address it calls from: a node is a
+    #: process, not a name.
+    session: str = ""
+    instance: str = ""
+    peer: str = ""
     caps: str = ""
     slots: int = 1
     status: str = ""
@@ -284,8 +291,15 @@ class RunState:
         self.disabled = frozenset(names)
 
     # ---------------------------------------------------------------- the protocol step
-    def handle(self, req: Request, now: float) -> Outcome:
-        """Decide the reply to one node request (seed 001's normal course of events)."""
+    def handle(self, req: Request, now: float, session: str = "", peer: str = "") -> Outcome:
+        """Decide the reply to one node request (seed 001's normal course of events).
+
+        ``session`` is the sending process's (the session part of its verified nonce) and
+        ``peer`` its address.  A node is a process, not a name: a known name calling from a
+        new session is a new node (its old session's jobs go back, it is told BUILD), except
+        that a second *live* process of another instance under a name in use is refused
+        (:meth:`_same_name`).
+        """
         if req.job_id != self.run_id:
             # Wrong id: the node runs an old job (or none).  Remember nothing.
             return Outcome(Reply(protocol.ABORT, reason=f"wrong job id, running {self.run_id}"))
@@ -294,9 +308,27 @@ class RunState:
             return Outcome(Reply(protocol.ABORT, reason=f"unsuitable: {self.culled[name]}"))
         notes: list[str] = []
         node = self.nodes.get(name)
+        if (node is not None and session and node.session and session != node.session
+                and node.state is not NodeState.GONE):
+            refusal = self._same_name(node, req, now, session, peer, notes)
+            if refusal is not None:
+                return refusal
         disabled = name in self.disabled
         if disabled and (node is None or node.state is NodeState.GONE):
             return Outcome(Reply(protocol.ABORT, reason=disabled_reason(name)))
+        if (req.failure < 0 and (node is None or node.state is not NodeState.BUILDING
+                                 or node.session != session)):
+            # Failure -1 ends everyone's run: taken only from this run's node that was told
+            # BUILD and is building, in the session that was told so (issue 20).
+            why = (f"failure {req.failure} refused: node {name} is not building in run "
+                   f"{self.run_id}")
+            if node is None or node.state is NodeState.GONE or node.session != session:
+                return Outcome(Reply(protocol.ABORT, reason=why), notes=(why,))
+            # A known node of this session past its build: a node fault, not the source's.
+            notes.append(why + "; dropped as failure 1")
+            req = dataclasses.replace(req, failure=1,
+                                      failure_reason=f"failure {req.failure} after its build: "
+                                                     f"{req.failure_reason}".rstrip(": "))
         if node is None or node.state is NodeState.GONE:
             ok, why = self.suitable(req.caps)
             if not ok:
@@ -307,13 +339,15 @@ class RunState:
             if node is not None:
                 notes.append(f"node {name} rejoined the run")
                 self.slots_known -= node.slots
-            node = NodeInfo(name, NodeState.BUILDING, now)
+            node = NodeInfo(name, NodeState.BUILDING, now, session=session,
+                            instance=req.instance)
             self.slots_known += node.slots
             self.nodes[name] = node
             fresh = True
         else:
             fresh = False
         node.last_seen = now
+        node.peer = peer or node.peer
         node.caps = req.caps or node.caps
         slots = max(req.slots, 1)
         if slots != node.slots:
@@ -358,7 +392,11 @@ class RunState:
         if req.busy:
             return out(Reply(protocol.CONTINUE))
         if node.state is NodeState.BUILDING:
-            node.state = NodeState.READY  # BUILDING -> READY: built, not busy any more
+            if req.built != self.run_id:
+                # Neither building nor built for this run (it lost the BUILD reply, or is
+                # not what it was): never ready merely because ``busy`` is missing.
+                return out(Reply(protocol.BUILD))
+            node.state = NodeState.READY  # BUILDING -> READY: it said it built this run
         elif node.state is NodeState.UPLOADING:
             node.state = NodeState.DONE  # UPLOADING -> DONE: connected in without busy
         if req.pending == 0 and req.running == 0 and node.held:
@@ -394,6 +432,28 @@ class RunState:
         return notes
 
     # ---------------------------------------------------------------- internals
+    def _same_name(self, node: NodeInfo, req: Request, now: float, session: str, peer: str,
+                   notes: list[str]) -> Outcome | None:
+        """A request under ``node``'s name from another process (``session``).
+
+        A live node (heard from within ``heartbeat_timeout``, not told ABORT) of another
+        instance keeps the name: this one is refused, and nothing of it is remembered (the
+        ABORT reason names the name and both peers).  Otherwise the old process is gone
+        (the node restarted, or the old one fell silent): it leaves the run, its unfinished
+        jobs go back to the front of the list, and None lets this request join as a new
+        node (BUILD).
+        """
+        live = (not node.told_abort
+                and now - node.last_seen <= self.settings.heartbeat_timeout)
+        if live and req.instance and node.instance and req.instance != node.instance:
+            why = (f"node name {node.name} is in use by another live process (at "
+                   f"{node.peer or '?'}, instance {node.instance}); this one (at "
+                   f"{peer or '?'}, instance {req.instance}) is refused")
+            return Outcome(Reply(protocol.ABORT, reason=why), notes=(why,))
+        self._drop(node, f"restarted: a new process (session {session[:8]}) from "
+                         f"{peer or '?'}", notes, lost=False)
+        return None
+
     def _record(self, node: NodeInfo, req: Request, notes: list[str]) -> bytes:
         """Take the request's results; return the journal lines of the new ones."""
         texts: Iterable[str] = req.result_lines

@@ -98,7 +98,17 @@ from cluster.home import suffixed
 from cluster.node import readlog
 from cluster.node.slots import Finished, SlotPool
 from cluster.node.transport import Transport
-from cluster.records import BASELINE, BIN, ERROR_INTERNAL, PYTHON, TEMP, TESTS, Job, JobResult
+from cluster.records import (
+    BASELINE,
+    BIN,
+    ERROR_INTERNAL,
+    ERROR_NONE,
+    PYTHON,
+    TEMP,
+    TESTS,
+    Job,
+    JobResult,
+)
 from cluster.runtime import fsutil, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag
@@ -130,11 +140,30 @@ RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
 JOB_LOG, JOB_MD5, JOB_OUT = ".log", ".md5", ".out"
 #: Bytes of bmpcmp images one node uploads per run (ARTIFEX.md §5.7: checkSize.pl, 10 MB).
 BMPCMP_UPLOAD_LIMIT = 10_000_000
+#: The file in work_dir holding the node's instance id (``instance`` header): made once,
+#: kept across restarts of the node, different on every machine set up from one node.conf.
+INSTANCE_FILE = "instance"
+#: Exit statuses of a shell or of /usr/bin/time that mean the command could not be run at
+#: all (126: found but not executable; 127: not found, or its loader failed): never a test
+#: result.
+CANNOT_RUN_STATUSES = (126, 127)
+#: What a job's log says when its program could not be started (GNU time, then sh).
+_CANNOT_RUN = re.compile(r"^(?:\S*time: cannot run .*|Command exited with non-zero status "
+                         r"12[67]|(?:\S*/)?(?:ba|da)?sh: (?:line )?\d+: \S+: "
+                         r"(?:command )?not found)$", re.M)
+#: The binaries a job line names in the node's build (``__bin__/<name>``).
+_BIN_NAME = re.compile(re.escape(BIN) + r"/([A-Za-z0-9_.+-]+)")
 
 
 class BuildFailed(ClusterError):
     """The build command failed, timed out or was killed: the source (or its build command)
     is at fault and every node would fail alike, so the node reports failure -1."""
+
+
+class CannotRunJobs(ClusterError):
+    """This node cannot run the run's jobs (its build lacks the product's binary, its corpus
+    lacks a test's input, a job's program could not be started): the node is at fault, not
+    the test, so it reports failure 1 and no result of it reaches the table (issue 20)."""
 
 
 class BuildStopped(ClusterError):
@@ -207,6 +236,10 @@ class NodeRun:
         self.start: JobStart | None = None
         self.key = b""  # the run's secret (job.start), set by _prepare
         self.nonces = signing.NonceSource()
+        self.instance = ""  # work_dir/instance, set by _prepare
+        #: Binaries of the build (``__bin__/<name>``) found executable: checked once each.
+        self.bins_checked: set[str] = set()
+        self.cannot_run = False  # set by _cannot_run: this node fails its part in the run
 
     # ------------------------------------------------------------------ setup
     def stop(self) -> None:
@@ -227,6 +260,7 @@ class NodeRun:
         if not SAFE_PATH.fullmatch(str(work)):
             raise ClusterError(f"work_dir {work} must be a path of [A-Za-z0-9_./+,@%=:-] "
                                "(it is pasted into shell commands)")
+        self.instance = node_instance(work)
         self.run_dir = work / "runs" / start.id
         self.temp = self.run_dir / "temp"
         self.temp.mkdir(parents=True, exist_ok=True)
@@ -333,6 +367,7 @@ class NodeRun:
         return protocol.Request(
             node=self.name, job_id=self.start.id if self.start else "", caps=self.caps,
             pending=len(self.queue), running=self.pool.running(), slots=self.slots, busy=busy,
+            built=self.start.id if self.start and self.built else "", instance=self.instance,
             failure=self.failure, failure_reason=self.failure_reason, status=status,
             timeouts=self.counters.timeouts, max_timeouts=self._timeout_limit(),
             results=tuple(self.unsent), leaving=leaving)
@@ -659,12 +694,62 @@ class NodeRun:
         while self.queue and pool.free() and not self.failure:
             job = self.queue.popleft()
             command = job.command
+            if BIN in command and not self._bins_present(job):
+                return
             for placeholder, value in self.substitutions:
                 command = command.replace(placeholder, value)
             if not pool.start(job, command, now):
                 self.queue.appendleft(job)  # a long command waits for an idle slot
                 break
             self.counters.started += 1
+
+    def _bins_present(self, job: Job) -> bool:
+        """Whether every ``__bin__/<name>`` of ``job`` is an executable file of this node's
+        build; if not, the node fails (:meth:`_cannot_run`) and ``job`` goes back unrun."""
+        for name in _BIN_NAME.findall(job.command):
+            if name in self.bins_checked:
+                continue
+            path = self.src / "bin" / name
+            if not (path.is_file() and os.access(path, os.X_OK)):
+                self.queue.appendleft(job)
+                self._cannot_run(f"{path} is missing or not executable (the build did not "
+                                 "make it)")
+                return False
+            self.bins_checked.add(name)
+        return True
+
+    def _cannot_run(self, why: str) -> None:
+        """Fail this node (:class:`CannotRunJobs`): failure 1, its jobs stop and go back
+        to the master's list, and its next call says so at once."""
+        if self.failure:
+            return
+        self.cannot_run = True
+        self.failure = FAILURE_NETWORK
+        self.failure_reason = f"cannot run jobs: {why}"
+        log.error("node %s: %s; failing (its jobs go to other nodes)", self.name,
+                  self.failure_reason)
+        self._kill_all()
+        self.next_contact = 0.0
+
+    def _infrastructure_fault(self, done: Finished, log_text: str) -> str | None:
+        """Why the job that ended as ``done`` (its log ``log_text``) says nothing of the
+        test, only that this node cannot run it, or None.  Its program could not be started
+        (exit 126/127, GNU time's "cannot run", the shell's "not found"), or a test input
+        named under this node's corpus is not there (its mirror of the master's corpus is
+        incomplete)."""
+        if done.killed:
+            return None
+        found = _CANNOT_RUN.search(log_text)
+        if found is not None or done.exit_status in CANNOT_RUN_STATUSES:
+            what = found.group(0).strip()[:200] if found else f"exit status {done.exit_status}"
+            return f"job {done.job.name} could not start its program: {what}"
+        tests = f"{self.tests}/"
+        if tests in log_text:
+            for match in re.finditer(re.escape(tests) + r"[^\s'\"()<>;|&:]+", log_text):
+                if not os.path.exists(match.group(0)):
+                    return (f"job {done.job.name}: input {match.group(0)} is missing from "
+                            "this node's corpus")
+        return None
 
     def _wait(self, timeout: float) -> None:
         """Sleep until a job ends or ``timeout`` passes, collecting what ended."""
@@ -702,6 +787,14 @@ class NodeRun:
         result = readlog.classify(name, log_text, md5_text, done.killed, self.name,
                                   done.exit_status)
         self.node_log.write(readlog.log_entry(name, log_text, md5_text, done.killed))
+        if result.error != ERROR_NONE and not self.cannot_run:
+            fault = self._infrastructure_fault(done, log_text)
+            if fault is not None:
+                # Not a test result: withheld, and the node fails so that the job and the
+                # others it holds are run by a node that can (issue 20).
+                self._cannot_run(fault)
+        if self.cannot_run:
+            return  # this node cannot run jobs: no result of it after that counts
         self.counters.finished += 1
         self._add_result(result)
 
@@ -722,6 +815,23 @@ class NodeRun:
     def _kill_all(self) -> None:
         self.pool.kill_all()
         self.queue.clear()
+
+
+def node_instance(work_dir: Path) -> str:
+    """This node's instance id: 16 hex digits in ``work_dir``/:data:`INSTANCE_FILE`, made
+    the first time (atomically: two first starts agree on one).  A damaged file is made
+    anew."""
+    path = work_dir / INSTANCE_FILE
+    try:
+        value = path.read_text(encoding="ascii").strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        value = ""
+    if protocol.INSTANCE.fullmatch(value):
+        return value
+    work_dir.mkdir(parents=True, exist_ok=True)
+    fresh = os.urandom(8).hex()
+    fsutil.atomic_write(path, fresh + "\n")
+    return fresh
 
 
 def is_final_abort(reason: str) -> bool:

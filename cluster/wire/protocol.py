@@ -12,6 +12,10 @@ Request headers (node -> master)::
     jobs <pending> <running>  jobs held but not started, jobs running now
     slots <n>                 how many jobs the node runs at once
     busy <task>               still working on BUILD or UPLOAD (keeps the lease alive)
+    built <jobid>             this node process has built the product for run <jobid>
+    instance <16 hex>         the node's instance: random, kept in its work_dir (a restart
+                              of the node keeps it; another machine under the same name has
+                              another one)
     failure <code> [reason]   <0: fatal for the run; >0: drop this node
     status <text>             free text for dashboards
     timeouts <n> <max>        tests killed by timeout so far, and the limit
@@ -62,6 +66,8 @@ from cluster.wire.framing import (
 )
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+#: A node's instance id (``instance`` header): 16 lower-case hex digits.
+INSTANCE = re.compile(r"[0-9a-f]{16}")
 
 TERMINATORS = ("OK", "ABORT")
 #: The limits a master applies unless configured otherwise (the config table's defaults).
@@ -100,6 +106,9 @@ REQUEST_HEADERS: dict[str, Header] = {
     "jobs": integers("pending", "running", minimum=0),
     "slots": integers("slots", minimum=0),
     "busy": Header(("busy",), lambda value: (value or "yes",)),
+    "built": matching("built", JOB_ID, "takes the job id of the run the node built for"),
+    "instance": matching("instance", INSTANCE, "takes a node instance: 16 lower-case hex "
+                         "digits"),
     "failure": Header(("failure", "failure_reason"), _failure),
     "status": text("status"),
     "timeouts": integers("timeouts", "max_timeouts", minimum=0),
@@ -117,6 +126,11 @@ class Request:
     running: int = 0
     slots: int = 0
     busy: str = ""
+    #: The run id the node says it has built for ("" until its build for a run is done):
+    #: the only thing that makes the master hand it jobs.
+    built: str = ""
+    #: The node's instance id (see :data:`INSTANCE`); "" from a node that sends none.
+    instance: str = ""
     failure: int = 0
     failure_reason: str = ""
     status: str = ""
@@ -343,6 +357,10 @@ def format_request(req: Request) -> bytes:
         out.append(f"slots {req.slots}")
     if req.busy:
         out.append(f"busy {req.busy}")
+    if req.built:
+        out.append(f"built {req.built}")
+    if req.instance:
+        out.append(f"instance {req.instance}")
     if req.failure:
         out.append(f"failure {req.failure} {one_line(req.failure_reason)}".rstrip())
     if req.status:

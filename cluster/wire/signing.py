@@ -54,6 +54,8 @@ SECRET_BYTES = 32
 SECRET_TEXT = re.compile(r"[0-9a-f]{64}")
 #: A nonce: 16 hex digits of session, 16 of counter.
 NONCE = re.compile(rb"[0-9a-f]{32}")
+#: Hex digits of a nonce's session part (the sending process: random per NonceSource).
+SESSION_HEX = 16
 NONCE_LINE = b"nonce "
 SIG_LINE = b"sig "
 #: Hex digits of a MAC (SHA-256).

@@ -60,8 +60,10 @@ def master_argv(home: Home, port: int, *settings: str, priority: int = 2,
 
 
 def request(node: str, run_id: str, *extra: str) -> bytes:
-    """A node request: name, run id, caps, ``extra`` lines, the OK terminator."""
-    return ("\n".join([f"node {node}", f"id {run_id}", "caps tools=md5sum", *extra, "OK"])
+    """A node request: name, run id (built for it: a scripted node has nothing to build),
+    caps, ``extra`` lines, the OK terminator."""
+    return ("\n".join([f"node {node}", f"id {run_id}", f"built {run_id}", "caps tools=md5sum",
+                       *extra, "OK"])
             + "\n").encode()
 
 

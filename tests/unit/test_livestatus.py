@@ -93,9 +93,10 @@ def test_the_live_dict_follows_the_run_state(tmp_path: Path) -> None:
     assert first["rate"] == 0.0 and first["eta"] is None and first["nodes"] == {}
 
     now = clock.monotonic()
-    assert state.handle(Request(node="n1", job_id=RUN, slots=2, caps="c1"), now).reply.verb \
-        == protocol.BUILD
-    reply = state.handle(Request(node="n1", job_id=RUN, slots=2, status="ok"), now).reply
+    first = Request(node="n1", job_id=RUN, built=RUN, slots=2, caps="c1")
+    assert state.handle(first, now).reply.verb == protocol.BUILD
+    second = Request(node="n1", job_id=RUN, built=RUN, slots=2, status="ok")
+    reply = state.handle(second, now).reply
     got = [line.split(" ", 1)[0] for line in reply.jobs]
     assert got
     clock.advance(2.0)
@@ -103,7 +104,7 @@ def test_the_live_dict_follows_the_run_state(tmp_path: Path) -> None:
     results = (JobResult(got[0], 0, 0.1, 0, 0, MD5, "gs"),
                JobResult(got[1], 1, 0.1, 0, 0, "0", "gs"),
                JobResult(got[2], 3, 0.1, 0, 0, "0", "gs"))
-    state.handle(Request(node="n1", job_id=RUN, slots=2, status="ok", results=results,
+    state.handle(Request(node="n1", job_id=RUN, built=RUN, slots=2, status="ok", results=results,
                          pending=len(got) - 3, running=len(got) - 3), clock.monotonic())
     clock.advance(1.0)
     second = live.update(state, ["n9 (gone)"])

@@ -49,9 +49,10 @@ def test_the_rejoin_reasons_would_otherwise_be_final() -> None:
 def _abort_reason(fatal: str) -> str:
     """The reason a node reads, as the real run state and wire format make it."""
     state = RunState(RUN, [Job("t1.ps.ppmraw.72.0", "__temp__/t1.log", "true")], 0)
-    assert state.handle(Request(node="a", job_id=RUN, slots=1), 0).reply.verb == protocol.BUILD
+    call = Request(node="a", job_id=RUN, built=RUN, slots=1)
+    assert state.handle(call, 0).reply.verb == protocol.BUILD
     state.fatal = fatal
-    reply = state.handle(Request(node="a", job_id=RUN, slots=1), 1).reply
+    reply = state.handle(call, 1).reply
     assert reply.verb == protocol.ABORT
     return protocol.parse_reply(protocol.format_reply(reply)).reason
 

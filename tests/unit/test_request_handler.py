@@ -44,7 +44,7 @@ class Served:
 
 
 def headers(node: str = "n1", run: str = RUN, results: tuple[str, ...] = ()) -> str:
-    lines = [f"node {node}", f"id {run}", "slots 2", "jobs 0 0"]
+    lines = [f"node {node}", f"id {run}", f"built {run}", "slots 2", "jobs 0 0"]
     lines += [f"result {name} 0 0.10 0.20 0.30 {MD5} gs" for name in results]
     return "\n".join(lines) + "\n"
 

@@ -18,6 +18,7 @@ def jobs(n: int) -> list[Job]:
 
 def req(node: str, **kw: object) -> Request:
     kw.setdefault("job_id", RUN)
+    kw.setdefault("built", RUN)  # a node past its build says so in every call
     kw.setdefault("slots", 2)
     return Request(node=node, **kw)  # type: ignore[arg-type]
 
@@ -169,8 +170,8 @@ def test_node_joining_mid_run_gets_work() -> None:
 def test_negative_failure_aborts_the_whole_run_on_all_nodes() -> None:
     state = RunState(RUN, jobs(10), 0)
     ready(state, "a")
-    ready(state, "b")
-    out = state.handle(req("b", failure=-1, failure_reason="build failed"), 1)
+    assert state.handle(req("b", built=""), 0).reply.verb == protocol.BUILD  # building
+    out = state.handle(req("b", built="", failure=-1, failure_reason="build failed"), 1)
     assert out.reply.verb == protocol.ABORT
     assert "build failed" in state.fatal and state.finished(1)
     assert state.handle(req("a", pending=1), 2).reply.verb == protocol.ABORT
@@ -493,3 +494,68 @@ def test_holder_counts_stay_true_through_deaths_rejoins_copies_and_stray_results
         check_holders(state)
     assert state.all_results_in and state.results.count == 60
     assert state.running == 0
+
+
+# ------------------------------------------------------------------ a node is a process (issue 20)
+
+def test_a_call_without_busy_or_built_is_told_build_again_never_given_jobs() -> None:
+    """Ready only on the positive signal: ``built <this run>``, not a missing ``busy``."""
+    state = RunState(RUN, jobs(10), 0)
+    assert state.handle(req("a", built=""), 0).reply.verb == protocol.BUILD
+    assert state.handle(req("a", built=""), 1).reply.verb == protocol.BUILD
+    assert state.handle(req("a", built="another-run"), 2).reply.verb == protocol.BUILD
+    assert state.nodes["a"].state is NodeState.BUILDING and state.running == 0
+    assert state.handle(req("a"), 3).reply.verb == protocol.JOBS
+
+
+def test_a_known_name_from_a_new_session_of_its_instance_is_a_new_node() -> None:
+    """A node restarted mid-run: its old jobs go back to the front, it is told BUILD, and
+    it gets jobs only once it says it built."""
+    state = RunState(RUN, jobs(20), 0)
+    assert state.handle(req("a", instance="1" * 16), 0, "s-old", "10.0.0.1:1").reply.verb \
+        == protocol.BUILD
+    given = names(state.handle(req("a", instance="1" * 16), 1, "s-old", "10.0.0.1:1").reply)
+    assert given
+    out = state.handle(req("a", built="", instance="1" * 16), 2, "s-new", "10.0.0.1:2")
+    assert out.reply.verb == protocol.BUILD
+    assert any("restarted" in note for note in out.notes)
+    assert state.pending[:len(given)] == given  # the old session's jobs, first in line
+    assert state.handle(req("a", built="", instance="1" * 16, busy="build"), 3, "s-new"
+                        ).reply.verb == protocol.CONTINUE
+    assert state.handle(req("a", instance="1" * 16), 4, "s-new").reply.verb == protocol.JOBS
+    assert state.lost == []  # a restart is not a lost node
+
+
+def test_a_second_live_process_under_a_name_in_use_is_refused_naming_both_peers() -> None:
+    state = RunState(RUN, jobs(20), 0, Settings(heartbeat_timeout=60))
+    state.handle(req("a", instance="1" * 16), 0, "s-one", "10.0.0.1:1")
+    held = names(state.handle(req("a", instance="1" * 16), 1, "s-one", "10.0.0.1:1").reply)
+    out = state.handle(req("a", instance="2" * 16, results=(result(held[0], "a"),)), 2,
+                       "s-two", "10.0.0.2:7")
+    assert out.reply.verb == protocol.ABORT
+    assert "node name a is in use" in out.reply.reason
+    assert "10.0.0.1:1" in out.reply.reason and "10.0.0.2:7" in out.reply.reason
+    assert out.notes and not out.journal  # logged; nothing it carried is recorded
+    assert len(state.nodes["a"].held) == len(held) and state.nodes["a"].session == "s-one"
+    # Once the first falls silent past heartbeat_timeout, the name may be taken over.
+    assert state.handle(req("a", instance="2" * 16), 100, "s-two", "10.0.0.2:8").reply.verb \
+        == protocol.BUILD
+    assert state.nodes["a"].session == "s-two"
+
+
+def test_failure_minus_one_only_from_a_node_told_build_and_building() -> None:
+    state = RunState(RUN, jobs(10), 0)
+    stranger = state.handle(req("ghost", built="", failure=-1, failure_reason="x"), 0, "s")
+    assert stranger.reply.verb == protocol.ABORT and "refused" in stranger.reply.reason
+    assert not state.fatal and "ghost" not in state.nodes
+    # A node past its build: dropped like failure 1 (its jobs go back), the run goes on.
+    ready(state, "a")
+    out = state.handle(req("a", failure=-1, failure_reason="late"), 1)
+    assert out.reply.verb == protocol.ABORT and not state.fatal
+    assert state.nodes["a"].state is NodeState.GONE and len(state.pending) == 10
+    # A building node, but the request is from another process under its name: refused.
+    state.handle(req("b", built="", instance="3" * 16), 2, "s-b", "p1")
+    other = state.handle(req("b", built="", instance="4" * 16, failure=-1), 3, "s-x", "p2")
+    assert other.reply.verb == protocol.ABORT and not state.fatal
+    building = state.handle(req("b", built="", failure=-1, failure_reason="cc"), 4, "s-b")
+    assert building.reply.verb == protocol.ABORT and "cc" in state.fatal
