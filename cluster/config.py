@@ -39,16 +39,28 @@ DEFAULT_TRANSPORT = TRANSPORTS[0]
 BOTH = "both"  # keys a master and its nodes must agree on; allowed in either section
 
 
-def _opt(default: Any, section: str, unit: str, doc: str, *, positive: bool = False) -> Any:
+#: Units of the upper bounds below.
+HOUR = 3600.0
+DAY = 24 * HOUR
+WEEK = 7 * DAY
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+def _opt(default: Any, section: str, unit: str, doc: str, *, positive: bool = False,
+         high: float | None = None) -> Any:
     """A field of Config: its default, the section it belongs to, its unit and its meaning.
 
-    Every int and float field must be >= 0 (:func:`validate`); ``positive=True`` marks one
-    for which 0 is absurd as well (a limit that refuses everything, a timeout that fails
-    everything, an interval that makes a loop spin).  A field whose unit is ``cron
+    Every int and float field has a range (:func:`validate`): at least 0, or more than 0
+    with ``positive=True`` (for a limit that would refuse everything, a timeout that would
+    fail everything, an interval that would make a loop spin), and at most ``high``, which
+    every number must give: a value past it is a typo or an attack (``linger = 1e308``
+    would keep a master answering ABORT forever; a batch of 10**20 jobs per slot
+    overflows every count it touches), never a setting.  A field whose unit is ``cron
     schedule`` must be cron syntax.
     """
     return field(default=default, metadata={"section": section, "unit": unit, "doc": doc,
-                                            "positive": positive})
+                                            "positive": positive, "high": high})
 
 
 @dataclass(frozen=True)
@@ -57,10 +69,12 @@ class Config:
 
     # --- shared by master and node -------------------------------------------------------
     base_port: int = _opt(9000, BOTH, "TCP port",
-                          "clustermaster of priority p listens on base_port + p")
+                          "clustermaster of priority p listens on base_port + p "
+                          "(so at most 65533: the three priorities' ports must exist)",
+                          high=65533)
     monitor_port: int = _opt(9010, BOTH, "TCP port",
                              "heartbeat listener (monitor_port.py); seed 000 says 9001, which is "
-                             "priority 1's port, so we moved it")
+                             "priority 1's port, so we moved it", high=65533)
     # --- master ----------------------------------------------------------------------------
     home: Path = _opt(Path("cluster-home"), MASTER, "directory",
                       "master home: queues, job.start, jobs, results, archive, users/, tests/")
@@ -72,65 +86,72 @@ class Config:
                                "by default: put it behind a reverse proxy, or set 0.0.0.0 on a "
                                "trusted network, to let others see it")
     status_port: int = _opt(9020, MASTER, "TCP port",
-                            "the status page and its JSON API (clusterstatus.py); 0 = not served")
+                            "the status page and its JSON API (clusterstatus.py); 0 = not served",
+                            high=65535)
     node_down_after: float = _opt(300.0, MASTER, "seconds",
                                   "a node not heard from for this long shows as down on the "
                                   "status page, clusteradmin and clustermonitor (the Perl's 300 s)",
-                                  positive=True)
+                                  positive=True, high=WEEK)
     supervisor_interval: float = _opt(10.0, MASTER, "seconds",
                                       "run_clustermaster.py starts clustermaster 0/1/2 this often",
-                                      positive=True)
+                                      positive=True, high=HOUR)
     pid_stale: float = _opt(600.0, MASTER, "seconds",
                             "a clustermaster.pid its master has not refreshed for this long "
                             "(on the monotonic clock) belongs to a dead or frozen master",
-                            positive=True)
+                            positive=True, high=DAY)
     pid_wait: float = _opt(300.0, MASTER, "seconds",
-                           "after taking over a stale PID file, wait this long before freeing it")
+                           "after taking over a stale PID file, wait this long before freeing it",
+                           high=DAY)
     pid_check_interval: float = _opt(2.0, MASTER, "seconds",
                                      "how often a running master refreshes its PID file and "
-                                     "checks it is still its own")
+                                     "checks it is still its own", high=HOUR)
     max_run_time: float = _opt(7200.0, MASTER, "seconds",
                                "a run still unfinished after this long (counted across "
                                "takeovers) ends with a report listing the tests not run",
-                               positive=True)
+                               positive=True, high=30 * DAY)
     no_node_timeout: float = _opt(600.0, MASTER, "seconds",
                                   "a run that had nodes and has had none alive for this long "
-                                  "is queued again (see max_tries)", positive=True)
+                                  "is queued again (see max_tries)", positive=True, high=WEEK)
     max_failed_nodes: int = _opt(10, MASTER, "nodes",
                                  "a run that loses more nodes than this is queued again "
                                  "(seed 000: if we drop too many nodes, we try again)",
-                                 positive=True)
+                                 positive=True, high=100_000)
     max_tries: int = _opt(2, MASTER, "attempts",
                           "attempts of one queued run before it is reported as failed",
-                          positive=True)
+                          positive=True, high=100)
     heartbeat_timeout: float = _opt(180.0, MASTER, "seconds",
                                     "a node not heard from this long is dead; its jobs go back",
-                                    positive=True)
+                                    positive=True, high=DAY)
     connection_deadline: float = _opt(10.0, MASTER, "seconds",
                                       "a node connection must deliver its request within this",
-                                      positive=True)
+                                      positive=True, high=HOUR)
     max_line_bytes: int = _opt(65536, MASTER, "bytes", "longest protocol line accepted",
-                               positive=True)
+                               positive=True, high=16 * MIB)
     max_request_lines: int = _opt(200000, MASTER, "lines",
-                                  "most header and result lines in one node request", positive=True)
+                                  "most header and result lines in one node request",
+                                  positive=True, high=10_000_000)
     max_request_bytes: int = _opt(64 * 1024 * 1024, MASTER, "bytes",
                                   "largest node request or heartbeat accepted; a bigger one "
-                                  "is refused with one log line", positive=True)
+                                  "is refused with one log line", positive=True, high=4 * GIB)
     max_buffered_bytes: int = _opt(256 * 1024 * 1024, MASTER, "bytes",
                                    "most memory all open node connections may hold together; "
-                                   "a request that would pass it is refused", positive=True)
+                                   "a request that would pass it is refused",
+                                   positive=True, high=64 * GIB)
     journal_sync_interval: float = _opt(1.0, MASTER, "seconds",
-                                        "results journal is fsync'ed at most this often")
+                                        "results journal is fsync'ed at most this often", high=HOUR)
     linger: float = _opt(15.0, MASTER, "seconds",
-                         "after a run ends, keep answering ABORT this long so nodes leave cleanly")
+                         "after a run ends, keep answering ABORT this long so nodes leave cleanly",
+                         high=HOUR)
     upload_timeout: float = _opt(300.0, MASTER, "seconds",
-                                 "longest wait for nodes' log uploads after the last result")
+                                 "longest wait for nodes' log uploads after the last result",
+                                 high=DAY)
     batch_per_slot: int = _opt(2, MASTER, "jobs",
                                "a node is kept holding at least this many jobs per slot",
-                               positive=True)
+                               positive=True, high=10_000)
     batch_seconds: float = _opt(1.0, MASTER, "seconds",
                                 "and at most about this much work by its measured rate, so "
-                                "nodes running tiny jobs call once per batch, not per job")
+                                "nodes running tiny jobs call once per batch, not per job",
+                                high=HOUR)
     speculate_tail: bool = _opt(True, MASTER, "flag",
                                 "when no job is left to hand out, give idle nodes copies of "
                                 "jobs still running elsewhere (first result wins)")
@@ -140,7 +161,7 @@ class Config:
                                 "longest a build step may run (a node's build of the product "
                                 "and of the baseline tree, the master's build.py); past it "
                                 "the step's process tree is killed and the build fails",
-                                positive=True)
+                                positive=True, high=WEEK)
     tests_dir: Path = _opt(Path("tests"), MASTER, "directory",
                            "test corpus, relative to home; nodes mirror it during BUILD")
     gs_configs: tuple[str, ...] = _opt(
@@ -165,12 +186,13 @@ class Config:
                                              "test files mupdf runs on")
     required_tools: tuple[str, ...] = _opt(("md5sum",), MASTER, "tool list",
                                            "a node whose caps lack one of these is culled")
-    min_ram_mb: int = _opt(0, MASTER, "MiB", "a node with less RAM is culled (0 = no limit)")
+    min_ram_mb: int = _opt(0, MASTER, "MiB", "a node with less RAM is culled (0 = no limit)",
+                           high=16 * MIB)
     shell_extensions: tuple[str, ...] = _opt(("cmds",), MASTER, "suffix list",
                                              "files of product shell: one shell command "
                                              "per line, each line a job")
     gs_memory_kb: int = _opt(1000000, MASTER, "KiB", "gs -K memory limit of every gs job",
-                             positive=True)
+                             positive=True, high=GIB)
     nightly_schedule: str = _opt("0 1 * * *", MASTER, "cron schedule",
                                  "when the crontab entry of enqueue_auto.py --install-cron "
                                  "queues the nightly auto runs")
@@ -180,7 +202,8 @@ class Config:
     smtp_host: str = _opt("", MASTER, "host",
                           "SMTP server the reports are mailed through; empty: reports are "
                           "only archived, not mailed")
-    smtp_port: int = _opt(25, MASTER, "TCP port", "port of that SMTP server")
+    smtp_port: int = _opt(25, MASTER, "TCP port", "port of that SMTP server",
+                           positive=True, high=65535)
     mail_from: str = _opt("regression@localhost", MASTER, "address", "From: of report mails")
     list_address: str = _opt("gs-regression@localhost", MASTER, "address",
                              "where the reports of commit and auto runs go")
@@ -219,7 +242,8 @@ class Config:
                           "how the node reaches the master's files: 'local' (a shared or the "
                           "same file system) or 'ssh' (paramiko for files, rsync over ssh "
                           "for trees)")
-    ssh_port: int = _opt(22, NODE, "TCP port", "the master's sshd (transport ssh)")
+    ssh_port: int = _opt(22, NODE, "TCP port", "the master's sshd (transport ssh)",
+                          positive=True, high=65535)
     ssh_user: str = _opt("", NODE, "name",
                          "the account on master_host that owns the master home (transport "
                          "ssh); empty = this node's user name")
@@ -235,34 +259,37 @@ class Config:
                              "run.py from that copy")
     work_dir: Path = _opt(Path("node-work"), NODE, "directory",
                           "the node's own directory: source, build, temp, logs")
-    slots: int = _opt(0, NODE, "jobs", "jobs run at once; 0 = the CPU count")
+    slots: int = _opt(0, NODE, "jobs", "jobs run at once; 0 = the CPU count", high=4096)
     poll_interval: float = _opt(2.0, NODE, "seconds",
                                 "run.py calls the master at least this often (its heartbeat)",
-                                positive=True)
+                                positive=True, high=HOUR)
     report_interval: float = _opt(0.25, NODE, "seconds",
-                                  "finished results wait at most this long before being sent")
+                                  "finished results wait at most this long before being sent",
+                                  high=HOUR)
     heartbeat_interval: float = _opt(10.0, NODE, "seconds",
                                      "clusterpull.py sends a heartbeat to the monitor this often",
-                                     positive=True)
+                                     positive=True, high=HOUR)
     clusterpull_schedule: str = _opt("*/10 * * * *", NODE, "cron schedule",
                                      "when the crontab entry of clusterpull.py --install-cron "
                                      "restarts clusterpull.py if it is not running")
     job_timeout: float = _opt(450.0, NODE, "seconds",
-                              "a test running longer is killed (whole process tree)", positive=True)
+                              "a test running longer is killed (whole process tree)",
+                              positive=True, high=DAY)
     kill_grace: float = _opt(2.0, NODE, "seconds",
-                             "between SIGHUP and SIGKILL when a test is killed")
+                             "between SIGHUP and SIGKILL when a test is killed", high=HOUR)
     max_timeouts: int = _opt(20, NODE, "tests",
-                             "more timeouts than max(this, 1% of started tests) fail the node")
+                             "more timeouts than max(this, 1% of started tests) fail the node",
+                             high=1_000_000)
     connect_retries: int = _opt(10, NODE, "attempts", "tries to reach the master before giving up",
-                                positive=True)
-    connect_retry_delay: float = _opt(5.0, NODE, "seconds", "pause between those tries")
+                                positive=True, high=1000)
+    connect_retry_delay: float = _opt(5.0, NODE, "seconds", "pause between those tries", high=HOUR)
     rejoin_delay: float = _opt(30.0, NODE, "seconds",
                                "after run.py exits 3 (master unreachable) or 4 (aborted for a "
                                "reason that may pass, e.g. the master was replaced), "
                                "clusterpull.py waits this long before joining that run again",
-                               positive=True)
+                               positive=True, high=DAY)
     io_timeout: float = _opt(60.0, NODE, "seconds", "longest wait for the master's reply",
-                             positive=True)
+                             positive=True, high=DAY)
 
     # ------------------------------------------------------------------------------------------
     def port_for(self, priority: int) -> int:
@@ -326,10 +353,29 @@ def _convert(f: dataclasses.Field[Any], raw: str, base: Path, source: str) -> An
             return tuple(text.split())
         return text
     except ValueError:
-        unit = f.metadata["unit"]
-        expected = {"int": f"an integer ({unit})", "float": f"a non-negative number ({unit})",
-                    "bool": "yes or no"}.get(kind, kind)
+        expected = (_expected_number(f, kind) if kind in ("int", "float")
+                    else "yes or no" if kind == "bool" else kind)
         raise ConfigError(f.name, raw, expected, source) from None
+
+
+def _shown(number: float) -> str:
+    """A bound as written in messages and the examples: 3600, not 3600.0."""
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+def range_text(f: dataclasses.Field[Any]) -> str:
+    """The range of the numeric field ``f`` in words: ``from 0 to 3600``, ``from 1 to 100``
+    or ``above 0, up to 86400``."""
+    high = _shown(f.metadata["high"])
+    if not f.metadata["positive"]:
+        return f"from 0 to {high}"
+    return f"from 1 to {high}" if _kind(f) == "int" else f"above 0, up to {high}"
+
+
+def _expected_number(f: dataclasses.Field[Any], kind: str) -> str:
+    """What a numeric field takes, for ConfigError: kind, range and unit."""
+    noun = "an integer" if kind == "int" else "a number"
+    return f"{noun} {range_text(f)} ({f.metadata['unit']})"
 
 
 def load(path: Path | None = None, overrides: dict[str, str] | None = None) -> Config:
@@ -385,22 +431,14 @@ def validate(cfg: Config) -> None:
     make no sense.
 
     Besides the checks of single keys: every int and float field must be a finite number
-    >= 0, and > 0 if its field says ``positive``; every field whose unit is ``cron
-    schedule`` must be five cron fields or an @special
+    in its range (>= 0, or > 0 if its field says ``positive``, and at most its ``high``);
+    every field whose unit is ``cron schedule`` must be five cron fields or an @special
     (:func:`cluster.datatypes.check_schedule`), so a bad one fails here and not when the
     crontab is installed; the node name and the commit-run keys must follow their grammars
     in :mod:`cluster.datatypes`.
     """
-    for name in ("base_port", "monitor_port"):
-        port = getattr(cfg, name)
-        if not 0 <= port <= 65533:
-            raise ConfigError(name, port, "a TCP port between 0 and 65533")
-    if not 1 <= cfg.smtp_port <= 65535:
-        raise ConfigError("smtp_port", cfg.smtp_port, "a TCP port between 1 and 65535")
     if cfg.transport not in TRANSPORTS:
         raise ConfigError("transport", cfg.transport, " or ".join(map(repr, TRANSPORTS)))
-    if not 1 <= cfg.ssh_port <= 65535:
-        raise ConfigError("ssh_port", cfg.ssh_port, "a TCP port between 1 and 65535")
     if cfg.node_name and not datatypes.valid_node_name(cfg.node_name):
         raise ConfigError("node_name", cfg.node_name, "letters, digits, '.', '_' or '-' (max 64)")
     if cfg.slots < 0:
@@ -418,13 +456,16 @@ def validate(cfg: Config) -> None:
 
 
 def _check_number(f: dataclasses.Field[Any], kind: str, value: float) -> None:
-    """ConfigError unless ``value`` is finite and >= 0, or > 0 for a ``positive`` field."""
-    positive = f.metadata["positive"]
-    if math.isfinite(value) and (value > 0 if positive else value >= 0):
+    """ConfigError, naming the key, the value and the range, unless ``value`` is finite and
+    within the field's range (:func:`_opt`)."""
+    high = f.metadata["high"]
+    low_ok = value > 0 if f.metadata["positive"] else value >= 0
+    if math.isfinite(value) and low_ok and high is not None and value <= high:
         return
-    sign = "a positive" if positive else "a non-negative"
-    noun = "integer" if kind == "int" else "number"
-    raise ConfigError(f.name, value, f"{sign} {noun} ({f.metadata['unit']})")
+    if high is None:  # a field added without its bound: say so rather than accept anything
+        raise ConfigError(f.name, value, "a number field with an upper bound (a defect of "
+                                         "cluster/config.py: give _opt a high=)")
+    raise ConfigError(f.name, value, _expected_number(f, kind))
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:
@@ -458,6 +499,9 @@ def example(section: str) -> str:
         else:
             shown = str(default)
         lines.append("")
-        lines.append(f"# {f.metadata['doc']} [{f.metadata['unit']}]")
+        unit = f.metadata["unit"]
+        if _kind(f) in ("int", "float"):
+            unit += f", {range_text(f)}"
+        lines.append(f"# {f.metadata['doc']} [{unit}]")
         lines.append(f"#{f.name} = {shown}")
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -80,6 +81,18 @@ def add_quiet_option(parser: argparse.ArgumentParser) -> None:
                              "any output")
 
 
+class LogFileHandler(logging.FileHandler):
+    """A log file that a full disk silences instead of filling stderr with a "Logging
+    error" traceback per record: the record still reaches stderr through its own handler,
+    and the file takes records again once there is room."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return
+        super().handleError(record)
+
+
 def setup_logging(log_file: Path | None = None, verbose: bool = False,
                   quiet: bool = False) -> None:
     """Log to stderr, and to ``log_file`` too when given.
@@ -93,7 +106,7 @@ def setup_logging(log_file: Path | None = None, verbose: bool = False,
     handlers: list[logging.Handler] = [stream]
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+        handlers.append(LogFileHandler(log_file, encoding="utf-8"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT,
                         handlers=handlers, force=True)
 

@@ -35,7 +35,7 @@ from cluster import datatypes
 from cluster.config import Config
 from cluster.defaults import REPO_ROOT, USER_PRIORITY
 from cluster.errors import ClusterError
-from cluster.home import Home
+from cluster.home import Home, suffixed
 from cluster.master import abort, ending, finish, journal, monitor
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
@@ -48,7 +48,7 @@ from cluster.master.progress import RunProgress
 from cluster.master.runstate import RunState, Settings
 from cluster.master.server import NodeServer
 from cluster.queue import QueueFile, RunSpec
-from cluster.runtime import fsutil, proc
+from cluster.runtime import fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers import push
 from cluster.triggers.git.export import export_commit
@@ -70,6 +70,10 @@ END_FAILED = "its end steps could not all be done"
 PROGRESS_INTERVAL = 1.0
 #: job.start's permission bits: it holds the run's secret.
 JOB_START_MODE = 0o600
+#: A port another program holds is logged at most this often [seconds] ...
+PORT_LOG_EVERY = 60.0
+#: ... remembered across invocations in this stamp file in the home's log/ (per priority).
+PORT_STAMP = "port-taken.stamp"
 #: build.py understands these queue options; the rest are for the node or the report.
 BUILD_OPTIONS = ("lowres", "highres")
 
@@ -161,9 +165,15 @@ class ClusterMaster:
                                 on_refusal=handler.server_refused)
         except OSError as exc:
             # Another program holds the port: leave everything as it is and try again at
-            # the next invocation (a run in progress keeps its id and journal).
-            log.error("priority %d: cannot listen on %s:%d: %s", p, self.cfg.listen_address,
-                      self.cfg.port_for(p), exc)
+            # the next invocation (a run in progress keeps its id and journal).  Said at
+            # most once a minute: every tick's invocation meets it (logonce's stamp file).
+            text = (f"priority {p}: cannot listen on {self.cfg.listen_address}:"
+                    f"{self.cfg.port_for(p)}: {exc}")
+            stamp = self.home.log_dir / suffixed(PORT_STAMP, p)
+            if logonce.due(stamp, text, PORT_LOG_EVERY):
+                log.error("%s (said at most once a minute while it lasts)", text)
+            else:
+                log.debug("%s", text)
             return RunOutcome("", None, replaced=True)
         try:
             return self._run(spec, pid, server, handler)

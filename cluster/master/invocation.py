@@ -12,14 +12,30 @@ that is what the master machine pays all day for a cluster at rest.
 
 The contract of an invocation is seed 000's, unchanged: at most one run, then exit; the
 exit status is EXIT_OK unless the caller's configuration was unusable.
+
+A full disk (issue 20): an invocation that cannot write (ENOSPC or EDQUOT, from the queue
+scan, the PID file, or a run's start) does not die with a traceback at every supervisor
+tick.  It says so once -- one line naming the file it could not write, the free space on
+that file system and the room it waits for (:data:`DISK_ROOM`) -- and waits, looking at the
+free space every :data:`DISK_POLL` seconds, then does its whole invocation again from the
+start (every write it makes is atomic, and a run's state is made to survive a master's
+death, so starting over loses and tears nothing).  Only one invocation waits at a time, for
+all priorities: it holds a ``flock`` on the home's ``log/`` directory (a lock that needs no
+disk space); an invocation that meets a full disk while another waits exits quietly, and
+the supervisor starts it again at its next tick.  A wait is bounded by
+:data:`DISK_WAIT_LIMIT`.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
+import os
+from pathlib import Path
 
 from cluster.config import Config
-from cluster.defaults import EXIT_OK
+from cluster.defaults import EXIT_FAILED, EXIT_OK
 from cluster.home import Home
 from cluster.master import ending
 from cluster.master.pidfile import PidDecision, PidFile
@@ -29,17 +45,106 @@ from cluster.triggers import discovery
 
 log = logging.getLogger("cluster.master")
 
+#: A full disk: the free space a waiting invocation waits for before it starts again
+#: [bytes]: the PID file, job.start, the job list and the journal's first results.
+DISK_ROOM = 1 << 20
+#: How often a waiting invocation looks at the free space [seconds].
+DISK_POLL = 2.0
+#: The longest an invocation waits for room; then it exits with EXIT_FAILED and one more
+#: line, and the supervisor's next invocation waits anew [seconds].
+DISK_WAIT_LIMIT = 24 * 3600.0
+#: The errors that mean "no room": the disk, or this user's quota, is full.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
 
 def queue_scan(cfg: Config, home: Home, priority: int, queue: QueueFile) -> None:
     """Phase 1: let this priority's discoverers append new runs to the queue (one broken
-    discoverer is logged and does not stop the others or the invocation)."""
+    discoverer is logged and does not stop the others or the invocation; a full disk is
+    raised: the invocation waits for room)."""
     for discover in discovery.DISCOVERERS.get(priority, ()):
         try:
             for spec in discover(home, cfg, queue):
                 log.info("priority %d: queued %s", priority, spec.line())
+        except OSError as exc:
+            if disk_full(exc):
+                raise  # not the discoverer's fault: the invocation waits for room
+            log.exception("priority %d: discoverer %s failed", priority,
+                          getattr(discover, "__name__", discover))
         except Exception:  # one broken discoverer must not stop the run
             log.exception("priority %d: discoverer %s failed", priority,
                           getattr(discover, "__name__", discover))
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the file system (or the user's quota) has no room."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
+
+
+def free_bytes(path: Path) -> int:
+    """The bytes an unprivileged writer may still use on the file system of ``path`` (or
+    of its nearest existing parent); 0 if that cannot be read."""
+    for candidate in (path, *path.parents):
+        try:
+            st = os.statvfs(candidate)
+        except OSError:
+            continue
+        return st.f_bavail * st.f_frsize
+    return 0
+
+
+class DiskWait:
+    """One invocation's wait for room on a full disk (see the module docstring).
+
+    :meth:`start` takes the waiters' lock (a non-blocking ``flock`` on ``home``'s log
+    directory) and logs the one line; it returns False, logging nothing above DEBUG, when
+    another invocation already waits.  :meth:`wait_for_room` sleeps until :data:`DISK_ROOM`
+    bytes are free; :meth:`close` releases the lock."""
+
+    def __init__(self, home: Home, clock: Clock) -> None:
+        self.home = home
+        self.clock = clock
+        self.fd: int | None = None
+        self.since = 0.0
+
+    def start(self, exc: OSError) -> bool:
+        try:
+            self.fd = os.open(self.home.log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            self.fd = None  # no log directory to lock: wait unlocked
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.close()
+                log.debug("disk full (%s); another clustermaster waits for room", exc)
+                return False
+        self.since = self.clock.monotonic()
+        where = Path(exc.filename) if exc.filename else self.home.root
+        log.error("disk full: cannot write %s (%s); %d bytes free there, waiting until "
+                  "%d are free, then going on", where, exc.strerror, free_bytes(where),
+                  DISK_ROOM)
+        return True
+
+    def wait_for_room(self) -> bool:
+        """Sleep until :data:`DISK_ROOM` bytes are free on the home's file system (True),
+        or until :data:`DISK_WAIT_LIMIT` has passed since :meth:`start` (False)."""
+        deadline = self.since + DISK_WAIT_LIMIT
+        for _ in range(int(DISK_WAIT_LIMIT / DISK_POLL) + 2):  # bounded by the deadline too
+            if free_bytes(self.home.root) >= DISK_ROOM:
+                return True
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                break
+            self.clock.sleep(min(DISK_POLL, left))
+        log.error("disk still full after %.0f s (fewer than %d bytes free on %s); giving "
+                  "up this invocation", self.clock.monotonic() - self.since, DISK_ROOM,
+                  self.home.root)
+        return False
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the flock
+            self.fd = None
 
 
 def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
@@ -47,15 +152,52 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
     """Phases 1 and 2 at ``priority``, then phase 3 if this invocation holds the PID file
     and has work: the end of any run whose end was cut short, then the run at the head of
     the queue (:meth:`cluster.master.clustermaster.ClusterMaster.work`).  The PID file is
-    kept fresh meanwhile and released at the end."""
+    kept fresh meanwhile and released at the end.
+
+    On a full disk the invocation waits for room, saying so once, and then starts over
+    (:class:`DiskWait`); EXIT_FAILED if the room did not come within
+    :data:`DISK_WAIT_LIMIT`."""
     clock = clock or SystemClock()
+    wait: DiskWait | None = None
+    try:
+        for _ in range(int(DISK_WAIT_LIMIT / DISK_POLL) + 2):  # each retry waited for room
+            try:
+                code = _invoke_once(cfg, priority, config_args, clock)
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                if wait is None:
+                    wait = DiskWait(Home(cfg.home), clock)
+                    if not wait.start(exc):
+                        return EXIT_OK  # another invocation waits and goes on
+                if not wait.wait_for_room():
+                    return EXIT_FAILED
+                continue
+            if wait is not None:
+                log.info("room again on %s after %.0f s of a full disk; went on",
+                         cfg.home, clock.monotonic() - wait.since)
+            return code
+        return EXIT_FAILED
+    finally:
+        if wait is not None:
+            wait.close()
+
+
+def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
+                 clock: Clock) -> int:
+    """One try of :func:`invoke`: phases 1, 2 and 3."""
     home = Home(cfg.home)
     home.create()
     queue = QueueFile(home.queue(priority), home.queue_lock(priority))
     queue_scan(cfg, home, priority, queue)
     pid = PidFile(home.pid_file(priority), clock, stale_after=cfg.pid_stale,
                   wait=cfg.pid_wait, refresh_every=cfg.pid_check_interval)
-    decision = pid.acquire()
+    try:
+        decision = pid.acquire()
+    except OSError as exc:
+        if disk_full(exc) and not exc.filename:
+            exc.filename = str(pid.path)  # os.write names no file: the full-disk line does
+        raise
     if decision is not PidDecision.RUN:
         log.debug("priority %d: %s, exiting", priority, decision.value)
         return EXIT_OK

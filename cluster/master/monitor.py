@@ -68,7 +68,7 @@ from cluster.defaults import EXIT_OK, EXIT_USAGE, PRIORITIES
 from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
 from cluster.home import Home
 from cluster.master.server import connection_limit
-from cluster.runtime import fsutil, service
+from cluster.runtime import fsutil, secretfile, service
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.singleton import SingleInstance
 from cluster.wire import signing
@@ -224,7 +224,7 @@ def ensure_cluster_secret(home: Home) -> bytes:
         finally:
             os.unlink(tmp)
     try:
-        return signing.parse_secret(path.read_text(encoding="ascii"))
+        return signing.parse_secret(secretfile.read_secret_file(path))  # 0600, no link
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ClusterError(f"{path}: not a usable cluster secret ({exc}); expected 64 hex "
                            "digits (remove it to have a new one made, then give every node "

@@ -28,14 +28,17 @@ The manifest (:func:`manifest`): one ``<md5>  <path>`` line per file (md5sum's f
   again and retries, a bounded number of times, then keeps its last good version until its
   next cycle: selfupdate's contract), so no node ever runs a mixed version;
 * it is cheap when nothing changed, because the supervisor calls it every loop (10 s): a
-  file whose size and mtime equal its published copy's is taken as unchanged, and its md5 is
-  read from the current MANIFEST instead of computed.  That quick check is trusted only when
-  the copy was made clearly after the source's last change (the copy's ctime at least
-  :data:`RACY_WINDOW` past the source's mtime); otherwise a change within the same clock
-  tick as the copy could keep size and mtime, so the file is hashed (git's "racy clean"
-  rule).  The import scan is redone each call, so a new import reaches the nodes too; a
-  file's parse is remembered while its stat is unchanged (:func:`imported_modules`), which
-  leaves ~20 ms of stat calls for ~50 files.
+  source file whose size and mtime equal its published copy's is taken as unchanged, and its
+  md5 is read from the current MANIFEST instead of computed, once the published copy's own
+  content is known to match that md5 (:func:`_published_intact`: hashed at the first call
+  in a process and again whenever the copy's stat key, ctime included, changed; so a tamper
+  of the published copy that keeps its size and mtime is undone at the next call).  That
+  quick check is trusted only when the copy was made clearly after the source's last
+  change (the copy's ctime at least :data:`RACY_WINDOW` past the source's mtime); otherwise
+  a change within the same clock tick as the copy could keep size and mtime, so the file
+  is hashed (git's "racy clean" rule).  The import scan is redone each call, so a new
+  import reaches the nodes too; a file's parse is remembered while its stat is unchanged
+  (:func:`imported_modules`), which leaves ~12 ms of stat calls for ~50 files.
 """
 
 from __future__ import annotations
@@ -282,6 +285,43 @@ def _quick_same(src: os.stat_result, dst: os.stat_result) -> bool:
             and dst.st_ctime_ns - src.st_mtime_ns >= RACY_WINDOW * 1e9)
 
 
+#: The published copies whose content was hashed and found to match the MANIFEST, by
+#: absolute path: (the copy's stat key when it was hashed, that md5).  A write to the copy
+#: (content, or ``os.utime`` putting its mtime back) stamps its ctime with the current time,
+#: which no unprivileged process can set back, so an unchanged key means unchanged content.
+_VERIFIED: dict[str, tuple[tuple[int, int, int, int, int], str]] = {}
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _published_intact(dst: Path, dst_stat: os.stat_result, md5: str) -> bool:
+    """Whether the published copy ``dst`` (a regular file, lstat ``dst_stat``) holds the
+    content whose md5 the MANIFEST lists, ``md5``.
+
+    The copy is hashed the first time this process sees it and whenever its stat key
+    (device, inode, size, mtime, ctime) changed since it was last found intact, so a tamper
+    that keeps size and mtime (``os.utime``) is caught at the next call by its ctime.  The
+    result is remembered only when the ctime was at least :data:`RACY_WINDOW` old when the
+    copy was hashed (a write in the same clock tick could keep the ctime too).  Cost: one
+    dict lookup per file when nothing changed; one hash of every published file (~60
+    files, ~0.5 MB) at the first call in a process."""
+    where = str(dst.absolute())
+    key = _stat_key(dst_stat)
+    if _VERIFIED.get(where) == (key, md5):
+        return True
+    try:
+        intact = file_md5(dst) == md5
+    except OSError:
+        return False
+    if intact and time.time_ns() - dst_stat.st_ctime_ns >= RACY_WINDOW * 1e9:
+        _VERIFIED[where] = (key, md5)
+    else:
+        _VERIFIED.pop(where, None)
+    return intact
+
+
 def _read_published(dest: Path) -> dict[str, str]:
     """The current MANIFEST of ``dest`` as ``{path: md5}``; {} if missing or unreadable."""
     try:
@@ -335,7 +375,8 @@ def publish(repo_root: Path, dest: Path) -> bool:
             dst_stat: os.stat_result | None = dst.lstat()
         except FileNotFoundError:
             dst_stat = None
-        if dst_stat is not None and rel in published and _quick_same(src_stat, dst_stat):
+        if (dst_stat is not None and rel in published and _quick_same(src_stat, dst_stat)
+                and _published_intact(dst, dst_stat, published[rel])):
             md5s[rel] = published[rel]
             continue
         md5 = file_md5(src)

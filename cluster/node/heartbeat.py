@@ -79,7 +79,8 @@ def cluster_secret(cfg: Config) -> str:
     heartbeat whose answer did not verify (:class:`HeartbeatUnverified` drops the kept
     copies: the master's secret may have been replaced).
 
-    HeartbeatError naming the monitor if the file is absent or cannot be read.
+    HeartbeatError naming the monitor if the file is absent or cannot be read, or is a
+    symbolic link or not mode 0600 (:mod:`cluster.runtime.secretfile`).
     """
     where = (cfg.transport, cfg.master_host, str(cfg.master_home))
     with _SECRETS_LOCK:
@@ -87,7 +88,8 @@ def cluster_secret(cfg: Config) -> str:
     if text is not None:
         return text
     try:
-        text = make_transport(cfg).read_text(Home.CLUSTER_SECRET)
+        # read_secret: a secret that is a link or open to group or others is refused.
+        text = make_transport(cfg).read_secret(Home.CLUSTER_SECRET)
     except ClusterError as exc:
         raise HeartbeatError(cfg.master_host, cfg.monitor_port,
                              f"cannot read the cluster secret: {exc}") from None

@@ -26,7 +26,7 @@ import paramiko
 
 from cluster.errors import SshError, TransportError
 from cluster.node.transport import check_rel
-from cluster.runtime import mirror, proc, ssh
+from cluster.runtime import mirror, proc, secretfile, ssh
 from cluster.runtime.mirror import Exclude
 
 if TYPE_CHECKING:
@@ -289,6 +289,36 @@ class SshTransport:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise TransportError("read", rel, f"not UTF-8 text (byte {exc.start})") from None
+
+    def read_secret(self, rel: str) -> str | None:
+        """The text of the secret file ``rel`` on the master, or None if it does not exist.
+
+        Refused (:class:`~cluster.runtime.secretfile.SecretFileError` naming the master and
+        the file) if SFTP's ``lstat`` shows a link or group/other permission bits, and again
+        if the opened file's ``stat`` does (SFTP has no O_NOFOLLOW: a link swapped in
+        after the lstat shows there as its target's mode, which must then be 0600 too)."""
+        path = self.remote_path(rel, "read")
+        where = f"{self.target.where()}:{path}"
+
+        def read(_client: paramiko.SSHClient, sftp: paramiko.SFTPClient) -> bytes | None:
+            try:
+                secretfile.check_secret_mode(where, sftp.lstat(path).st_mode or 0)
+                with sftp.open(path, "rb") as fh:
+                    secretfile.check_secret_mode(where, fh.stat().st_mode or 0)
+                    return fh.read(secretfile.MAX_SECRET_BYTES + 1)
+            except FileNotFoundError:
+                return None
+        data = self._call("read", rel, read)
+        if data is None:
+            return None
+        if len(data) > secretfile.MAX_SECRET_BYTES:
+            raise secretfile.SecretFileError(where, f"is larger than "
+                                                    f"{secretfile.MAX_SECRET_BYTES} bytes")
+        try:
+            return data.decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise secretfile.SecretFileError(where, f"is not ASCII text (byte {exc.start})") \
+                from None
 
     # -- write ---------------------------------------------------------------------------------
     def upload(self, src: Path, rel: str) -> None:

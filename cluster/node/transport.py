@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
 from cluster.errors import ConfigError, TransportError
-from cluster.runtime import fsutil, mirror
+from cluster.runtime import fsutil, mirror, secretfile
 from cluster.runtime.mirror import Exclude
 
 if TYPE_CHECKING:
@@ -44,6 +44,12 @@ class Transport(Protocol):
 
     def read_text(self, rel: str) -> str | None:
         """The UTF-8 text of the master-home file ``rel``, or None if it does not exist."""
+        ...
+
+    def read_secret(self, rel: str) -> str | None:
+        """The text of the master-home secret file ``rel`` (``cluster.secret``), or None if
+        it does not exist; a ClusterError naming the file if it is a symbolic link or open
+        to group or others (:mod:`cluster.runtime.secretfile`)."""
         ...
 
     def fetch_tree(self, rel: str, dest: Path) -> None:
@@ -98,6 +104,17 @@ class LocalTransport:
             raise TransportError("read", rel, "is a directory on the master, not a file") from None
         except UnicodeDecodeError as exc:
             raise TransportError("read", rel, f"not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise TransportError("read", rel, exc.strerror or str(exc)) from None
+
+    def read_secret(self, rel: str) -> str | None:
+        """See :meth:`Transport.read_secret`: :func:`~cluster.runtime.secretfile.read_secret_file`
+        (O_NOFOLLOW, fstat mode check) on the local file."""
+        path = self._path(rel, "read")
+        try:
+            return secretfile.read_secret_file(path)
+        except FileNotFoundError:
+            return None
         except OSError as exc:
             raise TransportError("read", rel, exc.strerror or str(exc)) from None
 

@@ -43,6 +43,7 @@ def home(tmp_path: Path) -> Home:
     h.create()
     h.job_start(0).write_text(f"id {RUN}\nproduct gs\n")
     h.cluster_secret.write_text(SECRET + "\n")
+    h.cluster_secret.chmod(0o600)  # a secret open to others is refused
     return h
 
 

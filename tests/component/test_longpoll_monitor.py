@@ -53,6 +53,7 @@ def home(tmp_path: Path) -> Home:
     h = Home(tmp_path / "home")
     h.create()
     h.cluster_secret.write_text(SECRET + "\n")
+    h.cluster_secret.chmod(0o600)  # a secret open to others is refused
     return h
 
 

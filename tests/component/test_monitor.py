@@ -55,6 +55,7 @@ def home(tmp_path: Path) -> Home:
     h.job_start(0).write_text(f"id {JOB0}\nproduct gs\n")
     h.job_start(2).write_text(f"id {JOB2}\nuser alice\n")
     h.cluster_secret.write_text(SECRET + "\n")
+    h.cluster_secret.chmod(0o600)  # a secret open to others is refused
     return h
 
 

@@ -1,4 +1,5 @@
-"""A full disk at the end of a run leaves the previous tables whole (a real full tmpfs).
+"""A full disk at the end of a run leaves the previous tables whole, and one at a master's
+start makes it wait with one line (a real full tmpfs).
 
 The master home is on a small tmpfs mounted for the test.  When the run ends, the disk is
 filled so that the new baseline cannot be written: the master says so and leaves the run's
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cluster.master import ending
+from cluster.master import ending, invocation
 from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.report.tab import read_tab
@@ -31,7 +33,7 @@ from tests.component.scripted_nodes import (
     signed_talk,
     wait_for_run,
 )
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_for
 
 MD5 = "0123456789abcdef0123456789abcdef"
 #: Rows of an untested product in the baseline: the merged table is big (about 1.5 MB).
@@ -101,3 +103,53 @@ def test_enospc_during_the_rotation_leaves_the_tables_whole(tmpfs: Path) -> None
     assert (home.tables / "previous2.tab").read_bytes() == tables["previous.tab"]
     assert (home.tables / "previous.tab").read_bytes() == tables["current.tab"]
     assert len(read_tab(home.tables / "current.tab")) == KEPT_ROWS + len(names)
+
+
+def test_a_full_disk_at_the_start_waits_with_one_line_then_runs(tmpfs: Path,
+                                                                 tmp_path: Path) -> None:
+    """A master started on a full disk (its PID file cannot be written) neither dies with a
+    traceback nor says so at every tick: it writes one line naming the PID file, the free
+    space and the room it waits for, and waits; a second invocation meanwhile exits at once
+    without a word; when room is back the first takes the queued run and serves it to the
+    end: the table holds every test, the queue is empty."""
+    home = make_home(tmpfs / "home")
+    filler = tmpfs / "filler"
+    st = os.statvfs(tmpfs)
+    with open(filler, "wb") as fh:
+        fh.write(b"\0" * (st.f_bavail * st.f_frsize))
+    assert os.statvfs(tmpfs).f_bavail == 0
+    port = free_port(3) + 2
+    argv = master_argv(home, port, "linger=0.5", suffixed=True)
+    err_path = tmp_path / "first.err"  # off the full disk, as a terminal would be
+    with open(err_path, "w") as err:
+        master = subprocess.Popen(argv, stderr=err, text=True)
+    try:
+        wait_for(lambda: "disk full" in err_path.read_text(), 30, "the full-disk line")
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 0 and second.stderr == "", second.stderr
+        time.sleep(3 * invocation.DISK_POLL)  # more polls: still one line, still waiting
+        assert master.poll() is None
+        lines = err_path.read_text().splitlines()
+        assert len(lines) == 1, lines
+        assert "Traceback" not in lines[0] and str(home.pid_file(2)) in lines[0]
+        assert "0 bytes free" in lines[0] and f"until {invocation.DISK_ROOM} are free" in lines[0]
+        assert not home.job_start(2).exists()
+
+        filler.unlink()
+        run_id = wait_for_run(home, 2, port)
+        assert signed_talk(port, request("n1", run_id)) == b"BUILD\n"
+        reply = protocol.parse_reply(signed_talk(port, request("n1", run_id, "slots 8",
+                                                               "jobs 0 0")))
+        held = [Job.parse(line).name for line in reply.jobs]
+        run_to_the_end(port, "n1", run_id, held, MD5)
+        assert master.wait(timeout=60) == 0
+    finally:
+        if master.poll() is None:
+            master.kill()
+            master.wait()
+    text = err_path.read_text()
+    assert "Traceback" not in text and "Logging error" not in text, text
+    assert "room again" in text
+    assert QueueFile(home.queue(2), home.queue_lock(2)).read() == []
+    names = sorted(f"ex__{f}.{c}" for f in FILES for c in CONFIGS)
+    assert sorted(read_tab(home.tables / "current.tab")) == names

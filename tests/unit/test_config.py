@@ -46,7 +46,7 @@ def test_values_are_converted_and_paths_are_relative_to_the_file(tmp_path: Path)
     ("[master]\nno_such_key = 1\n", {}, "one of"),
     ("[elsewhere]\nx = 1\n", {}, "section [master] or [node]"),
     ("[master]\n", {"base_port": "70000"}, "TCP port"),
-    ("[master]\n", {"poll_interval": "-1"}, "non-negative"),
+    ("[master]\n", {"poll_interval": "-1"}, "above 0, up to 3600"),
     ("[node]\nnode_name = bad name\n", {}, "letters, digits"),
     ("[master]\n", {"speculate_tail": "maybe"}, "yes or no"),
     ("not ini at all", {}, "INI syntax"),
@@ -100,27 +100,34 @@ def test_good_cron_schedules_load_unchanged(key: str, value: str) -> None:
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
-    ("smtp_port", "0", "a TCP port between 1 and 65535"),
-    ("smtp_port", "65536", "a TCP port between 1 and 65535"),
-    ("smtp_port", "-25", "a TCP port between 1 and 65535"),
-    ("smtp_port", "twenty-five", "an integer (TCP port)"),
-    ("smtp_port", "25.5", "an integer (TCP port)"),
-    ("gs_memory_kb", "0", "a positive integer (KiB)"),
-    ("gs_memory_kb", "-1000", "a positive integer (KiB)"),
-    ("max_line_bytes", "0", "a positive integer (bytes)"),
-    ("batch_per_slot", "0", "a positive integer (jobs)"),
-    ("connect_retries", "0", "a positive integer (attempts)"),
-    ("min_ram_mb", "-1", "a non-negative integer (MiB)"),
-    ("max_timeouts", "-1", "a non-negative integer (tests)"),
+    ("smtp_port", "0", "an integer from 1 to 65535 (TCP port)"),
+    ("smtp_port", "65536", "an integer from 1 to 65535 (TCP port)"),
+    ("smtp_port", "-25", "an integer from 1 to 65535 (TCP port)"),
+    ("smtp_port", "twenty-five", "an integer from 1 to 65535 (TCP port)"),
+    ("smtp_port", "25.5", "an integer from 1 to 65535 (TCP port)"),
+    ("gs_memory_kb", "0", "an integer from 1 to 1073741824 (KiB)"),
+    ("gs_memory_kb", "-1000", "an integer from 1 to 1073741824 (KiB)"),
+    ("max_line_bytes", "0", "an integer from 1 to 16777216 (bytes)"),
+    ("batch_per_slot", "0", "an integer from 1 to 10000 (jobs)"),
+    ("connect_retries", "0", "an integer from 1 to 1000 (attempts)"),
+    ("min_ram_mb", "-1", "an integer from 0 to 16777216 (MiB)"),
+    ("max_timeouts", "-1", "an integer from 0 to 1000000 (tests)"),
     ("slots", "-1", "0 (CPU count) or a positive integer"),
-    ("io_timeout", "0", "a positive number (seconds)"),
-    ("job_timeout", "0", "a positive number (seconds)"),
-    ("heartbeat_timeout", "0", "a positive number (seconds)"),
-    ("supervisor_interval", "0", "a positive number (seconds)"),
-    ("poll_interval", "0", "a positive number (seconds)"),
-    ("linger", "-1", "a non-negative number (seconds)"),
-    ("poll_interval", "nan", "a non-negative number (seconds)"),
-    ("job_timeout", "inf", "a non-negative number (seconds)"),
+    ("io_timeout", "0", "a number above 0, up to 86400 (seconds)"),
+    ("job_timeout", "0", "a number above 0, up to 86400 (seconds)"),
+    ("heartbeat_timeout", "0", "a number above 0, up to 86400 (seconds)"),
+    ("supervisor_interval", "0", "a number above 0, up to 3600 (seconds)"),
+    ("poll_interval", "0", "a number above 0, up to 3600 (seconds)"),
+    ("linger", "-1", "a number from 0 to 3600 (seconds)"),
+    ("poll_interval", "nan", "a number above 0, up to 3600 (seconds)"),
+    ("job_timeout", "inf", "a number above 0, up to 86400 (seconds)"),
+    ("linger", "-inf", "a number from 0 to 3600 (seconds)"),
+    ("linger", "1e308", "a number from 0 to 3600 (seconds)"),
+    ("linger", "3600.001", "a number from 0 to 3600 (seconds)"),
+    ("batch_per_slot", "99999999999999999999", "an integer from 1 to 10000 (jobs)"),
+    ("batch_per_slot", "10001", "an integer from 1 to 10000 (jobs)"),
+    ("max_request_bytes", "1" + "0" * 30, "an integer from 1 to 4294967296 (bytes)"),
+    ("slots", "1000000", "an integer from 0 to 4096 (jobs)"),
 ])
 def test_numbers_out_of_range_are_refused_naming_key_and_form(key: str, value: str,
                                                               expected: str) -> None:
@@ -144,10 +151,31 @@ def test_in_range_values_load_including_a_meaningful_zero(key: str, value: str) 
 
 
 def test_every_numeric_default_is_in_range() -> None:
-    """A positive field's default is > 0, every other number's >= 0 (defaults unchanged)."""
-    for f in dataclasses.fields(config.Config):
-        if f.type in ("int", "float"):
-            assert f.default > 0 if f.metadata["positive"] else f.default >= 0, f.name
+    """A positive field's default is > 0, every other number's >= 0, and every number has
+    an upper bound its default is within (defaults unchanged)."""
+    numeric = [f for f in dataclasses.fields(config.Config) if f.type in ("int", "float")]
+    assert len(numeric) > 30
+    for f in numeric:
+        assert f.default > 0 if f.metadata["positive"] else f.default >= 0, f.name
+        assert f.metadata["high"] is not None and f.default <= f.metadata["high"], f.name
+
+
+@pytest.mark.parametrize("key", [f.name for f in dataclasses.fields(config.Config)
+                                 if f.type in ("int", "float")])
+def test_every_number_takes_its_bound_and_refuses_past_it(key: str) -> None:
+    """The upper bound itself loads; the next integer (or a bit more) past it and 1e308 are
+    refused naming the key, the value and the range."""
+    f = {f.name: f for f in dataclasses.fields(config.Config)}[key]
+    high = f.metadata["high"]
+    shown = str(int(high)) if f.type == "int" else repr(float(high))
+    assert getattr(config.load(None, {key: shown}), key) == high
+    past = str(int(high) + 1) if f.type == "int" else repr(float(high) * 1.0001)
+    for value in (past, "1e308" if f.type == "float" else "9" * 40):
+        with pytest.raises(ConfigError) as exc:
+            config.load(None, {key: value})
+        assert exc.value.key == key, value
+        text = str(exc.value)
+        assert f"config key {key!r}" in text and config.range_text(f) in text, text
 
 
 @pytest.mark.parametrize("section", ["master", "node"])

@@ -5,8 +5,10 @@ failure is logged once and never stops the clustermasters from starting."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,36 @@ def test_each_tick_publishes_and_a_failure_is_logged_once(
         assert marker.read_text() == "xxxx"
     finally:
         supervisor.shutdown()
+
+
+@pytest.mark.parametrize("remembered", [False, True], ids=["first-call", "after-memo"])
+def test_a_tamper_keeping_size_and_mtime_is_undone_at_the_next_tick(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, remembered: bool) -> None:
+    """The published copy is checked by content: a same-size edit of it whose mtime is put
+    back (os.utime) is replaced by the checkout's file at the next call, whether the
+    publisher had already found that copy intact (its memo, keyed on the copy's stat with
+    its ctime) or sees it for the first time (a restarted supervisor)."""
+    repo = _repo(tmp_path / "repo")
+    dest = tmp_path / "home" / "node-code"
+    publisher = NodeCodePublisher(repo, dest)
+    # Trust a copy's ctime at once, so the second call below remembers every copy intact.
+    monkeypatch.setattr(code, "RACY_WINDOW", 0.0)
+    assert publisher() is True
+    target = dest / "cluster/node/caps.py"
+    good = target.read_bytes()
+    if remembered:
+        assert publisher() is False
+        time.sleep(0.05)  # past the coarse clock tick that stamped the copies' ctimes
+    else:
+        monkeypatch.setattr(code, "_VERIFIED", {}, raising=False)  # a new process
+    before = target.stat()
+    evil = b"#" * len(good)
+    target.write_bytes(evil)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = target.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+    assert publisher() is True
+    assert target.read_bytes() == good
+    assert (dest / code.MANIFEST).read_text() == code.manifest(repo, code.node_files(repo))
+    assert publisher() is False
