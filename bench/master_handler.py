@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,9 +40,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import figures, start  # noqa: E402
+from cluster import nodekeys  # noqa: E402
 from cluster.master import journal  # noqa: E402
 from cluster.master.audit import AuditLog  # noqa: E402
-from cluster.master.handler import RequestHandler, RunSession  # noqa: E402
+from cluster.master.handler import RequestHandler, RunKeys, RunSession  # noqa: E402
 from cluster.master.joblist import JobFile  # noqa: E402
 from cluster.master.runstate import RunState, Settings  # noqa: E402
 from cluster.wire import protocol, signing  # noqa: E402
@@ -63,7 +65,8 @@ def write_jobs(path: Path, jobs: int) -> None:
 class Stages:
     """The handler's steps, timed one by one (as RequestHandler.__call__ runs them)."""
 
-    NAMES = ("id", "verify", "parse", "guard", "state", "journal", "audit", "reply", "sign")
+    NAMES = ("id", "key", "verify", "parse", "guard", "state", "journal", "audit", "reply",
+             "sign")
 
     def __init__(self) -> None:
         self.ns = dict.fromkeys(self.NAMES, 0)
@@ -76,13 +79,16 @@ class Stages:
         marks = [clock()]
         assert signing.header_value(data, b"id") == state.run_id
         marks.append(clock())
-        _, nonce = signing.verify_request(data, session.key)
+        key = session.keys.key(signing.header_value(data, b"node"))
+        assert key is not None
+        marks.append(clock())
+        _, nonce = signing.verify_request(data, key)
         marks.append(clock())
         req = protocol.parse_request(data, handler.max_line, handler.max_lines, canonical=True)
         marks.append(clock())
         assert session.guard.accept(req.node, nonce)
         marks.append(clock())
-        outcome = state.handle(req, handler.monotonic())
+        outcome = state.handle(req, handler.monotonic(), nonce[:signing.SESSION_HEX], PEER)
         marks.append(clock())
         served.journal.write(outcome.journal)
         marks.append(clock())
@@ -90,7 +96,7 @@ class Stages:
         marks.append(clock())
         reply = protocol.format_reply(outcome.reply)
         marks.append(clock())
-        signed = signing.sign_reply(reply, session.key, nonce)
+        signed = signing.sign_reply(reply, key, nonce)
         marks.append(clock())
         for name, before, after in zip(self.NAMES, marks, marks[1:], strict=False):
             self.ns[name] += after - before
@@ -105,8 +111,15 @@ def one_run(jobs_path: Path, work: Path, jobs: int, nodes: int, slots: int,
     state = RunState(RUN_ID, JobFile(jobs_path), now[0], Settings())
     (work / "results").unlink(missing_ok=True)
     jrnl = journal.Journal(work / "results", RUN_ID)
-    key = signing.parse_secret(signing.new_secret())
-    session = RunSession(key, signing.ReplayGuard(), AuditLog(work / "audit.log"))
+    home = work / "home"
+    keys: list[bytes] = []
+    for i in range(nodes):  # each node's own key, as bootstrap_node.py makes it
+        nodekeys.ensure_node_key(home, f"n{i:05d}")
+        text = nodekeys.read_node_key(home, f"n{i:05d}")
+        assert text is not None
+        keys.append(signing.run_key(signing.parse_secret(text), RUN_ID))
+    session = RunSession(RunKeys(home, RUN_ID, lambda: now[0]), signing.ReplayGuard(),
+                         AuditLog(work / "audit.log"))
     handler = RequestHandler(protocol.DEFAULT_MAX_LINE, protocol.DEFAULT_MAX_LINES,
                              lambda: now[0])
     handler.bind(state, jrnl, session)
@@ -125,13 +138,13 @@ def one_run(jobs_path: Path, work: Path, jobs: int, nodes: int, slots: int,
             body = b"".join([heads[k], *[b"result %s 0 0.00 0.00 0.00 %s shell\n"
                                           % (name, md5(name).hexdigest().encode())
                                           for name in held[k]]])
-            data = signing.sign_request(body + b"OK\n", key, nonce)
+            data = signing.sign_request(body + b"OK\n", keys[k], nonce)
             began = clock()
             reply = stages(handler, data) if stages else handler(data, PEER)
             spent += clock() - began
             calls += 1
             now[0] += TICK
-            verb, _, rest = signing.verify_reply(reply, key, nonce).partition(b"\n")
+            verb, _, rest = signing.verify_reply(reply, keys[k], nonce).partition(b"\n")
             held[k] = []
             if verb == b"JOBS":
                 lines = rest.partition(b"\n")[2].split(b"\n")
@@ -186,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep is None:
         for name in ("jobs", "results", "audit.log"):
             (work / name).unlink(missing_ok=True)
+        shutil.rmtree(work / "home", ignore_errors=True)
         os.rmdir(work)
     return 0
 

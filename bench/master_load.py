@@ -13,7 +13,8 @@ loopback: first call -> BUILD, a call without ``busy`` -> JOBS, every job "finis
 and its result (error 0, the md5 of the test name, product ``shell``) goes back with the
 next call, UPLOAD is answered by calling again, and ABORT ends the node.  They sign as real
 nodes do (issue 11): every request carries a nonce (a session per node and a counter) and
-the HMAC-SHA256 ``sig`` line under the run's secret from job.start, and every reply's
+the HMAC-SHA256 ``sig`` line under each node's run key (from its own key in the home's
+``node-keys/``, made before the master starts), and every reply's
 signature is verified before it is read.  The nodes run in
 ``--procs`` client processes (default: 1), each a single-threaded selector loop; the
 master is alone on its core.
@@ -76,6 +77,7 @@ if __package__ in (None, ""):
 import psutil  # noqa: E402
 
 from bench.common import REPO, figures, start  # noqa: E402
+from cluster import nodekeys  # noqa: E402
 from cluster.home import Home  # noqa: E402
 from cluster.localcluster import free_port  # noqa: E402
 from cluster.queue import QueueFile, RunSpec  # noqa: E402
@@ -109,6 +111,7 @@ class Node:
     prefix: bytes                     # the request headers, ready to send
     held: list[bytes] = field(default_factory=list)  # names of the jobs it was given
     session: bytes = b""              # its nonces' session (16 hex), as a node process has
+    key: bytes = b""                  # its run key: from its own key (node-keys/<name>.key)
     count: int = 0                    # its nonces' counter
     calls: int = 0
     done: bool = False
@@ -143,7 +146,7 @@ class _Call:
 
 
 def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
-              deadline: float, job_start: Path, secret: str = "") -> Stats:
+              deadline: float, job_start: Path, home_root: Path) -> Stats:
     """Drive ``names`` as simulated nodes until each is told ABORT (or ``deadline``).
 
     A node refused after the master removed ``job_start`` came too late: the run was
@@ -157,9 +160,9 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
     address = ("127.0.0.1", port)
     mono = time.monotonic
     nodes = [Node(n, (f"node {n}\nid {run_id}\nbuilt {run_id}\ncaps {CAPS}\nslots {slots}\n"
-                      f"jobs 0 0\n").encode(), session=os.urandom(8).hex().encode())
+                      f"jobs 0 0\n").encode(), session=os.urandom(8).hex().encode(),
+                 key=run_key(home_root, n, run_id))
              for n in names]
-    mac_key = signing.parse_secret(secret)
     sha256 = hashlib.sha256
     waiting: list[tuple[float, Node]] = [(0.0, n) for n in nodes]  # (not before, node)
     live = len(nodes)
@@ -177,7 +180,7 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
         else:
             head = node.prefix + b"nonce %s\n" % nonce
         # As signing.sign_request: the MAC of every byte but the sig line.
-        mac = hmac.new(mac_key, head, sha256)
+        mac = hmac.new(node.key, head, sha256)
         mac.update(b"OK\n")
         out = b"%ssig %s\nOK\n" % (head, mac.hexdigest().encode())
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -212,7 +215,7 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
         now = mono()
         node = call.node
         try:
-            data = signing.verify_reply(data, mac_key, call.nonce)  # before anything is read
+            data = signing.verify_reply(data, node.key, call.nonce)  # before anything is read
         except signing.SignatureError as exc:
             stats.errors.append(f"{node.name}: reply refused: {exc}: {data[:80]!r}")
             node.done = True
@@ -302,10 +305,18 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
     return stats
 
 
+def run_key(home_root: Path, name: str, run_id: str) -> bytes:
+    """Node ``name``'s key in run ``run_id``, from its own key in the home."""
+    text = nodekeys.read_node_key(home_root, name)
+    if text is None:
+        raise RuntimeError(f"no key for node {name} in {home_root}")
+    return signing.run_key(signing.parse_secret(text), run_id)
+
+
 def _client(conn: mp.connection.Connection, port: int, run_id: str, names: list[str],
-            slots: int, jobs: int, deadline: float, job_start: Path, secret: str) -> None:
+            slots: int, jobs: int, deadline: float, job_start: Path, home_root: Path) -> None:
     try:
-        stats = run_nodes(port, run_id, names, slots, jobs, deadline, job_start, secret)
+        stats = run_nodes(port, run_id, names, slots, jobs, deadline, job_start, home_root)
     except BaseException as exc:  # report, never hang the parent
         stats = Stats()
         stats.errors.append(f"client process failed: {exc!r}")
@@ -598,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_until(lambda: listening(port), 600, proc, "the master to listen")
         deadline = time.monotonic() + args.timeout
         names = [f"n{i:05d}" for i in range(args.nodes)]
+        for name in names:  # each node's own key, as bootstrap_node.py makes it
+            nodekeys.ensure_node_key(home.root, name)
         ctx = mp.get_context("fork")
         pipes = []
         workers = []
@@ -606,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
             share = names[p::args.procs]
             w = ctx.Process(target=_client, args=(child_end, port, run_id, share, args.slots,
                                                   args.jobs, deadline, job_start,
-                                                  start_info.secret))
+                                                  home.root))
             w.start()
             child_end.close()
             pipes.append(parent_end)

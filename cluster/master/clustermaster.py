@@ -40,7 +40,7 @@ from cluster.master import abort, ending, finish, journal, monitor
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
-from cluster.master.handler import RequestHandler, RunSession
+from cluster.master.handler import NonceLog, RequestHandler, RunKeys, RunSession
 from cluster.master.joblist import JobFile
 from cluster.master.livestatus import LiveStatus
 from cluster.master.pidfile import PidFile
@@ -68,8 +68,10 @@ REPLACED = protocol.REPLACED
 END_FAILED = "its end steps could not all be done"
 #: How often the serving master saves the run's progress [seconds].
 PROGRESS_INTERVAL = 1.0
-#: job.start's permission bits: it holds the run's secret.
+#: job.start's permission bits: the owner's (it names the run's source and build command).
 JOB_START_MODE = 0o600
+#: The run's accepted nonces (handler.NonceLog), in runs/<id>/.
+NONCES_FILE = "nonces"
 #: A port another program holds is logged at most this often [seconds] ...
 PORT_LOG_EVERY = 60.0
 #: ... remembered across invocations in this stamp file in the home's log/ (per priority).
@@ -85,18 +87,10 @@ def new_run_id(priority: int, clock: Clock) -> str:
 
 
 def write_job_start(path: Path, start: JobStart) -> None:
-    """Write ``start`` as job.start, secret included, readable by its owner only (0600):
-    the secret is what keeps strangers from taking jobs and sending results."""
-    fsutil.atomic_write(path, start.format(with_secret=True), mode=JOB_START_MODE)
+    """Write ``start`` as job.start, readable by its owner only (0600).  It holds no
+    secret: each node signs with its own key (:mod:`cluster.nodekeys`)."""
+    fsutil.atomic_write(path, start.format(), mode=JOB_START_MODE)
     os.chmod(path, JOB_START_MODE)  # atomic_write keeps an older file's bits otherwise
-
-
-def _good_secret(text: str) -> bool:
-    try:
-        signing.parse_secret(text)
-    except ValueError:
-        return False
-    return True
 
 
 class JobListError(ClusterError):
@@ -226,8 +220,17 @@ class ClusterMaster:
             # A run with results had nodes, whoever served them; another attempt of a run
             # that lost its nodes waits no_node_timeout for one, then gives up.
             progress.had_nodes = True
-        session = RunSession(signing.parse_secret(start.secret), signing.ReplayGuard(),
-                             AuditLog(home.audit_log(run_id), self.clock))
+        # Each node signs with its own key (issue 20); the nonces accepted by the masters
+        # before this one are refused as replays here too.
+        guard = signing.ReplayGuard()
+        nonce_path = run_dir / NONCES_FILE
+        loaded = NonceLog.load(nonce_path, guard)
+        if loaded:
+            log.info("run %s: %d nonces of earlier masters loaded into the replay guard",
+                     run_id, loaded)
+        session = RunSession(RunKeys(home.root, run_id, self.clock.monotonic), guard,
+                             AuditLog(home.audit_log(run_id), self.clock),
+                             NonceLog(nonce_path))
         # Its start as the first master saw it: now less the elapsed time of them all.
         live = LiveStatus(home.live(p), start, self.clock.time() - progress.elapsed(),
                           self.clock)
@@ -259,6 +262,8 @@ class ClusterMaster:
         finally:
             jrnl.close()
             session.audit.flush(force=True)  # complete before the end steps archive it
+            if session.nonces is not None:
+                session.nonces.close()
         # From here on the server is not served, so its handler needs no state; the ender
         # takes the only reference left, and drops it once the report is made.
         handler.unbind()
@@ -298,10 +303,10 @@ class ClusterMaster:
             old = JobStart.parse(path.read_text(encoding="utf-8"))
             if old.queue == spec.line():
                 self._prepare_source(spec, old)  # a takeover: redo what may be missing
-                if not _good_secret(old.secret):
-                    # Written by a master without signing: the run keeps its id, and its
-                    # nodes (which could not sign) read the new secret when they rejoin.
-                    old = dataclasses.replace(old, secret=signing.new_secret())
+                if old.secret:
+                    # Written by a master that gave each run a shared secret: nodes sign
+                    # with their own keys now, so the run keeps its id and loses the line.
+                    old = dataclasses.replace(old, secret="")
                     write_job_start(path, old)
                 return old
         except FileNotFoundError:
@@ -317,8 +322,7 @@ class ClusterMaster:
             tests=self.cfg.tests_dir.as_posix() if not self.cfg.tests_dir.is_absolute()
             else os.path.relpath(self.cfg.tests_dir, self.home.root),
             options=spec.options,
-            baseline=spec.tree if finish.is_bmpcmp(spec) else "",
-            secret=signing.new_secret())
+            baseline=spec.tree if finish.is_bmpcmp(spec) else "")
         for stale in (self.home.jobs(self.priority), self.home.results(self.priority)):
             self._unlink(stale)
 

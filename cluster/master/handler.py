@@ -5,10 +5,12 @@ each complete request it:
 
 1. reads the claimed job id (without parsing anything else): another run's request is
    refused;
-2. verifies the request's signature under the run's secret, before anything in it is
-   parsed or believed (an unsigned or wrongly signed request is refused);
+2. verifies the request's signature under the run key of the node it claims to be (its
+   own key, :class:`RunKeys`), before anything in it is parsed or believed (an unsigned
+   or wrongly signed request, or one from a name the master holds no key for, is refused);
 3. parses it (a malformed one gets a signed ABORT naming the problem);
-4. checks its nonce against the replay guard (a replayed request is refused);
+4. checks its nonce against the replay guard (a replayed request is refused) and logs it
+   (:class:`NonceLog`: the guard survives a takeover);
 5. lets :class:`~cluster.master.runstate.RunState` decide the reply, journals the new
    results before the node hears back, and records the connection in the audit trail;
 6. signs the reply, covering the request's nonce.
@@ -21,11 +23,15 @@ through :meth:`RequestHandler.server_refused`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from cluster.errors import ProtocolError
+from cluster import nodekeys
+from cluster.errors import ClusterError, ProtocolError
 from cluster.master import journal
 from cluster.master.audit import AuditLog
 from cluster.master.runstate import RunState
@@ -34,14 +40,105 @@ from cluster.wire import protocol, signing
 log = logging.getLogger("cluster.master")
 
 
+class RunKeys:
+    """The request keys of one run's nodes: each node's own key (``node-keys/<name>.key``,
+    :mod:`cluster.nodekeys`) read when the name first calls, and the run's key derived from
+    it (:func:`~cluster.wire.signing.run_key`).  Per connection a dict lookup; a file read
+    only for a name not seen yet (a missing key is looked for again at most every
+    :data:`RETRY` seconds), or after a signature failed and the file changed since it was
+    read (a node set up again gets a new key)."""
+
+    #: How often a name without a key file, or whose key did not verify, is read again [s].
+    RETRY = 1.0
+
+    def __init__(self, home_root: Path, run_id: str, monotonic: Callable[[], float]) -> None:
+        self.home_root = home_root
+        self.run_id = run_id
+        self.monotonic = monotonic
+        self._keys: dict[str, bytes] = {}
+        self._read_at: dict[str, float] = {}
+
+    def key(self, name: str) -> bytes | None:
+        """The run key of node ``name``, or None if the master holds no key for it.
+        SecretFileError (a ClusterError) if its key file is a link or open to others."""
+        key = self._keys.get(name)
+        if key is not None or not name:
+            return key
+        return self._read(name)
+
+    def reread(self, name: str) -> bytes | None:
+        """The key of ``name`` read again, if it was read more than :data:`RETRY` seconds
+        ago (after a signature that did not verify); else None."""
+        if self.monotonic() - self._read_at.get(name, -self.RETRY) < self.RETRY:
+            return None
+        self._keys.pop(name, None)
+        return self._read(name)
+
+    def _read(self, name: str) -> bytes | None:
+        now = self.monotonic()
+        if name in self._read_at and now - self._read_at[name] < self.RETRY:
+            return None
+        self._read_at[name] = now
+        if len(self._read_at) > signing.MAX_SESSIONS:  # bounded: strangers' names
+            del self._read_at[next(iter(self._read_at))]
+        try:
+            text = nodekeys.read_node_key(self.home_root, name)
+        except ValueError:
+            return None  # not a node name
+        if text is None:
+            return None
+        try:
+            key = signing.run_key(signing.parse_secret(text), self.run_id)
+        except ValueError as exc:
+            raise ClusterError(f"{nodekeys.key_path(self.home_root, name)}: {exc}") from None
+        self._keys[name] = key
+        return key
+
+
+class NonceLog:
+    """The nonces a run's masters accepted, one ``<node> <nonce>`` line each, appended to
+    ``runs/<id>/nonces`` before the reply goes out: a master that takes the run over loads
+    them into its :class:`~cluster.wire.signing.ReplayGuard`, so a request recorded before
+    the takeover is still refused as replayed.  One write per accepted request (never per
+    job); not fsync'ed: it must survive the master process, which the page cache does."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    @staticmethod
+    def load(path: Path, guard: signing.ReplayGuard) -> int:
+        """Feed the nonces ``path`` holds into ``guard``; how many.  Torn or malformed
+        lines (a master killed mid-write) are skipped."""
+        count = 0
+        try:
+            with open(path, "rb") as fh:
+                for line in fh:
+                    node, _, nonce = line.rstrip(b"\n").partition(b" ")
+                    if signing.NONCE.fullmatch(nonce) and node:
+                        guard.accept(node.decode("utf-8", "replace"), nonce.decode("ascii"))
+                        count += 1
+        except FileNotFoundError:
+            pass
+        return count
+
+    def append(self, node: str, nonce: str) -> None:
+        os.write(self._fd, f"{node} {nonce}\n".encode())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
 @dataclass(frozen=True)
 class RunSession:
-    """What the handler needs of a run besides its state: the key of its signed
-    messages, the nonces seen, and its audit trail."""
+    """What the handler needs of a run besides its state: the keys of its nodes' signed
+    messages, the nonces seen (and their log, for a successor), and its audit trail."""
 
-    key: bytes
+    keys: RunKeys
     guard: signing.ReplayGuard
     audit: AuditLog
+    nonces: NonceLog | None = None
 
 
 @dataclass(frozen=True)
@@ -87,11 +184,31 @@ class RequestHandler:
         if signing.header_value(data, b"id") != state.run_id:
             # Another run's node (or none): remember nothing, as RunState would.
             return self._refuse(session, peer, data, f"wrong job id, running {state.run_id}")
-        # Verified before anything in it is parsed or believed (issue 11).
+        # Verified before anything in it is parsed or believed (issue 11), under the key of
+        # the node it claims to be (issue 20): one node's key signs for no other name.
+        claimed = signing.header_value(data, b"node")
         try:
-            _, nonce = signing.verify_request(data, session.key)
+            key = session.keys.key(claimed)
+        except ClusterError as exc:
+            return self._refuse(session, peer, data, f"node key refused: {exc}")
+        if key is None:
+            return self._refuse(session, peer, data,
+                                f"unknown node: the master holds no key for {claimed!r} "
+                                f"({nodekeys.NODE_KEYS_DIR}/<name>.key)")
+        try:
+            _, nonce = signing.verify_request(data, key)
         except signing.SignatureError as exc:
-            return self._refuse(session, peer, data, str(exc))
+            fresh = None
+            if exc.reason == signing.BAD_SIGNATURE:
+                with contextlib.suppress(ClusterError):
+                    fresh = session.keys.reread(claimed)
+            if fresh is None or fresh == key:
+                return self._refuse(session, peer, data, str(exc))
+            try:
+                _, nonce = signing.verify_request(data, fresh)
+            except signing.SignatureError as again:
+                return self._refuse(session, peer, data, str(again))
+            key = fresh
         try:
             req = protocol.parse_request(data, self.max_line, self.max_lines, canonical=True)
         except ProtocolError as exc:
@@ -100,16 +217,21 @@ class RequestHandler:
                                   f"bad request: {exc}")
             return signing.sign_reply(protocol.format_reply(
                 protocol.Reply(protocol.ABORT, reason=f"bad request: {exc}")),
-                session.key, nonce)
+                key, nonce)
+        if req.node != claimed:
+            # header_value read the first node header, the parser keeps the last.
+            return self._refuse(session, peer, data, "more than one node name in a request")
         if not session.guard.accept(req.node, nonce):
             return self._refuse(session, peer, data, f"{signing.REPLAYED} {nonce}")
+        if session.nonces is not None:
+            session.nonces.append(req.node, nonce)  # before the reply: a successor's guard
         outcome = state.handle(req, self.monotonic(), nonce[:signing.SESSION_HEX], peer)
         for note in outcome.notes:
             log.warning("peer %s: %s", peer, note)
         if outcome.journal:
             served.journal.write(outcome.journal)  # on disk before the node hears back
         session.audit.connection(peer, req, outcome.reply, outcome.results, outcome.refused)
-        return signing.sign_reply(protocol.format_reply(outcome.reply), session.key, nonce)
+        return signing.sign_reply(protocol.format_reply(outcome.reply), key, nonce)
 
     @staticmethod
     def _refuse(session: RunSession, peer: str, data: bytes, reason: str) -> bytes:

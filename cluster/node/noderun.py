@@ -29,8 +29,10 @@ baseline, so a job using it fails visibly) and ``__python__`` (this interpreter,
 slot shells get the project on ``PYTHONPATH`` so ``__python__ -m cluster.bmpcmp`` imports
 from any directory, installed or not).
 
-Every call is signed with the run's secret (job.start's ``secret``; a job.start without one
-is refused) and the master's reply is believed only once its signature, bound to the
+Every call is signed with this node's run key: derived from the node's own key
+(``node-keys/<name>.key`` in the master home, read through the transport; see
+:mod:`cluster.nodekeys`) and the run id, so no other node can sign for this name, and the
+master's reply is believed only once its signature, bound to the
 call's nonce, verifies (:mod:`cluster.wire.signing`).  A reply that does not verify is not
 acted upon in any way -- no job line of it runs -- and counts as a failed call: retried
 after ``connect_retry_delay``, and after ``connect_retries`` the node exits 3 as for an
@@ -80,6 +82,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from cluster import nodekeys
 from cluster.bmpcmp import DROPPED_NOTE, SET_FILE
 from cluster.config import Config
 from cluster.defaults import (
@@ -97,7 +100,7 @@ from cluster.errors import ClusterError, ProtocolError, TransportError
 from cluster.home import suffixed
 from cluster.node import readlog
 from cluster.node.slots import Finished, SlotPool
-from cluster.node.transport import Transport
+from cluster.node.transport import LocalTransport, Transport
 from cluster.records import (
     BASELINE,
     BIN,
@@ -251,11 +254,7 @@ class NodeRun:
         if text is None:
             raise ClusterError(f"no {suffixed('job.start', self.priority)} on the master")
         start = JobStart.parse(text)
-        try:
-            self.key = signing.parse_secret(start.secret)
-        except ValueError as exc:
-            raise ClusterError(f"{suffixed('job.start', self.priority)} has no usable "
-                               f"secret ({exc}): the master must sign its replies") from None
+        self.key = signing.run_key(self._node_key(), start.id)
         work = self.cfg.work_dir.resolve()
         if not SAFE_PATH.fullmatch(str(work)):
             raise ClusterError(f"work_dir {work} must be a path of [A-Za-z0-9_./+,@%=:-] "
@@ -292,6 +291,25 @@ class NodeRun:
         self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
                              self.cfg.kill_grace, clock=self.clock.monotonic)
         return start
+
+    def _node_key(self) -> bytes:
+        """This node's own key (``node-keys/<name>.key`` in the master home), read through
+        the transport.  A node on the master's own file system (transport local) makes it
+        when it is missing; any other node must have been set up with one
+        (bootstrap_node.py).  ClusterError naming the file otherwise."""
+        rel = nodekeys.key_rel(self.name)
+        text = self.transport.read_secret(rel)
+        if text is None and isinstance(self.transport, LocalTransport):
+            nodekeys.ensure_node_key(self.transport.root, self.name)
+            text = self.transport.read_secret(rel)
+        if text is None:
+            raise ClusterError(f"the master holds no key for node {self.name} ({rel} in its "
+                               "home): set this node up with bootstrap_node.py, which makes "
+                               "it")
+        try:
+            return signing.parse_secret(text)
+        except ValueError as exc:
+            raise ClusterError(f"{rel} on the master: {exc}") from None
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:

@@ -110,6 +110,13 @@ def _mac(key: bytes, data: bytes) -> bytes:
     return hmac.digest(key, data, "sha256").hex().encode("ascii")
 
 
+def run_key(node_key: bytes, run_id: str) -> bytes:
+    """The key of a node's requests and the master's replies in run ``run_id``: an HMAC of
+    the run id under the node's own key (:mod:`cluster.nodekeys`).  Only the node and the
+    master can make it; a request recorded in one run verifies in no other."""
+    return hmac.digest(node_key, b"run " + run_id.encode("utf-8"), "sha256")
+
+
 class NonceSource:
     """The nonces of one client: a random session and a counter from 1, thread-safe."""
 

@@ -4,7 +4,8 @@ For tests of the master's run loop that need nodes doing exact things at exact t
 (finishing, going silent, holding jobs) rather than running gs.
 
 They sign as real nodes do (issue 11): :func:`known_run` (and :func:`wait_for_run`) read a
-run's secret from its job.start, and :func:`signed_talk` signs a request of a known run,
+run's id and home from its job.start, and :func:`signed_talk` signs a request of a known run
+with the run key of the node it names (its own key in the home, made if missing),
 sends it and returns the reply without its ``sig`` line once that verified (a reply with no
 ``sig`` line, a refusal, comes back as it is).
 """
@@ -16,6 +17,7 @@ import socket
 import sys
 from pathlib import Path
 
+from cluster import nodekeys
 from cluster.home import Home
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import Job
@@ -25,7 +27,16 @@ from tests.helpers import CORPUS, REPO, talk, wait_for
 
 FILES = ("golfer.eps", "tiger.eps", "spots2.pdf")
 #: The key of each run whose job.start was read (by run id), and the scripted nodes' nonces.
-KEYS: dict[str, bytes] = {}
+HOMES: dict[str, Home] = {}
+
+
+def node_run_key(home: Home, node: str, run_id: str) -> bytes:
+    """Node ``node``'s key in run ``run_id``, as a real node derives it from its own key in
+    ``home`` (made now if it has none: a scripted node is set up as it first talks)."""
+    nodekeys.ensure_node_key(home.root, node)
+    text = nodekeys.read_node_key(home.root, node)
+    assert text is not None
+    return signing.run_key(signing.parse_secret(text), run_id)
 NONCES = signing.NonceSource()
 CONFIGS = ("ppmraw.72.0", "pbmraw.72.0")
 
@@ -71,16 +82,18 @@ def known_run(home: Home, priority: int) -> str:
     """The id of the run in ``home``'s job.start of ``priority``; its secret is kept for
     :func:`signed_talk`."""
     start = JobStart.parse(home.job_start(priority).read_text())
-    KEYS[start.id] = signing.parse_secret(start.secret)
+    HOMES[start.id] = home
     return start.id
 
 
 def signed_talk(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     """:func:`tests.helpers.talk` for a node: ``data`` signed with its run's key (if the run
     is known), and the reply verified and returned without its sig line."""
-    key = KEYS.get(signing.header_value(data, b"id"))
-    if key is None:
+    home = HOMES.get(signing.header_value(data, b"id"))
+    if home is None:
         return talk(port, data, timeout)
+    key = node_run_key(home, signing.header_value(data, b"node"),
+                       signing.header_value(data, b"id"))
     nonce = NONCES.next()
     reply = talk(port, signing.sign_request(data, key, nonce), timeout)
     if not reply.rstrip(b"\n").rsplit(b"\n", 1)[-1].startswith(signing.SIG_LINE):

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cluster import nodekeys
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE as EXIT_DONE
 from cluster.defaults import NODE_EXIT_FAILED as EXIT_FAILED
@@ -21,9 +22,10 @@ from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import Reply, Request
 
 RUN = "20261122000000-p0-beef"
-#: The run's secret (in job.start): the scripted master verifies and signs with it.
+#: Node n1's own key (node-keys/n1.key in the home), and its run key, with which the
+#: scripted master verifies and signs.
 SECRET = signing.new_secret()
-KEY = signing.parse_secret(SECRET)
+KEY = signing.run_key(signing.parse_secret(SECRET), RUN)
 
 
 @dataclass
@@ -58,8 +60,13 @@ def home(tmp_path: Path) -> Path:
 def write_start(home: Path, build: str = "make") -> None:
     start = JobStart(id=RUN, priority=0, queue="user t gs", kind="user", ref="t",
                      products=("gs",), tree="ghostpdl", source="src", build=build,
-                     tests="tests", secret=SECRET)
-    (home / "job.start").write_text(start.format(with_secret=True))
+                     tests="tests")
+    (home / "job.start").write_text(start.format())
+    keys = home / nodekeys.NODE_KEYS_DIR
+    keys.mkdir(mode=0o700, exist_ok=True)
+    key = keys / "n1.key"
+    key.write_text(SECRET + "\n")
+    key.chmod(0o600)
 
 
 def node(home: Path, tmp_path: Path, port: int, **settings: object) -> NodeRun:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster import nodekeys
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE, NODE_EXIT_UNREACHABLE
 from cluster.home import Home
@@ -35,10 +36,10 @@ from cluster.wire.jobstart import JobStart
 from tests.component.scripted_nodes import (
     CONFIGS,
     FILES,
-    KEYS,
     NONCES,
     make_home,
     master_argv,
+    node_run_key,
     request,
     run_to_the_end,
     signed_talk,
@@ -76,6 +77,8 @@ def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
     home, port, proc = master
     run_id = wait_for_run(home, 2, port)
     assert (home.job_start(2).stat().st_mode & 0o777) == 0o600  # it holds the secret
+    n1_key = node_run_key(home, "n1", run_id)  # n1 and n2 are set up: each has its key
+    node_run_key(home, "n2", run_id)
     fake_results = [f"result {name} 0 0.10 0.00 0.00 {FAKE} gs" for name in NAMES]
     # The stranger, posing as a node that will take part, and as a new one: every form
     # of its request is refused, unsigned.
@@ -92,15 +95,15 @@ def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
         assert reply.startswith(b"ABORT ") and b"\nsig " not in reply, reply
         assert b"JOBS" not in reply
     assert b"unsigned" in refusals[0] and b"bad signature" in refusals[3]
-    assert b"bad signature" in refusals[4]
+    assert b"unknown node" in refusals[4]  # no key was ever made for "evil"
 
     # The honest node n1 builds and takes every job.
     assert signed_talk(port, request("n1", run_id)) == b"BUILD\n"
     # A signed request replayed as it was recorded: refused the second time.
     nonce = NONCES.next()
-    recorded = signing.sign_request(request("n1", run_id, "busy build"), KEYS[run_id], nonce)
+    recorded = signing.sign_request(request("n1", run_id, "busy build"), n1_key, nonce)
     first = talk(port, recorded)
-    assert signing.verify_reply(first, KEYS[run_id], nonce) == b"CONTINUE\n"
+    assert signing.verify_reply(first, n1_key, nonce) == b"CONTINUE\n"
     replayed = talk(port, recorded)
     assert replayed.startswith(b"ABORT replayed nonce")
     reply = protocol.parse_reply(signed_talk(port, request("n1", run_id, "slots 8",
@@ -108,10 +111,18 @@ def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
     held = [Job.parse(line).name for line in reply.jobs]
     assert sorted(held) == NAMES
 
-    # n2 holds the secret but was handed none of these jobs: its results are refused, the
-    # rest of its request (its first contact) goes on.
+    # n2 has a key of its own but was handed none of these jobs: its results are refused,
+    # the rest of its request (its first contact) goes on.
     stray = [f"result {name} 0 0.10 0.00 0.00 {FAKE} gs" for name in held[:2]]
     assert signed_talk(port, request("n2", run_id, *stray)) == b"BUILD\n"
+    # Issue 20: a holder of n1's key cannot speak for n2 (nor abort the run in its name),
+    # and a signed failure -1 from a node that is not building in this run is refused.
+    posing = talk(port, signing.sign_request(
+        request("n2", run_id, "failure -1 posing as n2", *stray), n1_key, NONCES.next()))
+    assert posing.startswith(b"ABORT bad signature") and b"\nsig " not in posing
+    not_building = protocol.parse_reply(signed_talk(
+        port, request("n3", run_id, "failure -1 a build never asked for")))
+    assert not_building.verb == protocol.ABORT and "refused" in not_building.reason
 
     verbs = run_to_the_end(port, "n1", run_id, held, GOOD)
     assert verbs[-1] == protocol.ABORT and protocol.UPLOAD in verbs
@@ -130,9 +141,11 @@ def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
     assert "secret" not in (archive / "run.info").read_text()
 
     # One log line per refusal, naming the peer and the node it claimed.
-    refused = [ln for ln in err.splitlines() if "refused:" in ln]
+    refused = [ln for ln in err.splitlines() if "): refused:" in ln]
     assert len([ln for ln in refused if "(claims node evil)" in ln]) == 3
     assert len([ln for ln in refused if "(claims node n1)" in ln]) == 3  # 2 forged, 1 replay
+    assert len([ln for ln in refused if "(claims node n2)" in ln]) == 1  # n1's key as n2
+    assert "failure -1 refused: node n3 is not building" in err
     assert all(re.search(r"peer 127\.0\.0\.1:\d+ \(claims node", ln) for ln in refused)
     assert "refused 2 result(s) for jobs never handed to it" in err
 
@@ -144,8 +157,9 @@ def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
     refusal_lines = [line for line in audit if " refused " in line.split(" node ", 1)[1][:80]
                      and " reported " not in line]
     reasons = [line.split(" refused ", 1)[1] for line in refusal_lines]
-    assert sum(r.startswith("unsigned request") for r in reasons) == 3
-    assert sum(r.startswith("bad signature") for r in reasons) == 2
+    assert sum(r.startswith("unsigned request") for r in reasons) == 1
+    assert sum(r.startswith("unknown node") for r in reasons) == 3  # "evil" has no key
+    assert sum(r.startswith("bad signature") for r in reasons) == 2  # forged n1; n1 as n2
     assert sum(r.startswith("replayed nonce") for r in reasons) == 1
     assert not [line for line in audit if " node evil " in line and " given " in line]
     n2 = [line for line in audit if " node n2 reported " in line]
@@ -198,14 +212,23 @@ class FakeMaster:
         self.listener.close()
 
 
+NODE_RUN = "20261123000000-p0-f00d"
+
+
 def node_home(root: Path, secret: str) -> Path:
+    """A master home whose job.start describes run NODE_RUN, and in which node ``victim``'s
+    own key is ``secret``."""
     (root / "tests" / "t").mkdir(parents=True)
     (root / "tests" / "t" / "f.ps").write_text("showpage\n")
     (root / "src").mkdir()
-    start = JobStart(id="20261123000000-p0-f00d", priority=0, queue="user t gs", kind="user",
+    start = JobStart(id=NODE_RUN, priority=0, queue="user t gs", kind="user",
                      ref="t", products=("gs",), tree="ghostpdl", source="src", build="true",
-                     tests="tests", secret=secret)
-    (root / "job.start").write_text(start.format(with_secret=True))
+                     tests="tests")
+    (root / "job.start").write_text(start.format())
+    key = nodekeys.key_path(root, "victim")
+    key.parent.mkdir(mode=0o700)
+    key.write_text(secret + "\n")
+    key.chmod(0o600)
     return root
 
 
@@ -246,9 +269,9 @@ def test_a_node_runs_nothing_from_a_reply_it_cannot_verify(tmp_path: Path, how: 
     assert not pwned.exists()
     assert len(fake.requests) == 3  # tried connect_retries times, as for a network failure
     assert "leaving run" not in done.stderr
-    # Each request was signed with the run's secret (the node does its part).
+    # Each request was signed with the node's run key (the node does its part).
     for data in fake.requests:
-        signing.verify_request(data, signing.parse_secret(secret))
+        signing.verify_request(data, signing.run_key(signing.parse_secret(secret), NODE_RUN))
     assert "failure -1" not in b"".join(fake.requests).decode()
     assert done.stderr.count("refused, nothing of it run") == 3
 

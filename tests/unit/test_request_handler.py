@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster import nodekeys
 from cluster.master import journal
 from cluster.master.audit import AuditLog
-from cluster.master.handler import RequestHandler, RunSession
+from cluster.master.handler import NonceLog, RequestHandler, RunKeys, RunSession
 from cluster.master.runstate import RunState
 from cluster.wire import protocol, signing
 from tests.unit.test_runstate import RUN, jobs
@@ -17,17 +18,30 @@ from tests.unit.test_runstate import RUN, jobs
 MD5 = "0123456789abcdef0123456789abcdef"
 
 
+def node_key(home: Path, name: str) -> bytes:
+    """The run key of node ``name``, whose own key is made in ``home`` now."""
+    nodekeys.ensure_node_key(home, name)
+    text = nodekeys.read_node_key(home, name)
+    assert text is not None
+    return signing.run_key(signing.parse_secret(text), RUN)
+
+
 class Served:
     """A handler bound to a run of ``n`` jobs, its journal and audit trail in ``tmp``."""
 
     def __init__(self, tmp: Path, n: int = 4) -> None:
-        self.key = signing.parse_secret(signing.new_secret())
+        self.home = tmp / "home"
+        self.home.mkdir(exist_ok=True)
+        self.key = node_key(self.home, "n1")  # the run key of node n1's own key
         self.state = RunState(RUN, jobs(n), 0.0)
         self.journal = journal.Journal(tmp / "results", RUN)
         self.audit = AuditLog(tmp / "audit.log")
         self.handler = RequestHandler(4096, 1000, lambda: 1.0)
+        self.guard = signing.ReplayGuard()
+        NonceLog.load(tmp / "nonces", self.guard)  # what earlier masters accepted
         self.handler.bind(self.state, self.journal,
-                          RunSession(self.key, signing.ReplayGuard(), self.audit))
+                          RunSession(RunKeys(self.home, RUN, lambda: 1.0), self.guard,
+                                     self.audit, NonceLog(tmp / "nonces")))
         self.nonces = signing.NonceSource()
 
     def call(self, body: str, key: bytes | None = None, nonce: str | None = None
@@ -114,3 +128,44 @@ def test_the_servers_own_refusals_reach_the_audit_trail_and_an_unbound_handler_s
     served.handler.server_refused("10.0.0.7:1", "ignored: no run")  # no error, no trail
     with pytest.raises(RuntimeError, match="before bind"):
         served.handler(b"node n1\nOK\n", "10.0.0.7:1")
+
+
+# ------------------------------------------------------------------ node keys (issue 20)
+
+def test_a_node_key_signs_for_its_own_name_only(tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    served = Served(tmp_path)
+    node_key(served.home, "n2")
+    with caplog.at_level(logging.WARNING, "cluster.master"):
+        raw, _ = served.call(headers(node="n2"), key=served.key)  # n1's key, n2's name
+    assert raw.startswith(b"ABORT bad signature")
+    assert "(claims node n2): refused: bad signature" in caplog.text
+    assert "n2" not in served.state.nodes
+
+
+def test_a_name_the_master_holds_no_key_for_is_refused(tmp_path: Path) -> None:
+    served = Served(tmp_path)
+    raw, _ = served.call(headers(node="ghost"), key=served.key)
+    assert raw.startswith(b"ABORT unknown node") and b"'ghost'" in raw
+    assert "ghost" not in served.state.nodes
+
+
+def test_a_key_file_open_to_others_is_refused_naming_it(tmp_path: Path) -> None:
+    served = Served(tmp_path)
+    key = node_key(served.home, "n3")
+    path = nodekeys.key_path(served.home, "n3")
+    path.chmod(0o644)
+    raw, _ = served.call(headers(node="n3"), key=key)
+    assert raw.startswith(b"ABORT node key refused") and str(path).encode() in raw
+
+
+def test_nonces_accepted_before_a_takeover_are_refused_after_it(tmp_path: Path) -> None:
+    served = Served(tmp_path)
+    data = signing.sign_request((headers() + "OK\n").encode(), served.key,
+                                served.nonces.next())
+    assert served.handler(data, "10.0.0.9:1").startswith(b"BUILD")
+    successor = Served(tmp_path)  # a new master: an empty state, the nonce log loaded
+    again = successor.handler(data, "10.0.0.9:1")
+    assert again.startswith(b"ABORT ") and signing.REPLAYED.encode() in again
+    fresh, _ = successor.call(headers())
+    assert fresh.startswith(b"BUILD")
