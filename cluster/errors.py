@@ -84,6 +84,12 @@ class TransportError(ClusterError):
         return f"{self.action} {self.path}: {self.reason}"
 
 
+class MasterUnreachable(TransportError):
+    """The master's machine could not be reached, or the link kept breaking, after the
+    transport's own retries: nothing was refused, so a node that cannot even read job.start
+    so exits 3 (unreachable), not 1."""
+
+
 class SshError(ClusterError):
     """An ssh connection or command to another machine failed.
 
