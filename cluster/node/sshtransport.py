@@ -43,9 +43,11 @@ FETCH_TIMEOUT = 3 * 3600.0
 #: ``io_timeout``); a listing of 100,000 files takes seconds, so past this the link is
 #: taken for dead and the connection is made again.
 WALK_TIMEOUT = 180.0
-#: rsync exit statuses that mean the connection, not the transfer, failed: worth a retry.
-#: 5 protocol start-up, 10 socket I/O, 12 data stream, 30 I/O timeout, 35 daemon timeout,
-#: 255 ssh itself failed.
+#: rsync exit statuses that mean the connection, not the transfer, failed: worth a retry
+#: (rsync(1) "EXIT VALUES"): 5 protocol start-up, 10 socket I/O, 12 data stream, 30 I/O
+#: timeout, 35 daemon timeout, 255 ssh itself failed (OpenSSH's status, passed on by rsync:
+#: what a session cut at its login or mid-transfer gives, see tests/component/
+#: test_ssh_blinks.py).
 RSYNC_RETRY = frozenset({5, 10, 12, 30, 35, 255})
 #: Tries of one call (a read, an upload, a listing) whose connection broke under it, each
 #: on a new connection.  Small and fixed, not ``connect_retries``: every try begins with a
@@ -134,10 +136,13 @@ class SshTransport:
       ``max_size`` here, and runs ``rsync -a --delete`` over OpenSSH leaving out exactly what
       :class:`LocalTransport` would: the two give the same tree.  What rsync moved is kept in
       :attr:`last_fetch_stats`.
-    * A connection lost during a call (EOF, reset, a stalled read past ``io_timeout``) is
+    * A connection lost during a call (EOF, reset, a stalled read past ``io_timeout``, a
+      remote command's channel closed without an exit status) or during the login is
       dropped and opened again, with ``connect_retries`` tries ``connect_retry_delay``
-      seconds apart, doubling (capped); the call is then made once more.  An rsync whose
-      connection failed is retried the same way.
+      seconds apart, doubling (capped); the call is then made again on the new connection
+      (:data:`CALL_TRIES` tries in all).  An rsync whose connection failed (an exit status
+      in :data:`RSYNC_RETRY`) is run again within ``connect_retries``.  A master that stays
+      out of reach is :class:`~cluster.errors.MasterUnreachable`.
     * Every failure is a :class:`~cluster.errors.TransportError` naming the action, the path
       and the master (``user@host:port``); an unreachable master therefore makes noderun
       report failure 1 (network), never an uncaught paramiko exception.

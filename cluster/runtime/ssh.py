@@ -12,7 +12,9 @@ one way and failures read the same everywhere.
   refused, never accepted or recorded.  Failures raise :class:`~cluster.errors.SshError`
   whose ``kind`` says why (see there) and whose message names ``user@host:port`` and, for a
   host key, its type and SHA256 fingerprint as ``ssh-keygen -l`` prints it.  Only
-  "unreachable" is retried, with exponential backoff capped at :data:`BACKOFF_CAP`.
+  "unreachable" is retried, with exponential backoff capped at :data:`BACKOFF_CAP`; a
+  connection that closes during the login is "unreachable", only the server's refusal is
+  "auth" (:func:`login_failure_kind`).
 * :func:`run_command` / :func:`exec_bytes` run one command on a connection, bounded.
 * :func:`ssh_command` is the OpenSSH client argv with the same checks (for ``rsync -e`` and
   subprocesses); :func:`rsync_argv` an rsync over it; :func:`remote_spec` the ``host:path``
