@@ -27,12 +27,17 @@ MAX_KEX = 256 * 1024
 @dataclass(frozen=True)
 class Cut:
     """Cut the ``nth`` connection (1 = the first) whose client version starts with
-    ``client``: during its login (``after`` None) or once the server has sent it ``after``
-    bytes."""
+    ``client``: during its login (``after`` and ``up_after`` None), once the server has sent
+    it ``after`` bytes, or once it has sent the server ``up_after`` bytes."""
 
     client: str
     nth: int
     after: int | None = None
+    up_after: int | None = None
+
+    @property
+    def at_login(self) -> bool:
+        return self.after is None and self.up_after is None
 
 
 @dataclass
@@ -136,6 +141,11 @@ class CuttingProxy:
                     if not data:
                         return
                     send, cut = self._from_client(conn, data)
+                    rule = conn.rule
+                    if rule is not None and rule.up_after is not None and conn.keyed \
+                            and seen.up + len(send) >= rule.up_after:
+                        seen.cut = "data"
+                        return
                     if send:
                         up.sendall(send)
                         seen.up += len(send)
@@ -166,7 +176,7 @@ class CuttingProxy:
     def _from_client(self, conn: _Conn, data: bytes) -> tuple[bytes, bool]:
         """What of the client's ``data`` to forward, and whether to cut now."""
         if conn.keyed:
-            login_cut = conn.rule is not None and conn.rule.after is None
+            login_cut = conn.rule is not None and conn.rule.at_login
             return (b"", True) if login_cut else (data, False)
         conn.start += data
         if not conn.seen.client:
@@ -189,7 +199,7 @@ class CuttingProxy:
                 conn.keyed = True
                 extra = len(conn.start) - end  # already the encrypted login
                 keep = data[:len(data) - extra] if extra else data
-                if extra and conn.rule is not None and conn.rule.after is None:
+                if extra and conn.rule is not None and conn.rule.at_login:
                     return keep, True
                 return data, False
         return data, False

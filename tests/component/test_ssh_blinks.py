@@ -5,7 +5,8 @@ loopback behind a proxy that cuts chosen connections (tests/sshcut.py):
   real refusal stays "auth" and is not retried;
 * a listing whose session is cut after the login (paramiko's channel closes without an
   exit status) is made again on a new connection; an rsync whose ssh is cut at its login
-  or mid-transfer is run again; the tree fetched is exact: nothing lost or doubled;
+  or mid-transfer is run again; the tree fetched is exact: nothing lost or doubled; an
+  upload cut mid-transfer lands once, whole, with no temporary file left;
 * a whole NodeRun whose sessions are cut at the login and during BUILD's fetches takes
   part in the run; one whose master stays unreachable exits 3, not 1.
 """
@@ -150,6 +151,27 @@ def test_a_fetch_whose_sessions_are_cut_is_exact(tmp_path: Path) -> None:
         finally:
             transport.close()
     assert _tree(dest) == digests
+
+
+def test_an_upload_cut_mid_transfer_lands_once_and_whole(tmp_path: Path) -> None:
+    """An SFTP upload whose connection is cut after 512 KB of its 2 MB: sent again on a new
+    connection; the master has the whole file once, and no temporary file of either try."""
+    home = tmp_path / "home"
+    (home / "logs").mkdir(parents=True)
+    src = tmp_path / "n1.log"
+    data = os.urandom(2 * 1024 * 1024)
+    src.write_bytes(data)
+    cuts = [Cut("paramiko", 1, up_after=512 * 1024)]
+    with PrivateSshd(tmp_path / "sshd") as server, CuttingProxy(server.port, cuts) as proxy:
+        transport = SshTransport(_target(server, proxy, tmp_path), str(home),
+                                 connect_retries=3, connect_retry_delay=0.05, io_timeout=20)
+        try:
+            transport.upload(src, "logs/n1.log")
+        finally:
+            transport.close()
+        assert [c.cut for c in proxy.connections] == ["data", ""]
+    assert sorted(p.name for p in (home / "logs").iterdir()) == ["n1.log"]
+    assert (home / "logs" / "n1.log").read_bytes() == data
 
 
 def _node_run(tmp_path: Path, port: int, target: ssh.SshTarget, home: Path,
