@@ -240,8 +240,9 @@ def login_failure_kind(exc: paramiko.AuthenticationException,
     take public keys at all), after which the connection is still open; no answer within
     ``auth_timeout`` ("Authentication timeout."); and a connection that closed while the
     login waited ("transport shut down or saw EOF": a link cut, an sshd killed or
-    restarting).  Only the first is a refusal; the connection's state tells them apart, not
-    paramiko's words.  A server that closes the connection with a DISCONNECT message of its
+    restarting).  Only the first is a refusal; the connection's state tells a closed one
+    apart (paramiko's words only split a timeout from "failed", both on an open
+    connection).  A server that closes the connection with a DISCONNECT message of its
     own (OpenSSH's "Too many authentication failures") refused too.
     """
     if isinstance(exc, (paramiko.BadAuthenticationType, paramiko.PasswordRequiredException)):
