@@ -84,14 +84,21 @@ class TransportError(ClusterError):
         return f"{self.action} {self.path}: {self.reason}"
 
 
+class MasterUnreachable(TransportError):
+    """The master's machine could not be reached, or the link kept breaking, after the
+    transport's own retries: nothing was refused, so a node that cannot even read job.start
+    so exits 3 (unreachable), not 1."""
+
+
 class SshError(ClusterError):
     """An ssh connection or command to another machine failed.
 
     ``kind`` says why, so callers can tell the cases apart without parsing the message:
-    "unreachable" (no TCP connection, or it was lost; the only kind worth a retry), "auth"
-    (our key was refused), "hostkey-unknown" (the server's key is not in our known_hosts),
-    "hostkey-changed" (it differs from the one recorded there), "protocol" (the server does
-    not speak ssh, or broke it) and "timeout" (a remote command ran past its time limit).
+    "unreachable" (no TCP connection, or it was lost, also during the login or under a
+    command; the only kind worth a retry), "auth" (the server refused our key),
+    "hostkey-unknown" (the server's key is not in our known_hosts), "hostkey-changed" (it
+    differs from the one recorded there), "protocol" (the server does not speak ssh, or
+    broke it) and "timeout" (a remote command ran past its time limit).
     ``where`` names the server (``user@host:port``).
     """
 

@@ -96,7 +96,7 @@ from cluster.defaults import (
     NODE_EXIT_UNREACHABLE,
     REPO_ROOT,
 )
-from cluster.errors import ClusterError, ProtocolError, TransportError
+from cluster.errors import ClusterError, MasterUnreachable, ProtocolError, TransportError
 from cluster.home import suffixed
 from cluster.node import readlog
 from cluster.node.slots import Finished, SlotPool
@@ -315,6 +315,9 @@ class NodeRun:
     def run(self) -> int:
         try:
             self.start = self._prepare()
+        except MasterUnreachable as exc:  # after the transport's own connect_retries
+            log.error("node %s: cannot start: %s", self.name, exc)
+            return NODE_EXIT_UNREACHABLE
         except (ClusterError, ValueError, OSError) as exc:
             log.error("node %s: cannot start: %s", self.name, exc)
             return NODE_EXIT_FAILED

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import paramiko
 
-from cluster.errors import SshError, TransportError
+from cluster.errors import MasterUnreachable, SshError, TransportError
 from cluster.node.transport import check_rel
 from cluster.runtime import mirror, proc, secretfile, ssh
 from cluster.runtime.mirror import Exclude
@@ -43,10 +43,17 @@ FETCH_TIMEOUT = 3 * 3600.0
 #: ``io_timeout``); a listing of 100,000 files takes seconds, so past this the link is
 #: taken for dead and the connection is made again.
 WALK_TIMEOUT = 180.0
-#: rsync exit statuses that mean the connection, not the transfer, failed: worth a retry.
-#: 5 protocol start-up, 10 socket I/O, 12 data stream, 30 I/O timeout, 35 daemon timeout,
-#: 255 ssh itself failed.
+#: rsync exit statuses that mean the connection, not the transfer, failed: worth a retry
+#: (rsync(1) "EXIT VALUES"): 5 protocol start-up, 10 socket I/O, 12 data stream, 30 I/O
+#: timeout, 35 daemon timeout, 255 ssh itself failed (OpenSSH's status, passed on by rsync:
+#: what a session cut at its login or mid-transfer gives, see tests/component/
+#: test_ssh_blinks.py).
 RSYNC_RETRY = frozenset({5, 10, 12, 30, 35, 255})
+#: Tries of one call (a read, an upload, a listing) whose connection broke under it, each
+#: on a new connection.  Small and fixed, not ``connect_retries``: every try begins with a
+#: connect that itself waits out an unreachable master within ``connect_retries``, so a call
+#: cut this often on fresh connections is a link that fails mid-call, not a blink.
+CALL_TRIES = 3
 #: ssh's words for failures a retry cannot mend (the key or the host key was refused).
 SSH_FATAL = ("Host key verification failed", "Permission denied",
              "REMOTE HOST IDENTIFICATION HAS CHANGED", "No ED25519 host key is known",
@@ -129,10 +136,13 @@ class SshTransport:
       ``max_size`` here, and runs ``rsync -a --delete`` over OpenSSH leaving out exactly what
       :class:`LocalTransport` would: the two give the same tree.  What rsync moved is kept in
       :attr:`last_fetch_stats`.
-    * A connection lost during a call (EOF, reset, a stalled read past ``io_timeout``) is
+    * A connection lost during a call (EOF, reset, a stalled read past ``io_timeout``, a
+      remote command's channel closed without an exit status) or during the login is
       dropped and opened again, with ``connect_retries`` tries ``connect_retry_delay``
-      seconds apart, doubling (capped); the call is then made once more.  An rsync whose
-      connection failed is retried the same way.
+      seconds apart, doubling (capped); the call is then made again on the new connection
+      (:data:`CALL_TRIES` tries in all).  An rsync whose connection failed (an exit status
+      in :data:`RSYNC_RETRY`) is run again within ``connect_retries``.  A master that stays
+      out of reach is :class:`~cluster.errors.MasterUnreachable`.
     * Every failure is a :class:`~cluster.errors.TransportError` naming the action, the path
       and the master (``user@host:port``); an unreachable master therefore makes noderun
       report failure 1 (network), never an uncaught paramiko exception.
@@ -208,13 +218,19 @@ class SshTransport:
             client = ssh.connect(self.target, timeout=self.connect_timeout,
                                  retries=self.connect_retries, delay=self.connect_retry_delay)
         except SshError as exc:
-            raise TransportError(action, rel, f"master {exc.where}: {exc.reason}") from None
+            error = MasterUnreachable if exc.kind == "unreachable" else TransportError
+            raise error(action, rel, f"master {exc.where}: {exc.reason}") from None
         try:
             sftp = client.open_sftp()
             # A read that waits longer than this on a dead link raises instead of hanging.
             sftp.get_channel().settimeout(self.io_timeout)  # type: ignore[union-attr]
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            transport = client.get_transport()
+            cut = transport is None or not transport.is_active()
             client.close()
+            if cut:  # lost right after the login: _call tries again on a new connection
+                raise SshError("unreachable", self.target.where(),
+                               f"connection lost while starting SFTP: {exc}") from None
             raise TransportError(action, rel, f"master {self.target.where()}: cannot start "
                                               f"SFTP: {exc}") from None
         self._client, self._sftp, self._pid = client, sftp, os.getpid()
@@ -236,14 +252,17 @@ class SshTransport:
     def _call(self, action: str, rel: str,
               fn: Callable[[paramiko.SSHClient, paramiko.SFTPClient], T],
               on_retry: Callable[[paramiko.SFTPClient], None] | None = None) -> T:
-        """``fn(client, sftp)`` under the lock; once more on a new connection if the
-        connection broke.  ``fn`` raises TransportError for what the master refused, and
-        OSError it leaves to us is named with the master."""
+        """``fn(client, sftp)`` under the lock; again on a new connection (up to
+        :data:`CALL_TRIES` tries in all) if the connection broke, or a remote command's
+        channel closed without an exit status.  ``fn`` must be safe to repeat (a read, a
+        listing, an upload to a fresh temporary name; ``on_retry`` removes what a cut try
+        left).  ``fn`` raises TransportError for what the master refused, and OSError it
+        leaves to us is named with the master."""
         with self._lock:
-            for attempt in (1, 2):
-                client, sftp = self._session(action, rel)
+            for attempt in range(1, CALL_TRIES + 1):
                 try:
-                    if attempt == 2 and on_retry is not None:
+                    client, sftp = self._session(action, rel)
+                    if attempt > 1 and on_retry is not None:
                         on_retry(sftp)
                     return fn(client, sftp)
                 except TransportError:
@@ -255,14 +274,15 @@ class SshTransport:
                         raise TransportError(action, rel, f"{why} (on the master "
                                                           f"{self.target.where()})") from None
                     self.close()
-                    if attempt == 2:
-                        raise TransportError(action, rel, f"connection to the master "
-                                                          f"{self.target.where()} lost: "
-                                                          f"{exc or type(exc).__name__}") \
-                            from None
-                    log.warning("%s %s: connection to %s lost (%s); connecting again",
-                                action, rel, self.target.where(), exc or type(exc).__name__)
-        raise AssertionError("unreachable: the second attempt returns or raises")
+                    if attempt == CALL_TRIES:
+                        raise MasterUnreachable(
+                            action, rel, f"connection to the master {self.target.where()} "
+                                         f"lost {CALL_TRIES} times: "
+                                         f"{exc or type(exc).__name__}") from None
+                    log.warning("%s %s: connection to %s lost (%s); try %d of %d on a new "
+                                "connection", action, rel, self.target.where(),
+                                exc or type(exc).__name__, attempt + 1, CALL_TRIES)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     # -- read ----------------------------------------------------------------------------------
     def read_text(self, rel: str) -> str | None:
@@ -435,10 +455,10 @@ class SshTransport:
                      and not any(word in err for word in SSH_FATAL))
             if not retry or attempt == self.connect_retries:
                 tries = f" after {attempt} tries" if attempt > 1 else ""
-                raise TransportError("fetch", rel, f"rsync from the master "
-                                                   f"{self.target.where()} failed"
-                                                   f"{tries} ({done.describe(self.fetch_timeout)})"
-                                                   f":\n{tail}")
+                error = MasterUnreachable if retry else TransportError
+                raise error("fetch", rel, f"rsync from the master {self.target.where()} "
+                                          f"failed{tries} "
+                                          f"({done.describe(self.fetch_timeout)}):\n{tail}")
             log.warning("fetch %s: rsync from %s failed (%s), try %d of %d again in %g s: %s",
                         rel, self.target.where(), done.describe(), attempt,
                         self.connect_retries, pause, tail)

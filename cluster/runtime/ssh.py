@@ -12,7 +12,9 @@ one way and failures read the same everywhere.
   refused, never accepted or recorded.  Failures raise :class:`~cluster.errors.SshError`
   whose ``kind`` says why (see there) and whose message names ``user@host:port`` and, for a
   host key, its type and SHA256 fingerprint as ``ssh-keygen -l`` prints it.  Only
-  "unreachable" is retried, with exponential backoff capped at :data:`BACKOFF_CAP`.
+  "unreachable" is retried, with exponential backoff capped at :data:`BACKOFF_CAP`; a
+  connection that closes during the login is "unreachable", only the server's refusal is
+  "auth" (:func:`login_failure_kind`).
 * :func:`run_command` / :func:`exec_bytes` run one command on a connection, bounded.
 * :func:`ssh_command` is the OpenSSH client argv with the same checks (for ``rsync -e`` and
   subprocesses); :func:`rsync_argv` an rsync over it; :func:`remote_spec` the ``host:path``
@@ -174,7 +176,7 @@ def _connect_once(target: SshTarget, timeout: float) -> paramiko.SSHClient:
     try:
         client.connect(target.host, port=target.port, username=target.login_name(),
                        timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-                       **key_args)  # type: ignore[arg-type]
+                       transport_factory=_Transport, **key_args)  # type: ignore[arg-type]
     except SshError:
         client.close()
         raise
@@ -192,10 +194,18 @@ def _connect_once(target: SshTarget, timeout: float) -> paramiko.SSHClient:
                                       "cluster logs in unattended: use a key without "
                                       "one") from None
     except paramiko.AuthenticationException as exc:
+        transport = client.get_transport()
+        kind = login_failure_kind(exc, transport)
         client.close()
         which = f"key {target.key}" if target.key else "our keys (~/.ssh/id_*, agent)"
+        if kind == "unreachable":
+            raise SshError(kind, where, f"cannot reach the server: the connection was lost "
+                                        f"during the login as {target.login_name()} "
+                                        f"({exc})") from None
+        said = f" (the server ended the login: {transport.disconnect})" \
+            if isinstance(transport, _Transport) and transport.disconnect else ""
         raise SshError("auth", where, f"login as {target.login_name()} with {which} "
-                                      f"refused: {exc}") from None
+                                      f"refused: {exc}{said}") from None
     except (paramiko.SSHException, EOFError, OSError) as exc:
         client.close()
         kind = classify(exc)
@@ -204,6 +214,46 @@ def _connect_once(target: SshTarget, timeout: float) -> paramiko.SSHClient:
     if transport is not None:
         transport.set_keepalive(KEEPALIVE)
     return client
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's Transport, remembering the server's SSH_MSG_DISCONNECT (paramiko only
+    logs it): a server that ends a login with words of its own ("Too many authentication
+    failures") has refused it, while a connection that merely closed has not."""
+
+    disconnect = ""
+
+    def _parse_disconnect(self, m: paramiko.Message) -> None:
+        code = m.get_int()
+        self.disconnect = f"{m.get_text()} (code {code})"
+        log.debug("server disconnected: %s", self.disconnect)
+
+
+def login_failure_kind(exc: paramiko.AuthenticationException,
+                       transport: paramiko.Transport | None) -> str:
+    """The SshError kind of a login that raised ``exc`` on ``transport``: "auth" only when
+    the server refused, else "unreachable" (worth a retry).
+
+    paramiko raises AuthenticationException for three different things (see its
+    ``AuthHandler.wait_for_response``): the server's answer USERAUTH_FAILURE for the keys
+    offered ("Authentication failed.", or BadAuthenticationType when the server does not
+    take public keys at all), after which the connection is still open; no answer within
+    ``auth_timeout`` ("Authentication timeout."); and a connection that closed while the
+    login waited ("transport shut down or saw EOF": a link cut, an sshd killed or
+    restarting).  Only the first is a refusal; the connection's state tells a closed one
+    apart (paramiko's words only split a timeout from "failed", both on an open
+    connection).  A server that closes the connection with a DISCONNECT message of its
+    own (OpenSSH's "Too many authentication failures") refused too.
+    """
+    if isinstance(exc, (paramiko.BadAuthenticationType, paramiko.PasswordRequiredException)):
+        return "auth"
+    if transport is not None and transport.is_active():
+        # Still connected: either the server answered "failed", or it said nothing at all
+        # within auth_timeout (a stalled link or a swamped server: try again).
+        return "unreachable" if "timeout" in str(exc).lower() else "auth"
+    if isinstance(transport, _Transport) and transport.disconnect:
+        return "auth"
+    return "unreachable"
 
 
 def classify(exc: BaseException) -> str:
@@ -241,14 +291,19 @@ def exec_bytes(client: paramiko.SSHClient, command: str, timeout: float, *,
     """Run ``command`` (a shell line for the remote user's shell) and return its exit status
     and raw output.  ``input`` is sent to its stdin, which is then closed.
 
-    Raises SshError "unreachable" if the connection is gone or lost meanwhile, "timeout"
-    (the command's channel closed) if it runs longer than ``timeout`` seconds.  A command
-    killed by a signal has status -1.
+    Raises SshError "unreachable" if the connection is gone or lost meanwhile, or if the
+    command's channel closed without an exit status (the session was cut after the login:
+    its sshd process killed, the link lost; paramiko also reports a command killed by a
+    signal so, as it ignores ``exit-signal``): a caller retries such a command on a new
+    connection.  "timeout" (the command's channel closed) if it runs longer than
+    ``timeout`` seconds.  The status returned is always one the server sent (0-255).
     """
     transport = client.get_transport()
     where = _peer(client)
+    # Messages name the command by its start: a script passed with -c can be pages long.
+    label = repr(command if len(command) <= 80 else command[:77] + "...")
     if transport is None or not transport.is_active():
-        raise SshError("unreachable", where, f"connection closed before running {command!r}")
+        raise SshError("unreachable", where, f"connection closed before running {label}")
     deadline = time.monotonic() + timeout
     out: list[bytes] = []
     err: list[bytes] = []
@@ -273,14 +328,23 @@ def exec_bytes(client: paramiko.SSHClient, command: str, timeout: float, *,
                         and not chan.recv_stderr_ready():
                     # Output that raced with the exit status is drained above first.
                     status = chan.recv_exit_status()
+                    if status == -1:
+                        # paramiko's value for "none came": the channel closed (or the
+                        # transport died) before the server sent exit-status, which it
+                        # sends as an unsigned number, so -1 is never the command's own.
+                        lost = "connection lost" if not transport.is_active() else \
+                            "channel closed without an exit status"
+                        raise SshError("unreachable", where,
+                                       f"{lost} while running {label} (session cut, "
+                                       "or the command killed by a signal)")
                     break
                 if not transport.is_active():
                     raise SshError("unreachable", where,
-                                   f"connection lost while running {command!r}")
+                                   f"connection lost while running {label}")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise SshError("timeout", where,
-                                   f"{command!r} still ran after {timeout:g} s; abandoned")
+                                   f"{label} still ran after {timeout:g} s; abandoned")
                 if not got:
                     select.select([chan], [], [], min(COMMAND_POLL, left))
         finally:
@@ -289,7 +353,7 @@ def exec_bytes(client: paramiko.SSHClient, command: str, timeout: float, *,
         raise
     except (paramiko.SSHException, EOFError, OSError) as exc:
         kind = classify(exc)
-        raise SshError(kind, where, f"running {command!r}: {_describe(exc, kind)}") from None
+        raise SshError(kind, where, f"running {label}: {_describe(exc, kind)}") from None
     return status, b"".join(out), b"".join(err)
 
 

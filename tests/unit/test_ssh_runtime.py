@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,43 @@ def test_classify() -> None:
         "unreachable"
     assert ssh.classify(paramiko.SSHException("Incompatible version (1.5 instead of 2.0)")) \
         == "protocol"
+
+
+class _Link:
+    """A transport's state as login_failure_kind reads it."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+
+    def is_active(self) -> bool:
+        return self.active
+
+
+def test_login_failure_kind() -> None:
+    """Only the server's refusal is "auth": its answer "failed" on an open connection,
+    BadAuthenticationType, or a DISCONNECT of its own; a connection that closed during
+    the login, or no answer in time, is "unreachable"."""
+    kind = ssh.login_failure_kind
+    shut = paramiko.AuthenticationException(
+        "Authentication failed: transport shut down or saw EOF")
+    failed = paramiko.AuthenticationException("Authentication failed.")
+    assert kind(failed, _Link(True)) == "auth"  # type: ignore[arg-type]
+    assert kind(paramiko.BadAuthenticationType("Bad authentication type", ["password"]),
+                _Link(False)) == "auth"  # type: ignore[arg-type]
+    assert kind(paramiko.AuthenticationException("Authentication timeout."),
+                _Link(True)) == "unreachable"  # type: ignore[arg-type]
+    assert kind(shut, _Link(False)) == "unreachable"  # type: ignore[arg-type]
+    assert kind(shut, None) == "unreachable"
+    a, b = socket.socketpair()
+    try:
+        told = ssh._Transport(a)
+        assert not told.is_active()
+        assert kind(shut, told) == "unreachable"
+        told.disconnect = "Too many authentication failures (code 2)"
+        assert kind(shut, told) == "auth"
+    finally:
+        a.close()
+        b.close()
 
 
 def test_fingerprints_agree_with_ssh_keygen(tmp_path: Path) -> None:
