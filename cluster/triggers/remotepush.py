@@ -49,6 +49,7 @@ refused key or a refused host key therefore fail before the master home is touch
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import io
 import json
@@ -57,7 +58,9 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
+import subprocess
 import tempfile
 import time
 import zipfile
@@ -97,8 +100,17 @@ MARKER = "clusterpush-remote: "
 PRUNE_AGE = 7 * 86400
 #: A modes list left by a push killed before rsync's server ran is removed after [s].
 STALE_MODES_AGE = 86400
-#: The remote abort's time limit [s]: the queue's lock, a few small files.
-ABORT_TIMEOUT = 120.0
+#: The remote abort's time limit [s]: the queue's lock, a few small files, and each of the
+#: user's trees' lock (:data:`cluster.triggers.push.ABORT_LOCK_WAIT`).
+ABORT_TIMEOUT = 300.0
+#: The commit's time limit [s]: the tree's lock (a run's snapshot holds it for seconds, a
+#: local push of the same tree for as long as it syncs), two renames, the old tree's
+#: removal, the dropping.
+COMMIT_TIMEOUT = PUSH_LOCK_WAIT + 120.0
+#: After SIGTERM, how long rsync and its ssh have before SIGKILL [s].
+KILL_GRACE = 5.0
+#: prctl(2)'s option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 #: rsync's statistics lines that :class:`RemotePushed` keeps (``--stats``).
 _STATS = {
@@ -166,10 +178,26 @@ class RemotePushed:
 
 @dataclass(frozen=True)
 class RemoteAborted:
-    """What a remote abort did (as :class:`cluster.master.abort.AbortOutcome`)."""
+    """What a remote abort did (as :class:`cluster.master.abort.AbortOutcome`), and how
+    many pushes in flight or not yet queued it stopped
+    (:func:`cluster.triggers.push.abort_pushes`)."""
 
     removed: int
     running: str | None
+    stopped: int = 0
+
+
+class PushRefused(ClusterError):
+    """A push failed or was aborted before its commit: nothing was queued.  ``aborted``:
+    ``clusterpush abort`` stopped it."""
+
+    def __init__(self, message: str, *, aborted: bool = False) -> None:
+        super().__init__(message)
+        self.aborted = aborted
+
+
+class CommitInterrupted(ClusterError):
+    """Interrupted (^C) while the master committed the push: it may have been queued."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,10 +322,17 @@ def remote_push(target: SshTarget, home: str, tree: Path, spec: RunSpec, *,
     ``io_timeout`` plus :data:`~cluster.triggers.push.PUSH_LOCK_WAIT` is rsync's
     ``--timeout`` (a transfer stalled that long ends; see :func:`_rsync`).  ``cache``
     is where on the master the shipped code and the modes list go (relative = to the ssh
-    account's home).  Raises
+    account's home).
+
+    Two steps: the transfer (rsync, staged on the master), then, only once rsync ended
+    well, the commit (a command of its own) that puts the tree in place and writes the
+    dropping.  rsync dies with this process (:func:`_rsync`), so a push whose client is
+    killed or interrupted before the commit queues nothing.  Raises
     :class:`~cluster.errors.SshError` when the master cannot be reached or refuses us (then
-    nothing was written there), ClusterError when the transfer or the master's side failed
-    (then no dropping was written: nothing is queued).
+    nothing was written there), :class:`PushRefused` when the transfer, the commit or the
+    master's side failed or an abort stopped the push (then no dropping was written:
+    nothing is queued), :class:`CommitInterrupted` when interrupted while the master
+    committed.
     """
     if spec.kind != "user":
         raise ValueError(f"clusterpush submits user runs, not {spec.kind!r}")
@@ -313,6 +348,7 @@ def remote_push(target: SshTarget, home: str, tree: Path, spec: RunSpec, *,
     modes = write_modes(source_modes(source))
     client = _connect(target, connect_timeout, retries)
     modes_path = f"{cache}/modes.{os.getpid()}.{os.urandom(6).hex()}"
+    token = os.urandom(8).hex()
     try:
         with _sftp_step(where, "upload the push's code and file modes"):
             sftp = client.open_sftp()
@@ -322,14 +358,26 @@ def remote_push(target: SshTarget, home: str, tree: Path, spec: RunSpec, *,
                 _upload(sftp, modes, modes_path, 0o600)
             # --opt=value: a value starting with "-" is never taken for an option there.
             server = shlex.join([python, code, "receive", f"--home={home}",
-                                 f"--line={spec.line()}", f"--modes={modes_path}", "--"])
-            return _rsync(target, source, home, server, rules, io_timeout)
+                                 f"--line={spec.line()}", f"--modes={modes_path}",
+                                 f"--token={token}", "--"])
+            done, out = _rsync(target, source, home, server, rules, io_timeout)
         finally:
             with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
                 sftp.remove(modes_path)  # the master's side removes it once read
             sftp.close()
+        commit = shlex.join([python, code, "commit", f"--home={home}",
+                             f"--line={spec.line()}", f"--token={token}"])
+        try:
+            outcome = _commit(client, commit, where, home)
+        except KeyboardInterrupt:
+            raise CommitInterrupted(
+                f"interrupted while {where} committed the push: it may be queued "
+                "(clusterpush.py --master ... abort withdraws it)") from None
     finally:
         client.close()
+    note = outcome.get("note")
+    return RemotePushed(str(outcome.get("target")), str(note) if note else None,
+                        _stat(out, "files"), _stat(out, "bytes"), _stat(out, "literal"), out)
 
 
 @contextlib.contextmanager
@@ -345,8 +393,9 @@ def _sftp_step(where: str, what: str) -> Iterator[None]:
 
 
 def _rsync(target: SshTarget, source: Path, home: str, server: str, rules: bytes,
-           io_timeout: float) -> RemotePushed:
-    """Run the rsync of :func:`remote_push` and read its outcome."""
+           io_timeout: float) -> tuple[proc.Result, str]:
+    """Run the transfer of :func:`remote_push`; (its result, its stdout) once the master's
+    side staged the tree, else :class:`PushRefused`."""
     where = target.where()
     argv = rsync_argv(target, f"{source}/", remote_spec(target, "."), delete=True, extra=[
         "--no-owner", "--no-group", "--copy-links", "--no-D", "--delete-excluded",
@@ -357,26 +406,85 @@ def _rsync(target: SshTarget, source: Path, home: str, server: str, rules: bytes
         f"--timeout={max(1, round(io_timeout + PUSH_LOCK_WAIT))}", "--stats",
         f"--rsync-path={server}"])
     log.debug("running %s", proc.command_text(argv))
-    try:
-        done = proc.run(argv, input=rules, timeout=None)  # bounded by --timeout
-    except proc.ProcessError as exc:
-        raise ClusterError(f"push to {where}: {exc}") from None
+    done = run_bound(argv, rules)
     err = done.text("stderr")
     for line in err.splitlines():
         if line.startswith("master: "):
             log.warning("%s", line)
     outcome = _outcome(err, where)
-    if outcome is None or "error" in outcome:
-        reason = (str(outcome["error"]) if outcome is not None
+    if outcome is None or "error" in outcome or "staged" not in outcome:
+        reason = (str(outcome["error"]) if outcome is not None and "error" in outcome
                   else f"rsync {done.describe()}:\n{_tail(err)}")
-        raise ClusterError(f"push to {where}:{home} failed; nothing was queued: {reason}")
+        raise PushRefused(f"push to {where}:{home} failed; nothing was queued: {reason}",
+                          aborted=bool(outcome and outcome.get("aborted")))
     if not done.ok:
-        log.warning("rsync to %s: %s (the tree was received and queued): %s", where,
-                    done.describe(), _tail(err, 3))
-    out = done.text()
-    note = outcome.get("note")
-    return RemotePushed(str(outcome.get("target")), str(note) if note else None,
-                        _stat(out, "files"), _stat(out, "bytes"), _stat(out, "literal"), out)
+        # The master's side staged the whole tree, but the client saw an error at the end:
+        # not sure it is what the developer has, so it is not committed.
+        raise PushRefused(f"push to {where}:{home} failed; nothing was queued: rsync "
+                          f"{done.describe()}:\n{_tail(err)}")
+    return done, done.text()
+
+
+def _commit(client: paramiko.SSHClient, command: str, where: str,
+            home: str) -> dict[str, object]:
+    """Send the commit step; its outcome ({"target", "note"}), else :class:`PushRefused`."""
+    status, out, err = exec_bytes(client, command, COMMIT_TIMEOUT)
+    text = out.decode("utf-8", "replace")
+    for line in err.decode("utf-8", "replace").splitlines():
+        if line.startswith("master: "):
+            log.warning("%s", line)
+    outcome = _outcome(text, where)
+    if outcome is None or "error" in outcome:
+        reason = (str(outcome["error"]) if outcome is not None else
+                  f"exit status {status}:\n{_tail(text + err.decode('utf-8', 'replace'))}")
+        raise PushRefused(f"push to {where}:{home} was not committed; nothing was queued: "
+                          f"{reason}", aborted=bool(outcome and outcome.get("aborted")))
+    return outcome
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child before exec: ask the kernel for SIGKILL when the parent dies
+    (``prctl(PR_SET_PDEATHSIG)``), then leave at once if it died already."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def run_bound(argv: list[str], input: bytes) -> proc.Result:
+    """Run ``argv`` (rsync and its ssh) bound to this process's life, with ``input`` on its
+    stdin and its output captured.
+
+    In a session of its own (a terminal's ^C reaches only us), with the kernel told to
+    SIGKILL it when this process dies by any signal, SIGKILL included (its ssh then sees
+    its pipes close and leaves too); and when this process is interrupted or terminated
+    (an exception: KeyboardInterrupt, or what a SIGTERM handler raises) the whole group,
+    ssh included, gets SIGTERM, then SIGKILL after :data:`KILL_GRACE` s, before the
+    exception goes on.  No timeout: rsync's own ``--timeout`` bounds it."""
+    started = time.monotonic()
+    parent = os.getpid()
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=lambda: _die_with_parent(parent))
+    except OSError as exc:
+        raise ClusterError(f"cannot start {argv[0]}: {exc}") from None
+    try:
+        out, err = child.communicate(input)
+    except BaseException:
+        _stop_group(child)
+        raise
+    return proc.Result(argv, child.returncode, out, err, time.monotonic() - started)
+
+
+def _stop_group(child: subprocess.Popen[bytes]) -> None:
+    proc.kill_tree(child.pid, signal.SIGTERM)
+    try:
+        child.wait(timeout=KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    proc.kill_tree(child.pid, signal.SIGKILL)  # ssh too, if it outlived rsync
+    child.wait()
 
 
 def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "python3",
@@ -403,5 +511,7 @@ def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "pyth
         raise ClusterError(f"abort on {where}:{home} failed: {reason}")
     running = outcome.get("running")
     removed = outcome.get("removed")
+    stopped = outcome.get("stopped")
     return RemoteAborted(int(removed) if isinstance(removed, int) else 0,
-                         str(running) if running else None)
+                         str(running) if running else None,
+                         int(stopped) if isinstance(stopped, int) else 0)
