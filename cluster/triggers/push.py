@@ -17,7 +17,8 @@ Two copiers give the same result: ``rsync`` when it is on PATH (what the Perl us
 quick on a large tree that changed little), else the Python copy with the same exclusions;
 both are :func:`cluster.runtime.mirror.mirror`.  That reaches the master home as a local (or
 shared) directory.  From a machine that does not see it, ``clusterpush.py --master`` sends the
-tree with rsync over ssh and runs this module's :func:`receive_push` on the master for the
+tree with rsync over ssh and runs this module's :func:`receive_push` (the transfer, staged)
+and then :func:`commit_push` (the tree put in place, the dropping) on the master for the
 master's side (:mod:`cluster.triggers.remotepush`): the same lock, checks and dropping.  This
 module therefore imports nothing beyond the standard library (the master's ``python3`` runs
 it without the package's dependencies).

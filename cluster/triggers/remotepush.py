@@ -9,14 +9,12 @@ writes; the outcome on the master is exactly a local push's (:mod:`cluster.trigg
 How the master-side guarantees are kept remotely
 ------------------------------------------------
 A local push holds the tree's lock (``users/<user>/.<tree>.lock``, the two-level flock of
-:mod:`cluster.runtime.pathlock`) from before the sync until the dropping is written, and
+:mod:`cluster.runtime.pathlock`) while it changes the tree and writes the dropping, and
 never goes through a symlink below the home.  Neither can be had from outside the master:
 an SFTP write or rsync's own server follows symlinks in its paths, and ``flock(1)`` around
 rsync's server (``--rsync-path="flock LOCK rsync"``) would take neither the directory lock
-nor the checks, nor write the dropping under the lock.  Staging into
-``users/<user>/.<tree>.incoming`` and moving it into place under the lock would keep the
-lock short, but doubles the tree's disk use and still needs code on the master to lock and
-move.  So the master-side part runs *the same Python code as a local push*, on the master:
+nor the checks, nor write the dropping under the lock.  So the master-side part runs *the
+same Python code as a local push*, on the master:
 
 * the developer's own copy of the ``cluster`` package is shipped as one zip
   (:func:`code_zip`; about 0.4 MB, content-addressed, uploaded once per version to
@@ -25,17 +23,27 @@ move.  So the master-side part runs *the same Python code as a local push*, on t
   needs to know nothing of the master's install (where it is, which version), and the code
   that writes the master home is the code a local push on a shared file system runs, as
   before;
-* that program is rsync's ``--rsync-path``: it checks the way to ``users/<user>/<tree>``,
-  takes the tree's lock, runs rsync's server with its working directory set to the tree
-  through a descriptor opened without following a symlink (the client's destination is
-  ``.``), then writes the dropping, and only then releases the lock
-  (:func:`cluster.triggers.push.receive_push`).  So the master's snapshot never sees a
-  half-synced tree, and a failed or interrupted transfer leaves no dropping.  The lock is
-  held while the network transfer runs, as a local push holds it while it copies;
-* a run's snapshot shares files with the pushed tree by hard links; rsync chmods in place a
-  file whose mode alone changed, so the developer's file modes go up first (one small
-  file, :func:`cluster.triggers.push.write_modes`) and such shared files are unlinked under
-  the lock before rsync runs (what ``_unshare`` does for a local push);
+* a push is two steps, and only a living client makes the second
+  (:func:`cluster.triggers.push.receive_push`, :func:`cluster.triggers.push.commit_push`).
+  The transfer: that program is rsync's ``--rsync-path``; it checks the way to
+  ``users/<user>/<tree>``, stages a copy of hard links to it
+  (``users/<user>/.<tree>.incoming.<token>``) under the tree's lock, and runs rsync's
+  server into that (its working directory set through a descriptor opened without
+  following a symlink; the client's destination is ``.``), without the lock; it queues
+  nothing.  The commit: a second command over the paramiko connection, sent only when
+  rsync returned 0, which under the tree's lock puts the staged tree in place and writes
+  the dropping.  So the master's snapshot never sees a half-synced tree, and a failed,
+  interrupted or killed push leaves no dropping;
+* rsync dies with clusterpush (:func:`run_bound`: ``PR_SET_PDEATHSIG``, and its process
+  group stopped on ^C or SIGTERM), so a push whose client is gone never reaches the
+  commit; the master's side, whose rsync server then fails, removes the staged tree;
+* ``abort`` (:func:`remote_abort`) renames the user's staged trees, which stops their
+  transfers and makes their commits refuse (:func:`cluster.triggers.push.abort_pushes`);
+* a run's snapshot shares files with the pushed tree by hard links, and so does a staged
+  tree; rsync chmods in place a file whose mode alone changed, so the developer's file
+  modes go up first (one small file, :func:`cluster.triggers.push.write_modes`) and such
+  shared files are unlinked in the staged tree before rsync runs (what ``_unshare`` does
+  for a local push);
 * owner and group are not carried (``--no-owner --no-group``): the files on the master
   belong to the ssh account, whatever their numbers on the developer's machine.
 
