@@ -29,8 +29,9 @@ moves), and the dropping is written there by a second command, only once rsync e
 a clusterpush killed, interrupted (^C) or terminated meanwhile queues nothing, and its
 rsync dies with it.  `abort` works the same way, and also stops your pushes still
 transferring.  HOME defaults to cluster-home; a relative HOME is relative to the ssh
-account's home on HOST.  The host key must be in --known-hosts (default ~/.ssh/known_hosts, or the config's ssh_known_hosts): an
-unknown or changed key is refused with its fingerprint.  --ssh-port, --ssh-key default to
+account's home on HOST.  The host key must be in --known-hosts (default
+~/.ssh/known_hosts, or the config's ssh_known_hosts): an unknown or changed key is
+refused with its fingerprint.  --ssh-port, --ssh-key default to
 the config's ssh_port and ssh_key.  The master needs python3 (--master-python) and rsync;
 clusterpush ships its own code there (see cluster.triggers.remotepush), so the master side
 of the push is the same code as a local push.  Exit status: 0 queued or aborted, 1 the
