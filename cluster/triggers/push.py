@@ -546,7 +546,11 @@ def commit_push(home: Home, spec: RunSpec, token: str) -> Pushed:
             raise SymlinkInHome(staged, "something other than a directory")
         unqueued = [name for name in DROPPINGS if os.path.lexists(target / name)]
         os.rename(target, old)
-        os.rename(staged, target)
+        try:
+            os.rename(staged, target)
+        except OSError:
+            os.rename(old, target)  # the tree as it was: never none
+            raise
         shutil.rmtree(old, ignore_errors=True)
         note = queue_note(home, spec, replaces_dropping=bool(unqueued))
         fsutil.atomic_write(target / DROPPING, spec.line() + "\n")

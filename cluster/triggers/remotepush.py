@@ -72,7 +72,7 @@ import subprocess
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -450,11 +450,18 @@ def _commit(client: paramiko.SSHClient, command: str, where: str,
     return outcome
 
 
-def _die_with_parent(parent: int) -> None:
+@lru_cache(maxsize=1)
+def _prctl() -> Callable[..., int]:
+    """libc's ``prctl``, looked up in the parent: the child between fork and exec must not
+    load anything (another thread, paramiko's, may hold the loader's lock at the fork)."""
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_parent(prctl: Callable[..., int], parent: int) -> None:
     """In the child before exec: ask the kernel for SIGKILL when the parent dies
-    (``prctl(PR_SET_PDEATHSIG)``), then leave at once if it died already."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    (``prctl(PR_SET_PDEATHSIG)``, kept across exec), then leave at once if it died
+    already."""
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
 
@@ -470,11 +477,11 @@ def run_bound(argv: list[str], input: bytes) -> proc.Result:
     ssh included, gets SIGTERM, then SIGKILL after :data:`KILL_GRACE` s, before the
     exception goes on.  No timeout: rsync's own ``--timeout`` bounds it."""
     started = time.monotonic()
-    parent = os.getpid()
+    parent, prctl = os.getpid(), _prctl()
     try:
         child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True,
-                                 preexec_fn=lambda: _die_with_parent(parent))
+                                 preexec_fn=lambda: _die_with_parent(prctl, parent))
     except OSError as exc:
         raise ClusterError(f"cannot start {argv[0]}: {exc}") from None
     try:
