@@ -25,15 +25,18 @@ PNG difference images.  `abort` removes your queued runs and stops the one runni
 
 --master pushes from a machine that does not see the master home: the tree goes to
 HOME/users/<user>/<tree> on HOST with rsync over ssh (after a small change, only the change
-moves), and the dropping is written there; `abort` works the same way.  HOME defaults to
-cluster-home; a relative HOME is relative to the ssh account's home on HOST.  The host key
-must be in --known-hosts (default ~/.ssh/known_hosts, or the config's ssh_known_hosts): an
-unknown or changed key is refused with its fingerprint.  --ssh-port, --ssh-key default to
+moves), and the dropping is written there by a second command, only once rsync ended well:
+a clusterpush killed, interrupted (^C) or terminated meanwhile queues nothing, and its
+rsync dies with it.  `abort` works the same way, and also stops your pushes still
+transferring.  HOME defaults to cluster-home; a relative HOME is relative to the ssh
+account's home on HOST.  The host key must be in --known-hosts (default
+~/.ssh/known_hosts, or the config's ssh_known_hosts): an unknown or changed key is
+refused with its fingerprint.  --ssh-port, --ssh-key default to
 the config's ssh_port and ssh_key.  The master needs python3 (--master-python) and rsync;
 clusterpush ships its own code there (see cluster.triggers.remotepush), so the master side
 of the push is the same code as a local push.  Exit status: 0 queued or aborted, 1 the
 master could not be reached, 2 refused (a bad argument, a refused key or host key, a failed
-transfer: nothing was queued).
+transfer or an aborted push: nothing was queued), 130 interrupted, 143 terminated.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from cluster.cli import common
@@ -52,13 +57,59 @@ from cluster.home import Home
 from cluster.master.abort import request_abort
 from cluster.queue import RunSpec
 from cluster.runtime.ssh import SshTarget
-from cluster.triggers.push import submit_push
-from cluster.triggers.remotepush import REMOTE_CACHE, parse_master, remote_abort, remote_push
+from cluster.triggers.push import abort_pushes, submit_push
+from cluster.triggers.remotepush import (
+    REMOTE_CACHE,
+    CommitInterrupted,
+    parse_master,
+    remote_abort,
+    remote_push,
+)
+
+#: The exit status after ^C (SIGINT), and after SIGTERM: 128 + the signal, as a shell says.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as ^C is, so that what runs (rsync and its ssh)
+    is stopped on the way out (:func:`cluster.triggers.remotepush.run_bound`)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (0 queued or aborted, 1 the master could not
-    be reached, 2 refused)."""
+    be reached, 2 refused, 130 interrupted by ^C, 143 terminated by SIGTERM).
+
+    Interrupted or terminated, it stops what it runs and says so in one line on stderr, no
+    traceback; a push interrupted before its dropping was written queues nothing (a remote
+    one: before the master's commit step; when interrupted during that step the line says
+    the push may be queued).  SIGKILL cannot be caught: a remote push's rsync dies with
+    this process all the same, and nothing is queued (see cluster.triggers.remotepush)."""
+    words = sys.argv[1:] if argv is None else argv
+    what = "" if "abort" in words else "; nothing was queued"
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    try:
+        return _main(argv)
+    except CommitInterrupted as exc:
+        print(f"clusterpush.py: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print(f"clusterpush.py: terminated (SIGTERM){what}", file=sys.stderr)
+        return EXIT_TERMINATED
+    except KeyboardInterrupt:
+        print(f"clusterpush.py: interrupted (^C){what}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="clusterpush.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
@@ -114,7 +165,10 @@ def _spec(args: argparse.Namespace) -> RunSpec:
 def _local(home: Home, args: argparse.Namespace) -> int:
     """A push (or abort) into a master home this machine sees."""
     if "abort" in args.words:
+        stopped = abort_pushes(home, args.user)
         outcome = request_abort(home, args.user)
+        if stopped:
+            print(f"dequeueing: stopped {stopped} push(es) of {args.user} not yet queued")
         print(f"dequeueing: removed {outcome.removed} queued run(s) of {args.user}")
         if outcome.running:
             print(f"dequeueing: stopping the running run {outcome.running}")
@@ -147,6 +201,9 @@ def _remote(args: argparse.Namespace, port: int, key: str, known_hosts: Path) ->
     if "abort" in args.words:
         aborted = remote_abort(target, master.home, args.user, python=args.master_python,
                                cache=args.master_cache)
+        if aborted.stopped:
+            print(f"dequeueing: stopped {aborted.stopped} push(es) of {args.user} not yet "
+                  "queued")
         print(f"dequeueing: removed {aborted.removed} queued run(s) of {args.user}")
         if aborted.running:
             print(f"dequeueing: stopping the running run {aborted.running}")

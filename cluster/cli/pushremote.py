@@ -4,17 +4,24 @@ Not a command for people.  ``clusterpush.py --master`` (:mod:`cluster.triggers.r
 ships the developer's own copy of the package to the master as one zip file (run as
 ``python3 FILE.pyz``, whose ``__main__`` calls :func:`main`) and runs it there:
 
-``receive --home H --line LINE [--modes FILE] -- --server ...``
-    as rsync's ``--rsync-path``: :func:`cluster.triggers.push.receive_push` takes the tree's
-    lock, runs rsync's server (the rest of the arguments) into ``users/<user>/<tree>`` and
-    writes the dropping holding LINE.  Its stdout belongs to rsync's protocol, so the
-    outcome is one line on stderr: :data:`MARKER` and a JSON object, ``{"target": ...,
-    "note": ...}`` or ``{"error": ...}``.  ``--modes`` names a file (uploaded beside the
-    zip, removed here once read) of the developer's file modes
+``receive --home H --line LINE --token T [--modes FILE] -- --server ...``
+    as rsync's ``--rsync-path``: :func:`cluster.triggers.push.receive_push` stages the
+    transfer in ``users/<user>/.<tree>.incoming.<T>`` (rsync's server, the rest of the
+    arguments, receives there) and queues nothing.  Its stdout belongs to rsync's
+    protocol, so the outcome is one line on stderr: :data:`MARKER` and a JSON object,
+    ``{"staged": ...}`` or ``{"error": ..., "aborted": true|false}``.  ``--modes`` names a
+    file (uploaded beside the zip, removed here once read) of the developer's file modes
     (:func:`cluster.triggers.push.read_modes`).
+``commit --home H --line LINE --token T``
+    sent by the client only after its transfer ended well:
+    :func:`cluster.triggers.push.commit_push` puts the staged tree in place and writes the
+    dropping holding LINE; prints :data:`MARKER` and ``{"target": ..., "note": ...}`` (or
+    ``{"error": ..., "aborted": ...}``) on stdout.
 ``abort --home H --user U``
-    :func:`cluster.master.abort.request_abort`; prints :data:`MARKER` and ``{"removed": N,
-    "running": ID-or-null}`` (or ``{"error": ...}``) on stdout.
+    :func:`cluster.triggers.push.abort_pushes` (the user's pushes in flight and droppings
+    not yet queued), then :func:`cluster.master.abort.request_abort`; prints :data:`MARKER`
+    and ``{"stopped": N, "removed": N, "running": ID-or-null}`` (or ``{"error": ...}``) on
+    stdout.
 
 Exit status 0 when done, 2 when refused (the JSON says why).  Relative paths are relative
 to the working directory the remote shell starts in: the ssh account's home.
@@ -34,7 +41,13 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.abort import request_abort
 from cluster.queue import RunSpec
-from cluster.triggers.push import read_modes, receive_push
+from cluster.triggers.push import (
+    PushAborted,
+    abort_pushes,
+    commit_push,
+    read_modes,
+    receive_push,
+)
 
 #: What starts the one line that carries a remote step's outcome back to the client.
 MARKER = "clusterpush-remote: "
@@ -78,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     receive.add_argument("--line", required=True)
     receive.add_argument("--modes")
     receive.add_argument("--rsync", default="rsync")
+    receive.add_argument("--token", required=True)
+    commit = sub.add_parser("commit")
+    commit.add_argument("--home", required=True)
+    commit.add_argument("--line", required=True)
+    commit.add_argument("--token", required=True)
     abort = sub.add_parser("abort")
     abort.add_argument("--home", required=True)
     abort.add_argument("--user", required=True)
@@ -95,12 +113,19 @@ def main(argv: list[str] | None = None) -> int:
         if opts.step == "receive":
             spec = RunSpec.parse(opts.line, source="clusterpush --master")
             modes = _take_modes(opts.modes) if opts.modes else None
-            pushed = receive_push(home, spec, server, modes=modes, rsync=opts.rsync)
+            staged = receive_push(home, spec, server, token=opts.token, modes=modes,
+                                  rsync=opts.rsync)
+            _report(stream, {"staged": str(staged)})
+        elif opts.step == "commit":
+            spec = RunSpec.parse(opts.line, source="clusterpush --master")
+            pushed = commit_push(home, spec, opts.token)
             _report(stream, {"target": str(pushed.target), "note": pushed.note})
         else:
+            stopped = abort_pushes(home, opts.user)
             outcome = request_abort(home, opts.user)
-            _report(stream, {"removed": outcome.removed, "running": outcome.running})
+            _report(stream, {"stopped": stopped, "removed": outcome.removed,
+                             "running": outcome.running})
     except (ClusterError, ValueError, OSError) as exc:
-        _report(stream, {"error": str(exc)})
+        _report(stream, {"error": str(exc), "aborted": isinstance(exc, PushAborted)})
         return EXIT_USAGE
     return EXIT_OK

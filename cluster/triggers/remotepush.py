@@ -9,14 +9,12 @@ writes; the outcome on the master is exactly a local push's (:mod:`cluster.trigg
 How the master-side guarantees are kept remotely
 ------------------------------------------------
 A local push holds the tree's lock (``users/<user>/.<tree>.lock``, the two-level flock of
-:mod:`cluster.runtime.pathlock`) from before the sync until the dropping is written, and
+:mod:`cluster.runtime.pathlock`) while it changes the tree and writes the dropping, and
 never goes through a symlink below the home.  Neither can be had from outside the master:
 an SFTP write or rsync's own server follows symlinks in its paths, and ``flock(1)`` around
 rsync's server (``--rsync-path="flock LOCK rsync"``) would take neither the directory lock
-nor the checks, nor write the dropping under the lock.  Staging into
-``users/<user>/.<tree>.incoming`` and moving it into place under the lock would keep the
-lock short, but doubles the tree's disk use and still needs code on the master to lock and
-move.  So the master-side part runs *the same Python code as a local push*, on the master:
+nor the checks, nor write the dropping under the lock.  So the master-side part runs *the
+same Python code as a local push*, on the master:
 
 * the developer's own copy of the ``cluster`` package is shipped as one zip
   (:func:`code_zip`; about 0.4 MB, content-addressed, uploaded once per version to
@@ -25,17 +23,27 @@ move.  So the master-side part runs *the same Python code as a local push*, on t
   needs to know nothing of the master's install (where it is, which version), and the code
   that writes the master home is the code a local push on a shared file system runs, as
   before;
-* that program is rsync's ``--rsync-path``: it checks the way to ``users/<user>/<tree>``,
-  takes the tree's lock, runs rsync's server with its working directory set to the tree
-  through a descriptor opened without following a symlink (the client's destination is
-  ``.``), then writes the dropping, and only then releases the lock
-  (:func:`cluster.triggers.push.receive_push`).  So the master's snapshot never sees a
-  half-synced tree, and a failed or interrupted transfer leaves no dropping.  The lock is
-  held while the network transfer runs, as a local push holds it while it copies;
-* a run's snapshot shares files with the pushed tree by hard links; rsync chmods in place a
-  file whose mode alone changed, so the developer's file modes go up first (one small
-  file, :func:`cluster.triggers.push.write_modes`) and such shared files are unlinked under
-  the lock before rsync runs (what ``_unshare`` does for a local push);
+* a push is two steps, and only a living client makes the second
+  (:func:`cluster.triggers.push.receive_push`, :func:`cluster.triggers.push.commit_push`).
+  The transfer: that program is rsync's ``--rsync-path``; it checks the way to
+  ``users/<user>/<tree>``, stages a copy of hard links to it
+  (``users/<user>/.<tree>.incoming.<token>``) under the tree's lock, and runs rsync's
+  server into that (its working directory set through a descriptor opened without
+  following a symlink; the client's destination is ``.``), without the lock; it queues
+  nothing.  The commit: a second command over the paramiko connection, sent only when
+  rsync returned 0, which under the tree's lock puts the staged tree in place and writes
+  the dropping.  So the master's snapshot never sees a half-synced tree, and a failed,
+  interrupted or killed push leaves no dropping;
+* rsync dies with clusterpush (:func:`run_bound`: ``PR_SET_PDEATHSIG``, and its process
+  group stopped on ^C or SIGTERM), so a push whose client is gone never reaches the
+  commit; the master's side, whose rsync server then fails, removes the staged tree;
+* ``abort`` (:func:`remote_abort`) renames the user's staged trees, which stops their
+  transfers and makes their commits refuse (:func:`cluster.triggers.push.abort_pushes`);
+* a run's snapshot shares files with the pushed tree by hard links, and so does a staged
+  tree; rsync chmods in place a file whose mode alone changed, so the developer's file
+  modes go up first (one small file, :func:`cluster.triggers.push.write_modes`) and such
+  shared files are unlinked in the staged tree before rsync runs (what ``_unshare`` does
+  for a local push);
 * owner and group are not carried (``--no-owner --no-group``): the files on the master
   belong to the ssh account, whatever their numbers on the developer's machine.
 
@@ -49,6 +57,7 @@ refused key or a refused host key therefore fail before the master home is touch
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import io
 import json
@@ -57,11 +66,13 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
+import subprocess
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -97,8 +108,17 @@ MARKER = "clusterpush-remote: "
 PRUNE_AGE = 7 * 86400
 #: A modes list left by a push killed before rsync's server ran is removed after [s].
 STALE_MODES_AGE = 86400
-#: The remote abort's time limit [s]: the queue's lock, a few small files.
-ABORT_TIMEOUT = 120.0
+#: The remote abort's time limit [s]: the queue's lock, a few small files, and each of the
+#: user's trees' lock (:data:`cluster.triggers.push.ABORT_LOCK_WAIT`).
+ABORT_TIMEOUT = 300.0
+#: The commit's time limit [s]: the tree's lock (a run's snapshot holds it for seconds, a
+#: local push of the same tree for as long as it syncs), two renames, the old tree's
+#: removal, the dropping.
+COMMIT_TIMEOUT = PUSH_LOCK_WAIT + 120.0
+#: After SIGTERM, how long rsync and its ssh have before SIGKILL [s].
+KILL_GRACE = 5.0
+#: prctl(2)'s option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 #: rsync's statistics lines that :class:`RemotePushed` keeps (``--stats``).
 _STATS = {
@@ -166,10 +186,26 @@ class RemotePushed:
 
 @dataclass(frozen=True)
 class RemoteAborted:
-    """What a remote abort did (as :class:`cluster.master.abort.AbortOutcome`)."""
+    """What a remote abort did (as :class:`cluster.master.abort.AbortOutcome`), and how
+    many pushes in flight or not yet queued it stopped
+    (:func:`cluster.triggers.push.abort_pushes`)."""
 
     removed: int
     running: str | None
+    stopped: int = 0
+
+
+class PushRefused(ClusterError):
+    """A push failed or was aborted before its commit: nothing was queued.  ``aborted``:
+    ``clusterpush abort`` stopped it."""
+
+    def __init__(self, message: str, *, aborted: bool = False) -> None:
+        super().__init__(message)
+        self.aborted = aborted
+
+
+class CommitInterrupted(ClusterError):
+    """Interrupted (^C) while the master committed the push: it may have been queued."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,10 +330,17 @@ def remote_push(target: SshTarget, home: str, tree: Path, spec: RunSpec, *,
     ``io_timeout`` plus :data:`~cluster.triggers.push.PUSH_LOCK_WAIT` is rsync's
     ``--timeout`` (a transfer stalled that long ends; see :func:`_rsync`).  ``cache``
     is where on the master the shipped code and the modes list go (relative = to the ssh
-    account's home).  Raises
+    account's home).
+
+    Two steps: the transfer (rsync, staged on the master), then, only once rsync ended
+    well, the commit (a command of its own) that puts the tree in place and writes the
+    dropping.  rsync dies with this process (:func:`_rsync`), so a push whose client is
+    killed or interrupted before the commit queues nothing.  Raises
     :class:`~cluster.errors.SshError` when the master cannot be reached or refuses us (then
-    nothing was written there), ClusterError when the transfer or the master's side failed
-    (then no dropping was written: nothing is queued).
+    nothing was written there), :class:`PushRefused` when the transfer, the commit or the
+    master's side failed or an abort stopped the push (then no dropping was written:
+    nothing is queued), :class:`CommitInterrupted` when interrupted while the master
+    committed.
     """
     if spec.kind != "user":
         raise ValueError(f"clusterpush submits user runs, not {spec.kind!r}")
@@ -313,6 +356,7 @@ def remote_push(target: SshTarget, home: str, tree: Path, spec: RunSpec, *,
     modes = write_modes(source_modes(source))
     client = _connect(target, connect_timeout, retries)
     modes_path = f"{cache}/modes.{os.getpid()}.{os.urandom(6).hex()}"
+    token = os.urandom(8).hex()
     try:
         with _sftp_step(where, "upload the push's code and file modes"):
             sftp = client.open_sftp()
@@ -322,14 +366,26 @@ def remote_push(target: SshTarget, home: str, tree: Path, spec: RunSpec, *,
                 _upload(sftp, modes, modes_path, 0o600)
             # --opt=value: a value starting with "-" is never taken for an option there.
             server = shlex.join([python, code, "receive", f"--home={home}",
-                                 f"--line={spec.line()}", f"--modes={modes_path}", "--"])
-            return _rsync(target, source, home, server, rules, io_timeout)
+                                 f"--line={spec.line()}", f"--modes={modes_path}",
+                                 f"--token={token}", "--"])
+            done, out = _rsync(target, source, home, server, rules, io_timeout)
         finally:
             with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
                 sftp.remove(modes_path)  # the master's side removes it once read
             sftp.close()
+        commit = shlex.join([python, code, "commit", f"--home={home}",
+                             f"--line={spec.line()}", f"--token={token}"])
+        try:
+            outcome = _commit(client, commit, where, home)
+        except KeyboardInterrupt:
+            raise CommitInterrupted(
+                f"interrupted while {where} committed the push: it may be queued "
+                "(clusterpush.py --master ... abort withdraws it)") from None
     finally:
         client.close()
+    note = outcome.get("note")
+    return RemotePushed(str(outcome.get("target")), str(note) if note else None,
+                        _stat(out, "files"), _stat(out, "bytes"), _stat(out, "literal"), out)
 
 
 @contextlib.contextmanager
@@ -345,8 +401,9 @@ def _sftp_step(where: str, what: str) -> Iterator[None]:
 
 
 def _rsync(target: SshTarget, source: Path, home: str, server: str, rules: bytes,
-           io_timeout: float) -> RemotePushed:
-    """Run the rsync of :func:`remote_push` and read its outcome."""
+           io_timeout: float) -> tuple[proc.Result, str]:
+    """Run the transfer of :func:`remote_push`; (its result, its stdout) once the master's
+    side staged the tree, else :class:`PushRefused`."""
     where = target.where()
     argv = rsync_argv(target, f"{source}/", remote_spec(target, "."), delete=True, extra=[
         "--no-owner", "--no-group", "--copy-links", "--no-D", "--delete-excluded",
@@ -357,26 +414,92 @@ def _rsync(target: SshTarget, source: Path, home: str, server: str, rules: bytes
         f"--timeout={max(1, round(io_timeout + PUSH_LOCK_WAIT))}", "--stats",
         f"--rsync-path={server}"])
     log.debug("running %s", proc.command_text(argv))
-    try:
-        done = proc.run(argv, input=rules, timeout=None)  # bounded by --timeout
-    except proc.ProcessError as exc:
-        raise ClusterError(f"push to {where}: {exc}") from None
+    done = run_bound(argv, rules)
     err = done.text("stderr")
     for line in err.splitlines():
         if line.startswith("master: "):
             log.warning("%s", line)
     outcome = _outcome(err, where)
-    if outcome is None or "error" in outcome:
-        reason = (str(outcome["error"]) if outcome is not None
+    if outcome is None or "error" in outcome or "staged" not in outcome:
+        reason = (str(outcome["error"]) if outcome is not None and "error" in outcome
                   else f"rsync {done.describe()}:\n{_tail(err)}")
-        raise ClusterError(f"push to {where}:{home} failed; nothing was queued: {reason}")
+        raise PushRefused(f"push to {where}:{home} failed; nothing was queued: {reason}",
+                          aborted=bool(outcome and outcome.get("aborted")))
     if not done.ok:
-        log.warning("rsync to %s: %s (the tree was received and queued): %s", where,
-                    done.describe(), _tail(err, 3))
-    out = done.text()
-    note = outcome.get("note")
-    return RemotePushed(str(outcome.get("target")), str(note) if note else None,
-                        _stat(out, "files"), _stat(out, "bytes"), _stat(out, "literal"), out)
+        # The master's side staged the whole tree, but the client saw an error at the end:
+        # not sure it is what the developer has, so it is not committed.
+        raise PushRefused(f"push to {where}:{home} failed; nothing was queued: rsync "
+                          f"{done.describe()}:\n{_tail(err)}")
+    return done, done.text()
+
+
+def _commit(client: paramiko.SSHClient, command: str, where: str,
+            home: str) -> dict[str, object]:
+    """Send the commit step; its outcome ({"target", "note"}), else :class:`PushRefused`."""
+    status, out, err = exec_bytes(client, command, COMMIT_TIMEOUT)
+    text = out.decode("utf-8", "replace")
+    for line in err.decode("utf-8", "replace").splitlines():
+        if line.startswith("master: "):
+            log.warning("%s", line)
+    outcome = _outcome(text, where)
+    if outcome is None or "error" in outcome:
+        reason = (str(outcome["error"]) if outcome is not None else
+                  f"exit status {status}:\n{_tail(text + err.decode('utf-8', 'replace'))}")
+        raise PushRefused(f"push to {where}:{home} was not committed; nothing was queued: "
+                          f"{reason}", aborted=bool(outcome and outcome.get("aborted")))
+    return outcome
+
+
+@lru_cache(maxsize=1)
+def _prctl() -> Callable[..., int]:
+    """libc's ``prctl``, looked up in the parent: the child between fork and exec must not
+    load anything (another thread, paramiko's, may hold the loader's lock at the fork)."""
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_parent(prctl: Callable[..., int], parent: int) -> None:
+    """In the child before exec: ask the kernel for SIGKILL when the parent dies
+    (``prctl(PR_SET_PDEATHSIG)``, kept across exec), then leave at once if it died
+    already."""
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def run_bound(argv: list[str], input: bytes) -> proc.Result:
+    """Run ``argv`` (rsync and its ssh) bound to this process's life, with ``input`` on its
+    stdin and its output captured.
+
+    In a session of its own (a terminal's ^C reaches only us), with the kernel told to
+    SIGKILL it when this process dies by any signal, SIGKILL included (its ssh then sees
+    its pipes close and leaves too); and when this process is interrupted or terminated
+    (an exception: KeyboardInterrupt, or what a SIGTERM handler raises) the whole group,
+    ssh included, gets SIGTERM, then SIGKILL after :data:`KILL_GRACE` s, before the
+    exception goes on.  No timeout: rsync's own ``--timeout`` bounds it."""
+    started = time.monotonic()
+    parent, prctl = os.getpid(), _prctl()
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=lambda: _die_with_parent(prctl, parent))
+    except OSError as exc:
+        raise ClusterError(f"cannot start {argv[0]}: {exc}") from None
+    try:
+        out, err = child.communicate(input)
+    except BaseException:
+        _stop_group(child)
+        raise
+    return proc.Result(argv, child.returncode, out, err, time.monotonic() - started)
+
+
+def _stop_group(child: subprocess.Popen[bytes]) -> None:
+    proc.kill_tree(child.pid, signal.SIGTERM)
+    try:
+        child.wait(timeout=KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    proc.kill_tree(child.pid, signal.SIGKILL)  # ssh too, if it outlived rsync
+    child.wait()
 
 
 def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "python3",
@@ -403,5 +526,7 @@ def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "pyth
         raise ClusterError(f"abort on {where}:{home} failed: {reason}")
     running = outcome.get("running")
     removed = outcome.get("removed")
+    stopped = outcome.get("stopped")
     return RemoteAborted(int(removed) if isinstance(removed, int) else 0,
-                         str(running) if running else None)
+                         str(running) if running else None,
+                         int(stopped) if isinstance(stopped, int) else 0)

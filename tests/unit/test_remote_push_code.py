@@ -54,10 +54,11 @@ def test_remote_push_zip_refuses_bad_arguments(tmp_path: Path) -> None:
     pyz = tmp_path / "c.pyz"
     pyz.write_bytes(code_zip())
     done = subprocess.run([sys.executable, str(pyz), "receive", f"--home={tmp_path}",
-                           "--line=user alice gs", "--", "--server", "--sender", "."],
+                           "--line=user alice gs", "--token=0123456789abcdef", "--",
+                           "--server", "--sender", "."],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2
-    assert 'clusterpush-remote: {"error": "remote push: expected rsync' in done.stderr
+    assert '"error": "remote push: expected rsync' in done.stderr
     assert not (tmp_path / "users").exists()
 
 
