@@ -43,8 +43,9 @@ from bench.common import figures, start  # noqa: E402
 from cluster import nodekeys  # noqa: E402
 from cluster.master import journal  # noqa: E402
 from cluster.master.audit import AuditLog  # noqa: E402
-from cluster.master.handler import RequestHandler, RunKeys, RunSession  # noqa: E402
+from cluster.master.handler import RequestHandler, RunSession  # noqa: E402
 from cluster.master.joblist import JobFile  # noqa: E402
+from cluster.master.keycache import run_keys  # noqa: E402
 from cluster.master.runstate import RunState, Settings  # noqa: E402
 from cluster.wire import protocol, signing  # noqa: E402
 
@@ -118,7 +119,7 @@ def one_run(jobs_path: Path, work: Path, jobs: int, nodes: int, slots: int,
         text = nodekeys.read_node_key(home, f"n{i:05d}")
         assert text is not None
         keys.append(signing.run_key(signing.parse_secret(text), RUN_ID))
-    session = RunSession(RunKeys(home, RUN_ID, lambda: now[0]), signing.ReplayGuard(),
+    session = RunSession(run_keys(home, RUN_ID, lambda: now[0]), signing.ReplayGuard(),
                          AuditLog(work / "audit.log"))
     handler = RequestHandler(protocol.DEFAULT_MAX_LINE, protocol.DEFAULT_MAX_LINES,
                              lambda: now[0])

@@ -15,9 +15,9 @@ exit code, it knows that there is a job to start"):
     1  at least one run waits (printed)
     2  error: bad configuration, monitor unreachable, or a reply not understood
 
-The heartbeat is signed with the cluster secret, ``cluster.secret`` in the master home, read
-through the node's transport (``transport`` in node.conf), and the answer is believed only
-if its signature verifies (docs/protocol.md).
+The heartbeat is signed with a key derived from the node's own key, ``node-keys/<name>.key``
+in the master home, read through the node's transport (``transport`` in node.conf), and
+the answer is believed only if its signature verifies (docs/protocol.md).
 
 ``--caps`` sends a capability line along (e.g. ``--caps "$(send_caps.py)"``); the monitor
 stores it as nodes/<name>.caps.
@@ -38,7 +38,7 @@ from cluster.defaults import HEARTBEAT_EXIT_ERROR as EXIT_ERROR
 from cluster.defaults import HEARTBEAT_EXIT_JOB_WAITS as EXIT_JOB_WAITS
 from cluster.defaults import HEARTBEAT_EXIT_NONE as EXIT_NONE
 from cluster.errors import ClusterError
-from cluster.node.heartbeat import HeartbeatError, cluster_secret, send_heartbeat
+from cluster.node.heartbeat import HeartbeatError, node_secret, send_heartbeat
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         jobs = send_heartbeat(cfg.master_host, cfg.monitor_port, cfg.effective_node_name(),
                               status=args.status, caps=args.caps, timeout=cfg.io_timeout,
-                              wait=args.wait, skip=args.skip, secret=cluster_secret(cfg))
+                              wait=args.wait, skip=args.skip, secret=node_secret(cfg))
     except HeartbeatError as exc:
         print(f"heartbeat.py: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -40,8 +40,9 @@ from cluster.master import abort, ending, finish, journal, monitor
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
-from cluster.master.handler import NonceLog, RequestHandler, RunKeys, RunSession
+from cluster.master.handler import NonceLog, RequestHandler, RunSession
 from cluster.master.joblist import JobFile
+from cluster.master.keycache import run_keys
 from cluster.master.livestatus import LiveStatus
 from cluster.master.pidfile import PidFile
 from cluster.master.progress import RunProgress
@@ -228,7 +229,7 @@ class ClusterMaster:
         if loaded:
             log.info("run %s: %d nonces of earlier masters loaded into the replay guard",
                      run_id, loaded)
-        session = RunSession(RunKeys(home.root, run_id, self.clock.monotonic), guard,
+        session = RunSession(run_keys(home.root, run_id, self.clock.monotonic), guard,
                              AuditLog(home.audit_log(run_id), self.clock),
                              NonceLog(nonce_path))
         # Its start as the first master saw it: now less the elapsed time of them all.

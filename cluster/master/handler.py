@@ -5,9 +5,10 @@ each complete request it:
 
 1. reads the claimed job id (without parsing anything else): another run's request is
    refused;
-2. verifies the request's signature under the run key of the node it claims to be (its
-   own key, :class:`RunKeys`), before anything in it is parsed or believed (an unsigned
-   or wrongly signed request, or one from a name the master holds no key for, is refused);
+2. verifies the request's signature under the run key of the node it claims to be (from
+   its own key: :func:`~cluster.master.keycache.run_keys`), before anything in it is
+   parsed or believed (an unsigned or wrongly signed request, or one from a name the
+   master holds no key for, is refused);
 3. parses it (a malformed one gets a signed ABORT naming the problem);
 4. checks its nonce against the replay guard (a replayed request is refused) and logs it
    (:class:`NonceLog`: the guard survives a takeover);
@@ -34,65 +35,11 @@ from cluster import nodekeys
 from cluster.errors import ClusterError, ProtocolError
 from cluster.master import journal
 from cluster.master.audit import AuditLog
+from cluster.master.keycache import NodeKeyCache
 from cluster.master.runstate import RunState
 from cluster.wire import protocol, signing
 
 log = logging.getLogger("cluster.master")
-
-
-class RunKeys:
-    """The request keys of one run's nodes: each node's own key (``node-keys/<name>.key``,
-    :mod:`cluster.nodekeys`) read when the name first calls, and the run's key derived from
-    it (:func:`~cluster.wire.signing.run_key`).  Per connection a dict lookup; a file read
-    only for a name not seen yet (a missing key is looked for again at most every
-    :data:`RETRY` seconds), or after a signature failed and the file changed since it was
-    read (a node set up again gets a new key)."""
-
-    #: How often a name without a key file, or whose key did not verify, is read again [s].
-    RETRY = 1.0
-
-    def __init__(self, home_root: Path, run_id: str, monotonic: Callable[[], float]) -> None:
-        self.home_root = home_root
-        self.run_id = run_id
-        self.monotonic = monotonic
-        self._keys: dict[str, bytes] = {}
-        self._read_at: dict[str, float] = {}
-
-    def key(self, name: str) -> bytes | None:
-        """The run key of node ``name``, or None if the master holds no key for it.
-        SecretFileError (a ClusterError) if its key file is a link or open to others."""
-        key = self._keys.get(name)
-        if key is not None or not name:
-            return key
-        return self._read(name)
-
-    def reread(self, name: str) -> bytes | None:
-        """The key of ``name`` read again, if it was read more than :data:`RETRY` seconds
-        ago (after a signature that did not verify); else None."""
-        if self.monotonic() - self._read_at.get(name, -self.RETRY) < self.RETRY:
-            return None
-        self._keys.pop(name, None)
-        return self._read(name)
-
-    def _read(self, name: str) -> bytes | None:
-        now = self.monotonic()
-        if name in self._read_at and now - self._read_at[name] < self.RETRY:
-            return None
-        self._read_at[name] = now
-        if len(self._read_at) > signing.MAX_SESSIONS:  # bounded: strangers' names
-            del self._read_at[next(iter(self._read_at))]
-        try:
-            text = nodekeys.read_node_key(self.home_root, name)
-        except ValueError:
-            return None  # not a node name
-        if text is None:
-            return None
-        try:
-            key = signing.run_key(signing.parse_secret(text), self.run_id)
-        except ValueError as exc:
-            raise ClusterError(f"{nodekeys.key_path(self.home_root, name)}: {exc}") from None
-        self._keys[name] = key
-        return key
 
 
 class NonceLog:
@@ -135,7 +82,7 @@ class RunSession:
     """What the handler needs of a run besides its state: the keys of its nodes' signed
     messages, the nonces seen (and their log, for a successor), and its audit trail."""
 
-    keys: RunKeys
+    keys: NodeKeyCache
     guard: signing.ReplayGuard
     audit: AuditLog
     nonces: NonceLog | None = None

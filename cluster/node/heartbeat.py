@@ -8,10 +8,12 @@ With ``wait`` the monitor may hold the answer (long-poll): it answers as soon as
 whose id is not in ``skip``, or when the wait ends.  A monitor that predates the long-poll
 ignores the header and answers at once, so callers must not assume the call took ``wait``.
 
-Every heartbeat is signed with the cluster secret (the text of ``cluster.secret`` in the
-master home, read through the node's transport) and the answer is used only if its
-signature verifies (:mod:`cluster.wire.signing`); otherwise :class:`HeartbeatUnverified`
-is raised, and the caller may read the secret again (the master's may have been replaced).
+Every heartbeat is signed with the node's heartbeat key, derived from its own key
+(``node-keys/<name>.key`` in the master home, read through the node's transport:
+:func:`node_secret`; :func:`~cluster.wire.signing.heartbeat_key`), so that no node can
+heartbeat in another's name, and the answer is used only if its signature verifies
+(:mod:`cluster.wire.signing`); otherwise :class:`HeartbeatUnverified` is raised, and the
+caller may read the key again (the node may have been set up anew).
 
 Usage::
 
@@ -30,8 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cluster.errors import ClusterError, ProtocolError
-from cluster.home import Home
-from cluster.node.transport import make_transport
+from cluster.node.transport import make_transport, read_node_key
 from cluster.wire import signing
 from cluster.wire.heartbeat import MAX_REPLY, Heartbeat, format_heartbeat, parse_reply
 from cluster.wire.protocol import valid_node_name
@@ -59,8 +60,8 @@ class HeartbeatStopped(HeartbeatError):
 
 class HeartbeatUnverified(HeartbeatError):
     """The answer's signature did not verify (or it had none): nothing of it was used.
-    Either the node's copy of the cluster secret is stale, or the answer did not come from
-    the monitor."""
+    Either the node's copy of its key is stale, or the answer did not come from the
+    monitor."""
 
 
 if TYPE_CHECKING:
@@ -68,42 +69,38 @@ if TYPE_CHECKING:
 
 #: The nonces of this process's heartbeats (one session per process).
 _NONCES = signing.NonceSource()
-#: The cluster secrets this process read, by where they were read from (see cluster_secret).
-_SECRETS: dict[tuple[str, str, str], str] = {}
+#: The node keys this process read, by where and for whom (see node_secret).
+_SECRETS: dict[tuple[str, str, str, str], str] = {}
 _SECRETS_LOCK = threading.Lock()
 
 
-def cluster_secret(cfg: Config) -> str:
-    """The cluster secret's text, read through the node's transport (``make_transport``)
-    from ``cluster.secret`` in the master home on first use and kept; read again after a
-    heartbeat whose answer did not verify (:class:`HeartbeatUnverified` drops the kept
-    copies: the master's secret may have been replaced).
+def node_secret(cfg: Config) -> str:
+    """The text of this node's own key (``node-keys/<name>.key``), read through the node's
+    transport (``make_transport``, :func:`~cluster.node.transport.read_node_key`) on first
+    use and kept; read again after a heartbeat whose answer did not verify
+    (:class:`HeartbeatUnverified` drops the kept copies).
 
-    HeartbeatError naming the monitor if the file is absent or cannot be read, or is a
+    HeartbeatError naming the monitor if the key is absent or cannot be read, or is a
     symbolic link or not mode 0600 (:mod:`cluster.runtime.secretfile`).
     """
-    where = (cfg.transport, cfg.master_host, str(cfg.master_home))
+    name = cfg.effective_node_name()
+    where = (cfg.transport, cfg.master_host, str(cfg.master_home), name)
     with _SECRETS_LOCK:
         text = _SECRETS.get(where)
     if text is not None:
         return text
     try:
-        # read_secret: a secret that is a link or open to group or others is refused.
-        text = make_transport(cfg).read_secret(Home.CLUSTER_SECRET)
+        text = read_node_key(make_transport(cfg), name)
     except ClusterError as exc:
         raise HeartbeatError(cfg.master_host, cfg.monitor_port,
-                             f"cannot read the cluster secret: {exc}") from None
-    if text is None:
-        raise HeartbeatError(cfg.master_host, cfg.monitor_port,
-                             f"the master home has no {Home.CLUSTER_SECRET} yet (the monitor "
-                             "makes it when it starts)")
+                             f"cannot read this node's key: {exc}") from None
     with _SECRETS_LOCK:
         _SECRETS[where] = text
     return text
 
 
-def forget_cluster_secrets() -> None:
-    """Drop the secrets :func:`cluster_secret` kept (the next call reads them again)."""
+def forget_node_secrets() -> None:
+    """Drop the keys :func:`node_secret` kept (the next call reads them again)."""
     with _SECRETS_LOCK:
         _SECRETS.clear()
 
@@ -119,8 +116,9 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
     ``skip`` waits; ``timeout`` bounds the connect, and the exchange beyond ``wait``.
     ``stop`` is looked at every :data:`STOP_POLL` seconds while the answer is awaited: once
     it returns true the connection is closed and HeartbeatStopped raised.  ``secret`` is the
-    cluster secret's text (64 hex digits): the request is signed with it and the answer
-    must verify under it, else HeartbeatUnverified.
+    text of the node's own key (64 hex digits, :func:`node_secret`): the request is signed
+    with the heartbeat key derived from it and the answer must verify under that key, else
+    HeartbeatUnverified.
 
     Raises HeartbeatError naming the monitor for a bad node name or skip id, a connection
     failure, a timeout, an ``ERROR`` answer or a reply that is not ``job``/``END`` lines.
@@ -129,9 +127,9 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
         raise HeartbeatError(host, port, f"node name {node!r} is not 1-64 of [A-Za-z0-9._-] "
                                          "(set node_name)")
     try:
-        key = signing.parse_secret(secret)
+        key = signing.heartbeat_key(signing.parse_secret(secret))
     except ValueError as exc:
-        raise HeartbeatError(host, port, f"the cluster secret is unusable: {exc}") from None
+        raise HeartbeatError(host, port, f"the node's key is unusable: {exc}") from None
     nonce = _NONCES.next()
     try:
         request = signing.sign_request(
@@ -158,7 +156,7 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
     try:
         body = signing.verify_reply(data, key, nonce)
     except signing.SignatureError as exc:
-        forget_cluster_secrets()  # perhaps a stale copy: read it again next time
+        forget_node_secrets()  # perhaps a stale copy: read it again next time
         said = data.split(b"\n", 1)[0][:200].decode("utf-8", "replace")
         raise HeartbeatUnverified(host, port, f"answer refused, nothing of it used: {exc} "
                                               f"(its first line, unverified: {said!r})"

@@ -100,7 +100,7 @@ from cluster.errors import ClusterError, MasterUnreachable, ProtocolError, Trans
 from cluster.home import suffixed
 from cluster.node import readlog
 from cluster.node.slots import Finished, SlotPool
-from cluster.node.transport import LocalTransport, Transport
+from cluster.node.transport import Transport, read_node_key
 from cluster.records import (
     BASELINE,
     BIN,
@@ -293,23 +293,12 @@ class NodeRun:
         return start
 
     def _node_key(self) -> bytes:
-        """This node's own key (``node-keys/<name>.key`` in the master home), read through
-        the transport.  A node on the master's own file system (transport local) makes it
-        when it is missing; any other node must have been set up with one
-        (bootstrap_node.py).  ClusterError naming the file otherwise."""
-        rel = nodekeys.key_rel(self.name)
-        text = self.transport.read_secret(rel)
-        if text is None and isinstance(self.transport, LocalTransport):
-            nodekeys.ensure_node_key(self.transport.root, self.name)
-            text = self.transport.read_secret(rel)
-        if text is None:
-            raise ClusterError(f"the master holds no key for node {self.name} ({rel} in its "
-                               "home): set this node up with bootstrap_node.py, which makes "
-                               "it")
+        """This node's own key, read through the transport (:func:`read_node_key`)."""
+        text = read_node_key(self.transport, self.name)
         try:
             return signing.parse_secret(text)
         except ValueError as exc:
-            raise ClusterError(f"{rel} on the master: {exc}") from None
+            raise ClusterError(f"{nodekeys.key_rel(self.name)} on the master: {exc}") from None
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:

@@ -136,7 +136,7 @@ class ClusterPull:
                                                self.name, self.status(), self.caps,
                                                wait=wait, skip=skip,
                                                stop=self.stop_flag.is_set,
-                                               secret=heartbeat.cluster_secret(self.cfg))
+                                               secret=heartbeat.node_secret(self.cfg))
         except heartbeat.HeartbeatStopped:
             return now  # the loop sees the stop flag
         except Exception as exc:  # the monitor may be down; keep trying next tick

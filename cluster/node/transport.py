@@ -31,7 +31,8 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
-from cluster.errors import ConfigError, TransportError
+from cluster import nodekeys
+from cluster.errors import ClusterError, ConfigError, TransportError
 from cluster.runtime import fsutil, mirror, secretfile
 from cluster.runtime.mirror import Exclude
 
@@ -160,6 +161,23 @@ class LocalTransport:
             fsutil.atomic_copy(Path(src), target, fsync=True)
         except OSError as exc:
             raise TransportError("upload", rel, exc.strerror or str(exc)) from None
+
+
+def read_node_key(transport: Transport, name: str) -> str:
+    """The text of node ``name``'s own key (``node-keys/<name>.key`` in the master home,
+    :mod:`cluster.nodekeys`), read through ``transport``.  A node on the master's own file
+    system (:class:`LocalTransport`) makes it when it is missing; any other node must have
+    been set up with one (bootstrap_node.py makes it).  ClusterError naming the file when
+    it is missing, a link or open to others."""
+    rel = nodekeys.key_rel(name)
+    text = transport.read_secret(rel)
+    if text is None and isinstance(transport, LocalTransport):
+        nodekeys.ensure_node_key(transport.root, name)
+        text = transport.read_secret(rel)
+    if text is None:
+        raise ClusterError(f"the master holds no key for node {name} ({rel} in its home): "
+                           "set this node up with bootstrap_node.py, which makes it")
+    return text
 
 
 def make_transport(cfg: Config) -> Transport:

@@ -112,9 +112,16 @@ def _mac(key: bytes, data: bytes) -> bytes:
 
 def run_key(node_key: bytes, run_id: str) -> bytes:
     """The key of a node's requests and the master's replies in run ``run_id``: an HMAC of
-    the run id under the node's own key (:mod:`cluster.nodekeys`).  Only the node and the
-    master can make it; a request recorded in one run verifies in no other."""
+    ``run <id>`` under the node's own key (:mod:`cluster.nodekeys`).  Only the node and
+    the master can make it; a request recorded in one run verifies in no other."""
     return hmac.digest(node_key, b"run " + run_id.encode("utf-8"), "sha256")
+
+
+def heartbeat_key(node_key: bytes) -> bytes:
+    """The key of a node's heartbeats and the monitor's answers: an HMAC of ``heartbeat``
+    under the node's own key (never equal to a run key: no run id is ``heartbeat``'s
+    suffix of ``run ``)."""
+    return hmac.digest(node_key, b"heartbeat", "sha256")
 
 
 class NonceSource:

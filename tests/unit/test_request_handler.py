@@ -10,7 +10,8 @@ import pytest
 from cluster import nodekeys
 from cluster.master import journal
 from cluster.master.audit import AuditLog
-from cluster.master.handler import NonceLog, RequestHandler, RunKeys, RunSession
+from cluster.master.handler import NonceLog, RequestHandler, RunSession
+from cluster.master.keycache import run_keys
 from cluster.master.runstate import RunState
 from cluster.wire import protocol, signing
 from tests.unit.test_runstate import RUN, jobs
@@ -40,7 +41,7 @@ class Served:
         self.guard = signing.ReplayGuard()
         NonceLog.load(tmp / "nonces", self.guard)  # what earlier masters accepted
         self.handler.bind(self.state, self.journal,
-                          RunSession(RunKeys(self.home, RUN, lambda: 1.0), self.guard,
+                          RunSession(run_keys(self.home, RUN, lambda: 1.0), self.guard,
                                      self.audit, NonceLog(tmp / "nonces")))
         self.nonces = signing.NonceSource()
 

@@ -1,0 +1,83 @@
+"""The keys of the nodes as the master's servers need them (issue 20).
+
+Each node signs with a key derived from its own key ``node-keys/<name>.key``
+(:mod:`cluster.nodekeys`): its run requests with :func:`~cluster.wire.signing.run_key`,
+its heartbeats with :func:`~cluster.wire.signing.heartbeat_key`.  :class:`NodeKeyCache`
+holds the derived keys of the names that called: a dict lookup per connection, a file read
+only for a name not seen yet (a missing key is looked for again at most every
+:data:`NodeKeyCache.RETRY` seconds), or after a signature failed and :data:`RETRY` passed
+since it was read (a node set up again gets a new key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from cluster import nodekeys
+from cluster.errors import ClusterError
+from cluster.wire import signing
+
+
+class NodeKeyCache:
+    """Node name -> the key ``derive`` makes of its own key; None for a name the master
+    holds no key for."""
+
+    #: How often a name without a key file, or whose key did not verify, is read again [s].
+    RETRY = 1.0
+
+    def __init__(self, home_root: Path, derive: Callable[[bytes], bytes],
+                 monotonic: Callable[[], float]) -> None:
+        self.home_root = home_root
+        self.derive = derive
+        self.monotonic = monotonic
+        self._keys: dict[str, bytes] = {}
+        self._read_at: dict[str, float] = {}
+
+    def key(self, name: str) -> bytes | None:
+        """The derived key of node ``name``, or None if the master holds no key for it.
+        SecretFileError (a ClusterError) if its key file is a link or open to others."""
+        key = self._keys.get(name)
+        if key is not None or not name:
+            return key
+        return self._read(name)
+
+    def reread(self, name: str) -> bytes | None:
+        """The key of ``name`` read again, if it was read more than :data:`RETRY` seconds
+        ago (after a signature that did not verify); else None."""
+        if self.monotonic() - self._read_at.get(name, -self.RETRY) < self.RETRY:
+            return None
+        self._keys.pop(name, None)
+        return self._read(name)
+
+    def _read(self, name: str) -> bytes | None:
+        now = self.monotonic()
+        if name in self._read_at and now - self._read_at[name] < self.RETRY:
+            return None
+        self._read_at[name] = now
+        if len(self._read_at) > signing.MAX_SESSIONS:  # bounded: strangers' names
+            del self._read_at[next(iter(self._read_at))]
+        try:
+            text = nodekeys.read_node_key(self.home_root, name)
+        except ValueError:
+            return None  # not a node name
+        if text is None:
+            return None
+        try:
+            key = self.derive(signing.parse_secret(text))
+        except ValueError as exc:
+            raise ClusterError(f"{nodekeys.key_path(self.home_root, name)}: {exc}") from None
+        self._keys[name] = key
+        if len(self._keys) > signing.MAX_SESSIONS:
+            del self._keys[next(iter(self._keys))]
+        return key
+
+
+def run_keys(home_root: Path, run_id: str, monotonic: Callable[[], float]) -> NodeKeyCache:
+    """The nodes' request keys in run ``run_id`` (the clustermaster's)."""
+    return NodeKeyCache(home_root, lambda key: signing.run_key(key, run_id), monotonic)
+
+
+def heartbeat_keys(home_root: Path, monotonic: Callable[[], float]) -> NodeKeyCache:
+    """The nodes' heartbeat keys (the monitor's)."""
+    return NodeKeyCache(home_root, signing.heartbeat_key, monotonic)
