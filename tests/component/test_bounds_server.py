@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.master.server import NodeServer, connection_limit
+from cluster.master.server import NodeServer
+from cluster.runtime.peers import connection_limit
 from tests.helpers import REPO, talk, wait_for
 
 MIB = 1024 * 1024
