@@ -80,6 +80,7 @@ from cluster.runtime.peers import (
     connection_limit,
     host_of,
     per_peer_limit,
+    send_and_close,
 )
 from cluster.runtime.singleton import SingleInstance
 from cluster.wire import signing
@@ -446,7 +447,7 @@ class MonitorServer:
                 self.refusals.note(host, "peer %s: refused, its host holds %d connections "
                                    "already (the per-peer limit)", peer, self.peers.per_peer)
                 self.rejected += 1
-                _send_and_close(sock, format_error("monitor busy: too many connections from "
+                send_and_close(sock, format_error("monitor busy: too many connections from "
                                                    "your host, try again"))
                 continue
             self._busy_logged = False
@@ -466,7 +467,7 @@ class MonitorServer:
         else:
             self.refusals.quiet(host, "peer %s: refused, too many connections open", peer)
         self.rejected += 1
-        _send_and_close(sock, format_error("monitor busy, try again"))
+        send_and_close(sock, format_error("monitor busy, try again"))
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -697,22 +698,6 @@ class MonitorServer:
                 pass
             conn.events = 0
         conn.sock.close()
-
-
-def _send_and_close(sock: socket.socket, data: bytes) -> None:
-    """One non-blocking try to send ``data``, then close.  The request that came with the
-    connection is read first (one bounded recv): closing with unread input would make the
-    kernel send a reset, which can destroy the answer before the client reads it."""
-    try:
-        sock.recv(DRAIN_BYTES)
-    except OSError:
-        pass  # nothing there yet (or the peer left)
-    try:
-        sock.send(data)
-        sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass  # cannot be sent cheaply: the close alone tells the client
-    sock.close()
 
 
 def _news(jobs: list[tuple[int, str]], skip: frozenset[str]) -> bool:

@@ -49,6 +49,7 @@ from cluster.runtime.peers import (
     connection_limit,
     host_of,
     per_peer_limit,
+    send_and_close,
 )
 from cluster.wire import protocol
 
@@ -60,6 +61,7 @@ RefusalHook = Callable[[str, str], None]
 _READ_SIZE = 262144
 #: Connections accepted (and, when their request is there, served) per listener event.
 _ACCEPT_BATCH = 256
+_BUSY = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="master busy, try again"))
 
 
 class _Conn:
@@ -207,20 +209,9 @@ class NodeServer:
         self.rejected += 1
         self._abort_and_close(sock)
 
-    def _abort_and_close(self, sock: socket.socket) -> None:
-        # Read the request that came with the connection first (one bounded recv): closing
-        # with unread input makes the kernel send a reset that can destroy the ABORT.
-        try:
-            sock.recv(_READ_SIZE)
-        except OSError:
-            pass  # nothing there yet (or the peer left)
-        try:
-            sock.send(protocol.format_reply(protocol.Reply(protocol.ABORT,
-                                                           reason="master busy, try again")))
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # it cannot be sent cheaply: the close alone tells the peer
-        sock.close()
+    @staticmethod
+    def _abort_and_close(sock: socket.socket) -> None:
+        send_and_close(sock, _BUSY, _READ_SIZE)
 
     def _watch(self, conn: _Conn, events: int) -> None:
         if conn.events == events:

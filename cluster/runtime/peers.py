@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import resource
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -70,6 +71,24 @@ def per_peer_limit(total: int) -> int:
     """The connections one host may hold of a listener's ``total``: a quarter of it, but at
     least :data:`MIN_PER_PEER` (and never more than ``total``)."""
     return min(total, max(MIN_PER_PEER, total // PEER_SHARE))
+
+
+def send_and_close(sock: socket.socket, data: bytes, drain: int = 65536) -> None:
+    """Refuse a connection at once: one non-blocking try to send ``data``, then close.
+
+    What the client sent with the connection is read first (one recv of at most ``drain``
+    bytes): closing with unread input makes the kernel send a reset, which can destroy the
+    answer before the client reads it."""
+    try:
+        sock.recv(drain)
+    except OSError:
+        pass  # nothing there yet (or the peer left)
+    try:
+        sock.send(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # it cannot be sent cheaply: the close alone tells the client
+    sock.close()
 
 
 def host_of(address: object) -> str:
