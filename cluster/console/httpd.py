@@ -1,7 +1,8 @@
 """The status page's HTTP server: clusterstatus.py's engine.
 
-A small threaded HTTP/1.0 server (the standard library's ``ThreadingHTTPServer``, one daemon
-thread per connection) on ``status_address``:``status_port``, answering GET and HEAD only:
+A small HTTP/1.0 server on ``status_address``:``status_port``: one thread reads requests and
+writes answers over non-blocking sockets, a few worker threads make the answers (the
+standard library's request handler, on a request already read); GET and HEAD only:
 
     /                      the status page (cluster.console.page): HTML with inline CSS and
                            JavaScript that polls /api/status; nothing comes from elsewhere
@@ -25,10 +26,16 @@ Contract:
   detail is made on demand; concurrent requests for it wait for the one making it.  The
   page itself is made once.  The JSON answers are also kept gzipped and sent so to
   clients that accept it (a thousand nodes make 300 KB of JSON, under 10 KB gzipped).
-* **Bounded.**  At most :data:`MAX_CLIENTS` connections are served at once (more get a 503
-  at once); a request line longer than :data:`MAX_REQUEST_LINE` bytes gets a 414; the
-  headers are bounded by the standard library (100 lines of 64 KiB); a client that sends
-  nothing for :data:`CLIENT_TIMEOUT` seconds is dropped; request bodies are never read.
+* **Bounded, also against slow clients** (issue 20: a per-read timeout let 80 connections
+  trickling a byte every 2 s make every honest request a 503 for 40 s).  A waiting client
+  holds no thread, only a socket.  At most :data:`MAX_CLIENTS` connections are open, at most
+  a quarter of them (:func:`~cluster.runtime.peers.per_peer_limit`) from one host (more get
+  a 503 at once); the whole request head must arrive within :data:`REQUEST_DEADLINE` seconds
+  of the connection (else 408), in at most :data:`MAX_HEAD` bytes (else 431; a request line
+  longer than :data:`MAX_REQUEST_LINE` bytes gets a 414); at most :data:`MAX_PENDING`
+  requests wait for the :data:`WORKERS` (else 503); the answer must be read within
+  :data:`ANSWER_DEADLINE` seconds.  Request bodies are never read.  Refusals are logged a
+  few per host, then as one summary line per burst (:class:`~cluster.runtime.peers.RefusalLog`).
 * **Safe headers.**  API answers are ``Cache-Control: no-store``; every answer carries
   ``X-Content-Type-Options: nosniff`` and a Content-Security-Policy that allows nothing from
   another origin (the page's own inline script and style, and nothing else).
@@ -40,18 +47,25 @@ address:port.
 
 from __future__ import annotations
 
+import errno
 import gzip
+import heapq
+import io
+import itertools
 import json
 import logging
 import os
+import queue
+import selectors
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Generic, TypeVar
+from http.server import BaseHTTPRequestHandler
+from typing import Any, BinaryIO, Generic, TypeVar
 from urllib.parse import unquote
 
 from cluster.config import Config
@@ -61,6 +75,7 @@ from cluster.defaults import EXIT_OK
 from cluster.errors import AlreadyRunning, ClusterError
 from cluster.home import Home
 from cluster.runtime import service
+from cluster.runtime.peers import PeerSlots, RefusalLog, host_of, per_peer_limit, send_and_close
 from cluster.runtime.singleton import SingleInstance
 
 log = logging.getLogger("cluster.console.httpd")
@@ -74,12 +89,25 @@ GZIP_MIN = 1024
 GZIP_LEVEL = 5
 #: How many run details are kept at once.
 MAX_CACHED_RUNS = 16
-#: Connections served at once; more are answered 503 at once.
-MAX_CLIENTS = 64
+#: Connections open at once (reading a request, or its answer); more are answered 503 at
+#: once.  A quarter of them may come from one host (per_peer_limit).
+MAX_CLIENTS = 512
 #: The longest request line read [bytes].
 MAX_REQUEST_LINE = 8192
-#: A client silent this long is dropped [seconds].
-CLIENT_TIMEOUT = 10.0
+#: The longest request head (request line and headers) read [bytes].
+MAX_HEAD = 65536
+#: The whole request head must arrive within this long of the connection [seconds].
+REQUEST_DEADLINE = 10.0
+#: The whole answer must be read within this long of its making [seconds].
+ANSWER_DEADLINE = 60.0
+#: Threads making answers; requests waiting for them or at them, at most (more: 503).
+WORKERS = 8
+MAX_PENDING = 64
+#: Bytes read from a client at once; connections accepted per listener event; bytes of an
+#: archive file sent at once.
+READ_SIZE = 65536
+ACCEPT_BATCH = 64
+SENDFILE_CHUNK = 1 << 20
 #: The daemon's thread switch interval [seconds] (see :func:`run`).
 SWITCH_INTERVAL = 0.001
 #: How often the daemon loop looks at its stop flag [seconds].
@@ -299,18 +327,33 @@ class StatusModel:
 
 
 # ----------------------------------------------------------------------------------------------
-# The server
+# The answers: the standard library's request handler, on a request already read
 
 class _Handler(BaseHTTPRequestHandler):
-    """One connection, one request (HTTP/1.0): GET and HEAD of the routes above."""
+    """One request (HTTP/1.0), GET and HEAD of the routes above, made in a worker thread.
 
-    server: StatusServer
+    It never touches the socket: the loop (:class:`StatusServer`) read the whole request
+    head before (``request`` is its bytes), and writes the answer after: what the handler
+    wrote to ``wfile``, then :attr:`file_body` (an archive file, sent with sendfile).
+    """
+
+    server: Any  # the StatusServer (which is no socketserver.BaseServer)
+    request: bytes
     raw_requestline: bytes
     server_version = "clusterstatus/1"
     sys_version = ""
-    timeout = CLIENT_TIMEOUT
     # Errors for garbage (or HTTP/0.9) still get a status line and headers.
     default_request_version = "HTTP/1.0"
+
+    def setup(self) -> None:
+        self.rfile = io.BytesIO(self.request)
+        self.out = io.BytesIO()
+        self.wfile = self.out
+        #: An archive file to send after the head, and its size (owned by the caller).
+        self.file_body: tuple[BinaryIO, int] | None = None
+
+    def finish(self) -> None:
+        """Nothing: the caller takes the answer out of ``wfile``."""
 
     # -- the methods
     def do_GET(self) -> None:  # noqa: N802 -- the name http.server looks up
@@ -373,7 +416,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _archive(self, rest: str, head: bool) -> None:
         try:
             target = archivefiles.resolve(self.server.model.home, rest)
-            fh = open(target, "rb")  # noqa: SIM115 -- closed below, after sendfile
+            fh = open(target, "rb")  # noqa: SIM115 -- closed here, or by the loop once sent
         except ArchiveRefused as exc:
             self._send(error_answer(exc.status, exc.message), head)
             return
@@ -381,14 +424,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(error_answer(404, f"archive/{rest}: cannot be read "
                                          f"({exc.strerror or exc})"), head)
             return
-        with fh:
-            size = os.fstat(fh.fileno()).st_size
-            self.send_response(200)
-            self._headers(archivefiles.content_type(target), size, ARCHIVE_POLICY,
-                          no_store=False)
-            if not head:
-                self.wfile.flush()
-                self.connection.sendfile(fh)
+        size = os.fstat(fh.fileno()).st_size
+        self.send_response(200)
+        self._headers(archivefiles.content_type(target), size, ARCHIVE_POLICY,
+                      no_store=False)
+        if head or size == 0:
+            fh.close()
+        else:
+            self.file_body = (fh, size)
 
     # -- writing
     def _headers(self, content_type: str, length: int, policy: str, no_store: bool,
@@ -434,55 +477,354 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
 
-class StatusServer(ThreadingHTTPServer):
+def _plain_error(status_code: int, message: str) -> bytes:
+    """A whole HTTP/1.0 error answer, made without a handler (the loop's own refusals)."""
+    answer = error_answer(status_code, message)
+    reason = BaseHTTPRequestHandler.responses.get(status_code, ("Error",))[0]
+    return (f"HTTP/1.0 {status_code} {reason}\r\nContent-Type: {JSON_TYPE}\r\n"
+            f"Content-Length: {len(answer.body)}\r\nX-Content-Type-Options: nosniff\r\n"
+            f"Cache-Control: no-store\r\nConnection: close\r\n\r\n").encode() + answer.body
+
+
+# ----------------------------------------------------------------------------------------------
+# The server: one thread reads requests and writes answers, a few workers make the answers
+
+_READING = "reading"      # collecting the request head (whole-request deadline)
+_ANSWERING = "answering"  # at a worker; the socket is not watched
+_WRITING = "writing"      # the answer is being sent (answer deadline)
+
+
+class _Conn:
+    __slots__ = ("sock", "peer", "host", "buf", "state", "deadline", "out", "sent", "file",
+                 "offset", "left", "events")
+
+    def __init__(self, sock: socket.socket, peer: str, host: str, deadline: float) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.host = host
+        self.buf = bytearray()
+        self.state = _READING
+        self.deadline = deadline
+        self.out = b""
+        self.sent = 0
+        self.file: BinaryIO | None = None
+        self.offset = 0
+        self.left = 0
+        self.events = 0  # what the selector watches for (0: not registered)
+
+    @property
+    def closed(self) -> bool:
+        return self.sock.fileno() < 0
+
+
+class StatusServer:
     """The status service on ``address``; ``model`` makes its answers.
+
+    One thread (:meth:`serve_forever`) accepts, reads each request head over non-blocking
+    sockets and writes each answer; :data:`WORKERS` threads make the answers (a home read,
+    a run's detail), so no thread ever waits on a client.  A client costs a socket until
+    its deadline, however slowly it sends (issue 20: the threaded server's per-read timeout
+    let 80 connections trickling a byte every 2 s make 37 of 37 honest requests a 503 for
+    40 s).  Bounds, each answered at once with a JSON error and logged through a
+    :class:`~cluster.runtime.peers.RefusalLog` (a few lines per client host, then a summary
+    per burst):
+
+    * ``max_connections`` open connections (503), ``max_per_peer`` of them from one host
+      (503);
+    * the whole request head within ``request_deadline`` seconds of the connection (408),
+      at most :data:`MAX_HEAD` bytes (431; 414 for a request line without its end);
+    * :data:`MAX_PENDING` requests at the workers or waiting for one (503);
+    * the whole answer read within ``answer_deadline`` seconds (else the connection is
+      closed).
 
     Binds and listens in the constructor (OSError as the system says, e.g. EADDRINUSE).
     """
 
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = MAX_CLIENTS
-
-    def __init__(self, address: tuple[str, int], model: StatusModel) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
+    def __init__(self, address: tuple[str, int], model: StatusModel, *,
+                 max_connections: int | None = None, max_per_peer: int | None = None,
+                 request_deadline: float = REQUEST_DEADLINE,
+                 answer_deadline: float = ANSWER_DEADLINE) -> None:
         self.model = model
-        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
-        super().__init__(address, _Handler)
+        self.max_connections = MAX_CLIENTS if max_connections is None else max_connections
+        self.peers = PeerSlots(per_peer_limit(self.max_connections) if max_per_peer is None
+                               else max_per_peer)
+        self.request_deadline = request_deadline
+        self.answer_deadline = answer_deadline
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.listener = socket.create_server(address, family=family, backlog=MAX_CLIENTS)
+        self.listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, None)
+        # Workers tell the loop an answer is ready through this pair (the selector's wake-up).
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
+        self._done: queue.SimpleQueue[tuple[_Conn, bytes, tuple[BinaryIO, int] | None]] = \
+            queue.SimpleQueue()
+        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clusterstatus")
+        self.pending = 0  # requests at the workers (the loop's thread only)
+        self.conns: dict[int, _Conn] = {}
+        self.refusals = RefusalLog(log)
+        self._deadlines: list[tuple[float, int, _Conn]] = []
+        self._seq = itertools.count()
+        self._closed = False
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            # Answered here, in the accepting thread, without reading the request.
-            try:
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: "
-                                b"application/json\r\nConnection: close\r\n\r\n"
-                                b'{"error":"too many clients at once; try again","status":503}')
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that went away mid-answer is normal; anything else is a bug to see.
-        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
-            log.debug("connection from %s ended early", client_address, exc_info=True)
-        else:
-            log.exception("error answering %s", client_address)
+    @property
+    def server_address(self) -> tuple[str, int]:
+        host, port = self.listener.getsockname()[:2]
+        return host, port
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        host = host.decode() if isinstance(host, bytes) else host
+        host, port = self.server_address
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}/"
+
+    # -- driving it ----------------------------------------------------------------------------
+    def serve_forever(self, poll_interval: float = POLL) -> None:
+        """Serve until :meth:`shutdown` (from another thread)."""
+        self._stopped.clear()
+        try:
+            while not self._stop.is_set():
+                self.serve_once(poll_interval)
+        finally:
+            self._stop.clear()
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Make :meth:`serve_forever` return, and wait until it has (at most one poll)."""
+        self._stop.set()
+        self._stopped.wait()
+
+    def serve_once(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for activity and deal with all of it, then with
+        the deadlines that passed."""
+        now = time.monotonic()
+        if self._deadlines:
+            timeout = min(timeout, self._deadlines[0][0] - now)
+        for key, events in self.selector.select(max(0.0, timeout)):
+            if key.data is None:
+                self._accept()
+            elif key.data is self._wake_r:
+                self._answers_ready()
+            else:
+                conn: _Conn = key.data
+                if conn.closed:
+                    continue
+                if conn.state == _READING and events & selectors.EVENT_READ:
+                    self._read(conn)
+                elif conn.state == _WRITING and events & selectors.EVENT_WRITE:
+                    self._write(conn)
+        now = time.monotonic()
+        self._expire(now)
+        self.refusals.tick(now)
+
+    def server_close(self) -> None:
+        """Close every connection, the workers' pool and the listener."""
+        self._closed = True
+        self._workers.shutdown(wait=False, cancel_futures=True)
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        self.selector.close()
+        self.listener.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # -- connections ---------------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):  # bounded, so the deadlines are looked at between
+            try:
+                sock, addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: log, keep serving the others
+                log.warning("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            peer, host = f"{addr[0]}:{addr[1]}", host_of(addr)
+            if len(self.conns) >= self.max_connections:
+                self.refusals.note(host, "client %s: refused, %d connections already open "
+                                   "(the status page's limit)", peer, len(self.conns))
+                send_and_close(sock, _plain_error(503, "too many clients at once; try "
+                                                       "again"))
+                continue
+            if not self.peers.take(host):
+                self.refusals.note(host, "client %s: refused, its host holds %d connections "
+                                   "already (the per-peer limit)", peer, self.peers.per_peer)
+                send_and_close(sock, _plain_error(503, f"too many connections from {host} "
+                                                       f"at once; try again"))
+                continue
+            conn = _Conn(sock, peer, host, time.monotonic() + self.request_deadline)
+            self.conns[sock.fileno()] = conn
+            self._push_deadline(conn)
+            self._read(conn)  # the request usually arrives with the connection
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            chunk = conn.sock.recv(READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            self._watch(conn, selectors.EVENT_READ)
+            return
+        except OSError as exc:
+            log.debug("client %s: read failed: %s", conn.peer, exc)
+            self._close(conn)
+            return
+        if not chunk:
+            if conn.buf:  # the client said all it will: answer what came
+                self._dispatch(conn)
+            else:
+                self._close(conn)  # connected and left: nothing to answer, nothing to log
+            return
+        seen = len(conn.buf)
+        conn.buf += chunk
+        # Look for the blank line only in the new bytes (and the 3 before them).
+        tail = bytes(conn.buf[max(0, seen - 3):])
+        if b"\r\n\r\n" in tail or b"\n\n" in tail:
+            self._dispatch(conn)
+        elif len(conn.buf) > MAX_HEAD:
+            if b"\n" not in conn.buf[:MAX_REQUEST_LINE + 2]:
+                self._refuse(conn, 414, f"request line longer than {MAX_REQUEST_LINE} bytes")
+            else:
+                self._refuse(conn, 431, f"request head longer than {MAX_HEAD} bytes")
+        else:
+            self._watch(conn, selectors.EVENT_READ)
+
+    def _dispatch(self, conn: _Conn) -> None:
+        """The head is complete: a worker makes the answer (the socket is not watched)."""
+        if self.pending >= MAX_PENDING:
+            self._refuse(conn, 503, "too many requests at once; try again")
+            return
+        self._watch(conn, 0)
+        conn.state = _ANSWERING
+        head, conn.buf = bytes(conn.buf), bytearray()
+        self.pending += 1
+        self._workers.submit(self._make_answer, conn, head)
+
+    def _make_answer(self, conn: _Conn, head: bytes) -> None:
+        """In a worker: the handler's answer to ``head``, handed to the loop."""
+        body: tuple[BinaryIO, int] | None = None
+        try:
+            handler = _Handler(head, (conn.host, 0), self)  # type: ignore[arg-type]
+            out, body = handler.out.getvalue(), handler.file_body
+        except Exception as exc:  # noqa: BLE001 -- a bug: logged, answered 500
+            log.exception("error answering %s", conn.peer)
+            out = _plain_error(500, f"could not answer: {type(exc).__name__}: {exc}")
+        self._done.put((conn, out, body))
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass  # full (the loop wakes anyway) or closed (the server is closing)
+
+    def _answers_ready(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while True:  # bounded: at most MAX_PENDING answers are made at once
+            try:
+                conn, out, body = self._done.get_nowait()
+            except queue.Empty:
+                return
+            self.pending -= 1
+            if conn.closed:
+                if body is not None:
+                    body[0].close()
+                continue
+            conn.state = _WRITING
+            conn.out, conn.sent = out, 0
+            if body is not None:
+                conn.file, conn.left = body
+            conn.deadline = time.monotonic() + self.answer_deadline
+            self._push_deadline(conn)
+            self._write(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        try:
+            while conn.sent < len(conn.out):
+                conn.sent += conn.sock.send(memoryview(conn.out)[conn.sent:])
+            while conn.file is not None and conn.left > 0:
+                n = os.sendfile(conn.sock.fileno(), conn.file.fileno(), conn.offset,
+                                min(conn.left, SENDFILE_CHUNK))
+                if n == 0:  # the file shrank under us: the answer cannot be completed
+                    break
+                conn.offset += n
+                conn.left -= n
+        except (BlockingIOError, InterruptedError):
+            self._watch(conn, selectors.EVENT_WRITE)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                log.debug("client %s: write failed: %s", conn.peer, exc)
+            self._close(conn)
+            return
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        self._close(conn)
+
+    def _refuse(self, conn: _Conn, status_code: int, problem: str) -> None:
+        """Answer ``status_code`` with ``problem`` at once (one try) and close; logged."""
+        self.refusals.note(conn.host, "client %s: refused (%d): %s", conn.peer, status_code,
+                           problem)
+        data = _plain_error(status_code, problem)
+        try:
+            conn.sock.send(data)
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # it cannot be sent cheaply: the close alone tells the client
+        self._close(conn)
+
+    def _expire(self, now: float) -> None:
+        heap = self._deadlines
+        # Bounded: each connection has at most one entry per state it went through.
+        while heap and heap[0][0] <= now:
+            deadline, _, conn = heapq.heappop(heap)
+            if conn.closed or deadline != conn.deadline:
+                continue
+            if conn.state == _READING:
+                self._refuse(conn, 408, f"no complete request within "
+                                        f"{self.request_deadline:g} s")
+            elif conn.state == _WRITING:
+                self.refusals.note(conn.host, "client %s: did not read its answer within "
+                                   "%g s", conn.peer, self.answer_deadline)
+                self._close(conn)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _push_deadline(self, conn: _Conn) -> None:
+        heapq.heappush(self._deadlines, (conn.deadline, next(self._seq), conn))
+
+    def _watch(self, conn: _Conn, events: int) -> None:
+        if conn.events == events:
+            return
+        if not events:
+            self.selector.unregister(conn.sock)
+        elif conn.events:
+            self.selector.modify(conn.sock, events, conn)
+        else:
+            self.selector.register(conn.sock, events, conn)
+        conn.events = events
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        self.conns.pop(conn.sock.fileno(), None)
+        self.peers.give(conn.host)
+        if conn.events:
+            try:
+                self.selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.events = 0
+        if conn.file is not None:
+            conn.file.close()
+            conn.file = None
+        conn.sock.close()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -34,7 +34,12 @@ honest heartbeats (issue 10: 64 of them once made the thread-capped monitor refu
 Its bounds: :data:`DEADLINE` to deliver a request, ``MAX_LINE``/``MAX_LINES`` of
 :mod:`cluster.wire.heartbeat` per request, :data:`MAX_BUFFERED` bytes of unfinished requests
 over all connections, and as many connections as the open-file limit allows (at most
-:data:`~cluster.master.server.MAX_CONNECTIONS`).
+:data:`~cluster.runtime.peers.MAX_CONNECTIONS`), of which one host may hold a quarter
+(:func:`~cluster.runtime.peers.per_peer_limit`; issue 20: about 11,000 sockets of one
+stranger once got 16 of 35 honest heartbeats answered "busy").  Refusals are logged through a
+:class:`~cluster.runtime.peers.RefusalLog`: a few lines per host in full, then one summary
+line per burst, at most a few lines a second in all (issue 20: a stranger looping
+connections once wrote 34,150 lines in 25 s).
 
 Signed heartbeats (issue 11): the monitor keeps the cluster secret in ``cluster.secret``
 (mode 0600; :func:`ensure_cluster_secret` creates it once, and never rewrites one that is
@@ -67,9 +72,16 @@ from typing import Any
 from cluster.defaults import EXIT_OK, EXIT_USAGE, PRIORITIES
 from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
 from cluster.home import Home
-from cluster.master.server import connection_limit
 from cluster.runtime import fsutil, secretfile, service
 from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.peers import (
+    PeerSlots,
+    RefusalLog,
+    connection_limit,
+    host_of,
+    per_peer_limit,
+    send_and_close,
+)
 from cluster.runtime.singleton import SingleInstance
 from cluster.wire import signing
 from cluster.wire.framing import LineFramer
@@ -256,13 +268,14 @@ _DRAINING = "draining"  # after ERROR: half-closed, input discarded so the ERROR
 
 
 class _Conn:
-    __slots__ = ("sock", "peer", "framer", "held", "state", "deadline", "out", "sent",
-                 "then_drain", "events", "skip", "node", "discarded", "nonce")
+    __slots__ = ("sock", "peer", "host", "framer", "held", "state", "deadline", "out",
+                 "sent", "then_drain", "events", "skip", "node", "discarded", "nonce")
 
-    def __init__(self, sock: socket.socket, peer: str, framer: LineFramer,
+    def __init__(self, sock: socket.socket, peer: str, host: str, framer: LineFramer,
                  deadline: float) -> None:
         self.sock = sock
         self.peer = peer
+        self.host = host  # the peer's address without the port: its PeerSlots key
         self.framer: LineFramer | None = framer  # None once the request is complete
         self.held = 0  # request bytes held (counted in MonitorServer.buffered)
         self.state = _READING
@@ -291,15 +304,17 @@ class MonitorServer:
     Every connection has :data:`DEADLINE` (``deadline``) to deliver its request; a held one
     is answered when its wait (cut to ``max_wait``) ends.  At most ``max_connections`` are
     open (default: what the open-file limit allows, see
-    :func:`~cluster.master.server.connection_limit`); more are answered ``ERROR monitor
-    busy`` at once.  Unfinished requests hold at most ``max_buffered`` bytes together; a
+    :func:`~cluster.runtime.peers.connection_limit`), at most ``max_per_peer`` of one host
+    (default: :func:`~cluster.runtime.peers.per_peer_limit`); more are answered ``ERROR
+    monitor busy`` at once.  Unfinished requests hold at most ``max_buffered`` bytes together; a
     connection whose data would pass that is answered ``ERROR`` and logged once.
     """
 
     def __init__(self, home: Home, address: tuple[str, int] = ("127.0.0.1", 0), *,
                  deadline: float = DEADLINE, max_line: int = MAX_LINE,
                  max_lines: int = MAX_LINES, max_connections: int | None = None,
-                 max_buffered: int = MAX_BUFFERED, max_wait: float = MAX_WAIT,
+                 max_per_peer: int | None = None, max_buffered: int = MAX_BUFFERED,
+                 max_wait: float = MAX_WAIT,
                  hold_poll: float = HOLD_POLL, clock: Clock | None = None,
                  secret: bytes | None = None) -> None:
         self.home = home
@@ -312,10 +327,13 @@ class MonitorServer:
         self.max_lines = max_lines
         self.max_connections = (connection_limit() if max_connections is None
                                 else max_connections)
+        self.peers = PeerSlots(per_peer_limit(self.max_connections) if max_per_peer is None
+                               else max_per_peer)
         self.max_buffered = max_buffered
         self.max_wait = max_wait
         self.hold_poll = hold_poll
         self.clock = clock or SystemClock()
+        self.refusals = RefusalLog(log, clock=self.clock.monotonic)
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         # create_server sets SO_REUSEADDR: a restart does not wait out TIME_WAIT, while a
         # port another program listens on still fails with EADDRINUSE.
@@ -371,6 +389,7 @@ class MonitorServer:
             self._next_poll = now + self.hold_poll
             self._poll_jobs()
         self._expire(now)
+        self.refusals.tick(now)
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """:meth:`serve_once` until :meth:`shutdown` (from another thread; a shutdown that
@@ -420,24 +439,35 @@ class MonitorServer:
                 return
             sock.setblocking(False)
             peer = _peer(addr)
+            host = host_of(addr)
             if len(self.conns) >= self.max_connections:
-                self._refuse_busy(sock, peer)
+                self._refuse_busy(sock, peer, host)
+                continue
+            if not self.peers.take(host):
+                self.refusals.note(host, "peer %s: refused, its host holds %d connections "
+                                   "already (the per-peer limit)", peer, self.peers.per_peer)
+                self.rejected += 1
+                send_and_close(sock, format_error("monitor busy: too many connections from "
+                                                   "your host, try again"))
                 continue
             self._busy_logged = False
-            conn = _Conn(sock, peer, framer(self.max_line, self.max_lines), now + self.deadline)
+            conn = _Conn(sock, peer, host, framer(self.max_line, self.max_lines),
+                         now + self.deadline)
             self.conns[sock.fileno()] = conn
             self._push_deadline(conn)
             # The request usually arrives with the connection: serve it now.
             self._read(conn)
 
-    def _refuse_busy(self, sock: socket.socket, peer: str) -> None:
+    def _refuse_busy(self, sock: socket.socket, peer: str, host: str) -> None:
         if not self._busy_logged:
-            log.warning("peer %s: refused, %d connections already open (the monitor's "
-                        "limit); further refusals in this burst are not logged", peer,
-                        len(self.conns))
+            self.refusals.note(host, "peer %s: refused, %d connections already open (the "
+                               "monitor's limit); further refusals in this burst are not "
+                               "logged", peer, len(self.conns))
             self._busy_logged = True
+        else:
+            self.refusals.quiet(host, "peer %s: refused, too many connections open", peer)
         self.rejected += 1
-        _send_and_close(sock, format_error("monitor busy, try again"))
+        send_and_close(sock, format_error("monitor busy, try again"))
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -446,7 +476,8 @@ class MonitorServer:
             self._watch(conn, selectors.EVENT_READ)
             return
         except OSError as exc:
-            log.info("peer %s: read failed: %s", conn.peer, exc)
+            self.refusals.note(conn.host, "peer %s: read failed: %s", conn.peer, exc,
+                               level=logging.INFO)
             self._close(conn)
             return
         if conn.state != _READING:
@@ -501,8 +532,8 @@ class MonitorServer:
         conn.discarded += len(chunk)
         if conn.discarded > DRAIN_BYTES:
             if conn.state == _HELD:
-                log.warning("node %s (peer %s): sent %d bytes after its request; dropped",
-                            conn.node, conn.peer, conn.discarded)
+                self.refusals.note(conn.host, "node %s (peer %s): sent %d bytes after its "
+                                   "request; dropped", conn.node, conn.peer, conn.discarded)
             self._close(conn)
 
     def _heartbeat(self, conn: _Conn, hb: Heartbeat) -> None:
@@ -561,15 +592,15 @@ class MonitorServer:
     def _error(self, conn: _Conn, problem: str) -> None:
         """Refuse the request: one log line naming the peer, ``ERROR <problem>``, drain."""
         self._release(conn)
-        log.warning("peer %s: bad heartbeat: %s", conn.peer, problem)
+        self.refusals.note(conn.host, "peer %s: bad heartbeat: %s", conn.peer, problem)
         self.rejected += 1
         self._reply(conn, format_error(problem), then_drain=True)
 
     def _refuse(self, conn: _Conn, node: str, reason: str) -> None:
         """A heartbeat not signed with the cluster secret (or replayed): one log line naming
         the peer and the node it claimed, ``ERROR <reason>`` unsigned, nothing recorded."""
-        log.warning("peer %s (claims node %s): heartbeat refused: %s", conn.peer,
-                    node or "-", reason)
+        self.refusals.note(conn.host, "peer %s (claims node %s): heartbeat refused: %s",
+                           conn.peer, node or "-", reason)
         self.rejected += 1
         self._reply(conn, format_error(reason), then_drain=True)
 
@@ -595,7 +626,8 @@ class MonitorServer:
             return
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
-                log.info("peer %s: write failed: %s", conn.peer, exc)
+                self.refusals.note(conn.host, "peer %s: write failed: %s", conn.peer, exc,
+                                   level=logging.INFO)
             self._close(conn)
             return
         if not conn.then_drain:
@@ -627,8 +659,8 @@ class MonitorServer:
             elif conn.state == _HELD:
                 self._reply(conn, format_reply(jobs_for(self.home, conn.node)))
             elif conn.state == _WRITING:
-                log.warning("peer %s: did not read its reply within %g s", conn.peer,
-                            self.deadline)
+                self.refusals.note(conn.host, "peer %s: did not read its reply within %g s",
+                                   conn.peer, self.deadline)
                 self._close(conn)
             else:
                 self._close(conn)
@@ -658,6 +690,7 @@ class MonitorServer:
         self._release(conn)
         self.held.discard(conn)
         self.conns.pop(conn.sock.fileno(), None)
+        self.peers.give(conn.host)
         if conn.events:
             try:
                 self.selector.unregister(conn.sock)
@@ -665,22 +698,6 @@ class MonitorServer:
                 pass
             conn.events = 0
         conn.sock.close()
-
-
-def _send_and_close(sock: socket.socket, data: bytes) -> None:
-    """One non-blocking try to send ``data``, then close.  The request that came with the
-    connection is read first (one bounded recv): closing with unread input would make the
-    kernel send a reset, which can destroy the answer before the client reads it."""
-    try:
-        sock.recv(DRAIN_BYTES)
-    except OSError:
-        pass  # nothing there yet (or the peer left)
-    try:
-        sock.send(data)
-        sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass  # cannot be sent cheaply: the close alone tells the client
-    sock.close()
 
 
 def _news(jobs: list[tuple[int, str]], skip: frozenset[str]) -> bool:

@@ -20,15 +20,22 @@ connections together at most ``max_buffered``.  Data that would pass either boun
 refused: the buffer is dropped at once, the peer gets ``ABORT <reason>`` (one non-blocking
 try; a peer still sending may see a reset instead) and one log line names the peer and the
 bound; nothing more is read from that connection.  The number of open connections is
-bounded too (:func:`connection_limit`): beyond it a new connection is answered ``ABORT``
-and closed at once, so a flood of silent sockets cannot use up the file descriptors.
+bounded too (:func:`~cluster.runtime.peers.connection_limit`): beyond it a new connection is
+answered ``ABORT`` and closed at once, so a flood of silent sockets cannot use up the file
+descriptors; and one host may hold at most ``max_per_peer`` of them (a quarter, see
+:func:`~cluster.runtime.peers.per_peer_limit`), so one host's flood cannot take the others'
+place (issue 20).
+
+Refusals are logged through a :class:`~cluster.runtime.peers.RefusalLog`: a few per host in
+full, the rest as one summary line per burst, at most a few lines a second in all; the
+audit trail (``on_refusal``) gets the same lines, so a stranger looping connections at the
+port fills neither (issue 20: one line per slow socket).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import resource
 import selectors
 import socket
 from collections.abc import Callable
@@ -36,6 +43,14 @@ from collections.abc import Callable
 from cluster.config import DEFAULTS
 from cluster.errors import ProtocolError
 from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.peers import (
+    PeerSlots,
+    RefusalLog,
+    connection_limit,
+    host_of,
+    per_peer_limit,
+    send_and_close,
+)
 from cluster.wire import protocol
 
 log = logging.getLogger("cluster.server")
@@ -46,28 +61,17 @@ RefusalHook = Callable[[str, str], None]
 _READ_SIZE = 262144
 #: Connections accepted (and, when their request is there, served) per listener event.
 _ACCEPT_BATCH = 256
-#: Most connections a server keeps open unless told otherwise (see connection_limit).
-MAX_CONNECTIONS = 10000
-#: File descriptors left for everything else in the process (journal, logs, children).
-FD_MARGIN = 64
-
-
-def connection_limit(wanted: int = MAX_CONNECTIONS, margin: int = FD_MARGIN) -> int:
-    """``wanted``, cut to the process's open-file limit minus ``margin`` (at least 1): the
-    number of connections a server may hold open without running out of descriptors."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    return max(1, min(wanted, soft - margin))
+_BUSY = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="master busy, try again"))
 
 
 class _Conn:
-    __slots__ = ("sock", "peer", "framer", "held", "deadline", "out", "sent", "events")
+    __slots__ = ("sock", "peer", "host", "framer", "held", "deadline", "out", "sent", "events")
 
-    def __init__(self, sock: socket.socket, peer: str, framer: protocol.RequestFramer,
-                 deadline: float) -> None:
+    def __init__(self, sock: socket.socket, peer: str, host: str,
+                 framer: protocol.RequestFramer, deadline: float) -> None:
         self.sock = sock
         self.peer = peer
+        self.host = host  # the peer's address without the port: its PeerSlots key
         self.framer: protocol.RequestFramer | None = framer  # None once the request is done
         self.held = 0  # request bytes this connection holds (counted in NodeServer.buffered)
         self.deadline = deadline
@@ -85,8 +89,10 @@ class NodeServer:
     Bounds: ``max_line`` bytes a line and ``max_lines`` lines a request (the framer's),
     ``max_request`` bytes a request, ``max_buffered`` bytes of unfinished requests over all
     connections together, ``max_connections`` open connections (default: the file limit
-    allows, at most :data:`MAX_CONNECTIONS`), ``deadline`` seconds for a connection to
-    deliver its request and read its reply.  :attr:`buffered` is the bytes held right now.
+    allows, at most :data:`~cluster.runtime.peers.MAX_CONNECTIONS`), ``max_per_peer`` of them
+    from one host (default: :func:`~cluster.runtime.peers.per_peer_limit`), ``deadline``
+    seconds for a connection to deliver its request and read its reply.  :attr:`buffered` is
+    the bytes held right now.
     """
 
     def __init__(self, address: tuple[str, int], handler: Handler, *,
@@ -94,7 +100,7 @@ class NodeServer:
                  max_lines: int = protocol.DEFAULT_MAX_LINES,
                  max_request: int = DEFAULTS.max_request_bytes,
                  max_buffered: int = DEFAULTS.max_buffered_bytes,
-                 max_connections: int | None = None,
+                 max_connections: int | None = None, max_per_peer: int | None = None,
                  deadline: float = DEFAULTS.connection_deadline,
                  clock: Clock | None = None, on_refusal: RefusalHook | None = None) -> None:
         for name, value in (("max_request", max_request), ("max_buffered", max_buffered)):
@@ -108,8 +114,11 @@ class NodeServer:
         self.max_buffered = max_buffered
         self.max_connections = (connection_limit() if max_connections is None
                                 else max_connections)
+        self.peers = PeerSlots(per_peer_limit(self.max_connections) if max_per_peer is None
+                               else max_per_peer)
         self.deadline = deadline
         self.clock = clock or SystemClock()
+        self.refusals = RefusalLog(log, clock=self.clock.monotonic, on_summary=self._tell)
         self.buffered = 0
         self.listener = socket.create_server(address, reuse_port=False, backlog=1024)
         self.listener.setblocking(False)
@@ -137,6 +146,7 @@ class NodeServer:
                 elif events & selectors.EVENT_WRITE:
                     self._write(conn)
         self._expire()
+        self.refusals.tick()
 
     def close(self) -> None:
         for conn in list(self.conns.values()):
@@ -160,40 +170,48 @@ class NodeServer:
                 return
             sock.setblocking(False)
             peer = f"{addr[0]}:{addr[1]}"
+            host = host_of(addr)
             if len(self.conns) >= self.max_connections:
-                self._refuse_busy(sock, peer)
+                self._refuse_busy(sock, peer, host)
+                continue
+            if not self.peers.take(host):
+                self._refuse_peer(sock, peer, host)
                 continue
             self._busy_logged = False
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, peer, protocol.RequestFramer(self.max_line, self.max_lines),
+            conn = _Conn(sock, peer, host,
+                         protocol.RequestFramer(self.max_line, self.max_lines),
                          now + self.deadline)
             self.conns[sock.fileno()] = conn
             # The request has usually arrived with the connection: serve it now, and only
             # watch the socket (a system call to add it, one to remove it) if it has not.
             self._read(conn)
 
-    def _refuse_busy(self, sock: socket.socket, peer: str) -> None:
+    def _refuse_busy(self, sock: socket.socket, peer: str, host: str) -> None:
         """Over max_connections: one non-blocking ABORT, then close (a node tries again)."""
         if not self._busy_logged:
-            log.warning("peer %s: refused, %d connections already open (the server's "
-                        "limit); further refusals in this burst are not logged", peer,
-                        len(self.conns))
+            if self.refusals.note(host, "peer %s: refused, %d connections already open (the "
+                                  "server's limit); further refusals in this burst are "
+                                  "not logged", peer, len(self.conns)):
+                self._tell(peer, "master busy: too many open connections")
             self._busy_logged = True
-            self._tell(peer, "master busy: too many open connections")
+        else:
+            self.refusals.quiet(host, "peer %s: refused, too many connections open", peer)
         self.rejected += 1
-        # Read the request that came with the connection first (one bounded recv): closing
-        # with unread input makes the kernel send a reset that can destroy the ABORT.
-        try:
-            sock.recv(_READ_SIZE)
-        except OSError:
-            pass  # nothing there yet (or the peer left)
-        try:
-            sock.send(protocol.format_reply(protocol.Reply(protocol.ABORT,
-                                                           reason="master busy, try again")))
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # it cannot be sent cheaply: the close alone tells the peer
-        sock.close()
+        self._abort_and_close(sock)
+
+    def _refuse_peer(self, sock: socket.socket, peer: str, host: str) -> None:
+        """Its host holds max_per_peer connections already: ABORT and close, as when busy."""
+        if self.refusals.note(host, "peer %s: refused, its host holds %d connections already "
+                              "(the per-peer limit)", peer, self.peers.per_peer):
+            self._tell(peer, f"refused: its host holds {self.peers.per_peer} connections "
+                             "already (the per-peer limit)")
+        self.rejected += 1
+        self._abort_and_close(sock)
+
+    @staticmethod
+    def _abort_and_close(sock: socket.socket) -> None:
+        send_and_close(sock, _BUSY, _READ_SIZE)
 
     def _watch(self, conn: _Conn, events: int) -> None:
         if conn.events == events:
@@ -211,12 +229,14 @@ class NodeServer:
             self._watch(conn, selectors.EVENT_READ)
             return
         except OSError as exc:
-            log.info("peer %s: read failed: %s", conn.peer, exc)
+            self.refusals.note(conn.host, "peer %s: read failed: %s", conn.peer, exc,
+                               level=logging.INFO)
             self._close(conn)
             return
         if not chunk:
-            log.warning("peer %s: closed the connection before OK or ABORT", conn.peer)
-            self._tell(conn.peer, "closed the connection before OK or ABORT")
+            if self.refusals.note(conn.host, "peer %s: closed the connection before OK or "
+                                  "ABORT", conn.peer):
+                self._tell(conn.peer, "closed the connection before OK or ABORT")
             self.rejected += 1
             self._close(conn)
             return
@@ -265,16 +285,17 @@ class NodeServer:
         so its remaining data costs no memory and no further log lines."""
         size = conn.held
         self._release(conn)
-        log.warning("peer %s: refused after %d bytes: %s", conn.peer, size, bound)
-        self._tell(conn.peer, f"after {size} bytes: {bound}")
+        if self.refusals.note(conn.host, "peer %s: refused after %d bytes: %s", conn.peer,
+                              size, bound):
+            self._tell(conn.peer, f"after {size} bytes: {bound}")
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
             protocol.Reply(protocol.ABORT, reason=f"refused: {bound}")))
 
     def _reject(self, conn: _Conn, problem: str) -> None:
         self._release(conn)
-        log.warning("peer %s: bad request: %s", conn.peer, problem)
-        self._tell(conn.peer, f"bad request: {problem}")
+        if self.refusals.note(conn.host, "peer %s: bad request: %s", conn.peer, problem):
+            self._tell(conn.peer, f"bad request: {problem}")
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
             protocol.Reply(protocol.ABORT, reason=f"bad request: {problem}")))
@@ -302,7 +323,8 @@ class NodeServer:
             return
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
-                log.info("peer %s: write failed: %s", conn.peer, exc)
+                self.refusals.note(conn.host, "peer %s: write failed: %s", conn.peer, exc,
+                                   level=logging.INFO)
             self._close(conn)
             return
         self._close(conn)
@@ -317,8 +339,8 @@ class NodeServer:
             expired.append(conn)
         for conn in expired:
             if conn.out:
-                log.warning("peer %s: did not read its reply within %.0f s", conn.peer,
-                            self.deadline)
+                self.refusals.note(conn.host, "peer %s: did not read its reply within %.0f s",
+                                   conn.peer, self.deadline)
                 self._close(conn)
             else:
                 self._reject(conn, f"no complete request within {self.deadline:.0f} s")
@@ -331,6 +353,7 @@ class NodeServer:
             return
         self._release(conn)
         self.conns.pop(fd, None)
+        self.peers.give(conn.host)
         if conn.events:
             try:
                 self.selector.unregister(conn.sock)

@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.master.server import NodeServer, connection_limit
+from cluster.master.server import NodeServer
+from cluster.runtime.peers import connection_limit
 from tests.helpers import REPO, talk, wait_for
 
 MIB = 1024 * 1024
@@ -219,3 +220,49 @@ def test_bad_bounds_are_refused() -> None:
     """A bound below one byte is a mistake, named."""
     with pytest.raises(ValueError, match="max_request=0"):
         NodeServer(("127.0.0.1", 0), lambda data, peer: b"", max_request=0)
+
+
+def _from(source: str, port: int) -> socket.socket:
+    """A connection to the server from the loopback address ``source`` (another "host")."""
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def test_one_host_floods_neither_the_log_nor_the_audit_trail_nor_the_others_place(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 20: a stranger's 2,000 connections, opened and closed at once, are a few log
+    lines and audit entries (not one each); its silent sockets stop at the per-peer limit,
+    and another host's requests are served meanwhile."""
+    caplog.set_level(logging.INFO, logger="cluster.server")
+    told: list[tuple[str, str]] = []
+    server = NodeServer(("127.0.0.1", 0), lambda data, peer: b"CONTINUE\n",
+                        max_connections=8, max_per_peer=4, deadline=30,
+                        on_refusal=lambda peer, reason: told.append((peer, reason)))
+    port = server.server_address[1]
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            server.serve_once(0.05)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    silent: list[socket.socket] = []
+    try:
+        for _ in range(2000):
+            _from("127.0.0.2", port).close()
+        silent = [_from("127.0.0.2", port) for _ in range(6)]
+        wait_for(lambda: server.rejected >= 2002, 20, "the flood to be refused")
+        assert len(server.conns) == 4  # the per-peer limit, not the server's 8
+        assert talk(port, HONEST) == b"CONTINUE\n"  # 127.0.0.1: another host
+    finally:
+        for sock in silent:
+            sock.close()
+        stop.set()
+        thread.join(10)
+        server.close()
+    lines = [r.getMessage() for r in caplog.records if "127.0.0.2" in r.getMessage()]
+    assert 1 <= len(lines) <= 10, lines
+    assert 1 <= len(told) <= 10, told

@@ -11,10 +11,12 @@ gets, the bounds, the cache, and the daemon's start and stop.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
 import os
+import select
 import signal
 import socket
 import statistics
@@ -40,7 +42,7 @@ from cluster.queue import QueueFile, RunSpec
 from cluster.records import JobResult
 from cluster.wire import signing
 from cluster.wire.jobstart import JobStart
-from tests.helpers import REPO, free_port, wait_for
+from tests.helpers import REPO, free_port, reaped, wait_for
 
 RUNNING = "20261123160000-p0-a1b2"
 FAILED_BUILD = "20261123150000-p0-c3d4"
@@ -328,19 +330,34 @@ def test_hostile_requests_get_clear_errors(served: Served, tmp_path: Path) -> No
     assert served.json("/api/status")["version"] == 1
 
 
-def test_connections_beyond_the_bound_get_503_at_once(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(httpd, "MAX_CLIENTS", 3)
+def _connect_from(source: str, port: int) -> socket.socket:
+    """A connection from the loopback address ``source`` (another "host" to the server)."""
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def test_connections_beyond_the_bounds_get_503_at_once(tmp_path: Path) -> None:
+    """Over the server's open connections, or its per-host share of them, a new connection
+    is answered 503 at once; when they close, honest requests are served again."""
     home = Home(tmp_path / "home")
     home.create()
     cfg = config.load(None, {"home": str(home.root)})
-    server = StatusServer(("127.0.0.1", 0), StatusModel(home, cfg))
+    server = StatusServer(("127.0.0.1", 0), StatusModel(home, cfg), max_connections=4,
+                          max_per_peer=2)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     port = server.server_address[1]
-    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    idle = [_connect_from("127.0.0.2", port) for _ in range(2)]
     try:
-        time.sleep(0.3)  # the three are accepted and hold their threads, saying nothing
+        wait_for(lambda: len(server.conns) == 2, 10, "two idle connections")
+        with _connect_from("127.0.0.2", port) as third:  # its host's share is taken
+            third.settimeout(10)
+            assert third.recv(4096).startswith(b"HTTP/1.0 503 ")
+        assert raw(port, b"GET /api/status HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200 ")
+        idle += [_connect_from("127.0.0.3", port) for _ in range(2)]
+        wait_for(lambda: len(server.conns) == 4, 10, "four idle connections")
         start = time.monotonic()
         answer = raw(port, b"GET /api/status HTTP/1.0\r\n\r\n")
         assert answer.startswith(b"HTTP/1.0 503 ") and time.monotonic() - start < 2
@@ -351,6 +368,69 @@ def test_connections_beyond_the_bound_get_503_at_once(tmp_path: Path,
         b"HTTP/1.0 200 "), 10, "a slot to be free again")
     server.shutdown()
     server.server_close()
+
+
+def test_a_request_must_be_whole_within_its_deadline(tmp_path: Path) -> None:
+    """The deadline is the whole request's, not each read's: a client trickling a byte
+    every 0.2 s is answered 408 once it passes, however often it sends."""
+    home = Home(tmp_path / "home")
+    home.create()
+    cfg = config.load(None, {"home": str(home.root)})
+    server = StatusServer(("127.0.0.1", 0), StatusModel(home, cfg), request_deadline=1.0)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(server.server_address, timeout=10) as sock:
+            start = time.monotonic()
+            answer = b""
+            for byte in b"GET /api/status HTTP/1.0\r\nX-Slow: " + b"y" * 100:
+                try:
+                    sock.send(bytes([byte]))
+                except OSError:
+                    break  # closed by the server
+                ready, _, _ = select.select([sock], [], [], 0.2)
+                if ready:
+                    answer = sock.recv(4096)
+                    break
+            elapsed = time.monotonic() - start
+        assert answer.startswith(b"HTTP/1.0 408 "), answer
+        assert b"no complete request within 1 s" in answer
+        assert 0.9 <= elapsed < 3, elapsed
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_trickling_connections_do_not_delay_honest_requests(tmp_path: Path) -> None:
+    """Issue 20's slowloris on the real clusterstatus.py: 80 connections from another host
+    trickling a byte every 2 s; honest requests meanwhile are each answered 200 within 1 s
+    (on the threaded server they all got a 503 for 40 s)."""
+    home = Home(tmp_path / "home")
+    home.create()
+    run_under_way(home)
+    port = free_port()
+    with reaped(subprocess.Popen(clusterstatus(home.root, f"status_port={port}"),
+                                 stderr=subprocess.DEVNULL)):
+        wait_for(lambda: b"200" in _try(port), 30, "clusterstatus to answer")
+        slow = [_connect_from("127.0.0.2", port) for _ in range(80)]
+        try:
+            request = b"GET /api/status HTTP/1.0\r\nX-Slow: " + b"y" * 50
+            times: list[float] = []
+            answers: list[bytes] = []
+            for i in range(4):  # 8 s: within the request deadline, all 80 stay open
+                for sock in slow:  # one byte each, every 2 s
+                    with contextlib.suppress(OSError):  # one the server refused at once
+                        sock.send(request[i:i + 1])
+                for _ in range(4):
+                    start = time.monotonic()
+                    answers.append(_try(port)[:13])
+                    times.append(time.monotonic() - start)
+                    time.sleep(0.5 - min(0.5, times[-1]))
+        finally:
+            for sock in slow:
+                sock.close()
+    assert answers == [b"HTTP/1.0 200 "] * 16, answers
+    assert max(times) < 1.0, f"slowest honest request {max(times):.2f} s"
 
 
 def test_many_clients_cost_one_snapshot(tmp_path: Path) -> None:
