@@ -34,7 +34,8 @@ Layout of a home::
     runs/<id>/stop       an admin asked to stop run <id> (who, and why)
     node-code/           the node side of the package, published for nodes to fetch, and
                          its MANIFEST (an md5 per file)
-    cluster.secret       the key of the monitor's signed heartbeats (mode 0600)
+    node-keys/<name>.key each node's own key (0600 in a 0700 folder; cluster/nodekeys.py)
+    heartbeat.nonces     the monitor's replay guard, saved for the monitor after it
     runs/<id>/audit.log  every node connection of the run and every refusal (archived)
     tests/               the test corpus
     log/                 logs of the master processes
@@ -159,18 +160,12 @@ class Home:
 
     #: Names in the home that issue 11's pieces share (see the layout above).
     NODE_CODE = "node-code"
-    CLUSTER_SECRET = "cluster.secret"
 
     @property
     def node_code(self) -> Path:
         """``node-code/``: the node side of the package as the master publishes it, with its
         ``MANIFEST`` (nodes fetch it when the manifest changed)."""
         return self.root / self.NODE_CODE
-
-    @property
-    def cluster_secret(self) -> Path:
-        """``cluster.secret`` (mode 0600): the key that signs heartbeats to the monitor."""
-        return self.root / self.CLUSTER_SECRET
 
     def audit_log(self, run_id: str) -> Path:
         """``runs/<id>/audit.log`` while the run is served; archived as

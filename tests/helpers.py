@@ -64,3 +64,21 @@ FAST = {
     "pid_wait": "1", "pid_check_interval": "0.5", "connect_retry_delay": "0.5",
     "connect_retries": "60", "linger": "3", "heartbeat_timeout": "6",
 }
+
+
+#: The own key test nodes are given (:func:`give_key`): 64 hex digits, as nodekeys makes.
+NODE_SECRET = "5e" * 32
+
+
+def give_key(home_root: Path, node: str, text: str = NODE_SECRET) -> str:
+    """Give node ``node`` the own key ``text`` in the master home ``home_root`` (written
+    mode 0600 in ``node-keys/``, as bootstrap_node.py makes it), unless it has one; return
+    the key's text (what the node signs with)."""
+    from cluster import nodekeys
+
+    path = nodekeys.key_path(home_root, node)
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+        path.chmod(0o600)
+    return path.read_text().strip()

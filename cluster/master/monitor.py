@@ -41,11 +41,15 @@ stranger once got 16 of 35 honest heartbeats answered "busy").  Refusals are log
 line per burst, at most a few lines a second in all (issue 20: a stranger looping
 connections once wrote 34,150 lines in 25 s).
 
-Signed heartbeats (issue 11): the monitor keeps the cluster secret in ``cluster.secret``
-(mode 0600; :func:`ensure_cluster_secret` creates it once, and never rewrites one that is
-there).  A heartbeat is verified before anything in it is parsed or recorded: an unsigned,
-wrongly signed or replayed one is answered ``ERROR <reason>`` (unsigned), logged once
-naming the peer and the node it claimed, and nothing is written in ``nodes/``.  Every
+Signed heartbeats (issues 11 and 20): each node signs with the heartbeat key derived from
+its own key, ``node-keys/<name>.key`` (:mod:`cluster.master.keycache`), so no node can
+heartbeat in another's name.  A heartbeat is verified before anything in it is parsed or
+recorded: an unsigned, wrongly signed or replayed one, or one from a name the master holds
+no key for, is answered ``ERROR <reason>`` (unsigned), logged once naming the peer and the
+node it claimed, and nothing is written in ``nodes/``.  The replay guard is saved in
+``heartbeat.nonces`` (at most every :data:`GUARD_SAVE_INTERVAL` seconds when it changed,
+and when the monitor stops) and loaded at start: a heartbeat recorded before a restart is
+still refused.  Every
 answer to a verified heartbeat ends with the ``sig`` line of its request's nonce
 (:mod:`cluster.wire.signing`).
 
@@ -57,6 +61,7 @@ the address.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import heapq
 import itertools
@@ -72,7 +77,8 @@ from typing import Any
 from cluster.defaults import EXIT_OK, EXIT_USAGE, PRIORITIES
 from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
 from cluster.home import Home
-from cluster.runtime import fsutil, secretfile, service
+from cluster.master.keycache import heartbeat_keys
+from cluster.runtime import fsutil, service
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.peers import (
     PeerSlots,
@@ -116,6 +122,10 @@ DRAIN_SECONDS = 0.5
 
 
 LOCK_NAME = "monitor_port.lock"
+#: The monitor's replay guard, saved in the home for the monitor after it (issue 20), and
+#: how often at most it is written while heartbeats come in [seconds].
+GUARD_FILE = "heartbeat.nonces"
+GUARD_SAVE_INTERVAL = 2.0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,32 +225,22 @@ def nodes_seen(home: Home, now: float | None = None) -> dict[str, tuple[float, s
     return seen
 
 
-def ensure_cluster_secret(home: Home) -> bytes:
-    """The key of ``home.cluster_secret``, which is created (mode 0600, a fresh
-    :func:`~cluster.wire.signing.new_secret`) if it does not exist.  One that exists is never
-    rewritten: every node holds a copy.  ClusterError naming the file if it is unreadable or
-    not a secret (64 hex digits)."""
-    path = home.cluster_secret
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = fsutil.temp_file(path)  # mode 0600
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as fh:
-                fh.write(signing.new_secret() + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, path)  # never replaces: a secret made meanwhile wins
-            except FileExistsError:
-                pass
-        finally:
-            os.unlink(tmp)
+def _load_guard(path: Path, guard: signing.ReplayGuard) -> None:
+    """Restore ``guard`` from the file :meth:`MonitorServer.save_guard` wrote (nothing if
+    there is none; malformed lines are skipped)."""
     try:
-        return signing.parse_secret(secretfile.read_secret_file(path))  # 0600, no link
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ClusterError(f"{path}: not a usable cluster secret ({exc}); expected 64 hex "
-                           "digits (remove it to have a new one made, then give every node "
-                           "the new one)") from None
+        text = path.read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return
+    entries = []
+    for line in text.splitlines():
+        words = line.split(" ")
+        if len(words) == 4 and signing.NONCE.fullmatch(f"{words[1]}{0:016x}".encode()):
+            try:
+                entries.append((words[0], words[1], int(words[2]), int(words[3], 16)))
+            except ValueError:
+                continue
+    guard.restore(entries)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ _DRAINING = "draining"  # after ERROR: half-closed, input discarded so the ERROR
 
 class _Conn:
     __slots__ = ("sock", "peer", "host", "framer", "held", "state", "deadline", "out",
-                 "sent", "then_drain", "events", "skip", "node", "discarded", "nonce")
+                 "sent", "then_drain", "events", "skip", "node", "discarded", "nonce", "key")
 
     def __init__(self, sock: socket.socket, peer: str, host: str, framer: LineFramer,
                  deadline: float) -> None:
@@ -288,6 +288,7 @@ class _Conn:
         self.node = ""
         self.discarded = 0  # bytes read and thrown away while held or draining
         self.nonce = ""  # of a verified request: its answer is signed for it
+        self.key = b""  # the heartbeat key of the node it claims to be
 
     @property
     def closed(self) -> bool:
@@ -315,13 +316,17 @@ class MonitorServer:
                  max_lines: int = MAX_LINES, max_connections: int | None = None,
                  max_per_peer: int | None = None, max_buffered: int = MAX_BUFFERED,
                  max_wait: float = MAX_WAIT,
-                 hold_poll: float = HOLD_POLL, clock: Clock | None = None,
-                 secret: bytes | None = None) -> None:
+                 hold_poll: float = HOLD_POLL, clock: Clock | None = None) -> None:
         self.home = home
-        #: The key heartbeats are signed with (default: the home's cluster secret, made if
-        #: missing), and the nonces seen.
-        self.key = ensure_cluster_secret(home) if secret is None else secret
+        #: The heartbeat keys of the nodes (from their own keys), and the nonces seen (as
+        #: saved by the monitor before this one).
+        self.clock = clock or SystemClock()
+        self.keys = heartbeat_keys(home.root, self.clock.monotonic)
         self.guard = signing.ReplayGuard()
+        self.guard_path = home.root / GUARD_FILE
+        self.guard_saved = self.clock.monotonic()
+        self.guard_changed = False
+        _load_guard(self.guard_path, self.guard)
         self.deadline = deadline
         self.max_line = max_line
         self.max_lines = max_lines
@@ -332,7 +337,6 @@ class MonitorServer:
         self.max_buffered = max_buffered
         self.max_wait = max_wait
         self.hold_poll = hold_poll
-        self.clock = clock or SystemClock()
         self.refusals = RefusalLog(log, clock=self.clock.monotonic)
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         # create_server sets SO_REUSEADDR: a restart does not wait out TIME_WAIT, while a
@@ -390,6 +394,21 @@ class MonitorServer:
             self._poll_jobs()
         self._expire(now)
         self.refusals.tick(now)
+        if self.guard_changed and now - self.guard_saved >= GUARD_SAVE_INTERVAL:
+            self.save_guard()
+
+    def save_guard(self) -> None:
+        """Write the replay guard to ``heartbeat.nonces`` (atomically), for the monitor
+        that starts after this one."""
+        self.guard_saved = self.clock.monotonic()
+        self.guard_changed = False
+        lines = [f"{sender} {session} {newest} {seen:x}\n"
+                 for sender, session, newest, seen in self.guard.entries()]
+        try:
+            fsutil.atomic_write(self.guard_path, "".join(lines), mode=0o600)
+        except OSError as exc:  # a full disk: the next save tries again
+            self.guard_changed = True
+            log.warning("cannot save the replay guard to %s: %s", self.guard_path, exc)
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """:meth:`serve_once` until :meth:`shutdown` (from another thread; a shutdown that
@@ -416,11 +435,13 @@ class MonitorServer:
             for conn in list(self.held):
                 reply = format_reply([] if is_disabled(self.home, conn.node) else jobs)
                 try:
-                    conn.sock.send(signing.sign_reply(reply, self.key, conn.nonce))
+                    conn.sock.send(signing.sign_reply(reply, conn.key, conn.nonce))
                 except OSError:
                     pass  # the node will time out and try again
         for conn in list(self.conns.values()):
             self._close(conn)
+        if self.guard_changed:
+            self.save_guard()
         self.selector.unregister(self.listener)
         self.listener.close()
         self.selector.close()
@@ -505,20 +526,42 @@ class MonitorServer:
         self._release(conn)
         claimed = signing.header_value(request, b"node")
         try:
-            _, nonce = signing.verify_request(request, self.key)
-        except signing.SignatureError as exc:
-            self._refuse(conn, claimed, str(exc))
+            key = self.keys.key(claimed)
+        except ClusterError as exc:
+            self._refuse(conn, claimed, f"node key refused: {exc}")
             return
+        if key is None:
+            self._refuse(conn, claimed, f"unknown node: the master holds no key for "
+                                        f"{claimed!r} (node-keys/<name>.key)")
+            return
+        try:
+            _, nonce = signing.verify_request(request, key)
+        except signing.SignatureError as exc:
+            fresh = None
+            if exc.reason == signing.BAD_SIGNATURE:
+                with contextlib.suppress(ClusterError):
+                    fresh = self.keys.reread(claimed)
+            try:
+                if fresh is None or fresh == key:
+                    raise exc
+                _, nonce = signing.verify_request(request, fresh)
+                key = fresh
+            except signing.SignatureError as final:
+                self._refuse(conn, claimed, str(final))
+                return
         conn.nonce = nonce  # from here on every answer is signed
+        conn.key = key
         try:
             hb = parse_heartbeat(request, self.max_line, self.max_lines)
         except ProtocolError as exc:
             self._error(conn, str(exc))
             return
-        if not self.guard.accept(hb.node, nonce):
+        if hb.node != claimed or not self.guard.accept(hb.node, nonce):
             conn.nonce = ""
-            self._refuse(conn, hb.node, f"{signing.REPLAYED} {nonce}")
+            self._refuse(conn, hb.node, f"{signing.REPLAYED} {nonce}" if hb.node == claimed
+                         else "more than one node name in a heartbeat")
             return
+        self.guard_changed = True
         self._heartbeat(conn, hb)
 
     def _discard(self, conn: _Conn, chunk: bytes) -> None:
@@ -597,7 +640,7 @@ class MonitorServer:
         self._reply(conn, format_error(problem), then_drain=True)
 
     def _refuse(self, conn: _Conn, node: str, reason: str) -> None:
-        """A heartbeat not signed with the cluster secret (or replayed): one log line naming
+        """A heartbeat not signed with its node's key (or replayed): one log line naming
         the peer and the node it claimed, ``ERROR <reason>`` unsigned, nothing recorded."""
         self.refusals.note(conn.host, "peer %s (claims node %s): heartbeat refused: %s",
                            conn.peer, node or "-", reason)
@@ -606,7 +649,7 @@ class MonitorServer:
 
     def _reply(self, conn: _Conn, data: bytes, then_drain: bool = False) -> None:
         if conn.nonce:
-            data = signing.sign_reply(data, self.key, conn.nonce)
+            data = signing.sign_reply(data, conn.key, conn.nonce)
         self.held.discard(conn)
         conn.state = _WRITING
         conn.out = data
@@ -762,7 +805,7 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
             server = service.listen_or_exit(
                 lambda: MonitorServer(home, address, clock=clock, max_buffered=max_buffered),
                 address, DOING, REMEDY, log)
-        except ClusterError as exc:  # the cluster secret
+        except ClusterError as exc:
             log.error("%s", exc)
             return EXIT_USAGE
         if isinstance(server, int):

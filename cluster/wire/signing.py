@@ -45,6 +45,7 @@ import itertools
 import re
 import secrets
 import threading
+from collections.abc import Iterable
 
 from cluster.errors import ProtocolError
 
@@ -271,6 +272,19 @@ class ReplayGuard:
 
     def __len__(self) -> int:
         return len(self._last)
+
+    def entries(self) -> list[tuple[str, str, int, int]]:
+        """What the guard holds, as ``(sender, session, newest count, seen mask)``, least
+        recently used first: for saving it (:meth:`restore`)."""
+        return [(sender, session, newest, seen)
+                for (sender, session), (newest, seen) in self._last.items()]
+
+    def restore(self, entries: Iterable[tuple[str, str, int, int]]) -> None:
+        """Take back what :meth:`entries` gave (a guard saved by an earlier process)."""
+        for sender, session, newest, seen in entries:
+            self._last[(sender, session)] = (newest, seen & _FULL)
+            if len(self._last) > self.max_sessions:
+                del self._last[next(iter(self._last))]
 
     def accept(self, sender: str, nonce: str) -> bool:
         """Whether ``nonce`` (32 hex) is new for ``sender``: not accepted before, and fewer
