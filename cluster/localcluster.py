@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster import config
+from cluster import config, nodekeys
 from cluster.config import Config
 from cluster.defaults import REPO_ROOT
 from cluster.errors import ClusterError
@@ -461,6 +461,8 @@ class LocalCluster:
         extra: list[str] = []
         for key, value in self.node_settings(name).items():
             extra += ["--set", f"{key}={value}"]
+        # Its own key, as bootstrap_node.py makes it (a node over ssh cannot make it).
+        nodekeys.ensure_node_key(self.home_dir, name)
         child = self._spawn("clusterpull.py", extra, f"{name}.out", env, role=name)
         self.node_procs[name] = child
         return child

@@ -45,9 +45,9 @@ import socket
 import sys
 from pathlib import Path
 
-from cluster import config, datatypes
+from cluster import config, datatypes, nodekeys
 from cluster.cli import common
-from cluster.defaults import EXIT_USAGE
+from cluster.defaults import EXIT_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.node import bootstrap
 from cluster.node.bootstrap import Bootstrap, NodeSettings
@@ -126,6 +126,21 @@ def _check_conf(text: str) -> None:
         config.load(path)
 
 
+def _node_key(settings: NodeSettings) -> str:
+    """Make the node's own key in the master home (issue 20: each node signs with a key of
+    its own), when that home is on this machine, as it is when bootstrap_node.py runs on
+    the master; the line saying so.  A home that is not here: a line saying where the key
+    must be made.  ClusterError if it cannot be made."""
+    home = Path(settings.master_home)
+    rel = nodekeys.key_rel(settings.node_name)
+    if not home.is_dir():
+        return (f"node key: {home} is not on this machine; run bootstrap_node.py on the "
+                f"master, or the node will find no {rel} there")
+    existed = nodekeys.key_path(home, settings.node_name).exists()
+    nodekeys.ensure_node_key(home, settings.node_name)
+    return f"node key: {rel} {'kept' if existed else 'made'} (mode 0600)"
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
@@ -141,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        print(_node_key(settings), flush=True)
+    except ClusterError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     target = SshTarget(args.host, args.port, args.user, args.key, args.known_hosts)
     job = Bootstrap(target, settings, remote_dir=args.remote_dir, python=args.python,
                     upload_key=args.send_master_key,
