@@ -482,8 +482,8 @@ class MonitorServer:
     def _refuse_busy(self, sock: socket.socket, peer: str, host: str) -> None:
         if not self._busy_logged:
             self.refusals.note(host, "peer %s: refused, %d connections already open (the "
-                               "monitor's limit); further refusals in this burst are not "
-                               "logged", peer, len(self.conns))
+                               "monitor's limit); further refusals in this burst are "
+                               "counted in a summary", peer, len(self.conns))
             self._busy_logged = True
         else:
             self.refusals.quiet(host, "peer %s: refused, too many connections open", peer)

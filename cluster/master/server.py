@@ -192,7 +192,7 @@ class NodeServer:
         if not self._busy_logged:
             if self.refusals.note(host, "peer %s: refused, %d connections already open (the "
                                   "server's limit); further refusals in this burst are "
-                                  "not logged", peer, len(self.conns)):
+                                  "counted in a summary", peer, len(self.conns)):
                 self._tell(peer, "master busy: too many open connections")
             self._busy_logged = True
         else:
