@@ -440,6 +440,7 @@ class MonitorServer:
                     pass  # the node will time out and try again
         for conn in list(self.conns.values()):
             self._close(conn)
+        self.refusals.flush()  # the counts of the bursts still open
         if self.guard_changed:
             self.save_guard()
         self.selector.unregister(self.listener)

@@ -151,6 +151,7 @@ class NodeServer:
     def close(self) -> None:
         for conn in list(self.conns.values()):
             self._close(conn)
+        self.refusals.flush()  # the counts of the bursts still open
         self.selector.unregister(self.listener)
         self.listener.close()
         self.selector.close()
