@@ -22,7 +22,7 @@ import pytest
 
 from cluster.home import Home
 from cluster.node.heartbeat import send_heartbeat
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, give_key, wait_for
 
 RUN0 = "20261123100000-p0-aaaa"
 RUN1 = "20261123100001-p1-bbbb"
@@ -56,7 +56,7 @@ def monitor(tmp_path: Path) -> Iterator[tuple[Home, int]]:
 
 
 def beat(home: Home, port: int, node: str, **kw: object) -> list[tuple[int, str]]:
-    secret = home.cluster_secret.read_text().strip()
+    secret = give_key(home.root, node)  # the node's own key
     return send_heartbeat("127.0.0.1", port, node, secret=secret, **kw)  # type: ignore[arg-type]
 
 

@@ -24,26 +24,27 @@ from cluster.home import Home
 from cluster.master import monitor
 from cluster.master.monitor import MonitorServer
 from cluster.node import heartbeat as node_heartbeat
-from cluster.wire import signing
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, give_key, wait_for
 
 RUN = "20190408115600"
-#: The cluster secret the ``home`` fixture gives the monitor, and the nodes sign with.
-SECRET = signing.new_secret()
+#: The master home of the test under way (the ``home`` fixture sets it): the nodes that
+#: heartbeat are given their own keys there.
+KEYS_HOME: Path | None = None
 
 
 def send_heartbeat(*args: Any, **kwargs: Any) -> list[tuple[int, str]]:
-    """The node's heartbeat, signed with :data:`SECRET`."""
-    return node_heartbeat.send_heartbeat(*args, secret=SECRET, **kwargs)
+    """The heartbeat of node ``args[2]``, signed with its own key (given it in
+    :data:`KEYS_HOME` if it has none)."""
+    assert KEYS_HOME is not None, "the home fixture gives the nodes their keys"
+    return node_heartbeat.send_heartbeat(*args, secret=give_key(KEYS_HOME, args[2]), **kwargs)
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Home:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
     h = Home(tmp_path / "home")
     h.create()
     h.job_start(0).write_text(f"id {RUN}\nproduct gs\n")
-    h.cluster_secret.write_text(SECRET + "\n")
-    h.cluster_secret.chmod(0o600)  # a secret open to others is refused
+    monkeypatch.setattr(sys.modules[__name__], "KEYS_HOME", h.root)
     return h
 
 

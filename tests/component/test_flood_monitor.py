@@ -17,8 +17,7 @@ from pathlib import Path
 
 from cluster.home import Home
 from cluster.node import heartbeat as node_heartbeat
-from cluster.wire import signing
-from tests.helpers import REPO, free_port, reaped, wait_for
+from tests.helpers import REPO, free_port, give_key, reaped, wait_for
 
 RUN = "20261126000000"
 FLOOD_SECONDS = 20.0
@@ -69,8 +68,6 @@ def test_a_connection_flood_neither_fills_the_log_nor_crowds_out_heartbeats(
     home = Home(tmp_path / "home")
     home.create()
     home.job_start(0).write_text(f"id {RUN}\nproduct gs\n")
-    secret = signing.new_secret()
-    home.cluster_secret.write_text(secret + "\n")
     port = free_port()
     log = home.log_dir / "monitor_port.log"
     argv = [sys.executable, str(REPO / "monitor_port.py"), "--set", f"home={home.root}",
@@ -81,7 +78,7 @@ def test_a_connection_flood_neither_fills_the_log_nor_crowds_out_heartbeats(
         def beat(node: str) -> object:
             try:
                 return node_heartbeat.send_heartbeat("127.0.0.1", port, node, timeout=10,
-                                                     secret=secret)
+                                                     secret=give_key(home.root, node))
             except node_heartbeat.HeartbeatError as exc:
                 return str(exc)
 

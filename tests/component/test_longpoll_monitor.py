@@ -22,22 +22,25 @@ import pytest
 
 from cluster.config import Config
 from cluster.home import Home
-from cluster.master.monitor import MonitorServer, ensure_cluster_secret
+from cluster.master.monitor import MonitorServer
 from cluster.node import heartbeat as node_heartbeat
 from cluster.node import pull
 from cluster.node.heartbeat import HeartbeatStopped
 from cluster.wire import signing
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, give_key, wait_for
 
 RUN = "20190408115600"
 OTHER = "user-bob-7"
-#: The cluster secret the ``home`` fixture gives the monitor, and the nodes sign with.
-SECRET = signing.new_secret()
+#: The master home of the test under way (the ``home`` fixture sets it): the nodes that
+#: heartbeat are given their own keys there.
+KEYS_HOME: Path | None = None
 
 
 def send_heartbeat(*args: Any, **kwargs: Any) -> list[tuple[int, str]]:
-    """The node's heartbeat, signed with :data:`SECRET`."""
-    return node_heartbeat.send_heartbeat(*args, secret=SECRET, **kwargs)
+    """The heartbeat of node ``args[2]``, signed with its own key (given it in
+    :data:`KEYS_HOME` if it has none)."""
+    assert KEYS_HOME is not None, "the home fixture gives the nodes their keys"
+    return node_heartbeat.send_heartbeat(*args, secret=give_key(KEYS_HOME, args[2]), **kwargs)
 
 
 def _write_job_start(home: Home, priority: int, run_id: str) -> None:
@@ -49,11 +52,10 @@ def _write_job_start(home: Home, priority: int, run_id: str) -> None:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Home:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
     h = Home(tmp_path / "home")
     h.create()
-    h.cluster_secret.write_text(SECRET + "\n")
-    h.cluster_secret.chmod(0o600)  # a secret open to others is refused
+    monkeypatch.setattr(sys.modules[__name__], "KEYS_HOME", h.root)
     return h
 
 
@@ -154,10 +156,11 @@ def test_wait_without_a_run_ends_at_its_time(server: MonitorServer) -> None:
     assert 0.9 < call.elapsed < 10
 
 
-def test_old_style_heartbeat_is_answered_at_once(server: MonitorServer) -> None:
+def test_old_style_heartbeat_is_answered_at_once(server: MonitorServer, home: Home) -> None:
     """No wait header (an older node): answered at once even though nothing waits."""
     start = time.monotonic()
-    key, nonce = signing.parse_secret(SECRET), signing.NonceSource().next()
+    key = signing.heartbeat_key(signing.parse_secret(give_key(home.root, "old")))
+    nonce = signing.NonceSource().next()
     with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as sock:
         sock.sendall(signing.sign_request(b"node old\nstatus idle\nOK\n", key, nonce))
         reply = sock.recv(4096)
@@ -213,7 +216,7 @@ def _pull(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int, interval: 
     script = tmp_path / "run_stand_in.py"
     script.write_text(STAND_IN.format(marker=str(marker), seconds=seconds, code=code))
     monkeypatch.setattr(pull, "RUN_SCRIPT", script)
-    ensure_cluster_secret(Home(tmp_path / "home"))  # the fixture's, or a new one
+    # pullnode's own key: made in tmp_path/home by its transport (local) on first use.
     cfg = Config().with_changes(master_host="127.0.0.1", monitor_port=port,
                                 heartbeat_interval=interval, node_name="pullnode",
                                 work_dir=tmp_path / "work", master_home=tmp_path / "home")

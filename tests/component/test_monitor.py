@@ -35,27 +35,29 @@ from cluster.wire.heartbeat import (
     parse_heartbeat,
     parse_reply,
 )
-from tests.helpers import REPO, reaped
+from tests.helpers import NODE_SECRET, REPO, give_key, reaped
 
 JOB0 = "20190408115600"
 JOB2 = "user-alice-1"
-#: The cluster secret the ``home`` fixture gives the monitor, and the nodes sign with.
-SECRET = signing.new_secret()
+#: The master home of the test under way (the ``home`` fixture sets it): the nodes that
+#: heartbeat are given their own keys there.
+KEYS_HOME: Path | None = None
 
 
 def send_heartbeat(*args: Any, **kwargs: Any) -> list[tuple[int, str]]:
-    """The node's heartbeat, signed with :data:`SECRET`."""
-    return node_heartbeat.send_heartbeat(*args, secret=SECRET, **kwargs)
+    """The heartbeat of node ``args[2]``, signed with its own key (given it in
+    :data:`KEYS_HOME` if it has none)."""
+    assert KEYS_HOME is not None, "the home fixture gives the nodes their keys"
+    return node_heartbeat.send_heartbeat(*args, secret=give_key(KEYS_HOME, args[2]), **kwargs)
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Home:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
     h = Home(tmp_path / "home")
     h.create()
     h.job_start(0).write_text(f"id {JOB0}\nproduct gs\n")
     h.job_start(2).write_text(f"id {JOB2}\nuser alice\n")
-    h.cluster_secret.write_text(SECRET + "\n")
-    h.cluster_secret.chmod(0o600)  # a secret open to others is refused
+    monkeypatch.setattr(sys.modules[__name__], "KEYS_HOME", h.root)
     return h
 
 
@@ -187,7 +189,8 @@ def test_no_job_start_means_no_jobs(server: MonitorServer, home: Home) -> None:
 
 
 @pytest.mark.parametrize(("data", "half_close", "problem"), [
-    (b"node ../../etc\nOK\n", False, b"node name"),
+    # No key can exist for a name that is no node name: refused before it is parsed.
+    (b"node ../../etc\nOK\n", False, b"unknown node"),
     (b"node a\nstatus x\n", True, b"closed before the OK"),
     (b"node a\nstatus " + b"x" * 5000 + b"\nOK\n", False, b"longer than 4096"),
     (b"\x00\xff\xfe garbage \x80\nOK\n", False, b"ERROR"),
@@ -201,8 +204,8 @@ def test_malformed_request_gets_error_and_server_keeps_serving(
     served normally."""
     caplog.set_level("WARNING", logger="cluster.monitor")
     if data.endswith(b"OK\n"):  # signed: a stranger's never get this far (unsigned)
-        data = signing.sign_request(data, signing.parse_secret(SECRET),
-                                    signing.NonceSource().next())
+        key = signing.heartbeat_key(signing.parse_secret(give_key(home.root, "a")))
+        data = signing.sign_request(data, key, signing.NonceSource().next())
     reply = _raw(server, data, half_close)
     assert reply.startswith(b"ERROR ") and reply.endswith(b"\n") and problem in reply
     assert any("peer 127.0.0.1:" in r.getMessage() for r in caplog.records)
@@ -258,8 +261,9 @@ def test_client_errors_name_the_monitor(server: MonitorServer) -> None:
         free = s.getsockname()[1]
     with pytest.raises(HeartbeatError, match=f"127.0.0.1:{free}: connection refused"):
         send_heartbeat("127.0.0.1", free, "n1", timeout=2)
-    with pytest.raises(HeartbeatError, match="node name"):
-        send_heartbeat("127.0.0.1", _port(server), "bad name")
+    with pytest.raises(HeartbeatError, match="node name"):  # refused before it is signed
+        node_heartbeat.send_heartbeat("127.0.0.1", _port(server), "bad name",
+                                      secret=NODE_SECRET)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,28 +1,35 @@
 """A secret file open to others or behind a symbolic link is refused, with a message naming
 the file, its mode (or that it is a link) and what is expected: by the helper every reader
-uses (cluster/runtime/secretfile.py), by the monitor reading the master home's
-``cluster.secret``, and by a node reading it through LocalTransport and through
-SshTransport (SFTP lstat/stat on a real sshd).  Real files, real modes, a real sshd."""
+uses (cluster/runtime/secretfile.py), by the monitor reading a node's own key
+``node-keys/<name>.key`` in the master home, and by a node reading its key through
+LocalTransport and through SshTransport (SFTP lstat/stat on a real sshd).  Real files, real
+modes, a real monitor on loopback, a real sshd."""
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cluster import nodekeys
 from cluster.config import DEFAULTS
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master.monitor import MonitorServer, ensure_cluster_secret
+from cluster.master.keycache import NodeKeyCache
+from cluster.master.monitor import MonitorServer
 from cluster.node import heartbeat
 from cluster.node.sshtransport import SshTransport
-from cluster.node.transport import LocalTransport
+from cluster.node.transport import LocalTransport, read_node_key
 from cluster.runtime import ssh
 from cluster.runtime.secretfile import SecretFileError, read_secret_file
 from cluster.runtime.sshd import PrivateSshd
 from cluster.wire import signing
+from cluster.wire.heartbeat import Heartbeat, format_heartbeat
 
 SECRET = "ab" * 32
 
@@ -32,6 +39,17 @@ def _secret(path: Path, mode: int = 0o600) -> Path:
     path.write_text(SECRET + "\n")
     os.chmod(path, mode)
     return path
+
+
+def _node_key(home: Path, name: str, how: str, elsewhere: Path) -> Path:
+    """Node ``name``'s key file in the master home ``home`` (in its 0700 node-keys/): of
+    mode ``how`` ("0600", "0644"), or (``how`` "symlink") a link to a good file in
+    ``elsewhere``."""
+    path = nodekeys.key_path(home, name)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if how == "symlink":
+        return _link(path, elsewhere)
+    return _secret(path, int(how, 8))
 
 
 def _link(path: Path, elsewhere: Path) -> Path:
@@ -83,49 +101,86 @@ def test_a_missing_secret_is_file_not_found(tmp_path: Path) -> None:
 
 # --- the monitor (the master's reader) ------------------------------------------------------
 
+def _heartbeat_of(port: int, node: str) -> bytes:
+    """Node ``node``'s heartbeat signed with the key of :data:`SECRET`, and the whole answer
+    (the monitor closes after it)."""
+    key = signing.heartbeat_key(signing.parse_secret(SECRET))
+    data = signing.sign_request(format_heartbeat(Heartbeat(node, status="idle")), key,
+                                signing.NonceSource().next())
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
 @pytest.mark.parametrize("how", ["0644", "symlink"])
-def test_the_monitor_refuses_a_bad_cluster_secret(tmp_path: Path, how: str) -> None:
+def test_the_monitor_refuses_a_bad_node_key(tmp_path: Path, how: str,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A heartbeat of a node whose key file is open to others or a link is refused, the
+    answer and the log naming the file; nothing is recorded and the file is left alone."""
+    caplog.set_level("WARNING", logger="cluster.monitor")
     home = Home(tmp_path / "home")
-    home.root.mkdir()
-    if how == "0644":
-        _secret(home.cluster_secret, 0o644)
-    else:
-        _link(home.cluster_secret, tmp_path / "other")
-    for attempt in (lambda: ensure_cluster_secret(home),
-                    lambda: MonitorServer(home, ("127.0.0.1", 0))):
-        with pytest.raises(SecretFileError) as exc:
-            attempt()
-        assert str(home.cluster_secret) in str(exc.value)
-        assert ("has mode 0644" if how == "0644" else "symbolic link") in str(exc.value)
-    if how == "0644":  # the file is left alone: a person decides
-        assert home.cluster_secret.read_text() == SECRET + "\n"
-        os.chmod(home.cluster_secret, 0o600)
-        assert ensure_cluster_secret(home) == signing.parse_secret(SECRET)
+    home.create()
+    path = _node_key(home.root, "n1", how, tmp_path / "other")
+    server = MonitorServer(home, ("127.0.0.1", 0))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        reply = _heartbeat_of(port, "n1").decode()
+        assert reply.startswith("ERROR node key refused: ") and "\nsig " not in reply
+        problem = "has mode 0644" if how == "0644" else "symbolic link"
+        assert str(path) in reply and problem in reply
+        logged = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(logged) == 1
+        assert "(claims node n1)" in logged[0] and str(path) in logged[0]
+        assert problem in logged[0]
+        assert not list(home.nodes.glob("n1.*"))
+        if how == "0644":  # the file is left alone: a person decides
+            assert path.read_text() == SECRET + "\n"
+            assert path.stat().st_mode & 0o777 == 0o644
+            os.chmod(path, 0o600)
+            time.sleep(NodeKeyCache.RETRY)  # a refused key is read again after RETRY
+            assert heartbeat.send_heartbeat("127.0.0.1", port, "n1", secret=SECRET) == []
+            assert (home.nodes / "n1.up").exists()
+        else:
+            assert path.is_symlink()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 # --- a node, through its transports ---------------------------------------------------------
 
 @pytest.mark.parametrize("how", ["0644", "symlink"])
-def test_a_local_node_refuses_a_bad_cluster_secret(tmp_path: Path, how: str) -> None:
+def test_a_local_node_refuses_a_bad_node_key(tmp_path: Path, how: str) -> None:
     home = tmp_path / "home"
-    path = home / Home.CLUSTER_SECRET
-    if how == "0644":
-        _secret(path, 0o644)
-    else:
-        _link(path, tmp_path / "other")
+    path = _node_key(home, "n1", how, tmp_path / "other")
     with pytest.raises(SecretFileError) as exc:
-        LocalTransport(home).read_secret(Home.CLUSTER_SECRET)
+        LocalTransport(home).read_secret(nodekeys.key_rel("n1"))
     assert str(path) in str(exc.value)
+    # A bad key is refused, never replaced by a new one (a local node makes a missing key).
+    with pytest.raises(SecretFileError) as exc:
+        read_node_key(LocalTransport(home), "n1")
+    assert str(path) in str(exc.value)
+    if how == "symlink":
+        assert path.is_symlink()
+    else:
+        assert path.stat().st_mode & 0o777 == 0o644
     # What the node's heartbeat does with it: an error naming the monitor and the file.
-    cfg = DEFAULTS.with_changes(master_home=home, transport="local")
-    heartbeat.forget_cluster_secrets()
+    cfg = DEFAULTS.with_changes(master_home=home, transport="local", node_name="n1")
+    heartbeat.forget_node_secrets()
     with pytest.raises(heartbeat.HeartbeatError) as err:
-        heartbeat.cluster_secret(cfg)
-    assert "cannot read the cluster secret" in str(err.value) and str(path) in str(err.value)
+        heartbeat.node_secret(cfg)
+    assert "cannot read this node's key" in str(err.value) and str(path) in str(err.value)
     os.unlink(path)
     _secret(path)
-    assert heartbeat.cluster_secret(cfg) == SECRET + "\n"
-    heartbeat.forget_cluster_secrets()
+    assert heartbeat.node_secret(cfg) == SECRET + "\n"
+    heartbeat.forget_node_secrets()
     assert LocalTransport(home).read_secret("no.secret") is None
 
 
@@ -136,25 +191,25 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateSshd]:
 
 
 @pytest.mark.parametrize("how", ["0600", "0644", "symlink"])
-def test_an_ssh_node_refuses_a_bad_cluster_secret(sshd: PrivateSshd, tmp_path: Path,
-                                                  how: str) -> None:
+def test_an_ssh_node_refuses_a_bad_node_key(sshd: PrivateSshd, tmp_path: Path,
+                                            how: str) -> None:
     home = tmp_path / "home"
-    path = home / Home.CLUSTER_SECRET
-    if how == "symlink":
-        _link(path, tmp_path / "other")
-    else:
-        _secret(path, int(how, 8))
+    path = _node_key(home, "n1", how, tmp_path / "other")
     target = ssh.SshTarget(sshd.address, sshd.port, sshd.user, str(sshd.client_key),
                            sshd.known_hosts)
     tr = SshTransport(target, str(home), connect_retries=2, connect_retry_delay=0.2,
                       io_timeout=30)
     try:
         if how == "0600":
-            assert tr.read_secret(Home.CLUSTER_SECRET) == SECRET + "\n"
+            assert read_node_key(tr, "n1") == SECRET + "\n"
             assert tr.read_secret("no.secret") is None
+            # Only a node on the master's own file system makes a missing key.
+            with pytest.raises(ClusterError, match="holds no key for node n2"):
+                read_node_key(tr, "n2")
+            assert not nodekeys.key_path(home, "n2").exists()
             return
         with pytest.raises(ClusterError) as exc:
-            tr.read_secret(Home.CLUSTER_SECRET)
+            read_node_key(tr, "n1")
         text = str(exc.value)
         assert str(path) in text and sshd.address in text
         assert ("has mode 0644" if how == "0644" else "symbolic link") in text

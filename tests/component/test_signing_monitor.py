@@ -1,26 +1,36 @@
-"""Signed heartbeats against a real monitor on loopback (issue 11): an unsigned, wrongly
-signed or replayed heartbeat is refused with one log line and not recorded; the answer is
-signed, and a node believes no answer it cannot verify."""
+"""Signed heartbeats against a real monitor on loopback (issues 11 and 20): each node signs
+with the heartbeat key of its own key (``node-keys/<name>.key``); an unsigned, wrongly
+signed or replayed heartbeat, one signed with another node's key, or one from a name the
+master holds no key for is refused with one log line and not recorded; the replay guard
+outlives the monitor; the answer is signed, and a node believes no answer it cannot
+verify."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cluster import nodekeys
+from cluster.config import DEFAULTS
 from cluster.home import Home
-from cluster.master.monitor import MonitorServer, ensure_cluster_secret
+from cluster.master.keycache import NodeKeyCache
+from cluster.master.monitor import GUARD_FILE, MonitorServer
 from cluster.node import heartbeat as node_heartbeat
 from cluster.wire import signing
 from cluster.wire.heartbeat import Heartbeat, format_heartbeat
-from tests.helpers import REPO
+from tests.helpers import REPO, give_key
 
 RUN = "20261123000000-p0-cafe"
+#: The monitor's answer while run RUN waits.
+ANSWER = f"job 0 {RUN}\nEND\n".encode()
 
 
 @pytest.fixture
@@ -31,8 +41,10 @@ def home(tmp_path: Path) -> Home:
     return h
 
 
-@pytest.fixture
-def server(home: Home) -> Iterator[MonitorServer]:
+@contextlib.contextmanager
+def _serve(home: Home) -> Iterator[MonitorServer]:
+    """A monitor of ``home`` answering from a background thread until the block ends (then
+    stopped and closed, as monitor_port.py stops it)."""
     srv = MonitorServer(home, ("127.0.0.1", 0))
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
@@ -45,6 +57,12 @@ def server(home: Home) -> Iterator[MonitorServer]:
         thread.join(5)
 
 
+@pytest.fixture
+def server(home: Home) -> Iterator[MonitorServer]:
+    with _serve(home) as srv:
+        yield srv
+
+
 def _raw(port: int, data: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)
@@ -54,22 +72,64 @@ def _raw(port: int, data: bytes) -> bytes:
     return b"".join(chunks)
 
 
-def test_the_monitor_makes_the_cluster_secret_once(home: Home) -> None:
-    key = ensure_cluster_secret(home)
-    path = home.cluster_secret
-    assert path.stat().st_mode & 0o777 == 0o600
-    text = path.read_text()
-    assert signing.parse_secret(text) == key
-    assert ensure_cluster_secret(home) == key and path.read_text() == text  # never rewritten
-    path.write_text("not a secret\n")
-    with pytest.raises(Exception, match="not a usable cluster secret"):
-        MonitorServer(home, ("127.0.0.1", 0))
+def _key(home: Home, node: str) -> bytes:
+    """The heartbeat key of node ``node``, from its own key in ``home`` (given it if it has
+    none)."""
+    return signing.heartbeat_key(signing.parse_secret(give_key(home.root, node)))
+
+
+def _signed(node: str, key: bytes, nonce: str) -> bytes:
+    """Node ``node``'s heartbeat (status idle), signed with ``key`` for ``nonce``."""
+    return signing.sign_request(format_heartbeat(Heartbeat(node, status="idle")), key, nonce)
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+
+
+def test_a_local_node_makes_its_own_key_once(server: MonitorServer, home: Home) -> None:
+    """A node on the master's file system (transport local) makes its key when it is
+    missing (0600 in a 0700 node-keys/), never rewrites it, and is heard with it."""
+    cfg = DEFAULTS.with_changes(master_home=home.root, transport="local", node_name="n1")
+    path = nodekeys.key_path(home.root, "n1")
+    assert not path.exists()
+    node_heartbeat.forget_node_secrets()
+    try:
+        text = node_heartbeat.node_secret(cfg)
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert path.parent.stat().st_mode & 0o777 == 0o700
+        assert path.read_text() == text and signing.parse_secret(text)
+        node_heartbeat.forget_node_secrets()
+        assert node_heartbeat.node_secret(cfg) == text and path.read_text() == text
+        assert node_heartbeat.send_heartbeat("127.0.0.1", server.server_address[1], "n1",
+                                             secret=text) == [(0, RUN)]
+    finally:
+        node_heartbeat.forget_node_secrets()
+    assert (home.nodes / "n1.up").exists()
+
+
+def test_a_key_file_that_is_no_key_is_refused_naming_it(
+        server: MonitorServer, home: Home, caplog: pytest.LogCaptureFixture) -> None:
+    """A node's key file that is not 64 hex digits: its heartbeats are refused with the
+    file named, nothing is recorded, and the monitor keeps serving the others."""
+    caplog.set_level("WARNING", logger="cluster.monitor")
+    port = server.server_address[1]
+    give_key(home.root, "n2", "not a secret")
+    reply = _raw(port, _signed("n2", _key(home, "n1"), signing.NonceSource().next()))
+    assert reply.startswith(b"ERROR node key refused: ") and b"\nsig " not in reply
+    assert str(nodekeys.key_path(home.root, "n2")).encode() in reply
+    assert not list(home.nodes.glob("n2.*"))
+    lines = _refusals(caplog)
+    assert len(lines) == 1 and "(claims node n2)" in lines[0] and "node key refused" in lines[0]
+    assert node_heartbeat.send_heartbeat("127.0.0.1", port, "n1",
+                                         secret=give_key(home.root, "n1")) == [(0, RUN)]
 
 
 def test_unsigned_and_forged_heartbeats_are_refused_and_not_recorded(
         server: MonitorServer, home: Home, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("WARNING", logger="cluster.monitor")
     port = server.server_address[1]
+    give_key(home.root, "intruder")  # a name the master knows: what is refused is the sig
     plain = format_heartbeat(Heartbeat("intruder", status="pwned"))
     unsigned = _raw(port, plain)
     other_key = signing.parse_secret(signing.new_secret())
@@ -78,19 +138,65 @@ def test_unsigned_and_forged_heartbeats_are_refused_and_not_recorded(
     assert forged.startswith(b"ERROR bad signature") and b"\nsig " not in forged
     assert not (home.nodes / "intruder.up").exists()
     assert not (home.nodes / "intruder.status").exists()
-    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    lines = _refusals(caplog)
     assert len(lines) == 2
     assert all("peer 127.0.0.1:" in ln and "(claims node intruder)" in ln for ln in lines)
+
+
+def test_a_node_cannot_heartbeat_in_another_nodes_name(
+        server: MonitorServer, home: Home, caplog: pytest.LogCaptureFixture) -> None:
+    """Node A's key (a key the master holds) does not sign a heartbeat claiming node B:
+    refused as a bad signature, nothing of B recorded; each is heard under its own key."""
+    caplog.set_level("WARNING", logger="cluster.monitor")
+    port = server.server_address[1]
+    a_key = _key(home, "node-a")
+    b_text = give_key(home.root, "node-b", signing.new_secret())  # each node its own key
+    nonces = signing.NonceSource()
+    forged = _raw(port, _signed("node-b", a_key, nonces.next()))
+    assert forged.startswith(b"ERROR bad signature") and b"\nsig " not in forged
+    assert not list(home.nodes.glob("node-b.*"))
+    lines = _refusals(caplog)
+    assert len(lines) == 1
+    assert "(claims node node-b)" in lines[0] and "bad signature" in lines[0]
+    nonce = nonces.next()
+    assert signing.verify_reply(_raw(port, _signed("node-a", a_key, nonce)), a_key,
+                                nonce) == ANSWER
+    assert not list(home.nodes.glob("node-b.*"))
+    assert node_heartbeat.send_heartbeat("127.0.0.1", port, "node-b",
+                                         secret=b_text) == [(0, RUN)]
+    assert (home.nodes / "node-b.up").exists()
+
+
+def test_a_heartbeat_from_a_name_without_a_key_is_refused_as_unknown(
+        server: MonitorServer, home: Home, caplog: pytest.LogCaptureFixture) -> None:
+    """No node-keys/<name>.key: the heartbeat is refused as from an unknown node, nothing
+    is recorded and no key is made for it; once the node is set up it is heard (the key is
+    looked for again after NodeKeyCache.RETRY)."""
+    caplog.set_level("WARNING", logger="cluster.monitor")
+    port = server.server_address[1]
+    secret = signing.new_secret()
+    with pytest.raises(node_heartbeat.HeartbeatError, match="unknown node"):
+        node_heartbeat.send_heartbeat("127.0.0.1", port, "stranger", status="hi",
+                                      secret=secret)
+    assert not list(home.nodes.glob("stranger.*"))
+    assert not nodekeys.key_path(home.root, "stranger").exists()  # the monitor makes none
+    lines = _refusals(caplog)
+    assert len(lines) == 1 and "(claims node stranger)" in lines[0]
+    assert "unknown node" in lines[0]
+    give_key(home.root, "stranger", secret)  # set up now (as bootstrap_node.py does)
+    time.sleep(NodeKeyCache.RETRY)
+    assert node_heartbeat.send_heartbeat("127.0.0.1", port, "stranger", secret=secret
+                                         ) == [(0, RUN)]
 
 
 def test_a_signed_heartbeat_is_recorded_and_its_replay_refused(
         server: MonitorServer, home: Home) -> None:
     port = server.server_address[1]
-    key = signing.parse_secret(home.cluster_secret.read_text())
+    key = _key(home, "n1")
     nonce = signing.NonceSource().next()
-    data = signing.sign_request(format_heartbeat(Heartbeat("n1", status="idle")), key, nonce)
+    data = _signed("n1", key, nonce)
     reply = _raw(port, data)
-    assert signing.verify_reply(reply, key, nonce) == f"job 0 {RUN}\nEND\n".encode()
+    assert signing.verify_reply(reply, key, nonce) == ANSWER
     up = home.nodes / "n1.up"
     assert up.exists()
     up.unlink()
@@ -98,13 +204,38 @@ def test_a_signed_heartbeat_is_recorded_and_its_replay_refused(
     assert again.startswith(b"ERROR replayed nonce") and not up.exists()
     # The client does all this itself.
     assert node_heartbeat.send_heartbeat("127.0.0.1", port, "n1",
-                                         secret=home.cluster_secret.read_text()) == [(0, RUN)]
+                                         secret=give_key(home.root, "n1")) == [(0, RUN)]
     assert up.exists()
+
+
+def test_a_replay_is_refused_by_the_next_monitor_too(home: Home) -> None:
+    """A heartbeat recorded while one monitor ran, replayed to a new monitor on the same
+    home after the first closed (saving its replay guard in heartbeat.nonces): refused,
+    while the same node's next heartbeat is answered."""
+    key = _key(home, "n1")
+    nonces = signing.NonceSource()
+    nonce = nonces.next()
+    recorded = _signed("n1", key, nonce)
+    with _serve(home) as first:
+        assert signing.verify_reply(_raw(first.server_address[1], recorded), key,
+                                    nonce) == ANSWER
+    assert (home.root / GUARD_FILE).exists()
+    up = home.nodes / "n1.up"
+    up.unlink()
+    with _serve(home) as second:
+        port = second.server_address[1]
+        again = _raw(port, recorded)
+        assert again.startswith(b"ERROR replayed nonce") and b"\nsig " not in again
+        assert not up.exists()
+        fresh = nonces.next()
+        assert signing.verify_reply(_raw(port, _signed("n1", key, fresh)), key,
+                                    fresh) == ANSWER
+        assert up.exists()
 
 
 def test_the_node_believes_no_answer_it_cannot_verify(tmp_path: Path) -> None:
     """A stand-in monitor answers a job, unsigned: the node refuses it (and would read its
-    secret again at the next heartbeat)."""
+    key again at the next heartbeat)."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
 
@@ -114,7 +245,7 @@ def test_the_node_believes_no_answer_it_cannot_verify(tmp_path: Path) -> None:
             data = b""
             while not data.endswith(b"OK\n"):
                 data += conn.recv(4096)
-            conn.sendall(f"job 0 {RUN}\nEND\n".encode())
+            conn.sendall(ANSWER)
 
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
@@ -127,13 +258,15 @@ def test_the_node_believes_no_answer_it_cannot_verify(tmp_path: Path) -> None:
         listener.close()
 
 
-def test_heartbeat_script_with_a_wrong_secret_fails(server: MonitorServer, home: Home,
-                                                    tmp_path: Path) -> None:
-    """heartbeat.py reads the secret through its transport; a node's stale copy (here, a
-    master home whose secret is not the monitor's) gets exit 2 and records nothing."""
+def test_heartbeat_script_with_a_wrong_key_fails(server: MonitorServer, home: Home,
+                                                 tmp_path: Path) -> None:
+    """heartbeat.py reads the node's key through its transport; a node's stale copy (here,
+    a master home whose key of the node is not the monitor's) gets exit 2 and records
+    nothing."""
+    give_key(home.root, "stale-node")
     other = Home(tmp_path / "stale")
     other.create()
-    ensure_cluster_secret(other)
+    give_key(other.root, "stale-node", signing.new_secret())
     argv = [sys.executable, str(REPO / "heartbeat.py"),
             "--set", f"monitor_port={server.server_address[1]}",
             "--set", "master_host=127.0.0.1", "--set", "node_name=stale-node"]
