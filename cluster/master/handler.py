@@ -141,7 +141,11 @@ class RequestHandler:
         try:
             key = session.keys.key(claimed)
         except ClusterError as exc:
-            return self._refuse(session, peer, data, f"node key refused: {exc}")
+            # The admin's to mend: said in full in the log, not to whoever connected (the
+            # home's paths are none of a stranger's business).
+            return self._refuse(session, peer, data,
+                                "node key refused: the master cannot use this node's key "
+                                "file (its log says why)", logged=f"node key refused: {exc}")
         if key is None:
             return self._refuse(session, peer, data,
                                 f"unknown node: the master holds no key for {claimed!r} "
@@ -184,18 +188,22 @@ class RequestHandler:
         session.audit.connection(peer, req, outcome.reply, outcome.results, outcome.refused)
         return signing.sign_reply(protocol.format_reply(outcome.reply), key, nonce)
 
-    def _refuse(self, session: RunSession, peer: str, data: bytes, reason: str) -> bytes:
+    def _refuse(self, session: RunSession, peer: str, data: bytes, reason: str,
+                logged: str = "") -> bytes:
         # One log line naming the peer and the node it claimed (read only now: a refusal
         # is rare, a request is not); nothing it carried is recorded.  Unsigned: a node
         # treats it as a failed call.  Through the server's RefusalLog when there is one
         # (issue 20: a stranger's stream of well-formed unsigned requests is a few lines
         # and one summary per burst, in the log and in the audit trail alike).
+        # ``logged``: what the log and the audit trail say when it is more than the peer is
+        # told.
         claimed = signing.header_value(data, b"node")
+        said = logged or reason
         if self.refusals is None:
-            log.warning("peer %s (claims node %s): refused: %s", peer, claimed or "-", reason)
-            session.audit.refusal(peer, claimed, reason)
+            log.warning("peer %s (claims node %s): refused: %s", peer, claimed or "-", said)
+            session.audit.refusal(peer, claimed, said)
         elif self.refusals.note(peer.rpartition(":")[0] or peer,
                                 "peer %s (claims node %s): refused: %s", peer,
-                                claimed or "-", reason):
-            session.audit.refusal(peer, claimed, reason)
+                                claimed or "-", said):
+            session.audit.refusal(peer, claimed, said)
         return protocol.format_reply(protocol.Reply(protocol.ABORT, reason=reason))

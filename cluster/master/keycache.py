@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cluster import nodekeys
+from cluster.datatypes import valid_node_name
 from cluster.errors import ClusterError
 from cluster.wire import signing
 
@@ -59,14 +60,22 @@ class NodeKeyCache:
             del self._read_at[next(iter(self._read_at))]
         try:
             text = nodekeys.read_node_key(self.home_root, name)
-        except ValueError:
-            return None  # not a node name
-        if text is None:
-            return None
-        try:
+            if text is None:
+                return None
             key = self.derive(signing.parse_secret(text))
         except ValueError as exc:
+            if not valid_node_name(name):
+                return None  # not a node name: no file could be its key
+            # A bad key file is said as such at every call, not "unknown" after the first.
+            del self._read_at[name]
             raise ClusterError(f"{nodekeys.key_path(self.home_root, name)}: {exc}") from None
+        except ClusterError:
+            del self._read_at[name]
+            raise
+        except OSError as exc:
+            del self._read_at[name]
+            raise ClusterError(f"{nodekeys.key_path(self.home_root, name)}: cannot be read: "
+                               f"{exc.strerror or exc}") from None
         self._keys[name] = key
         if len(self._keys) > signing.MAX_SESSIONS:
             del self._keys[next(iter(self._keys))]

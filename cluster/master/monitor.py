@@ -232,6 +232,10 @@ def _load_guard(path: Path, guard: signing.ReplayGuard) -> None:
         text = path.read_text(encoding="ascii", errors="replace")
     except FileNotFoundError:
         return
+    except OSError as exc:  # not readable, a folder: start with an empty guard, and say so
+        log.warning("cannot read the saved replay guard %s (%s); starting with an empty one",
+                    path, exc.strerror or exc)
+        return
     entries = []
     for line in text.splitlines():
         words = line.split(" ")
@@ -529,7 +533,10 @@ class MonitorServer:
         try:
             key = self.keys.key(claimed)
         except ClusterError as exc:
-            self._refuse(conn, claimed, f"node key refused: {exc}")
+            # The admin's to mend: said in full in the log, not to whoever connected.
+            self._refuse(conn, claimed, "node key refused: the master cannot use this node's "
+                                        "key file (its log says why)",
+                         logged=f"node key refused: {exc}")
             return
         if key is None:
             self._refuse(conn, claimed, f"unknown node: the master holds no key for "
@@ -640,11 +647,12 @@ class MonitorServer:
         self.rejected += 1
         self._reply(conn, format_error(problem), then_drain=True)
 
-    def _refuse(self, conn: _Conn, node: str, reason: str) -> None:
+    def _refuse(self, conn: _Conn, node: str, reason: str, logged: str = "") -> None:
         """A heartbeat not signed with its node's key (or replayed): one log line naming
-        the peer and the node it claimed, ``ERROR <reason>`` unsigned, nothing recorded."""
+        the peer and the node it claimed (and ``logged`` instead of ``reason`` when the log
+        may say more than the peer is told), ``ERROR <reason>`` unsigned, nothing recorded."""
         self.refusals.note(conn.host, "peer %s (claims node %s): heartbeat refused: %s",
-                           conn.peer, node or "-", reason)
+                           conn.peer, node or "-", logged or reason)
         self.rejected += 1
         self._reply(conn, format_error(reason), then_drain=True)
 
@@ -800,7 +808,9 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         return EXIT_OK
     with lock:
         # Status files a killed monitor was writing (nothing else writes in nodes/).
-        for left in fsutil.remove_dead_temps(home.nodes):
+        # (And the replay guard's, in the home itself.)
+        for left in [*fsutil.remove_dead_temps(home.nodes),
+                     *fsutil.remove_dead_temps(home.root)]:
             log.info("removed %s, left by a killed process", left)
         try:
             server = service.listen_or_exit(

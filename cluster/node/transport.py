@@ -49,7 +49,7 @@ class Transport(Protocol):
         ...
 
     def read_secret(self, rel: str) -> str | None:
-        """The text of the master-home secret file ``rel`` (``cluster.secret``), or None if
+        """The text of the master-home secret file ``rel`` (a node's key), or None if
         it does not exist; a ClusterError naming the file if it is a symbolic link or open
         to group or others (:mod:`cluster.runtime.secretfile`)."""
         ...

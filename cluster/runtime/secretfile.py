@@ -1,6 +1,6 @@
 """Reading a secret file: one check for every key the cluster keeps in a file.
 
-A secret file (the master home's ``cluster.secret``; later each node's key) is used only
+A secret file (each node's key, ``node-keys/<name>.key`` in the master home) is used only
 when it is a regular file of its own, not a symbolic link, and readable by its owner alone
 (no group or other permission bits: mode 0600 or 0400).  A secret at 0644 is readable by
 every account on the machine, and a link can point the reader at a file someone else

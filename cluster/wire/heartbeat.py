@@ -26,11 +26,12 @@ fraction of a second while sending no more heartbeats than one per wait.
 
 Signed (issue 11): a heartbeat carries ``nonce`` and, last before ``OK``, ``sig`` lines, and
 the monitor's answer ends with a ``sig`` line, as the node protocol's messages
-(:mod:`cluster.wire.signing`), keyed by the cluster secret (``cluster.secret`` in the
-master home).  The monitor refuses an unsigned, wrongly signed or replayed heartbeat
-(``ERROR unsigned request ...``, ``ERROR bad signature ...``, ``ERROR replayed nonce ...``,
-unsigned) and records nothing of it; :func:`format_heartbeat` and :func:`parse_reply` deal
-with the plain message, the caller signs and verifies.
+(:mod:`cluster.wire.signing`), keyed by the node's heartbeat key (derived from its own
+key, ``node-keys/<name>.key`` in the master home).  The monitor refuses an unsigned,
+wrongly signed or replayed heartbeat (``ERROR unsigned request ...``, ``ERROR bad
+signature ...``, ``ERROR replayed nonce ...``, unsigned) and records nothing of it;
+:func:`format_heartbeat` and :func:`parse_reply` deal with the plain message, the caller
+signs and verifies.
 
 The request is bounded: :data:`MAX_LINES` lines of at most :data:`MAX_LINE` bytes, at most
 :data:`MAX_SKIP` skip ids in all.  The server is :mod:`cluster.master.monitor`, the client

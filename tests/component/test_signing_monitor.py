@@ -110,17 +110,20 @@ def test_a_local_node_makes_its_own_key_once(server: MonitorServer, home: Home) 
 
 def test_a_key_file_that_is_no_key_is_refused_naming_it(
         server: MonitorServer, home: Home, caplog: pytest.LogCaptureFixture) -> None:
-    """A node's key file that is not 64 hex digits: its heartbeats are refused with the
-    file named, nothing is recorded, and the monitor keeps serving the others."""
+    """A node's key file that is not 64 hex digits: its heartbeats are refused, the file
+    named in the log (not to the peer), nothing is recorded, and the monitor keeps serving
+    the others."""
     caplog.set_level("WARNING", logger="cluster.monitor")
     port = server.server_address[1]
     give_key(home.root, "n2", "not a secret")
     reply = _raw(port, _signed("n2", _key(home, "n1"), signing.NonceSource().next()))
     assert reply.startswith(b"ERROR node key refused: ") and b"\nsig " not in reply
-    assert str(nodekeys.key_path(home.root, "n2")).encode() in reply
+    path = str(nodekeys.key_path(home.root, "n2"))
+    assert path.encode() not in reply  # the home's paths are not told to whoever connects
     assert not list(home.nodes.glob("n2.*"))
     lines = _refusals(caplog)
     assert len(lines) == 1 and "(claims node n2)" in lines[0] and "node key refused" in lines[0]
+    assert path in lines[0]
     assert node_heartbeat.send_heartbeat("127.0.0.1", port, "n1",
                                          secret=give_key(home.root, "n1")) == [(0, RUN)]
 

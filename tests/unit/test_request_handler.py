@@ -151,13 +151,15 @@ def test_a_name_the_master_holds_no_key_for_is_refused(tmp_path: Path) -> None:
     assert "ghost" not in served.state.nodes
 
 
-def test_a_key_file_open_to_others_is_refused_naming_it(tmp_path: Path) -> None:
+def test_a_key_file_open_to_others_is_refused_the_trail_naming_it(tmp_path: Path) -> None:
     served = Served(tmp_path)
     key = node_key(served.home, "n3")
     path = nodekeys.key_path(served.home, "n3")
     path.chmod(0o644)
     raw, _ = served.call(headers(node="n3"), key=key)
-    assert raw.startswith(b"ABORT node key refused") and str(path).encode() in raw
+    assert raw.startswith(b"ABORT node key refused") and str(path).encode() not in raw
+    served.audit.flush(force=True)
+    assert str(path) in (tmp_path / "audit.log").read_text()  # the admin's trail says it
 
 
 def test_nonces_accepted_before_a_takeover_are_refused_after_it(tmp_path: Path) -> None:
