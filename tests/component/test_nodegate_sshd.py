@@ -80,7 +80,7 @@ def setup(sshd: PrivateSshd, tmp_path: Path) -> Iterator[tuple[Path, ssh.SshTarg
 
 
 def _transport(target: ssh.SshTarget, home: Path) -> SshTransport:
-    return SshTransport(target, home, connect_retries=1, connect_retry_delay=0.1,
+    return SshTransport(target, str(home), connect_retries=1, connect_retry_delay=0.1,
                         io_timeout=20)
 
 
