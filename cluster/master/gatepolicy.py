@@ -156,8 +156,12 @@ def _inside(path: str, root: str) -> bool:
 
 
 def fd_path(fd: int) -> str:
-    """The real path of what ``fd`` holds open (Linux: ``/proc/self/fd``)."""
-    return os.readlink(f"/proc/self/fd/{fd}")
+    """The real path of what ``fd`` holds open (Linux: ``/proc/self/fd``).  OSError if the
+    kernel cannot name it (removed since it was opened: ``... (deleted)``; not a path)."""
+    path = os.readlink(f"/proc/self/fd/{fd}")
+    if not path.startswith("/") or path.endswith(" (deleted)"):
+        raise OSError(errno.ENOENT, f"removed while it was opened ({path})")
+    return path
 
 
 class GateFileSystem:

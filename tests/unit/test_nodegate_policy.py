@@ -200,3 +200,41 @@ def test_authorized_keys_line_and_its_idempotent_write(tmp_path: Path) -> None:
     assert gate.authorize(tmp_path / "new" / "authorized_keys", line) == "added"
     with pytest.raises(ValueError):
         gate.authorized_line(command, "not a key")
+
+
+def test_the_sftp_subsystem_by_any_of_sshds_names(home: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """sshd passes its Subsystem command: internal-sftp, or Debian's sftp-server by path
+    (with its options); each is served by the gate's own SFTP, never run."""
+    served: list[str] = []
+
+    def sftp(self: gate.Gate) -> int:
+        served.append("sftp")
+        return 0
+    monkeypatch.setattr(gate.Gate, "sftp", sftp)
+    g, rec = _gate(home)
+    for command in ("internal-sftp", "/usr/lib/openssh/sftp-server",
+                    "/usr/lib/openssh/sftp-server -f AUTHPRIV -l INFO"):
+        assert g.run(command) == 0
+    assert served == ["sftp"] * 3 and rec.calls == [] and rec.err == []
+
+
+def test_bootstrap_restrict_needs_the_home_here_and_the_nodes_public_key(
+        home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused as bad usage (exit 2) before anything is written or any host is reached."""
+    from cluster.cli import bootstrap_node
+
+    keys = tmp_path / "authorized_keys"
+    base = ["node.invalid", "--name", "n1", "--restrict", "--authorized-keys", str(keys)]
+    assert bootstrap_node.main([*base, "--master-home", str(home)]) == 2
+    assert "the node's public key" in capsys.readouterr().err
+    pub = tmp_path / "n1.pub"
+    pub.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA n1\n")
+    assert bootstrap_node.main([*base, "--master-home", str(tmp_path / "elsewhere"),
+                                "--node-public-key", str(pub)]) == 2
+    assert "a master home on this machine" in capsys.readouterr().err
+    pub.write_text("not a key\n")
+    assert bootstrap_node.main([*base, "--master-home", str(home),
+                                "--node-public-key", str(pub)]) == 2
+    assert "is not a public key line" in capsys.readouterr().err
+    assert not keys.exists()
