@@ -24,6 +24,9 @@ so that sshd runs the gate for everything the node's key asks, with what was ask
 
 Anything else is refused with one line on stderr naming the command and what is allowed,
 exit status 1; every refusal is also appended to ``log/nodegate.log`` in the home.
+
+Debian's ``rrsync`` is not used for the rsync part: it confines rsync to one folder, which
+cannot say "the home but its secrets", and it refuses the ``-s`` and ``-L`` a node sends.
 """
 
 from __future__ import annotations
@@ -166,7 +169,7 @@ class Gate:
         return GateRefusal(
             f"nodegate: {shown!r} refused for node {self.node}: {why}; a node's login "
             "allows only SFTP, the listing of a tree (python3 -c WALK_SCRIPT) and rsync's "
-            f"sender (rsync --server --sender) on what {self.area.what_is_allowed()}")
+            f"sender (rsync --server --sender), and {self.area.what_is_allowed()}")
 
     def _run(self, command: str) -> int:
         if not command.strip():
