@@ -24,7 +24,7 @@ from cluster.defaults import EXIT_USAGE, PRIORITIES
 from cluster.errors import ClusterError
 from cluster.node import caps
 from cluster.node.noderun import STOP_SIGNALS, NodeRun
-from cluster.node.transport import make_transport
+from cluster.node.transports import make_transport
 from cluster.runtime import fsutil
 from cluster.runtime.service import install_signal_handlers
 

@@ -629,6 +629,7 @@ class StatusServer:
         self._workers.shutdown(wait=False, cancel_futures=True)
         for conn in list(self.conns.values()):
             self._close(conn)
+        self.refusals.flush()  # the counts of the bursts still open
         self.selector.close()
         self.listener.close()
         self._wake_r.close()

@@ -158,6 +158,7 @@ class ClusterMaster:
                                 max_buffered=self.cfg.max_buffered_bytes,
                                 deadline=self.cfg.connection_deadline,
                                 on_refusal=handler.server_refused)
+            handler.refusals = server.refusals
         except OSError as exc:
             # Another program holds the port: leave everything as it is and try again at
             # the next invocation (a run in progress keeps its id and journal).  Said at
@@ -262,6 +263,7 @@ class ClusterMaster:
             self._linger(server, state, audit=session.audit)
         finally:
             jrnl.close()
+            server.refusals.flush()  # the bursts' counts, into the log and the audit trail
             session.audit.flush(force=True)  # complete before the end steps archive it
             if session.nonces is not None:
                 session.nonces.close()

@@ -37,6 +37,7 @@ from cluster.master import journal
 from cluster.master.audit import AuditLog
 from cluster.master.keycache import NodeKeyCache
 from cluster.master.runstate import RunState
+from cluster.runtime.peers import RefusalLog
 from cluster.wire import protocol, signing
 
 log = logging.getLogger("cluster.master")
@@ -109,6 +110,9 @@ class RequestHandler:
         self.max_lines = max_lines
         self.monotonic = monotonic
         self._served: _Served | None = None
+        #: The server's per-peer refusal log (set once the server exists): the handler's
+        #: refusals are counted and bounded with the server's own.
+        self.refusals: RefusalLog | None = None
 
     def bind(self, state: RunState, jrnl: journal.Journal, session: RunSession) -> None:
         """Serve ``state``'s run, journaling in ``jrnl``, under ``session``."""
@@ -180,12 +184,18 @@ class RequestHandler:
         session.audit.connection(peer, req, outcome.reply, outcome.results, outcome.refused)
         return signing.sign_reply(protocol.format_reply(outcome.reply), key, nonce)
 
-    @staticmethod
-    def _refuse(session: RunSession, peer: str, data: bytes, reason: str) -> bytes:
+    def _refuse(self, session: RunSession, peer: str, data: bytes, reason: str) -> bytes:
         # One log line naming the peer and the node it claimed (read only now: a refusal
         # is rare, a request is not); nothing it carried is recorded.  Unsigned: a node
-        # treats it as a failed call.
+        # treats it as a failed call.  Through the server's RefusalLog when there is one
+        # (issue 20: a stranger's stream of well-formed unsigned requests is a few lines
+        # and one summary per burst, in the log and in the audit trail alike).
         claimed = signing.header_value(data, b"node")
-        log.warning("peer %s (claims node %s): refused: %s", peer, claimed or "-", reason)
-        session.audit.refusal(peer, claimed, reason)
+        if self.refusals is None:
+            log.warning("peer %s (claims node %s): refused: %s", peer, claimed or "-", reason)
+            session.audit.refusal(peer, claimed, reason)
+        elif self.refusals.note(peer.rpartition(":")[0] or peer,
+                                "peer %s (claims node %s): refused: %s", peer,
+                                claimed or "-", reason):
+            session.audit.refusal(peer, claimed, reason)
         return protocol.format_reply(protocol.Reply(protocol.ABORT, reason=reason))

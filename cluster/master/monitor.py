@@ -440,6 +440,7 @@ class MonitorServer:
                     pass  # the node will time out and try again
         for conn in list(self.conns.values()):
             self._close(conn)
+        self.refusals.flush()  # the counts of the bursts still open
         if self.guard_changed:
             self.save_guard()
         self.selector.unregister(self.listener)
@@ -482,8 +483,8 @@ class MonitorServer:
     def _refuse_busy(self, sock: socket.socket, peer: str, host: str) -> None:
         if not self._busy_logged:
             self.refusals.note(host, "peer %s: refused, %d connections already open (the "
-                               "monitor's limit); further refusals in this burst are not "
-                               "logged", peer, len(self.conns))
+                               "monitor's limit); further refusals in this burst are "
+                               "counted in a summary", peer, len(self.conns))
             self._busy_logged = True
         else:
             self.refusals.quiet(host, "peer %s: refused, too many connections open", peer)

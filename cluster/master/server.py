@@ -151,6 +151,7 @@ class NodeServer:
     def close(self) -> None:
         for conn in list(self.conns.values()):
             self._close(conn)
+        self.refusals.flush()  # the counts of the bursts still open
         self.selector.unregister(self.listener)
         self.listener.close()
         self.selector.close()
@@ -192,7 +193,7 @@ class NodeServer:
         if not self._busy_logged:
             if self.refusals.note(host, "peer %s: refused, %d connections already open (the "
                                   "server's limit); further refusals in this burst are "
-                                  "not logged", peer, len(self.conns)):
+                                  "counted in a summary", peer, len(self.conns)):
                 self._tell(peer, "master busy: too many open connections")
             self._busy_logged = True
         else:

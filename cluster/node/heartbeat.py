@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cluster.errors import ClusterError, ProtocolError
-from cluster.node.transport import make_transport, read_node_key
+from cluster.node.transport import read_node_key
+from cluster.node.transports import make_transport
 from cluster.wire import signing
 from cluster.wire.heartbeat import MAX_REPLY, Heartbeat, format_heartbeat, parse_reply
 from cluster.wire.protocol import valid_node_name

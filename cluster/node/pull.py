@@ -45,7 +45,7 @@ from cluster.config import DEFAULTS, Config
 from cluster.defaults import EXIT_OK, NODE_EXIT_DONE, NODE_EXIT_FAILED, REPO_ROOT
 from cluster.node import heartbeat
 from cluster.node.selfupdate import CodeChoice, SelfUpdate
-from cluster.node.transport import make_transport
+from cluster.node.transports import make_transport
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag

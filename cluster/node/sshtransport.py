@@ -5,8 +5,9 @@ calls (an upload to a temporary name, then renamed, so the master never sees hal
 trees are mirrored with ``rsync -a --delete`` over OpenSSH after a listing made on the
 master.  Host keys are checked against known_hosts only.  Split from
 :mod:`cluster.node.transport` so that a node on the local transport never imports
-paramiko (a quarter of a second at every run.py start); :func:`make_transport` imports
-this module only when node.conf says ``transport = ssh``.
+paramiko (a quarter of a second at every run.py start):
+:func:`~cluster.node.transports.make_transport` imports this module only when node.conf
+says ``transport = ssh``.
 """
 
 from __future__ import annotations

@@ -14,12 +14,13 @@ tree are never followed out of it.
 Two implementations: :class:`LocalTransport` (the master home is a local directory) and
 :class:`~cluster.node.sshtransport.SshTransport` (it is on ``master_host``, reached over
 ssh: small files and uploads over one paramiko SFTP connection per process, trees with
-``rsync -a --delete`` over OpenSSH; see there).  ``make_transport`` picks the one
-node.conf's ``transport`` names.
+``rsync -a --delete`` over OpenSSH; see there).
+:func:`cluster.node.transports.make_transport` picks the one node.conf's ``transport``
+names (this module does not know the ssh one: it is imported only where it is used).
 
 Usage::
 
-    t = make_transport(cfg)
+    t = make_transport(cfg)                      # cluster.node.transports
     text = t.read_text("job.start")             # None if absent
     t.fetch_tree("tests", work / "tests")        # like rsync -a --delete
     t.fetch_tree("ghostpdl", dest, exclude=lambda p: p.endswith(".o"), max_size=30_000_000)
@@ -32,12 +33,12 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
 from cluster import nodekeys
-from cluster.errors import ClusterError, ConfigError, TransportError
+from cluster.errors import ClusterError, TransportError
 from cluster.runtime import fsutil, mirror, secretfile
 from cluster.runtime.mirror import Exclude
 
 if TYPE_CHECKING:
-    from cluster.config import Config
+    pass
 
 
 class Transport(Protocol):
@@ -178,15 +179,3 @@ def read_node_key(transport: Transport, name: str) -> str:
         raise ClusterError(f"the master holds no key for node {name} ({rel} in its home): "
                            "set this node up with bootstrap_node.py, which makes it")
     return text
-
-
-def make_transport(cfg: Config) -> Transport:
-    """The transport ``cfg.transport`` names: "local" gives LocalTransport(cfg.master_home),
-    "ssh" :meth:`SshTransport.from_config` (nothing is connected before the first call)."""
-    if cfg.transport == "local":
-        return LocalTransport(cfg.master_home)
-    if cfg.transport == "ssh":
-        # Imported here: paramiko costs every local node's run.py a quarter of a second.
-        from cluster.node.sshtransport import SshTransport
-        return SshTransport.from_config(cfg)
-    raise ConfigError("transport", cfg.transport, "'local' or 'ssh'")

@@ -238,6 +238,23 @@ class RefusalLog:
                 except Exception:  # the hook's bug must not take the listener down
                     self.log.exception("peer %s: summary hook failed", host)
 
+    def flush(self) -> None:
+        """Write the summary of every host now, windows and the lines-a-second bound
+        aside: the listener is closing, and a count must not be lost with it."""
+        with self._lock:
+            lines = [(host, f"peer {host}: {entry.counted} more refusals in the last "
+                            f"{max(0.0, self.clock() - entry.start):.0f} s, not logged one "
+                            f"by one; the last: {entry.last}")
+                     for host, entry in self.bursts.items() if entry.counted]
+            self.bursts.clear()
+        for host, text in lines:
+            self.log.warning("%s", text)
+            if self.on_summary is not None:
+                try:
+                    self.on_summary(host, text)
+                except Exception:  # the hook's bug must not take the listener down
+                    self.log.exception("peer %s: summary hook failed", host)
+
     def _take_token(self, now: float) -> bool:
         """One line of the lines-a-second budget (a token bucket), if there is one."""
         self._tokens = min(float(self.burst), self._tokens + (now - self._filled) * self.rate)

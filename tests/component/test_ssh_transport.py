@@ -18,7 +18,8 @@ import cluster.runtime.mirror as mirror_mod
 from cluster.config import Config
 from cluster.errors import SshError, TransportError
 from cluster.node.sshtransport import SshTransport
-from cluster.node.transport import LocalTransport, Transport, make_transport
+from cluster.node.transport import LocalTransport, Transport
+from cluster.node.transports import make_transport
 from cluster.runtime import fsutil, ssh
 from cluster.runtime.sshd import PrivateSshd, fingerprint
 

@@ -81,3 +81,22 @@ def test_all_hosts_together_are_bounded_in_lines_a_second(
     assert len(summaries) == 47  # 46 hosts with a refusal not logged, and the others
     assert any(s.startswith(f"peer {OTHERS}: 150 more refusals") for s in summaries)
     assert refusals.total == 200 and not refusals.bursts
+
+
+def test_flush_writes_the_open_bursts_counts_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A listener that closes mid-window loses no count: flush() writes every open burst's
+    summary, window and rate aside, and forgets it."""
+    caplog.set_level(logging.INFO, logger="t")
+    clock = Clock()
+    told: list[str] = []
+    refusals = RefusalLog(logging.getLogger("t"), peer_lines=1, window=10, clock=clock,
+                          on_summary=lambda host, text: told.append(text))
+    for i in range(4):
+        refusals.note("h", "peer h:%d: bad", i)
+    refusals.note("quiet", "peer quiet:1: bad")  # logged in full: nothing to sum up
+    clock.now += 2
+    refusals.flush()
+    assert told == ["peer h: 3 more refusals in the last 2 s, not logged one by one; the "
+                    "last: peer h:3: bad"]
+    refusals.flush()
+    assert len(told) == 1  # forgotten once written

@@ -12,12 +12,8 @@ import cluster.runtime.mirror as mirror_mod
 from cluster.config import Config
 from cluster.errors import ConfigError, TransportError
 from cluster.node.sshtransport import SshTransport
-from cluster.node.transport import (
-    LocalTransport,
-    Transport,
-    check_rel,
-    make_transport,
-)
+from cluster.node.transport import LocalTransport, Transport, check_rel
+from cluster.node.transports import make_transport
 from cluster.runtime.ssh import SshTarget
 
 

@@ -1,0 +1,52 @@
+"""The README's set-up and CI install one list of system packages (issue 21), and the
+commands the README tells people to type are entry points pip puts on PATH."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+from tests.helpers import REPO
+
+PACKAGES = REPO / "packages.txt"
+#: How both install it: the list without its comment lines.
+FROM_LIST = "$(grep -v '^#' packages.txt)"
+
+
+def _block(marker: str) -> str:
+    """The fenced block after ``<!-- marker -->`` in the README."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    found = re.search(rf"<!-- {marker} -->\n```sh\n(.*?)```", text, re.S)
+    assert found, f"README.md has no <!-- {marker} --> block"
+    return found.group(1)
+
+
+def test_packages_txt_is_a_list_of_debian_package_names() -> None:
+    names = [line for line in PACKAGES.read_text().splitlines()
+             if line and not line.startswith("#")]
+    assert names and all(re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", n) for n in names), names
+    # What the tests need of the system (a missing one fails CI instead of skipping).
+    for needed in ("ghostscript", "mupdf-tools", "openssh-server", "rsync", "iproute2",
+                   "chromium", "chromium-driver", "cron", "git", "parallel"):
+        assert needed in names
+
+
+def test_the_readme_and_ci_install_the_same_list() -> None:
+    setup = _block("setup-commands").strip().splitlines()
+    assert len(setup) == 2, setup  # the two set-up commands
+    assert FROM_LIST in setup[0] and "apt-get install" in setup[0]
+    assert setup[1] == "python3 -m pip install -e '.[test]'"
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    installs = [ln for ln in ci.splitlines() if "apt-get install" in ln]
+    assert installs and all(FROM_LIST in ln for ln in installs), installs
+    assert "python3 -m pip install -e '.[test]'" in ci
+
+
+def test_the_readme_main_command_is_an_entry_point() -> None:
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    command = _block("main-command").split()[0]
+    assert command in scripts
+    for name in ("clusterpush", "clusteradmin", "clustermonitor", "clusterstatus",
+                 "localcluster", "bootstrap-node"):
+        module, _, function = scripts[name].partition(":")
+        assert function == "main" and (REPO / (module.replace(".", "/") + ".py")).is_file()
