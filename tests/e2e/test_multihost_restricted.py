@@ -43,7 +43,7 @@ ATTEMPTS = r"""
 import json, sys, tempfile
 from pathlib import Path
 from cluster import config
-from cluster.node.transport import make_transport
+from cluster.node.transports import make_transport
 cfg = config.load(Path(sys.argv[1]))
 t = make_transport(cfg)
 payload = Path(tempfile.mkdtemp()) / "payload"
