@@ -6,6 +6,7 @@ Usage: bootstrap_node.py HOST --name NODE [--user U] [--key K] [--port P]
                          [--master-port P] [--master-key FILE | --send-master-key LOCAL]
                          [--master-known-hosts FILE | --send-master-known-hosts LOCAL]
                          [--transport ssh|local] [--node-set KEY=VALUE]...
+                         [--restrict [--node-public-key FILE] [--authorized-keys FILE]]
                          [--config FILE] [--home DIR] [--set KEY=VALUE]...
 
 Run on the master (or any machine with the repo and an ssh key the node accepts).  Two
@@ -30,6 +31,19 @@ the clusterpull crontab entry (``clusterpull.py --install-cron``); run send_caps
 print its line.  Every step prints what it changed; a second run prints "nothing changed"
 and writes nothing.
 
+``--restrict`` (run on the master, as the account the nodes log in to) limits the node's
+login on the master to what a node does: it adds, or puts in place of the key's other
+lines, one line in that account's ``--authorized-keys`` (default ~/.ssh/authorized_keys)::
+
+    restrict,command="<python> <repo>/nodegate.py --home <home> --node <name>" <key>
+
+for the node's public key (``--node-public-key FILE``; default: the ``.pub`` beside
+``--send-master-key``, or derived from it).  Through the gate (nodegate.py,
+cluster/master/gate.py) the node reads the master home over SFTP but ``cluster.secret``,
+``node-keys/`` other than its own key, and ``ssh/``; lists and fetches (rsync) folders of the
+home; writes only its upload area (``runs/<id>/logs/<name>.log``, ``.build.log``,
+``runs/<id>/bmpcmp/``); and runs nothing else.
+
 Exit status: 0 done (missing tools are listed but not fatal), 1 a step on the node failed
 (or its Python lacks modules), 2 bad usage, 3 the host is unreachable, 4 the host refused
 the key, 5 the host key is unknown (not in known_hosts), 6 the host key changed, 7 another
@@ -49,8 +63,10 @@ from cluster import config, datatypes, nodekeys
 from cluster.cli import common
 from cluster.defaults import EXIT_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
+from cluster.master import gate
 from cluster.node import bootstrap
 from cluster.node.bootstrap import Bootstrap, NodeSettings
+from cluster.runtime import proc
 from cluster.runtime.ssh import SshTarget
 
 PROG = "bootstrap_node.py"
@@ -89,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
                        "file to upload for the node")
     p.add_argument("--node-set", action="append", default=[], metavar="KEY=VALUE",
                    help="another [node] key for node.conf")
+    p.add_argument("--restrict", action="store_true", help="limit the node's key to the node "
+                   "gate in this account's authorized_keys (run on the master)")
+    p.add_argument("--node-public-key", type=Path, default=None, help="the public key of the "
+                   "node's key for the master (default: from --send-master-key)")
+    p.add_argument("--authorized-keys", type=Path, default=None, help="the master account's "
+                   "authorized_keys (~/.ssh/authorized_keys)")
     common.add_config_options(p)
     return p
 
@@ -141,6 +163,54 @@ def _node_key(settings: NodeSettings) -> str:
     return f"node key: {rel} {'kept' if existed else 'made'} (mode 0600)"
 
 
+def _public_key(args: argparse.Namespace) -> str:
+    """The node's public key line for the master: ``--node-public-key``, else the ``.pub``
+    beside ``--send-master-key``, else derived from that key (``ssh-keygen -y``)."""
+    if args.node_public_key is not None:
+        try:
+            return args.node_public_key.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError("--node-public-key", str(args.node_public_key),
+                              f"a readable public key file ({exc.strerror})") from None
+    key = args.send_master_key
+    if key is None:
+        raise ConfigError("--restrict", "", "the node's public key: --node-public-key FILE, "
+                                            "or --send-master-key LOCAL")
+    pub = Path(f"{key}.pub")
+    if pub.is_file():
+        return pub.read_text(encoding="utf-8").strip()
+    done = proc.run(["ssh-keygen", "-y", "-f", str(key)], timeout=30)
+    if not done.ok:
+        raise ConfigError("--send-master-key", str(key), "a private key ssh-keygen -y can "
+                                                         f"read: {done.text('stderr').strip()}")
+    return done.text().strip()
+
+
+def _restrict_line(args: argparse.Namespace, settings: NodeSettings) -> str:
+    """The node gate's authorized_keys line for the node's key (see the module docstring);
+    ConfigError when the home is not here or the public key is not known."""
+    home = Path(settings.master_home)
+    if not home.is_dir():
+        raise ConfigError("--restrict", str(home), "a master home on this machine (run "
+                                                   "bootstrap_node.py on the master)")
+    try:
+        return gate.authorized_line(gate.gate_command(home, settings.node_name),
+                                    _public_key(args))
+    except ValueError as exc:
+        raise ConfigError("--node-public-key", "", str(exc)) from None
+
+
+def _restrict(args: argparse.Namespace, settings: NodeSettings, line: str) -> str:
+    """Put ``line`` into the master account's authorized_keys; the line saying what was
+    done.  ClusterError if the file cannot be written."""
+    keys = args.authorized_keys or Path.home() / ".ssh" / "authorized_keys"
+    try:
+        done = gate.authorize(keys, line)
+    except OSError as exc:
+        raise ClusterError(f"cannot write {keys}: {exc.strerror or exc}") from None
+    return f"restricted login: {done} in {keys} (node gate for {settings.node_name})"
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
@@ -153,11 +223,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError("--send-master-*", str(option), "a readable local file")
         if not 1 <= args.port <= 65535:
             raise ConfigError("--port", args.port, "a TCP port between 1 and 65535")
+        restricted = _restrict_line(args, settings) if args.restrict else ""
     except ClusterError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         print(_node_key(settings), flush=True)
+        if restricted:
+            print(_restrict(args, settings, restricted), flush=True)
     except ClusterError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_FAILED

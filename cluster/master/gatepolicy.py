@@ -1,0 +1,301 @@
+"""What a restricted node may reach of the master home (the node gate's path policy).
+
+A node set up with ``bootstrap_node.py --restrict`` logs in to the master through the node
+gate (:mod:`cluster.master.gate`), which decides every path it asks for here:
+
+* **read**: anything in the master home, except the master's secrets: ``cluster.secret``,
+  the ``node-keys/`` folder (but the node's own ``node-keys/<name>.key``) and ``ssh/``
+  (localcluster's sshd keys).  Nothing outside the home, wherever a path's links lead,
+  except through a link the admin placed directly in the home (``tests -> /data/tests``):
+  its target counts as that entry of the home (so ``node-keys -> /secure/keys`` is as
+  forbidden as the folder would be).
+* **write** (the node's upload area): a run's logs of this node, ``runs/<id>/logs/
+  <name>.log`` and ``<name>.build.log``, anything in ``runs/<id>/bmpcmp/``, and the
+  temporary names uploads are written to first (:data:`cluster.runtime.fsutil.TEMP_NAME`);
+  the folders ``logs`` and ``bmpcmp`` may be made in an existing ``runs/<id>/``.  A rename
+  only within the upload area.  Nothing else is created, changed or removed.
+
+Every path is decided on where it really is (``realpath``; a write on its folder's real
+path, the name itself never followed), and the file or folder is then opened and checked
+again through ``/proc/self/fd`` so that a link swapped in between cannot lead elsewhere.
+:class:`NodeArea` holds the decisions (pure path logic); :class:`GateFileSystem` carries
+them out for the SFTP server (:mod:`cluster.runtime.sftpserver`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from cluster import nodekeys
+from cluster.datatypes import valid_node_name
+from cluster.defaults import BMPCMP_DIR
+from cluster.runtime import fsutil
+from cluster.runtime.sftpserver import (
+    FXF_APPEND,
+    FXF_CREAT,
+    FXF_EXCL,
+    FXF_TRUNC,
+    FXF_WRITE,
+    Refused,
+    SetAttrs,
+)
+
+#: Top-level entries of the home a node never reads (the node's own key excepted).
+SECRET_ENTRIES = ("cluster.secret", nodekeys.NODE_KEYS_DIR, "ssh")
+#: The folders of a run a node uploads into.
+LOGS_DIR = "logs"
+UPLOAD_DIRS = (LOGS_DIR, BMPCMP_DIR)
+#: Permission bits an upload may carry (no set-id, no sticky bit).
+UPLOAD_MODE_MASK = 0o777
+
+
+class NodeArea:
+    """The decisions for node ``node`` in the master home ``home`` (see the module).
+
+    Paths given to the ``*_verdict`` methods are real (resolved, absolute) paths; each
+    returns None when allowed, else the reason, a phrase completing "refused: ...".
+    """
+
+    def __init__(self, home: Path | str, node: str) -> None:
+        if not valid_node_name(node):
+            raise ValueError(f"{node!r} is not a node name (1-64 of [A-Za-z0-9._-])")
+        self.node = node
+        self.home = os.path.realpath(home)
+        self.own_key = nodekeys.key_rel(node)
+        #: Links the admin placed directly in the home: (entry name, real target), the
+        #: longest target first so the closest one names a path.
+        links: list[tuple[str, str]] = []
+        with contextlib.suppress(OSError), os.scandir(self.home) as it:
+            for entry in it:
+                if entry.is_symlink():
+                    links.append((entry.name, os.path.realpath(entry.path)))
+        self.links = sorted(links, key=lambda link: -len(link[1]))
+
+    # -- where a real path is ------------------------------------------------------------
+    def home_rel(self, real: str) -> str | None:
+        """``real`` as a path in the home ("" for the home itself), or None if it is
+        outside the home and every admin's link in it."""
+        if _inside(real, self.home):
+            return os.path.relpath(real, self.home) if real != self.home else ""
+        for name, target in self.links:
+            if _inside(real, target):
+                return name if real == target else f"{name}/{os.path.relpath(real, target)}"
+        return None
+
+    def what_is_allowed(self) -> str:
+        """The policy in one phrase, for refusals."""
+        return (f"node {self.node} may read the master home {self.home} except "
+                f"cluster.secret, node-keys/ (but its own {self.own_key}) and ssh/, and "
+                f"write only runs/<id>/logs/{self.node}.log, runs/<id>/logs/"
+                f"{self.node}.build.log and runs/<id>/{BMPCMP_DIR}/")
+
+    # -- verdicts ------------------------------------------------------------------------
+    def read_verdict(self, real: str) -> str | None:
+        """Whether the node may read (open, stat) the real path ``real``."""
+        rel = self.home_rel(real)
+        if rel is None:
+            return "it is outside the master home"
+        return self._secret(rel)
+
+    def _secret(self, rel: str) -> str | None:
+        top = rel.split("/", 1)[0]
+        if top in SECRET_ENTRIES and rel != self.own_key:
+            return f"{rel} is one of the master's secrets"
+        return None
+
+    def tree_verdict(self, real: str) -> str | None:
+        """Whether the node may list or fetch the folder ``real`` as a whole: readable, and
+        holding none of the secrets (so not the home, nor a folder holding it)."""
+        why = self.read_verdict(real)
+        if why is not None:
+            return why
+        for entry in ("", *SECRET_ENTRIES):
+            secret = os.path.realpath(os.path.join(self.home, entry))
+            if _inside(secret, real):
+                what = "the master home" if not entry else entry
+                return f"it holds {what} (fetch a folder inside the home)"
+        return None
+
+    def upload_verdict(self, real_dir: str, name: str) -> str | None:
+        """Whether the node may create, write, change or remove the entry ``name`` of the
+        real folder ``real_dir``."""
+        rel = self.home_rel(real_dir)
+        parts = rel.split("/") if rel else []
+        if len(parts) != 3 or parts[0] != "runs" or parts[2] not in UPLOAD_DIRS \
+                or name in ("", ".", "..") or "/" in name:
+            return "it is outside the node's upload area"
+        temp = fsutil.TEMP_NAME.fullmatch(name)
+        target = temp.group("target") if temp else name
+        if parts[2] == LOGS_DIR:
+            if target not in (f"{self.node}.log", f"{self.node}.build.log"):
+                return f"only this node's logs ({self.node}.log, {self.node}.build.log) " \
+                       "are written there"
+        elif target.startswith(".") or not target:
+            return "a hidden name that is not an upload's temporary file"
+        return None
+
+    def mkdir_verdict(self, real_parent: str, name: str) -> str | None:
+        """Whether the node may make the folder ``name`` in the real folder
+        ``real_parent``: only ``logs`` or ``bmpcmp`` in a run's folder ``runs/<id>``."""
+        rel = self.home_rel(real_parent)
+        parts = rel.split("/") if rel else []
+        if len(parts) == 2 and parts[0] == "runs" and name in UPLOAD_DIRS:
+            return None
+        return "it is outside the node's upload area (only runs/<id>/logs and " \
+               f"runs/<id>/{BMPCMP_DIR} are made)"
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether the real path ``path`` is ``root`` or below it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def fd_path(fd: int) -> str:
+    """The real path of what ``fd`` holds open (Linux: ``/proc/self/fd``).  OSError if the
+    kernel cannot name it (removed since it was opened: ``... (deleted)``; not a path)."""
+    path = os.readlink(f"/proc/self/fd/{fd}")
+    if not path.startswith("/") or path.endswith(" (deleted)"):
+        raise OSError(errno.ENOENT, f"removed while it was opened ({path})")
+    return path
+
+
+class GateFileSystem:
+    """The SFTP server's file system for one node (:class:`cluster.runtime.sftpserver.
+    FileSystem`): every request decided by ``area``; refusals name the path, the reason and
+    what is allowed."""
+
+    def __init__(self, area: NodeArea, cwd: str | None = None) -> None:
+        self.area = area
+        self.cwd = cwd or os.getcwd()
+
+    def _abs(self, path: bytes) -> str:
+        text = os.fsdecode(path)
+        if "\0" in text or not text:
+            raise Refused(f"node {self.area.node}: an empty path or one with a NUL byte")
+        return os.path.normpath(os.path.join(self.cwd, text))
+
+    def _refuse(self, action: str, path: str, why: str) -> Refused:
+        return Refused(f"nodegate: {action} {path} refused: {why}; {self.area.what_is_allowed()}")
+
+    def _split(self, path: bytes) -> tuple[str, str, str]:
+        """(the client's absolute path, its folder's real path, its name)."""
+        full = self._abs(path)
+        parent, name = os.path.split(full)
+        return full, os.path.realpath(parent), name
+
+    @contextlib.contextmanager
+    def _upload_dir(self, action: str, path: bytes) -> Iterator[tuple[int, str]]:
+        """The folder of an upload-area entry, opened and checked: (its fd, the name)."""
+        full, real_dir, name = self._split(path)
+        why = self.area.upload_verdict(real_dir, name)
+        if why is not None:
+            raise self._refuse(action, full, why)
+        fd = os.open(real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            held = fd_path(fd)
+            why = self.area.upload_verdict(held, name)
+            if why is not None:  # the folder was swapped for a link meanwhile
+                raise self._refuse(action, full, why)
+            yield fd, name
+        finally:
+            os.close(fd)
+
+    # -- FileSystem ----------------------------------------------------------------------
+    def open(self, path: bytes, pflags: int, mode: int | None) -> int:
+        if pflags & (FXF_WRITE | FXF_APPEND | FXF_CREAT | FXF_TRUNC):
+            flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+            flags |= os.O_CREAT if pflags & FXF_CREAT else 0
+            flags |= os.O_TRUNC if pflags & FXF_TRUNC else 0
+            flags |= os.O_EXCL if pflags & FXF_EXCL else 0
+            flags |= os.O_APPEND if pflags & FXF_APPEND else 0
+            with self._upload_dir("writing", path) as (dfd, name):
+                fd = os.open(name, flags, (mode if mode is not None else 0o644)
+                             & UPLOAD_MODE_MASK, dir_fd=dfd)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(errno.EINVAL, "not a regular file")
+            return fd
+        full = self._abs(path)
+        self._check_read("reading", full, os.path.realpath(full))
+        # O_NONBLOCK: a FIFO put there must not hang the gate; checked again on what opened.
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            self._check_read("reading", full, fd_path(fd))
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file (only files are read)")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _check_read(self, action: str, full: str, real: str) -> None:
+        why = self.area.read_verdict(real)
+        if why is not None:
+            raise self._refuse(action, full, why)
+
+    def stat(self, path: bytes, follow: bool) -> os.stat_result:
+        full, real_dir, name = self._split(path)
+        real = os.path.realpath(full) if follow or name in ("", ".", "..") \
+            else os.path.join(real_dir, name)
+        self._check_read("stat of", full, real)
+        return os.stat(real) if follow else os.lstat(real)
+
+    def setstat(self, path: bytes, attrs: SetAttrs) -> None:
+        with self._upload_dir("changing", path) as (dfd, name):
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dfd)
+            try:
+                self.fsetstat(fd, True, attrs)
+            finally:
+                os.close(fd)
+
+    def fsetstat(self, fd: int, writable: bool, attrs: SetAttrs) -> None:
+        if not writable:
+            raise Refused(f"nodegate: changing a file opened for reading refused; "
+                          f"{self.area.what_is_allowed()}")
+        if attrs.owner is not None or attrs.size is not None:
+            raise Refused("nodegate: changing an upload's owner or size refused (only its "
+                          "permission bits and times)")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if attrs.mode is not None:
+            os.fchmod(fd, attrs.mode & UPLOAD_MODE_MASK)
+        if attrs.times is not None:
+            os.utime(fd, attrs.times)
+
+    def mkdir(self, path: bytes, mode: int | None) -> None:
+        full, real_parent, name = self._split(path)
+        why = self.area.mkdir_verdict(real_parent, name)
+        if why is not None:
+            raise self._refuse("making the folder", full, why)
+        fd = os.open(real_parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            why = self.area.mkdir_verdict(fd_path(fd), name)
+            if why is not None:
+                raise self._refuse("making the folder", full, why)
+            os.mkdir(name, 0o755, dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    def remove(self, path: bytes) -> None:
+        with self._upload_dir("removing", path) as (dfd, name):
+            os.unlink(name, dir_fd=dfd)
+
+    def rename(self, old: bytes, new: bytes, replace: bool) -> None:
+        with self._upload_dir("renaming", old) as (ofd, oname), \
+                self._upload_dir("renaming onto", new) as (nfd, nname):
+            if not replace:
+                with contextlib.suppress(FileNotFoundError):
+                    os.lstat(nname, dir_fd=nfd)
+                    raise OSError(errno.EEXIST, "the target exists")
+            os.rename(oname, nname, src_dir_fd=ofd, dst_dir_fd=nfd)
+
+    def realpath(self, path: bytes) -> bytes:
+        # Lexical only: the real target of a link is not the node's business.
+        return os.fsencode(self._abs(path or b"."))
