@@ -20,11 +20,11 @@ from cluster.records import Job
 from cluster.report.tab import read_tab
 from cluster.wire import protocol, signing
 from tests.component.scripted_nodes import (
-    KEYS,
     NONCES,
     known_run,
     listening,
     master_argv,
+    node_run_key,
     request,
     signed_talk,
 )
@@ -119,21 +119,23 @@ def test_silent_client_does_not_stall_the_others(
 
 
 @pytest.mark.parametrize(("data", "reason"), [
-    (b"garbage\nOK\n", b"no 'node"),
-    (b"node evil;rm\nOK\n", b"node name"),
-    (b"node a\nstatus " + b"x" * 70000 + b"\nOK\n", b"longer than"),
-    (b"node a\njobs x y\nOK\n", b"integers"),
-    (b"\xff\xfe\xfd\nOK\n", b"UTF-8"),
+    (b"garbage\nOK\n", b"unknown node"),  # no node name: no key can verify it
+    (b"node evil;rm\nOK\n", b"unknown node"),  # not a node name: no key file is its
+    (b"\xff\xfe\xfd\nOK\n", b"unknown node"),
+    (b"node a\nstatus " + b"x" * 70000 + b"\nOK\n", b"bad request: line 3: line longer than"),
+    (b"node a\njobs x y\nOK\n", b"bad request: line 3: header 'jobs' takes 2 integer(s)"),
 ])
 def test_malformed_requests_get_abort_and_the_master_keeps_serving(
         master: tuple[Home, int, subprocess.Popen[bytes]], data: bytes, reason: bytes) -> None:
-    """Signed with the run's secret (a stranger's never get this far: unsigned, below)."""
+    """Signed with node a's run key: a request naming a node with a key is parsed, and a
+    malformed one gets a signed ABORT naming the problem; one naming no node with a key is
+    refused unparsed (a stranger's never get further: unsigned, below)."""
     home, port, proc = master
     run_id = known_run(home, 0)
     data = f"id {run_id}\n".encode() + data
     nonce = NONCES.next()
-    reply = talk(port, signing.sign_request(data, KEYS[run_id], nonce))
-    assert reply.startswith(b"ABORT bad request") and reason in reply
+    reply = talk(port, signing.sign_request(data, node_run_key(home, "a", run_id), nonce))
+    assert reply.startswith(b"ABORT ") and reason in reply, reply[:300]
     unsigned = talk(port, data)
     assert unsigned.startswith(b"ABORT") and (b"unsigned" in unsigned or reason in unsigned)
     assert signed_talk(port, request("good", run_id)) == b"BUILD\n"
