@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster import nodekeys
 from cluster.config import Config
 from cluster.home import Home
 from cluster.localcluster import LocalCluster, write_demo_tree
@@ -137,6 +138,8 @@ class MultiHost:
         """Write node ``name``'s directory: node.conf, its key and known_hosts (copies of the
         sshd's unless given); the node must be a role of the topology."""
         node = RemoteNode(name, self.topo.hosts[name], self.root / name)
+        # Its own key in the master home, as bootstrap_node.py makes it on the master.
+        nodekeys.ensure_node_key(self.home_dir, name)
         node.dir.mkdir(parents=True, exist_ok=True)
         node.work.mkdir(exist_ok=True)
         node_key = node.dir / "id_ed25519"

@@ -19,6 +19,7 @@ from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import Reply, Request
 from tests.component.test_node_run import SECRET, ScriptedMaster, make_node_home, node
+from tests.helpers import give_key
 
 MARKER = "0123456789abcdef0123456789abcdef"
 
@@ -50,9 +51,9 @@ def builds(tmp_path: Path) -> int:
 def write_start(home: Path, run_id: str, baseline: str = "ghostpdl") -> None:
     start = JobStart(id=run_id, priority=0, queue="user t gs bmpcmp", kind="user", ref="t",
                      products=("gs",), tree="ghostpdl", source="src", build="make",
-                     tests="tests", options=("bmpcmp",), baseline=baseline,
-                     secret=SECRET)
-    (home / "job.start").write_text(start.format(with_secret=True))
+                     tests="tests", options=("bmpcmp",), baseline=baseline)
+    (home / "job.start").write_text(start.format())
+    give_key(home, "n1", SECRET)  # node n1's own key, which the scripted master knows
 
 
 def script_run(jobs: list[Job]) -> Callable[[Request, list[Request]], bytes]:

@@ -10,7 +10,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster import nodekeys
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE as EXIT_DONE
 from cluster.defaults import NODE_EXIT_FAILED as EXIT_FAILED
@@ -20,6 +19,7 @@ from cluster.records import ERROR_TIMEOUT, Job
 from cluster.wire import protocol, signing
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import Reply, Request
+from tests.helpers import give_key
 
 RUN = "20261122000000-p0-beef"
 #: Node n1's own key (node-keys/n1.key in the home), and its run key, with which the
@@ -36,10 +36,13 @@ class ScriptedMaster:
     seen: list[Request] = field(default_factory=list)
 
     def handler(self, data: bytes, peer: str) -> bytes:
-        _, nonce = signing.verify_request(data, KEY)
+        # n1's key in the run the request names (the tests' runs have several ids).
+        key = signing.run_key(signing.parse_secret(SECRET),
+                              signing.header_value(data, b"id"))
+        _, nonce = signing.verify_request(data, key)
         req = protocol.parse_request(data)
         self.seen.append(req)
-        return signing.sign_reply(self.script(req, self.seen), KEY, nonce)
+        return signing.sign_reply(self.script(req, self.seen), key, nonce)
 
 
 def make_node_home(tmp_path: Path) -> Path:
@@ -62,11 +65,7 @@ def write_start(home: Path, build: str = "make") -> None:
                      products=("gs",), tree="ghostpdl", source="src", build=build,
                      tests="tests")
     (home / "job.start").write_text(start.format())
-    keys = home / nodekeys.NODE_KEYS_DIR
-    keys.mkdir(mode=0o700, exist_ok=True)
-    key = keys / "n1.key"
-    key.write_text(SECRET + "\n")
-    key.chmod(0o600)
+    give_key(home, "n1", SECRET)
 
 
 def node(home: Path, tmp_path: Path, port: int, **settings: object) -> NodeRun:
