@@ -30,6 +30,9 @@ from cluster.runtime.ssh import SshTarget
 from cluster.runtime.sshd import PrivateSshd
 from tests.helpers import REPO, free_port
 
+#: One worker runs every test that writes a real crontab (xdist's loadgroup).
+pytestmark = pytest.mark.xdist_group("crontab")
+
 TIMEOUT = 300
 
 

@@ -20,7 +20,7 @@ import pytest
 from cluster.cron import TAG_PREFIX
 from tests.helpers import REPO, free_port, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("crontab")]  # one worker: crontabs
 
 UNRELATED = "17 5 * * * echo unrelated-entry-of-someone-else # not ours"
 #: Lines of someone else's that a naive rewrite (python-crontab's CronTab.write) would drop or

@@ -27,7 +27,7 @@ from tests.multihost import (
     run_once,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("crontab")]  # one worker: crontabs
 
 #: The fresh node's own crontab spool (its cron is not running: the test runs the entry).
 CRON_SPOOL = Path("/var/spool/cron")

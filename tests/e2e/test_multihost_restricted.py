@@ -35,7 +35,7 @@ from tests.multihost import (
     run_once,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("crontab")]  # one worker: crontabs
 
 #: What the node tries, with its own node.conf and node code, once restricted: each
 #: attempt's outcome ("ok", or the error's text) by name, as JSON.

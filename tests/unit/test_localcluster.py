@@ -120,6 +120,8 @@ def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_offers_it_a
     # nothing had bound it yet), so localcluster refused the configuration.
     from cluster import localcluster
 
+    monkeypatch.delenv(localcluster.PORTS_ENV, raising=False)  # the kernel's offers
+
     offers = OfferedPorts([47373, 47375, 47374, 47390, 47373, 47391])
     monkeypatch.setattr(localcluster, "socket", offers)
     monkeypatch.setattr(localcluster, "_HANDED_OUT", localcluster.deque(maxlen=4096))
@@ -127,6 +129,21 @@ def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_offers_it_a
     assert free_port() == 47390  # 47375 and 47374 are in the range handed out first
     assert free_port() == 47391  # and 47373 is its base
     assert offers.offers == []
+
+
+def test_free_port_in_a_range_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CLUSTER_FREE_PORTS (each parallel test worker has one), ports come from that
+    range only, still free and never handed out twice; a malformed range is refused."""
+    from cluster import localcluster
+
+    monkeypatch.setenv(localcluster.PORTS_ENV, "21000-21040")
+    bases = [free_port(3) for _ in range(5)]
+    ports = [p for b in bases for p in range(b, b + 3)]
+    assert all(21000 <= p < 21040 for p in ports) and len(set(ports)) == 15
+    for bad in ("21000", "9-80", "30000-20000", "a-b"):
+        monkeypatch.setenv(localcluster.PORTS_ENV, bad)
+        with pytest.raises(ValueError, match="CLUSTER_FREE_PORTS"):
+            free_port()
 
 
 def test_free_port_ranges_of_one_process_are_disjoint_on_real_sockets() -> None:

@@ -1,0 +1,46 @@
+"""What every tier of the suite shares: each parallel worker picks ports in its own range.
+
+The README's test command runs the suite in two worker processes (pytest-xdist).  Tests
+pick their ports with :func:`cluster.localcluster.free_port` before anything binds them;
+two workers asking the kernel at the same moment could be offered the same port.  So each
+worker (``PYTEST_XDIST_WORKER`` = ``gw0``, ``gw1``, ...) gets a range of its own below the
+kernel's ephemeral range (:data:`cluster.localcluster.PORTS_ENV`), inherited by the
+processes the tests start.  Without xdist nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+
+import pluggy
+import pytest
+
+from cluster.localcluster import PORTS_ENV
+
+#: The first worker's ports, and the size of each worker's range (below 32768, where the
+#: kernel's ephemeral ports begin on Linux).
+FIRST_PORT = 10000
+PORTS_PER_WORKER = 2500
+
+
+def pytest_configure() -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        low = FIRST_PORT + int(worker[2:]) * PORTS_PER_WORKER
+        os.environ[PORTS_ENV] = f"{low}-{low + PORTS_PER_WORKER}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
+    """A report's captured output as UTF-8 a worker can send: tests of hostile file names
+    log names with lone surrogates (``'\\udcff'``), which xdist's channel refuses to carry
+    (the worker would crash and the rest of its tests go unrun)."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, _utf8(text)) for title, text in report.sections]
+
+
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
