@@ -418,7 +418,9 @@ def format_history(data: JSON) -> list[str]:
         if before is None:
             line += f"  new: error {after['error']} md5 {after['md5']}"
         else:
-            line += (f"  {c['change']}: error {before['error']} -> {after['error']}, md5 "
-                     f"{before['md5']} -> {after['md5']} (against {c['against']})")
+            # Only what changed: "error 0 -> 0" says nothing (issue 21).
+            parts = [f"{key} {before[key]} -> {after[key]}" for key in ("error", "md5")
+                     if before[key] != after[key]]
+            line += f"  {c['change']}: {', '.join(parts)} (against {c['against']})"
         lines.append(line)
     return lines

@@ -79,6 +79,12 @@ def node_line(node: JSON, width: int) -> str:
     work = f"run {node['run']}: {node.get('done', 0)} done" if node.get("run") else "idle"
     extra = "".join(f", {node[k]} {k}" for k in ("errors", "timeouts") if node.get(k))
     status = f"  {node['status']}" if node.get("status") else ""
+    if not node.get("run") and node.get("status") == "idle":
+        status = ""  # "idle  idle" says it twice
+    elif not node.get("run") and status.startswith("  running run"):
+        # In no running run, yet its last heartbeat said it ran one (the run ended or was
+        # stopped since): say that it is what the node last said, not "idle running run".
+        status = f"  (last heartbeat: {node['status']})"
     return f"{name}  {work}{extra}{status}"
 
 

@@ -118,3 +118,19 @@ def test_an_unknown_test_is_an_error_naming_it(tmp_path: Path) -> None:
         history.history(home, "two words")
     with pytest.raises(ClusterError, match="none of the 0 archived"):
         history.history(Home(tmp_path / "empty"), T)
+
+
+def test_the_history_text_names_only_what_changed() -> None:
+    """Issue 21: a change of md5 alone printed "error 0 -> 0"."""
+    from cluster.console.admin import format_history
+
+    change = {"run": "20270101000000-p2-0001", "kind": "auto", "who": "nightly",
+              "change": "changed", "against": "20261231000000-p2-0001"}
+    lines = format_history({"test": "t.ps", "changes": [
+        {**change, "before": {"error": 0, "md5": "a" * 32}, "after": {"error": 0, "md5": "b" * 32}},
+        {**change, "before": {"error": 0, "md5": "b" * 32}, "after": {"error": 5, "md5": "0"}},
+    ]})
+    assert lines[1].endswith(f"changed: md5 {'a' * 32} -> {'b' * 32} (against "
+                             "20261231000000-p2-0001)")
+    assert "error 0 -> 0" not in "\n".join(lines)
+    assert f"error 0 -> 5, md5 {'b' * 32} -> 0" in lines[2]

@@ -105,3 +105,14 @@ def test_clustermonitor_prints_once_when_its_output_is_not_a_terminal(tmp_path: 
                           str(tmp_path / "none"), "--once"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_a_node_in_no_run_is_idle_and_a_stale_running_status_is_said_as_its_last_words(
+        ) -> None:
+    """Issue 21: a node whose run ended or was stopped showed "idle  running run <id>"."""
+    base = {"last_heard": NOW - 2, "down_since": None, "disabled": None, "run": None,
+            "done": 0, "errors": 0, "timeouts": 0}
+    stale = terminal.node_line({**base, "name": "n4",
+                                "status": f"running run {RUN} (priority 1)"}, 2)
+    assert stale == f"n4  idle  (last heartbeat: running run {RUN} (priority 1))"
+    assert terminal.node_line({**base, "name": "n5", "status": "idle"}, 2) == "n5  idle"
