@@ -14,6 +14,12 @@ on one machine each have their own.  Both exit without starting the loop.  The e
 with --quiet: the log (work_dir/log/clusterpull.log) keeps everything, and cron mails only
 warnings and errors, not "already running" every ten minutes.
 
+A second start that finds the lock held exits at once, unless the holder is hung: its loop
+touches work_dir/clusterpull.alive at every pass, and when that file is older than
+max(300 s, three of the loop's longest passes) the holder, its run.py and its jobs are
+killed and the newcomer takes the node over (cluster.node.liveness; clusterpull.sh's
+"checking for timeouts").
+
 At start (once it holds the single-instance lock) it removes, anywhere under work_dir, the
 temporary files that killed processes left (fsutil.remove_dead_temps: named
 .<file>.<pid>.<random>.tmp, and that pid is no longer a live process).
@@ -31,7 +37,7 @@ from cluster.cli import common
 from cluster.config import Config
 from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import AlreadyRunning, ClusterError
-from cluster.node import caps
+from cluster.node import caps, liveness
 from cluster.node.pull import ClusterPull
 from cluster.runtime import fsutil
 from cluster.runtime.service import install_signal_handlers
@@ -98,16 +104,25 @@ def main(argv: list[str] | None = None) -> int:
     common.setup_logging(cfg.work_dir / "log" / "clusterpull.log", args.verbose, args.quiet)
     pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args),
                        rejoin_delay=cfg.rejoin_delay)
-    try:
-        with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):
-            clean_work_dir(cfg.work_dir)
-            if args.once:
-                pull.tick(pull.clock.monotonic())
+    lock = cfg.work_dir / "clusterpull.lock"
+    for attempt in (1, 2):
+        try:
+            with SingleInstance(lock, "clusterpull.py"):
+                clean_work_dir(cfg.work_dir)
+                if args.once:
+                    pull.tick(pull.clock.monotonic())
+                    return EXIT_OK
+                install_signal_handlers(pull.stop_flag)
+                return pull.run()
+        except AlreadyRunning as exc:
+            # The usual case under cron (every clusterpull_schedule): logged, and with
+            # --quiet not printed, so cron has nothing to mail.  Unless the holder is hung
+            # (clusterpull.sh's "checking for timeouts"): then it goes, and this one stays.
+            said = None if attempt > 1 else liveness.stop_hung(
+                lock, cfg.work_dir, liveness.hung_after(cfg.heartbeat_interval,
+                                                        cfg.io_timeout))
+            if said is None:
+                logging.getLogger("cluster.pull").info("%s; exiting", exc)
                 return EXIT_OK
-            install_signal_handlers(pull.stop_flag)
-            return pull.run()
-    except AlreadyRunning as exc:
-        # The usual case under cron (every clusterpull_schedule): logged, and with --quiet
-        # not printed, so cron has nothing to mail.
-        logging.getLogger("cluster.pull").info("%s; exiting", exc)
-        return EXIT_OK
+            logging.getLogger("cluster.pull").warning("%s", said)
+    return EXIT_OK

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from cluster.config import DEFAULTS, Config
 from cluster.defaults import EXIT_OK, NODE_EXIT_DONE, NODE_EXIT_FAILED, REPO_ROOT
 from cluster.node import heartbeat
+from cluster.node.liveness import Liveness
 from cluster.node.selfupdate import CodeChoice, SelfUpdate
 from cluster.node.transports import make_transport
 from cluster.runtime import proc
@@ -222,8 +223,10 @@ class ClusterPull:
         brings the next heartbeat forward to at once."""
         clock = self.clock
         next_at = clock.monotonic()
+        alive = Liveness(self.cfg.work_dir)
         while not self.stop_flag.is_set():
             now = clock.monotonic()
+            alive.beat(now)  # a second clusterpull tells a hung one by this (liveness)
             if self._reap(now):
                 next_at = now  # free again: say so, and learn what waits, at once
             if now >= next_at:
