@@ -31,9 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster import nodekeys
-from cluster.errors import ClusterError, ProtocolError
-from cluster.master import journal
+from cluster.errors import ProtocolError
+from cluster.master import journal, keycache
 from cluster.master.audit import AuditLog
 from cluster.master.keycache import NodeKeyCache
 from cluster.master.runstate import RunState
@@ -139,31 +138,9 @@ class RequestHandler:
         # the node it claims to be (issue 20): one node's key signs for no other name.
         claimed = signing.header_value(data, b"node")
         try:
-            key = session.keys.key(claimed)
-        except ClusterError as exc:
-            # The admin's to mend: said in full in the log, not to whoever connected (the
-            # home's paths are none of a stranger's business).
-            return self._refuse(session, peer, data,
-                                "node key refused: the master cannot use this node's key "
-                                "file (its log says why)", logged=f"node key refused: {exc}")
-        if key is None:
-            return self._refuse(session, peer, data,
-                                f"unknown node: the master holds no key for {claimed!r} "
-                                f"({nodekeys.NODE_KEYS_DIR}/<name>.key)")
-        try:
-            _, nonce = signing.verify_request(data, key)
-        except signing.SignatureError as exc:
-            fresh = None
-            if exc.reason == signing.BAD_SIGNATURE:
-                with contextlib.suppress(ClusterError):
-                    fresh = session.keys.reread(claimed)
-            if fresh is None or fresh == key:
-                return self._refuse(session, peer, data, str(exc))
-            try:
-                _, nonce = signing.verify_request(data, fresh)
-            except signing.SignatureError as again:
-                return self._refuse(session, peer, data, str(again))
-            key = fresh
+            key, nonce = keycache.verify(session.keys, claimed, data)
+        except keycache.KeyRefused as exc:
+            return self._refuse(session, peer, data, exc.reason, logged=exc.logged)
         try:
             req = protocol.parse_request(data, self.max_line, self.max_lines, canonical=True)
         except ProtocolError as exc:

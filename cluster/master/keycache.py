@@ -11,6 +11,7 @@ since it was read (a node set up again gets a new key).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,3 +91,45 @@ def run_keys(home_root: Path, run_id: str, monotonic: Callable[[], float]) -> No
 def heartbeat_keys(home_root: Path, monotonic: Callable[[], float]) -> NodeKeyCache:
     """The nodes' heartbeat keys (the monitor's)."""
     return NodeKeyCache(home_root, signing.heartbeat_key, monotonic)
+
+
+class KeyRefused(Exception):
+    """A message whose node key could not verify it: ``reason`` is what the peer is told,
+    ``logged`` what the master's log (and audit trail) say."""
+
+    def __init__(self, reason: str, logged: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.logged = logged or reason
+
+
+def verify(keys: NodeKeyCache, claimed: str, data: bytes) -> tuple[bytes, str]:
+    """``(key, nonce)`` of the signed message ``data`` from node ``claimed``, verified under
+    that node's key: read again once if it did not verify and :data:`NodeKeyCache.RETRY`
+    passed (the node may have been set up anew).  KeyRefused otherwise: a name without a
+    key ("unknown node"), a key file the master cannot use (the peer is told only that; the
+    log names the file and why), or the signature's own refusal (unsigned, bad)."""
+    try:
+        key = keys.key(claimed)
+    except ClusterError as exc:
+        # The admin's to mend: said in full in the log, not to whoever connected (the
+        # home's paths are none of a stranger's business).
+        raise KeyRefused("node key refused: the master cannot use this node's key file "
+                         "(its log says why)", f"node key refused: {exc}") from None
+    if key is None:
+        raise KeyRefused(f"unknown node: the master holds no key for {claimed!r} "
+                         f"({nodekeys.NODE_KEYS_DIR}/<name>.key)")
+    try:
+        return key, signing.verify_request(data, key)[1]
+    except signing.SignatureError as exc:
+        first = exc
+    fresh = None
+    if first.reason == signing.BAD_SIGNATURE:
+        with contextlib.suppress(ClusterError):
+            fresh = keys.reread(claimed)
+    if fresh is None or fresh == key:
+        raise KeyRefused(str(first)) from None
+    try:
+        return fresh, signing.verify_request(data, fresh)[1]
+    except signing.SignatureError as again:
+        raise KeyRefused(str(again)) from None

@@ -61,7 +61,6 @@ the address.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import heapq
 import itertools
@@ -77,6 +76,7 @@ from typing import Any
 from cluster.defaults import EXIT_OK, EXIT_USAGE, PRIORITIES
 from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
 from cluster.home import Home
+from cluster.master import keycache
 from cluster.master.keycache import heartbeat_keys
 from cluster.runtime import fsutil, service
 from cluster.runtime.clock import Clock, SystemClock
@@ -531,32 +531,10 @@ class MonitorServer:
         self._release(conn)
         claimed = signing.header_value(request, b"node")
         try:
-            key = self.keys.key(claimed)
-        except ClusterError as exc:
-            # The admin's to mend: said in full in the log, not to whoever connected.
-            self._refuse(conn, claimed, "node key refused: the master cannot use this node's "
-                                        "key file (its log says why)",
-                         logged=f"node key refused: {exc}")
+            key, nonce = keycache.verify(self.keys, claimed, request)
+        except keycache.KeyRefused as exc:
+            self._refuse(conn, claimed, exc.reason, logged=exc.logged)
             return
-        if key is None:
-            self._refuse(conn, claimed, f"unknown node: the master holds no key for "
-                                        f"{claimed!r} (node-keys/<name>.key)")
-            return
-        try:
-            _, nonce = signing.verify_request(request, key)
-        except signing.SignatureError as exc:
-            fresh = None
-            if exc.reason == signing.BAD_SIGNATURE:
-                with contextlib.suppress(ClusterError):
-                    fresh = self.keys.reread(claimed)
-            try:
-                if fresh is None or fresh == key:
-                    raise exc
-                _, nonce = signing.verify_request(request, fresh)
-                key = fresh
-            except signing.SignatureError as final:
-                self._refuse(conn, claimed, str(final))
-                return
         conn.nonce = nonce  # from here on every answer is signed
         conn.key = key
         try:

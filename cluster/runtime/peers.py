@@ -226,27 +226,23 @@ class RefusalLog:
                 if entry.counted:
                     if not self._take_token(now):
                         break  # later ticks write the rest
-                    lines.append((host, f"peer {host}: {entry.counted} more refusals in the "
-                                        f"last {now - entry.start:.0f} s, not logged one by "
-                                        f"one; the last: {entry.last}"))
+                    lines.append((host, _summary(host, entry, now)))
                 del self.bursts[host]
-        for host, text in lines:
-            self.log.warning("%s", text)
-            if self.on_summary is not None:
-                try:
-                    self.on_summary(host, text)
-                except Exception:  # the hook's bug must not take the listener down
-                    self.log.exception("peer %s: summary hook failed", host)
+        self._write(lines)
 
     def flush(self) -> None:
         """Write the summary of every host now, windows and the lines-a-second bound
         aside: the listener is closing, and a count must not be lost with it."""
         with self._lock:
-            lines = [(host, f"peer {host}: {entry.counted} more refusals in the last "
-                            f"{max(0.0, self.clock() - entry.start):.0f} s, not logged one "
-                            f"by one; the last: {entry.last}")
+            now = self.clock()
+            lines = [(host, _summary(host, entry, now))
                      for host, entry in self.bursts.items() if entry.counted]
             self.bursts.clear()
+        self._write(lines)
+
+    def _write(self, lines: list[tuple[str, str]]) -> None:
+        """Log each ``(host, summary)`` and hand it to the summary hook (outside the lock:
+        the hook may write the audit trail)."""
         for host, text in lines:
             self.log.warning("%s", text)
             if self.on_summary is not None:
@@ -263,3 +259,10 @@ class RefusalLog:
             self._tokens -= 1.0
             return True
         return False
+
+
+def _summary(host: str, entry: _Burst, now: float) -> str:
+    """The summary line of ``host``'s burst ``entry`` at ``now``."""
+    return (f"peer {host}: {entry.counted} more refusals in the last "
+            f"{max(0.0, now - entry.start):.0f} s, not logged one by one; the last: "
+            f"{entry.last}")
