@@ -82,3 +82,18 @@ def give_key(home_root: Path, node: str, text: str = NODE_SECRET) -> str:
         path.write_text(text + "\n")
         path.chmod(0o600)
     return path.read_text().strip()
+
+
+def command(name: str) -> list[str]:
+    """The argv start of the command ``name`` as the README tells people to type it: the
+    entry point ``pip install`` put on PATH (pyproject's ``[project.scripts]``).  Fails the
+    test, naming the remedy, when it is not there."""
+    import shutil
+
+    import pytest
+
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"the command {name} is not on PATH: install the project with "
+                    "`python3 -m pip install -e '.[test]'` (it puts the commands there)")
+    return [found]

@@ -19,7 +19,7 @@ import pytest
 from cluster.report.tab import read_tab
 from cluster.runtime.sshd import PrivateSshd
 from tests import netns
-from tests.helpers import REPO, wait_for
+from tests.helpers import command, wait_for
 from tests.multihost import (
     MakeMultiHost,
     MultiHost,
@@ -57,8 +57,8 @@ def ssh_to(sshd: PrivateSshd, command: str) -> list[str]:
 
 
 def bootstrap(mh: MultiHost, node_sshd: PrivateSshd, remote_dir: Path) -> tuple[int, str]:
-    """bootstrap_node.py run on the master (its namespace) for the fresh node."""
-    argv = [sys.executable, str(REPO / "bootstrap_node.py"), node_sshd.address,
+    """bootstrap-node (the PATH command) run on the master (its namespace) for the fresh node."""
+    argv = [*command("bootstrap-node"), node_sshd.address,
             "--name", "fresh", "--user", node_sshd.user, "--key", str(node_sshd.client_key),
             "--known-hosts", str(node_sshd.known_hosts), "--dir", str(remote_dir),
             "--python", sys.executable, "--master-host", netns.SERVICE_ADDRESS,

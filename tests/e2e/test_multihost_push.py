@@ -17,7 +17,7 @@ import pytest
 from cluster.localcluster import write_demo_tree
 from cluster.queue import RunSpec
 from cluster.report.tab import read_tab
-from tests.helpers import REPO
+from tests.helpers import REPO, command
 from tests.multihost import (
     RUN_TIMEOUT,
     MakeMultiHost,
@@ -55,8 +55,9 @@ def developer(mh: MultiHost, root: Path) -> tuple[Path, Path]:
 
 
 def remote_push(mh: MultiHost, key: Path, known: Path, tree: Path, *words: str) -> str:
-    """clusterpush.py --master from the "dev" namespace (master home hidden), in ``tree``."""
-    argv = [sys.executable, str(REPO / "clusterpush.py"), "--master",
+    """clusterpush --master (the PATH command) from the "dev" namespace (master home
+    hidden), in ``tree``."""
+    argv = [*command("clusterpush"), "--master",
             f"{mh.sshd.user}@{mh.sshd.address}:{mh.home_dir}", "--ssh-key", str(key),
             "--known-hosts", str(known), "--master-python", sys.executable,
             "--user", "alice", *words]

@@ -27,7 +27,7 @@ from cluster.report.tab import read_tab
 from cluster.runtime import proc
 from tests import netns
 from tests.e2e.test_multihost_bootstrap import NodeSshd, ssh_to
-from tests.helpers import REPO, wait_for
+from tests.helpers import command, wait_for
 from tests.multihost import (
     MakeMultiHost,
     MultiHost,
@@ -69,9 +69,9 @@ print(json.dumps(out))
 
 def bootstrap(mh: MultiHost, node_sshd: NodeSshd, remote_dir: Path, key: Path,
               *extra: str) -> tuple[int, str]:
-    """bootstrap_node.py on the master (its namespace) for the fresh node, with ``key`` as
-    the node's own key for the master."""
-    argv = [sys.executable, str(REPO / "bootstrap_node.py"), node_sshd.address,
+    """bootstrap-node (the PATH command) on the master (its namespace) for the fresh node,
+    with ``key`` as the node's own key for the master."""
+    argv = [*command("bootstrap-node"), node_sshd.address,
             "--name", "fresh", "--user", node_sshd.user, "--key", str(node_sshd.client_key),
             "--known-hosts", str(node_sshd.known_hosts), "--dir", str(remote_dir),
             "--python", sys.executable, "--master-host", netns.SERVICE_ADDRESS,
@@ -88,10 +88,10 @@ def bootstrap(mh: MultiHost, node_sshd: NodeSshd, remote_dir: Path, key: Path,
 def start_clusterpull(mh: MultiHost, node_sshd: NodeSshd, remote_dir: Path,
                       log: Path) -> subprocess.Popen[bytes]:
     """The node's clusterpull, started as its crontab entry would (through its sshd)."""
-    command = (f"{sys.executable} {remote_dir / 'clusterpull.py'} --config "
-               f"{remote_dir / 'node.conf'}")
+    line = (f"{sys.executable} {remote_dir / 'clusterpull.py'} --config "
+            f"{remote_dir / 'node.conf'}")
     with open(log, "ab") as out:
-        return subprocess.Popen(mh.topo.master.argv(ssh_to(node_sshd, command)), stdout=out,
+        return subprocess.Popen(mh.topo.master.argv(ssh_to(node_sshd, line)), stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 
