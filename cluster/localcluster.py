@@ -482,17 +482,27 @@ class LocalCluster:
                 "ssh_known_hosts": str(self.sshd.known_hosts)})
         return settings
 
-    def start_node(self, name: str,
-                   env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start_node(self, name: str, env: dict[str, str] | None = None, *,
+                   machine: str = "", settings: dict[str, str] | None = None
+                   ) -> subprocess.Popen[bytes]:
         """Start node ``name``'s clusterpull; ``env`` adds to (or overrides) the environment
-        it and everything it starts (run.py, the jobs) inherit."""
+        it and everything it starts (run.py, the jobs) inherit.
+
+        ``machine`` (default: ``name``) labels the process in :attr:`node_procs` and its
+        output file, and names its work dir (``home/node-work/<machine>``): another machine
+        set up with the same node name.  ``settings`` override :meth:`node_settings` (a
+        node reaching the sshd through another port, say).
+        """
+        machine = machine or name
+        chosen = {**self.node_settings(name, self.home_dir / "node-work" / machine),
+                  **(settings or {})}
         extra: list[str] = []
-        for key, value in self.node_settings(name).items():
+        for key, value in chosen.items():
             extra += ["--set", f"{key}={value}"]
         # Its own key, as bootstrap_node.py makes it (a node over ssh cannot make it).
         nodekeys.ensure_node_key(self.home_dir, name)
-        child = self._spawn("clusterpull.py", extra, f"{name}.out", env, role=name)
-        self.node_procs[name] = child
+        child = self._spawn("clusterpull.py", extra, f"{machine}.out", env, role=machine)
+        self.node_procs[machine] = child
         return child
 
     def check_daemons(self) -> None:

@@ -97,3 +97,16 @@ def command(name: str) -> list[str]:
         pytest.fail(f"the command {name} is not on PATH: install the project with "
                     "`python3 -m pip install -e '.[test]'` (it puts the commands there)")
     return [found]
+
+
+def node_run_key(home_root: Path, node: str, run_id: str) -> bytes:
+    """Node ``node``'s key in run ``run_id``, derived as a real node derives it from its own
+    key in the master home ``home_root`` (made now if it has none: a scripted node is set up
+    as it first talks)."""
+    from cluster import nodekeys
+    from cluster.wire import signing
+
+    nodekeys.ensure_node_key(home_root, node)
+    text = nodekeys.read_node_key(home_root, node)
+    assert text is not None
+    return signing.run_key(signing.parse_secret(text), run_id)

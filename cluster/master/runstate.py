@@ -232,7 +232,9 @@ class RunState:
         self.fatal: str = ""               # set when a node reported failure < 0
         #: Nodes an admin disabled (``nodes/<name>.down``): given no work (set_disabled).
         self.disabled: frozenset[str] = frozenset()
-        self.disabled_left: list[str] = []  # "name (disabled; ...)": left, not lost
+        #: "name (reason; ...)" of the nodes that left without being lost: disabled by an
+        #: admin, or restarted as a new process (not in the report's lost nodes).
+        self.left: list[str] = []
         self.started = now
         self.all_results_at: float | None = now if self.all_results_in else None
 
@@ -593,7 +595,7 @@ class RunState:
         self._requeue(node, front=True)
         node.state = NodeState.GONE
         entry = f"{node.name} ({reason}; {held} unfinished jobs put back)"
-        (self.lost if lost else self.disabled_left).append(entry)
+        (self.lost if lost else self.left).append(entry)
         notes.append(f"node {node.name} dropped: {reason}; {held} unfinished jobs put back")
 
     def _requeue(self, node: NodeInfo, front: bool) -> None:

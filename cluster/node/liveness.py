@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from cluster.runtime import singleton
+from cluster.wire.heartbeat import MAX_WAIT
 
 log = logging.getLogger("cluster.pull")
 
@@ -40,9 +41,9 @@ RELEASE_WAIT = 10.0
 
 def hung_after(heartbeat_interval: float, io_timeout: float) -> float:
     """Seconds without a pass of the loop after which its clusterpull counts as hung: three
-    of its longest passes (a held heartbeat: its wait, at most 30 s, plus ``io_timeout``,
+    of its longest passes (a held heartbeat: its wait, at most MAX_WAIT, plus ``io_timeout``,
     plus the interval), and never less than :data:`MIN_HUNG_AFTER`."""
-    return max(MIN_HUNG_AFTER, 3 * (heartbeat_interval + io_timeout + 30.0))
+    return max(MIN_HUNG_AFTER, 3 * (heartbeat_interval + io_timeout + MAX_WAIT))
 
 
 class Liveness:

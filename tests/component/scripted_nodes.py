@@ -17,12 +17,12 @@ import socket
 import sys
 from pathlib import Path
 
-from cluster import nodekeys
 from cluster.home import Home
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import Job
 from cluster.wire import protocol, signing
 from cluster.wire.jobstart import JobStart
+from tests import helpers
 from tests.helpers import CORPUS, REPO, talk, wait_for
 
 FILES = ("golfer.eps", "tiger.eps", "spots2.pdf")
@@ -31,12 +31,8 @@ HOMES: dict[str, Home] = {}
 
 
 def node_run_key(home: Home, node: str, run_id: str) -> bytes:
-    """Node ``node``'s key in run ``run_id``, as a real node derives it from its own key in
-    ``home`` (made now if it has none: a scripted node is set up as it first talks)."""
-    nodekeys.ensure_node_key(home.root, node)
-    text = nodekeys.read_node_key(home.root, node)
-    assert text is not None
-    return signing.run_key(signing.parse_secret(text), run_id)
+    """Node ``node``'s key in run ``run_id`` (:func:`tests.helpers.node_run_key`)."""
+    return helpers.node_run_key(home.root, node, run_id)
 NONCES = signing.NonceSource()
 CONFIGS = ("ppmraw.72.0", "pbmraw.72.0")
 

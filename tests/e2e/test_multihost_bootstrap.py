@@ -56,19 +56,22 @@ def ssh_to(sshd: PrivateSshd, command: str) -> list[str]:
             f"{sshd.user}@{sshd.address}", command]
 
 
-def bootstrap(mh: MultiHost, node_sshd: PrivateSshd, remote_dir: Path) -> tuple[int, str]:
-    """bootstrap-node (the PATH command) run on the master (its namespace) for the fresh node."""
+def bootstrap(mh: MultiHost, node_sshd: PrivateSshd, remote_dir: Path,
+              key: Path | None = None, *extra: str) -> tuple[int, str]:
+    """bootstrap-node (the PATH command) run on the master (its namespace) for the fresh
+    node, with ``key`` (default: the master sshd's client key) as the node's own key for
+    the master, and ``extra`` options."""
     argv = [*command("bootstrap-node"), node_sshd.address,
             "--name", "fresh", "--user", node_sshd.user, "--key", str(node_sshd.client_key),
             "--known-hosts", str(node_sshd.known_hosts), "--dir", str(remote_dir),
             "--python", sys.executable, "--master-host", netns.SERVICE_ADDRESS,
             "--master-home", str(mh.home_dir), "--master-user", mh.sshd.user,
             "--master-port", str(mh.sshd.port),
-            "--send-master-key", str(mh.sshd.client_key),
+            "--send-master-key", str(key or mh.sshd.client_key),
             "--send-master-known-hosts", str(mh.sshd.known_hosts),
-            "--config", str(mh.cluster.conf_path), "--node-set", "slots=1"]
-    for key, value in mh.node_settings().items():
-        argv += ["--node-set", f"{key}={value}"]
+            "--config", str(mh.cluster.conf_path), "--node-set", "slots=1", *extra]
+    for name, value in mh.node_settings().items():
+        argv += ["--node-set", f"{name}={value}"]
     done = mh.topo.master.run(argv, timeout=600)
     return done.returncode, done.stdout.decode() + done.stderr.decode()
 

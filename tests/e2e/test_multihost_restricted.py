@@ -26,8 +26,8 @@ from cluster.master import gate
 from cluster.report.tab import read_tab
 from cluster.runtime import proc
 from tests import netns
-from tests.e2e.test_multihost_bootstrap import NodeSshd, ssh_to
-from tests.helpers import command, wait_for
+from tests.e2e.test_multihost_bootstrap import NodeSshd, bootstrap, ssh_to
+from tests.helpers import wait_for
 from tests.multihost import (
     MakeMultiHost,
     MultiHost,
@@ -65,24 +65,6 @@ for name, attempt in tries.items():
         out[name] = str(exc)
 print(json.dumps(out))
 """
-
-
-def bootstrap(mh: MultiHost, node_sshd: NodeSshd, remote_dir: Path, key: Path,
-              *extra: str) -> tuple[int, str]:
-    """bootstrap-node (the PATH command) on the master (its namespace) for the fresh node,
-    with ``key`` as the node's own key for the master."""
-    argv = [*command("bootstrap-node"), node_sshd.address,
-            "--name", "fresh", "--user", node_sshd.user, "--key", str(node_sshd.client_key),
-            "--known-hosts", str(node_sshd.known_hosts), "--dir", str(remote_dir),
-            "--python", sys.executable, "--master-host", netns.SERVICE_ADDRESS,
-            "--master-home", str(mh.home_dir), "--master-user", mh.sshd.user,
-            "--master-port", str(mh.sshd.port), "--send-master-key", str(key),
-            "--send-master-known-hosts", str(mh.sshd.known_hosts),
-            "--config", str(mh.cluster.conf_path), "--node-set", "slots=1", *extra]
-    for name, value in mh.node_settings().items():
-        argv += ["--node-set", f"{name}={value}"]
-    done = mh.topo.master.run(argv, timeout=600)
-    return done.returncode, done.stdout.decode() + done.stderr.decode()
 
 
 def start_clusterpull(mh: MultiHost, node_sshd: NodeSshd, remote_dir: Path,

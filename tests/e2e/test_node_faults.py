@@ -84,20 +84,6 @@ def _stop_nodes(cluster: LocalCluster) -> None:
         del cluster.node_procs[name]
 
 
-def _start(cluster: LocalCluster, name: str, env: dict[str, str] | None = None,
-           work: str = "") -> None:
-    """Node ``name``'s clusterpull; ``work`` names its own work dir (a second machine)."""
-    if not work:
-        cluster.start_node(name, env)
-        return
-    extra: list[str] = []
-    settings = cluster.node_settings(name, cluster.home_dir / "node-work" / work)
-    for key, value in settings.items():
-        extra += ["--set", f"{key}={value}"]
-    cluster.node_procs[work] = cluster._spawn("clusterpull.py", extra, f"{work}.out", env,
-                                              role=work)
-
-
 def _table(archive: Path) -> dict[str, tuple[int, str, str]]:
     return {name: (r.error, r.md5, r.machine)
             for name, r in read_tab(archive / f"{archive.name}.tab").items()}
@@ -110,8 +96,8 @@ def _outcomes(table: dict[str, tuple[int, str, str]]) -> dict[str, tuple[int, st
 @pytest.fixture(scope="module")
 def clean(cluster: LocalCluster) -> dict[str, tuple[int, str, str]]:
     """The table of a clean run on two healthy nodes."""
-    _start(cluster, "node1")
-    _start(cluster, "node2")
+    cluster.start_node("node1")
+    cluster.start_node("node2")
     try:
         spec, before = _run(cluster)
         table = _table(cluster.wait_for_run(spec, before, RUN_TIMEOUT))
@@ -146,7 +132,7 @@ def test_a_node_killed_during_its_build_builds_again_and_the_table_is_clean(
         cluster: LocalCluster, clean: dict[str, tuple[int, str, str]]) -> None:
     work = cluster.home_dir / "node-work" / "node1"
     earlier = set(work.glob("runs/*"))
-    _start(cluster, "node1", {"TEST_SLOW_BUILD": SLOW})
+    cluster.start_node("node1", {"TEST_SLOW_BUILD": SLOW})
     try:
         spec, before = _run(cluster)
         wait_for(lambda: _building(work, earlier, True), 60, "node1's build to start")
@@ -168,11 +154,11 @@ def test_a_second_process_under_a_name_in_use_is_refused_and_the_table_is_clean(
         cluster: LocalCluster, clean: dict[str, tuple[int, str, str]]) -> None:
     work = cluster.home_dir / "node-work" / "node1"
     earlier = set(work.glob("runs/*"))
-    _start(cluster, "node1", {"TEST_SLOW_BUILD": SLOW})
+    cluster.start_node("node1", {"TEST_SLOW_BUILD": SLOW})
     try:
         spec, before = _run(cluster)
         wait_for(lambda: _building(work, earlier, False), 60, "node1's build to start")
-        _start(cluster, "node1", work="twin")  # another machine set up with node1's name
+        cluster.start_node("node1", machine="twin")  # another machine, node1's name
         archive = cluster.wait_for_run(spec, before, RUN_TIMEOUT)
     finally:
         _stop_nodes(cluster)
@@ -187,8 +173,8 @@ def test_a_second_process_under_a_name_in_use_is_refused_and_the_table_is_clean(
 
 def test_a_node_without_the_product_binary_fails_and_the_other_runs_its_jobs(
         cluster: LocalCluster, clean: dict[str, tuple[int, str, str]]) -> None:
-    _start(cluster, "node1")
-    _start(cluster, "node2", {"TEST_NO_BIN": "1"})
+    cluster.start_node("node1")
+    cluster.start_node("node2", {"TEST_NO_BIN": "1"})
     try:
         spec, before = _run(cluster)
         archive = cluster.wait_for_run(spec, before, RUN_TIMEOUT)

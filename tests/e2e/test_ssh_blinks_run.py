@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster import nodekeys
 from cluster.localcluster import LocalCluster, write_demo_tree
 from cluster.report.tab import read_tab
 from tests.helpers import CORPUS, FAST, free_port
@@ -45,14 +44,11 @@ def _cluster(root: Path, transport: str) -> LocalCluster:
     return cluster
 
 
-def _run(cluster: LocalCluster, node_settings: dict[str, str]) -> dict[str, tuple[int, str, str]]:
-    """One demo gs run served to one node started with ``node_settings``; its table."""
-    extra: list[str] = []
-    for key, value in node_settings.items():
-        extra += ["--set", f"{key}={value}"]
-    nodekeys.ensure_node_key(cluster.home_dir, "node1")
-    cluster.node_procs["node1"] = cluster._spawn("clusterpull.py", extra, "node1.out",
-                                                 role="node1")
+def _run(cluster: LocalCluster, settings: dict[str, str] | None = None
+         ) -> dict[str, tuple[int, str, str]]:
+    """One demo gs run served to node1, started with ``settings`` over its usual ones; the
+    run's table."""
+    cluster.start_node("node1", settings=settings)
     tree = write_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
     before = cluster.archives()
     spec = cluster.push(tree, "tester", ["gs"], [])
@@ -66,7 +62,7 @@ def test_a_node_whose_ssh_sessions_are_cut_takes_part_and_nothing_is_lost_or_dou
     clean_cluster = _cluster(tmp_path / "clean", "local")
     try:
         clean_cluster.start()
-        clean = _run(clean_cluster, clean_cluster.node_settings("node1"))
+        clean = _run(clean_cluster)
     finally:
         clean_cluster.stop(grace=10)
 
@@ -82,11 +78,8 @@ def test_a_node_whose_ssh_sessions_are_cut_takes_part_and_nothing_is_lost_or_dou
         cluster.start()  # its private sshd first
         assert cluster.sshd is not None
         with CuttingProxy(cluster.sshd.port, cuts) as proxy:
-            settings = cluster.node_settings("node1")
-            settings["ssh_port"] = str(proxy.port)
-            settings["ssh_known_hosts"] = str(proxy.known_hosts(
-                cluster.sshd.known_hosts, tmp_path / "proxy_known_hosts"))
-            table = _run(cluster, settings)
+            known = proxy.known_hosts(cluster.sshd.known_hosts, tmp_path / "proxy_known_hosts")
+            table = _run(cluster, {"ssh_port": str(proxy.port), "ssh_known_hosts": str(known)})
             login_cuts = sorted(c.client.split("_")[0] for c in proxy.cut("login"))
             data_cuts = [c.client.split("_")[0] for c in proxy.cut("data")]
     finally:

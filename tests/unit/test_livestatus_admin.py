@@ -62,7 +62,7 @@ def test_a_node_disabled_mid_run_hands_its_jobs_back_and_is_not_lost() -> None:
     assert out.reply.reason == "node a is disabled"
     assert out.new_results and out.new_results[0].name == held[0]
     assert state.nodes["a"].state is NodeState.GONE
-    assert state.lost == [] and state.disabled_left[0].startswith("a (disabled; ")
+    assert state.lost == [] and state.left[0].startswith("a (disabled; ")
     got = names(state.handle(req("b"), 2.0).reply)
     assert held[1] in got  # its unfinished jobs are handed out first
     # Enabled again: it rejoins as a new node.

@@ -14,6 +14,7 @@ from cluster.master.handler import NonceLog, RequestHandler, RunSession
 from cluster.master.keycache import run_keys
 from cluster.master.runstate import RunState
 from cluster.wire import protocol, signing
+from tests.helpers import node_run_key
 from tests.unit.test_runstate import RUN, jobs
 
 MD5 = "0123456789abcdef0123456789abcdef"
@@ -21,10 +22,7 @@ MD5 = "0123456789abcdef0123456789abcdef"
 
 def node_key(home: Path, name: str) -> bytes:
     """The run key of node ``name``, whose own key is made in ``home`` now."""
-    nodekeys.ensure_node_key(home, name)
-    text = nodekeys.read_node_key(home, name)
-    assert text is not None
-    return signing.run_key(signing.parse_secret(text), RUN)
+    return node_run_key(home, name, RUN)
 
 
 class Served:
