@@ -65,12 +65,9 @@ def queue_scan(cfg: Config, home: Home, priority: int, queue: QueueFile) -> None
         try:
             for spec in discover(home, cfg, queue):
                 log.info("priority %d: queued %s", priority, spec.line())
-        except OSError as exc:
+        except Exception as exc:  # one broken discoverer must not stop the run
             if disk_full(exc):
                 raise  # not the discoverer's fault: the invocation waits for room
-            log.exception("priority %d: discoverer %s failed", priority,
-                          getattr(discover, "__name__", discover))
-        except Exception:  # one broken discoverer must not stop the run
             log.exception("priority %d: discoverer %s failed", priority,
                           getattr(discover, "__name__", discover))
 
