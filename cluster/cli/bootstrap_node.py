@@ -60,7 +60,7 @@ import sys
 from pathlib import Path
 
 from cluster import config, datatypes, nodekeys
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.defaults import EXIT_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.master import gate
@@ -69,7 +69,7 @@ from cluster.node.bootstrap import Bootstrap, NodeSettings
 from cluster.runtime import proc
 from cluster.runtime.ssh import SshTarget
 
-PROG = "bootstrap_node.py"
+PROG = progname.prog("bootstrap_node.py")
 
 
 def _parser() -> argparse.ArgumentParser:

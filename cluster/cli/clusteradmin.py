@@ -38,14 +38,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.config import Config
 from cluster.console import admin
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
 
-PROG = "clusteradmin.py"
+PROG = progname.prog("clusteradmin.py")
 
 
 def _config_options(parser: argparse.ArgumentParser) -> None:

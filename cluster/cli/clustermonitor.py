@@ -19,13 +19,13 @@ import argparse
 import shutil
 import sys
 
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.console import status, terminal
 from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.home import Home
 from cluster.runtime.service import StopFlag, install_signal_handlers
 
-PROG = "clustermonitor.py"
+PROG = progname.prog("clustermonitor.py")
 
 
 def _parser() -> argparse.ArgumentParser:

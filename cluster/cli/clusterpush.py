@@ -49,7 +49,7 @@ import sys
 import threading
 from pathlib import Path
 
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.datatypes import PRODUCTS
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError, SshError
@@ -65,6 +65,9 @@ from cluster.triggers.remotepush import (
     remote_abort,
     remote_push,
 )
+
+#: This command's name in its usage line and messages (see progname).
+PROG = progname.prog("clusterpush.py")
 
 #: The exit status after ^C (SIGINT), and after SIGTERM: 128 + the signal, as a shell says.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -96,13 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except CommitInterrupted as exc:
-        print(f"clusterpush.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Terminated:
-        print(f"clusterpush.py: terminated (SIGTERM){what}", file=sys.stderr)
+        print(f"{PROG}: terminated (SIGTERM){what}", file=sys.stderr)
         return EXIT_TERMINATED
     except KeyboardInterrupt:
-        print(f"clusterpush.py: interrupted (^C){what}", file=sys.stderr)
+        print(f"{PROG}: interrupted (^C){what}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         if main_thread:
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="clusterpush.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
     parser.add_argument("--tree", type=Path, default=Path.cwd())
@@ -148,10 +151,10 @@ def _main(argv: list[str] | None) -> int:
             return _local(Home(cfg.home), args)
         return _remote(args, cfg.ssh_port, cfg.ssh_key, cfg.ssh_known_hosts)
     except SshError as exc:
-        print(f"clusterpush.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_FAILED if exc.kind in ("unreachable", "timeout") else EXIT_USAGE
     except ClusterError as exc:
-        print(f"clusterpush.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -29,17 +29,20 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.console import httpd
 from cluster.home import Home
 from cluster.runtime.service import StopFlag, install_signal_handlers
+
+#: This command's name in its usage line and messages (see progname).
+PROG = progname.prog("clusterstatus.py")
 
 #: The status service's log, in the master home's log folder.
 LOG_NAME = "clusterstatus.log"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="clusterstatus.py", description="The master's status "
+    p = argparse.ArgumentParser(prog=PROG, description="The master's status "
                                 "page and JSON API (port of clustermonitor.cgi and "
                                 "dashboard.html).")
     common.add_config_options(p)

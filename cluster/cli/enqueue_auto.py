@@ -29,12 +29,15 @@ import logging
 import sys
 
 from cluster import cron, datatypes
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.config import Config
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.triggers import auto
+
+#: This command's name in its usage line and messages (see progname).
+PROG = progname.prog("enqueue_auto.py")
 
 
 def cron_tags(cfg: Config) -> list[str]:
@@ -72,7 +75,7 @@ def home_source(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="enqueue_auto.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
     manage = parser.add_mutually_exclusive_group()
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = common.load_config(args)
     except ClusterError as exc:
-        print(f"enqueue_auto.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     common.setup_logging(quiet=args.quiet)
     if cron_mode:
@@ -105,6 +108,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"queued: {spec.line()}")
     if not auto.definitions(home, args.schedule):
         # auto.enqueue logged where it looked; say where that home came from.
-        print(f"enqueue_auto.py: the master home {home.root} comes from {home_source(args)}",
+        print(f"{PROG}: the master home {home.root} comes from {home_source(args)}",
               file=sys.stderr)
     return EXIT_FAILED if errors.count else EXIT_OK

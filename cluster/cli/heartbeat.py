@@ -33,16 +33,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.defaults import HEARTBEAT_EXIT_ERROR as EXIT_ERROR
 from cluster.defaults import HEARTBEAT_EXIT_JOB_WAITS as EXIT_JOB_WAITS
 from cluster.defaults import HEARTBEAT_EXIT_NONE as EXIT_NONE
 from cluster.errors import ClusterError
 from cluster.node.heartbeat import HeartbeatError, node_secret, send_heartbeat
 
+#: This command's name in its usage line and messages (see progname).
+PROG = progname.prog("heartbeat.py")
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="heartbeat.py", description="Send one heartbeat to the "
+    p = argparse.ArgumentParser(prog=PROG, description="Send one heartbeat to the "
                                 "master's monitor (port of heartbeat.pl).")
     common.add_config_options(p)
     p.add_argument("--status", metavar="TEXT", default="",
@@ -63,10 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = common.load_config(args)
     except ClusterError as exc:
-        print(f"heartbeat.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if not 0 <= args.wait < float("inf"):
-        print(f"heartbeat.py: --wait {args.wait}: expected a number of seconds >= 0",
+        print(f"{PROG}: --wait {args.wait}: expected a number of seconds >= 0",
               file=sys.stderr)
         return EXIT_ERROR
     try:
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                               status=args.status, caps=args.caps, timeout=cfg.io_timeout,
                               wait=args.wait, skip=args.skip, secret=node_secret(cfg))
     except HeartbeatError as exc:
-        print(f"heartbeat.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     for priority, job_id in jobs:
         print(f"{priority} {job_id}")

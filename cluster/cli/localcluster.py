@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 from cluster import config
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.config import parse_overrides
 from cluster.console.progress import ProgressLine
 from cluster.datatypes import PRODUCTS
@@ -54,9 +54,12 @@ from cluster.localcluster import (
     write_demo_tree,
 )
 
+#: This command's name in its usage line and messages (see progname).
+PROG = progname.prog("localcluster.py")
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="localcluster.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--home", type=Path, default=Path("cluster-home"))
     parser.add_argument("--nodes", type=int, default=2)
@@ -86,19 +89,19 @@ def main(argv: list[str] | None = None) -> int:
                                transport=args.transport)
         settings = config.load(None, overrides)
     except (ClusterError, OSError) as exc:
-        print(f"localcluster.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         # First of all (the ports are settings, not in the home's file): a port already
         # taken is said at once, not after --timeout.
         cluster.check_ports(settings)
     except ClusterError as exc:
-        print(f"localcluster.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     try:
         cluster.prepare()
     except (ClusterError, OSError) as exc:
-        print(f"localcluster.py: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     tree = args.tree
     if tree is None:
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 progress.clear()
         except (LocalClusterError, TimeoutError) as exc:
-            print(f"localcluster.py: {exc}", file=sys.stderr)
+            print(f"{PROG}: {exc}", file=sys.stderr)
             return EXIT_FAILED
     sys.stdout.write((archive / "report.txt").read_text(encoding="utf-8"))
     print(archive)

@@ -29,18 +29,21 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK
 from cluster.home import Home
 from cluster.master import monitor
 from cluster.runtime.service import StopFlag, install_signal_handlers
+
+#: This command's name in its usage line and messages (see progname).
+PROG = progname.prog("monitor_port.py")
 
 #: The monitor's log, in the master home's log folder.
 LOG_NAME = "monitor_port.log"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="monitor_port.py", description="The master's heartbeat "
+    p = argparse.ArgumentParser(prog=PROG, description="The master's heartbeat "
                                 "listener (port of monitorPort.pl).")
     common.add_config_options(p)
     common.add_quiet_option(p)

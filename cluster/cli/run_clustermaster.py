@@ -37,7 +37,7 @@ import logging
 import sys
 from pathlib import Path
 
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
 from cluster.errors import AlreadyRunning, ClusterError, ConfigError
 from cluster.home import Home
@@ -48,7 +48,7 @@ from cluster.triggers.discovery import WorkWatcher
 
 logger = logging.getLogger("cluster.supervisor")
 
-PROG = "run_clustermaster.py"
+PROG = progname.prog("run_clustermaster.py")
 #: One script per priority, 0, 1, 2 (seed 000: clustermaster.pl, clustermaster1.pl, ...).
 SCRIPTS = ("clustermaster.py", "clustermaster1.py", "clustermaster2.py")
 LOCK_NAME = "run_clustermaster.lock"

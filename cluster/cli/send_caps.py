@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.cli import common
+from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK
 from cluster.node import caps
 
+#: This command's name in its usage line and messages (see progname).
+PROG = progname.prog("send_caps.py")
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="send_caps.py", description="Print this node's "
+    p = argparse.ArgumentParser(prog=PROG, description="Print this node's "
                                 "capability line (port of sendCaps.pl).")
     common.add_config_options(p)
     return p

@@ -50,3 +50,26 @@ def test_the_readme_main_command_is_an_entry_point() -> None:
                  "localcluster", "bootstrap-node"):
         module, _, function = scripts[name].partition(":")
         assert function == "main" and (REPO / (module.replace(".", "/") + ".py")).is_file()
+
+
+def test_each_entry_point_runs_the_main_of_its_top_level_script() -> None:
+    """progname.COMMANDS (the name a command shows) pairs each top-level script with the
+    entry point that runs the same ``main``: the pairs are pyproject's."""
+    from cluster.cli import progname
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(progname.COMMANDS.values()) == set(scripts)
+    for script, command in progname.COMMANDS.items():
+        module = scripts[command].partition(":")[0]
+        assert f"from cluster.cli import {module.rpartition('.')[2]}" in (
+            REPO / script).read_text(encoding="utf-8"), (script, command)
+
+
+def test_a_command_is_named_as_it_was_typed() -> None:
+    from cluster.cli import progname
+
+    assert progname.prog("clusterpush.py", "/venv/bin/clusterpush") == "clusterpush"
+    assert progname.prog("clusterpush.py", "./clusterpush.py") == "clusterpush.py"
+    assert progname.prog("clusterpush.py", "/usr/bin/pytest") == "clusterpush.py"
+    assert progname.prog("bootstrap_node.py", "bootstrap-node") == "bootstrap-node"
+    assert progname.prog("run.py", "run") == "run.py"  # no entry point: always the script
