@@ -313,19 +313,13 @@ class MonitorServer(SelectorListener[_Conn]):
                  max_wait: float = MAX_WAIT,
                  hold_poll: float = HOLD_POLL, clock: Clock | None = None) -> None:
         self.home = home
-        # create_server sets SO_REUSEADDR: a restart does not wait out TIME_WAIT, while a
-        # port another program listens on still fails with EADDRINUSE.
-        super().__init__(address, log, backlog=1024,
-                         max_connections=(connection_limit() if max_connections is None
-                                          else max_connections),
-                         max_per_peer=max_per_peer,
-                         busy_reply=format_error("monitor busy, try again"), clock=clock)
+        clock = clock or SystemClock()
         #: The heartbeat keys of the nodes (from their own keys), and the nonces seen (as
         #: saved by the monitor before this one).
-        self.keys = heartbeat_keys(home.root, self.clock.monotonic)
+        self.keys = heartbeat_keys(home.root, clock.monotonic)
         self.guard = signing.ReplayGuard()
         self.guard_path = home.root / GUARD_FILE
-        self.guard_saved = self.clock.monotonic()
+        self.guard_saved = clock.monotonic()
         self.guard_changed = False
         _load_guard(self.guard_path, self.guard)
         self.deadline = deadline
@@ -339,6 +333,14 @@ class MonitorServer(SelectorListener[_Conn]):
         self.served = 0
         self._next_poll = 0.0
         self._job_files: tuple[tuple[int, int, int] | None, ...] | None = None
+        # Last, so that nothing above can fail with the port bound.  create_server sets
+        # SO_REUSEADDR: a restart does not wait out TIME_WAIT, while a port another program
+        # listens on still fails with EADDRINUSE.
+        super().__init__(address, log, backlog=1024,
+                         max_connections=(connection_limit() if max_connections is None
+                                          else max_connections),
+                         max_per_peer=max_per_peer,
+                         busy_reply=format_error("monitor busy, try again"), clock=clock)
 
     # -- driving it ----------------------------------------------------------------------------
     def serve_once(self, timeout: float) -> None:
