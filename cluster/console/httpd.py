@@ -49,9 +49,7 @@ from __future__ import annotations
 
 import errno
 import gzip
-import heapq
 import io
-import itertools
 import json
 import logging
 import os
@@ -75,7 +73,7 @@ from cluster.defaults import EXIT_OK
 from cluster.errors import AlreadyRunning, ClusterError
 from cluster.home import Home
 from cluster.runtime import service
-from cluster.runtime.peers import PeerSlots, RefusalLog, host_of, per_peer_limit, send_and_close
+from cluster.runtime.listener import Connection, SelectorListener
 from cluster.runtime.singleton import SingleInstance
 
 log = logging.getLogger("cluster.console.httpd")
@@ -494,30 +492,22 @@ _ANSWERING = "answering"  # at a worker; the socket is not watched
 _WRITING = "writing"      # the answer is being sent (answer deadline)
 
 
-class _Conn:
-    __slots__ = ("sock", "peer", "host", "buf", "state", "deadline", "out", "sent", "file",
-                 "offset", "left", "events")
+class _Conn(Connection):
+    __slots__ = ("buf", "state", "out", "sent", "file", "offset", "left")
 
-    def __init__(self, sock: socket.socket, peer: str, host: str, deadline: float) -> None:
-        self.sock = sock
-        self.peer = peer
-        self.host = host
+    def __init__(self, server: StatusServer, sock: socket.socket, peer: str, host: str,
+                 now: float) -> None:
+        super().__init__(sock, peer, host, now + server.request_deadline)
         self.buf = bytearray()
         self.state = _READING
-        self.deadline = deadline
         self.out = b""
         self.sent = 0
         self.file: BinaryIO | None = None
         self.offset = 0
         self.left = 0
-        self.events = 0  # what the selector watches for (0: not registered)
-
-    @property
-    def closed(self) -> bool:
-        return self.sock.fileno() < 0
 
 
-class StatusServer:
+class StatusServer(SelectorListener[_Conn]):
     """The status service on ``address``; ``model`` makes its answers.
 
     One thread (:meth:`serve_forever`) accepts, reads each request head over non-blocking
@@ -538,23 +528,27 @@ class StatusServer:
       closed).
 
     Binds and listens in the constructor (OSError as the system says, e.g. EADDRINUSE).
+    Accepting, the caps, the deadlines, closing and stopping are
+    :class:`~cluster.runtime.listener.SelectorListener`'s.
     """
+
+    name = "status page"
+    party = "client"
+    accept_batch = ACCEPT_BATCH
+    read_size = READ_SIZE
+    connection = _Conn
 
     def __init__(self, address: tuple[str, int], model: StatusModel, *,
                  max_connections: int | None = None, max_per_peer: int | None = None,
                  request_deadline: float = REQUEST_DEADLINE,
                  answer_deadline: float = ANSWER_DEADLINE) -> None:
         self.model = model
-        self.max_connections = MAX_CLIENTS if max_connections is None else max_connections
-        self.peers = PeerSlots(per_peer_limit(self.max_connections) if max_per_peer is None
-                               else max_per_peer)
         self.request_deadline = request_deadline
         self.answer_deadline = answer_deadline
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.listener = socket.create_server(address, family=family, backlog=MAX_CLIENTS)
-        self.listener.setblocking(False)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.listener, selectors.EVENT_READ, None)
+        super().__init__(address, log, backlog=MAX_CLIENTS,
+                         max_connections=MAX_CLIENTS if max_connections is None
+                         else max_connections, max_per_peer=max_per_peer,
+                         busy_reply=_plain_error(503, "too many clients at once; try again"))
         # Workers tell the loop an answer is ready through this pair (the selector's wake-up).
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -564,19 +558,7 @@ class StatusServer:
             queue.SimpleQueue()
         self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="clusterstatus")
         self.pending = 0  # requests at the workers (the loop's thread only)
-        self.conns: dict[int, _Conn] = {}
-        self.refusals = RefusalLog(log)
-        self._deadlines: list[tuple[float, int, _Conn]] = []
-        self._seq = itertools.count()
         self._closed = False
-        self._stop = threading.Event()
-        self._stopped = threading.Event()
-        self._stopped.set()
-
-    @property
-    def server_address(self) -> tuple[str, int]:
-        host, port = self.listener.getsockname()[:2]
-        return host, port
 
     @property
     def url(self) -> str:
@@ -585,25 +567,10 @@ class StatusServer:
         return f"http://{shown}:{port}/"
 
     # -- driving it ----------------------------------------------------------------------------
-    def serve_forever(self, poll_interval: float = POLL) -> None:
-        """Serve until :meth:`shutdown` (from another thread)."""
-        self._stopped.clear()
-        try:
-            while not self._stop.is_set():
-                self.serve_once(poll_interval)
-        finally:
-            self._stop.clear()
-            self._stopped.set()
-
-    def shutdown(self) -> None:
-        """Make :meth:`serve_forever` return, and wait until it has (at most one poll)."""
-        self._stop.set()
-        self._stopped.wait()
-
     def serve_once(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for activity and deal with all of it, then with
         the deadlines that passed."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self._deadlines:
             timeout = min(timeout, self._deadlines[0][0] - now)
         for key, events in self.selector.select(max(0.0, timeout)):
@@ -619,7 +586,7 @@ class StatusServer:
                     self._read(conn)
                 elif conn.state == _WRITING and events & selectors.EVENT_WRITE:
                     self._write(conn)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self._expire(now)
         self.refusals.tick(now)
 
@@ -627,42 +594,13 @@ class StatusServer:
         """Close every connection, the workers' pool and the listener."""
         self._closed = True
         self._workers.shutdown(wait=False, cancel_futures=True)
-        for conn in list(self.conns.values()):
-            self._close(conn)
-        self.refusals.flush()  # the counts of the bursts still open
-        self.selector.close()
-        self.listener.close()
+        super().server_close()
         self._wake_r.close()
         self._wake_w.close()
 
     # -- connections ---------------------------------------------------------------------------
-    def _accept(self) -> None:
-        for _ in range(ACCEPT_BATCH):  # bounded, so the deadlines are looked at between
-            try:
-                sock, addr = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # EMFILE and friends: log, keep serving the others
-                log.warning("accept failed: %s", exc)
-                return
-            sock.setblocking(False)
-            peer, host = f"{addr[0]}:{addr[1]}", host_of(addr)
-            if len(self.conns) >= self.max_connections:
-                self.refusals.note(host, "client %s: refused, %d connections already open "
-                                   "(the status page's limit)", peer, len(self.conns))
-                send_and_close(sock, _plain_error(503, "too many clients at once; try "
-                                                       "again"))
-                continue
-            if not self.peers.take(host):
-                self.refusals.note(host, "client %s: refused, its host holds %d connections "
-                                   "already (the per-peer limit)", peer, self.peers.per_peer)
-                send_and_close(sock, _plain_error(503, f"too many connections from {host} "
-                                                       f"at once; try again"))
-                continue
-            conn = _Conn(sock, peer, host, time.monotonic() + self.request_deadline)
-            self.conns[sock.fileno()] = conn
-            self._push_deadline(conn)
-            self._read(conn)  # the request usually arrives with the connection
+    def _peer_reply(self, host: str) -> bytes:
+        return _plain_error(503, f"too many connections from {host} at once; try again")
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -740,7 +678,7 @@ class StatusServer:
             conn.out, conn.sent = out, 0
             if body is not None:
                 conn.file, conn.left = body
-            conn.deadline = time.monotonic() + self.answer_deadline
+            conn.deadline = self.clock.monotonic() + self.answer_deadline
             self._push_deadline(conn)
             self._write(conn)
 
@@ -781,51 +719,20 @@ class StatusServer:
             pass  # it cannot be sent cheaply: the close alone tells the client
         self._close(conn)
 
-    def _expire(self, now: float) -> None:
-        heap = self._deadlines
-        # Bounded: each connection has at most one entry per state it went through.
-        while heap and heap[0][0] <= now:
-            deadline, _, conn = heapq.heappop(heap)
-            if conn.closed or deadline != conn.deadline:
-                continue
-            if conn.state == _READING:
-                self._refuse(conn, 408, f"no complete request within "
-                                        f"{self.request_deadline:g} s")
-            elif conn.state == _WRITING:
-                self.refusals.note(conn.host, "client %s: did not read its answer within "
-                                   "%g s", conn.peer, self.answer_deadline)
-                self._close(conn)
+    def _expired(self, conn: _Conn) -> None:
+        if conn.state == _READING:
+            self._refuse(conn, 408, f"no complete request within "
+                                    f"{self.request_deadline:g} s")
+        elif conn.state == _WRITING:
+            self.refusals.note(conn.host, "client %s: did not read its answer within %g s",
+                               conn.peer, self.answer_deadline)
+            self._close(conn)
 
-    # -- bookkeeping ---------------------------------------------------------------------------
-    def _push_deadline(self, conn: _Conn) -> None:
-        heapq.heappush(self._deadlines, (conn.deadline, next(self._seq), conn))
-
-    def _watch(self, conn: _Conn, events: int) -> None:
-        if conn.events == events:
-            return
-        if not events:
-            self.selector.unregister(conn.sock)
-        elif conn.events:
-            self.selector.modify(conn.sock, events, conn)
-        else:
-            self.selector.register(conn.sock, events, conn)
-        conn.events = events
-
-    def _close(self, conn: _Conn) -> None:
-        if conn.closed:
-            return
-        self.conns.pop(conn.sock.fileno(), None)
-        self.peers.give(conn.host)
-        if conn.events:
-            try:
-                self.selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
-            conn.events = 0
+    def _release(self, conn: _Conn) -> None:
+        """The archive file being sent, closed."""
         if conn.file is not None:
             conn.file.close()
             conn.file = None
-        conn.sock.close()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -62,16 +62,12 @@ the address.
 from __future__ import annotations
 
 import errno
-import heapq
-import itertools
 import logging
 import os
 import selectors
 import socket
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from cluster.defaults import EXIT_OK, EXIT_USAGE, PRIORITIES
 from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
@@ -80,14 +76,8 @@ from cluster.master import keycache
 from cluster.master.keycache import heartbeat_keys
 from cluster.runtime import fsutil, service
 from cluster.runtime.clock import Clock, SystemClock
-from cluster.runtime.peers import (
-    PeerSlots,
-    RefusalLog,
-    connection_limit,
-    host_of,
-    per_peer_limit,
-    send_and_close,
-)
+from cluster.runtime.listener import Connection, SelectorListener
+from cluster.runtime.peers import connection_limit
 from cluster.runtime.singleton import SingleInstance
 from cluster.wire import signing
 from cluster.wire.framing import LineFramer
@@ -271,35 +261,29 @@ _WRITING = "writing"    # the answer is being sent
 _DRAINING = "draining"  # after ERROR: half-closed, input discarded so the ERROR is not reset
 
 
-class _Conn:
-    __slots__ = ("sock", "peer", "host", "framer", "held", "state", "deadline", "out",
-                 "sent", "then_drain", "events", "skip", "node", "discarded", "nonce", "key")
+class _Conn(Connection):
+    __slots__ = ("framer", "held", "state", "out", "sent", "then_drain", "skip", "node",
+                 "discarded", "nonce", "key")
 
-    def __init__(self, sock: socket.socket, peer: str, host: str, framer: LineFramer,
-                 deadline: float) -> None:
-        self.sock = sock
-        self.peer = peer
-        self.host = host  # the peer's address without the port: its PeerSlots key
-        self.framer: LineFramer | None = framer  # None once the request is complete
+    def __init__(self, server: MonitorServer, sock: socket.socket, peer: str, host: str,
+                 now: float) -> None:
+        # The deadline is the current state's: it moves on with the state.
+        super().__init__(sock, peer, host, now + server.deadline)
+        # None once the request is complete.
+        self.framer: LineFramer | None = framer(server.max_line, server.max_lines)
         self.held = 0  # request bytes held (counted in MonitorServer.buffered)
         self.state = _READING
-        self.deadline = deadline  # of the current state, on the server's monotonic clock
         self.out = b""
         self.sent = 0
         self.then_drain = False  # an ERROR answer: half-close and drain after sending it
-        self.events = 0  # what the selector watches for (0: not registered)
         self.skip: frozenset[str] = frozenset()
         self.node = ""
         self.discarded = 0  # bytes read and thrown away while held or draining
         self.nonce = ""  # of a verified request: its answer is signed for it
         self.key = b""  # the heartbeat key of the node it claims to be
 
-    @property
-    def closed(self) -> bool:
-        return self.sock.fileno() < 0
 
-
-class MonitorServer:
+class MonitorServer(SelectorListener[_Conn]):
     """The heartbeat listener: one thread, non-blocking sockets, one request per connection.
 
     Callers drive it with :meth:`serve_once` in their own loop, or with
@@ -312,8 +296,15 @@ class MonitorServer:
     :func:`~cluster.runtime.peers.connection_limit`), at most ``max_per_peer`` of one host
     (default: :func:`~cluster.runtime.peers.per_peer_limit`); more are answered ``ERROR
     monitor busy`` at once.  Unfinished requests hold at most ``max_buffered`` bytes together; a
-    connection whose data would pass that is answered ``ERROR`` and logged once.
+    connection whose data would pass that is answered ``ERROR`` and logged once.  Accepting,
+    the caps, the deadlines, closing and stopping are
+    :class:`~cluster.runtime.listener.SelectorListener`'s.
     """
+
+    name = "monitor"
+    accept_batch = _ACCEPT_BATCH
+    read_size = _READ_SIZE
+    connection = _Conn
 
     def __init__(self, home: Home, address: tuple[str, int] = ("127.0.0.1", 0), *,
                  deadline: float = DEADLINE, max_line: int = MAX_LINE,
@@ -322,53 +313,34 @@ class MonitorServer:
                  max_wait: float = MAX_WAIT,
                  hold_poll: float = HOLD_POLL, clock: Clock | None = None) -> None:
         self.home = home
+        clock = clock or SystemClock()
         #: The heartbeat keys of the nodes (from their own keys), and the nonces seen (as
         #: saved by the monitor before this one).
-        self.clock = clock or SystemClock()
-        self.keys = heartbeat_keys(home.root, self.clock.monotonic)
+        self.keys = heartbeat_keys(home.root, clock.monotonic)
         self.guard = signing.ReplayGuard()
         self.guard_path = home.root / GUARD_FILE
-        self.guard_saved = self.clock.monotonic()
+        self.guard_saved = clock.monotonic()
         self.guard_changed = False
         _load_guard(self.guard_path, self.guard)
         self.deadline = deadline
         self.max_line = max_line
         self.max_lines = max_lines
-        self.max_connections = (connection_limit() if max_connections is None
-                                else max_connections)
-        self.peers = PeerSlots(per_peer_limit(self.max_connections) if max_per_peer is None
-                               else max_per_peer)
         self.max_buffered = max_buffered
         self.max_wait = max_wait
         self.hold_poll = hold_poll
-        self.refusals = RefusalLog(log, clock=self.clock.monotonic)
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        # create_server sets SO_REUSEADDR: a restart does not wait out TIME_WAIT, while a
-        # port another program listens on still fails with EADDRINUSE.
-        self.listener = socket.create_server(address, family=family, backlog=1024)
-        self.listener.setblocking(False)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.listener, selectors.EVENT_READ, None)
-        self.conns: dict[int, _Conn] = {}
         self.held: set[_Conn] = set()
         self.buffered = 0
         self.served = 0
-        self.rejected = 0
-        # (deadline, sequence, conn); an entry whose deadline is no longer the conn's
-        # (it moved on to another state) or whose conn is closed is skipped when popped.
-        self._deadlines: list[tuple[float, int, _Conn]] = []
-        self._seq = itertools.count()
         self._next_poll = 0.0
         self._job_files: tuple[tuple[int, int, int] | None, ...] | None = None
-        self._busy_logged = False
-        self._stop = threading.Event()
-        self._stopped = threading.Event()
-        self._stopped.set()
-
-    @property
-    def server_address(self) -> tuple[str, int]:
-        host, port = self.listener.getsockname()[:2]
-        return host, port
+        # Last, so that nothing above can fail with the port bound.  create_server sets
+        # SO_REUSEADDR: a restart does not wait out TIME_WAIT, while a port another program
+        # listens on still fails with EADDRINUSE.
+        super().__init__(address, log, backlog=1024,
+                         max_connections=(connection_limit() if max_connections is None
+                                          else max_connections),
+                         max_per_peer=max_per_peer,
+                         busy_reply=format_error("monitor busy, try again"), clock=clock)
 
     # -- driving it ----------------------------------------------------------------------------
     def serve_once(self, timeout: float) -> None:
@@ -414,23 +386,6 @@ class MonitorServer:
             self.guard_changed = True
             log.warning("cannot save the replay guard to %s: %s", self.guard_path, exc)
 
-    def serve_forever(self, poll_interval: float = 0.5) -> None:
-        """:meth:`serve_once` until :meth:`shutdown` (from another thread; a shutdown that
-        came before this started makes it return at once)."""
-        self._stopped.clear()
-        try:
-            while not self._stop.is_set():
-                self.serve_once(poll_interval)
-        finally:
-            self._stop.clear()
-            self._stopped.set()
-
-    def shutdown(self) -> None:
-        """Make :meth:`serve_forever` return, and wait until it has (at most one
-        ``poll_interval``).  Returns at once if it is not running."""
-        self._stop.set()
-        self._stopped.wait()
-
     def server_close(self) -> None:
         """Close every connection and the listener.  Held heartbeats get their answer if it
         can be sent without waiting, so their nodes need not wait out a timeout."""
@@ -442,58 +397,13 @@ class MonitorServer:
                     conn.sock.send(signing.sign_reply(reply, conn.key, conn.nonce))
                 except OSError:
                     pass  # the node will time out and try again
-        for conn in list(self.conns.values()):
-            self._close(conn)
-        self.refusals.flush()  # the counts of the bursts still open
+        super().server_close()
         if self.guard_changed:
             self.save_guard()
-        self.selector.unregister(self.listener)
-        self.listener.close()
-        self.selector.close()
 
     # -- connections ---------------------------------------------------------------------------
-    def _accept(self) -> None:
-        now = self.clock.monotonic()
-        # Bounded, so the deadlines and held heartbeats are looked at between bursts.
-        for _ in range(_ACCEPT_BATCH):
-            try:
-                sock, addr = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # EMFILE and friends: log, keep serving the others
-                log.warning("accept failed: %s", exc)
-                return
-            sock.setblocking(False)
-            peer = _peer(addr)
-            host = host_of(addr)
-            if len(self.conns) >= self.max_connections:
-                self._refuse_busy(sock, peer, host)
-                continue
-            if not self.peers.take(host):
-                self.refusals.note(host, "peer %s: refused, its host holds %d connections "
-                                   "already (the per-peer limit)", peer, self.peers.per_peer)
-                self.rejected += 1
-                send_and_close(sock, format_error("monitor busy: too many connections from "
-                                                   "your host, try again"))
-                continue
-            self._busy_logged = False
-            conn = _Conn(sock, peer, host, framer(self.max_line, self.max_lines),
-                         now + self.deadline)
-            self.conns[sock.fileno()] = conn
-            self._push_deadline(conn)
-            # The request usually arrives with the connection: serve it now.
-            self._read(conn)
-
-    def _refuse_busy(self, sock: socket.socket, peer: str, host: str) -> None:
-        if not self._busy_logged:
-            self.refusals.note(host, "peer %s: refused, %d connections already open (the "
-                               "monitor's limit); further refusals in this burst are "
-                               "counted in a summary", peer, len(self.conns))
-            self._busy_logged = True
-        else:
-            self.refusals.quiet(host, "peer %s: refused, too many connections open", peer)
-        self.rejected += 1
-        send_and_close(sock, format_error("monitor busy, try again"))
+    def _peer_reply(self, host: str) -> bytes:
+        return format_error("monitor busy: too many connections from your host, try again")
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -677,37 +587,19 @@ class MonitorServer:
         self._push_deadline(conn)
         self._watch(conn, selectors.EVENT_READ)
 
-    def _expire(self, now: float) -> None:
-        heap = self._deadlines
-        # Bounded: each connection has at most one entry per state it went through.
-        while heap and heap[0][0] <= now:
-            deadline, _, conn = heapq.heappop(heap)
-            if conn.closed or deadline != conn.deadline:
-                continue
-            if conn.state == _READING:
-                self._error(conn, f"no complete request within {self.deadline:g} s")
-            elif conn.state == _HELD:
-                self._reply(conn, format_reply(jobs_for(self.home, conn.node)))
-            elif conn.state == _WRITING:
-                self.refusals.note(conn.host, "peer %s: did not read its reply within %g s",
-                                   conn.peer, self.deadline)
-                self._close(conn)
-            else:
-                self._close(conn)
+    def _expired(self, conn: _Conn) -> None:
+        if conn.state == _READING:
+            self._error(conn, f"no complete request within {self.deadline:g} s")
+        elif conn.state == _HELD:
+            self._reply(conn, format_reply(jobs_for(self.home, conn.node)))
+        elif conn.state == _WRITING:
+            self.refusals.note(conn.host, "peer %s: did not read its reply within %g s",
+                               conn.peer, self.deadline)
+            self._close(conn)
+        else:
+            self._close(conn)
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _push_deadline(self, conn: _Conn) -> None:
-        heapq.heappush(self._deadlines, (conn.deadline, next(self._seq), conn))
-
-    def _watch(self, conn: _Conn, events: int) -> None:
-        if conn.events == events:
-            return
-        if conn.events:
-            self.selector.modify(conn.sock, events, conn)
-        else:
-            self.selector.register(conn.sock, events, conn)
-        conn.events = events
-
     def _release(self, conn: _Conn) -> None:
         """Forget the connection's request buffer (complete, refused or closed)."""
         self.buffered -= conn.held
@@ -715,19 +607,8 @@ class MonitorServer:
         conn.framer = None
 
     def _close(self, conn: _Conn) -> None:
-        if conn.closed:
-            return
-        self._release(conn)
         self.held.discard(conn)
-        self.conns.pop(conn.sock.fileno(), None)
-        self.peers.give(conn.host)
-        if conn.events:
-            try:
-                self.selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
-            conn.events = 0
-        conn.sock.close()
+        super()._close(conn)
 
 
 def _news(jobs: list[tuple[int, str]], skip: frozenset[str]) -> bool:
@@ -741,12 +622,6 @@ def _file_id(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
-
-
-def _peer(client_address: Any) -> str:
-    if isinstance(client_address, tuple) and len(client_address) >= 2:
-        return f"{client_address[0]}:{client_address[1]}"
-    return str(client_address)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -42,15 +42,9 @@ from collections.abc import Callable
 
 from cluster.config import DEFAULTS
 from cluster.errors import ProtocolError
-from cluster.runtime.clock import Clock, SystemClock
-from cluster.runtime.peers import (
-    PeerSlots,
-    RefusalLog,
-    connection_limit,
-    host_of,
-    per_peer_limit,
-    send_and_close,
-)
+from cluster.runtime.clock import Clock
+from cluster.runtime.listener import Connection, SelectorListener
+from cluster.runtime.peers import connection_limit
 from cluster.wire import protocol
 
 log = logging.getLogger("cluster.server")
@@ -64,23 +58,27 @@ _ACCEPT_BATCH = 256
 _BUSY = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="master busy, try again"))
 
 
-class _Conn:
-    __slots__ = ("sock", "peer", "host", "framer", "held", "deadline", "out", "sent", "events")
+class _Conn(Connection):
+    __slots__ = ("framer", "held", "out", "sent")
 
-    def __init__(self, sock: socket.socket, peer: str, host: str,
-                 framer: protocol.RequestFramer, deadline: float) -> None:
+    def __init__(self, server: NodeServer, sock: socket.socket, peer: str, host: str,
+                 now: float) -> None:
+        # The skeleton's fields set here, not by Connection.__init__: one call less for
+        # each of the master's many short connections.
         self.sock = sock
         self.peer = peer
         self.host = host  # the peer's address without the port: its PeerSlots key
-        self.framer: protocol.RequestFramer | None = framer  # None once the request is done
+        self.deadline = now + server.deadline  # never moves (deadlines_in_order)
+        self.events = 0
+        # None once the request is done.
+        self.framer: protocol.RequestFramer | None = protocol.RequestFramer(
+            server.max_line, server.max_lines)
         self.held = 0  # request bytes this connection holds (counted in NodeServer.buffered)
-        self.deadline = deadline
         self.out = b""
         self.sent = 0
-        self.events = 0  # what the selector watches for (0: not registered)
 
 
-class NodeServer:
+class NodeServer(SelectorListener[_Conn]):
     """Listens on ``address`` and answers node requests through ``handler``.
 
     Callers use :meth:`serve_once` in their own loop (the master interleaves it with its
@@ -92,8 +90,16 @@ class NodeServer:
     allows, at most :data:`~cluster.runtime.peers.MAX_CONNECTIONS`), ``max_per_peer`` of them
     from one host (default: :func:`~cluster.runtime.peers.per_peer_limit`), ``deadline``
     seconds for a connection to deliver its request and read its reply.  :attr:`buffered` is
-    the bytes held right now.
+    the bytes held right now.  Accepting, the caps, the deadlines and closing are
+    :class:`~cluster.runtime.listener.SelectorListener`'s.
     """
+
+    name = "master"
+    accept_batch = _ACCEPT_BATCH
+    read_size = _READ_SIZE
+    # One deadline per connection, set at accept: the connections are in deadline order.
+    deadlines_in_order = True
+    connection = _Conn
 
     def __init__(self, address: tuple[str, int], handler: Handler, *,
                  max_line: int = protocol.DEFAULT_MAX_LINE,
@@ -112,27 +118,14 @@ class NodeServer:
         self.max_lines = max_lines
         self.max_request = max_request
         self.max_buffered = max_buffered
-        self.max_connections = (connection_limit() if max_connections is None
-                                else max_connections)
-        self.peers = PeerSlots(per_peer_limit(self.max_connections) if max_per_peer is None
-                               else max_per_peer)
         self.deadline = deadline
-        self.clock = clock or SystemClock()
-        self.refusals = RefusalLog(log, clock=self.clock.monotonic, on_summary=self._tell)
         self.buffered = 0
-        self.listener = socket.create_server(address, reuse_port=False, backlog=1024)
-        self.listener.setblocking(False)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.listener, selectors.EVENT_READ, None)
-        self.conns: dict[int, _Conn] = {}
         self.served = 0
-        self.rejected = 0
-        self._busy_logged = False  # one log line per burst of connections over the limit
-
-    @property
-    def server_address(self) -> tuple[str, int]:
-        host, port = self.listener.getsockname()[:2]
-        return host, port
+        super().__init__(address, log, backlog=1024,
+                         max_connections=(connection_limit() if max_connections is None
+                                          else max_connections),
+                         max_per_peer=max_per_peer, busy_reply=_BUSY, clock=clock,
+                         nodelay=True)
 
     def serve_once(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for activity and deal with all of it."""
@@ -145,84 +138,15 @@ class NodeServer:
                     self._read(conn)
                 elif events & selectors.EVENT_WRITE:
                     self._write(conn)
-        self._expire()
-        self.refusals.tick()
+        now = self.clock.monotonic()
+        self._expire(now)
+        self.refusals.tick(now)
 
     def close(self) -> None:
-        for conn in list(self.conns.values()):
-            self._close(conn)
-        self.refusals.flush()  # the counts of the bursts still open
-        self.selector.unregister(self.listener)
-        self.listener.close()
-        self.selector.close()
+        """:meth:`server_close`, by the name the master calls."""
+        self.server_close()
 
     # ------------------------------------------------------------------ internals
-    def _accept(self) -> None:
-        now = self.clock.monotonic()
-        # Bounded: busy nodes refill the backlog as fast as it is served, and the master's
-        # loop must get back to its health checks.
-        for _ in range(_ACCEPT_BATCH):
-            try:
-                sock, addr = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # EMFILE and friends: log, keep serving the others
-                log.warning("accept failed: %s", exc)
-                return
-            sock.setblocking(False)
-            peer = f"{addr[0]}:{addr[1]}"
-            host = host_of(addr)
-            if len(self.conns) >= self.max_connections:
-                self._refuse_busy(sock, peer, host)
-                continue
-            if not self.peers.take(host):
-                self._refuse_peer(sock, peer, host)
-                continue
-            self._busy_logged = False
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, peer, host,
-                         protocol.RequestFramer(self.max_line, self.max_lines),
-                         now + self.deadline)
-            self.conns[sock.fileno()] = conn
-            # The request has usually arrived with the connection: serve it now, and only
-            # watch the socket (a system call to add it, one to remove it) if it has not.
-            self._read(conn)
-
-    def _refuse_busy(self, sock: socket.socket, peer: str, host: str) -> None:
-        """Over max_connections: one non-blocking ABORT, then close (a node tries again)."""
-        if not self._busy_logged:
-            if self.refusals.note(host, "peer %s: refused, %d connections already open (the "
-                                  "server's limit); further refusals in this burst are "
-                                  "counted in a summary", peer, len(self.conns)):
-                self._tell(peer, "master busy: too many open connections")
-            self._busy_logged = True
-        else:
-            self.refusals.quiet(host, "peer %s: refused, too many connections open", peer)
-        self.rejected += 1
-        self._abort_and_close(sock)
-
-    def _refuse_peer(self, sock: socket.socket, peer: str, host: str) -> None:
-        """Its host holds max_per_peer connections already: ABORT and close, as when busy."""
-        if self.refusals.note(host, "peer %s: refused, its host holds %d connections already "
-                              "(the per-peer limit)", peer, self.peers.per_peer):
-            self._tell(peer, f"refused: its host holds {self.peers.per_peer} connections "
-                             "already (the per-peer limit)")
-        self.rejected += 1
-        self._abort_and_close(sock)
-
-    @staticmethod
-    def _abort_and_close(sock: socket.socket) -> None:
-        send_and_close(sock, _BUSY, _READ_SIZE)
-
-    def _watch(self, conn: _Conn, events: int) -> None:
-        if conn.events == events:
-            return
-        if conn.events:
-            self.selector.modify(conn.sock, events, conn)
-        else:
-            self.selector.register(conn.sock, events, conn)
-        conn.events = events
-
     def _read(self, conn: _Conn) -> None:
         try:
             chunk = conn.sock.recv(_READ_SIZE)
@@ -330,35 +254,12 @@ class NodeServer:
             return
         self._close(conn)
 
-    def _expire(self) -> None:
-        now = self.clock.monotonic()
-        # conns is in order of acceptance, so of deadline: the expired ones come first.
-        expired = []
-        for conn in self.conns.values():
-            if conn.deadline >= now:
-                break
-            expired.append(conn)
-        for conn in expired:
-            if conn.out:
-                self.refusals.note(conn.host, "peer %s: did not read its reply within %.0f s",
-                                   conn.peer, self.deadline)
+    def _expired(self, conn: _Conn) -> None:
+        if conn.out:
+            self.refusals.note(conn.host, "peer %s: did not read its reply within %.0f s",
+                               conn.peer, self.deadline)
+            self._close(conn)
+        else:
+            self._reject(conn, f"no complete request within {self.deadline:.0f} s")
+            if conn.sock.fileno() >= 0:
                 self._close(conn)
-            else:
-                self._reject(conn, f"no complete request within {self.deadline:.0f} s")
-                if conn.sock.fileno() >= 0:
-                    self._close(conn)
-
-    def _close(self, conn: _Conn) -> None:
-        fd = conn.sock.fileno()
-        if fd < 0:
-            return
-        self._release(conn)
-        self.conns.pop(fd, None)
-        self.peers.give(conn.host)
-        if conn.events:
-            try:
-                self.selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
-            conn.events = 0
-        conn.sock.close()
