@@ -66,6 +66,27 @@ FAST = {
 }
 
 
+#: What a job of a slow demo tree waits before it runs [seconds] (see slow_demo_tree).
+JOB_DELAY = 0.1
+
+
+def slow_demo_tree(dest: Path, product: str, options: list[str],
+                   delay: float = JOB_DELAY) -> Path:
+    """:func:`~cluster.localcluster.write_demo_tree`, whose built program sleeps ``delay``
+    seconds before each run: a run that lasts long enough for a test to act in its middle
+    (kill a node, push again, abort) without burning the CPU that high resolutions did, so
+    the tests running beside it are not slowed down."""
+    from cluster.localcluster import write_demo_tree
+
+    tree = write_demo_tree(dest, product, options)
+    script = tree / "make_wrapper.sh"
+    text = script.read_text(encoding="utf-8")
+    slowed = text.replace("printf '#!/bin/sh\\n", f"printf '#!/bin/sh\\nsleep {delay}\\n", 1)
+    assert slowed != text, f"{script}: no wrapper line to slow down"
+    script.write_text(slowed, encoding="utf-8")
+    return tree
+
+
 #: The own key test nodes are given (:func:`give_key`): 64 hex digits, as nodekeys makes.
 NODE_SECRET = "5e" * 32
 

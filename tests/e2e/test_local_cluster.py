@@ -21,12 +21,13 @@ from cluster.queue import RunSpec
 from cluster.records import BIN, TEMP, TESTS
 from cluster.report import compare as report
 from cluster.report.tab import read_tab
-from tests.helpers import FAST, REPO, free_port, wait_for
+from tests.helpers import FAST, REPO, free_port, slow_demo_tree, wait_for
 
 pytestmark = pytest.mark.e2e
 
 SMALL_GS = "ppmraw.72.0 pbmraw.72.0 pgmraw.300.1 pkmraw.72.0"
-HEAVY_GS = "ppmraw.300.0 ppmraw.300.1 pbmraw.300.0 pkmraw.300.1 pgmraw.300.0 pkmraw.300.0"
+#: Slow trees (slow_demo_tree) give the runs a node or the master is killed in the time to do it.
+HEAVY_GS = "ppmraw.72.0 ppmraw.72.1 pbmraw.72.0 pkmraw.72.1 pgmraw.72.0 pkmraw.72.0"
 
 
 def run_once(cluster: LocalCluster, product: str = "gs", options: tuple[str, ...] = (),
@@ -135,7 +136,7 @@ def _journal_machines(home: Home) -> Counter[str]:
 def test_node_killed_mid_run_run_completes_and_report_names_it(make_cluster) -> None:
     cluster = make_cluster(gs_configs=HEAVY_GS)
     cluster.start()
-    tree = write_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
+    tree = slow_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
     before = cluster.archives()
     spec = cluster.push(tree, "tester", ["gs"], [])
     wait_for(lambda: _journal_machines(cluster.home)["node1"] >= 5, 120, "node1's results")
@@ -156,7 +157,7 @@ def test_master_killed_mid_run_is_taken_over_without_rerunning_journaled_jobs(
         make_cluster) -> None:
     cluster = make_cluster(gs_configs=HEAVY_GS)
     cluster.start()
-    tree = write_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
+    tree = slow_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
     before = cluster.archives()
     spec = cluster.push(tree, "tester", ["gs"], [])
     home = cluster.home

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.queue import QueueFile, RunSpec
 from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, slow_demo_tree, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -38,10 +38,10 @@ def source_diff(archive: Path) -> str:
 
 def test_a_push_while_the_same_push_runs_gets_its_own_run_and_report(
         make_cluster: MakeCluster) -> None:
-    cluster = make_cluster(gs_configs="ppmraw.300.0 ppmraw.300.1 pkmraw.300.0 pgmraw.300.1")
-    write_demo_tree(cluster.home_dir / "ghostpdl", "gs", [])  # the master's clean tree
+    cluster = make_cluster(gs_configs="ppmraw.72.0 ppmraw.72.1 pkmraw.72.0 pgmraw.72.1")
+    slow_demo_tree(cluster.home_dir / "ghostpdl", "gs", [])  # the master's clean tree
     cluster.start()
-    tree = write_demo_tree(cluster.home_dir / "ann-tree" / "ghostpdl", "gs",
+    tree = slow_demo_tree(cluster.home_dir / "ann-tree" / "ghostpdl", "gs",
                            ["-dTextAlphaBits=4"])
     spec = RunSpec.parse("user ann gs")
     assert clusterpush(cluster, tree, "gs") == ["queueing: user ann gs"]
@@ -50,7 +50,7 @@ def test_a_push_while_the_same_push_runs_gets_its_own_run_and_report(
              "the first run under way")
 
     # The developer changes the tree and pushes again while the first run runs.
-    write_demo_tree(tree, "gs", ["-dGraphicsAlphaBits=4"])
+    slow_demo_tree(tree, "gs", ["-dGraphicsAlphaBits=4"])
     printed = clusterpush(cluster, tree, "gs")
     assert printed == ["queueing: user ann gs",
                        "your run 'user ann gs' is running (it keeps the tree it started "

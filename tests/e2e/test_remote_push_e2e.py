@@ -21,7 +21,7 @@ from cluster.queue import QueueFile, RunSpec
 from cluster.report.tab import read_tab
 from cluster.runtime.sshd import PrivateSshd
 from tests.e2e.conftest import MakeCluster
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, slow_demo_tree, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -111,10 +111,10 @@ def test_remote_pushes_are_run_and_reported_like_local_ones(make_cluster: MakeCl
 
 def test_remote_abort_stops_the_running_run_and_withdraws_the_queued_one(
         make_cluster: MakeCluster, tmp_path: Path) -> None:
-    cluster = make_cluster(gs_configs="ppmraw.300.0 ppmraw.300.1 pkmraw.300.0 pgmraw.300.1")
+    cluster = make_cluster(gs_configs="ppmraw.72.0 ppmraw.72.1 pkmraw.72.0 pgmraw.72.1")
     with PrivateSshd(tmp_path / "sshd") as sshd:
         cluster.start()
-        tree = write_demo_tree(tmp_path / "laptop" / "ghostpdl", "gs", [])
+        tree = slow_demo_tree(tmp_path / "laptop" / "ghostpdl", "gs", [])
         before = cluster.archives()
         printed = remote_clusterpush(sshd, cluster, tree, "ann", "gs")
         running = RunSpec.parse(printed.splitlines()[0].removeprefix("queueing: "))

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import write_demo_tree
 from tests.e2e.conftest import MakeCluster
-from tests.helpers import wait_for
+from tests.helpers import slow_demo_tree, wait_for
 
 pytestmark = pytest.mark.e2e
 
-SLOW_GS = "ppmraw.300.0 pgmraw.300.0 pbmraw.300.0 pkmraw.300.0"
+#: With slow trees (slow_demo_tree): runs that last seconds and cost little CPU.
+SLOW_GS = "ppmraw.72.0 pgmraw.72.0 pbmraw.72.0 pkmraw.72.0"
 
 
 def test_a_run_longer_than_pid_stale_completes_with_its_nodes(
@@ -27,7 +27,7 @@ def test_a_run_longer_than_pid_stale_completes_with_its_nodes(
     cluster = make_cluster(nodes=2, pid_stale="2", gs_configs=SLOW_GS)
     cluster.start()
     cluster.wait_for_nodes()
-    tree = write_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
+    tree = slow_demo_tree(cluster.home_dir / "demo" / "gs", "gs", [])
     before = cluster.archives()
     spec = cluster.push(tree, "tester", ["gs"], [])
     archive = cluster.wait_for_run(spec, before, timeout=300)
@@ -45,7 +45,7 @@ def test_a_second_push_while_the_first_runs_waits_its_turn(make_cluster: MakeClu
     cluster = make_cluster(nodes=1, gs_configs=SLOW_GS)
     cluster.start()
     cluster.wait_for_nodes()
-    tree = write_demo_tree(tmp_path / "push" / "gs", "gs", [])
+    tree = slow_demo_tree(tmp_path / "push" / "gs", "gs", [])
     (tree / "README").write_text("first push\n")
     before = cluster.archives()
     spec = cluster.push(tree, "tester", ["gs"], [])

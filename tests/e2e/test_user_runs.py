@@ -20,7 +20,7 @@ from cluster.localcluster import LocalCluster, write_demo_tree
 from cluster.queue import QueueFile, RunSpec
 from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, slow_demo_tree, wait_for
 from tests.smtp import smtp_server
 
 pytestmark = pytest.mark.e2e
@@ -165,9 +165,9 @@ def test_a_bmpcmp_without_an_earlier_run_is_reported_to_the_maintainer_for_an_un
 
 def test_clusterpush_abort_stops_the_running_run_and_withdraws_the_queued_one(
         make_cluster: MakeCluster) -> None:
-    cluster = make_cluster(gs_configs="ppmraw.300.0 ppmraw.300.1 pkmraw.300.0 pgmraw.300.1")
+    cluster = make_cluster(gs_configs="ppmraw.72.0 ppmraw.72.1 pkmraw.72.0 pgmraw.72.1")
     cluster.start()
-    tree = write_demo_tree(cluster.home_dir / "ann" / "ghostpdl", "gs", [])
+    tree = slow_demo_tree(cluster.home_dir / "ann" / "ghostpdl", "gs", [])
     before = cluster.archives()
     running = RunSpec.parse(clusterpush(cluster, tree, "ann", "gs").strip()
                             .removeprefix("queueing: "))
