@@ -9,11 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from cluster.config import Config
 from cluster.localcluster import LocalCluster, LocalClusterError, cluster_ports, free_port
 from cluster.runtime import proc as runtime_proc
+from tests.helpers import wait_for
 
 
 class FakePopen:
@@ -243,6 +245,12 @@ def test_stop_kills_a_pid_file_s_process_only_if_it_is_this_cluster_s(tmp_path: 
     ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                              "--config", str(cluster.conf_path)])
     try:
+        # A clustermaster writes its PID file once it runs.  Popen returns as soon as the
+        # exec has begun, and for a moment after that /proc shows an empty command line:
+        # wait until both have their own, as a clustermaster writing its file would.
+        for child in (stranger, ours):
+            wait_for(lambda c=child: psutil.Process(c.pid).cmdline() != [], 10,
+                     f"process {child.pid}'s command line")
         cluster.home.pid_file(0).write_text(f"{stranger.pid}\n")
         cluster.home.pid_file(1).write_text(f"{ours.pid}\n")
         cluster.stop(grace=0)
