@@ -1,6 +1,6 @@
 """What every tier of the suite shares: each parallel worker picks ports in its own range.
 
-The README's test command runs the suite in two worker processes (pytest-xdist).  Tests
+The README's test command runs the suite in four worker processes (pytest-xdist).  Tests
 pick their ports with :func:`cluster.localcluster.free_port` before anything binds them;
 two workers asking the kernel at the same moment could be offered the same port.  So each
 worker (``PYTEST_XDIST_WORKER`` = ``gw0``, ``gw1``, ...) gets a range of its own below the

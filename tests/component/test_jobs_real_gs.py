@@ -24,8 +24,9 @@ from cluster.jobs.commands import MAX_BITMAP, MUPDF_BAND_HEIGHT, MUPDF_FORMATS, 
 from cluster.jobs.generate import generate
 from cluster.node.readlog import classify
 from cluster.records import BIN, TEMP, TESTS, Job, JobResult
+from tests.helpers import REPO
 
-CORPUS = Path("/work/shared/corpus/ghostpdl-examples")
+CORPUS = REPO / "corpus" / "ghostpdl-examples"
 GS = "/usr/bin/gs"
 MUTOOL = "/usr/bin/mutool"
 CFG = Config().with_changes(gs_configs=Config().gs_configs + ("bitrgb.72.0",),

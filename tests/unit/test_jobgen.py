@@ -20,8 +20,9 @@ from cluster.jobs.commands import JobConfig
 from cluster.jobs.corpus import find_test_files
 from cluster.jobs.generate import JobOptions, generate
 from cluster.records import TEST_ID, Job
+from tests.helpers import REPO
 
-CORPUS = Path("/work/shared/corpus")
+CORPUS = REPO / "corpus"  # the repository's corpus (never a path outside the checkout)
 CFG = Config()
 
 

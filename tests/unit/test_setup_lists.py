@@ -73,3 +73,13 @@ def test_a_command_is_named_as_it_was_typed() -> None:
     assert progname.prog("clusterpush.py", "/usr/bin/pytest") == "clusterpush.py"
     assert progname.prog("bootstrap_node.py", "bootstrap-node") == "bootstrap-node"
     assert progname.prog("run.py", "run") == "run.py"  # no entry point: always the script
+
+
+def test_no_test_or_module_reads_a_path_outside_the_checkout() -> None:
+    """A fresh clone on a fresh machine has only itself: the corpus the tests use is the
+    repository's own ``corpus/``, never a folder of the machine it was written on."""
+    offenders = [f"{path.relative_to(REPO)}:{n}"
+                 for tree in ("cluster", "tests") for path in sorted((REPO / tree).rglob("*.py"))
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if re.search(r"""["']/work/""", line)]
+    assert offenders == [], offenders
