@@ -10,8 +10,11 @@ processes the tests start.  Without xdist nothing changes.
 
 from __future__ import annotations
 
+import fcntl
 import os
-from collections.abc import Generator
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pluggy
 import pytest
@@ -22,6 +25,10 @@ from cluster.localcluster import PORTS_ENV
 #: kernel's ephemeral ports begin on Linux).
 FIRST_PORT = 10000
 PORTS_PER_WORKER = 2500
+
+
+#: The xdist group of the modules whose tests write the real crontab (see crontab_turn).
+CRONTAB_GROUP = "crontab"
 
 
 def pytest_configure() -> None:
@@ -44,3 +51,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
 
 def _utf8(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def crontab_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """One module at a time writes the real crontab, whichever worker runs it.
+
+    A module marked ``xdist_group("crontab")`` holds an exclusive lock (flock on a file in
+    the temporary folder, shared by every worker) from its first fixture to its last
+    teardown.  ``--dist loadgroup`` normally keeps such modules on one worker anyway, but
+    not under every pytest version (pytest 9.2 with xdist 3.8 spread two tests of one such
+    module over two workers, and each found the other's crontab line): the lock makes the
+    order hold without it.
+    """
+    marker = request.node.get_closest_marker("xdist_group")
+    if marker is None or CRONTAB_GROUP not in (*marker.args, *marker.kwargs.values()):
+        yield
+        return
+    path = Path(tempfile.gettempdir()) / f"regression-cluster-tests-{os.getuid()}.crontab.lock"
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # bounded by the holder: one module's tests
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -116,9 +116,14 @@ def _building(work: Path, earlier: set[Path], started: bool) -> bool:
 
 
 def _run_py(parent: int) -> list[psutil.Process]:
+    """The run.py processes below ``parent``, without their own children: a child that
+    run.py has forked and that has not yet exec'd its program (the build's shell, a slot)
+    still shows run.py's command line for that moment."""
     try:
-        return [p for p in psutil.Process(parent).children(recursive=True)
-                if any(part.endswith("run.py") for part in p.cmdline())]
+        found = [p for p in psutil.Process(parent).children(recursive=True)
+                 if any(part.endswith("run.py") for part in p.cmdline())]
+        pids = {p.pid for p in found}
+        return [p for p in found if p.ppid() not in pids]
     except psutil.Error:
         return []
 
