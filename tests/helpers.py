@@ -74,8 +74,8 @@ def slow_demo_tree(dest: Path, product: str, options: list[str],
                    delay: float = JOB_DELAY) -> Path:
     """:func:`~cluster.localcluster.write_demo_tree`, whose built program sleeps ``delay``
     seconds before each run: a run that lasts long enough for a test to act in its middle
-    (kill a node, push again, abort) without burning the CPU that high resolutions did, so
-    the tests running beside it are not slowed down."""
+    (kill a node, push again, abort) by a stated margin, whatever the speed of gs and of
+    the machine (300 dpi renders did it before, by how slow gs happened to be)."""
     from cluster.localcluster import write_demo_tree
 
     tree = write_demo_tree(dest, product, options)
