@@ -33,6 +33,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 #: Bad usage or configuration; nothing was done.
 EXIT_USAGE = 2
+#: A command that waited for a run (localcluster.py, clusteradmin stop --wait): the run
+#: ended without a complete result (failed, aborted, timed out, gave up); it says how.
+EXIT_RUN_FAILED = 3
 
 # run.py (a node's part in one run): 0 done, 1 failed, 3 master unreachable, 4 aborted.
 NODE_EXIT_DONE = EXIT_OK
@@ -48,7 +51,8 @@ HEARTBEAT_EXIT_ERROR = 2
 # ----------------------------------------------------------------------------------------------
 # Failure codes a node reports for a whole run (run.pl's "failure" header).
 
-#: The build failed or timed out (``build_timeout``); the report quotes the build log's tail.
+#: The build failed or timed out (``build_timeout``) and not for the node's own reasons
+#: (noderun.build_failure); the report quotes the build log's error lines.
 FAILURE_BUILD = -1
 #: The node cannot take part: it could not reach the master, upload its logs or fetch the
 #: corpus or source, or its build failed on the node around the build command.

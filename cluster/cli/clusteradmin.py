@@ -25,8 +25,10 @@ RUN is a run id (as stat, info and the reports show it), a waiting run's p<prior
 reports show it (tests/ex/golfer.eps.ppmraw.72.0).  The options before COMMAND may also
 follow it.
 
-Exit status: 0 done; 1 an unknown run, node or test, or a stop --wait that timed out
-(the message names it); 2 bad usage or configuration.
+Exit status: 0 done (for stop --wait: the run ended as stopped, or completed first);
+1 an unknown run, node or test, or a stop --wait that timed out (the message names it);
+2 bad usage or configuration; 3 stop --wait: the run ended otherwise before the stop took
+effect (failed, timed out, lost its nodes), which its last line says.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 from cluster.cli import common, progname
 from cluster.config import Config
 from cluster.console import admin
-from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
 
@@ -113,7 +115,9 @@ def _stop(home: Home, args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(f"run {done.run} ended: {outcome}; report: "
           f"{home.archive / done.run / 'report.txt'}")
-    return EXIT_OK
+    # Aborted is what was asked (and done: it finished first); any other end is a failure
+    # of the run the caller waited for, and a script waiting on it must see so.
+    return EXIT_OK if outcome in ("aborted", "done") else EXIT_RUN_FAILED
 
 
 def run_command(cfg: Config, args: argparse.Namespace) -> int:

@@ -28,8 +28,13 @@ monitor_port on listen_address, status_port on status_address; change them with 
 status_port=0 for no status page) are free; a port already taken is reported at once,
 naming the port and, when it can be told, the process holding it.  If the monitor, the
 supervisor or the status service exits while it waits, it stops at once and prints that
-process's last log lines.  Exit status: 0 the run's report was printed, 1 the cluster
-stopped or the run did not finish within --timeout, 2 bad usage or set-up.
+process's last log lines.
+
+Exit status: 0 the run completed and its report was printed; 3 the run ended without a
+complete result -- it failed (a node's build failed: the report quotes the compiler's
+error lines), was aborted or stopped, ran out of time or lost its nodes -- its report is
+printed all the same, and a last line on stderr says how it ended and why; 1 the cluster
+stopped or the run did not finish within --timeout; 2 bad usage or set-up.
 """
 
 from __future__ import annotations
@@ -44,13 +49,14 @@ from cluster.cli import common, progname
 from cluster.config import parse_overrides
 from cluster.console.progress import ProgressLine
 from cluster.datatypes import PRODUCTS
-from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.localcluster import (
     DEFAULT_CORPUS,
     TRANSPORTS,
     LocalCluster,
     LocalClusterError,
+    run_end,
     write_demo_tree,
 )
 
@@ -127,5 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return EXIT_FAILED
     sys.stdout.write((archive / "report.txt").read_text(encoding="utf-8"))
-    print(archive)
+    print(archive, flush=True)
+    end = run_end(archive)
+    if not end.complete:
+        print(f"{PROG}: the run did not complete: {end.describe()} (report: "
+              f"{archive / 'report.txt'})", file=sys.stderr)
+        return EXIT_RUN_FAILED
     return EXIT_OK

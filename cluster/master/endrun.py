@@ -264,10 +264,14 @@ class RunEnder:
 
 def run_info(start: JobStart, record: EndRecord, nodes: int, made: finish.Report) -> str:
     """The text of ``archive/<id>/run.info``: job.start without its secret, then ``elapsed``,
-    ``outcome``, ``nodes`` and the report's ``differences`` and ``errors`` (each only when
+    ``outcome``, ``reason`` (why a run that is not done ended so, on one line; only when
+    there is one), ``nodes`` and the report's ``differences`` and ``errors`` (each only when
     the report states it).  JobStart.parse reads it (it skips keys it does not know)."""
-    lines = [f"elapsed {record.elapsed:.1f}", f"outcome {record.outcome.value}",
-             f"nodes {nodes}"]
+    lines = [f"elapsed {record.elapsed:.1f}", f"outcome {record.outcome.value}"]
+    reason = " ".join(record.reason.split())
+    if reason:
+        lines.append(f"reason {reason}")
+    lines.append(f"nodes {nodes}")
     if made.differences is not None:
         lines.append(f"differences {made.differences}")
     if made.errors is not None:

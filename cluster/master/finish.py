@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from cluster.home import Home
 from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
+from cluster.node import buildlog
 from cluster.queue import RunSpec
 from cluster.report import compare as report
 from cluster.report import md5cache, tab, userreport
@@ -104,7 +106,8 @@ def finish(home: Home, run: FinishedRun) -> Report:
     if run.outcome is Outcome.ABORTED:
         return Report(aborted_report(run, state))
     if run.outcome is Outcome.FAILED:
-        return Report(failure_report(run.header, state, run.archive / "logs"))
+        return Report(failure_report(run.header, state, run.archive / "logs",
+                                     run.start.build))
     if run.outcome is not Outcome.DONE:
         return Report(incomplete_report(run, state))
     if is_bmpcmp(spec):
@@ -334,14 +337,66 @@ def incomplete_report(run: FinishedRun, state: RunState) -> str:
     return "\n".join(lines) + "\n"
 
 
-def failure_report(header: str, state: RunState, logs: Path, tail: int = 100) -> str:
-    """The report of a run that a node's fatal failure stopped (build failure)."""
+#: How many failing nodes' build logs a failure report quotes (the others are listed).
+QUOTED_NODES = 3
+#: The node named by RunState.fatal ("node <name> failed with code <n>: <reason>").
+_FATAL_NODE = re.compile(r"^node (?P<node>\S+) failed with code -?\d+")
+
+
+def failure_report(header: str, state: RunState, logs: Path, command: str = "") -> str:
+    """The report of a run that a node's fatal failure stopped (build failure).
+
+    It quotes, from the failing node's build log (``<node>.build.log`` in ``logs``, the
+    archive's copy), the compiler's and make's error lines (:mod:`cluster.node.buildlog`:
+    the first 20, each cut to a sane width; the last 20 lines when none is recognised),
+    with the node's name, the build ``command``, what became of it (its exit status, the
+    node's last line in the log) and where the whole log is.  Other nodes whose build log
+    ends with a failed build are quoted alike (up to QUOTED_NODES in all); every other log
+    in ``logs`` is only named.
+    """
     lines = [header, "",
              "An error occurred that prevented the local cluster run from finishing:",
              f"  {state.fatal}", ""]
-    for path in sorted(logs.glob("*")) if logs.is_dir() else []:
-        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        lines.append(f"---- last {min(tail, len(text))} lines of {path.name} ----")
-        lines.extend(text[-tail:])
+    paths = sorted(logs.glob("*")) if logs.is_dir() else []
+    named = _FATAL_NODE.match(state.fatal)
+    first = named.group("node") if named else ""
+    build_logs = sorted((p for p in paths if p.name.endswith(BUILD_LOG_SUFFIX)),
+                        key=lambda p: (p.name != f"{first}{BUILD_LOG_SUFFIX}", p.name))
+    quoted: set[Path] = set()
+    for path in build_logs:
+        node = path.name[:-len(BUILD_LOG_SUFFIX)]
+        text = path.read_text(encoding="utf-8", errors="replace")
+        ended = _build_end(text, node)
+        if len(quoted) >= QUOTED_NODES or (node != first and not ended):
+            continue
+        quoted.add(path)
+        lines += [f"The build failed on node {node}:",
+                  f"  command: {command or '(unknown)'}",
+                  f"  result:  {ended or '(the log does not say)'}",
+                  f"  whole log: {path}"]
+        title, *quoted_lines = buildlog.diagnose(text).quote()
+        lines.append(f"  {title}")
+        lines += [f"    {line}" for line in quoted_lines]
+        lines.append("")
+    others = [p for p in paths if p not in quoted]
+    if others:
+        lines.append("Other logs of the run:")
+        lines += [f"  {p}" for p in others]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+#: The name a node's build log has in the run's logs (noderun: ``<node>.build.log``).
+BUILD_LOG_SUFFIX = ".build.log"
+
+
+def _build_end(text: str, node: str) -> str:
+    """The node's own last line of its build log when it says the build failed ('' if not):
+    ``'make' exited with status 2``, ``... timed out after ...``, ``... was killed ...``."""
+    prefix = f"node {node}: "
+    for line in reversed(text.splitlines()[-200:]):
+        if line.startswith(prefix):
+            said = line[len(prefix):]
+            return said if re.search(r" (?:exited with status|timed out after|was) ",
+                                     said) else ""
+    return ""

@@ -50,7 +50,10 @@ A build (of the product, or of the baseline) that runs longer than ``build_timeo
 is killed with its whole process tree and fails like any failed build: failure -1, the build
 log uploaded, and a reason saying it timed out after that many seconds.  Failure -1 ends the
 run for every node, so it is reported only when the build *command* failed (the source is at
-fault: every node would fail alike).  A BUILD that could not fetch the corpus or the source
+fault: every node would fail alike); the reason quotes the build log's deciding error line
+(:mod:`cluster.node.buildlog`).  A build command that failed for a reason of this node's own
+(a compiler, make or system library it lacks, by the rule in :func:`build_failure`) reports
+failure 1 with the same quoted words.  A BUILD that could not fetch the corpus or the source
 (the tree missing on the master, the mirror failing) or failed on this node for any other
 reason before or around the command reports failure 1 (FAILURE_NETWORK): the master drops
 this node and the others go on.  A build ended because the node was told to stop is no
@@ -98,7 +101,7 @@ from cluster.defaults import (
 )
 from cluster.errors import ClusterError, MasterUnreachable, ProtocolError, TransportError
 from cluster.home import suffixed
-from cluster.node import readlog
+from cluster.node import buildlog, readlog
 from cluster.node.slots import Finished, SlotPool
 from cluster.node.transport import Transport, read_node_key
 from cluster.records import (
@@ -169,6 +172,12 @@ class CannotRunJobs(ClusterError):
     the test, so it reports failure 1 and no result of it reaches the table (issue 20)."""
 
 
+class BuildCannotRunHere(ClusterError):
+    """The build command failed for a reason of this node's own (a compiler, make or system
+    library it lacks: :attr:`cluster.node.buildlog.Diagnosis.local`): other nodes may build
+    the same tree, so the node reports failure 1 and its jobs go to them."""
+
+
 class BuildStopped(ClusterError):
     """The node was told to stop while its build ran: no failure to report; it leaves."""
 
@@ -176,14 +185,27 @@ class BuildStopped(ClusterError):
 def build_failure(exc: BaseException) -> tuple[int, str]:
     """The failure code and reason a node reports for a BUILD that raised ``exc``.
 
-    FAILURE_BUILD (-1, which ends the run for every node) only for :class:`BuildFailed`;
-    FAILURE_NETWORK (1: the master drops this node) for a fetch from the master that failed
-    (:class:`~cluster.errors.TransportError`) and for anything else that went wrong on this
-    node around the build command (a full disk, a copy that failed).
+    FAILURE_BUILD (-1, which ends the run for every node) only for :class:`BuildFailed`:
+    the build command failed, timed out or was killed, and its log shows nothing that is
+    this node's own fault -- a compile error in the tree's own source (``file.c:12:5:
+    error:`` on a file of the tree, an ``#include "x.h"`` the tree lacks, an undefined
+    reference), or no recognised error line at all.  FAILURE_NETWORK (1: the master drops
+    this node, its jobs go to the others and the run goes on) for
+    :class:`BuildCannotRunHere`: the command failed and its log shows that this machine
+    lacks something -- a program looked up in PATH (``sh: 1: make: not found``, ``make:
+    gcc: No such file or directory``, make's ``Error 127``), ``configure: error: ...``, a
+    system library (``ld: cannot find -lz``) or system header (``#include <zlib.h>``) --
+    and no line that is the tree's fault (the whole rule: :mod:`cluster.node.buildlog`).
+    Both reasons quote the deciding line of the build log.  Also FAILURE_NETWORK for a
+    fetch from the master that failed (:class:`~cluster.errors.TransportError`) and for
+    anything else that went wrong on this node around the build command (a full disk, a
+    copy that failed).
     """
     text = str(exc) or type(exc).__name__
     if isinstance(exc, BuildFailed):
         return FAILURE_BUILD, f"build failed: {text}"
+    if isinstance(exc, BuildCannotRunHere):
+        return FAILURE_NETWORK, f"cannot build on this node: {text}"
     if isinstance(exc, TransportError):
         return FAILURE_NETWORK, f"fetch failed: {text}"
     return FAILURE_NETWORK, f"could not prepare the build on this node: {text}"
@@ -616,14 +638,17 @@ class NodeRun:
         """Run the build command in ``cwd``, its output going to the build log ``out``.
 
         Bounded by ``build_timeout``: past it the command's whole process tree is killed.
-        :class:`BuildFailed`, naming the build (``what``, default the command) and what
-        happened, if it fails or times out (:class:`BuildStopped` if the node was told to
-        stop meanwhile); the same line goes to the build log.
+        If it fails or times out: :class:`BuildFailed`, or :class:`BuildCannotRunHere` when
+        the command's part of the log shows this node's own fault (build_failure), naming
+        the build (``what``, default the command), what happened and the log's deciding
+        line; :class:`BuildStopped` if the node was told to stop meanwhile.  The same line
+        goes to the build log.
         """
         assert self.start is not None
         what = what or repr(self.start.build)
         timeout = self.cfg.build_timeout
         out.flush()  # our lines first: the child appends to the same file
+        started_at = self.build_log.stat().st_size
         done = proc.run(self.start.build, shell=True, cwd=cwd, stdout=out, stderr=proc.STDOUT,
                         timeout=timeout, stop=self.stop_flag)
         if done.stopped:
@@ -639,7 +664,16 @@ class NodeRun:
             return
         out.write(f"node {self.name}: {problem}\n")
         out.flush()
-        raise BuildStopped(problem) if done.stopped else BuildFailed(problem)
+        if done.stopped:
+            raise BuildStopped(problem)
+        diagnosis = buildlog.diagnose(_read_from(self.build_log, started_at))
+        words = diagnosis.summary()
+        reason = f"{problem}: {words}" if words else problem
+        # Only a command that ran to its own failure can show the node's fault; a timeout
+        # or a kill says nothing about whose it is, and stays the source's (failure -1).
+        if diagnosis.local and done.returncode > 0:
+            raise BuildCannotRunHere(reason)
+        raise BuildFailed(reason)
 
     def _do_upload(self) -> None:
         self.node_log.flush()
@@ -875,6 +909,19 @@ def _job_environment() -> dict[str, str]:
     old = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + old if old else "")
     return env
+
+
+#: Bytes of a failed build's log read for its error lines at most (its last ones).
+BUILD_LOG_READ_LIMIT = 8_000_000
+
+
+def _read_from(path: Path, offset: int) -> str:
+    """The text of ``path`` from byte ``offset`` on (at most its last BUILD_LOG_READ_LIMIT
+    bytes; undecodable bytes replaced)."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(offset, size - BUILD_LOG_READ_LIMIT, 0))
+        return fh.read(BUILD_LOG_READ_LIMIT).decode("utf-8", errors="replace")
 
 
 def _read_and_remove(path: str) -> str:

@@ -179,21 +179,78 @@ def test_master_killed_mid_run_is_taken_over_without_rerunning_journaled_jobs(
     assert shutil.which("gs")
 
 
-def test_a_build_failure_aborts_the_run_with_a_report_quoting_the_build_log(
-        make_cluster) -> None:
-    cluster = make_cluster(gs_configs=SMALL_GS)
-    cluster.start()
-    tree = cluster.home_dir / "broken"
+#: A C file with a syntax error (a missing ';'), for the real gcc.
+BROKEN_C = "int main(void)\n{\n  int x = 1\n  return x;\n}\n"
+
+
+def test_a_build_failure_aborts_the_run_with_a_report_quoting_the_compilers_words(
+        tmp_path: Path) -> None:
+    """localcluster.py --tree with a tree whose make runs the real gcc on a C file with a
+    syntax error: the run is aborted (failure -1), the report quotes gcc's ``file:line:
+    error:`` line with the node's name, the command, its status and the whole log's place,
+    no table is written, and localcluster.py exits 3 saying so."""
+    tree = tmp_path / "broken"
     tree.mkdir()
-    (tree / "Makefile").write_text("all:\n\t@echo 'gdevxyz.c:12: error: expected ;'; false\n")
+    (tree / "gdevxyz.c").write_text(BROKEN_C)
+    # Many command lines before the error, as a real build has: the report must not be them.
+    (tree / "Makefile").write_text(
+        "all:\n\t@for i in $$(seq 1 150); do echo gcc -DFOO=$$i -c other$$i.c; done\n"
+        "\tgcc -c gdevxyz.c -o gdevxyz.o\n")
+    home = tmp_path / "h"
+    argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
+            "--tree", str(tree), "--set", f"base_port={free_port(3)}",
+            "--set", f"monitor_port={free_port()}", "--set", "status_port=0",
+            "--set", f"gs_configs={SMALL_GS}"]
+    for key, value in FAST.items():
+        argv += ["--set", f"{key}={value}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, (done.stdout[-2000:], done.stderr[-2000:])
+    archive = Path(done.stdout.splitlines()[-1])
+    text = (archive / "report.txt").read_text()
+    assert text in done.stdout
+    assert "An error occurred that prevented the local cluster run from finishing" in text
+    failed = re.search(r"node (node\d) failed with code -1: build failed: 'make' exited with "
+                       r"status 2: gdevxyz\.c:4:3: error: expected ", text)
+    assert failed, text
+    node = failed.group(1)
+    assert f"The build failed on node {node}:\n  command: make\n" in text
+    assert "  result:  'make' exited with status 2\n" in text
+    log = archive / "logs" / f"{node}.build.log"
+    assert f"  whole log: {log}\n" in text and log.is_file()
+    quoted = text[text.index("  error lines:\n"):]
+    assert re.search(r"^    gdevxyz\.c:4:3: error: expected .* before .*return", quoted, re.M)
+    assert "    make: *** [Makefile:3: all] Error 1" in quoted
+    assert "-DFOO=" not in text  # the command lines stay in the log
+    assert "-DFOO=150" in log.read_text()
+    assert not (archive / f"{archive.name}.tab").exists()
+    assert not (home / "tables" / "user-local.tab").exists()  # the baseline is kept
+    assert "outcome failed\n" in (archive / "run.info").read_text()
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("localcluster.py: the run did not complete: failed: node node")
+    assert "gdevxyz.c:4:3: error: expected" in last and str(archive / "report.txt") in last
+
+
+def test_a_node_without_the_compiler_fails_with_code_1_and_the_run_goes_on(
+        make_cluster) -> None:
+    """node1's compiler does not exist (CC names no program): its build fails for its own
+    reason, so it reports failure 1 quoting make's words, is dropped, and node2 runs every
+    job; the run completes."""
+    cluster = make_cluster(gs_configs=SMALL_GS)
+    cluster.start(node_env={"node1": {"CC": "no-such-cc-here"}})
+    tree = write_demo_tree(cluster.home_dir / "needs-cc", "gs", [])
+    (tree / "probe.c").write_text("int probe(void) { return 0; }\n")
+    (tree / "Makefile").write_text("all:\n\t$(CC) -c probe.c -o probe.o\n"
+                                   "\tsh ./make_wrapper.sh\n")
     before = cluster.archives()
     spec = cluster.push(tree, "tester", ["gs"], [])
-    archive = cluster.wait_for_run(spec, before, 120)
-    text = (archive / "report.txt").read_text()
-    assert "An error occurred that prevented the local cluster run from finishing" in text
-    assert "failed with code -1" in text and "gdevxyz.c:12: error: expected ;" in text
-    assert not (archive / f"{archive.name}.tab").exists()
-    assert not (cluster.home.tables / "user-tester.tab").exists()  # the baseline is kept
+    archive = cluster.wait_for_run(spec, before, 300)
+    assert "outcome done\n" in (archive / "run.info").read_text()
+    table = read_tab(archive / f"{archive.name}.tab")
+    assert table and {row.machine for row in table.values()} == {"node2"}
+    master_log = (cluster.home.log_dir / "clustermaster.log").read_text()
+    assert ("failure 1 cannot build on this node: 'make' exited with status 2: "
+            "make: no-such-cc-here: No such file or directory") in master_log
+    assert "failed with code -1" not in master_log
 
 
 def test_an_auto_run_queued_by_enqueue_auto_runs_at_priority_2(make_cluster) -> None:

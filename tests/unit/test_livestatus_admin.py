@@ -160,6 +160,25 @@ def test_run_info_ends_with_the_summary_and_still_parses(tmp_path: Path) -> None
     assert bare.endswith("outcome done\nnodes 0\n")
 
 
+def test_run_info_says_why_a_run_that_is_not_done_ended(tmp_path: Path) -> None:
+    """localcluster.py's exit line reads it (cluster.localcluster.run_end)."""
+    from cluster.localcluster import run_end
+
+    start = JobStart(id=RUN, priority=0, queue="user alice gs", kind="user", ref="alice",
+                     products=("gs",), tree="ghostpdl", source="ghostpdl", build="b",
+                     tests="tests", secret="s" * 64)
+    record = EndRecord.create(tmp_path, start, Outcome.FAILED,
+                              reason="node n1 failed with code -1: build failed:\n x.c:1: "
+                                     "error: y", elapsed=1.0)
+    text = run_info(start, record, 0, finish.Report("text"))
+    assert text.endswith("outcome failed\nreason node n1 failed with code -1: build failed: "
+                         "x.c:1: error: y\nnodes 0\n")
+    (tmp_path / "run.info").write_text(text)
+    end = run_end(tmp_path)
+    assert not end.complete
+    assert end.describe() == "failed: node n1 failed with code -1: build failed: x.c:1: error: y"
+
+
 def test_the_node_side_reads_these_aborts_as_meant() -> None:
     """run.py: a disabled node's ABORT may pass (exit 4; the monitor keeps it away while
     it is disabled); an admin's stop ends the run for the node for good (exit 0)."""
