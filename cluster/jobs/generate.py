@@ -170,6 +170,30 @@ def product_configs(cfg: Config, product: str) -> list[JobConfig]:
     return out
 
 
+#: The program of mupdf's jobs (``__bin__/mutool``).
+MUTOOL = "mutool"
+
+
+def required_programs(cfg: Config, products: Iterable[str]) -> list[str]:
+    """The programs (``__bin__/<name>``) the jobs of ``products`` run, sorted: what a build
+    for them must make.  A product needs its language's program and, for each two-stage
+    configuration, the rasteriser of the intermediate (pcl's ``pdf.*`` tests need gs,
+    xpswrite needs gxps); mupdf needs mutool; shell none.  ValueError for an unknown
+    product, ConfigError for a malformed configuration."""
+    programs: set[str] = set()
+    for product in check_products(products):
+        if product == SHELL:
+            continue
+        lang = PRODUCT_SPECS[product].language
+        if lang is None:
+            programs.add(MUTOOL)
+            continue
+        programs.add(lang.program)
+        programs.update(TWO_STAGE[tc.two_stage].rasteriser.program
+                        for tc in product_configs(cfg, product) if tc.two_stage is not None)
+    return sorted(programs)
+
+
 def job_for(product: str, relpath: str, tc: JobConfig, cfg: Config) -> Job:
     """The job testing ``relpath`` in configuration ``tc`` of ``product``."""
     name = f"{file_id(relpath)}.{tc.text}"

@@ -20,6 +20,7 @@ from cluster.config import Config
 from cluster.datatypes import ALONE, MAP_PRODUCTS, PRODUCTS, parse_path_products
 from cluster.errors import ConfigError
 from cluster.jobs import bmpcmp as bmpcmp_jobgen
+from cluster.jobs import generate as jobgen
 from cluster.jobs.generate import JobOptions, generate
 from cluster.node.noderun import _BIN_NAME
 from cluster.queue import RunSpec
@@ -239,6 +240,31 @@ def test_the_binaries_a_node_checks(tree: Path, product: str, binaries: set[str]
     found = {name for job in _jobs(tree, [product]).values()
              for name in _BIN_NAME.findall(job.command)}
     assert found == binaries
+
+
+@pytest.mark.parametrize("products", [["pcl"], ["xps"], ["xpswrite"], ["gs"], ["mupdf"],
+                                      ["shell"], ["gs", "pcl", "xps", "xpswrite"],
+                                      ["pdfwrite", "ps2write"]])
+def test_required_programs_are_the_binaries_the_jobs_name(tmp_path: Path,
+                                                          products: list[str]) -> None:
+    """What a build must make for a run equals the ``__bin__/<name>`` its job lines name."""
+    root = tmp_path / "t"
+    for name in ("a.pcl", "b.xps", "c.ps", "d.pdf", "e.cmds"):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("echo 1\n")
+    named = {name for job in generate(CFG, products, root)
+             for name in _BIN_NAME.findall(job.command)}
+    assert jobgen.required_programs(CFG, products) == sorted(named)
+
+
+def test_required_programs_follow_the_configurations() -> None:
+    """A pcl list without two-stage configs needs gpcl6 alone; with xps.* also gxps."""
+    assert jobgen.required_programs(CFG, ["pcl"]) == ["gpcl6", "gs"]
+    raster_only = CFG.with_changes(pcl_configs=("pbmraw.75.0",))
+    assert jobgen.required_programs(raster_only, ["pcl"]) == ["gpcl6"]
+    via_xps = CFG.with_changes(pcl_configs=("xps.pbmraw.75.0",))
+    assert jobgen.required_programs(via_xps, ["pcl"]) == ["gpcl6", "gxps"]
 
 
 def test_every_line_parses_back(tree: Path) -> None:
