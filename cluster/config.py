@@ -177,11 +177,32 @@ class Config:
     ps2write_configs: tuple[str, ...] = _opt(
         ("ps.ppmraw.72.0", "ps.ppmraw.300.0", "ps.pkmraw.300.0"),
         MASTER, "ps.device.res.band list", "two-stage configurations of product ps2write")
+    xpswrite_configs: tuple[str, ...] = _opt(
+        ("xps.ppmraw.72.0", "xps.ppmraw.300.0", "xps.pkmraw.300.0"),
+        MASTER, "xps.device.res.band list",
+        "two-stage configurations of product xpswrite (gs writes XPS, gxps rasterises it)")
+    pcl_configs: tuple[str, ...] = _opt(
+        ("pbmraw.75.0", "pbmraw.600.1", "ppmraw.75.0", "ppmraw.600.1",
+         "pdf.ppmraw.75.0", "pdf.ppmraw.600.0"),
+        MASTER, "device.res.band list",
+        "configurations of product pcl (gpcl6 on PCL and PCL-XL; in a pdf.* one gpcl6 "
+        "writes the PDF, gs rasterises it)")
+    xps_configs: tuple[str, ...] = _opt(
+        ("pbmraw.72.0", "ppmraw.72.0", "bitrgb.72.0", "pdf.ppmraw.72.0"),
+        MASTER, "device.res.band list",
+        "configurations of product xps (gxps; in a pdf.* one gxps writes the PDF, gs "
+        "rasterises it)")
     mupdf_configs: tuple[str, ...] = _opt(
         ("ppmraw.72.0", "ppmraw.300.0", "ppmraw.300.1"),
         MASTER, "device.res.band list", "configurations of product mupdf (mutool draw)")
     gs_extensions: tuple[str, ...] = _opt(("ps", "eps", "pdf", "ai"), MASTER, "suffix list",
-                                          "test files gs, pdfwrite and ps2write run on")
+                                          "test files gs, pdfwrite, ps2write and xpswrite "
+                                          "run on")
+    pcl_extensions: tuple[str, ...] = _opt(("pcl", "px", "pxl", "prn"), MASTER, "suffix list",
+                                           "test files product pcl (gpcl6: PCL and PCL-XL) "
+                                           "runs on")
+    xps_extensions: tuple[str, ...] = _opt(("xps",), MASTER, "suffix list",
+                                           "test files product xps (gxps) runs on")
     mupdf_extensions: tuple[str, ...] = _opt(("pdf", "xps", "cbz", "epub"), MASTER, "suffix list",
                                              "test files mupdf runs on")
     required_tools: tuple[str, ...] = _opt(("md5sum",), MASTER, "tool list",

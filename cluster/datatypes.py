@@ -25,8 +25,10 @@ from cluster.errors import ConfigError
 # ----------------------------------------------------------------------------------------------
 # Products and trees
 
-#: Every product a run may test, in canonical order.
-PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf", "shell")
+#: Every product a run may test, in canonical order (what build.py generates jobs for,
+#: cluster.jobs.generate).  pcl (gpcl6), xps (gxps) and xpswrite (gs writes XPS, gxps
+#: rasterises it) are built from the same ghostpdl tree as gs.
+PRODUCTS = ("gs", "pdfwrite", "ps2write", "xpswrite", "pcl", "xps", "mupdf", "shell")
 #: Products that may only be queued on their own (RunningClusterJobs: "pushed alone").
 ALONE = ("mupdf", "shell")
 #: Products a ``path_products`` entry may name; the alone ones follow from the tree's name.

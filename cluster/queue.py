@@ -13,10 +13,10 @@ and the first line is the current or next run (ARTIFEX.md §2.1/§2.2)::
 ``ref``
     ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``; a git sha is lower-cased.
 ``products``
-    comma-separated, each of ``gs``, ``pdfwrite``, ``ps2write``, ``mupdf``, ``shell``, no
-    duplicates; ``mupdf`` must be alone (Artifex rule: mupdf is pushed alone), and so must
-    ``shell`` (a list of shell commands, see cluster.jobs.commands).  Canonical order is the
-    order of :data:`PRODUCTS`.
+    comma-separated, each of ``gs``, ``pdfwrite``, ``ps2write``, ``xpswrite``, ``pcl``,
+    ``xps``, ``mupdf``, ``shell``, no duplicates; ``mupdf`` must be alone (Artifex rule:
+    mupdf is pushed alone), and so must ``shell`` (a list of shell commands, see
+    cluster.jobs.commands).  Canonical order is the order of :data:`PRODUCTS`.
 ``option``
     a flag (``lowres``, ``highres``, ``relaxtimeout``, ``bmpcmp``; ``lowres`` and ``highres``
     exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``

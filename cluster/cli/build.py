@@ -8,10 +8,12 @@ Usage::
     build.py [--config FILE] [--home DIR] [--tests DIR] [--set key=value ...] \\
              bmpcmp --from FILE
 
-PRODUCT is one of gs, pdfwrite, ps2write, mupdf, shell; with none, gs pdfwrite ps2write
-(build.pl with no product built every non-mupdf product).  One job line ``<test> <logfile>
-true ; <command>`` is printed per (test file x configuration), slowfiles.lst jobs first and
-quickfiles.lst jobs last, each group in random order (``--seed`` makes the order repeatable).
+PRODUCT is one of gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf, shell; with none, gs
+pdfwrite ps2write (build.pl with no product built every non-mupdf product; pcl, xps and
+xpswrite need the gpcl6 and gxps binaries, so they are made only when named).  One job
+line ``<test> <logfile> true ; <command>`` is printed per (test file x configuration),
+slowfiles.lst jobs first and quickfiles.lst jobs last, each group in random order
+(``--seed`` makes the order repeatable).
 
 The bmpcmp form (ARTIFEX.md §5.7) prints the bmpcmp jobs
 (:func:`cluster.jobs.bmpcmp.bmpcmp_jobs`) of the tests FILE lists, one ``<test id>

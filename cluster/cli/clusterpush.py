@@ -7,7 +7,8 @@ Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree 
                       [--known-hosts F] [--master-python PY] [--master-cache DIR]
                       [--tree DIR] [--user NAME] [PRODUCT...] ... [abort]
 
-PRODUCT is gs, pdfwrite, ps2write, mupdf or shell (the last two alone); the default is
+PRODUCT is gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf or shell (the last two
+alone); the default is
 gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree (default: the current
 directory) is mirrored to users/<user>/<ghostpdl|mupdf|shell> in the master home and the
 run is queued at priority 0.  The mirror leaves out version control, build and object

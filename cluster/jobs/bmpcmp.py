@@ -19,6 +19,7 @@ from cluster.config import Config
 from cluster.defaults import BMPCMP_DIR
 from cluster.jobs.commands import (
     CONFIG_FORM,
+    GS,
     TIME_COMMAND,
     TWO_STAGE,
     JobConfig,
@@ -142,8 +143,11 @@ def bmpcmp_jobs(cfg: Config, tests: Sequence[tuple[str, str]], tests_root: Path,
         if test_id in seen:
             logger.warning("build: bmpcmp: skipping %s: listed twice", test_id)
             continue
+        # bmpcmp renders with gs only: a two-stage config whose stage 2 is not gs (xps.*,
+        # rasterised by gxps) is no config of a bmpcmp product.
         splits = [(stem, tc) for stem, tc in _id_splits(test_id)
-                  if tc.two_stage in PRODUCT_SPECS[product].kinds]
+                  if tc.two_stage in PRODUCT_SPECS[product].kinds
+                  and (tc.two_stage is None or TWO_STAGE[tc.two_stage].rasteriser == GS)]
         if not splits:
             logger.warning("build: bmpcmp: skipping %s: not <file id>.<config> of product %s "
                            "(config: %s)", test_id, product, CONFIG_FORM)
@@ -212,7 +216,7 @@ def bmpcmp_command(name: str, relpath: str, tc: JobConfig, product: str,
             for bin_dir, out in ((BASELINE, base_out), (BIN, cand_out)):
                 parts.append(timed_step(log, render(bin_dir, out, input_args), stdin))
         else:
-            device, suffix = TWO_STAGE[tc.two_stage]
+            device, suffix = TWO_STAGE[tc.two_stage].device, TWO_STAGE[tc.two_stage].suffix
             parts.append(f"echo 'gs {device}' >> {log}")
             mids = (f"{TEMP}/{name}.base.{suffix}", f"{TEMP}/{name}.cand.{suffix}")
             cleanup += mids

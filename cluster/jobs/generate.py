@@ -11,9 +11,14 @@ by :mod:`cluster.jobs.commands` (which states the command's contract) from the t
 Products:
 
 ``gs``        raster: gs renders the file, the raster is piped into md5sum (``gs_configs``;
-              like build.pl's gs list it may also hold ``pdf.``/``ps.`` two-stage configs)
+              like build.pl's gs list it may also hold ``pdf.``/``ps.``/``xps.`` two-stage
+              configs)
 ``pdfwrite``  two-stage: gs writes a PDF, then gs rasterises that PDF (``pdfwrite_configs``)
 ``ps2write``  two-stage: gs writes PostScript, then gs rasterises it (``ps2write_configs``)
+``xpswrite``  two-stage: gs writes XPS, then gxps rasterises it (``xpswrite_configs``)
+``pcl``       gpcl6 renders PCL and PCL-XL files (``pcl_configs``, ``pcl_extensions``); its
+              two-stage configs (``pdf.ppmraw.75.0``) have gpcl6 write the intermediate
+``xps``       gxps renders XPS files (``xps_configs``, ``xps_extensions``), likewise
 ``mupdf``     ``mutool draw`` renders the file to a PNM stream piped into md5sum
 ``shell``     every line of the corpus's command files is one job (:func:`shell_jobs`)
 
@@ -30,11 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.config import Config
+from cluster.datatypes import PRODUCTS  # the products build.py knows, in canonical order
 from cluster.errors import ConfigError
 from cluster.jobs.commands import (
     CONFIG_FORM,
+    GS,
+    LANGUAGES,
     MUPDF_FORMATS,
+    TWO_STAGE,
     JobConfig,
+    Language,
     mupdf_command,
     raster_command,
     shell_command,
@@ -53,10 +63,10 @@ from cluster.records import TEMP, Job
 
 logger = logging.getLogger("cluster.build")
 
-#: The products build.py knows, in the order usage text lists them.
-PRODUCTS = ("gs", "pdfwrite", "ps2write", "mupdf", "shell")
 #: What build.py builds when no product is named: build.pl with no product argument took
-#: every non-mupdf product, and its gs list held the pdfwrite configurations too.
+#: every non-mupdf product, and its gs list held the pdfwrite configurations too.  pcl, xps
+#: and xpswrite are left out: their binaries (gpcl6, gxps) are built only when a run names
+#: them, so a default run must not need them.
 DEFAULT_PRODUCTS = ("gs", "pdfwrite", "ps2write")
 #: Product shell has no configurations: every line of its command files is one job.
 SHELL = "shell"
@@ -104,13 +114,22 @@ class ProductSpec:
     configs_key: str
     extensions_key: str
     kinds: frozenset[str | None]  # allowed JobConfig.two_stage values
+    #: The Ghostscript language whose program renders (stage 1 of a two-stage test);
+    #: None for mupdf.
+    language: Language | None = None
 
+
+#: Raster configs and every two-stage kind: what a Ghostscript language's own list may hold.
+_ALL_KINDS: frozenset[str | None] = frozenset({None, *TWO_STAGE})
 
 #: The products with configurations (all but shell).
 PRODUCT_SPECS = {
-    "gs": ProductSpec("gs_configs", "gs_extensions", frozenset({None, "pdf", "ps"})),
-    "pdfwrite": ProductSpec("pdfwrite_configs", "gs_extensions", frozenset({"pdf"})),
-    "ps2write": ProductSpec("ps2write_configs", "gs_extensions", frozenset({"ps"})),
+    "gs": ProductSpec("gs_configs", "gs_extensions", _ALL_KINDS, GS),
+    "pdfwrite": ProductSpec("pdfwrite_configs", "gs_extensions", frozenset({"pdf"}), GS),
+    "ps2write": ProductSpec("ps2write_configs", "gs_extensions", frozenset({"ps"}), GS),
+    "xpswrite": ProductSpec("xpswrite_configs", "gs_extensions", frozenset({"xps"}), GS),
+    "pcl": ProductSpec("pcl_configs", "pcl_extensions", _ALL_KINDS, LANGUAGES["pcl"]),
+    "xps": ProductSpec("xps_configs", "xps_extensions", _ALL_KINDS, LANGUAGES["xps"]),
     "mupdf": ProductSpec("mupdf_configs", "mupdf_extensions", frozenset({None})),
 }
 
@@ -151,15 +170,40 @@ def product_configs(cfg: Config, product: str) -> list[JobConfig]:
     return out
 
 
+#: The program of mupdf's jobs (``__bin__/mutool``).
+MUTOOL = "mutool"
+
+
+def required_programs(cfg: Config, products: Iterable[str]) -> list[str]:
+    """The programs (``__bin__/<name>``) the jobs of ``products`` run, sorted: what a build
+    for them must make.  A product needs its language's program and, for each two-stage
+    configuration, the rasteriser of the intermediate (pcl's ``pdf.*`` tests need gs,
+    xpswrite needs gxps); mupdf needs mutool; shell none.  ValueError for an unknown
+    product, ConfigError for a malformed configuration."""
+    programs: set[str] = set()
+    for product in check_products(products):
+        if product == SHELL:
+            continue
+        lang = PRODUCT_SPECS[product].language
+        if lang is None:
+            programs.add(MUTOOL)
+            continue
+        programs.add(lang.program)
+        programs.update(TWO_STAGE[tc.two_stage].rasteriser.program
+                        for tc in product_configs(cfg, product) if tc.two_stage is not None)
+    return sorted(programs)
+
+
 def job_for(product: str, relpath: str, tc: JobConfig, cfg: Config) -> Job:
     """The job testing ``relpath`` in configuration ``tc`` of ``product``."""
     name = f"{file_id(relpath)}.{tc.text}"
-    if product == "mupdf":
+    lang = PRODUCT_SPECS[product].language
+    if lang is None:
         command = mupdf_command(name, relpath, tc)
     elif tc.two_stage is not None:
-        command = two_stage_command(name, relpath, tc, cfg.gs_memory_kb)
+        command = two_stage_command(name, relpath, tc, cfg.gs_memory_kb, lang)
     else:
-        command = raster_command(name, relpath, tc, cfg.gs_memory_kb)
+        command = raster_command(name, relpath, tc, cfg.gs_memory_kb, lang)
     return Job(name, f"{TEMP}/{name}.log", command)
 
 

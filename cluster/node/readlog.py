@@ -63,6 +63,10 @@ from cluster.records import (
 
 #: The line run.py appends to a killed job's log block (and readlog.pl looked for).
 KILLED_LINE = "killed: timeout"
+#: How the label of a two-stage test ends (``gs pdfwrite``, ``pcl pdfwrite``, ``gs
+#: xpswrite``: cluster.jobs.commands.TWO_STAGE's stage-1 devices; the node side imports no
+#: job code, so they are spelled out here).
+_TWO_STAGE_LABELS = (" pdfwrite", " ps2write", " xpswrite")
 #: The stage divider of two-stage tests.
 DIVIDER = "---"
 
@@ -150,7 +154,7 @@ def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | No
     lines = _text(log_text).splitlines()
     # A log without its label line still needs a product for the .tab (and the protocol).
     product = " ".join(lines[0].split()) if lines and lines[0].strip() else UNKNOWN_PRODUCT
-    two_stage = product.endswith((" pdfwrite", " ps2write"))
+    two_stage = product.endswith(_TWO_STAGE_LABELS)
     stage = 1
     error = ERROR_NONE
     error_stage = 0

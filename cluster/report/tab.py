@@ -4,8 +4,9 @@ A ``.tab`` file has one line per test, TAB-separated, in this column order::
 
     name  error  time1  time2  time3  time4(=0)  md5  rev  product  machine
 
-``md5`` is ``0`` whenever ``error`` is not 0; ``product`` is ``gs``, ``mupdf``, ... or
-``<p> pdfwrite`` / ``<p> ps2write`` for the two-stage tests.  Files are written sorted by
+``md5`` is ``0`` whenever ``error`` is not 0; ``product`` is ``gs``, ``pcl``, ``xps``,
+``mupdf``, ... or ``<p> pdfwrite`` / ``<p> ps2write`` / ``<p> xpswrite`` for the two-stage
+tests.  Files are written sorted by
 name (what the Perl's ``sort`` of whole lines gives, since TAB sorts before every name
 character) and replaced atomically, so a dashboard or a concurrent ``compare`` never reads a
 half-written table.
@@ -41,7 +42,13 @@ MAX_LOGGED = 20
 
 #: Tested-product words that name a two-stage variant of gs rather than a product column of
 #: their own.  Every other word is its own product column ("gs" -> "gs", "mupdf" -> "mupdf").
-_VARIANT_COLUMNS = {"pdfwrite": "gs pdfwrite", "ps2write": "gs ps2write"}
+_VARIANT_COLUMNS = {"pdfwrite": "gs pdfwrite", "ps2write": "gs ps2write",
+                    "xpswrite": "gs xpswrite"}
+#: Products whose own configuration lists hold their two-stage tests (pcl's
+#: ``pdf.ppmraw.75.0`` is a test of product pcl, labelled ``pcl pdfwrite``): those columns
+#: belong to the product too.  gs's belong to the products pdfwrite, ps2write and xpswrite.
+_OWN_TWO_STAGE_COLUMNS = {p: tuple(f"{p} {device}" for device in _VARIANT_COLUMNS)
+                          for p in ("pcl", "xps")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +341,14 @@ def product_column(product: str) -> str:
 
 
 def product_columns(products: Iterable[str]) -> frozenset[str]:
-    """The set of product columns of the tested-product words *products*."""
-    return frozenset(product_column(p) for p in products)
+    """The set of product columns of the tested-product words *products*: each word's
+    :func:`product_column`, and for pcl and xps also their two-stage columns (``pcl
+    pdfwrite``, ...), which no other product word names."""
+    columns: set[str] = set()
+    for p in products:
+        columns.add(product_column(p))
+        columns.update(_OWN_TWO_STAGE_COLUMNS.get(p, ()))
+    return frozenset(columns)
 
 
 def merge_baseline(old: Table, new: Table, tested_products: Iterable[str]) -> Table:

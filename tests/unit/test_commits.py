@@ -85,7 +85,7 @@ def test_a_tree_named_like_an_alone_product_tests_only_that_product(tree: str) -
     ("doc/=shell", "tested alone"),
     ("doc/=gs,gs", "each product once"),
     ("doc/=gs,", "unknown product ''"),
-    ("doc/=pcl", "unknown product 'pcl'"),
+    ("doc/=svg", "unknown product 'svg'"),
     ("/abs/=gs", "no leading '/'"),
     ("../x:doc/=gs", "a tree qualifier that is a plain name"),
 ])

@@ -81,8 +81,9 @@ def test_duplicate_products_are_ignored(tree: Path) -> None:
 
 def test_unknown_product_is_an_error(tree: Path) -> None:
     """An unknown product raises ValueError naming it and the known ones."""
-    with pytest.raises(ValueError, match=r"'pcl'.*gs, pdfwrite, ps2write, mupdf"):
-        generate(CFG, ["gs", "pcl"], tree)
+    with pytest.raises(ValueError, match=r"'svg'.*gs, pdfwrite, ps2write, xpswrite, pcl, xps, "
+                       "mupdf"):
+        generate(CFG, ["gs", "svg"], tree)
 
 
 def test_gs_and_mupdf_on_the_same_pdf_collide(tree: Path) -> None:
@@ -365,7 +366,7 @@ def test_cli_home_and_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["gs", "bogus"], "'bogus'"),
-    (["pcl"], "gs, pdfwrite, ps2write, mupdf"),
+    (["svg"], "gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf"),
     (["filter=", "gs"], "empty filter"),
     (["--set", "nokey", "gs"], "key=value"),
     (["--set", "gs_configs=ppmraw", "gs"], "device.res.band"),
@@ -391,7 +392,8 @@ def test_cli_missing_corpus_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_product_list_matches_specs() -> None:
     """Every advertised product can be generated."""
-    assert set(jobgen.PRODUCTS) == set(jobgen.DEFAULT_PRODUCTS) | {"mupdf", "shell"}
+    assert set(jobgen.PRODUCTS) == set(jobgen.PRODUCT_SPECS) | {"shell"}
+    assert set(jobgen.DEFAULT_PRODUCTS) < set(jobgen.PRODUCT_SPECS)
 
 
 def test_shell_product_makes_one_job_per_command_line(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_parse_valid_lines(line: str, kind: str, ref: str, products: tuple[str, 
     ("user .hidden gs", "bad user name"),
     ("user " + "a" * 65 + " gs", "bad user name"),
     ("auto -x gs", "bad auto job name"),
-    ("user alice pcl", "unknown product 'pcl'"),
+    ("user alice svg", "unknown product 'svg'"),
     ("user alice gs,gs", "listed twice"),
     ("user alice gs,,pdfwrite", "empty product"),
     ("user alice gs,", "empty product"),
@@ -81,8 +81,9 @@ def test_parse_rejects_with_reason(line: str, fragment: str) -> None:
 
 def test_error_lists_expected_values() -> None:
     """A bad product error lists every legal product."""
-    with pytest.raises(QueueLineError, match="gs, pdfwrite, ps2write, mupdf"):
-        RunSpec.parse("user alice xps")
+    with pytest.raises(QueueLineError,
+                       match="gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf, shell"):
+        RunSpec.parse("user alice svg")
 
 
 @pytest.mark.parametrize("line", [

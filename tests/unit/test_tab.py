@@ -19,6 +19,7 @@ from cluster.report.tab import (
     merge_baseline,
     merged_lines,
     product_column,
+    product_columns,
     read_tab,
     write_tab,
     write_tab_lines,
@@ -180,6 +181,21 @@ def test_product_column_maps_variants_to_gs() -> None:
     assert product_column("gs") == "gs"
     assert product_column("mupdf") == "mupdf"
     assert product_column("gs pdfwrite") == "gs pdfwrite"
+    assert product_column("xpswrite") == "gs xpswrite"
+    assert product_column("pcl") == "pcl"
+
+
+def test_pcl_and_xps_own_their_two_stage_columns() -> None:
+    """A pcl run replaces the baseline's pcl pdfwrite lines (pcl_configs holds them), a gs
+    run does not replace gs pdfwrite's (product pdfwrite does)."""
+    assert product_columns(["pcl"]) == {"pcl", "pcl pdfwrite", "pcl ps2write", "pcl xpswrite"}
+    assert product_columns(["xps", "xpswrite"]) == {"xps", "xps pdfwrite", "xps ps2write",
+                                                    "xps xpswrite", "gs xpswrite"}
+    assert product_columns(["gs"]) == {"gs"}
+    old = {"c1": row("c1", product="pcl"), "c_gone": row("c_gone", product="pcl pdfwrite"),
+           "x1": row("x1", product="xps pdfwrite"), "g1": row("g1", product="gs pdfwrite")}
+    new = {"c1": row("c1", md5=MD5_B, product="pcl", rev="101")}
+    assert sorted(merge_baseline(old, new, ["pcl"])) == ["c1", "g1", "x1"]
 
 
 def test_merge_baseline_replaces_tested_products_and_keeps_others() -> None:
