@@ -254,7 +254,10 @@ def test_one_host_floods_neither_the_log_nor_the_audit_trail_nor_the_others_plac
         for _ in range(2000):
             _from("127.0.0.2", port).close()
         silent = [_from("127.0.0.2", port) for _ in range(6)]
-        wait_for(lambda: server.rejected >= 2002, 20, "the flood to be refused")
+        # Both: the refusals can reach 2002 while the last silent socket still waits in
+        # the backlog (under load it was seen with 3 of the 4 accepted).
+        wait_for(lambda: server.rejected >= 2002 and len(server.conns) >= 4, 20,
+                 "the flood to be refused and four silent sockets held")
         assert len(server.conns) == 4  # the per-peer limit, not the server's 8
         assert talk(port, HONEST) == b"CONTINUE\n"  # 127.0.0.1: another host
     finally:
