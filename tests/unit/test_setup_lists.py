@@ -27,7 +27,8 @@ def test_packages_txt_is_a_list_of_debian_package_names() -> None:
     assert names and all(re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", n) for n in names), names
     # What the tests need of the system (a missing one fails CI instead of skipping).
     for needed in ("ghostscript", "mupdf-tools", "openssh-server", "rsync", "iproute2",
-                   "chromium", "chromium-driver", "cron", "git", "parallel"):
+                   "chromium", "chromium-driver", "cron", "git", "parallel",
+                   "gcc", "libc6-dev"):  # the build tests compile real C
         assert needed in names
 
 
