@@ -14,6 +14,9 @@ later of the master's mtime and now: newer than every object the last build made
 even when the change carries an older mtime (a reverted file, an unpacked archive).  What
 the last overlay wrote is recorded in a manifest beside the folder (path, size, mtime, mode
 as the mirror had them), which is how a change, and a deletion, is recognised.
+
+Before each build the programs the last one left in the binaries' folder are removed
+(:func:`remove_programs`): the jobs never run a stale binary that this build did not make.
 """
 
 from __future__ import annotations
@@ -125,3 +128,24 @@ def _load(manifest: Path) -> dict[str, list[str | int]]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def remove_programs(bin_dir: Path, source_bin: Path) -> list[str]:
+    """Remove the programs an earlier build left in ``bin_dir`` (regular files with an
+    execute bit directly in it), except those the tree itself has (in ``source_bin``, the
+    mirror's folder of the same name); returns their names, sorted.
+
+    So the binaries a run's jobs call were made by this run's build: a build that no
+    longer makes one (a target gone, a broken rule) leaves it missing, never stale.  Only
+    the link step is redone; the objects stay.
+    """
+    if not bin_dir.is_dir() or bin_dir.is_symlink():
+        return []
+    removed = []
+    for entry in sorted(bin_dir.iterdir(), key=lambda p: p.name)[:MAX_ENTRIES]:
+        st = entry.lstat()
+        if (stat.S_ISREG(st.st_mode) and st.st_mode & 0o111
+                and not (source_bin / entry.name).exists()):
+            entry.unlink()
+            removed.append(entry.name)
+    return removed

@@ -5,9 +5,10 @@ The node reads job.start, then talks to the master on base_port + priority:
 * BUILD: mirror the test corpus and the product's source tree from the master (the tree
   into ``work_dir/src/<key>``), bring the tree's build folder ``work_dir/build/<key>`` up to
   date with it (:mod:`cluster.node.buildtree`: only changed files are written, the build's
-  own files stay, so ``make`` rebuilds only what changed), and run the build command of the
-  tree's kind there (:mod:`cluster.node.buildcmd`) in a background thread; meanwhile every
-  call says ``busy build``.  ``<key>`` is the source path, or for a run's snapshot
+  own files stay, so ``make`` rebuilds only what changed; the programs the last build left
+  in the binaries' folder are removed, so they are relinked, never stale), and run the
+  build command of the tree's kind there (:mod:`cluster.node.buildcmd`) in a background
+  thread; meanwhile every call says ``busy build``.  ``<key>`` is the source path, or for a run's snapshot
   (``runs/<id>/source/<tree>``) the run's kind, the user of a user run, and the tree: the
   same for every run of that user's tree.  When job.start names a ``baseline`` tree (bmpcmp
   runs), it is mirrored into ``work_dir/baseline/.<name>.src``, copied afresh to
@@ -649,6 +650,10 @@ class NodeRun:
                 out.write(f"node {self.name}: build folder {tree} updated from {self.src}: "
                           f"{done.written} files written, {done.deleted} deleted\n")
                 plan = self._plan(out, tree)
+                stale = buildtree.remove_programs(tree / plan.bin_dir, self.src / plan.bin_dir)
+                if stale:
+                    out.write(f"node {self.name}: removed the last build's {' '.join(stale)} "
+                              f"from {plan.bin_dir}/ (this build makes them again)\n")
                 out.write(f"$ {plan.command}\n")
                 self._run_build(out, tree, plan, env, "")
             if self.baseline_dir is not None:

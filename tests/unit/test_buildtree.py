@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cluster.node.buildtree import overlay
+from cluster.node.buildtree import overlay, remove_programs
 
 OLD_NS = 1_000_000_000 * 1_000_000_000  # 2001-09-09: older than any build
 
@@ -59,3 +59,17 @@ def test_without_its_manifest_the_build_folder_is_made_afresh(tmp_path: Path) ->
     manifest.unlink()
     assert overlay(mirror, build, manifest).written == 4
     assert not (build / "a.o").exists()
+
+
+def test_the_last_builds_programs_are_removed_but_not_the_trees_own(tmp_path: Path) -> None:
+    bin_dir, source_bin = tmp_path / "build" / "bin", tmp_path / "mirror" / "bin"
+    bin_dir.mkdir(parents=True)
+    source_bin.mkdir(parents=True)
+    for name, mode in (("gs", 0o755), ("gpcl6", 0o700), ("notes.txt", 0o644),
+                       ("script", 0o755)):
+        (bin_dir / name).write_text(name)
+        (bin_dir / name).chmod(mode)
+    (source_bin / "script").write_text("the tree's own")
+    assert remove_programs(bin_dir, source_bin) == ["gpcl6", "gs"]
+    assert sorted(p.name for p in bin_dir.iterdir()) == ["notes.txt", "script"]
+    assert remove_programs(tmp_path / "absent", source_bin) == []
