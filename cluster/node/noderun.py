@@ -8,9 +8,9 @@ The node reads job.start, then talks to the master on base_port + priority:
   own files stay, so ``make`` rebuilds only what changed; the programs the last build left
   in the binaries' folder are removed, so they are relinked, never stale), and run the
   build command of the tree's kind there (:mod:`cluster.node.buildcmd`) in a background
-  thread; meanwhile every call says ``busy build``.  ``<key>`` is the source path, or for a run's snapshot
-  (``runs/<id>/source/<tree>``) the run's kind, the user of a user run, and the tree: the
-  same for every run of that user's tree.  When job.start names a ``baseline`` tree (bmpcmp
+  thread; meanwhile every call says ``busy build``.  ``<key>`` is the source path, or for
+  a run's snapshot (``runs/<id>/source/<tree>``) the run's kind, the user of a user run,
+  and the tree: the same for every run of that user's tree.  When job.start names a ``baseline`` tree (bmpcmp
   runs), it is mirrored into ``work_dir/baseline/.<name>.src``, copied afresh to
   ``work_dir/baseline/<name>`` and built there (a clean build); that build is kept between
   runs and redone only when the mirrored tree (paths, sizes, mtimes) or the build command
