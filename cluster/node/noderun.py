@@ -2,21 +2,21 @@
 
 The node reads job.start, then talks to the master on base_port + priority:
 
-* BUILD: mirror the test corpus and the product's source tree from the master (the tree
-  into ``work_dir/src/<key>``), bring the tree's build folder ``work_dir/build/<key>`` up to
-  date with it (:mod:`cluster.node.buildtree`: only changed files are written, the build's
-  own files stay, so ``make`` rebuilds only what changed; the programs the last build left
-  in the binaries' folder are removed, so they are relinked, never stale), and run the
-  build command of the tree's kind there (:mod:`cluster.node.buildcmd`) in a background
-  thread; meanwhile every call says ``busy build``.  ``<key>`` is the source path, or for
-  a run's snapshot (``runs/<id>/source/<tree>``) the run's kind, the user of a user run,
-  and the tree: the same for every run of that user's tree.  When job.start names a ``baseline`` tree (bmpcmp
-  runs), it is mirrored into ``work_dir/baseline/.<name>.src``, copied afresh to
+* BUILD: mirror the test corpus and the product's source tree from the master (the tree into
+  ``work_dir/src/<key>``), bring the tree's build folder ``work_dir/build/<key>`` up to date
+  with it (:mod:`cluster.node.buildtree`: only changed files are written, the build's own
+  files stay, so ``make`` rebuilds only what changed; the programs the last build left in
+  the binaries' folder are removed, so they are relinked, never stale), and run the build
+  command of the tree's kind there (:mod:`cluster.node.buildcmd`) in a background thread;
+  meanwhile every call says ``busy build``. ``<key>`` is the source path, or for a run's
+  snapshot (``runs/<id>/source/<tree>``) the run's kind, the user of a user run, and the
+  tree: the same for every run of that user's tree. When job.start names a ``baseline`` tree
+  (bmpcmp runs), it is mirrored into ``work_dir/baseline/.<name>.src``, copied afresh to
   ``work_dir/baseline/<name>`` and built there (a clean build); that build is kept between
   runs and redone only when the mirrored tree (paths, sizes, mtimes) or the build command
   changed since the last successful baseline build (``.<name>.stamp``, written only after
-  one).  The mirrors are separate so that mirroring, which deletes what the master lacks,
-  never deletes the build's output.  With ``build_cache`` set (and ccache installed) builds
+  one). The mirrors are separate so that mirroring, which deletes what the master lacks,
+  never deletes the build's output. With ``build_cache`` set (and ccache installed) builds
   run with ``CC='ccache gcc'`` and ``CCACHE_DIR``.
 * JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
   (:mod:`cluster.node.slots`); one running longer than ``job_timeout`` seconds is killed as a
