@@ -156,7 +156,21 @@ class Config:
                                 "when no job is left to hand out, give idle nodes copies of "
                                 "jobs still running elsewhere (first result wins)")
     build_command: str = _opt("make", MASTER, "shell command",
-                              "how a node builds a product tree (run in the tree's top directory)")
+                              "how a node builds a product tree of no known kind (run in the "
+                              "tree's top directory; its binaries are taken from bin/)")
+    build_ghostpdl: str = _opt(
+        "test -f Makefile || { if test -x ./configure; then ./configure --without-x; "
+        "else ./autogen.sh --without-x; fi; } && make -j__slots__ __targets__",
+        MASTER, "shell command",
+        "how a node builds a ghostpdl tree (base/, psi/ and configure.ac or autogen.sh at its "
+        "top): __slots__ becomes the node's slot count, __targets__ the programs the run's "
+        "products need (gs, gpcl6, gxps); binaries from bin/.  A tree's own cluster-build "
+        "script overrides it")
+    build_mupdf: str = _opt(
+        "make -j__slots__ build=release tools", MASTER, "shell command",
+        "how a node builds a MuPDF tree (source/fitz/ and a Makefile at its top; __slots__ "
+        "as above); binaries from build/release/.  A tree's cluster-build script overrides "
+        "it")
     build_timeout: float = _opt(3600.0, BOTH, "seconds",
                                 "longest a build step may run (a node's build of the product "
                                 "and of the baseline tree, the master's build.py); past it "
@@ -281,6 +295,11 @@ class Config:
     work_dir: Path = _opt(Path("node-work"), NODE, "directory",
                           "the node's own directory: source, build, temp, logs")
     slots: int = _opt(0, NODE, "jobs", "jobs run at once; 0 = the CPU count", high=4096)
+    build_cache: str = _opt("", NODE, "directory",
+                            "ccache directory (absolute; ~ expanded) shared by the nodes of "
+                            "one machine; when set and ccache is installed, builds run with "
+                            "CC='ccache gcc' and CCACHE_DIR set to it (empty: no compiler "
+                            "cache)")
     poll_interval: float = _opt(2.0, NODE, "seconds",
                                 "run.py calls the master at least this often (its heartbeat)",
                                 positive=True, high=HOUR)

@@ -36,6 +36,7 @@ from cluster.config import Config
 from cluster.defaults import REPO_ROOT, USER_PRIORITY
 from cluster.errors import ClusterError
 from cluster.home import Home, suffixed
+from cluster.jobs.generate import required_programs
 from cluster.master import abort, ending, finish, journal, monitor
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
@@ -48,6 +49,7 @@ from cluster.master.pidfile import PidFile
 from cluster.master.progress import RunProgress
 from cluster.master.runstate import RunState, Settings
 from cluster.master.server import NodeServer
+from cluster.node import buildcmd
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
@@ -322,6 +324,10 @@ class ClusterMaster:
             queue=spec.line(), kind=spec.kind, ref=spec.ref, products=spec.products,
             tree=spec.tree, source=self._source_for(spec, run_id),
             build=self.cfg.build_command,
+            build_ghostpdl=self.cfg.build_ghostpdl.replace(
+                buildcmd.TARGETS, buildcmd.ghostpdl_targets(
+                    required_programs(self.cfg, spec.products))),
+            build_mupdf=self.cfg.build_mupdf,
             tests=self.cfg.tests_dir.as_posix() if not self.cfg.tests_dir.is_absolute()
             else os.path.relpath(self.cfg.tests_dir, self.home.root),
             options=spec.options,

@@ -2,14 +2,22 @@
 
 The node reads job.start, then talks to the master on base_port + priority:
 
-* BUILD: mirror the test corpus and the product's source tree from the master, run the
-  build command in a background thread; meanwhile every call says ``busy build``.  When
-  job.start names a ``baseline`` tree (bmpcmp runs), it is mirrored into
-  ``work_dir/baseline/.<name>.src``, copied to ``work_dir/baseline/<name>`` and built there
-  with the same command; that build is kept between runs and redone only when the mirrored
-  tree (paths, sizes, mtimes) or the build command changed since the last successful
-  baseline build (``.<name>.stamp``, written only after one).  The mirror is separate so
-  that mirroring, which deletes what the master lacks, never deletes the build's output.
+* BUILD: mirror the test corpus and the product's source tree from the master (the tree into
+  ``work_dir/src/<key>``), bring the tree's build folder ``work_dir/build/<key>`` up to date
+  with it (:mod:`cluster.node.buildtree`: only changed files are written, the build's own
+  files stay, so ``make`` rebuilds only what changed; the programs the last build left in
+  the binaries' folder are removed, so they are relinked, never stale), and run the build
+  command of the tree's kind there (:mod:`cluster.node.buildcmd`) in a background thread;
+  meanwhile every call says ``busy build``. ``<key>`` is the source path, or for a run's
+  snapshot (``runs/<id>/source/<tree>``) the run's kind, the user of a user run, and the
+  tree: the same for every run of that user's tree. When job.start names a ``baseline`` tree
+  (bmpcmp runs), it is mirrored into ``work_dir/baseline/.<name>.src``, copied afresh to
+  ``work_dir/baseline/<name>`` and built there (a clean build); that build is kept between
+  runs and redone only when the mirrored tree (paths, sizes, mtimes) or the build command
+  changed since the last successful baseline build (``.<name>.stamp``, written only after
+  one). The mirrors are separate so that mirroring, which deletes what the master lacks,
+  never deletes the build's output. With ``build_cache`` set (and ccache installed) builds
+  run with ``CC='ccache gcc'`` and ``CCACHE_DIR``.
 * JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
   (:mod:`cluster.node.slots`); one running longer than ``job_timeout`` seconds is killed as a
   whole tree (SIGHUP, then SIGKILL).
@@ -24,7 +32,7 @@ The node reads job.start, then talks to the master on base_port + priority:
 * ABORT: everything running is killed and the node leaves.
 
 Placeholders in job commands (:mod:`cluster.records`): ``__temp__``, ``__bin__``,
-``__tests__``, ``__baseline__`` (the baseline build's ``bin``; left as is without a
+``__tests__``, ``__baseline__`` (the baseline build's binaries; left as is without a
 baseline, so a job using it fails visibly) and ``__python__`` (this interpreter, quoted; the
 slot shells get the project on ``PYTHONPATH`` so ``__python__ -m cluster.bmpcmp`` imports
 from any directory, installed or not).
@@ -101,7 +109,8 @@ from cluster.defaults import (
 )
 from cluster.errors import ClusterError, MasterUnreachable, ProtocolError, TransportError
 from cluster.home import suffixed
-from cluster.node import buildlog, readlog
+from cluster.node import buildcmd, buildlog, buildtree, readlog
+from cluster.node.buildcmd import BuildPlan
 from cluster.node.slots import Finished, SlotPool
 from cluster.node.transport import Transport, read_node_key
 from cluster.records import (
@@ -287,7 +296,13 @@ class NodeRun:
         self.temp.mkdir(parents=True, exist_ok=True)
         # A node killed in this run before (it rejoins) may have left temporary files.
         fsutil.remove_dead_temps(self.run_dir, recursive=True)
-        self.src = work / "src" / start.source.replace("/", "__")
+        key = build_key(start)
+        if not BASELINE_NAME.fullmatch(key):
+            raise ClusterError(f"job.start source {start.source!r} gives the build folder name "
+                               f"{key!r}; expected [A-Za-z0-9_.+,@%=-] starting with a letter "
+                               "or digit")
+        self.src = work / "src" / key  # the mirror of the master's tree
+        self.build_dir = work / "build" / key  # where it is built (buildtree)
         self.tests = work / "tests"
         self.node_log_path = self.run_dir / f"{self.name}.log"
         self.build_log = self.run_dir / f"{self.name}.build.log"
@@ -304,12 +319,8 @@ class NodeRun:
         self.node_log = open(self.node_log_path, "a", encoding="utf-8")  # noqa: SIM115
         relaxed = "relaxtimeout" in start.options
         self.job_timeout = RELAXED_TIMEOUT if relaxed else self.cfg.job_timeout
-        subst = {TEMP: str(self.temp), BIN: str(self.src / "bin"), TESTS: str(self.tests),
-                 PYTHON: shlex.quote(sys.executable)}
-        if self.baseline_dir is not None:
-            subst[BASELINE] = str(self.baseline_dir / "bin")
-        self.substitutions = tuple(subst.items())
         self.built = self.built_marker.exists()  # built for this run before (a restart)
+        self._use_bins(start)
         self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
                              self.cfg.kill_grace, clock=self.clock.monotonic)
         return start
@@ -570,6 +581,8 @@ class NodeRun:
                 self.failure, self.failure_reason = build_failure(bg.exception)
                 self._upload_logs()  # seed 001: the failure logs are uploaded first
             else:
+                assert self.start is not None
+                self._use_bins(self.start)
                 self.built_marker.touch()
                 self.built = True
         elif bg.what == "upload":
@@ -579,6 +592,44 @@ class NodeRun:
             else:
                 self.failure = 0
 
+    def _use_bins(self, start: JobStart) -> None:
+        """Set the job placeholders, ``__bin__`` and ``__baseline__`` to where the builds'
+        binaries are (:func:`cluster.node.buildcmd.plan` of each build folder; ``bin``
+        before anything is built)."""
+        subst = {TEMP: str(self.temp), BIN: str(self._bin_dir(self.build_dir, start)),
+                 TESTS: str(self.tests), PYTHON: shlex.quote(sys.executable)}
+        if self.baseline_dir is not None:
+            subst[BASELINE] = str(self._bin_dir(self.baseline_dir, start))
+        self.substitutions = tuple(subst.items())
+        self.bin_dir = Path(subst[BIN])
+
+    def _bin_dir(self, tree: Path, start: JobStart) -> Path:
+        """The binaries' folder of the build in ``tree`` (``tree/bin`` when the tree is not
+        there yet or its plan is unreadable: its build failed, or has not run)."""
+        try:
+            return tree / buildcmd.plan(tree, start, self.slots).bin_dir
+        except ValueError:
+            return tree / "bin"
+
+    def _build_env(self, out: TextIO) -> dict[str, str]:
+        """The environment of the build commands: ours, with ccache when ``build_cache`` is
+        set; without ccache installed the build log says so (once) and the build goes on
+        without it."""
+        env = dict(os.environ)
+        cache = self.cfg.build_cache.strip()
+        if not cache:
+            return env
+        ccache = shutil.which("ccache")
+        if ccache is None:
+            out.write(f"node {self.name}: build_cache is {cache}, but ccache is not installed "
+                      "(not on PATH); building without a compiler cache\n")
+            return env
+        env["CC"] = "ccache gcc"
+        env["CCACHE_DIR"] = os.path.abspath(os.path.expanduser(cache))
+        out.write(f"node {self.name}: compiler cache {env['CCACHE_DIR']} (CC='ccache gcc', "
+                  f"{ccache})\n")
+        return env
+
     def _do_build(self) -> None:
         assert self.start is not None
         with open(self.build_log, "w", encoding="utf-8") as out:
@@ -587,16 +638,45 @@ class NodeRun:
             try:
                 self.transport.fetch_tree(self.start.tests, self.tests)
                 self.transport.fetch_tree(self.start.source, self.src)
-                out.write(f"$ {self.start.build}\n")
-                self._run_build(out, self.src, "")
-                if self.baseline_dir is not None:
-                    self._build_baseline(out)
             except TransportError as exc:
                 # Into the build log too: it is uploaded, and it is where one looks first.
                 out.write(f"node {self.name}: fetch failed: {exc}\n")
                 raise
+            env = self._build_env(out)
+            tree = self.build_dir
+            tree.parent.mkdir(parents=True, exist_ok=True)
+            with fsutil.flocked(tree.with_name(f".{tree.name}.lock")):
+                done = buildtree.overlay(self.src, tree, tree.with_name(f".{tree.name}.manifest"))
+                out.write(f"node {self.name}: build folder {tree} updated from {self.src}: "
+                          f"{done.written} files written, {done.deleted} deleted\n")
+                plan = self._plan(out, tree)
+                stale = buildtree.remove_programs(tree / plan.bin_dir, self.src / plan.bin_dir)
+                if stale:
+                    out.write(f"node {self.name}: removed the last build's {' '.join(stale)} "
+                              f"from {plan.bin_dir}/ (this build makes them again)\n")
+                out.write(f"$ {plan.command}\n")
+                self._run_build(out, tree, plan, env, "")
+            if self.baseline_dir is not None:
+                try:
+                    self._build_baseline(out, env)
+                except TransportError as exc:
+                    out.write(f"node {self.name}: fetch failed: {exc}\n")
+                    raise
 
-    def _build_baseline(self, out: TextIO) -> None:
+    def _plan(self, out: TextIO, tree: Path) -> BuildPlan:
+        """The build of ``tree`` (:func:`cluster.node.buildcmd.plan`), written to the build
+        log; BuildFailed (the tree's fault) when its own build script is unusable."""
+        assert self.start is not None
+        try:
+            plan = buildcmd.plan(tree, self.start, self.slots)
+        except ValueError as exc:
+            out.write(f"node {self.name}: {exc}\n")
+            raise BuildFailed(str(exc)) from None
+        out.write(f"node {self.name}: {plan.kind} tree, build command from {plan.origin}, "
+                  f"binaries in {plan.bin_dir}/\n")
+        return plan
+
+    def _build_baseline(self, out: TextIO, env: dict[str, str]) -> None:
         """Fetch the baseline tree and build it, unless the cached build is up to date.
 
         Locked (flock on ``.<name>.lock``) because the cache outlives this run: another
@@ -612,7 +692,8 @@ class NodeRun:
                       f"into {mirror}\n")
             out.flush()
             self.transport.fetch_tree(self.start.baseline, mirror)
-            digest = tree_digest(mirror, self.start.build)
+            plan = self._plan(out, mirror)
+            digest = tree_digest(mirror, f"{plan.command} -> {plan.bin_dir}")
             try:
                 previous = stamp.read_text(encoding="utf-8").strip()
             except FileNotFoundError:
@@ -625,17 +706,20 @@ class NodeRun:
             stamp.unlink(missing_ok=True)  # a failed build must not look built
             if tree.exists():
                 shutil.rmtree(tree)
-            # A clean copy: the master's clean tree, built from scratch as the master has it.
+            # A clean copy: the master's clean tree, built from scratch as the master has it
+            # (the reference a bmpcmp run compares with owes nothing to an earlier build).
             shutil.copytree(mirror, tree, symlinks=True)
             out.write(f"baseline {self.start.baseline} changed (digest {digest[:12]}); "
-                      f"building in {tree}\n$ {self.start.build}\n")
-            self._run_build(out, tree, f"baseline build {self.start.build!r} of "
-                                       f"{self.start.baseline}")
+                      f"building in {tree}\n$ {plan.command}\n")
+            self._run_build(out, tree, plan, env, f"baseline build {plan.command!r} of "
+                                                  f"{self.start.baseline}")
             # fsync: the stamp says "this build is good"; it must not outlive a lost build.
             fsutil.atomic_write(stamp, digest + "\n")
 
-    def _run_build(self, out: TextIO, cwd: Path, what: str) -> None:
-        """Run the build command in ``cwd``, its output going to the build log ``out``.
+    def _run_build(self, out: TextIO, cwd: Path, plan: BuildPlan, env: dict[str, str],
+                   what: str) -> None:
+        """Run ``plan``'s command in ``cwd`` (environment ``env`` and the plan's own), its
+        output going to the build log ``out``.
 
         Bounded by ``build_timeout``: past it the command's whole process tree is killed.
         If it fails or times out: :class:`BuildFailed`, or :class:`BuildCannotRunHere` when
@@ -645,12 +729,12 @@ class NodeRun:
         goes to the build log.
         """
         assert self.start is not None
-        what = what or repr(self.start.build)
+        what = what or repr(plan.command)
         timeout = self.cfg.build_timeout
         out.flush()  # our lines first: the child appends to the same file
         started_at = self.build_log.stat().st_size
-        done = proc.run(self.start.build, shell=True, cwd=cwd, stdout=out, stderr=proc.STDOUT,
-                        timeout=timeout, stop=self.stop_flag)
+        done = proc.run(plan.command, shell=True, cwd=cwd, env={**env, **dict(plan.env)},
+                        stdout=out, stderr=proc.STDOUT, timeout=timeout, stop=self.stop_flag)
         if done.stopped:
             problem = f"{what} stopped: the node was told to stop; its process tree was killed"
         elif done.timed_out:
@@ -753,7 +837,7 @@ class NodeRun:
         for name in _BIN_NAME.findall(job.command):
             if name in self.bins_checked:
                 continue
-            path = self.src / "bin" / name
+            path = self.bin_dir / name
             if not (path.is_file() and os.access(path, os.X_OK)):
                 self.queue.appendleft(job)
                 self._cannot_run(f"{path} is missing or not executable (the build did not "
@@ -885,6 +969,17 @@ def is_final_abort(reason: str) -> bool:
     if reason in REJOIN_ABORTS:
         return False
     return reason.startswith(FINAL_ABORTS)
+
+
+def build_key(start: JobStart) -> str:
+    """The name of the node's mirror and build folder of ``start``'s source (see the module
+    docstring): the same for every run of one tree, so its build is reused.  A run's
+    snapshot ``runs/<id>/source/<tree...>`` is keyed by the run's kind, a user run's user
+    and the tree; any other source by its path; ``/`` written as ``__``."""
+    parts = start.source.strip("/").split("/")
+    if len(parts) > 3 and parts[0] == "runs" and parts[2] == "source":
+        parts = [start.kind, *([start.ref] if start.kind == "user" else []), *parts[3:]]
+    return "__".join(parts)
 
 
 def tree_digest(root: Path, build_command: str) -> str:

@@ -5,7 +5,11 @@ the whole run (nodes do not delete it) and is removed when the run is over.
 
 Keys: ``id``, ``priority``, ``queue`` (the queue line being run), ``kind``, ``ref``,
 ``products`` (comma list), ``tree`` (ghostpdl or mupdf), ``source`` (the tree to build,
-relative to the master home), ``build`` (the build command), ``tests`` (the corpus,
+relative to the master home), ``build`` (the build command of a tree of no known kind),
+the optional ``build_ghostpdl`` and ``build_mupdf`` (the build commands of a ghostpdl and
+of a MuPDF tree, with ``__targets__`` already replaced by the make targets of the run's
+products; absent: ``build`` builds every tree; the node picks by what the tree holds:
+:mod:`cluster.node.buildcmd`), ``tests`` (the corpus,
 relative to the master home), ``options`` (space list, may be empty), and the optional
 ``baseline``: the master's clean tree (relative to the master home, e.g. ``ghostpdl``) that
 a bmpcmp run renders as its reference.  Nodes fetch and build it besides ``source``, cache
@@ -25,9 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KEYS = ("id", "priority", "queue", "kind", "ref", "products", "tree", "source", "build",
-        "tests", "options", "baseline", "secret")
+        "build_ghostpdl", "build_mupdf", "tests", "options", "baseline", "secret")
 #: Keys a job.start may lack.
-OPTIONAL = ("options", "baseline", "secret")
+OPTIONAL = ("options", "build_ghostpdl", "build_mupdf", "baseline", "secret")
+#: Optional keys whose line is left out when empty (job.start files without them unchanged).
+_OMITTED_WHEN_EMPTY = ("build_ghostpdl", "build_mupdf", "baseline", "secret")
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class JobStart:
     options: tuple[str, ...] = ()
     baseline: str = ""
     secret: str = ""
+    build_ghostpdl: str = ""
+    build_mupdf: str = ""
 
     def format(self, *, with_secret: bool = False) -> str:
         """The file's text; the ``secret`` line only ``with_secret`` (job.start itself)."""
@@ -52,12 +60,13 @@ class JobStart:
             "id": self.id, "priority": str(self.priority), "queue": self.queue,
             "kind": self.kind, "ref": self.ref, "products": ",".join(self.products),
             "tree": self.tree, "source": self.source, "build": self.build,
+            "build_ghostpdl": self.build_ghostpdl, "build_mupdf": self.build_mupdf,
             "tests": self.tests, "options": " ".join(self.options),
             "baseline": self.baseline,
             "secret": self.secret if with_secret else "",
         }
         return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS
-                       if k not in ("baseline", "secret") or values[k])
+                       if k not in _OMITTED_WHEN_EMPTY or values[k])
 
     @classmethod
     def parse(cls, text: str) -> JobStart:
@@ -81,4 +90,6 @@ class JobStart:
                    tree=values["tree"], source=values["source"], build=values["build"],
                    tests=values["tests"], options=tuple(values.get("options", "").split()),
                    baseline=values.get("baseline", "").strip(),
-                   secret=values.get("secret", "").strip())
+                   secret=values.get("secret", "").strip(),
+                   build_ghostpdl=values.get("build_ghostpdl", "").strip(),
+                   build_mupdf=values.get("build_mupdf", "").strip())
