@@ -97,10 +97,10 @@ def test_polled_commits_run_oldest_first_untested_skipped_and_mailed(
         # The commit is named, with its message and changed files.
         assert f"commit {changed_sha}" in text and "Antialias text" in text
         assert "Changed files:\n  options" in text
-        # The nodes built exactly that commit (not the tip, nor the clean tree).
-        built = list((cluster.home_dir / "node-work").glob(
-            f"node*/src/runs__{run.name}__source__ghostpdl/bin/gs"))
-        assert built and all("-dTextAlphaBits=4" in b.read_text() for b in built)
+        # The nodes built exactly that commit (not the tip, nor the clean tree), in the build
+        # folder they keep for the commit runs' tree (the last run built there is this one).
+        built = list((cluster.home_dir / "node-work").glob("node*/build/*__ghostpdl/bin/gs"))
+        assert len(built) == 2 and all("-dTextAlphaBits=4" in b.read_text() for b in built)
         # Mail: the baseline report and this one, to the list.
         received = mails.wait_for(2, 60)
         assert [m.rcpt_tos for m in received] == [[LIST], [LIST]]
