@@ -235,7 +235,7 @@ def test_a_node_without_the_compiler_fails_with_code_1_and_the_run_goes_on(
     """node1's compiler does not exist (CC names no program): its build fails for its own
     reason, so it reports failure 1 quoting make's words, is dropped, and node2 runs every
     job; the run completes."""
-    cluster = make_cluster(gs_configs=SMALL_GS)
+    cluster = make_cluster(gs_configs="ppmraw.72.0")  # one node runs them all: 15 jobs
     cluster.start(node_env={"node1": {"CC": "no-such-cc-here"}})
     tree = write_demo_tree(cluster.home_dir / "needs-cc", "gs", [])
     (tree / "probe.c").write_text("int probe(void) { return 0; }\n")
