@@ -371,7 +371,7 @@ def failure_report(header: str, state: RunState, logs: Path, command: str = "") 
             continue
         quoted.add(path)
         lines += [f"The build failed on node {node}:",
-                  f"  command: {command or '(unknown)'}",
+                  f"  command: {_ran_command(text) or command or '(unknown)'}",
                   f"  result:  {ended or '(the log does not say)'}",
                   f"  whole log: {path}"]
         title, *quoted_lines = buildlog.diagnose(text).quote()
@@ -388,6 +388,16 @@ def failure_report(header: str, state: RunState, logs: Path, command: str = "") 
 
 #: The name a node's build log has in the run's logs (noderun: ``<node>.build.log``).
 BUILD_LOG_SUFFIX = ".build.log"
+
+
+def _ran_command(text: str) -> str:
+    """The last build command a node's build log says it ran (its ``$ <command>`` line), or
+    '': the command of the tree's kind (``build_ghostpdl``, ``build_mupdf``, a tree's
+    ``cluster-build``) with the node's slots filled in, which job.start's ``build`` is not."""
+    for line in reversed(text.splitlines()[:200]):
+        if line.startswith("$ "):
+            return line[2:].strip()
+    return ""
 
 
 def _build_end(text: str, node: str) -> str:

@@ -181,3 +181,21 @@ def test_the_failure_report_quotes_the_failing_nodes_error_lines(tmp_path: Path)
     assert n2 < n1
     assert "  no error line recognised; the last 20 lines:\n    line 11\n" in text
     assert text.endswith(f"Other logs of the run:\n  {logs / 'n2.log'}\n\n")
+
+
+def test_the_failure_report_names_the_command_the_node_ran(tmp_path: Path) -> None:
+    """A ghostpdl tree is built with build_ghostpdl and the node's slots, not with
+    job.start's ``build``: the report names what the build log says ran."""
+    from cluster.master import finish
+    from cluster.master.runstate import RunState
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "n1.build.log").write_text(
+        "node n1: building\n$ test -f Makefile || ./configure && make -j2 gs\n"
+        "gdevx.c:1:1: error: expected ';'\nnode n1: 'sh' exited with status 2\n")
+    state = RunState("r1", [], 0.0)
+    state.fatal = "node n1 failed with code -1: build failed: 'sh' exited with status 2"
+    text = finish.failure_report("HEADER", state, logs, "make")
+    assert "  command: test -f Makefile || ./configure && make -j2 gs\n" in text
+    assert "command: make\n" not in text
