@@ -638,30 +638,31 @@ class NodeRun:
             try:
                 self.transport.fetch_tree(self.start.tests, self.tests)
                 self.transport.fetch_tree(self.start.source, self.src)
-            except TransportError as exc:
+                env = self._build_env(out)
+                self._build_tree(out, env)
+                if self.baseline_dir is not None:
+                    self._build_baseline(out, env)
+            except TransportError as exc:  # a fetch, of the corpus, the tree or the baseline
                 # Into the build log too: it is uploaded, and it is where one looks first.
                 out.write(f"node {self.name}: fetch failed: {exc}\n")
                 raise
-            env = self._build_env(out)
-            tree = self.build_dir
-            tree.parent.mkdir(parents=True, exist_ok=True)
-            with fsutil.flocked(tree.with_name(f".{tree.name}.lock")):
-                done = buildtree.overlay(self.src, tree, tree.with_name(f".{tree.name}.manifest"))
-                out.write(f"node {self.name}: build folder {tree} updated from {self.src}: "
-                          f"{done.written} files written, {done.deleted} deleted\n")
-                plan = self._plan(out, tree)
-                stale = buildtree.remove_programs(tree / plan.bin_dir, self.src / plan.bin_dir)
-                if stale:
-                    out.write(f"node {self.name}: removed the last build's {' '.join(stale)} "
-                              f"from {plan.bin_dir}/ (this build makes them again)\n")
-                out.write(f"$ {plan.command}\n")
-                self._run_build(out, tree, plan, env, "")
-            if self.baseline_dir is not None:
-                try:
-                    self._build_baseline(out, env)
-                except TransportError as exc:
-                    out.write(f"node {self.name}: fetch failed: {exc}\n")
-                    raise
+
+    def _build_tree(self, out: TextIO, env: dict[str, str]) -> None:
+        """Bring the run's build folder up to date with the fetched tree and build it there
+        (locked: the folder outlives this run, and another run.py of this node may use it)."""
+        tree = self.build_dir
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        with fsutil.flocked(tree.with_name(f".{tree.name}.lock")):
+            done = buildtree.overlay(self.src, tree, tree.with_name(f".{tree.name}.manifest"))
+            out.write(f"node {self.name}: build folder {tree} updated from {self.src}: "
+                      f"{done.written} files written, {done.deleted} deleted\n")
+            plan = self._plan(out, tree)
+            stale = buildtree.remove_programs(tree / plan.bin_dir, self.src / plan.bin_dir)
+            if stale:
+                out.write(f"node {self.name}: removed the last build's {' '.join(stale)} "
+                          f"from {plan.bin_dir}/ (this build makes them again)\n")
+            out.write(f"$ {plan.command}\n")
+            self._run_build(out, tree, plan, env, "")
 
     def _plan(self, out: TextIO, tree: Path) -> BuildPlan:
         """The build of ``tree`` (:func:`cluster.node.buildcmd.plan`), written to the build
