@@ -88,6 +88,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -734,8 +735,12 @@ class NodeRun:
         timeout = self.cfg.build_timeout
         out.flush()  # our lines first: the child appends to the same file
         started_at = self.build_log.stat().st_size
+        began = time.monotonic()
         done = proc.run(plan.command, shell=True, cwd=cwd, env={**env, **dict(plan.env)},
                         stdout=out, stderr=proc.STDOUT, timeout=timeout, stop=self.stop_flag)
+        # The build's wall time, in the log: what a slow or an incremental build cost.
+        out.write(f"node {self.name}: build command ended after "
+                  f"{time.monotonic() - began:.1f} s\n")
         if done.stopped:
             problem = f"{what} stopped: the node was told to stop; its process tree was killed"
         elif done.timed_out:

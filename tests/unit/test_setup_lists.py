@@ -28,19 +28,22 @@ def test_packages_txt_is_a_list_of_debian_package_names() -> None:
     # What the tests need of the system (a missing one fails CI instead of skipping).
     for needed in ("ghostscript", "mupdf-tools", "openssh-server", "rsync", "iproute2",
                    "chromium", "chromium-driver", "cron", "git", "parallel",
-                   "gcc", "libc6-dev"):  # the build tests compile real C
+                   "gcc", "libc6-dev",  # the build tests compile real C
+                   "ccache", "pkg-config", "liblcms2-dev", "libmujs-dev"):  # real products
         assert needed in names
 
 
 def test_the_readme_and_ci_install_the_same_list() -> None:
     setup = _block("setup-commands").strip().splitlines()
-    assert len(setup) == 2, setup  # the two set-up commands
+    assert len(setup) == 3, setup  # the three set-up commands
     assert FROM_LIST in setup[0] and "apt-get install" in setup[0]
     assert setup[1] == "python3 -m pip install -e '.[test]'"
+    assert setup[2] == "etc/fetch-sources"  # the real products' sources
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     installs = [ln for ln in ci.splitlines() if "apt-get install" in ln]
     assert installs and all(FROM_LIST in ln for ln in installs), installs
     assert "python3 -m pip install -e '.[test]'" in ci
+    assert "\netc/fetch-sources\n" in ci
 
 
 def test_the_readme_main_command_is_an_entry_point() -> None:
