@@ -13,6 +13,7 @@ import pytest
 
 from cluster.localcluster import run_end, write_demo_tree
 from cluster.report.tab import read_tab
+from tests.e2e.conftest import MakeCluster
 from tests.helpers import CORPUS
 
 pytestmark = pytest.mark.e2e
@@ -22,7 +23,7 @@ PCL_FILE = b"\x1bEHello from PCL\r\n\x0c\x1bE"
 
 
 def test_a_product_the_build_did_not_make_is_reported_once_and_the_rest_runs(
-        make_cluster, tmp_path: Path) -> None:
+        make_cluster: MakeCluster, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus" / "mixed"
     corpus.mkdir(parents=True)
     shutil.copy(CORPUS / "tiger.eps", corpus / "tiger.eps")

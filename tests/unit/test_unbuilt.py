@@ -5,7 +5,6 @@ tables say."""
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
@@ -98,14 +97,14 @@ def test_the_node_reports_the_programs_its_build_did_not_make(tmp_path: Path) ->
         (bin_dir / name).write_text("#!/bin/sh\n")
         os.chmod(bin_dir / name, mode)
     node.bin_dir = bin_dir
-    node.node_log = io.StringIO()
     node.start = _start(programs=("gpcl6", "gs", "gxps"))
     node.built = True
-    node._check_programs(node.start.programs)
+    with open(tmp_path / "node.log", "a", encoding="utf-8") as node.node_log:
+        node._check_programs(node.start.programs)
     assert node.unbuilt == ("gpcl6", "gxps")
     assert node.bins_checked == {"gs"}
     assert (f"the build made no {bin_dir / 'gpcl6'}, {bin_dir / 'gxps'}"
-            in node.node_log.getvalue())
+            in (tmp_path / "node.log").read_text())
     node.pool = _IdlePool()  # type: ignore[assignment]
     assert node._request(False).unbuilt == ("gpcl6", "gxps")
     node.built = False  # not built (yet): nothing said about programs
