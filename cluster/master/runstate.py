@@ -29,7 +29,9 @@ A node that built the run says which of job.start's ``programs`` its build did n
 (``unbuilt``, issue 22); :mod:`cluster.master.unbuilt` judges it.  Such a node is given no
 job until a verdict: when another node's build made the program the node is dropped as
 failure 1 (issue 20's "cannot run jobs": its jobs go to the others); when no node's build
-made it and no live node is still building, the jobs calling it are marked not run
+made it, no live node is still building and the run is older than ``heartbeat_timeout``
+(nodes that had not called by then are not waited for), the jobs calling it are marked not
+run
 (:attr:`RunState.unbuilt`), which settles them like results, so the run ends with the other
 products' results; no node is dropped for it.
 
@@ -441,8 +443,7 @@ class RunState:
                 node.ran_jobs = True
                 self._lease(name, batch)
                 return out(Reply(protocol.JOBS, tuple(self.jobs.lines(batch))))
-            if not self.all_results_in:
-                return out(Reply(protocol.CONTINUE))
+            return out(Reply(protocol.CONTINUE))
         if node.ran_jobs and node.state is NodeState.READY:
             node.state = NodeState.UPLOADING  # READY -> UPLOADING
             return out(Reply(protocol.UPLOAD))
@@ -475,8 +476,12 @@ class RunState:
         (ABORT: dropped, its own fault; CONTINUE: waiting for the nodes still building),
         or None to go on (its programs are decided "not built": the jobs calling them are
         not run; see :mod:`cluster.master.unbuilt`).  A walk over the nodes, not the jobs."""
-        building = any(n.state is NodeState.BUILDING and n is not node
-                       for n in self.nodes.values())
+        # Nodes that may still build the program: those building now, and, for the first
+        # heartbeat_timeout of the run, those not heard from yet (a live node of the
+        # cluster calls within that time; one that comes later is not waited for).
+        building = (now - self.started < self.settings.heartbeat_timeout
+                    or any(n.state is NodeState.BUILDING and n is not node
+                           for n in self.nodes.values()))
         verdict = self.unbuilt.judge(node.name, building)
         if verdict.fault:
             why = f"cannot run jobs: {verdict.fault}"

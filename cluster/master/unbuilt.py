@@ -6,9 +6,10 @@ judges a node that lacks a program (:meth:`Unbuilt.judge`):
 
 * another node's build in this run made the program: the node is at fault (issue 20's
   "cannot run jobs", failure 1): the caller drops it and its jobs go to the others;
-* no node's build made it yet, but a live node is still building: the verdict waits (that
-  build may make it), and the node is given no job meanwhile;
-* no node's build made it and no live node is building: the tree's fault (every node
+* no node's build made it yet, but a live node is still building, or the run is younger
+  than ``heartbeat_timeout`` (a node of the cluster may not have called yet): the verdict
+  waits (that build may make it), and the node is given no job meanwhile;
+* no node's build made it and no node may still build it: the tree's fault (every node
   builds the same tree with the same command).  The jobs calling the program that have no
   result and are held by nobody are marked not run (:meth:`Unbuilt.decide`): they settle
   like results, so the run ends with the other products' results, and the report says once
@@ -77,7 +78,8 @@ class Unbuilt:
 
     def judge(self, node: str, building: bool) -> Verdict:
         """The verdict on node ``node``'s missing programs (see the module docstring);
-        ``building``: whether a live node other than it is still building."""
+        ``building``: whether another node may still build them (one is building, or the
+        run is too young for every node to have called)."""
         undecided: list[str] = []
         for program in sorted(self.lacks.get(node, ())):
             if program in self.not_built:

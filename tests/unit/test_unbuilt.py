@@ -13,7 +13,7 @@ import pytest
 from cluster.config import Config
 from cluster.errors import ProtocolError
 from cluster.master import finish
-from cluster.master.runstate import NodeState, RunState
+from cluster.master.runstate import NodeState, RunState, Settings
 from cluster.node.noderun import NodeRun
 from cluster.node.transport import LocalTransport
 from cluster.records import Job, JobResult
@@ -130,6 +130,16 @@ def _jobs() -> list[Job]:
     return out
 
 
+#: How long before time 0 the runs of these tests started: longer than heartbeat_timeout,
+#: so that a verdict waits only for the nodes still building.
+STARTED_AGO = Settings().heartbeat_timeout + 1
+
+
+def _state() -> RunState:
+    """A run of :func:`_jobs` started :data:`STARTED_AGO` seconds before time 0."""
+    return RunState(RUN, _jobs(), -STARTED_AGO)
+
+
 def _req(node: str, **kw: object) -> Request:
     kw.setdefault("job_id", RUN)
     kw.setdefault("built", RUN)
@@ -166,7 +176,7 @@ PCL_JOBS = [f"b{i}.pcl.ppmraw.72.0" for i in range(3)]
 
 def test_no_node_built_it_and_none_is_building_the_jobs_are_not_run_and_settle_the_run(
         ) -> None:
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     assert state.handle(_req("a", unbuilt=("gpcl6",)), 0).reply.verb == protocol.BUILD
     out = state.handle(_req("a", unbuilt=("gpcl6",)), 0)
     assert out.reply.verb == protocol.JOBS
@@ -187,7 +197,7 @@ def test_no_node_built_it_and_none_is_building_the_jobs_are_not_run_and_settle_t
 def test_a_node_lacking_what_another_node_built_is_dropped_as_failure_1() -> None:
     """Issue 20's case: b's build made every program, a's made no gs: a is dropped (its own
     fault, failure 1 'cannot run jobs'), nothing is marked not run, b runs every job."""
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     state.handle(_req("b"), 0)
     first = state.handle(_req("b"), 0).reply
     state.handle(_req("a", unbuilt=("gs",)), 1)
@@ -206,7 +216,7 @@ def test_a_node_lacking_what_another_node_built_is_dropped_as_failure_1() -> Non
 def test_a_node_lacking_a_program_waits_while_another_builds_then_is_at_fault() -> None:
     """a builds first and lacks gs; b is still building: a is given nothing (the verdict
     waits).  b's build makes gs: a is dropped at its next call, b runs everything."""
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     state.handle(_req("b", built=""), 0)                     # b: BUILD
     state.handle(_req("b", built="", busy="build"), 0)
     state.handle(_req("a", unbuilt=("gs",)), 0)              # a: BUILD
@@ -224,7 +234,7 @@ def test_a_node_lacking_a_program_waits_while_another_builds_then_is_at_fault() 
 def test_every_node_lacking_it_is_the_trees_fault_decided_once_none_is_building() -> None:
     """a lacks gpcl6 and waits while b builds; b lacks it too: the pcl jobs are not run, both
     nodes run the gs jobs, no node is dropped, and the report line names both builds."""
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     state.handle(_req("b", built=""), 0)
     state.handle(_req("a", unbuilt=("gpcl6",)), 0)
     assert state.handle(_req("a", unbuilt=("gpcl6",)), 1).reply.verb == protocol.CONTINUE
@@ -242,7 +252,7 @@ def test_every_node_lacking_it_is_the_trees_fault_decided_once_none_is_building(
 
 
 def test_the_verdict_is_taken_when_the_building_node_fails_its_build() -> None:
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     state.handle(_req("b", built=""), 0)
     state.handle(_req("a", unbuilt=("gpcl6",)), 0)
     assert state.handle(_req("a", unbuilt=("gpcl6",)), 1).reply.verb == protocol.CONTINUE
@@ -255,7 +265,7 @@ def test_a_result_for_a_job_marked_not_run_counts_once() -> None:
     """b's first build made gpcl6 and it was handed pcl jobs; it restarted and its new build
     lacks gpcl6, as a's does: the pcl jobs are not run.  A result b sends for one of the
     jobs it was handed still counts, and the job is no longer counted as not run."""
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     state.handle(_req("b", slots=1), 0, session="s1")
     first = state.handle(_req("b", slots=1), 0, session="s1").reply
     held_pcl = [n for n in _names(first) if n.startswith("b")]
@@ -272,8 +282,20 @@ def test_a_result_for_a_job_marked_not_run_counts_once() -> None:
     assert state.unbuilt.count == 2 and state.unbuilt.by_program == {"gpcl6": 2}
 
 
+def test_a_lone_node_lacking_a_program_waits_heartbeat_timeout_from_the_run_start() -> None:
+    """A node of the cluster that has not called yet may build the program: before
+    heartbeat_timeout from the run's start the verdict waits even with no node building."""
+    state = RunState(RUN, _jobs(), 0, Settings(heartbeat_timeout=30))
+    state.handle(_req("a", unbuilt=("gpcl6",)), 0)
+    for now in (1, 10, 29.5):
+        assert state.handle(_req("a", unbuilt=("gpcl6",)), now).reply.verb == protocol.CONTINUE
+    assert state.unbuilt.count == 0
+    assert state.handle(_req("a", unbuilt=("gpcl6",)), 30).reply.verb == protocol.JOBS
+    assert state.unbuilt.count == 3
+
+
 def test_an_unbuilt_report_before_the_build_is_done_changes_nothing() -> None:
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     state.handle(_req("a", built=""), 0)
     state.handle(_req("a", built="", busy="build", unbuilt=("gpcl6",)), 1)
     assert state.unbuilt.lacks == {}
@@ -283,7 +305,7 @@ def test_a_later_node_building_the_program_does_not_bring_back_jobs_not_run() ->
     """The verdict "not built" holds for the run (docs/deviations.md): c, joining after it,
     builds gpcl6 and is given the gs jobs left, no pcl job; a is not dropped for lacking
     it."""
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     state.handle(_req("a", unbuilt=("gpcl6",), slots=1), 0)
     state.handle(_req("a", unbuilt=("gpcl6",), slots=1), 0)
     state.handle(_req("c", slots=1), 1)
@@ -312,10 +334,10 @@ def test_not_run_tests_keep_their_baseline_lines_and_are_not_removed() -> None:
 
 
 def test_the_report_line_names_the_product_and_the_program_and_is_said_once() -> None:
-    state = RunState(RUN, _jobs(), 0)
+    state = _state()
     state.handle(_req("node1", unbuilt=("gpcl6",)), 0)
     state.handle(_req("node1", unbuilt=("gpcl6",), slots=8), 0)
     assert finish.unbuilt_lines(state, ("gs", "pcl")) == [
         "product pcl not tested: no node's build made gpcl6 (built on node1; 3 tests not "
         "run)"]
-    assert finish.unbuilt_lines(RunState(RUN, _jobs(), 0), ("gs", "pcl")) == []
+    assert finish.unbuilt_lines(_state(), ("gs", "pcl")) == []
