@@ -319,19 +319,22 @@ class ClusterMaster:
         except ValueError as exc:
             log.warning("%s is unreadable (%s); starting the run afresh", path, exc)
         run_id = new_run_id(self.priority, self.clock)
+        # The programs the run's jobs call (``__bin__/<name>``): the build's make targets,
+        # and job.start's ``programs`` each node checks after its build (issue 22).
+        programs = tuple(required_programs(self.cfg, spec.products))
         start = JobStart(
             id=run_id, priority=self.priority,
             queue=spec.line(), kind=spec.kind, ref=spec.ref, products=spec.products,
             tree=spec.tree, source=self._source_for(spec, run_id),
             build=self.cfg.build_command,
             build_ghostpdl=self.cfg.build_ghostpdl.replace(
-                buildcmd.TARGETS, buildcmd.ghostpdl_targets(
-                    required_programs(self.cfg, spec.products))),
+                buildcmd.TARGETS, buildcmd.ghostpdl_targets(programs)),
             build_mupdf=self.cfg.build_mupdf,
             tests=self.cfg.tests_dir.as_posix() if not self.cfg.tests_dir.is_absolute()
             else os.path.relpath(self.cfg.tests_dir, self.home.root),
             options=spec.options,
-            baseline=spec.tree if finish.is_bmpcmp(spec) else "")
+            baseline=spec.tree if finish.is_bmpcmp(spec) else "",
+            programs=programs)
         for stale in (self.home.jobs(self.priority), self.home.results(self.priority)):
             self._unlink(stale)
 

@@ -17,6 +17,10 @@ fatal failure stopped the run).  By kind of run:
   baseline): a later ``bmpcmp`` run of that user renders them.
 * ``bmpcmp`` user runs compare no tables: the difference images the nodes uploaded are
   put on one HTML page in the archive (:mod:`cluster.bmpcmp`), and the report says where.
+* Tests not run because no node's build made their program (issue 22,
+  :attr:`RunState.not_run`): the report says so once per program, near its top
+  (:func:`unbuilt_lines`); their lines of the baseline (and of the user's previous push)
+  are kept as they were, and they are neither changed nor removed.
 * A run stopped by a node's failure (a build failure) gets the failure report with the
   failing nodes' log excerpts; one its user aborted says so, and one an admin stopped
   names who (and why).  No table is touched.
@@ -33,12 +37,14 @@ import os
 import re
 import shutil
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
 from cluster import bmpcmp
 from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
+from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
 from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
@@ -117,10 +123,13 @@ def finish(home: Home, run: FinishedRun) -> Report:
     current = state.results.table(state.run_id)
     run_tab = run.archive / f"{state.run_id}.tab"
     tab.write_tab_lines(run_tab, current.lines())
+    not_run = state.not_run_names()
+    unbuilt = unbuilt_lines(state, spec.products)
     facts = report.RunFacts(tests=len(current), seconds=run.elapsed,
                             nodes=len(state.machines),
                             lost_nodes=run.lost_nodes, duplicates=state.duplicates,
-                            header=run.header)
+                            header="\n".join([run.header, "", *unbuilt]) if unbuilt
+                            else run.header)
     baseline_path = home.tables / "current.tab"
     # The previous tables are streamed from their files (tab.TabFile), for the same reason.
     baseline = tab.TabFile(baseline_path) if baseline_path.exists() else None
@@ -138,12 +147,41 @@ def finish(home: Home, run: FinishedRun) -> Report:
                                              home.root / run.start.source)
         against = vs_baseline if baseline is not None else vs_push
         write_changed_list(run.archive / CHANGED_LIST, current, against)
-        stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab)
+        stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab,
+                     not_run)
     else:
-        against = report.analyse(current, baseline, seen=seen)
+        against = report.analyse(current, baseline, seen=seen, not_run=not_run)
         text = report.render(against, current, facts)  # what report.compare does
-        stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab)
+        stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
+                     not_run)
     return Report(text, differences=differences(against), errors=state.errors)
+
+
+def unbuilt_lines(state: RunState, products: tuple[str, ...]) -> list[str]:
+    """One line per program no node's build made whose jobs were not run, e.g.
+    ``product pcl not tested: no node's build made gpcl6 (built on node1, node2; 12 tests
+    not run)``.  The products named are those of the run whose own program it is; a program
+    only some tests of a product call (gs for pcl's ``pdf.*`` tests) names those products'
+    tests."""
+    lines: list[str] = []
+    for program, nodes in state.unbuilt.not_built.items():
+        count = state.unbuilt.by_program.get(program, 0)
+        if not count:
+            continue
+        owners = [p for p in products if p != SHELL and p in PRODUCT_SPECS
+                  and _program_of(p) == program]
+        what = (f"product{'s' if len(owners) > 1 else ''} {', '.join(owners)} not tested"
+                if owners else f"some tests of {', '.join(products)} not run")
+        lines.append(f"{what}: no node's build made {program} (built on "
+                     f"{', '.join(nodes) or 'no node'}; {count} test"
+                     f"{'s' if count != 1 else ''} not run)")
+    return lines
+
+
+def _program_of(product: str) -> str:
+    """The program a product's own tests call (its language's; mutool for mupdf)."""
+    language = PRODUCT_SPECS[product].language
+    return language.program if language is not None else MUTOOL
 
 
 def differences(comparison: report.Comparison | None) -> int | None:
@@ -171,17 +209,18 @@ INSTALL_ORDER = ("previous2.tab", "previous.tab", "current.tab")
 
 def stage_stream(stage: Path, stream: Path, previous: tab.Previous | None,
                  current: Mapping[str, tab.TabRow], products: tuple[str, ...],
-                 run_tab: Path) -> None:
+                 run_tab: Path, not_run: AbstractSet[str] = frozenset()) -> None:
     """Write into ``stage`` the stream's new table(s) after the run (tab.merged_lines).
 
     The baseline (``current.tab``) rotates: current -> previous -> previous2 (ARTIFEX
     §2.8); the two older ones are staged as hard links of the present files (no data is
     copied, so a full disk cannot cut them).  With no previous table the merge is the
     run's own table.  Nothing outside ``stage`` is changed: :func:`install_tables` does.
+    The tests ``not_run`` keep their lines of the previous table.
     """
     staged = stage / stream.name
     if previous is not None:
-        tab.write_tab_lines(staged, tab.merged_lines(previous, current, products))
+        tab.write_tab_lines(staged, tab.merged_lines(previous, current, products, not_run))
     else:
         with open(run_tab, encoding="utf-8") as fh:
             tab.write_tab_lines(staged, (line.rstrip("\n") for line in fh))

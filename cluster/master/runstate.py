@@ -25,6 +25,16 @@ The rules are seed 001's "normal course of events":
   :attr:`Outcome.refused` and logged; the rest of the request goes on (issue 11: a node
   must not put results into the table for jobs it was never given).
 
+A node that built the run says which of job.start's ``programs`` its build did not make
+(``unbuilt``, issue 22); :mod:`cluster.master.unbuilt` judges it.  Such a node is given no
+job until a verdict: when another node's build made the program the node is dropped as
+failure 1 (issue 20's "cannot run jobs": its jobs go to the others); when no node's build
+made it, no live node is still building and the run is older than ``heartbeat_timeout``
+(nodes that had not called by then are not waited for), the jobs calling it are marked not
+run
+(:attr:`RunState.unbuilt`), which settles them like results, so the run ends with the other
+products' results; no node is dropped for it.
+
 Results stream back with every request.  The first result for a job wins; later ones (from a
 node presumed dead, or from a speculative copy in the tail) are counted as duplicates.
 
@@ -53,6 +63,7 @@ from cluster.master.joblist import JobList, as_job_list, consecutive
 from cluster.master.journal import format_line, journal_result, line_prefix, result_text, split_line
 from cluster.master.results import Results
 from cluster.master.tailplan import TailPlan
+from cluster.master.unbuilt import Unbuilt
 from cluster.records import ERROR_TIMEOUT, ERROR_TIMEOUT_STAGE2, Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
@@ -104,6 +115,8 @@ class NodeInfo:
     results: int = 0            # first results it delivered
     errors: int = 0             # of those, results with an error code (not 0)
     timeouts: int = 0           # of those, results that timed out (error 3 or 4)
+    #: The programs of job.start its build did not make (``unbuilt``, issue 22).
+    lacks: frozenset[str] = frozenset()
 
     def job_seconds(self, now: float) -> float | None:
         """Wall seconds one of its slots has spent per job so far; None if unknown."""
@@ -235,17 +248,25 @@ class RunState:
         #: "name (reason; ...)" of the nodes that left without being lost: disabled by an
         #: admin, or restarted as a new process (not in the report's lost nodes).
         self.left: list[str] = []
+        #: The programs the nodes' builds did not make, and the jobs not run for them.
+        self.unbuilt = Unbuilt(len(self.jobs))
+        self.not_run = self.unbuilt.marks  # per job: not 0 when the job is not run
         self.started = now
         self.all_results_at: float | None = now if self.all_results_in else None
 
     # ---------------------------------------------------------------- queries
     @property
     def all_results_in(self) -> bool:
-        return self.results.count == len(self.jobs)
+        """Every job settled: it has a result, or it is not run (:attr:`not_run`)."""
+        return self.results.count + self.unbuilt.count == len(self.jobs)
 
     @property
     def remaining(self) -> int:
-        return len(self.jobs) - self.results.count
+        return len(self.jobs) - self.results.count - self.unbuilt.count
+
+    def not_run_names(self) -> frozenset[str]:
+        """The tests not run because no node's build made a program they call."""
+        return self.unbuilt.names(self.jobs)
 
     def in_flight(self) -> dict[str, int]:
         """Unfinished jobs held by a node -> how many nodes hold them, in list order (a
@@ -257,8 +278,10 @@ class RunState:
     def pending(self) -> list[str]:
         """The jobs waiting to be handed out, in the order they will be (a copy)."""
         offsets, names = self.results.offsets, self.jobs.names
-        return ([n for n in self.front if n not in self.results]
-                + [names[i] for i in range(self.cursor, len(names)) if offsets[i] < 0])
+        marks, index = self.not_run, self.jobs.index
+        return ([n for n in self.front if n not in self.results and not marks[index[n]]]
+                + [names[i] for i in range(self.cursor, len(names))
+                   if offsets[i] < 0 and not marks[i]])
 
     def finished(self, now: float) -> bool:
         """True when the run is over: aborted, or every result in and every upload done."""
@@ -285,6 +308,7 @@ class RunState:
         total = len(self.jobs)
         pct = 100 * done // total if total else 100
         return (f"{done}/{total} done - {pct}% - {len(self.live_nodes())} nodes"
+                + (f" - {self.unbuilt.count} not run" if self.unbuilt.count else "")
                 + (f" - aborted: {self.fatal}" if self.fatal else ""))
 
     def set_disabled(self, names: Iterable[str]) -> None:
@@ -399,6 +423,7 @@ class RunState:
                 # not what it was): never ready merely because ``busy`` is missing.
                 return out(Reply(protocol.BUILD))
             node.state = NodeState.READY  # BUILDING -> READY: it said it built this run
+            self._note_build(node, req.unbuilt, notes)
         elif node.state is NodeState.UPLOADING:
             node.state = NodeState.DONE  # UPLOADING -> DONE: connected in without busy
         if req.pending == 0 and req.running == 0 and node.held:
@@ -406,6 +431,10 @@ class RunState:
             # or never received our reply).  Put them back.
             self._requeue(node, front=True)
             notes.append(f"node {name} lost jobs it was given; put back in the list")
+        if node.lacks and not self.all_results_in:
+            verdict = self._judge(node, now, notes)
+            if verdict is not None:
+                return out(verdict)
         if not self.all_results_in:
             batch = self._batch(node, req, now)
             if batch:
@@ -434,6 +463,39 @@ class RunState:
         return notes
 
     # ---------------------------------------------------------------- internals
+    def _note_build(self, node: NodeInfo, lacks: tuple[str, ...], notes: list[str]) -> None:
+        """``node`` says it built the run, and its build made none of ``lacks``."""
+        node.lacks = frozenset(lacks)
+        self.unbuilt.note_build(node.name, node.lacks)
+        if lacks:
+            notes.append(f"node {node.name}'s build made no {', '.join(lacks)}: it is given "
+                         "no job calling them")
+
+    def _judge(self, node: NodeInfo, now: float, notes: list[str]) -> Reply | None:
+        """For ``node``, whose build lacks programs: the reply when it gets no jobs now
+        (ABORT: dropped, its own fault; CONTINUE: waiting for the nodes still building),
+        or None to go on (its programs are decided "not built": the jobs calling them are
+        not run; see :mod:`cluster.master.unbuilt`).  A walk over the nodes, not the jobs."""
+        # Nodes that may still build the program: those building now, and, for the first
+        # heartbeat_timeout of the run, those not heard from yet (a live node of the
+        # cluster calls within that time; one that comes later is not waited for).
+        building = (now - self.started < self.settings.heartbeat_timeout
+                    or any(n.state is NodeState.BUILDING and n is not node
+                           for n in self.nodes.values()))
+        verdict = self.unbuilt.judge(node.name, building)
+        if verdict.fault:
+            why = f"cannot run jobs: {verdict.fault}"
+            self._drop(node, f"failure 1 {why}", notes)
+            return Reply(protocol.ABORT, reason=f"dropped after failure 1: {why}")
+        if verdict.wait:
+            return Reply(protocol.CONTINUE)
+        if verdict.decide:
+            notes.extend(self.unbuilt.decide(verdict.decide, self.jobs, self.results.offsets,
+                                             self.holders))
+            if self.all_results_in and self.all_results_at is None:
+                self.all_results_at = now  # settled by this: uploads are due now
+        return None
+
     def _same_name(self, node: NodeInfo, req: Request, now: float, session: str, peer: str,
                    notes: list[str]) -> Outcome | None:
         """A request under ``node``'s name from another process (``session``).
@@ -512,6 +574,8 @@ class RunState:
             if offsets[i] >= 0:
                 self.duplicates += 1  # first result wins; later ones are only counted
                 continue
+            if self.unbuilt.count and self.not_run[i]:
+                self.unbuilt.unmark(i)
             # Finished: no longer counted as held even if a tail copy is still out on
             # another node (that node's held keeps it until it reports or is dropped).
             if holders[i]:
@@ -628,12 +692,13 @@ class RunState:
         front = self.front
         offsets = self.results.offsets
         index = self.jobs.index
-        while front and offsets[index[front[0]]] >= 0:
+        marks = self.not_run
+        while front and (offsets[index[front[0]]] >= 0 or marks[index[front[0]]]):
             front.popleft()
         if front:
             return True
         cursor, total = self.cursor, len(offsets)
-        while cursor < total and offsets[cursor] >= 0:
+        while cursor < total and (offsets[cursor] >= 0 or marks[cursor]):
             cursor += 1
         self.cursor = cursor
         return cursor < total
@@ -693,7 +758,7 @@ class RunState:
                 while front and len(batch) < size:
                     name = front.popleft()
                     i = index[name]
-                    if offsets[i] >= 0 or name in held:
+                    if offsets[i] >= 0 or name in held or self.not_run[i]:
                         continue
                     batch.append(i)
                     held[name] = i
@@ -705,9 +770,13 @@ class RunState:
                 names = self.jobs.names
                 cursor, total = self.cursor, len(names)
                 end = min(total, cursor + size - len(batch))
-                if offsets[cursor:end].count(-1) == end - cursor:
+                marks = self.not_run
+                if (offsets[cursor:end].count(-1) == end - cursor
+                        and (not self.unbuilt.count
+                             or marks[cursor:end].count(0) == end - cursor)):
                     # The usual batch: the next jobs of the list, none with a result yet
-                    # (only a journal taken over gives results ahead of the cursor).  Taken
+                    # (only a journal taken over gives results ahead of the cursor) and
+                    # none not run (issue 22: only after a program was not built).  Taken
                     # as one slice; the node's held jobs and the holder counts filled in C:
                     # no Python step per job.
                     taken = range(cursor, end)
@@ -718,7 +787,7 @@ class RunState:
                     cursor = end
                 else:
                     while cursor < total and len(batch) < size:
-                        if offsets[cursor] < 0:
+                        if offsets[cursor] < 0 and not marks[cursor]:
                             batch.append(cursor)
                             held[names[cursor]] = cursor
                             holders[cursor] = 1

@@ -18,6 +18,11 @@ The node reads job.start, then talks to the master on base_port + priority:
   one). The mirrors are separate so that mirroring, which deletes what the master lacks,
   never deletes the build's output. With ``build_cache`` set (and ccache installed) builds
   run with ``CC='ccache gcc'`` and ``CCACHE_DIR``.
+  After a successful build the node looks for job.start's ``programs`` in its build's
+  binaries' folder and sends the missing ones with every call, beside ``built``
+  (``unbuilt``, issue 22): the master hands it no job calling them, and decides whose fault
+  the missing program is (this node's when another node's build made it, the tree's when
+  no node's did: :mod:`cluster.master.runstate`).
 * JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
   (:mod:`cluster.node.slots`); one running longer than ``job_timeout`` seconds is killed as a
   whole tree (SIGHUP, then SIGKILL).
@@ -275,6 +280,9 @@ class NodeRun:
         #: Binaries of the build (``__bin__/<name>``) found executable: checked once each.
         self.bins_checked: set[str] = set()
         self.cannot_run = False  # set by _cannot_run: this node fails its part in the run
+        #: job.start's ``programs`` its build did not make (``unbuilt`` header), set once
+        #: built (:meth:`_check_programs`).
+        self.unbuilt: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ setup
     def stop(self) -> None:
@@ -322,6 +330,8 @@ class NodeRun:
         self.job_timeout = RELAXED_TIMEOUT if relaxed else self.cfg.job_timeout
         self.built = self.built_marker.exists()  # built for this run before (a restart)
         self._use_bins(start)
+        if self.built:
+            self._check_programs(start.programs)
         self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
                              self.cfg.kill_grace, clock=self.clock.monotonic)
         return start
@@ -411,7 +421,8 @@ class NodeRun:
         return protocol.Request(
             node=self.name, job_id=self.start.id if self.start else "", caps=self.caps,
             pending=len(self.queue), running=self.pool.running(), slots=self.slots, busy=busy,
-            built=self.start.id if self.start and self.built else "", instance=self.instance,
+            built=self.start.id if self.start and self.built else "",
+            unbuilt=self.unbuilt if self.built else (), instance=self.instance,
             failure=self.failure, failure_reason=self.failure_reason, status=status,
             timeouts=self.counters.timeouts, max_timeouts=self._timeout_limit(),
             results=tuple(self.unsent), leaving=leaving)
@@ -586,6 +597,7 @@ class NodeRun:
                 self._use_bins(self.start)
                 self.built_marker.touch()
                 self.built = True
+                self._check_programs(self.start.programs)
         elif bg.what == "upload":
             if bg.error:
                 self.failure = FAILURE_NETWORK
@@ -836,6 +848,29 @@ class NodeRun:
                 self.queue.appendleft(job)  # a long command waits for an idle slot
                 break
             self.counters.started += 1
+
+    def _check_programs(self, programs: tuple[str, ...]) -> None:
+        """After a successful build: which of ``programs`` (job.start's) the build did not
+        make (not an executable file in its binaries' folder, :attr:`bin_dir`), into
+        :attr:`unbuilt`, sent with every request from now on (beside ``built``).  The master
+        hands this node no job calling them and decides whose fault that is (issue 22):
+        this node's when another node's build made the program (it is dropped as failure 1,
+        as it would be on its first such job), the tree's when no node's build did (the
+        program's tests are not run, and the report says so once).  The programs found are
+        not looked at again before jobs (:attr:`bins_checked`)."""
+        missing: list[str] = []
+        for name in programs:
+            path = self.bin_dir / name
+            if path.is_file() and os.access(path, os.X_OK):
+                self.bins_checked.add(name)
+            else:
+                missing.append(name)
+        self.unbuilt = tuple(missing)
+        if missing:
+            where = ", ".join(str(self.bin_dir / name) for name in missing)
+            log.warning("node %s: the build made no %s; telling the master", self.name, where)
+            with contextlib.suppress(OSError):
+                self.node_log.write(f"node {self.name}: the build made no {where}\n")
 
     def _bins_present(self, job: Job) -> bool:
         """Whether every ``__bin__/<name>`` of ``job`` is an executable file of this node's

@@ -37,6 +37,7 @@ errors" list.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from cluster.records import ERROR_NAMES, SEGFAULTS
@@ -208,7 +209,8 @@ def _is_new(banded_before: str | None, page_before: str | None) -> bool:
 
 def analyse(current: Mapping[str, TabRow], previous: Previous | None,
             products: Iterable[str] | None = None,
-            seen: SeenCache | None = None) -> Comparison:
+            seen: SeenCache | None = None,
+            not_run: AbstractSet[str] = frozenset()) -> Comparison:
     """Compare *current* with *previous* (None: no previous run, this run is the baseline).
 
     *previous* is a table in memory or a :class:`~cluster.report.tab.TabFile`: the two are merged
@@ -217,7 +219,9 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
     :func:`cluster.report.tab.merge_baseline`, limits the per-group ``counts`` to those products'
     tests, as compare.pl's ``products`` argument does; None counts every current test.
     *seen* is the md5 cache: a test whose md5 changed to a digest it holds goes to
-    ``archive_matches`` (None: no cache, nothing matches).
+    ``archive_matches`` (None: no cache, nothing matches).  *not_run* names tests of the
+    run that were not run (their program was not built, issue 22): absent from *current*,
+    they are not listed as removed.
     """
     differences: dict[str, list[str]] = {g: [] for g in GROUPS}
     started: list[str] = []
@@ -251,8 +255,9 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
             row = current[name]
             error, md5, product = row.error, _effective_md5(row), row.product
         while pending is not None and pending.name < name:
-            removed.append(pending.name)
-            listed[pending.name] = pending
+            if pending.name not in not_run:
+                removed.append(pending.name)
+                listed[pending.name] = pending
             pending = next(old, None)
         before = None
         if pending is not None and pending.name == name:
@@ -296,8 +301,9 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
             counts[group_of(product)] += 1
         band.see(name, md5, before.md5 if before is not None else None)
     while pending is not None:
-        removed.append(pending.name)
-        listed[pending.name] = pending
+        if pending.name not in not_run:
+            removed.append(pending.name)
+            listed[pending.name] = pending
         pending = next(old, None)
 
     # compare.pl appends the added tests that error after the transitions found above.

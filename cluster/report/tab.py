@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -366,8 +367,12 @@ def merge_baseline(old: Table, new: Table, tested_products: Iterable[str]) -> Ta
 
 
 def merged_lines(old: Previous, new: Mapping[str, TabRow],
-                 tested_products: Iterable[str]) -> Iterator[str]:
+                 tested_products: Iterable[str],
+                 not_run: AbstractSet[str] = frozenset()) -> Iterator[str]:
     """The lines of ``merge_baseline(old, new, tested_products)`` in name order.
+
+    ``not_run``: tests of the run that were not run (their program was not built, issue
+    22); their lines of *old* are kept as they were, whatever their product.
 
     A merge of two name-ordered streams: *old* (a :class:`TabFile` is read as it goes) and
     the names of *new*.  For a *new* of a million rows made on demand
@@ -376,7 +381,8 @@ def merged_lines(old: Previous, new: Mapping[str, TabRow],
     """
     tested = product_columns(tested_products)
     line_of = getattr(new, "line", None)
-    kept = (e for e in entries(old) if e.product not in tested and e.name not in new)
+    kept = (e for e in entries(old)
+            if (e.product not in tested or e.name in not_run) and e.name not in new)
     pending = next(kept, None)
     for name in sorted(new):
         while pending is not None and pending.name < name:

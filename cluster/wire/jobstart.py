@@ -22,18 +22,30 @@ messages (:mod:`cluster.wire.signing`).  Only job.start itself carries it (writt
 record, ``run.info`` in the archive) is written by :meth:`JobStart.format` without it.
 Optional when parsing, so a job.start of an older master still parses; a node refuses to
 join a run without one.
+
+``programs`` (issue 22): the programs the run's jobs call as ``__bin__/<name>``, comma
+list (:data:`PROGRAM`), e.g. ``gpcl6,gs``.  A node checks them right after its build and
+tells the master which its build did not make (the ``unbuilt`` request header of
+:mod:`cluster.wire.protocol`).  Optional: empty or absent, the line is not written and
+nothing is checked after the build (job.start files of other runs are unchanged).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 KEYS = ("id", "priority", "queue", "kind", "ref", "products", "tree", "source", "build",
-        "build_ghostpdl", "build_mupdf", "tests", "options", "baseline", "secret")
+        "build_ghostpdl", "build_mupdf", "tests", "options", "baseline", "programs",
+        "secret")
 #: Keys a job.start may lack.
-OPTIONAL = ("options", "build_ghostpdl", "build_mupdf", "baseline", "secret")
+OPTIONAL = ("options", "build_ghostpdl", "build_mupdf", "baseline", "programs", "secret")
 #: Optional keys whose line is left out when empty (job.start files without them unchanged).
-_OMITTED_WHEN_EMPTY = ("build_ghostpdl", "build_mupdf", "baseline", "secret")
+_OMITTED_WHEN_EMPTY = ("build_ghostpdl", "build_mupdf", "baseline", "programs", "secret")
+#: A program a job calls as ``__bin__/<name>`` (what cluster.node.noderun finds in a job).
+PROGRAM = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+#: The most programs a run may name (a run of every product names four).
+MAX_PROGRAMS = 32
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class JobStart:
     secret: str = ""
     build_ghostpdl: str = ""
     build_mupdf: str = ""
+    programs: tuple[str, ...] = ()
 
     def format(self, *, with_secret: bool = False) -> str:
         """The file's text; the ``secret`` line only ``with_secret`` (job.start itself)."""
@@ -62,7 +75,7 @@ class JobStart:
             "tree": self.tree, "source": self.source, "build": self.build,
             "build_ghostpdl": self.build_ghostpdl, "build_mupdf": self.build_mupdf,
             "tests": self.tests, "options": " ".join(self.options),
-            "baseline": self.baseline,
+            "baseline": self.baseline, "programs": ",".join(self.programs),
             "secret": self.secret if with_secret else "",
         }
         return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS
@@ -84,6 +97,11 @@ class JobStart:
         except ValueError:
             raise ValueError(f"job.start priority {values['priority']!r} is not an integer"
                              ) from None
+        try:
+            programs = parse_programs(values.get("programs", ""))
+        except ValueError as exc:
+            raise ValueError(f"job.start programs: {exc} (expected a comma list of program "
+                             "names)") from None
         return cls(id=values["id"], priority=priority, queue=values["queue"],
                    kind=values["kind"], ref=values["ref"],
                    products=tuple(p for p in values["products"].split(",") if p),
@@ -92,4 +110,20 @@ class JobStart:
                    baseline=values.get("baseline", "").strip(),
                    secret=values.get("secret", "").strip(),
                    build_ghostpdl=values.get("build_ghostpdl", "").strip(),
-                   build_mupdf=values.get("build_mupdf", "").strip())
+                   build_mupdf=values.get("build_mupdf", "").strip(),
+                   programs=programs)
+
+
+def parse_programs(text: str) -> tuple[str, ...]:
+    """The comma list of programs of a ``programs`` line (or an ``unbuilt`` header): each
+    of :data:`PROGRAM`, at most :data:`MAX_PROGRAMS`, no repeats; ValueError says what is
+    wrong."""
+    names = tuple(p for p in text.strip().split(",") if p) if text.strip() else ()
+    if len(names) > MAX_PROGRAMS:
+        raise ValueError(f"names {len(names)} programs, more than {MAX_PROGRAMS}")
+    for name in names:
+        if not PROGRAM.fullmatch(name):
+            raise ValueError(f"program {name[:80]!r} is not 1-64 of [A-Za-z0-9_.+-]")
+    if len(set(names)) != len(names):
+        raise ValueError("names a program twice")
+    return names

@@ -13,6 +13,9 @@ Request headers (node -> master)::
     slots <n>                 how many jobs the node runs at once
     busy <task>               still working on BUILD or UPLOAD (keeps the lease alive)
     built <jobid>             this node process has built the product for run <jobid>
+    unbuilt <prog>[,<prog>...]  with ``built``: the programs of job.start's ``programs``
+                              that its build did not make (``bin/<prog>`` missing or not
+                              executable); at most 32 names of 1-64 [A-Za-z0-9_.+-]
     instance <16 hex>         the node's instance: random, kept in its work_dir (a restart
                               of the node keeps it; another machine under the same name has
                               another one)
@@ -64,6 +67,7 @@ from cluster.wire.framing import (
     parse_headers,
     text,
 )
+from cluster.wire.jobstart import MAX_PROGRAMS, parse_programs
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 #: A node's instance id (``instance`` header): 16 lower-case hex digits.
@@ -89,6 +93,15 @@ REPLACED = "clustermaster replaced"
 RUN_ABORTED = "run aborted"
 
 
+def _unbuilt(value: str) -> tuple[tuple[str, ...]]:
+    try:
+        names = parse_programs(value)
+    except ValueError as exc:
+        raise ValueError(f"takes a comma list of the programs the build did not make, at "
+                         f"most {MAX_PROGRAMS} names of 1-64 [A-Za-z0-9_.+-]: {exc}") from None
+    return (names,)
+
+
 def _failure(value: str) -> tuple[int, str]:
     code, _, reason = value.partition(" ")
     try:
@@ -107,6 +120,7 @@ REQUEST_HEADERS: dict[str, Header] = {
     "slots": integers("slots", minimum=0),
     "busy": Header(("busy",), lambda value: (value or "yes",)),
     "built": matching("built", JOB_ID, "takes the job id of the run the node built for"),
+    "unbuilt": Header(("unbuilt",), _unbuilt),
     "instance": matching("instance", INSTANCE, "takes a node instance: 16 lower-case hex "
                          "digits"),
     "failure": Header(("failure", "failure_reason"), _failure),
@@ -129,6 +143,8 @@ class Request:
     #: The run id the node says it has built for ("" until its build for a run is done):
     #: the only thing that makes the master hand it jobs.
     built: str = ""
+    #: With ``built``: the programs of job.start's ``programs`` its build did not make.
+    unbuilt: tuple[str, ...] = ()
     #: The node's instance id (see :data:`INSTANCE`); "" from a node that sends none.
     instance: str = ""
     failure: int = 0
@@ -359,6 +375,8 @@ def format_request(req: Request) -> bytes:
         out.append(f"busy {req.busy}")
     if req.built:
         out.append(f"built {req.built}")
+    if req.unbuilt:
+        out.append("unbuilt " + ",".join(req.unbuilt))
     if req.instance:
         out.append(f"instance {req.instance}")
     if req.failure:
