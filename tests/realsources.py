@@ -1,4 +1,5 @@
-"""The real products' sources for the real-product tests: Debian's source packages of
+"""The real products' sources for the real-product tests, and the local cluster they push
+them to: Debian's source packages of
 Ghostscript (the whole ghostpdl tree) and MuPDF, which ``etc/fetch-sources`` (the README's
 set-up, and ``.ci/run``) downloads into a cache outside the checkout.
 
@@ -10,22 +11,38 @@ saying how to fetch it.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
+import shutil
+import subprocess
 import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-#: Debian's builds of the products, for the build commands of the real-product tests.
-#: Debian's MuPDF source keeps no third-party libraries and no font files, only the C dumps
-#: of the 14 base fonts (``generated/``): MuPDF's Makefile is told to use the system's
-#: libraries, to compile those dumps (no objcopy) and to leave the other fonts out.
+from cluster.localcluster import LocalCluster
+from tests.helpers import FAST, free_port
+
+#: Debian's way of building its MuPDF source (as debian/rules and replace-fonts.sh do): the
+#: source keeps no third-party libraries and no font files, so MuPDF's Makefile is told to
+#: use the system's libraries, and the 14 base fonts it embeds are Debian's URW fonts
+#: (fonts-urw-base35, Type 1, which MuPDF reads as well as CFF) copied where the Makefile
+#: looks for them; the CJK, Noto and SIL fonts are left out.
+MUPDF_URW_FONTS = " ".join(f"Nimbus{family}-{style}" for family in ("MonoPS", "Roman", "Sans")
+                           for style in ("Regular", "Italic", "Bold", "BoldItalic"))
 MUPDF_DEBIAN_BUILD = (
+    "mkdir -p resources/fonts/urw && "
+    f"for f in {MUPDF_URW_FONTS} StandardSymbolsPS; do "
+    "cp -p /usr/share/fonts/type1/urw-base35/$f.t1 resources/fonts/urw/$f.cff || exit 1; "
+    "done && cp -p /usr/share/fonts/type1/urw-base35/D050000L.t1 "
+    "resources/fonts/urw/Dingbats.cff && "
     "make -j__slots__ build=release USE_SYSTEM_LIBS=yes USE_SYSTEM_LCMS2=yes "
-    "USE_SYSTEM_MUJS=yes HAVE_X11=no HAVE_GLUT=no HAVE_CURL=no HAVE_OBJCOPY=no "
-    "XCFLAGS='-DFZ_ENABLE_ICC=0 -DTOFU -DTOFU_CJK -DTOFU_SIL' "
-    "FONT_BIN=\"$(cd generated && ls resources/fonts/urw/*.cff.c | sed 's/[.]c$//')\" "
-    "tools")
+    "USE_SYSTEM_MUJS=yes HAVE_X11=no HAVE_GLUT=no HAVE_CURL=no "
+    "XCFLAGS='-DFZ_ENABLE_ICC=0 -DTOFU -DTOFU_CJK -DTOFU_SIL' tools")
 
 
 def cache_dir() -> Path:
@@ -51,6 +68,21 @@ def orig_tarball(package: str) -> Path:
     return found[-1]
 
 
+def extract_files(package: str, folder: str, suffixes: tuple[str, ...], dest: Path) -> list[Path]:
+    """Copy the files of ``folder`` (relative to the tree's top, e.g. ``pcl/examples``) with
+    one of ``suffixes`` from ``package``'s upstream tarball into ``dest``; return them."""
+    found = []
+    with tarfile.open(orig_tarball(package)) as archive:
+        for member in archive:
+            parent, _, name = member.name.partition("/")[2].rpartition("/")
+            if member.isfile() and parent == folder and name.endswith(suffixes):
+                source = archive.extractfile(member)
+                assert source is not None
+                found.append(dest / name)
+                found[-1].write_bytes(source.read())
+    return found
+
+
 def unpack(package: str, dest: Path) -> Path:
     """Unpack ``package``'s upstream tarball into ``dest`` (created); return the tree's top
     folder (the tarball's single top-level folder)."""
@@ -60,3 +92,109 @@ def unpack(package: str, dest: Path) -> Path:
     tops = [p for p in dest.iterdir() if p.is_dir()]
     assert len(tops) == 1, f"{package}'s tarball has {len(tops)} top folders: {tops}"
     return tops[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# A local cluster whose developer pushes a real tree
+
+
+@dataclass
+class RealCluster:
+    """A running local cluster of two nodes (one machine, one shared compiler cache), the
+    master's clean copy of a real tree, a developer's copy (:attr:`tree`) to push, and what
+    the tests of one module learn in order (:attr:`runs`, :attr:`first_builds`)."""
+
+    cluster: LocalCluster
+    tree: Path
+    runs: dict[str, Path] = field(default_factory=dict)
+    #: Each node's first build of the tree [s].
+    first_builds: dict[str, float] = field(default_factory=dict)
+
+    def push(self, products: str, timeout: float) -> Path:
+        """Push :attr:`tree` as user USER's run of ``products``; its archive once it ended."""
+        before = self.cluster.archives()
+        spec = self.cluster.push(self.tree, USER, [products], [])
+        return self.cluster.wait_for_run(spec, before, timeout)
+
+    def test_file(self, name: str) -> Path:
+        """The master's copy of the file of test ``name`` (``<corpus>__<file>.<config>``)."""
+        return self.cluster.home_dir / "tests" / name.rsplit(".", 3)[0].replace("__", "/")
+
+    def built(self, node: str, program: str) -> Path:
+        """``program`` as ``node``'s kept build folder of the tree holds it (the one file
+        of that name under ``build/<key>/``, in the tree kind's binaries folder)."""
+        found = [p for p in (self.cluster.home_dir / "node-work" / node / "build").glob(
+            f"*/**/{program}") if p.parent.name in ("bin", "release") and p.is_file()]
+        assert len(found) == 1, found
+        return found[0]
+
+
+#: The developer who pushes the real trees.
+USER = "tester"
+NODES = ("node1", "node2")
+#: A node's build log line giving the build command's wall time (cluster/node/noderun.py).
+BUILD_ENDED = re.compile(r"build command ended after ([0-9.]+) s")
+
+
+@contextlib.contextmanager
+def real_cluster(root: Path, package: str, tree_name: str, corpus: Path,
+                 settings: dict[str, str]) -> Iterator[RealCluster]:
+    """Unpack ``package``'s tree; make it the master's clean ``tree_name`` and USER's tree;
+    start a local cluster over ``corpus`` with ``settings`` (beyond FAST and free ports) and
+    NODES sharing the compiler cache ``root/ccache``; stop it all at the end."""
+    clean = unpack(package, root / "unpacked")
+    home = root / "home"
+    home.mkdir()
+    # The master's clean tree is the same release: a push is diffed against it.
+    shutil.copytree(clean, home / tree_name, symlinks=True)
+    tree = root / USER / tree_name
+    tree.parent.mkdir()
+    clean.rename(tree)
+    cluster = LocalCluster(home, 0, corpus, {
+        **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+        "status_port": "0", **settings})
+    cluster.prepare()
+    try:
+        cluster.start()
+        for node in NODES:
+            cluster.start_node(node, settings={"build_cache": str(root / "ccache")})
+        yield RealCluster(cluster, tree)
+    finally:
+        cluster.stop(grace=10)
+
+
+def build_log(run: Path, node: str) -> str:
+    """``node``'s build log in ``run``'s archive; AssertionError unless its build ended
+    (a node told to stop mid-build, because the run ended or failed, leaves no end line)."""
+    path = run / "logs" / f"{node}.build.log"
+    assert path.is_file(), f"no build log of {node} in {run}"
+    text = path.read_text(encoding="utf-8", errors="replace")
+    assert BUILD_ENDED.search(text), f"{node}'s build did not end in {run.name}:\n{text[-1500:]}"
+    return text
+
+
+def build_seconds(log: str) -> float:
+    """The build command's wall time a build log gives [s]."""
+    found = BUILD_ENDED.findall(log)
+    assert found, f"the build log gives no build time:\n{log[-2000:]}"
+    return float(found[-1])
+
+
+def config_of(name: str) -> tuple[str, str]:
+    """(device, resolution) of a test name ``<file>.<device>.<res>.<band>``."""
+    _stem, device, res, _band = name.rsplit(".", 3)
+    return device, res
+
+
+def md5_of_output(argv: list[str]) -> str:
+    """The md5 of what ``argv`` writes to stdout (it must exit 0)."""
+    done = subprocess.run(argv, capture_output=True, timeout=60, check=True)
+    return hashlib.md5(done.stdout).hexdigest()
+
+
+def listed(report: str, title_start: str) -> list[str]:
+    """The test names a report lists under its first line starting with ``title_start``."""
+    after = report.split("\n" + title_start, 1)
+    assert len(after) == 2, f"no {title_start!r} in the report:\n{report}"
+    body = after[1].split("\n", 1)[1].split("\n\n", 1)[0]
+    return sorted(line.split()[0] for line in body.splitlines())

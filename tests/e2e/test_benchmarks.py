@@ -73,3 +73,19 @@ def test_tail_small() -> None:
         assert float(row["makespan_s"]) > 0
     assert float(rows["equal"]["ratio"]) > 0 and rows["one-slow-5x"]["slowdowns"] == "5,1,1"
     assert float(rows["dead-node"]["drop_s"]) > 0 and rows["dead-node"]["limit_s"] == "4"
+
+
+def test_real_build_on_a_small_ghostpdl_shaped_tree(tmp_path: Path) -> None:
+    """bench/real_build.py: first, no-op, one-line rebuild and cached builds of a tree of
+    ghostpdl's kind (the small one of test_real_tree_builds: two C files)."""
+    from tests.e2e.test_real_tree_builds import write_small_ghostpdl
+
+    tree = write_small_ghostpdl(tmp_path / "ghostpdl")
+    lines = run_bench("bench/real_build.py", "--tree", str(tree), "--slots", "2",
+                      "--edit", "psi/b.c:return 1;:return 2;")
+    row = figures(lines[1])
+    assert row["ok"] == "yes", row
+    assert row["compiled"] == "1"  # the rebuild compiled the changed file only
+    assert int(row["cache_hits"]) >= 1  # the second copy found a.c's object in the cache
+    assert float(row["first_s"]) > 0
+    assert all(float(row[k]) >= 0 for k in ("noop_s", "rebuild_s", "cached_s"))

@@ -1,0 +1,206 @@
+"""End to end with the real product (issue 22): Debian's ghostpdl 10.0.0 tree, pushed by a
+developer to a local cluster of two nodes, built by each node with its own build system and
+tested with the gs it built.
+
+One cluster serves the module's tests, in order (one xdist worker): the tree is pushed
+(both nodes configure and compile it, sharing a compiler cache; every md5 equals each
+node's built ``bin/gs`` run by hand); a one-line change of the pgmraw device's maxval in
+``devices/gdevpbm.c`` is pushed (the report names exactly the pgmraw tests; each node's
+build compiles only that source file); a push with a syntax error aborts the run on both
+nodes with the compiler's ``file:line: error:`` line and leaves every table as it was; and
+a pcl push runs ghostpdl's ``pcl/examples`` through the built gpcl6, which Debian's tree
+leaves without its fonts: every outcome is what gpcl6 does by hand, no node is dropped.
+
+The sources come from ``etc/fetch-sources`` (tests/realsources.py): under CI their absence
+fails the module.  The build times the nodes' logs give are printed (``-s`` shows them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.report.tab import read_tab
+from tests.helpers import CORPUS
+from tests.realsources import (
+    NODES,
+    RealCluster,
+    build_log,
+    build_seconds,
+    config_of,
+    extract_files,
+    listed,
+    real_cluster,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("real-ghostpdl")]
+
+#: Every ghostpdl example of the repository's corpus: enough jobs that the node whose build
+#: ends first does not end the run before the other's build has ended.
+FILES = tuple(sorted(p.name for p in CORPUS.iterdir() if p.suffix in (".ps", ".eps", ".pdf")))
+CONFIGS = ("pgmraw.72.0", "ppmraw.72.0", "pbmraw.72.0")
+#: The pcl configurations of the pcl push (two of the Artifex list's devices).
+PCL_CONFIGS = ("pbmraw.75.0", "ppmraw.75.0")
+#: Longest a run may take here [s]: a first build of ghostpdl on two busy cores.
+RUN_TIMEOUT = 900.0
+#: The one-line change: the pgmraw device's maxval (pbm_prn_device's max_gray).
+PGMRAW_LINE = 'pbm_prn_device(pgm_initialize_device_procs, "pgmraw", \'5\', 1, 1, 8, 255, 0, 0,'
+PGMRAW_CHANGED = PGMRAW_LINE.replace("8, 255,", "8, 127,")
+#: The C files of the tree a build log shows compiled (gcc ... -c ./<dir>/<file>.c).
+_COMPILED = re.compile(r" -c \./((?:base|psi|devices|pdf|pcl|xps|contrib|gpdl)/\S+\.c)\b")
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    root = tmp_path_factory.mktemp("realgs")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for name in FILES:
+        shutil.copy(CORPUS / name, corpus / name)
+    # The pcl push's files: ghostpdl's own PCL and PCL-XL examples.
+    assert extract_files("ghostscript", "pcl/examples", (".pcl", ".pxl"), corpus)
+    settings = {"gs_configs": " ".join(CONFIGS), "pcl_configs": " ".join(PCL_CONFIGS),
+                "build_timeout": "1200"}
+    with real_cluster(root, "ghostscript", "ghostpdl", corpus, settings) as real:
+        yield real
+
+
+def _by_hand(gs: Path, test_file: Path, device: str, res: str) -> str:
+    """The md5 of ``gs`` rendering ``test_file`` as a person would run it, into a file (gs
+    prints some warnings on stdout, so the raster is not taken from there)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "page"
+        subprocess.run([str(gs), "-q", f"-sDEVICE={device}", f"-r{res}",
+                        "-sDEFAULTPAPERSIZE=letter", "-dNOPAUSE", "-dBATCH",
+                        f"-sOutputFile={out}", str(test_file)],
+                       capture_output=True, timeout=60, check=True)
+        return hashlib.md5(out.read_bytes()).hexdigest()
+
+
+def _tables(home: Path) -> dict[Path, bytes]:
+    """Every ``.tab`` of the master home with its bytes: the baselines, the users' and the
+    archived tables (not in the source trees, the runs' working folders or the nodes')."""
+    skipped = {"runs", "node-work", "ghostpdl", "mupdf", "tests", "node-code"}
+    found = {}
+    for folder, dirs, files in os.walk(home):
+        dirs[:] = [d for d in dirs if d not in skipped]
+        for name in files:
+            if name.endswith(".tab"):
+                path = Path(folder) / name
+                found[path] = path.read_bytes()
+    return found
+
+
+def test_both_nodes_build_the_pushed_ghostpdl_and_its_md5s_are_the_built_gs(
+        real: RealCluster) -> None:
+    run = real.runs["first"] = real.push("gs", RUN_TIMEOUT)
+    table = read_tab(run / f"{run.name}.tab")
+    assert len(table) == len(FILES) * len(CONFIGS), sorted(table)  # no pcl file: gs's only
+    assert all(row.error == 0 for row in table.values()), table
+    for node in NODES:
+        log = build_log(run, node)
+        assert "ghostpdl tree, build command from job.start build_ghostpdl" in log, log[:3000]
+        assert "config.status: creating Makefile" in log  # configured: there was no Makefile
+        assert re.search(r"^\$ .*make -j\d+ gs$", log, re.M), log[:3000]
+        assert "compiler cache" in log
+        assert len(_COMPILED.findall(log)) > 500, log[-3000:]  # the whole graphics library
+        real.first_builds[node] = build_seconds(log)
+    print(f"\nfirst builds of ghostpdl, both nodes at once [s]: {real.first_builds}")
+    # Every md5 is what the gs each node built gives by hand.
+    for node in NODES:
+        gs = real.built(node, "gs")
+        for name, row in table.items():
+            assert row.md5 == _by_hand(gs, real.test_file(name), *config_of(name)), (node, name)
+
+
+def test_a_one_line_device_change_is_rebuilt_alone_and_changes_exactly_its_tests(
+        real: RealCluster) -> None:
+    first = real.runs.get("first")
+    assert first is not None and real.first_builds, "the first push did not run"
+    source = real.tree / "devices" / "gdevpbm.c"
+    text = source.read_text(encoding="latin-1")
+    assert text.count(PGMRAW_LINE) == 1
+    source.write_text(text.replace(PGMRAW_LINE, PGMRAW_CHANGED), encoding="latin-1")
+    run = real.runs["second"] = real.push("gs", RUN_TIMEOUT)
+    before = read_tab(first / f"{first.name}.tab")
+    after = read_tab(run / f"{run.name}.tab")
+    assert all(row.error == 0 for row in after.values()), after
+    changed = sorted(n for n in after if after[n].md5 != before[n].md5)
+    assert changed == sorted(n for n in after if ".pgmraw." in n) and changed, changed
+    report = (run / "report.txt").read_text(encoding="utf-8")
+    against_push = report.split("Differences from previous clusterpush:", 1)[1]
+    assert listed(against_push, "Differences in ") == [n.replace("__", "/") for n in changed]
+    assert "devices/gdevpbm.c" in report and "8, 127," in report  # the pushed diff
+    full = min(real.first_builds.values())
+    rebuilds = {}
+    for node in NODES:
+        log = build_log(run, node)
+        assert "config.status: creating Makefile" not in log  # the Makefile stayed
+        assert _COMPILED.findall(log) == ["devices/gdevpbm.c"], log[-3000:]
+        rebuilds[node] = build_seconds(log)
+        assert rebuilds[node] < full / 3, (rebuilds[node], full)
+    print(f"\nrebuilds after the one-line change [s]: {rebuilds}")
+
+
+def test_a_syntax_error_aborts_the_run_on_both_nodes_and_changes_no_table(
+        real: RealCluster) -> None:
+    assert "second" in real.runs, "the second push did not run"
+    home = real.cluster.home_dir
+    tables_before = _tables(home)
+    source = real.tree / "devices" / "gdevpbm.c"
+    good = source.read_text(encoding="latin-1")
+    broken = good.replace(PGMRAW_CHANGED, PGMRAW_CHANGED.replace("127, 0, 0,", "127, 0 0,"))
+    assert broken != good
+    source.write_text(broken, encoding="latin-1")
+    try:
+        run = real.push("gs", RUN_TIMEOUT)
+    finally:
+        source.write_text(good, encoding="latin-1")
+    report = (run / "report.txt").read_text(encoding="utf-8")
+    assert re.search(r"node node\d failed with code -1", report), report
+    assert re.search(r"devices/gdevpbm\.c:\d+:\d+: error: ", report), report
+    logs = {node: (run / "logs" / f"{node}.build.log").read_text(errors="replace")
+            for node in NODES}
+    print(f"\nends of the broken push's build logs: "
+          f"{ {node: text.splitlines()[-2:] for node, text in logs.items()} }")
+    assert any(re.search(r"gdevpbm\.c:\d+:\d+: error: ", text) for text in logs.values())
+    assert not read_tab(run / f"{run.name}.tab")
+    assert {p: data for p, data in _tables(home).items() if run not in p.parents} \
+        == tables_before
+
+
+def test_the_pcl_examples_run_through_the_built_gpcl6_without_failing_a_node(
+        real: RealCluster) -> None:
+    assert "second" in real.runs, "the earlier pushes did not run"
+    run = real.push("pcl", RUN_TIMEOUT)
+    report = (run / "report.txt").read_text(encoding="utf-8")
+    assert "Nodes lost" not in report, report
+    table = read_tab(run / f"{run.name}.tab")
+    examples = sorted(p for p in (real.cluster.home_dir / "tests" / "corpus").iterdir()
+                      if p.suffix in (".pcl", ".pxl"))
+    assert examples and len(table) == len(examples) * len(PCL_CONFIGS), sorted(table)
+    for node in NODES:
+        log = build_log(run, node)
+        assert re.search(r"^\$ .*make -j\d+ gpcl6$", log, re.M), log[-2000:]
+        # Only the PCL interpreter is new: the graphics library is the gs pushes' build.
+        compiled = _COMPILED.findall(log)
+        assert compiled and all(c.startswith("pcl/") for c in compiled), compiled
+    # Each outcome is what the built gpcl6 does by hand: an error exactly where it fails
+    # (without its fonts, Debian's gpcl6 crashes on most files).
+    gpcl6 = real.built("node1", "gpcl6")
+    outcomes = {name: row.error for name, row in table.items()}
+    print(f"\npcl examples through Debian's gpcl6 (error codes): {outcomes}")
+    for name, error in outcomes.items():
+        device, res = config_of(name)
+        by_hand = subprocess.run([str(gpcl6), f"-sDEVICE={device}", f"-r{res}", "-dNOPAUSE",
+                                  "-dBATCH", "-sOutputFile=/dev/null",
+                                  str(real.test_file(name))], capture_output=True, timeout=60)
+        assert (error == 0) == (by_hand.returncode == 0), (name, error, by_hand.returncode)
