@@ -304,6 +304,12 @@ class Config:
                             "one machine; when set and ccache is installed, builds run with "
                             "CC='ccache gcc' and CCACHE_DIR set to it (empty: no compiler "
                             "cache)")
+    build_keep: int = _opt(4, NODE, "build folders",
+                           "the build folders (work_dir/build/<tree>, ~200 MB for ghostpdl; "
+                           "one per user's tree) kept between runs: at the start of a "
+                           "build the least recently built beyond this many are removed "
+                           "with their mirrors (work_dir/src/<tree>), never one a run is "
+                           "using; 0 = keep them all", high=10_000)
     poll_interval: float = _opt(2.0, NODE, "seconds",
                                 "run.py calls the master at least this often (its heartbeat)",
                                 positive=True, high=HOUR)
