@@ -256,15 +256,19 @@ class Config:
         "path must be absolute); the master keeps a bare clone in <home>/repos/<tree>.git")
     git_branch: str = _opt("master", MASTER, "branch name",
                            "the branch of each repository whose commits are tested")
+    # ghostpdl's folders as the Artifex commit hook mapped them (ARTIFEX.md 7.1): PCL's and
+    # XPS's own sources test their language only; pcl/pl/, the language switch gpcl6 and gxps
+    # both link, tests both; gxps also rasterises xpswrite's XPS, so its tests come along.
     path_products: tuple[str, ...] = _opt(
-        ("doc/=", "examples/=", "=gs,pdfwrite,ps2write"), MASTER,
+        ("doc/=", "examples/=", "pcl/=pcl", "pcl/pl/=xpswrite,pcl,xps", "pcl/examples/=",
+         "pcl/tools/=", "xps/=xpswrite,xps", "=gs,pdfwrite,ps2write"), MASTER,
         "[tree:]prefix=products list",
         "which products a commit tests: for each changed path the entry with the longest "
         "matching prefix gives its products (empty = the path needs no test; the empty "
         "prefix is the fallback; 'tree:' limits an entry to one tree and beats an "
         "unqualified one of the same prefix); a commit tests the union, and is skipped when "
         "it is empty; a tree named like a product that runs alone (mupdf, shell) tests just "
-        "that product; products are gs, pdfwrite, ps2write")
+        "that product; products are " + ", ".join(datatypes.MAP_PRODUCTS))
     # --- node ------------------------------------------------------------------------------
     node_name: str = _opt("", NODE, "name",
                           "this node's name (letters, digits, . _ -); empty = the host name")
@@ -300,6 +304,12 @@ class Config:
                             "one machine; when set and ccache is installed, builds run with "
                             "CC='ccache gcc' and CCACHE_DIR set to it (empty: no compiler "
                             "cache)")
+    build_keep: int = _opt(4, NODE, "build folders",
+                           "the build folders (work_dir/build/<tree>, ~200 MB for ghostpdl; "
+                           "one per user's tree) kept between runs: at the start of a "
+                           "build the least recently built beyond this many are removed "
+                           "with their mirrors (work_dir/src/<tree>), never one a run is "
+                           "using; 0 = keep them all", high=10_000)
     poll_interval: float = _opt(2.0, NODE, "seconds",
                                 "run.py calls the master at least this often (its heartbeat)",
                                 positive=True, high=HOUR)

@@ -45,17 +45,20 @@ ERROR_SEGFAULT = 8
 ERROR_SEGFAULT_STAGE2 = 9
 ERROR_INTERNAL = 10
 
+#: The words of each code in reports.  The stage-2 codes and 7 cover every two-stage test:
+#: stage 1 (gs, gpcl6 or gxps) runs pdfwrite, ps2write or xpswrite and generates a PDF, PS
+#: or XPS file.
 ERROR_NAMES = {
     0: "none",
     1: "error reading input",
-    2: "error reading the generated PDF/PS",
+    2: "error reading the generated PDF/PS/XPS",
     3: "timeout",
-    4: "timeout reading the generated PDF/PS",
+    4: "timeout reading the generated PDF/PS/XPS",
     5: "input missing",
-    6: "generated PDF/PS missing",
-    7: "segfault during pdfwrite/ps2write",
+    6: "generated PDF/PS/XPS missing",
+    7: "segfault during pdfwrite/ps2write/xpswrite",
     8: "segfault",
-    9: "segfault reading the generated PDF/PS",
+    9: "segfault reading the generated PDF/PS/XPS",
     10: "internal error (no md5 produced)",
 }
 SEGFAULTS = frozenset({7, 8, 9})

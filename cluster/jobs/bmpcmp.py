@@ -20,14 +20,16 @@ from cluster.defaults import BMPCMP_DIR
 from cluster.jobs.commands import (
     CONFIG_FORM,
     GS,
+    LANGUAGES,
     TIME_COMMAND,
     TWO_STAGE,
     JobConfig,
-    gs_argv,
+    Language,
     gs_file_name,
-    gs_input,
-    gs_stage1_argv,
+    language_argv,
+    language_input,
     mutool_draw_argv,
+    stage1_argv,
     timed_step,
 )
 from cluster.jobs.corpus import file_id, find_test_files, id_problem
@@ -41,9 +43,22 @@ BMPCMP_MAX_JOBS = 1000
 #: gs devices whose output already is raw PNM: bmpcmp renders with the test's own device,
 #: so the images show exactly the raster the test's md5 was taken of.
 BMPCMP_PNM_DEVICES = frozenset({"pbmraw", "pgmraw", "ppmraw", "pkmraw", "pnmraw"})
-#: Product words of a bmpcmp list -> product; the .tab product columns are accepted too.
-BMPCMP_PRODUCTS = {"gs": "gs", "pdfwrite": "pdfwrite", "ps2write": "ps2write",
-                   "mupdf": "mupdf", "gs pdfwrite": "pdfwrite", "gs ps2write": "ps2write"}
+
+
+def _product_words() -> dict[str, str]:
+    """Product words of a bmpcmp list -> product: every product with configurations, and the
+    ``.tab`` product columns (log labels) of two-stage tests.  gs's (``gs pdfwrite``) are
+    the products pdfwrite, ps2write and xpswrite; gpcl6's and gxps's (``pcl pdfwrite``,
+    ``xps ps2write``...) belong to pcl and xps, whose own lists hold those configurations."""
+    words = {product: product for product in PRODUCT_SPECS}
+    for stages in TWO_STAGE.values():
+        for name, lang in LANGUAGES.items():
+            words[f"{lang.label} {stages.device}"] = stages.device if lang == GS else name
+    return words
+
+
+#: Product words of a bmpcmp list -> product (:func:`_product_words`).
+BMPCMP_PRODUCTS = _product_words()
 
 
 def bmpcmp_device(device: str) -> str:
@@ -74,9 +89,10 @@ def read_bmpcmp_list(path: Path) -> list[tuple[str, str]]:
     """The ``(test id, product)`` pairs of a bmpcmp list file.
 
     One test per line: ``<test id> <product>``, the product a word of
-    :data:`BMPCMP_PRODUCTS` (``gs``, ``pdfwrite``, ``ps2write``, ``mupdf``, or a .tab
-    product column such as ``gs pdfwrite``).  Blank and ``#`` lines are ignored; a line
-    without a product is skipped with a warning.  OSError when the file cannot be read.
+    :data:`BMPCMP_PRODUCTS` (``gs``, ``pdfwrite``, ``pcl``, ``mupdf``..., or a .tab
+    product column such as ``gs pdfwrite`` or ``pcl pdfwrite``).  Blank and ``#`` lines
+    are ignored; a line without a product is skipped with a warning.  OSError when the file
+    cannot be read.
     """
     out: list[tuple[str, str]] = []
     text = Path(path).read_text(encoding="utf-8", errors="replace")
@@ -112,8 +128,9 @@ def bmpcmp_jobs(cfg: Config, tests: Sequence[tuple[str, str]], tests_root: Path,
 
     ``tests`` are the tests that differed in an earlier run; ``product`` is a word of
     :data:`BMPCMP_PRODUCTS`.  A test id is split into ``<file id>.<config>`` (trying the
-    two-stage ``pdf.``/``ps.`` form and the raster form, keeping the one the product allows
-    whose file exists in ``tests_root``; nightly-only files count).  Skipped with a warning
+    two-stage ``pdf.``/``ps.``/``xps.`` form and the raster form, keeping the one the
+    product allows whose file, of the product's extensions, exists in ``tests_root``;
+    nightly-only files count).  Skipped with a warning
     naming them: unknown products, ids that do not parse, ids whose test file is no longer
     in the corpus, repeated ids.  At most ``max_jobs`` jobs are made (a warning says how many
     were left out).  FileNotFoundError when ``tests_root`` is not a directory.
@@ -143,11 +160,8 @@ def bmpcmp_jobs(cfg: Config, tests: Sequence[tuple[str, str]], tests_root: Path,
         if test_id in seen:
             logger.warning("build: bmpcmp: skipping %s: listed twice", test_id)
             continue
-        # bmpcmp renders with gs only: a two-stage config whose stage 2 is not gs (xps.*,
-        # rasterised by gxps) is no config of a bmpcmp product.
         splits = [(stem, tc) for stem, tc in _id_splits(test_id)
-                  if tc.two_stage in PRODUCT_SPECS[product].kinds
-                  and (tc.two_stage is None or TWO_STAGE[tc.two_stage].rasteriser == GS)]
+                  if tc.two_stage in PRODUCT_SPECS[product].kinds]
         if not splits:
             logger.warning("build: bmpcmp: skipping %s: not <file id>.<config> of product %s "
                            "(config: %s)", test_id, product, CONFIG_FORM)
@@ -178,11 +192,16 @@ def bmpcmp_command(name: str, relpath: str, tc: JobConfig, product: str,
 
     Contract (the log/md5 contract of every job, so readlog classifies it as usual):
 
-    * ``__temp__/<id>.log``: the product label the test's own job writes (``gs``,
-      ``gs pdfwrite``, ``gs ps2write``, ``mupdf``), then every step echoed and run under
-      ``/usr/bin/time`` appending to the log: the baseline rendering, the candidate
-      rendering, and for two-stage tests first both stage-1 runs, ``---``, both stage-2
-      runs; then the comparison.  A failing rendering or comparison is an error as usual.
+    * ``__temp__/<id>.log``: the product label the test's own job writes (``gs``, ``pcl``,
+      ``gs pdfwrite``, ``pcl pdfwrite``, ``gs xpswrite``, ``mupdf``...), then every step
+      echoed and run under ``/usr/bin/time`` appending to the log: the baseline rendering,
+      the candidate rendering, and for two-stage tests first both stage-1 runs, ``---``,
+      both stage-2 runs; then the comparison.  A failing rendering or comparison is an
+      error as usual.
+    * The programs are the test's own: the product's language (gs, gpcl6 or gxps) renders
+      a one-stage test and writes a two-stage test's intermediate file, which the
+      rasteriser of its format (gs for PDF and PostScript, gxps for XPS) renders; each of
+      ``__baseline__`` and ``__bin__`` runs both stages with its own programs.
     * Renderings go to ``__temp__/<id>.base.pnm`` and ``.cand.pnm`` (raw PNM, all pages in
       one file, the device of :func:`bmpcmp_device`, the test's resolution and banding)
       and are removed at the end, as are two-stage intermediates.  Both are created empty
@@ -204,29 +223,33 @@ def bmpcmp_command(name: str, relpath: str, tc: JobConfig, product: str,
             parts.append(f"echo {shlex.quote(text + ' > ' + out)} >> {log}")
             parts.append(f"{TIME_COMMAND} {text} 2>> {log} > {out}")
     else:
+        lang = PRODUCT_SPECS[product].language
+        assert lang is not None  # only mupdf has none
         raster = JobConfig(tc.text, bmpcmp_device(tc.device), tc.res, tc.band, tc.two_stage)
 
-        def render(bin_dir: str, out: str, inputs: Sequence[str]) -> list[str]:
-            return gs_argv(bin_dir, f"-sOutputFile={gs_file_name(out)}", raster, inputs,
-                           memory_kb)
+        def render(renderer: Language, bin_dir: str, out: str,
+                   inputs: Sequence[str]) -> list[str]:
+            return language_argv(renderer, bin_dir, f"-sOutputFile={gs_file_name(out)}",
+                                 raster, inputs, memory_kb)
 
-        input_args, stdin = gs_input(relpath)
+        input_args, stdin = language_input(lang, relpath)
         if tc.two_stage is None:
-            parts.append(f"echo gs >> {log}")
+            parts.append(f"echo {lang.label} >> {log}")
             for bin_dir, out in ((BASELINE, base_out), (BIN, cand_out)):
-                parts.append(timed_step(log, render(bin_dir, out, input_args), stdin))
+                parts.append(timed_step(log, render(lang, bin_dir, out, input_args), stdin))
         else:
-            device, suffix = TWO_STAGE[tc.two_stage].device, TWO_STAGE[tc.two_stage].suffix
-            parts.append(f"echo 'gs {device}' >> {log}")
-            mids = (f"{TEMP}/{name}.base.{suffix}", f"{TEMP}/{name}.cand.{suffix}")
+            stages = TWO_STAGE[tc.two_stage]
+            parts.append(f"echo '{lang.label} {stages.device}' >> {log}")
+            mids = (f"{TEMP}/{name}.base.{stages.suffix}",
+                    f"{TEMP}/{name}.cand.{stages.suffix}")
             cleanup += mids
             for bin_dir, mid in zip((BASELINE, BIN), mids, strict=True):
-                parts.append(timed_step(log, gs_stage1_argv(bin_dir, mid, tc, input_args),
+                parts.append(timed_step(log, stage1_argv(lang, bin_dir, mid, tc, input_args),
                                         stdin))
             parts.append(f"echo --- >> {log}")
             for bin_dir, mid, out in zip((BASELINE, BIN), mids, (base_out, cand_out),
                                          strict=True):
-                parts.append(timed_step(log, render(bin_dir, out, [mid])))
+                parts.append(timed_step(log, render(stages.rasteriser, bin_dir, out, [mid])))
     compare = (f"{PYTHON} -m cluster.bmpcmp {base_out} {cand_out} "
                f"{TEMP}/{BMPCMP_DIR}/{name} {MAX_IMAGES}")
     parts.append(f"echo {shlex.quote(compare)} >> {log}")

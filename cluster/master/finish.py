@@ -44,6 +44,7 @@ from pathlib import Path
 from cluster import bmpcmp
 from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
+from cluster.jobs.bmpcmp import BMPCMP_PRODUCTS
 from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
 from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
@@ -265,9 +266,8 @@ def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],
 
     *against* is the run's comparison with the baseline (or with the user's previous push
     when there is no baseline); every test whose md5 changed is listed, seen before or not.
-    The product word is the tested product the test belongs to (``gs``, ``pdfwrite``,
-    ``ps2write``, ``mupdf``), what build.py's bmpcmp jobs need.  No comparison: an empty
-    list.
+    The product word is the tested product the test belongs to (:func:`product_word`),
+    what build.py's bmpcmp jobs need.  No comparison: an empty list.
     """
     names = against.changed() if against is not None else []
     lines = [f"{name} {product_word(current[name].product)}\n" for name in names]
@@ -276,8 +276,11 @@ def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],
 
 
 def product_word(column: str) -> str:
-    """``gs pdfwrite`` -> ``pdfwrite``; ``gs`` -> ``gs``: the product a table column is."""
-    return column.split()[-1]
+    """The product a table column is: ``gs pdfwrite`` -> ``pdfwrite``, ``gs`` -> ``gs``,
+    and gpcl6's and gxps's two-stage tests stay theirs (``pcl pdfwrite`` -> ``pcl``), so
+    that bmpcmp renders them with their own program.  A column of no product with
+    configurations (``shell``, ``unknown``) is kept as it is."""
+    return BMPCMP_PRODUCTS.get(column, column)
 
 
 # ---------------------------------------------------------------------------- the cache

@@ -10,13 +10,17 @@ The node reads job.start, then talks to the master on base_port + priority:
   command of the tree's kind there (:mod:`cluster.node.buildcmd`) in a background thread;
   meanwhile every call says ``busy build``. ``<key>`` is the source path, or for a run's
   snapshot (``runs/<id>/source/<tree>``) the run's kind, the user of a user run, and the
-  tree: the same for every run of that user's tree. When job.start names a ``baseline`` tree
-  (bmpcmp runs), it is mirrored into ``work_dir/baseline/.<name>.src``, copied afresh to
-  ``work_dir/baseline/<name>`` and built there (a clean build); that build is kept between
-  runs and redone only when the mirrored tree (paths, sizes, mtimes) or the build command
-  changed since the last successful baseline build (``.<name>.stamp``, written only after
-  one). The mirrors are separate so that mirroring, which deletes what the master lacks,
-  never deletes the build's output. With ``build_cache`` set (and ccache installed) builds
+  tree: the same for every run of that user's tree. The run holds its key
+  (:class:`cluster.node.workdir.UseHold`) from its start to its end, and each BUILD first
+  removes the least recently built keys beyond ``build_keep`` and what earlier layouts
+  left in ``work_dir/src`` (:func:`cluster.node.workdir.tidy`, said in the build log).
+  When job.start names a ``baseline`` tree (bmpcmp runs), it is mirrored into
+  ``work_dir/baseline/.<name>.src``, copied afresh to ``work_dir/baseline/<name>`` and
+  built there (a clean build); that build is kept between runs and redone only when the
+  mirrored tree (paths, sizes, mtimes) or the build command changed since the last
+  successful baseline build (``.<name>.stamp``, written only after one). The mirrors are
+  separate so that mirroring, which deletes what the master lacks, never deletes the
+  build's output. With ``build_cache`` set (and ccache installed) builds
   run with ``CC='ccache gcc'`` and ``CCACHE_DIR``.
   After a successful build the node looks for job.start's ``programs`` in its build's
   binaries' folder and sends the missing ones with every call, beside ``built``
@@ -115,7 +119,7 @@ from cluster.defaults import (
 )
 from cluster.errors import ClusterError, MasterUnreachable, ProtocolError, TransportError
 from cluster.home import suffixed
-from cluster.node import buildcmd, buildlog, buildtree, readlog
+from cluster.node import buildcmd, buildlog, buildtree, readlog, workdir
 from cluster.node.buildcmd import BuildPlan
 from cluster.node.slots import Finished, SlotPool
 from cluster.node.transport import Transport, read_node_key
@@ -283,6 +287,7 @@ class NodeRun:
         #: job.start's ``programs`` its build did not make (``unbuilt`` header), set once
         #: built (:meth:`_check_programs`).
         self.unbuilt: tuple[str, ...] = ()
+        self.in_use = workdir.UseHold()  # the key of the build this run uses, held
 
     # ------------------------------------------------------------------ setup
     def stop(self) -> None:
@@ -310,8 +315,9 @@ class NodeRun:
             raise ClusterError(f"job.start source {start.source!r} gives the build folder name "
                                f"{key!r}; expected [A-Za-z0-9_.+,@%=-] starting with a letter "
                                "or digit")
-        self.src = work / "src" / key  # the mirror of the master's tree
-        self.build_dir = work / "build" / key  # where it is built (buildtree)
+        self.src = work / workdir.SRC / key  # the mirror of the master's tree
+        self.build_dir = work / workdir.BUILD / key  # where it is built (buildtree)
+        self.in_use.take(self.build_dir.parent, key)  # no tidy removes it meanwhile
         self.tests = work / "tests"
         self.node_log_path = self.run_dir / f"{self.name}.log"
         self.build_log = self.run_dir / f"{self.name}.build.log"
@@ -346,6 +352,12 @@ class NodeRun:
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            self.in_use.release()
+
+    def _run(self) -> int:
         try:
             self.start = self._prepare()
         except MasterUnreachable as exc:  # after the transport's own connect_retries
@@ -648,6 +660,8 @@ class NodeRun:
         with open(self.build_log, "w", encoding="utf-8") as out:
             out.write(f"node {self.name}: building {self.start.source} for run {self.start.id}\n")
             out.flush()
+            tidied = workdir.tidy(self.src.parent.parent, self.src.name, self.cfg.build_keep)
+            out.writelines(f"node {self.name}: {line}\n" for line in tidied.lines())
             try:
                 self.transport.fetch_tree(self.start.tests, self.tests)
                 self.transport.fetch_tree(self.start.source, self.src)

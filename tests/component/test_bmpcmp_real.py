@@ -152,3 +152,66 @@ def test_a_rendering_that_fails_is_an_error(builds: dict[str, Path], tmp_path: P
     run_job(job, temp, builds["gs-cand"], tmp_path / "no-such-build" / "bin", tmp_path)
     error, md5, log = result_of(job.name, temp)
     assert error != 0 and md5 == "0", log
+
+
+#: gxps is on no machine here (Debian's ghostscript ships gs only, and its source lacks
+#: jpegxr: docs/deviations.md).  This stand-in does what a bmpcmp job asks of gxps in stage 2:
+#: it draws the XPS named last with MuPDF's ``mutool draw`` (which reads XPS) at ``-r`` into
+#: the ``-sOutputFile`` file, as the ``-sDEVICE``'s PNM.
+GXPS_STAND_IN = """#!/bin/sh
+out= dev= res= input=
+for arg in "$@"; do
+  case $arg in
+    -sOutputFile=*) out=${arg#-sOutputFile=} ;;
+    -sDEVICE=*) dev=${arg#-sDEVICE=} ;;
+    -r*) res=${arg#-r} ;;
+    -*) ;;
+    *) input=$arg ;;
+  esac
+done
+case $dev in
+  ppmraw) fmt=ppm ;;
+  pgmraw) fmt=pgm ;;
+  pbmraw) fmt=pbm ;;
+  *) echo "gxps stand-in: no device $dev" >&2; exit 1 ;;
+esac
+exec mutool draw -q -r "$res" -F "$fmt" -o - "$input" > "$out"
+"""
+
+
+def with_gxps(gs_bin: Path, dest: Path) -> Path:
+    """A bin folder holding ``gs_bin``'s gs and the gxps stand-in."""
+    dest.mkdir()
+    (dest / "gs").symlink_to(gs_bin / "gs")
+    (dest / "gxps").write_text(GXPS_STAND_IN)
+    (dest / "gxps").chmod(0o755)
+    return dest
+
+
+def test_bmpcmp_of_xpswrite_tests_has_gs_write_the_xps_and_gxps_render_it(
+        builds: dict[str, Path], tmp_path: Path) -> None:
+    """An xpswrite test (the ``gs xpswrite`` column of a changed list): each build's real gs
+    writes XPS, each build's gxps renders it; colorcir's coloured text turned black by the
+    candidate's -dBlackText is an image set, golfer is identical; readlog reads the log as
+    the test's own (``gs xpswrite``, error 0)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    base = with_gxps(builds["gs-base"], tmp_path / "base-bin")
+    cand = with_gxps(builds["gs-cand"], tmp_path / "cand-bin")
+    tests = [(f"{COLORCIR}.xps.ppmraw.72.0", "gs xpswrite"),
+             (f"{GOLFER}.xps.ppmraw.72.0", "xpswrite")]
+    jobs = bmpcmp_jobgen.bmpcmp_jobs(Config(), tests, CORPUS_ROOT)
+    assert [j.name for j in jobs] == [name for name, _ in tests]
+    for job in jobs:
+        run_job(job, temp, cand, base, tmp_path)
+    for name, _ in tests:
+        error, md5, log = result_of(name, temp)
+        assert error == 0, log
+        assert log.splitlines()[0] == "gs xpswrite"
+        assert f"{base}/gs -sOutputFile={temp}/{name}.base.xps -sDEVICE=xpswrite" in log
+        assert f"{cand}/gxps -sOutputFile={temp}/{name}.cand.pnm" in log
+        sets = sorted((temp / "bmpcmp").glob(f"{name}.*.meta"))
+        assert (md5 == hashlib.md5(b"identical\n").hexdigest()) == (GOLFER in name), log
+        assert bool(sets) == (COLORCIR in name), log
+        assert sorted(p.name for p in temp.glob(f"{name}.*")) == [f"{name}.log",
+                                                                  f"{name}.md5"]

@@ -30,6 +30,20 @@ def test_the_default_map_skips_docs_and_tests_the_rest() -> None:
     assert products_for("ghostpdl", [], default) == ()  # an empty commit needs no test
 
 
+def test_the_default_map_sends_pcl_and_xps_sources_to_their_languages() -> None:
+    """ghostpdl's pcl/ and xps/ test gpcl6 and gxps, as the Artifex hook's table did (pcl,
+    pxl -> pcl; xps -> xps; pl -> both), not gs; gxps rasterises xpswrite's XPS, so a
+    change to it tests xpswrite too; their examples and tools need no test."""
+    default = datatypes.parse_path_products(Config().path_products)
+    assert products_for("ghostpdl", ["pcl/pcl/pcjob.c"], default) == ("pcl",)
+    assert products_for("ghostpdl", ["pcl/pxl/pxink.c"], default) == ("pcl",)
+    assert products_for("ghostpdl", ["xps/xpsfont.c"], default) == ("xpswrite", "xps")
+    assert products_for("ghostpdl", ["pcl/pl/plmain.c"], default) == ("xpswrite", "pcl", "xps")
+    assert products_for("ghostpdl", ["pcl/examples/owl.pcl", "pcl/tools/x.py"], default) == ()
+    assert products_for("ghostpdl", ["pcl/pcl/pcjob.c", "base/gxfill.c"], default) \
+        == (*ALL, "pcl")
+
+
 def test_the_longest_prefix_wins() -> None:
     r = rules("doc/=", "doc/api/=gs", "=pdfwrite", "base/=gs,ps2write")
     assert products_for("ghostpdl", ["doc/api/x.h"], r) == ("gs",)

@@ -475,7 +475,8 @@ def test_bmpcmp_jobs_parse_ids_and_skip_what_cannot_be_used(
         ("a__one.ps.ppmraw.300.1", "gs"),               # repeated
         ("a__gone.ps.ppmraw.72.0", "gs"),               # file removed since
         ("a__one.ps", "gs"),                            # no config
-        ("a__one.ps.ppmraw.72.0", "pcl"),               # unknown product
+        ("a__one.ps.ppmraw.72.0", "svg"),               # unknown product
+        ("a__one.ps.ppmraw.72.0", "pcl"),               # no PCL file: not pcl's test
         ("a__one.ps.ppmraw.72.0", "pdfwrite"),          # not a pdfwrite config
     ]
     with caplog.at_level(logging.WARNING, logger="cluster.build"):
@@ -485,7 +486,8 @@ def test_bmpcmp_jobs_parse_ids_and_skip_what_cannot_be_used(
                                       "x.pdf.pdf.ppmraw.72.0"]
     text = caplog.text
     for needle in ("listed twice", "a/gone.ps is no longer in the corpus",
-                   "skipping a__one.ps: not <file id>.<config>", "unknown product 'pcl'",
+                   "skipping a__one.ps: not <file id>.<config>", "unknown product 'svg'",
+                   "a/one.ps is no longer in the corpus",
                    "a__one.ps.ppmraw.72.0: not <file id>.<config> of product pdfwrite"):
         assert needle in text
     by = {j.name: j for j in jobs}

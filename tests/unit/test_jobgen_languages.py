@@ -285,13 +285,88 @@ def test_build_py_prints_the_new_products(tree: Path,
     assert "ps__six.ps.xps.ppmraw.72.0" in names
 
 
-def test_bmpcmp_skips_tests_whose_stage_2_is_not_gs(tree: Path,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
-    """bmpcmp renders with gs: an xps.* test of product gs cannot be compared that way."""
-    cfg = CFG.with_changes(gs_configs=("xps.ppmraw.72.0",))
-    jobs = bmpcmp_jobgen.bmpcmp_jobs(cfg, [("ps__six.ps.xps.ppmraw.72.0", "gs")], tree)
-    assert jobs == []
-    assert "ps__six.ps.xps.ppmraw.72.0" in caplog.text
+def _bmpcmp_steps(tree: Path, test_id: str, word: str, **changes: object) -> list[str]:
+    """The steps of the one bmpcmp job of ``test_id`` listed with product ``word``."""
+    cfg = CFG.with_changes(**changes) if changes else CFG
+    (job,) = bmpcmp_jobgen.bmpcmp_jobs(cfg, [(test_id, word)], tree)
+    assert job.name == test_id and Job.parse(job.line) == job
+    return _steps(job.command)
+
+
+def _ran(steps: list[str]) -> list[str]:
+    """The program and first argument of each timed step, in order."""
+    return [" ".join(step[len(TIME):].split()[:2]) for step in steps if step.startswith(TIME)]
+
+
+@pytest.mark.parametrize("word", ["pcl pdfwrite", "pcl"])
+def test_bmpcmp_of_a_pcl_two_stage_test_has_gpcl6_write_the_pdf(tree: Path, word: str) -> None:
+    """A pcl ``pdf.*`` test, listed by its .tab column or its product: each build's gpcl6
+    writes the PDF from the PCL file, each build's gs rasterises it; the log says what the
+    test's own log says (``pcl pdfwrite``)."""
+    test_id = "xl__four.prn.pdf.ppmraw.75.0"
+    steps = _bmpcmp_steps(tree, test_id, word)
+    log = f"__temp__/{test_id}.log"
+    assert f"echo 'pcl pdfwrite' >> {log}" in steps
+    base_pdf, cand_pdf = (f"__temp__/{test_id}.{b}.pdf" for b in ("base", "cand"))
+    base_pnm, cand_pnm = (f"__temp__/{test_id}.{b}.pnm" for b in ("base", "cand"))
+    assert _ran(steps) == [
+        f"__baseline__/gpcl6 -sOutputFile={base_pdf}", f"__bin__/gpcl6 -sOutputFile={cand_pdf}",
+        f"__baseline__/gs -sOutputFile={base_pnm}", f"__bin__/gs -sOutputFile={cand_pnm}",
+        "__python__ -m"]
+    stage1 = next(s for s in steps if s.startswith(f"{TIME} __bin__/gpcl6"))
+    assert stage1 == (f"{TIME} __bin__/gpcl6 -sOutputFile={cand_pdf} -sDEVICE=pdfwrite -r75 "
+                      f"-dNOPAUSE -dBATCH __tests__/xl/four.prn >> {log} 2>&1")
+    assert steps.index(f"echo --- >> {log}") == steps.index(stage1) + 1
+    assert steps[-1] == f"rm -f {base_pnm} {cand_pnm} {base_pdf} {cand_pdf}"
+
+
+def test_bmpcmp_of_one_stage_pcl_and_xps_tests_renders_with_their_program(tree: Path) -> None:
+    """``pcl`` and ``xps`` tests are rendered by gpcl6 and gxps of both builds, the file as
+    their argument, to a PNM file; no gs."""
+    for test_id, word, program, path in (
+            ("pcl__one.pcl.ppmraw.75.0", "pcl", "gpcl6", "pcl/one.pcl"),
+            ("xps__five.xps.pbmraw.600.1", "xps", "gxps", "xps/five.xps")):
+        steps = _bmpcmp_steps(tree, test_id, word)
+        assert f"echo {word} >> __temp__/{test_id}.log" in steps
+        assert [r.split()[0] for r in _ran(steps)] == [
+            f"__baseline__/{program}", f"__bin__/{program}", "__python__"]
+        assert all(f"__tests__/{path} >> " in s for s in steps
+                   if s.startswith(f"{TIME} __") and program in s)
+
+
+@pytest.mark.parametrize(("test_id", "word", "writer"), [
+    ("ps__six.ps.xps.ppmraw.72.0", "gs xpswrite", "gs"),
+    ("ps__six.ps.xps.ppmraw.72.0", "xpswrite", "gs"),
+    ("xps__five.xps.pdf.ppmraw.72.0", "xps pdfwrite", "gxps"),
+])
+def test_bmpcmp_of_other_two_stage_tests_uses_their_writer_and_rasteriser(
+        tree: Path, test_id: str, word: str, writer: str) -> None:
+    """xpswrite: gs writes the XPS, gxps renders it; gxps's pdfwrite: gxps writes the PDF,
+    gs renders it.  Each build uses its own programs for both stages."""
+    changes = {"xps_configs": ("pdf.ppmraw.72.0",), "xpswrite_configs": ("xps.ppmraw.72.0",)}
+    steps = _bmpcmp_steps(tree, test_id, word, **changes)
+    suffix, rasteriser = ("xps", "gxps") if writer == "gs" else ("pdf", "gs")
+    assert [r.split()[0] for r in _ran(steps)] == [
+        f"__baseline__/{writer}", f"__bin__/{writer}", f"__baseline__/{rasteriser}",
+        f"__bin__/{rasteriser}", "__python__"]
+    assert f"-sOutputFile=__temp__/{test_id}.base.{suffix}" in _ran(steps)[0]
+    assert any(s.endswith(f"__temp__/{test_id}.cand.{suffix} >> __temp__/{test_id}.log 2>&1")
+               for s in steps if s.startswith(f"{TIME} __bin__/{rasteriser}"))
+
+
+def test_the_changed_list_keeps_pcl_and_xps_two_stage_tests_theirs() -> None:
+    """The changed list of a run names a test's product by its .tab column: gs's two-stage
+    columns are the products pdfwrite/ps2write/xpswrite; gpcl6's and gxps's stay pcl and xps
+    (not pdfwrite, which bmpcmp would render with gs); every word is one bmpcmp knows."""
+    from cluster.master.finish import product_word
+
+    assert [product_word(c) for c in ("gs", "gs pdfwrite", "gs ps2write", "gs xpswrite",
+                                      "pcl", "pcl pdfwrite", "xps ps2write", "xps xpswrite",
+                                      "mupdf", "shell")] == [
+        "gs", "pdfwrite", "ps2write", "xpswrite", "pcl", "pcl", "xps", "xps", "mupdf",
+        "shell"]
+    for column in ("gs", "gs pdfwrite", "pcl", "pcl pdfwrite", "xps", "xps xpswrite"):
+        assert product_word(column) in bmpcmp_jobgen.BMPCMP_PRODUCTS
 
 
 # --- products in the queue grammar ------------------------------------------------------------

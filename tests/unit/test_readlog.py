@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from cluster.jobs.commands import LANGUAGES, TWO_STAGE
 from cluster.node.readlog import classify, final_md5, log_entry
 from cluster.records import ERROR_NAMES, JobResult
 
@@ -128,6 +131,21 @@ def test_error_codes(log: str, md5: str, killed: bool, code: int) -> None:
 def test_every_error_code_is_covered() -> None:
     """The table above exercises all eleven codes."""
     assert {c[4] for c in CASES} == set(ERROR_NAMES)
+
+
+@pytest.mark.parametrize(("lang", "kind"), [(lang, kind) for lang in LANGUAGES
+                                             for kind in TWO_STAGE])
+def test_two_stage_error_names_are_true_for_every_two_stage_test(lang: str, kind: str) -> None:
+    """Every two-stage test (gs, gpcl6 or gxps writing PDF, PS or XPS) that crashes in stage
+    1 is error 7, and its words name the device it ran; the stage-2 errors' words name the
+    kind of file stage 1 generated."""
+    stages = TWO_STAGE[kind]
+    label = f"{LANGUAGES[lang].label} {stages.device}"
+    r = classify(NAME, two_stage_log(stage1=SEGV, t1="", label=label), "", killed=False)
+    assert (r.error, r.product) == (7, label)
+    assert stages.device in ERROR_NAMES[7]
+    for code in (2, 4, 6, 9):
+        assert stages.suffix.upper() in re.split("[ /]", ERROR_NAMES[code]), code
 
 
 def test_first_error_wins() -> None:

@@ -151,7 +151,7 @@ def test_added_and_removed_and_added_errors() -> None:
     assert c.started_errors == ["broke", "anew"]
     text = compare(cur, prev, FACTS)
     assert section(text, "The following 2 regression file(s) have started producing errors:") \
-        == ["broke gs m1 n2 timeout", "anew n3 segfault during pdfwrite/ps2write"]
+        == ["broke gs m1 n2 timeout", "anew n3 segfault during pdfwrite/ps2write/xpswrite"]
     assert section(text, "The following 1 regression file(s) have been removed:") \
         == ["old1 mupdf"]
     assert section(text, "The following 2 regression file(s) have been added:") \
@@ -218,9 +218,9 @@ def test_segfault_block_is_first_and_exact() -> None:
         STARS,
         "Seg faults with current rev:",
         "",
-        "a n1 segfault during pdfwrite/ps2write",
+        "a n1 segfault during pdfwrite/ps2write/xpswrite",
         "b n2 segfault",
-        "c n3 segfault reading the generated PDF/PS",
+        "c n3 segfault reading the generated PDF/PS/XPS",
         "",
         STARS,
         "",
