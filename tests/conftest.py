@@ -31,6 +31,21 @@ PORTS_PER_WORKER = 2500
 CRONTAB_GROUP = "crontab"
 
 
+#: The xdist groups of the real-product modules (tests/e2e/test_real_*.py): minutes of
+#: compiling each, so they are handed out first and overlap the rest of the suite.
+REAL_PRODUCT_GROUPS = ("real-ghostpdl", "real-mupdf")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The real-product tests first (stable: each module's own order is kept): with the
+    suite in parallel workers, the longest tests start at once instead of last."""
+    def first(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("xdist_group")
+        return 0 if marker is not None and marker.args and \
+            marker.args[0] in REAL_PRODUCT_GROUPS else 1
+    items.sort(key=first)
+
+
 def pytest_configure() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and worker[2:].isdigit():

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,8 +114,13 @@ class RealCluster:
     def push(self, products: str, timeout: float) -> Path:
         """Push :attr:`tree` as user USER's run of ``products``; its archive once it ended."""
         before = self.cluster.archives()
+        began = time.monotonic()
         spec = self.cluster.push(self.tree, USER, [products], [])
-        return self.cluster.wait_for_run(spec, before, timeout)
+        run = self.cluster.wait_for_run(spec, before, timeout)
+        # A figure for docs/performance.md (shown with -s): push to report, the build included.
+        print(f"\npush of {self.tree.name} ({products}) to its report: "
+              f"{time.monotonic() - began:.1f} s")
+        return run
 
     def test_file(self, name: str) -> Path:
         """The master's copy of the file of test ``name`` (``<corpus>__<file>.<config>``)."""

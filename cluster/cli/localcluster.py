@@ -1,8 +1,9 @@
 """localcluster.py -- a complete regression run on a cluster on this machine.
 
 Usage: localcluster.py [--home DIR] [--nodes N] [--corpus DIR] [--product gs|pdfwrite|
-                       ps2write|mupdf|shell] [--tree DIR] [--option OPT]... [--user NAME]
-                       [--set KEY=VALUE]... [--timeout SECONDS] [--transport local|ssh]
+                       ps2write|xpswrite|pcl|xps|mupdf|shell] [--tree DIR] [--option OPT]...
+                       [--user NAME] [--set KEY=VALUE]... [--timeout SECONDS]
+                       [--transport local|ssh]
 
 Creates a master home (default ./cluster-home), starts the supervisor, the monitor, the
 status page (clusterstatus.py, on status_address:status_port, 127.0.0.1:9020 by default; it

@@ -251,7 +251,8 @@ def test_post_receive_hook_queues_pushed_commits_oldest_first(tmp_path: Path) ->
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "remote: queued: git" in done.stderr
-    assert lines(queue) == [f"git {a} {ALL} tree=ghostpdl", f"git {c} {ALL} tree=ghostpdl"]
+    # pcl/ sources test the pcl product (path_products' default), base/ the gs products.
+    assert lines(queue) == [f"git {a} pcl tree=ghostpdl", f"git {c} {ALL} tree=ghostpdl"]
     assert [line.split()[0] for line in ledger(home, "ghostpdl")][-3:] == [a, b, c]
     assert git_poll.poll(home, cfg, queue) == []
     # Other branches, and deleting them, queue nothing.

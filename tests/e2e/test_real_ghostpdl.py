@@ -190,9 +190,11 @@ def test_the_pcl_examples_run_through_the_built_gpcl6_without_failing_a_node(
     for node in NODES:
         log = build_log(run, node)
         assert re.search(r"^\$ .*make -j\d+ gpcl6$", log, re.M), log[-2000:]
-        # Only the PCL interpreter is new: the graphics library is the gs pushes' build.
+        # Only the PCL interpreter is new: the graphics library is the gs pushes' build
+        # (but for gdevpbm.c, which the broken push rewrote and this push rewrote back).
         compiled = _COMPILED.findall(log)
-        assert compiled and all(c.startswith("pcl/") for c in compiled), compiled
+        assert "pcl/pl/pldict.c" in compiled, compiled
+        assert all(c.startswith("pcl/") or c == "devices/gdevpbm.c" for c in compiled), compiled
     # Each outcome is what the built gpcl6 does by hand: an error exactly where it fails
     # (without its fonts, Debian's gpcl6 crashes on most files).
     gpcl6 = real.built("node1", "gpcl6")
