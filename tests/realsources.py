@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from cluster.localcluster import LocalCluster
+from cluster.report.tab import read_tab
 from tests.helpers import FAST, free_port
 
 #: Debian's way of building its MuPDF source (as debian/rules and replace-fonts.sh do): the
@@ -120,6 +121,31 @@ class RealCluster:
         # A figure for docs/performance.md (shown with -s): push to report, the build included.
         print(f"\npush of {self.tree.name} ({products}) to its report: "
               f"{time.monotonic() - began:.1f} s")
+        return run
+
+    def push_change(self, products: str, path: str, old: str, new: str,
+                    timeout: float) -> Path:
+        """Replace ``old`` (once in the tree's file ``path``) by ``new`` and push; check
+        that every test passed and that the tests whose md5 changed against the run
+        ``runs["first"]`` are exactly the pgmraw ones (both changes of these tests alter
+        grey output only), as the report's section against the previous push lists them.
+        Returns the run's archive (also ``runs["second"]``)."""
+        first = self.runs.get("first")
+        assert first is not None and self.first_builds, "the first push did not run"
+        source = self.tree / path
+        text = source.read_text(encoding="latin-1")
+        assert text.count(old) == 1, f"{path} holds {text.count(old)} copies of {old!r}"
+        source.write_text(text.replace(old, new), encoding="latin-1")
+        run = self.runs["second"] = self.push(products, timeout)
+        before = read_tab(first / f"{first.name}.tab")
+        after = read_tab(run / f"{run.name}.tab")
+        assert all(row.error == 0 for row in after.values()), after
+        changed = sorted(n for n in after if after[n].md5 != before[n].md5)
+        assert changed == sorted(n for n in after if ".pgmraw." in n) and changed, changed
+        report = (run / "report.txt").read_text(encoding="utf-8")
+        against_push = report.split("Differences from previous clusterpush:", 1)[1]
+        assert listed(against_push, "Differences in ") == [n.replace("__", "/")
+                                                           for n in changed], report
         return run
 
     def test_file(self, name: str) -> Path:
