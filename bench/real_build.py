@@ -44,7 +44,7 @@ if __package__ in (None, ""):  # run as `python3 bench/real_build.py`
 from bench.common import figures, start  # noqa: E402
 from cluster.config import Config  # noqa: E402
 from cluster.node import buildcmd  # noqa: E402
-from tests.realsources import MUPDF_DEBIAN_BUILD, cache_dir  # noqa: E402
+from tests.realsources import MUPDF_DEBIAN_BUILD, cache_dir, extract_all  # noqa: E402
 
 #: The e2e tests' one-line changes (file, old text, new text).
 EDITS = {
@@ -64,7 +64,7 @@ def unpack(package: str, dest: Path) -> Path:
         raise SystemExit(f"real_build: no {package} source in {cache_dir()} "
                          "(run etc/fetch-sources)")
     with tarfile.open(found[-1]) as archive:
-        archive.extractall(dest, filter="data")
+        extract_all(archive, dest)
     return next(p for p in dest.iterdir() if p.is_dir())
 
 

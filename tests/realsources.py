@@ -85,12 +85,33 @@ def extract_files(package: str, folder: str, suffixes: tuple[str, ...], dest: Pa
     return found
 
 
+def extract_all(archive: tarfile.TarFile, dest: Path) -> None:
+    """Unpack ``archive`` into ``dest``, refusing members that would land outside it.
+
+    Python's ``filter="data"`` does this from 3.11.4 on; Debian 12's Python is 3.11.2,
+    whose tarfile has no filters, so there the members are checked here first: no absolute
+    name, no ``..``, no link leaving the archive's tree, no device file."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(dest, filter="data")
+        return
+    for member in archive.getmembers():
+        parts = Path(member.name).parts
+        link = Path(member.linkname).parts if member.issym() or member.islnk() else ()
+        depth = len(parts) - 1  # the folder the member is in, counted from dest
+        if Path(member.name).is_absolute() or ".." in parts or member.isdev() or (
+                link and (Path(member.linkname).is_absolute()
+                          or link.count("..") > (depth if member.issym() else 0))):
+            raise ValueError(f"{archive.name}: member {member.name!r} would be written "
+                             f"outside {dest}")
+    archive.extractall(dest)  # noqa: S202 - members checked above
+
+
 def unpack(package: str, dest: Path) -> Path:
     """Unpack ``package``'s upstream tarball into ``dest`` (created); return the tree's top
     folder (the tarball's single top-level folder)."""
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(orig_tarball(package)) as archive:
-        archive.extractall(dest, filter="data")
+        extract_all(archive, dest)
     tops = [p for p in dest.iterdir() if p.is_dir()]
     assert len(tops) == 1, f"{package}'s tarball has {len(tops)} top folders: {tops}"
     return tops[0]
