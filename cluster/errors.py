@@ -59,6 +59,27 @@ class QueueLineError(ClusterError):
         return f"{where}: {self.problem} (line {self.line!r})"
 
 
+class SweepError(ClusterError):
+    """A sweep file, its parameter table or a task made from them is not usable (issue 23);
+    nothing of the sweep is submitted.
+
+    ``where`` names the file, with ``:<line>`` for a line of a table; ``key`` is the sweep
+    file's key in TOML's dotted form (``results."../x"``), '' when the problem is not one
+    key's; ``problem`` says what is wrong and what was expected.
+    """
+
+    def __init__(self, where: str, problem: str, key: str = "") -> None:
+        super().__init__(where, problem, key)
+        self.where = where
+        self.problem = problem
+        self.key = key
+
+    def __str__(self) -> str:
+        if self.key:
+            return f"{self.where}: key {self.key}: {self.problem}"
+        return f"{self.where}: {self.problem}"
+
+
 class AlreadyRunning(ClusterError):
     """Another instance of a single-instance program holds its lock."""
 
