@@ -50,7 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.runtime.fsutil import writer_alive
+from cluster.runtime.fsutil import NEW_FILE_MODE, writer_alive
 from cluster.sweep.rules import CollectRule
 
 #: At most this many files per blockwise target (see the module docstring).
@@ -264,7 +264,7 @@ def _publish(target: _Target, collected_dir: Path) -> Collected:
         final = collected_dir / path
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
-            os.chmod(staged, 0o644)  # mkstemp made it 0600; reports are read by others
+            os.chmod(staged, NEW_FILE_MODE)  # mkstemp made it 0600; others read reports
             os.replace(staged, final)
         except OSError as exc:
             # Something already in collected_dir is in the way (a folder where a file goes):

@@ -20,12 +20,13 @@ without these characters is written as it is.  (GNU parallel itself writes a new
 command as NUL and leaves TABs alone; a command with a TAB there shifts its columns.)
 Text that is not valid UTF-8 (a file name's bytes) goes through as ``surrogateescape``.
 
-Writing (:class:`JoblogWriter`, :func:`open_joblog`) appends one row per task and flushes
-each, so a reader (the status page, ``resume``) sees every finished task; a writer killed
-mid-row leaves at most one unfinished last line, which :func:`read_joblog` skips and
-:func:`open_joblog` cuts off before appending.  Reading (:func:`read_joblog`) streams the
-rows, so a million-row file takes constant memory; :func:`valid_seqs` gives the task
-numbers whose status is ``ok`` (what ``resume`` need not run again).
+Writing (:class:`JoblogWriter`, :func:`open_joblog`) appends one row per task, in the order
+tasks finish (as parallel does: not necessarily ``Seq`` order), and flushes each, so a
+reader (the status page, ``resume``) sees every finished task; a writer killed mid-row
+leaves at most one unfinished last line, which :func:`read_joblog` skips and
+:func:`open_joblog` cuts off before appending. Reading (:func:`read_joblog`) streams the
+rows, so a million-row file takes constant memory; :func:`valid_seqs` gives the task numbers
+whose status is ``ok`` (what ``resume`` need not run again).
 """
 
 from __future__ import annotations
