@@ -23,7 +23,7 @@ and the first line is the current or next run (ARTIFEX.md §2.1/§2.2)::
     exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``,
     ``tree`` or ``sweep``.  ``sweep=<file>`` names a sweep run's sweep file in the top of its
     folder (:data:`SWEEP_FILE`; default :data:`DEFAULT_SWEEP_FILE`) and goes with product
-    ``sweep`` only.  Each flag or key at most once; canonical order is sorted.
+    ``sweep`` only; a sweep run takes no other option but ``relaxtimeout``.  Each flag or key at most once; canonical order is sorted.
 
 Fields are separated by spaces or tabs; a line holds at most :data:`MAX_LINE` characters and
 no control characters.  Blank lines and lines starting with ``#`` are ignored.
@@ -89,6 +89,9 @@ SWEEP_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 DEFAULT_SWEEP_FILE = "sweep.toml"
 #: The product whose runs are sweeps.
 SWEEP = "sweep"
+#: The options a sweep run may have (the corpus's selection words and bmpcmp mean nothing
+#: to a sweep).
+SWEEP_OPTIONS = ("sweep", "relaxtimeout")
 
 
 class _Problem(Exception):
@@ -169,6 +172,11 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
             raise _Problem(f"option {key!r} given twice; expected it at most once")
         names.add(key)
         opts.append(opt)
+    if prods == (SWEEP,):
+        other = sorted(names - set(SWEEP_OPTIONS))
+        if other:
+            raise _Problem(f"option {other[0]!r} does not go with product {SWEEP}; expected "
+                           f"only {' or '.join(SWEEP_OPTIONS)}")
     for group in EXCLUSIVE_FLAGS:
         both = [f for f in group if f in names]
         if len(both) > 1:

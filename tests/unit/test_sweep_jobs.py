@@ -108,6 +108,11 @@ def test_the_queue_line_of_a_sweep_run() -> None:
         RunSpec.parse("user bob sweep sweep=../s.toml")
     with pytest.raises(QueueLineError, match="must be queued alone"):
         RunSpec.parse("user bob gs,sweep")
+    assert RunSpec.parse("user bob sweep relaxtimeout").options == ("relaxtimeout",)
+    for option in ("bmpcmp", "lowres", "filter=a", "tree=x"):
+        with pytest.raises(QueueLineError, match=f"option '{option.partition('=')[0]}' "
+                           "does not go with product sweep"):
+            RunSpec.parse(f"user bob sweep {option}")
 
 
 def test_generate_refuses_sweep_and_sweep_is_alone() -> None:
