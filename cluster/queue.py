@@ -23,7 +23,8 @@ and the first line is the current or next run (ARTIFEX.md §2.1/§2.2)::
     exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``,
     ``tree`` or ``sweep``.  ``sweep=<file>`` names a sweep run's sweep file in the top of its
     folder (:data:`SWEEP_FILE`; default :data:`DEFAULT_SWEEP_FILE`) and goes with product
-    ``sweep`` only; a sweep run takes no other option but ``relaxtimeout``.  Each flag or key at most once; canonical order is sorted.
+    ``sweep`` only; a sweep run takes no other option but ``relaxtimeout``.  Each flag or
+    key at most once; canonical order is sorted.
 
 Fields are separated by spaces or tabs; a line holds at most :data:`MAX_LINE` characters and
 no control characters.  Blank lines and lines starting with ``#`` are ignored.
