@@ -28,9 +28,12 @@ from cluster.errors import ConfigError
 #: Every product a run may test, in canonical order (what build.py generates jobs for,
 #: cluster.jobs.generate).  pcl (gpcl6), xps (gxps) and xpswrite (gs writes XPS, gxps
 #: rasterises it) are built from the same ghostpdl tree as gs.
-PRODUCTS = ("gs", "pdfwrite", "ps2write", "xpswrite", "pcl", "xps", "mupdf", "shell")
+#: ``sweep`` runs a user's program over a parameter table (issue 23, docs/sweeps.md): its
+#: "tree" is the sweep folder.
+PRODUCTS = ("gs", "pdfwrite", "ps2write", "xpswrite", "pcl", "xps", "mupdf", "shell",
+            "sweep")
 #: Products that may only be queued on their own (RunningClusterJobs: "pushed alone").
-ALONE = ("mupdf", "shell")
+ALONE = ("mupdf", "shell", "sweep")
 #: Products a ``path_products`` entry may name; the alone ones follow from the tree's name.
 MAP_PRODUCTS = tuple(p for p in PRODUCTS if p not in ALONE)
 #: A source tree names a directory (``users/<user>/<tree>``, ``<home>/<tree>``): a plain

@@ -14,13 +14,17 @@ and the first line is the current or next run (ARTIFEX.md §2.1/§2.2)::
     ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``; a git sha is lower-cased.
 ``products``
     comma-separated, each of ``gs``, ``pdfwrite``, ``ps2write``, ``xpswrite``, ``pcl``,
-    ``xps``, ``mupdf``, ``shell``, no duplicates; ``mupdf`` must be alone (Artifex rule:
-    mupdf is pushed alone), and so must ``shell`` (a list of shell commands, see
-    cluster.jobs.commands).  Canonical order is the order of :data:`PRODUCTS`.
+    ``xps``, ``mupdf``, ``shell``, ``sweep``, no duplicates; ``mupdf`` must be alone
+    (Artifex rule: mupdf is pushed alone), and so must ``shell`` (a list of shell commands,
+    see cluster.jobs.commands) and ``sweep`` (a program over a parameter table,
+    docs/sweeps.md).  Canonical order is the order of :data:`PRODUCTS`.
 ``option``
     a flag (``lowres``, ``highres``, ``relaxtimeout``, ``bmpcmp``; ``lowres`` and ``highres``
-    exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``
-    or ``tree``.  Each flag or key at most once; canonical order is sorted.
+    exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``,
+    ``tree`` or ``sweep``.  ``sweep=<file>`` names a sweep run's sweep file in the top of its
+    folder (:data:`SWEEP_FILE`; default :data:`DEFAULT_SWEEP_FILE`) and goes with product
+    ``sweep`` only; a sweep run takes no other option but ``relaxtimeout``.  Each flag or
+    key at most once; canonical order is sorted.
 
 Fields are separated by spaces or tabs; a line holds at most :data:`MAX_LINE` characters and
 no control characters.  Blank lines and lines starting with ``#`` are ignored.
@@ -71,7 +75,7 @@ KINDS = ("user", "git", "auto")
 # PRODUCTS, ALONE and TREE (the grammar of ``tree=``) are cluster.datatypes': the commit
 # triggers' path -> products map and the configuration check the same names.
 FLAGS = ("lowres", "highres", "relaxtimeout", "bmpcmp")
-OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree")
+OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep")
 EXCLUSIVE_FLAGS = (("lowres", "highres"),)
 MAX_LINE = 4096
 
@@ -80,6 +84,15 @@ SHA = re.compile(r"[0-9A-Fa-f]{7,40}")
 #: ``rev=`` goes to git: it may not start with ``-`` (it would read as an option).
 REV = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/~^@{}-]{0,127}")
 _SEPARATORS = re.compile(r"[ \t]+")
+#: ``sweep=``: the sweep file's name in the top of the sweep folder (a file name, no path).
+SWEEP_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: The sweep file of a sweep run without ``sweep=``.
+DEFAULT_SWEEP_FILE = "sweep.toml"
+#: The product whose runs are sweeps.
+SWEEP = "sweep"
+#: The options a sweep run may have (the corpus's selection words and bmpcmp mean nothing
+#: to a sweep).
+SWEEP_OPTIONS = ("sweep", "relaxtimeout")
 
 
 class _Problem(Exception):
@@ -145,6 +158,14 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
             if key == "rev" and not REV.fullmatch(value):
                 raise _Problem(f"bad rev {value!r}; expected a git revision not starting "
                                "with '-'")
+            if key == "sweep":
+                if prods != (SWEEP,):
+                    raise _Problem(f"option sweep= goes with product {SWEEP} only; got "
+                                   f"{','.join(prods)}")
+                if not SWEEP_FILE.fullmatch(value):
+                    raise _Problem(f"bad sweep file {value!r}; expected a file name in the "
+                                   "top of the sweep folder (letters, digits, '.', '_' or "
+                                   "'-', starting with a letter or digit)")
         elif key not in FLAGS:
             raise _Problem(f"unknown option {key!r}; expected a flag ({', '.join(FLAGS)}) or "
                            f"key=value with key one of {', '.join(OPTION_KEYS)}")
@@ -152,6 +173,11 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
             raise _Problem(f"option {key!r} given twice; expected it at most once")
         names.add(key)
         opts.append(opt)
+    if prods == (SWEEP,):
+        other = sorted(names - set(SWEEP_OPTIONS))
+        if other:
+            raise _Problem(f"option {other[0]!r} does not go with product {SWEEP}; expected "
+                           f"only {' or '.join(SWEEP_OPTIONS)}")
     for group in EXCLUSIVE_FLAGS:
         both = [f for f in group if f in names]
         if len(both) > 1:
@@ -233,13 +259,22 @@ class RunSpec:
 
     @property
     def tree(self) -> str:
-        """The source tree the run builds: option ``tree=``, else mupdf, shell or ghostpdl."""
+        """The source tree the run builds: option ``tree=``, else mupdf, shell, sweep (the
+        sweep folder) or ghostpdl."""
         explicit = self.option("tree")
         if explicit is not None:
             return explicit
-        if self.products in (("mupdf",), ("shell",)):
+        if self.products in (("mupdf",), ("shell",), (SWEEP,)):
             return self.products[0]
         return "ghostpdl"
+
+    @property
+    def sweep_file(self) -> str | None:
+        """A sweep run's sweep file in its folder (``sweep=``, else
+        :data:`DEFAULT_SWEEP_FILE`); None for any other run."""
+        if self.products != (SWEEP,):
+            return None
+        return self.option("sweep") or DEFAULT_SWEEP_FILE
 
     def __str__(self) -> str:
         return self.line()

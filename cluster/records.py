@@ -10,6 +10,8 @@ string is for ``sh`` and may use the placeholders a node substitutes before runn
                bmpcmp jobs only; left as is when the run has no baseline)
 ``__python__`` the node's own Python interpreter, shell-quoted; the node puts the project
                on ``PYTHONPATH`` so ``__python__ -m cluster.bmpcmp`` works from any directory
+``__tree__``   the node's build folder of the run's tree (the fetched tree, built there):
+               for a sweep run, the sweep folder (issue 23)
 
 A result carries what the 10-column ``.tab`` of ARTIFEX.md §2.5 needs, less the run's
 revision, which the master adds.
@@ -25,8 +27,9 @@ BIN = "__bin__"
 TESTS = "__tests__"
 BASELINE = "__baseline__"
 PYTHON = "__python__"
+TREE_DIR = "__tree__"
 #: Every placeholder a node substitutes (no test id may contain one).
-PLACEHOLDERS = (TEMP, BIN, TESTS, BASELINE, PYTHON)
+PLACEHOLDERS = (TEMP, BIN, TESTS, BASELINE, PYTHON, TREE_DIR)
 
 #: Test ids: no whitespace, no control characters, nothing a shell would expand unquoted.
 TEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400}")

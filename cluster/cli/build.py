@@ -8,6 +8,8 @@ Usage::
     build.py [--config FILE] [--home DIR] [--tests DIR] [--set key=value ...] \\
              bmpcmp --from FILE
 
+    build.py [--config FILE] [--home DIR] [--set key=value ...] sweep --sweep FILE
+
 PRODUCT is one of gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf, shell; with none, gs
 pdfwrite ps2write (build.pl with no product built every non-mupdf product; pcl, xps and
 xpswrite need the gpcl6 and gxps binaries, so they are made only when named).  One job
@@ -20,12 +22,18 @@ The bmpcmp form (ARTIFEX.md §5.7) prints the bmpcmp jobs
 <product>`` per line (the master writes it from the previous run's differences), in FILE's
 order, at most 1000.  Tests that cannot be used are skipped with a warning on stderr.
 
+The sweep form (issue 23, docs/sweeps.md) prints one job per task of the sweep file FILE
+(:mod:`cluster.jobs.sweepjobs`), in table order, streamed as the table is read: the job's
+test name is the task id.  A bad sweep file, table row or task stops it with exit status 2
+and one line naming the file, the line and the key (the master then keeps no job list).
+
 Words:
   lowres        keep only 72 and 75 dpi configurations
   highres       keep only 150, 200, 300 and 600 dpi configurations
   nightly       include the files listed in the nightly_only.lst files
   filter=a,b    keep tests whose id contains a and b; several filter= words are OR'ed
   bmpcmp        with --from FILE and no other word: the bmpcmp form
+  sweep         with --sweep FILE and no other word: the sweep form
 
 Options:
   --config FILE   INI configuration (see etc/master.conf)
@@ -34,6 +42,7 @@ Options:
   --set key=value override one configuration key (repeatable)
   --seed N        seed of the shuffle (ignored by bmpcmp: its jobs keep FILE's order)
   --from FILE     the tests of a bmpcmp run: '<test id> <product>' per line
+  --sweep FILE    the sweep file of a sweep run
 
 Exit status: 0 with the list on stdout, 2 for bad arguments or configuration, 1 when the
 corpus (or FILE) cannot be read.  Differences from build.pl: see cluster/jobs/corpus.py and
@@ -47,6 +56,7 @@ import logging
 import os
 import random
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from cluster.cli import common
@@ -54,7 +64,9 @@ from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.jobs import bmpcmp as bmpcmp_jobgen
 from cluster.jobs import generate as jobgen
+from cluster.jobs.sweepjobs import sweep_jobs
 from cluster.records import Job
+from cluster.sweep import spec as sweep_spec
 
 logger = logging.getLogger("cluster.build")
 
@@ -62,6 +74,10 @@ PROG = "build.py"
 WORDS = ("lowres", "highres", "nightly", "filter=a,b")
 #: The word that selects the bmpcmp form.
 BMPCMP_WORD = "bmpcmp"
+#: The word that selects the sweep form.
+SWEEP_WORD = jobgen.SWEEP
+#: Job lines written at once.
+BLOCK = 4096
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,6 +100,8 @@ def _parser() -> _Parser:
     p.add_argument("--seed", help="shuffle seed (an integer)")
     p.add_argument("--from", dest="from_file", type=Path, metavar="FILE",
                    help="bmpcmp only: the tests to compare, '<test id> <product>' per line")
+    p.add_argument("--sweep", dest="sweep_file", type=Path, metavar="FILE",
+                   help="sweep only: the sweep file")
     p.add_argument("words", nargs="*", metavar="WORD", help="products and selection words")
     return p
 
@@ -131,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     if BMPCMP_WORD in args.words:
         return _bmpcmp_main(args)
+    if SWEEP_WORD in args.words or args.sweep_file is not None:
+        return _sweep_main(args)
     try:
         if args.from_file is not None:
             raise ValueError(f"--from is for the bmpcmp form only: {BMPCMP_WORD} --from FILE")
@@ -188,14 +208,51 @@ def _bmpcmp_main(args: argparse.Namespace) -> int:
     return _print_jobs(jobs)
 
 
-def _print_jobs(jobs: list[Job]) -> int:
+def _sweep_main(args: argparse.Namespace) -> int:
+    """The sweep form: one job per task of ``--sweep FILE``, streamed; the exit status."""
+    try:
+        others = [w for w in args.words if w != SWEEP_WORD]
+        if others:
+            raise ValueError(f"unexpected word(s) {' '.join(others)!r} with {SWEEP_WORD}; "
+                             f"expected {SWEEP_WORD} --sweep FILE")
+        if SWEEP_WORD not in args.words:
+            raise ValueError(f"--sweep FILE goes with the word {SWEEP_WORD}")
+        if args.sweep_file is None:
+            raise ValueError(f"{SWEEP_WORD} needs --sweep FILE (the sweep file)")
+        if args.from_file is not None:
+            raise ValueError(f"--from is for the bmpcmp form only: {BMPCMP_WORD} --from FILE")
+        common.load_config(args)  # a bad configuration is refused as in the other forms
+        spec = sweep_spec.load(args.sweep_file)
+        return _print_jobs(sweep_jobs(spec))
+    except (ValueError, ClusterError) as exc:  # a SweepError names file, line and key
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"{PROG}: cannot read the sweep's table {exc.filename or ''}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _blocks(jobs: Iterable[Job]) -> Iterator[list[Job]]:
+    """``jobs`` in lists of at most :data:`BLOCK` (a stream stays a stream)."""
+    block: list[Job] = []
+    for job in jobs:
+        block.append(job)
+        if len(block) == BLOCK:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _print_jobs(jobs: Iterable[Job]) -> int:
     """Write the job lines to stdout; 0 (a reader that stops early is no error)."""
     out = sys.stdout
     try:
         # In blocks: one write() per line would be a system call per job when stdout is
         # unbuffered (PYTHONUNBUFFERED), a million of them for a big run.
-        for start in range(0, len(jobs), 4096):
-            out.write("".join(job.line + "\n" for job in jobs[start:start + 4096]))
+        for block in _blocks(jobs):
+            out.write("".join(job.line + "\n" for job in block))
         out.flush()
     except BrokenPipeError:
         # `build.py ... | head` is fine.  Point stdout at /dev/null so the interpreter's

@@ -3,6 +3,8 @@
 Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree DIR]
                       [--user NAME] [--copy] [PRODUCT...] [lowres|highres] [relaxtimeout]
                       [filter=A,B] [bmpcmp] [abort]
+       clusterpush.py [--config FILE] [--home DIR] [--user NAME] [--copy]
+                      --sweep path/to/sweep.toml [relaxtimeout]
        clusterpush.py --master [USER@]HOST[:HOME] [--ssh-port P] [--ssh-key K]
                       [--known-hosts F] [--master-python PY] [--master-cache DIR]
                       [--tree DIR] [--user NAME] [PRODUCT...] ... [abort]
@@ -23,6 +25,12 @@ when the master mails) compares with the baseline and with your previous push, a
 with the source diff against the master's clean tree.  `bmpcmp` instead renders the tests
 that differed in your last run with your build and the clean tree's, and makes a page of
 PNG difference images.  `abort` removes your queued runs and stops the one running.
+
+--sweep submits a sweep instead (issue 23, docs/sweeps.md): the sweep file and every
+task of its table are checked first (a problem is one line naming the file and the key,
+exit status 2, nothing pushed or queued), then the folder holding the sweep file is the
+tree, pushed to users/<user>/sweep, and the run is queued at priority 0 as
+`user <user> sweep sweep=<file>`.  It works with --master too.
 
 --master pushes from a machine that does not see the master home: the tree goes to
 HOME/users/<user>/<tree> on HOST with rsync over ssh (after a small change, only the change
@@ -66,6 +74,7 @@ from cluster.triggers.remotepush import (
     remote_abort,
     remote_push,
 )
+from cluster.triggers.sweeppush import prepare_sweep
 
 #: This command's name in its usage line and messages (see progname).
 PROG = progname.prog("clusterpush.py")
@@ -117,7 +126,8 @@ def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
-    parser.add_argument("--tree", type=Path, default=Path.cwd())
+    parser.add_argument("--tree", type=Path, default=None,
+                        help="the tree to push (default: the current directory)")
     parser.add_argument("--user", default=os.environ.get("CLUSTER_USER")
                         or os.environ.get("USER") or "")
     parser.add_argument("--copy", action="store_true",
@@ -135,6 +145,8 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--master-cache", default=REMOTE_CACHE,
                         help="where on the master clusterpush keeps the code it ships there "
                         f"(default: {REMOTE_CACHE} in the ssh account's home)")
+    parser.add_argument("--sweep", type=Path, metavar="FILE",
+                        help="submit the sweep of this sweep file (its folder is the tree)")
     parser.add_argument("words", nargs="*")
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
@@ -145,6 +157,10 @@ def _main(argv: list[str] | None) -> int:
         cfg = common.load_config(args)
         if not args.user:
             raise ClusterError("no user name: pass --user or set $CLUSTER_USER or $USER")
+        if args.sweep is not None:
+            _use_sweep(args)
+        elif args.tree is None:
+            args.tree = Path.cwd()
         if args.master is None:
             if args.ssh_port is not None or args.ssh_key is not None \
                     or args.known_hosts is not None:
@@ -157,6 +173,24 @@ def _main(argv: list[str] | None) -> int:
     except ClusterError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _use_sweep(args: argparse.Namespace) -> None:
+    """``--sweep FILE``: check the sweep (SweepError, a ClusterError, when it cannot run)
+    and make its folder the tree and ``sweep sweep=<file>`` the run's words."""
+    if "abort" in args.words:
+        raise ClusterError("--sweep submits a sweep; abort takes no --sweep")
+    products = [w for w in args.words if w in PRODUCTS]
+    if products:
+        raise ClusterError(f"--sweep runs product sweep alone; got {' '.join(products)}")
+    if any(w.startswith("sweep=") for w in args.words):
+        raise ClusterError("--sweep names the sweep file; give no sweep= word")
+    if args.tree is not None:
+        raise ClusterError("--sweep pushes the sweep file's folder; give no --tree")
+    submission = prepare_sweep(args.sweep)
+    print(f"sweep: {submission.tasks} task(s) from {args.sweep}")
+    args.tree = submission.folder
+    args.words = [*submission.words, *args.words]
 
 
 def _spec(args: argparse.Namespace) -> RunSpec:

@@ -4,6 +4,7 @@ Usage: localcluster.py [--home DIR] [--nodes N] [--corpus DIR] [--product gs|pdf
                        ps2write|xpswrite|pcl|xps|mupdf|shell] [--tree DIR] [--option OPT]...
                        [--user NAME] [--set KEY=VALUE]... [--timeout SECONDS]
                        [--transport local|ssh]
+       localcluster.py [--home DIR] [--nodes N] --sweep path/to/sweep.toml ...
 
 Creates a master home (default ./cluster-home), starts the supervisor, the monitor, the
 status page (clusterstatus.py, on status_address:status_port, 127.0.0.1:9020 by default; it
@@ -15,6 +16,12 @@ report, stops everything it started and prints the run's archive folder as its l
 While it waits, a terminal shows one progress line, rewritten in place: jobs done of total,
 nodes, results per second and the estimated end.  When stdout is not a terminal (a pipe, a
 file) nothing of it is printed.
+
+With --sweep FILE it runs that sweep (issue 23, docs/sweeps.md) instead of the demo push:
+the sweep is checked first as clusterpush.py --sweep checks it (a problem: one line naming
+the file and the key, exit status 2, nothing started), then its folder is pushed and run
+as product sweep; the report follows and the run's archive folder is the last line, as
+for any run.  --product, --tree and --option do not go with it.
 
 With --transport ssh the nodes reach the master's files as nodes on other machines do: over
 ssh and rsync, through a private OpenSSH server it starts on a free loopback port with a host
@@ -60,6 +67,7 @@ from cluster.localcluster import (
     run_end,
     write_demo_tree,
 )
+from cluster.triggers.sweeppush import SweepSubmission, prepare_sweep
 
 #: This command's name in its usage line and messages (see progname).
 PROG = progname.prog("localcluster.py")
@@ -73,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--product", choices=PRODUCTS, default="gs")
     parser.add_argument("--tree", type=Path, help="your product tree instead of the demo one")
+    parser.add_argument("--sweep", type=Path, metavar="FILE",
+                        help="run the sweep of this sweep file instead of a product tree")
     parser.add_argument("--option", action="append", default=[], metavar="OPT",
                         help="add OPT to the demo product's command line (repeatable; write "
                         "--option=-dFoo so it is not taken for an option)")
@@ -88,9 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nodes < 1:
         parser.error(f"--nodes {args.nodes}: need at least one node")
+    if args.sweep is not None and (args.tree is not None or args.option
+                                   or args.product != parser.get_default("product")):
+        parser.error("--sweep runs product sweep on the sweep's folder: no --product, "
+                     "--tree or --option with it")
     common.setup_logging(verbose=args.verbose)
     log = logging.getLogger("cluster.localcluster")
+    sweep: SweepSubmission | None = None
     try:
+        if args.sweep is not None:
+            sweep = prepare_sweep(args.sweep)
         overrides = parse_overrides(args.set)
         cluster = LocalCluster(args.home, args.nodes, args.corpus, overrides,
                                transport=args.transport)
@@ -111,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     tree = args.tree
-    if tree is None:
+    products, words = [args.product], args.run_option
+    if sweep is not None:
+        tree, products, words = sweep.folder, sweep.words[:1], [*sweep.words[1:], *words]
+    elif tree is None:
         tree = write_demo_tree(cluster.home_dir / "demo" / args.product, args.product,
                                args.option)
     with cluster:
@@ -121,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             if url is not None:
                 print(f"Status page: {url}", flush=True)
             before = cluster.archives()
-            spec = cluster.push(tree, args.user, [args.product], args.run_option)
+            spec = cluster.push(tree, args.user, products, words)
             log.info("pushed %s; waiting for the run (logs in %s)", spec.line(),
                      cluster.home.log_dir)
             progress = ProgressLine(sys.stdout, cluster.home, cluster.config(), spec.line())

@@ -21,6 +21,8 @@ Products:
 ``xps``       gxps renders XPS files (``xps_configs``, ``xps_extensions``), likewise
 ``mupdf``     ``mutool draw`` renders the file to a PNM stream piped into md5sum
 ``shell``     every line of the corpus's command files is one job (:func:`shell_jobs`)
+``sweep``     one job per task of a sweep file (:mod:`cluster.jobs.sweepjobs`, streamed:
+              build.py's ``--sweep FILE``; :func:`generate` does not make them)
 
 bmpcmp runs (ARTIFEX.md §5.7) do not walk the corpus: :mod:`cluster.jobs.bmpcmp` makes
 their jobs from the tests that differed in an earlier run.
@@ -70,6 +72,10 @@ logger = logging.getLogger("cluster.build")
 DEFAULT_PRODUCTS = ("gs", "pdfwrite", "ps2write")
 #: Product shell has no configurations: every line of its command files is one job.
 SHELL = "shell"
+#: Product sweep has none either: one job per task of its sweep file (sweepjobs).
+SWEEP = "sweep"
+#: The products that are built alone and have no configurations.
+_PLAIN = (SHELL, SWEEP)
 
 #: Resolutions kept by the ``lowres`` and ``highres`` words (build.pl: .72./.75. and
 #: .300./.600.; later clusterpush docs call 200 dpi "hires" too).
@@ -137,10 +143,11 @@ PRODUCT_SPECS = {
 def check_products(products: Iterable[str]) -> list[str]:
     """``products`` without repeats; ValueError names an unknown one and lists the known."""
     out: list[str] = []
-    for p in products:
-        if p == SHELL:
-            if products != [SHELL] and tuple(products) != (SHELL,):
-                raise ValueError("product shell must be built alone")
+    given = list(products)
+    for p in given:
+        if p in _PLAIN:
+            if given != [p]:
+                raise ValueError(f"product {p} must be built alone")
             out.append(p)
             continue
         if p not in PRODUCT_SPECS:
@@ -178,11 +185,11 @@ def required_programs(cfg: Config, products: Iterable[str]) -> list[str]:
     """The programs (``__bin__/<name>``) the jobs of ``products`` run, sorted: what a build
     for them must make.  A product needs its language's program and, for each two-stage
     configuration, the rasteriser of the intermediate (pcl's ``pdf.*`` tests need gs,
-    xpswrite needs gxps); mupdf needs mutool; shell none.  ValueError for an unknown
+    xpswrite needs gxps); mupdf needs mutool; shell and sweep none.  ValueError for an unknown
     product, ConfigError for a malformed configuration."""
     programs: set[str] = set()
     for product in check_products(products):
-        if product == SHELL:
+        if product in _PLAIN:
             continue
         lang = PRODUCT_SPECS[product].language
         if lang is None:
@@ -216,11 +223,15 @@ def generate(cfg: Config, products: Sequence[str], tests_root: Path,
     list entry names a job by its test id, its test file's relative path or that path's id
     stem (so one line can cover every configuration of a file).
 
-    Raises ValueError for an unknown product or when two products would produce the same
-    test id (gs and mupdf with the same configuration: build.pl never mixed them in one run),
-    ConfigError for a malformed configuration, FileNotFoundError for a missing corpus.
+    Raises ValueError for an unknown product, for product sweep, or when two products
+    would produce the same test id (gs and mupdf with the same configuration: build.pl
+    never mixed them in one run), ConfigError for a malformed configuration,
+    FileNotFoundError for a missing corpus.
     """
     wanted = check_products(products)
+    if wanted == [SWEEP]:
+        raise ValueError("product sweep takes its jobs from a sweep file, not the corpus: "
+                         "build.py sweep --sweep FILE (cluster.jobs.sweepjobs)")
     root = Path(tests_root)
     if wanted == [SHELL]:
         # Command lists keep their order: the user wrote them in the order they want.

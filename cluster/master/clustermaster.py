@@ -50,7 +50,7 @@ from cluster.master.progress import RunProgress
 from cluster.master.runstate import RunState, Settings
 from cluster.master.server import NodeServer
 from cluster.node import buildcmd
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import SWEEP, QueueFile, RunSpec
 from cluster.runtime import fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers import push
@@ -81,6 +81,9 @@ PORT_LOG_EVERY = 60.0
 PORT_STAMP = "port-taken.stamp"
 #: build.py understands these queue options; the rest are for the node or the report.
 BUILD_OPTIONS = ("lowres", "highres")
+#: job.start's ``build`` of a sweep run: nothing to build (a sweep folder's own
+#: ``cluster-build`` script still overrides it, cluster.node.buildcmd).
+SWEEP_BUILD = "true"
 
 
 def new_run_id(priority: int, clock: Clock) -> str:
@@ -326,7 +329,8 @@ class ClusterMaster:
             id=run_id, priority=self.priority,
             queue=spec.line(), kind=spec.kind, ref=spec.ref, products=spec.products,
             tree=spec.tree, source=self._source_for(spec, run_id),
-            build=self.cfg.build_command,
+            # A sweep folder needs no build unless it brings its own (cluster-build).
+            build=SWEEP_BUILD if spec.sweep_file is not None else self.cfg.build_command,
             build_ghostpdl=self.cfg.build_ghostpdl.replace(
                 buildcmd.TARGETS, buildcmd.ghostpdl_targets(programs)),
             build_mupdf=self.cfg.build_mupdf,
@@ -428,8 +432,12 @@ class ClusterMaster:
         if not path.exists():
             argv = [sys.executable, str(BUILD_SCRIPT), *self.config_args,
                     "--home", str(self.home.root)]
+            sweep_file = RunSpec.parse(start.queue).sweep_file
             if "bmpcmp" in start.options:
                 argv += ["bmpcmp", "--from", str(self.home.run_dir(start.id) / "bmpcmp.lst")]
+            elif sweep_file is not None:
+                # The sweep file in the run's snapshot of the pushed sweep folder.
+                argv += [SWEEP, "--sweep", str(self.home.root / start.source / sweep_file)]
             else:
                 argv += [*start.products, *[o for o in start.options
                                             if o in BUILD_OPTIONS or o.startswith("filter=")]]

@@ -41,7 +41,8 @@ The node reads job.start, then talks to the master on base_port + priority:
 * ABORT: everything running is killed and the node leaves.
 
 Placeholders in job commands (:mod:`cluster.records`): ``__temp__``, ``__bin__``,
-``__tests__``, ``__baseline__`` (the baseline build's binaries; left as is without a
+``__tests__``, ``__tree__`` (the run's build folder: a sweep's folder), ``__baseline__``
+(the baseline build's binaries; left as is without a
 baseline, so a job using it fails visibly) and ``__python__`` (this interpreter, quoted; the
 slot shells get the project on ``PYTHONPATH`` so ``__python__ -m cluster.bmpcmp`` imports
 from any directory, installed or not).
@@ -131,6 +132,7 @@ from cluster.records import (
     PYTHON,
     TEMP,
     TESTS,
+    TREE_DIR,
     Job,
     JobResult,
 )
@@ -622,7 +624,8 @@ class NodeRun:
         binaries are (:func:`cluster.node.buildcmd.plan` of each build folder; ``bin``
         before anything is built)."""
         subst = {TEMP: str(self.temp), BIN: str(self._bin_dir(self.build_dir, start)),
-                 TESTS: str(self.tests), PYTHON: shlex.quote(sys.executable)}
+                 TESTS: str(self.tests), PYTHON: shlex.quote(sys.executable),
+                 TREE_DIR: str(self.build_dir)}
         if self.baseline_dir is not None:
             subst[BASELINE] = str(self._bin_dir(self.baseline_dir, start))
         self.substitutions = tuple(subst.items())
@@ -920,7 +923,9 @@ class NodeRun:
         (exit 126/127, GNU time's "cannot run", the shell's "not found"), or a test input
         named under this node's corpus is not there (its mirror of the master's corpus is
         incomplete)."""
-        if done.killed:
+        if done.killed or readlog.is_sweep_log(log_text):
+            # A sweep task's command is the user's own: its "not found" or exit status 127
+            # is the task's result on every node, not this node's fault.
             return None
         found = _CANNOT_RUN.search(log_text)
         if found is not None or done.exit_status in CANNOT_RUN_STATUSES:

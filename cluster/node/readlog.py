@@ -102,6 +102,15 @@ _CODES = {  # (kind, stage) -> code; stage 1 of a two-stage test crashing is 7
 
 UNKNOWN_PRODUCT = "unknown"
 SHELL_PRODUCT = "shell"
+#: The label of a sweep task's log (issue 23): the rest of its log is the command's stderr,
+#: which says nothing in gs's words, so only the exit status, a timeout and the md5 count.
+SWEEP_PRODUCT = "sweep"
+
+
+def is_sweep_log(log_text: str | bytes | None) -> bool:
+    """Whether a job's log is a sweep task's (its first line is :data:`SWEEP_PRODUCT`)."""
+    first = _text(log_text).partition("\n")[0]
+    return first.strip() == SWEEP_PRODUCT
 
 def _text(value: str | bytes | None) -> str:
     """Log contents as text whatever the node managed to read (never raises)."""
@@ -145,7 +154,8 @@ def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | No
     """The result of job ``name`` from its log and md5 texts (see the module docstring).
 
     ``exit_status`` is the exit status of the job's shell, where the node knows it.  Only
-    product ``shell`` uses it (a failing command is an error 1): gs and mupdf jobs report
+    products ``shell`` and ``sweep`` use it (a failing command is an error 1; a sweep's log
+    is its command's stderr and is not read for gs's words): gs and mupdf jobs report
     their programs' failures through ``/usr/bin/time`` lines, and their shells end with
     housekeeping such as ``rm -f`` whose status says nothing.
 
@@ -160,8 +170,13 @@ def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | No
     error_stage = 0
     times = [0.0, 0.0, 0.0]
     next_slot = 0
+    sweep = product == SWEEP_PRODUCT
     for line in lines[1:]:
         line = line.rstrip("\r")
+        if sweep:
+            # A sweep task's stderr: only the timeout line of its job (jobs.sweepjobs).
+            killed = killed or line.strip() == KILLED_LINE
+            continue
         if line.strip() == DIVIDER:
             stage = 2
             continue
@@ -186,7 +201,7 @@ def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | No
                 and error in (ERROR_READ, ERROR_READ_STAGE2)):
             # A crash is the better diagnosis of a stage that also reported a read error.
             error, error_stage = code, stage
-    if product == SHELL_PRODUCT and exit_status and error == ERROR_NONE:
+    if product in (SHELL_PRODUCT, SWEEP_PRODUCT) and exit_status and error == ERROR_NONE:
         error = ERROR_READ
     if killed:
         error = ERROR_TIMEOUT_STAGE2 if stage == 2 else ERROR_TIMEOUT

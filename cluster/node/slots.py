@@ -36,6 +36,9 @@ catches anything re-parented; the slot then gets a fresh shell.  If the job ends
 SIGHUP, the group is killed at once all the same: a descendant may ignore HUP.  A shell
 that dies on its own ends its job as an internal error and is replaced.
 
+Each slot's shell has its number, 1-based, in ``CLUSTER_SLOT`` (:data:`SLOT_VARIABLE`),
+so a job knows which slot runs it (a sweep's ``{%}``).
+
 Callers use :meth:`SlotPool.start`, :meth:`SlotPool.wait`, :meth:`SlotPool.take_returned`,
 :meth:`SlotPool.check_timeouts`, :meth:`SlotPool.kill_all` and :meth:`SlotPool.close`.
 """
@@ -63,6 +66,10 @@ _RUNNER = '( eval {cmd} ) </dev/null & p=$!; echo "S $p" >&3; wait $p; echo "E $
 
 #: Jobs a slot holds at once: the one its shell runs and the next one in its input.
 DEPTH = 2
+#: The environment variable holding a slot's number, 1-based, in its shell and so in every
+#: job it runs (a sweep's ``{%}`` is ``${CLUSTER_SLOT}``: cluster.sweep.expand).  A slot
+#: replaced after a timeout keeps its number.
+SLOT_VARIABLE = "CLUSTER_SLOT"
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,8 @@ class Slot:
 
     def __init__(self, index: int, env: Mapping[str, str]) -> None:
         self.index = index
+        # Its number, 1-based, for the jobs it runs (a sweep's {%}: cluster.sweep.expand).
+        env = {**env, SLOT_VARIABLE: str(index + 1)}
         cmd_r, cmd_w = os.pipe()
         status_r, status_w = os.pipe()
         try:

@@ -391,8 +391,8 @@ def test_cli_missing_corpus_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_product_list_matches_specs() -> None:
-    """Every advertised product can be generated."""
-    assert set(jobgen.PRODUCTS) == set(jobgen.PRODUCT_SPECS) | {"shell"}
+    """Every advertised product can be generated (sweep's jobs: cluster.jobs.sweepjobs)."""
+    assert set(jobgen.PRODUCTS) == set(jobgen.PRODUCT_SPECS) | {"shell", "sweep"}
     assert set(jobgen.DEFAULT_PRODUCTS) < set(jobgen.PRODUCT_SPECS)
 
 

@@ -1,0 +1,81 @@
+"""Submitting a sweep (issue 23): the checks ``clusterpush.py --sweep`` and
+``localcluster.py --sweep`` make before a sweep folder is pushed and queued.
+
+A sweep run is a user run of product ``sweep`` whose tree is the sweep folder (the folder
+holding the sweep file): it is pushed like any tree (:mod:`cluster.triggers.push`) to
+``users/<user>/sweep`` and queued at priority 0 as ``user <user> sweep sweep=<file>``; the
+``sweep=`` option names the sweep file in the folder's top (:data:`cluster.queue.SWEEP_FILE`).
+build.py on the master later reads that file in the run's snapshot of the folder.
+
+:func:`prepare_sweep` checks everything first, so that nothing is pushed or queued for a
+sweep that cannot run: the sweep file (:func:`cluster.sweep.spec.load`), every row of the
+table expanded into its task (streamed: a table of a million rows costs one row's
+memory), and that the files the master needs -- the sweep file, the table, the check
+script -- travel with the folder: a push leaves out build folders, images and files over
+its size limit (:func:`cluster.triggers.push.is_excluded`, ``MAX_PUSH_BYTES``).  Problems
+raise :class:`~cluster.errors.SweepError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.errors import SweepError
+from cluster.queue import SWEEP, SWEEP_FILE
+from cluster.sweep.expand import tasks
+from cluster.sweep.spec import SweepSpec, load
+from cluster.triggers.push import MAX_PUSH_BYTES, is_excluded
+
+
+@dataclass(frozen=True)
+class SweepSubmission:
+    """A checked sweep: its ``folder`` (the tree to push), the sweep file's name in it
+    (``file``), the checked ``spec`` and the number of ``tasks``."""
+
+    folder: Path
+    file: str
+    spec: SweepSpec
+    tasks: int
+
+    @property
+    def words(self) -> list[str]:
+        """The product and option words of its queue line: ``sweep sweep=<file>``."""
+        return [SWEEP, f"{SWEEP}={self.file}"]
+
+
+def prepare_sweep(path: Path) -> SweepSubmission:
+    """Check the sweep file ``path`` and its sweep for submission (the module's
+    docstring); SweepError naming the file and key when anything is wrong."""
+    if not path.is_file():
+        raise SweepError(str(path), "no such file: expected the sweep file (sweep.toml)")
+    if not SWEEP_FILE.fullmatch(path.name):
+        raise SweepError(str(path), f"the sweep file's name {path.name!r} cannot be queued: "
+                         "expected letters, digits, '.', '_' or '-', starting with a letter "
+                         "or digit, at most 128 characters")
+    spec = load(path)
+    _travels(spec, path.name, "")
+    if spec.table:
+        _travels(spec, spec.table, "table")
+    if spec.validate.script:
+        _travels(spec, spec.validate.script, "validate.script")
+    count = 0
+    for _ in tasks(spec):
+        count += 1
+    return SweepSubmission(folder=spec.folder, file=path.name, spec=spec, tasks=count)
+
+
+def _travels(spec: SweepSpec, relpath: str, key: str) -> None:
+    """SweepError unless the file ``relpath`` of the sweep folder is pushed with it."""
+    parts = relpath.split("/")
+    for end in range(1, len(parts) + 1):
+        entry = "/".join(parts[:end]) + ("/" if end < len(parts) else "")
+        if is_excluded(entry):
+            raise SweepError(spec.path.name, f"{relpath!r} would not travel with the sweep "
+                             f"folder: a push leaves out {entry!r} (build folders, images, "
+                             "version control: docs/sweeps.md); expected it under another "
+                             "name", key)
+    size = (spec.folder / relpath).stat().st_size
+    if size > MAX_PUSH_BYTES:
+        raise SweepError(spec.path.name, f"{relpath!r} has {size} bytes, more than a push "
+                         f"sends ({MAX_PUSH_BYTES}); expected a smaller file", key)
