@@ -137,12 +137,32 @@ class RealCluster:
         """Push :attr:`tree` as user USER's run of ``products``; its archive once it ended."""
         before = self.cluster.archives()
         began = time.monotonic()
+        log = self.cluster.home.log_dir / "clustermaster.log"  # priority 0's master
+        read_to = [log.stat().st_size if log.exists() else 0]
         spec = self.cluster.push(self.tree, USER, [products], [])
-        run = self.cluster.wait_for_run(spec, before, timeout)
+        run = self.cluster.wait_for_run(spec, before, timeout,
+                                        on_poll=lambda: self._no_lost_build(log, read_to))
         # A figure for docs/performance.md (shown with -s): push to report, the build included.
         print(f"\npush of {self.tree.name} ({products}) to its report: "
               f"{time.monotonic() - began:.1f} s")
         return run
+
+    def _no_lost_build(self, log: Path, read_to: list[int]) -> None:
+        """AssertionError at once when the master's log says a node could not build the
+        tree for its own reasons (a build dependency missing from this machine): the run
+        would otherwise wait for nodes until the test's timeout.  Reads the whole lines
+        past byte ``read_to[0]`` and advances it past them."""
+        try:
+            with open(log, "rb") as fh:
+                fh.seek(read_to[0])
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        cut = data.rfind(b"\n") + 1  # whole lines only: the rest is read next time
+        read_to[0] += cut
+        for line in data[:cut].decode("utf-8", "replace").splitlines():
+            if "cannot build on this node" in line:
+                raise AssertionError(f"a node cannot build the tree here: {line}")
 
     def push_change(self, products: str, path: str, old: str, new: str,
                     timeout: float) -> Path:
