@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.runtime.fsutil import NEW_FILE_MODE, writer_alive
+from cluster.sweep.names import PLACEHOLDER
 from cluster.sweep.rules import CollectRule
 
 #: At most this many files per blockwise target (see the module docstring).
@@ -60,7 +61,6 @@ MAX_NAME_BYTES = 255
 #: The staging folders' names: ``.collecting.<pid>.<random>``.
 STAGING_PREFIX = ".collecting."
 _STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<pid>[1-9][0-9]{0,9})\..+")
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _COPY_CHUNK = 1 << 20
 
 #: One valid task: its number (1-based), its row (column name -> value), its result folder.
@@ -111,7 +111,7 @@ def target_columns(target: str) -> tuple[str, ...]:
     """The names in ``{...}`` in ``target``, in order of first appearance.  Which of them
     are columns is known only from the rows: :func:`collect` replaces those the row has."""
     names: list[str] = []
-    for name in _PLACEHOLDER.findall(target):
+    for name in PLACEHOLDER.findall(target):
         if name not in names:
             names.append(name)
     return tuple(names)
@@ -129,7 +129,7 @@ def check_target(target: str) -> None:
 
 def substitute(target: str, row: Mapping[str, object]) -> str:
     """``target`` with each ``{column}`` the row has replaced by its :func:`encode_value`."""
-    return _PLACEHOLDER.sub(
+    return PLACEHOLDER.sub(
         lambda m: encode_value(row[m.group(1)]) if m.group(1) in row else m.group(0), target)
 
 

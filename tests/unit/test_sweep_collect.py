@@ -127,6 +127,10 @@ def test_values_are_encoded_so_they_never_add_a_folder_level() -> None:
     assert encode_value(0.5) == "0.5"
     assert substitute("by/{a}-{b}.txt", {"a": "x/y", "b": "1"}) == "by/x%2Fy-1.txt"
     assert substitute("{a}{#}{other}", {"a": "1"}) == "1{#}{other}", "only columns replaced"
+    # The sweep file's one placeholder rule (names.PLACEHOLDER), as in expand.py: shell
+    # text like ${a} and braces holding no name stay as written.
+    assert substitute("${a}/{a}.txt", {"a": "1"}) == "${a}/1.txt"
+    assert substitute("{a b}{}/{a}", {"a": "1", "a b": "2"}) == "{a b}{}/1"
 
 
 def test_slashes_dots_and_percents_in_values_stay_inside_the_folder(tmp_path: Path) -> None:
