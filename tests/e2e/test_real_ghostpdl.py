@@ -159,6 +159,11 @@ def test_a_syntax_error_aborts_the_run_on_both_nodes_and_changes_no_table(
     print(f"\nends of the broken push's build logs: "
           f"{ {node: text.splitlines()[-2:] for node, text in logs.items()} }")
     assert any(re.search(r"gdevpbm\.c:\d+:\d+: error: ", text) for text in logs.values())
+    # The run is aborted on both nodes: neither ended with a build of its own that
+    # succeeded; each build failed on the error, or was stopped when the other's failed.
+    for node, text in logs.items():
+        last = [line for line in text.splitlines() if line.startswith(f"node {node}: ")][-1]
+        assert re.search(r" exited with status | stopped: ", last), (node, last)
     assert not read_tab(run / f"{run.name}.tab")
     assert {p: data for p, data in _tables(home).items() if run not in p.parents} \
         == tables_before
