@@ -45,20 +45,18 @@ import base64
 import shlex
 from collections.abc import Iterator
 
+from cluster.node.readlog import KILLED_LINE
+from cluster.node.readlog import SWEEP_PRODUCT as LABEL  # the first line of a task's log
 from cluster.records import TEMP, TREE_DIR, Job
 from cluster.sweep.expand import Task, tasks
 from cluster.sweep.spec import SweepSpec
 
-#: The first line of a sweep task's log: its product label (cluster.node.readlog).
-LABEL = "sweep"
 #: The variable holding the sweep folder's absolute path on the node, for the command.
 SWEEP_DIR_VARIABLE = "CLUSTER_SWEEP_DIR"
 #: GNU timeout's exit status when it ended the command.
 TIMEOUT_STATUS = 124
 #: Seconds after the timeout's SIGTERM that GNU timeout sends SIGKILL.
 KILL_AFTER = 5
-#: The log line of a task that ran out of time (cluster.node.readlog.KILLED_LINE).
-KILLED_LINE = "killed: timeout"
 
 
 def _decoded(data: bytes) -> str:
