@@ -145,6 +145,10 @@ class Config:
     upload_timeout: float = _opt(300.0, MASTER, "seconds",
                                  "longest wait for nodes' log uploads after the last result",
                                  high=DAY)
+    max_result_bytes: int = _opt(64 << 20, MASTER, "bytes",
+                                 "a sweep task whose command writes more than this (its result "
+                                 "files, stdout and stderr together) is failed and nothing of it "
+                                 "kept (docs/sweeps.md)", positive=True, high=1 << 40)
     batch_per_slot: int = _opt(2, MASTER, "jobs",
                                "a node is kept holding at least this many jobs per slot",
                                positive=True, high=10_000)
