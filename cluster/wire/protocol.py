@@ -22,6 +22,8 @@ Request headers (node -> master)::
     failure <code> [reason]   <0: fatal for the run; >0: drop this node
     status <text>             free text for dashboards
     timeouts <n> <max>        tests killed by timeout so far, and the limit
+    bundle <file name>        a sweep run's results' files, uploaded before this call to
+                              runs/<id>/results/incoming/<file name> (docs/sweeps.md)
     result <test> <error> <t1> <t2> <t3> <md5> <product...>   one finished job (repeatable)
 
 Unknown headers are ignored (the format was made to grow); a malformed known header is an
@@ -72,6 +74,8 @@ from cluster.wire.jobstart import MAX_PROGRAMS, parse_programs
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 #: A node's instance id (``instance`` header): 16 lower-case hex digits.
 INSTANCE = re.compile(r"[0-9a-f]{16}")
+#: A results bundle's file name (``bundle`` header): ``<node>.<instance>.<n>.tar``.
+BUNDLE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\.[0-9a-f]{16}\.[0-9]{1,12}\.tar")
 
 TERMINATORS = ("OK", "ABORT")
 #: The limits a master applies unless configured otherwise (the config table's defaults).
@@ -126,6 +130,8 @@ REQUEST_HEADERS: dict[str, Header] = {
     "failure": Header(("failure", "failure_reason"), _failure),
     "status": text("status"),
     "timeouts": integers("timeouts", "max_timeouts", minimum=0),
+    "bundle": matching("bundle", BUNDLE_NAME, "takes a results bundle's file name: "
+                       "<node>.<16 hex instance>.<number>.tar"),
 }
 
 
@@ -152,6 +158,8 @@ class Request:
     status: str = ""
     timeouts: int = 0
     max_timeouts: int = 0
+    #: A sweep run's results bundle (:data:`BUNDLE_NAME`), "" when the call has none.
+    bundle: str = ""
     results: tuple[JobResult, ...] = ()
     leaving: bool = False  # terminated by ABORT instead of OK
     problems: tuple[str, ...] = ()  # result lines that were malformed (see parse_request)
@@ -384,6 +392,8 @@ def format_request(req: Request) -> bytes:
     if req.status:
         out.append(f"status {one_line(req.status)}")
     out.append(f"timeouts {req.timeouts} {req.max_timeouts}")
+    if req.bundle:
+        out.append(f"bundle {req.bundle}")
     out.extend(format_result(r) for r in req.results)
     out.extend("result " + text for text in req.result_lines)
     out.append("ABORT" if req.leaving else "OK")
