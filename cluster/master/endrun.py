@@ -305,6 +305,10 @@ def exported_source(start: JobStart) -> bool:
 
 
 def run_header(spec: RunSpec, run_id: str) -> str:
+    if spec.sweep_file is not None:
+        others = [o for o in spec.options if not o.startswith("sweep=")]
+        return (f"Sweep: {spec.kind} {spec.ref} sweep file {spec.sweep_file} options "
+                f"{' '.join(others) or '-'} run {run_id}")
     if spec.kind == "user":
         return (f"User regression: user {spec.ref} products {','.join(spec.products)} "
                 f"options {' '.join(spec.options) or '-'} run {run_id}")

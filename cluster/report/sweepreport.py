@@ -9,6 +9,7 @@ master passes in (:class:`SweepFacts`), in this order::
     Sweep sweep.toml: 64 tasks: 60 ok, 2 invalid, 1 failed, 1 timed out.
     Resumed run <id>: the results of 40 tasks were taken from it.
     Ran for 12 seconds on 2 nodes.
+    Each task's row is in <archive>/results.tsv, its files in <archive>/results/<task id>/.
 
     Failed parameter sets (4):                      every task not ok, in task order
       #3 alpha=0.1 n=10: invalid: check.sh exited with status 1
@@ -231,6 +232,9 @@ def render(header: str, facts: SweepFacts, results_tsv: Path, attempts: Path,
                      f"task{_s(facts.taken)} were taken from it.")
     lines.append(f"Ran for {facts.seconds:.0f} seconds on {facts.nodes} "
                  f"node{_s(facts.nodes)}.")
+    archive = results_tsv.parent
+    lines.append(f"Each task's row is in {archive}/results.tsv, its files in "
+                 f"{archive}/results/<task id>/.")
     if facts.lost_nodes:
         lines.append("Nodes lost: " + ", ".join(facts.lost_nodes))
     lines.append("")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.console import status, sweepdetail
 from cluster.home import Home
 from cluster.master import sweepend
 from cluster.queue import RunSpec
@@ -278,6 +279,8 @@ def test_the_report_states_counts_failures_nodes_collected_and_changes(
         "Sweep sweep.toml: 6 tasks: 3 ok, 0 invalid, 2 failed, 1 timed out (1 of the "
         "failed not run).",
         "Ran for 12 seconds on 2 nodes.",
+        f"Each task's row is in {archive}/results.tsv, its files in {archive}/results/<task "
+        "id>/.",
         "",
         "Failed parameter sets (3):",
         "  #3 a=x b=3: failed: exit status 2",
@@ -312,3 +315,55 @@ def test_the_report_without_a_previous_run_and_with_a_refused_target(home: Home)
                                  archive / "collected")
     assert "  collect 'by/{a}.txt' from out: not made: more than 10000 files\n" in text
     assert text.endswith("No previous run of this sweep to compare with.\n\n")
+
+
+# ------------------------------------------------------------------------ the status page
+def archived_run(home: Home) -> None:
+    """Run 1 ended: its sweep step done and its run.info written (what makes it archived)."""
+    first_run(home)
+    sweepend.end_sweep(home, start_of(RUN1), RunSpec.parse("user alice sweep"))
+    (home.archive / RUN1 / "run.info").write_text(
+        start_of(RUN1).format() + "elapsed 12.0\noutcome done\nnodes 2\n")
+
+
+def test_the_per_run_view_of_an_archived_sweep_lists_its_failed_parameter_sets(
+        home: Home) -> None:
+    archived_run(home)
+    sweep = status.run_detail(home, RUN1)["sweep"]
+    assert sweep == {
+        "source": "results.tsv", "tasks": 6, "ok": 3, "invalid": 0, "failed": 2,
+        "timeout": 1, "not_ok": 3, "note": "",
+        "failed_sets": [
+            {"seq": 3, "task": "", "params": {"a": "x", "b": "3"},
+             "status": "failed: exit status 2", "host": "n1"},
+            {"seq": 4, "task": "", "params": {"a": "a/b", "b": "4"}, "status": "timeout",
+             "host": "n1"},
+            {"seq": 6, "task": "", "params": {"a": "x", "b": "6"},
+             "status": outcomes.NOT_RUN, "host": ""}]}
+
+
+def test_the_per_run_view_of_a_running_sweep_lists_its_failed_tries_so_far(
+        home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    t1, t2, t3, t4, t5, _t6 = first_run(home)
+    home.job_start(0).write_text(start_of(RUN1).format())
+    detail = status.run_detail(home, RUN1)
+    assert detail["state"] == "running"
+    sweep = detail["sweep"]
+    assert (sweep["source"], sweep["ok"], sweep["failed"], sweep["timeout"],
+            sweep["not_ok"]) == ("sweep-attempts.tsv", 3, 1, 1, 2)
+    assert sweep["failed_sets"] == [  # in the order the tasks were first tried
+        {"seq": None, "task": t3.task_id, "params": {}, "status": "failed: exit status 2",
+         "host": "n1"},
+        {"seq": None, "task": t4.task_id, "params": {}, "status": "timeout", "host": "n1"}]
+    # A big tries file is not read at each request.
+    monkeypatch.setattr(sweepdetail, "LIVE_READ_BYTES", 100)
+    sweep = status.run_detail(home, RUN1)["sweep"]
+    assert sweep["failed_sets"] == [] and "listed when the run has ended" in sweep["note"]
+    assert t1 and t2 and t5
+
+
+def test_a_test_runs_view_has_no_sweep_part(home: Home) -> None:
+    (home.archive / RUN1).mkdir(parents=True)
+    (home.archive / RUN1 / "run.info").write_text(
+        start_of(RUN1).format() + "elapsed 1.0\noutcome done\n")
+    assert "sweep" not in status.run_detail(home, RUN1)
