@@ -33,7 +33,7 @@ collection replaces the files it makes.  So the master that finds the end record
 the step from the start and gets the same archive.
 
 **Memory.**  The table is streamed once; the tries of the run are held as
-:class:`cluster.sweep.outcomes.FinalAttempts` (about 160 bytes a task tried); the
+:class:`cluster.sweep.outcomes.FinalAttempts` (about 180 bytes a task tried); the
 resumed run's rows are streamed beside the tasks.
 
 A sweep file that cannot be read any more (the snapshot gone) does not stop the run's
