@@ -47,14 +47,18 @@ listings' limits and the number of nodes.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster.errors import ClusterError
 from cluster.sweep.attempts import read_attempts
 from cluster.sweep.expand import task_id
 from cluster.sweep.joblog import JoblogRow, read_joblog
+
+logger = logging.getLogger("cluster.sweepreport")
 
 #: Parameter sets, changed tasks and collected files listed; the rest are counted.
 MAX_LISTED = 200
@@ -147,6 +151,9 @@ def node_stats(attempts: Path) -> dict[str, NodeStats]:
             node.not_ok += attempt.status != "ok"
     except FileNotFoundError:
         pass
+    except (OSError, ValueError) as exc:
+        # A report is made once and must be made: the tries read so far are counted.
+        logger.error("%s: the tries after a bad line are not counted: %s", attempts, exc)
     return dict(sorted(stats.items()))
 
 
@@ -188,11 +195,14 @@ def changed_rows(results_tsv: Path, changed: Collection[str],
     if not changed:
         return found
     wanted = set(changed)
-    for row in read_joblog(results_tsv):
-        if _row_id(row) in wanted:
-            found.append(row)
-            if len(found) >= limit:
-                break
+    try:
+        for row in read_joblog(results_tsv):
+            if _row_id(row) in wanted:
+                found.append(row)
+                if len(found) >= limit:
+                    break
+    except (ClusterError, OSError) as exc:  # no results.tsv: the ids are only counted
+        logger.error("%s: the changed tasks are not listed: %s", results_tsv, exc)
     return found
 
 
@@ -225,8 +235,12 @@ def render(header: str, facts: SweepFacts, results_tsv: Path, attempts: Path,
                   f"not be made: {facts.error}", ""]
         counted = Tally()
     else:
-        counted = tally(results_tsv)
-        lines.append(summary_line(facts.sweep_file, counted))
+        try:
+            counted = tally(results_tsv)
+            lines.append(summary_line(facts.sweep_file, counted))
+        except (ClusterError, OSError) as exc:
+            counted = Tally()
+            lines += [f"Sweep {facts.sweep_file}: results.tsv is unreadable: {exc}", ""]
     if facts.resumed:
         lines.append(f"Resumed run {facts.resumed}: the results of {facts.taken} "
                      f"task{_s(facts.taken)} were taken from it.")

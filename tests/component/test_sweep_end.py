@@ -367,3 +367,21 @@ def test_a_test_runs_view_has_no_sweep_part(home: Home) -> None:
     (home.archive / RUN1 / "run.info").write_text(
         start_of(RUN1).format() + "elapsed 1.0\noutcome done\n")
     assert "sweep" not in status.run_detail(home, RUN1)
+
+
+def test_the_report_is_made_when_results_tsv_is_missing_and_the_tries_are_torn(
+        home: Home) -> None:
+    """A report is made once and must be made: a missing results.tsv or a bad line of
+    tries is said, not raised."""
+    t1, *_ = first_run(home)
+    archive = home.archive / RUN1
+    archive.mkdir(parents=True)
+    tries = home.run_dir(RUN1) / "sweep-attempts.tsv"
+    tries.write_text(tries.read_text().replace("\tfinal\n", "\tsomething\n", 1))
+    facts = sweepreport.SweepFacts("sweep.toml", changed=[t1.task_id])
+    text, counted = sweepreport.render("H", facts, archive / "results.tsv", tries,
+                                       archive / "collected")
+    assert counted.tasks == 0
+    assert "Sweep sweep.toml: results.tsv is unreadable: " in text
+    assert "No task was tried in this run." in text
+    assert "Changed since the previous run of this sweep (1):\n  ... and 1 more\n" in text
