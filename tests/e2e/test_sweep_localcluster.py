@@ -55,7 +55,8 @@ def test_localcluster_runs_the_example_sweep_one_row_per_task_md5s_as_by_hand(
     table = read_tab(archive / f"{archive.name}.tab")
     assert {name: row.md5 for name, row in table.items()} == expected
     assert all(row.error == 0 and row.product == "sweep" for row in table.values())
-    assert "ran 64 tests in" in done.stdout and "on 2 nodes" in done.stdout
+    # The sweep's report (cluster.report.sweepreport), not a test report.
+    assert "Sweep sweep.toml: 64 tasks: " in done.stdout and " on 2 nodes." in done.stdout
 
 
 def test_localcluster_refuses_a_bad_sweep_before_starting_anything(tmp_path: Path) -> None:
