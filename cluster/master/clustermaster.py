@@ -432,12 +432,16 @@ class ClusterMaster:
         if not path.exists():
             argv = [sys.executable, str(BUILD_SCRIPT), *self.config_args,
                     "--home", str(self.home.root)]
-            sweep_file = RunSpec.parse(start.queue).sweep_file
+            queued = RunSpec.parse(start.queue)
+            sweep_file = queued.sweep_file
             if "bmpcmp" in start.options:
                 argv += ["bmpcmp", "--from", str(self.home.run_dir(start.id) / "bmpcmp.lst")]
             elif sweep_file is not None:
                 # The sweep file in the run's snapshot of the pushed sweep folder.
                 argv += [SWEEP, "--sweep", str(self.home.root / start.source / sweep_file)]
+                if queued.resume is not None:
+                    # A resume run: only the tasks not valid in the run it resumes.
+                    argv += ["--resume", str(self.home.archive / queued.resume)]
             else:
                 argv += [*start.products, *[o for o in start.options
                                             if o in BUILD_OPTIONS or o.startswith("filter=")]]
