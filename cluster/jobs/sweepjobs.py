@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import base64
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from cluster.node.readlog import KILLED_LINE
 from cluster.node.readlog import SWEEP_PRODUCT as LABEL  # the first line of a task's log
@@ -100,8 +100,13 @@ def task_job(task: Task, timeout: float) -> Job:
     return Job(task.task_id, f"{TEMP}/{task.task_id}.log", task_command(task, timeout))
 
 
-def sweep_jobs(spec: SweepSpec) -> Iterator[Job]:
-    """The jobs of the sweep ``spec``, one per task in table order, streamed.
-    :class:`~cluster.errors.SweepError` (from the expansion) for a bad row or pattern."""
+def sweep_jobs(spec: SweepSpec,
+               keep: Callable[[Task], bool] | None = None) -> Iterator[Job]:
+    """The jobs of the sweep ``spec``, one per task in table order, streamed; with
+    ``keep``, only of the tasks it accepts (a resume run's selection,
+    :class:`cluster.sweep.resume.ResumeFilter`).  Every task is still expanded, so a bad row
+    stops the list whether or not its task is kept: :class:`~cluster.errors.SweepError`
+    (from the expansion) for a bad row or pattern."""
     for task in tasks(spec):
-        yield task_job(task, spec.timeout)
+        if keep is None or keep(task):
+            yield task_job(task, spec.timeout)
