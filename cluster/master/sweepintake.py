@@ -69,6 +69,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -102,6 +103,8 @@ LOGGED_REFUSALS = 10
 #: The statuses of a try that are not a verdict of the checks.
 FILES_MISSING = "failed: result files missing"
 TIMEOUT = "timeout"
+#: A bundle's name after ``<node>.``: the node's instance and the bundle's number.
+_AFTER_NODE = re.compile(r"[0-9a-f]{16}\.[0-9]{1,12}\.tar")
 #: Copying a member: bytes read at a time.
 _CHUNK = 1 << 20
 #: The error code of a result line: after the test id.
@@ -224,8 +227,8 @@ class SweepIntake:
         withheld: set[int] = set()
         try:
             reports, staged = self._unpack(req, set(mine))
-            if req.bundle:
-                self.taken.add(req.bundle)
+            if own_bundle(req.node, req.bundle):
+                self.taken.add(req.bundle)  # never another node's: its own call takes it
             for task, position in mine.items():
                 taken = self._judge(req.node, task, texts[position], reports.get(task),
                                     staged.get(task), state)
@@ -238,8 +241,9 @@ class SweepIntake:
         return _with_results(req, [t for p, t in enumerate(out) if p not in withheld])
 
     def done(self, req: Request) -> None:
-        """``req``'s results are journaled: its bundle is no longer needed."""
-        if req.bundle and req.bundle in self.taken:
+        """``req``'s results are journaled: its bundle (when it is the node's own) is no
+        longer needed, whether its files were taken or not (duplicates)."""
+        if req.bundle:
             self._discard(req, "")
 
     def close(self) -> None:
@@ -330,9 +334,9 @@ class SweepIntake:
             log.warning("node %s sent %d sweep result(s) without a bundle (expected a "
                         "'bundle' header naming its uploaded files)", req.node, len(tasks))
             return {}, {}
-        if not name.startswith(req.node + "."):
-            log.warning("node %s named bundle %s, which is not its own (expected a name "
-                        "starting with '%s.'); its results' files are missing", req.node,
+        if not own_bundle(req.node, name):
+            log.warning("node %s named bundle %s, which is not its own (expected "
+                        "'%s.<instance>.<n>.tar'); its results' files are missing", req.node,
                         name, req.node)
             return {}, {}
         path = self.incoming / name
@@ -444,12 +448,18 @@ class SweepIntake:
 
     def _discard(self, req: Request, why: str) -> None:
         """Remove ``req``'s bundle (only one named for its node)."""
-        if not req.bundle.startswith(req.node + "."):
+        if not own_bundle(req.node, req.bundle):
             return
         with contextlib.suppress(FileNotFoundError):
             (self.incoming / req.bundle).unlink()
         if why:
             log.info("node %s: bundle %s removed: %s", req.node, req.bundle, why)
+
+
+def own_bundle(node: str, name: str) -> bool:
+    """Whether bundle ``name`` is node ``node``'s: ``<node>.<16 hex>.<n>.tar`` exactly (so
+    node ``n1`` cannot name node ``n1.b``'s bundle ``n1.b.<instance>.<n>.tar``)."""
+    return name.startswith(node + ".") and _AFTER_NODE.fullmatch(name, len(node) + 1) is not None
 
 
 def _manifest(data: bytes, node: str) -> dict[str, TaskReport]:

@@ -23,6 +23,7 @@ from cluster.master.sweepintake import (
     FILES_MISSING,
     SweepIntake,
     files_md5,
+    own_bundle,
 )
 from cluster.records import Job
 from cluster.sweep import spec as sweepspec
@@ -289,6 +290,23 @@ def test_results_without_their_bundle_are_a_failed_try(
     assert (run.incoming / other).exists()  # another node's bundle is never touched
     if case == "not a tar":
         assert not (run.incoming / name).exists()
+    # ... and its own call takes it as usual.
+    taken, journal = run.send("n2", ["task01"], other)
+    assert journal and (run.run_dir / "results" / "task01").is_dir()
+
+
+def test_a_node_whose_name_prefixes_another_cannot_name_its_bundle(
+        tmp_path: Path, sweep_spec: sweepspec.SweepSpec) -> None:
+    assert own_bundle("n1", f"n1.{INSTANCE}.3.tar")
+    assert not own_bundle("n1", f"n1.b.{INSTANCE}.3.tar")
+    assert not own_bundle("n1", f"n10.{INSTANCE}.3.tar")
+    run = Run(tmp_path, sweep_spec)
+    assert run.join("n1") == ["task00"]
+    assert run.join("n1.b") == ["task01"]
+    theirs = run.bundle("n1.b", {"task00": GOOD})
+    run.send("n1", ["task00"], theirs)
+    assert [a.status for a in run.attempts()] == [FILES_MISSING]
+    assert (run.incoming / theirs).exists()
 
 
 def test_a_call_made_again_with_the_same_bundle_counts_no_second_try(
@@ -313,6 +331,7 @@ def test_a_result_for_a_settled_task_is_left_to_the_run_state(
     assert journal == b"" and run.state.duplicates == 1
     assert (run.run_dir / "results" / "task00" / "out").read_bytes() == first
     assert len(run.attempts()) == 1
+    assert os.listdir(run.incoming) == []  # a bundle of duplicates is removed too
 
 
 def test_a_successor_reloads_the_tries_and_cleans_what_a_killed_master_left(
