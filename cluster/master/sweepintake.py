@@ -43,9 +43,9 @@ the node was handed and that has no result yet:
 A result for a task that already has one (a speculative copy: the first valid result
 wins), for a task never handed to the node, or for an unknown test is left to
 ``RunState`` as it is (counted as a duplicate or refused there); its files are not
-taken and no try is counted.  A request naming a bundle this master already took (the node
-did not get the reply and called again) has its unsettled results withheld without a
-second try.  The bundle is removed once the request's results are journaled
+taken and no try is counted.  A request naming the bundle this master last took of its node
+(the node did not get the reply and called again) has its unsettled results withheld
+without a second try.  The bundle is removed once the request's results are journaled
 (:meth:`SweepIntake.done`).
 
 A master that takes the run over (:meth:`SweepIntake.open`) counts the tries in
@@ -166,8 +166,9 @@ class SweepIntake:
         self.tries_allowed = 1 + spec.retries
         #: Tries made of each task so far, by every master of the run.
         self.tries: dict[str, int] = {}
-        #: Bundles this master took (a node calling again with one gets no second try).
-        self.taken: set[str] = set()
+        #: The last bundle this master took of each node: a node calling again with it (it
+        #: lost the reply; it makes no new call before it has one) gets no second try.
+        self.taken: dict[str, str] = {}
 
     @classmethod
     def open(cls, run_dir: Path, spec: SweepSpec, max_result_bytes: int,
@@ -219,7 +220,7 @@ class SweepIntake:
                 mine[task] = position
         if not mine or not state.takes_results_from(req.node):
             return req
-        if req.bundle and req.bundle in self.taken:
+        if req.bundle and self.taken.get(req.node) == req.bundle:
             # A call made again after a lost reply: its tries were counted the first time.
             again = set(mine.values())
             return _with_results(req, [t for p, t in enumerate(texts) if p not in again])
@@ -228,7 +229,7 @@ class SweepIntake:
         try:
             reports, staged = self._unpack(req, set(mine))
             if own_bundle(req.node, req.bundle):
-                self.taken.add(req.bundle)  # never another node's: its own call takes it
+                self.taken[req.node] = req.bundle  # never another node's: its call takes it
             for task, position in mine.items():
                 taken = self._judge(req.node, task, texts[position], reports.get(task),
                                     staged.get(task), state)
@@ -496,6 +497,7 @@ def _task_report(entry: Any) -> tuple[str, TaskReport]:
     failed = entry.get("failed", "")
     if not isinstance(failed, str):
         raise TypeError("failed is not a string")
+    failed = failed.strip()  # a reason of blanks is none
     files: dict[str, tuple[int, str]] = {}
     for name, pair in dict(entry["files"]).items():
         size, md5 = pair

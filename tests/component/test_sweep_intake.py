@@ -202,6 +202,11 @@ def test_the_last_try_of_a_timeout_is_error_3_and_a_node_failure_keeps_its_reaso
     assert journal.decode() == "n1 result task01 1 0.50 0.00 0.00 0 sweep\n"
     assert [a.status for a in run.attempts()] == [
         "timeout", "failed: results over max_result_bytes (99 bytes)"]
+    # A reason of blanks is no reason: the files are judged (here: valid).
+    run.state.handle(Request(node="n1", job_id=RUN, slots=1, built=RUN), 3.0)
+    taken, journal = run.send("n1", ["task02"],
+                              run.bundle("n1", {"task02": GOOD}, failed={"task02": " \n"}))
+    assert journal and run.attempts()[-1].status == "ok"
 
 
 def hostile(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"evil\n",
