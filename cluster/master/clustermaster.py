@@ -49,10 +49,12 @@ from cluster.master.pidfile import PidFile
 from cluster.master.progress import RunProgress
 from cluster.master.runstate import RunState, Settings
 from cluster.master.server import NodeServer
+from cluster.master.sweepintake import SweepIntake
 from cluster.node import buildcmd
 from cluster.queue import SWEEP, QueueFile, RunSpec
 from cluster.runtime import fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
+from cluster.sweep import spec as sweepspec
 from cluster.triggers import auto, push
 from cluster.triggers.git.export import export_commit
 from cluster.wire import caps, protocol, signing
@@ -211,6 +213,14 @@ class ClusterMaster:
             return self._abandon(start, f"its job list could not be made: {exc}")
         run_dir = home.run_dir(run_id)
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        sweep = None
+        if spec.sweep_file is not None:
+            # The sweep file in the run's snapshot: its results, checks and retries.
+            try:
+                sweep = sweepspec.load(home.root / start.source / spec.sweep_file)
+            except ClusterError as exc:
+                log.error("run %s: %s", run_id, exc)
+                return self._abandon(start, f"its sweep file could not be read: {exc}")
         jrnl = journal.Journal(home.results(p), run_id, self.cfg.journal_sync_interval)
         if jrnl.loaded:
             log.info("run %s: taking over, %d results already journaled", run_id,
@@ -224,6 +234,11 @@ class ClusterMaster:
         state = RunState(run_id, jobs, self.clock.monotonic(), settings, suitable,
                          done=jrnl.lines)
         jrnl.lines = []  # the state has them now
+        intake = None
+        if sweep is not None:
+            # Before any request: the tries of earlier masters counted, their leftovers gone.
+            intake = SweepIntake.open(run_dir, sweep, self.cfg.max_result_bytes, state)
+            jrnl.attach(intake)
         # The time of every master that served the run, and the gap while none did (at
         # most the PID file's staleness and wait, and a minute of starting).
         progress = RunProgress.load(run_dir, self.clock,
@@ -247,7 +262,7 @@ class ClusterMaster:
         live = LiveStatus(home.live(p), start, self.clock.time() - progress.elapsed(),
                           self.clock)
         state.set_disabled(monitor.disabled_nodes(home))
-        handler.bind(state, jrnl, session)
+        handler.bind(state, jrnl, session, intake)
         log.info("run %s: %s, %d jobs (%d to do), port %d, %.0f s run so far", run_id,
                  spec.line(), len(jobs), state.remaining, self.cfg.port_for(p),
                  progress.elapsed())
@@ -272,6 +287,8 @@ class ClusterMaster:
             self._unlink(home.job_start(p))
             self._linger(server, state, audit=session.audit)
         finally:
+            if intake is not None:
+                intake.close()
             jrnl.close()
             server.refusals.flush()  # the bursts' counts, into the log and the audit trail
             session.audit.flush(force=True)  # complete before the end steps archive it

@@ -12,7 +12,11 @@ each complete request it:
 3. parses it (a malformed one gets a signed ABORT naming the problem);
 4. checks its nonce against the replay guard (a replayed request is refused) and logs it
    (:class:`NonceLog`: the guard survives a takeover);
-5. lets :class:`~cluster.master.runstate.RunState` decide the reply, journals the new
+5. for a sweep run, lets its :class:`~cluster.master.sweepintake.SweepIntake` take the
+   results' files and judge them (the results withheld for a retry taken out, the last
+   tries' rewritten; the time it took not counted against any node's heartbeat:
+   :meth:`~cluster.master.runstate.RunState.pause`), then lets
+   :class:`~cluster.master.runstate.RunState` decide the reply, journals the new
    results before the node hears back, and records the connection in the audit trail;
 6. signs the reply, covering the request's nonce.
 
@@ -36,6 +40,7 @@ from cluster.master import journal, keycache
 from cluster.master.audit import AuditLog
 from cluster.master.keycache import NodeKeyCache
 from cluster.master.runstate import RunState
+from cluster.master.sweepintake import SweepIntake
 from cluster.runtime.peers import RefusalLog
 from cluster.wire import protocol, signing
 
@@ -93,6 +98,7 @@ class _Served:
     state: RunState
     journal: journal.Journal
     session: RunSession
+    intake: SweepIntake | None = None
 
 
 class RequestHandler:
@@ -113,9 +119,11 @@ class RequestHandler:
         #: refusals are counted and bounded with the server's own.
         self.refusals: RefusalLog | None = None
 
-    def bind(self, state: RunState, jrnl: journal.Journal, session: RunSession) -> None:
-        """Serve ``state``'s run, journaling in ``jrnl``, under ``session``."""
-        self._served = _Served(state, jrnl, session)
+    def bind(self, state: RunState, jrnl: journal.Journal, session: RunSession,
+             intake: SweepIntake | None = None) -> None:
+        """Serve ``state``'s run, journaling in ``jrnl``, under ``session``; a sweep run's
+        results go through ``intake`` first (None for every other run: no cost)."""
+        self._served = _Served(state, jrnl, session, intake)
 
     def unbind(self) -> None:
         """The serving is over: drop the references to the run (its state is large)."""
@@ -157,11 +165,19 @@ class RequestHandler:
             return self._refuse(session, peer, data, f"{signing.REPLAYED} {nonce}")
         if session.nonces is not None:
             session.nonces.append(req.node, nonce)  # before the reply: a successor's guard
+        intake = served.intake
+        if intake is not None:
+            began = self.monotonic()
+            req = intake.take(req, state)
+            # Judging may run check scripts: no node's silence counts that time.
+            state.pause(self.monotonic() - began)
         outcome = state.handle(req, self.monotonic(), nonce[:signing.SESSION_HEX], peer)
         for note in outcome.notes:
             log.warning("peer %s: %s", peer, note)
         if outcome.journal:
             served.journal.write(outcome.journal)  # on disk before the node hears back
+        if intake is not None:
+            intake.done(req)
         session.audit.connection(peer, req, outcome.reply, outcome.results, outcome.refused)
         return signing.sign_reply(protocol.format_reply(outcome.reply), key, nonce)
 

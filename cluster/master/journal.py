@@ -16,6 +16,7 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from cluster.records import JobResult
 from cluster.runtime import fsutil
@@ -105,6 +106,15 @@ def load(path: Path, run_id: str) -> list[JobResult] | None:
     return None if lines is None else [journal_result(line) for line in lines]
 
 
+class Companion(Protocol):
+    """A file synced with the journal (:meth:`Journal.attach`): a sweep's attempts log."""
+
+    @property
+    def dirty(self) -> bool: ...
+
+    def sync(self) -> None: ...
+
+
 class Journal:
     """Append-only results file of one run.  Use append(), sync_if_due(), close()."""
 
@@ -125,6 +135,14 @@ class Journal:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         self.dirty = False
         self.last_sync = 0.0
+        #: Files synced whenever the journal is (:meth:`attach`); none for most runs.
+        self.companions: list[Companion] = []
+
+    def attach(self, companion: Companion) -> None:
+        """Sync ``companion`` with the journal from now on: at every :meth:`sync` (the
+        batches of :meth:`sync_if_due` and the run's end), so it is on disk as surely.  The
+        caller closes it."""
+        self.companions.append(companion)
 
     def _trim_torn_tail(self) -> None:
         """Cut a torn last line off the file, reading only its tail."""
@@ -164,12 +182,16 @@ class Journal:
         self.dirty = True
 
     def sync_if_due(self, now: float) -> None:
-        if self.dirty and now - self.last_sync >= self.sync_interval:
+        dirty = self.dirty or any(c.dirty for c in self.companions)
+        if dirty and now - self.last_sync >= self.sync_interval:
             self.sync()
             self.last_sync = now
 
     def sync(self) -> None:
-        """fsync what was written (a run's end is recorded only after its results)."""
+        """fsync what was written (a run's end is recorded only after its results), and
+        the attached companions."""
+        for companion in self.companions:
+            companion.sync()
         if self.dirty and self.fd >= 0:
             os.fsync(self.fd)
             self.dirty = False

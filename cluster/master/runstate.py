@@ -38,6 +38,13 @@ products' results; no node is dropped for it.
 Results stream back with every request.  The first result for a job wins; later ones (from a
 node presumed dead, or from a speculative copy in the tail) are counted as duplicates.
 
+A sweep task whose try was not valid is put back (:meth:`RunState.retry`, called by
+:mod:`cluster.master.sweepintake` before :meth:`RunState.handle` of the request, which then
+does not carry that result): it goes to the front of the list, and the nodes that tried
+it are not given it while a live ready node that has not is there.  Only jobs in the front
+list are looked at for that, one dict lookup each while any job was retried: the usual
+batch (a slice of the list) does not change.
+
 Sized for a million jobs: jobs are known by index in a
 :class:`~cluster.master.joblist.JobList` (names in memory, lines read in bulk), the jobs not
 yet handed out are a cursor over that list plus a deque of those put back, and each result
@@ -72,6 +79,8 @@ Suitability = Callable[[str], tuple[bool, str]]
 
 #: The most jobs a node is kept holding, however fast it is.
 MAX_BATCH = 65536
+#: The shortest pause of the master (:meth:`RunState.pause`) given back to the nodes [s].
+PAUSE_FORGIVEN = 1.0
 #: The first character of a canonical result's error field (``<test> <error> ...``) for
 #: error 0, and for the timeout codes (3 and 4; no other code, -1 and 10 included, starts
 #: with these digits).
@@ -235,6 +244,10 @@ class RunState:
         self.node_numbers: dict[str, int] = {}
         self.lessee = array("i", [-1]) * len(self.jobs)
         self.more_lessees: dict[int, set[int]] = {}
+        #: A sweep's retries (:meth:`retry`): job index -> the numbers of the nodes whose
+        #: try of it was not taken.  Empty for every other run; consulted only for jobs
+        #: handed out from ``front``, never on the usual batch's slice.
+        self.tried: dict[int, set[int]] = {}
         self.refused_results = 0
         self.slots_known = 0               # sum of the slots of self.nodes (any state)
         self.tail_plan = TailPlan()        # the tail's speculative copies
@@ -450,6 +463,72 @@ class RunState:
         if node.state is NodeState.UPLOADING:
             return out(Reply(protocol.CONTINUE))
         return out(Reply(protocol.ABORT, reason="run complete"))
+
+    def retry(self, name: str, test: str) -> None:
+        """Node ``name``'s result for job ``test`` was not taken: the job is to be tried
+        again (a sweep task whose result was not valid, :mod:`cluster.master.sweepintake`).
+
+        Called before :meth:`handle` of the request that carried the result, which must
+        then not carry it.  The job leaves the node's held jobs and goes back to the front
+        of the list (unless another node holds it, or it waits there already); until it has
+        a result it is not handed to a node that tried it while a live ready node that has
+        not tried it exists (:meth:`_avoid`).  A job with a result, or not in the run, is
+        left alone.  A successor master calls it for the tries its predecessors put back
+        (the job, not yet handed out by it, is then only marked).
+        """
+        i = self.jobs.index.get(test)
+        if i is None or self.results.offsets[i] >= 0:
+            return
+        self.tried.setdefault(i, set()).add(
+            self.node_numbers.setdefault(name, len(self.node_numbers)))
+        node = self.nodes.get(name)
+        holders = self.holders
+        if node is not None and node.held.pop(test, None) is not None and holders[i]:
+            holders[i] -= 1
+            if not holders[i]:
+                self.running -= 1
+        # Jobs at or past the cursor are handed out from there; one already in the front
+        # list must not be there twice (it would go to two nodes at once).
+        if not holders[i] and i < self.cursor and test not in self.front:
+            self.front.appendleft(test)
+
+    def takes_results_from(self, name: str) -> bool:
+        """Whether :meth:`handle` would look at the results of a request from node ``name``
+        now: not from a node culled for this run, nor from a disabled one not in it."""
+        if name in self.culled:
+            return False
+        node = self.nodes.get(name)
+        return not (name in self.disabled and (node is None or node.state is NodeState.GONE))
+
+    def tried_by(self, test: str) -> frozenset[str]:
+        """The nodes whose try of job ``test`` was not taken (:meth:`retry`)."""
+        i = self.jobs.index.get(test)
+        numbers = self.tried.get(i, set()) if i is not None else set()
+        return frozenset(name for name, number in self.node_numbers.items()
+                         if number in numbers)
+
+    def _avoid(self, node: NodeInfo, tried: set[int]) -> bool:
+        """Whether ``node`` is not to be given a job the nodes ``tried`` tried: it tried
+        it, and a live ready node (not disabled) that did not is there to take it.  A walk
+        over the nodes, made only for a retried job in the front list."""
+        numbers = self.node_numbers
+        if numbers.get(node.name, -1) not in tried:
+            return False
+        return any(other is not node and other.state is NodeState.READY
+                   and other.name not in self.disabled
+                   and numbers.get(other.name, -1) not in tried
+                   for other in self.nodes.values())
+
+    def pause(self, seconds: float) -> None:
+        """The master served nothing for ``seconds`` (it was judging a sweep's results):
+        no node's silence counts that time, so none is dropped for the master's own pause.
+        A pause shorter than :data:`PAUSE_FORGIVEN` is not worth the walk over the nodes:
+        it is a small part of ``heartbeat_timeout``."""
+        if seconds < PAUSE_FORGIVEN:
+            return
+        for node in self.nodes.values():
+            if node.state is not NodeState.GONE:
+                node.last_seen += seconds
 
     def tick(self, now: float) -> list[str]:
         """Expire the leases of silent nodes; return log notes."""
@@ -755,16 +834,23 @@ class RunState:
             front = self.front
             if front:
                 index = self.jobs.index
+                tried = self.tried
+                avoided: list[str] = []  # retried jobs this node is not to take now
                 while front and len(batch) < size:
                     name = front.popleft()
                     i = index[name]
                     if offsets[i] >= 0 or name in held or self.not_run[i]:
+                        continue
+                    if tried and i in tried and self._avoid(node, tried[i]):
+                        avoided.append(name)
                         continue
                     batch.append(i)
                     held[name] = i
                     if not holders[i]:
                         self.running += 1
                     holders[i] += 1
+                if avoided:
+                    front.extendleft(reversed(avoided))  # first in line for the others
             if len(batch) < size:
                 # Never handed out before, so nobody holds them.
                 names = self.jobs.names

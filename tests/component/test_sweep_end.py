@@ -21,7 +21,7 @@ from cluster.master import sweepend
 from cluster.queue import RunSpec
 from cluster.report import sweepreport
 from cluster.sweep import outcomes, spec
-from cluster.sweep.attempts import Attempt, format_attempt
+from cluster.sweep.attempts import Attempt, AttemptsWriter
 from cluster.sweep.expand import Task, tasks
 from cluster.sweep.joblog import JoblogRow, read_joblog
 from cluster.wire.jobstart import JobStart
@@ -67,10 +67,12 @@ def start_of(run_id: str) -> JobStart:
 
 
 def write_tries(home: Home, run_id: str, tries: list[Attempt]) -> None:
-    path = home.run_dir(run_id) / sweepend.ATTEMPTS_FILE
-    with path.open("a", encoding="utf-8") as fh:
+    writer = AttemptsWriter(home.run_dir(run_id) / sweepend.ATTEMPTS_FILE)
+    try:
         for attempt in tries:
-            fh.write(format_attempt(attempt))
+            writer.write(attempt)
+    finally:
+        writer.close()
 
 
 def write_files(home: Home, run_id: str, task: Task, out: str) -> None:

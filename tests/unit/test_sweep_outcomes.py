@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.sweep.attempts import Attempt, format_attempt
+from cluster.sweep.attempts import HEADER, Attempt, format_attempt
 from cluster.sweep.outcomes import FinalAttempts
 
 TASK = "0123456789abcdef01234567"
@@ -47,7 +47,7 @@ def test_a_later_final_replaces_an_earlier_failed_final() -> None:
 def test_read_from_a_file_with_a_torn_last_line_and_an_untried_task(tmp_path: Path) -> None:
     tries = tried(("n1", "ok", True))
     path = tmp_path / "sweep-attempts.tsv"
-    path.write_text(format_attempt(tries[0]) + format_attempt(tries[0])[:10])
+    path.write_text(HEADER + format_attempt(tries[0]) + format_attempt(tries[0])[:10])
     finals = FinalAttempts.read(path)
     assert len(finals) == 1
     assert finals.get(TASK) is not None and finals.get("f" * 24) is None
