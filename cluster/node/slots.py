@@ -36,6 +36,11 @@ catches anything re-parented; the slot then gets a fresh shell.  If the job ends
 SIGHUP, the group is killed at once all the same: a descendant may ignore HUP.  A shell
 that dies on its own ends its job as an internal error and is replaced.
 
+The shells start with SIGXFSZ at its default action (Python ignores it, and children
+inherit that): a command past a file-size limit (a sweep task's ``ulimit -f``) is stopped
+by the signal instead of going on with failed writes.  SIGPIPE stays as Python leaves it,
+as the jobs have always run.
+
 Each slot's shell has its number, 1-based, in ``CLUSTER_SLOT`` (:data:`SLOT_VARIABLE`),
 so a job knows which slot runs it (a sweep's ``{%}``).
 
@@ -92,7 +97,10 @@ class Slot:
         cmd_r, cmd_w = os.pipe()
         status_r, status_w = os.pipe()
         try:
-            self.pid = os.posix_spawn("/bin/sh", ["sh", "-s"], env, setsid=True, file_actions=[
+            # SIGXFSZ back to its default (Python ignores it, and an ignored signal stays
+            # ignored in every child): a sweep task's file-size limit stops its writer.
+            self.pid = os.posix_spawn("/bin/sh", ["sh", "-s"], env, setsid=True,
+                                      setsigdef=(signal.SIGXFSZ,), file_actions=[
                 (os.POSIX_SPAWN_DUP2, cmd_r, 0),
                 (os.POSIX_SPAWN_DUP2, status_w, 3),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
