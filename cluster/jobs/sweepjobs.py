@@ -25,7 +25,7 @@ What a task's job line does on the node, in order (:func:`task_command`):
    text is ``: > name``.
 3. The file-size limit is set (``ulimit -f``, 512-byte blocks: :func:`size_limit_blocks`
    of ``max_result_bytes``), so a command writing 10 GB is stopped by SIGXFSZ once one
-   file passes ``max_result_bytes`` (its exit status is then :data:`XFSZ_STATUS`, or the
+   file passes ``max_result_bytes`` (its exit status is then 153, 128 + SIGXFSZ, or the
    stopped file is larger than ``max_result_bytes``: the node fails the task either way,
    :mod:`cluster.node.sweepresults`).
 4. The expanded command runs as ``sh -c`` of the decoded command, bounded by the sweep's
@@ -74,8 +74,6 @@ SWEEP_DIR_VARIABLE = "CLUSTER_SWEEP_DIR"
 TIMEOUT_STATUS = 124
 #: Seconds after the timeout's SIGTERM that GNU timeout sends SIGKILL.
 KILL_AFTER = 5
-#: The exit status of a command stopped by the file-size limit: 128 + SIGXFSZ (25).
-XFSZ_STATUS = 153
 #: Seconds a node's own kill of a task waits beyond the sweep's timeout and KILL_AFTER:
 #: setting up, staging the results and a busy machine's delays.
 NODE_TIMEOUT_MARGIN = 30

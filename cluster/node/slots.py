@@ -79,11 +79,16 @@ SLOT_VARIABLE = "CLUSTER_SLOT"
 
 @dataclass(frozen=True)
 class Finished:
-    """A job that ended: its exit status (None if its shell died) and whether we killed it."""
+    """A job that ended: its exit status (None if its shell died), whether we killed it,
+    and when it ``started`` and ``ended`` on the pool's clock, as the node knows them (a
+    job started when it was sent to an idle slot, or when the one before it ended; it
+    ended when the node read its end)."""
 
     job: Job
     exit_status: int | None
     killed: bool
+    started: float = 0.0
+    ended: float = 0.0
 
 
 class Slot:
@@ -244,7 +249,8 @@ class SlotPool:
                     slot.job_pid = int(value)
                 elif kind == b"E" and slot.sent:
                     killed = slot.hup_sent > 0
-                    done.append(Finished(slot.sent.popleft(), int(value), killed))
+                    done.append(Finished(slot.sent.popleft(), int(value), killed,
+                                         slot.deadline - self.timeout, now))
                     slot._next(now + self.timeout)  # the next one started just now
                     if killed:
                         # It ended after SIGHUP, but a descendant may ignore HUP: kill the
@@ -253,7 +259,7 @@ class SlotPool:
                         gone = head_ended = True
                         break
             if gone:
-                self._retire(slot, done, head_ended)
+                self._retire(slot, done, head_ended, now)
         return done
 
     def take_returned(self) -> list[Job]:
@@ -299,12 +305,14 @@ class SlotPool:
         self.slots = []
         self.by_fd = {}
 
-    def _retire(self, slot: Slot, done: list[Finished], head_ended: bool) -> None:
+    def _retire(self, slot: Slot, done: list[Finished], head_ended: bool,
+                now: float) -> None:
         """``slot``'s shell has gone, or must go: unless it has just ended (``head_ended``),
         its running job ends as lost or killed (exit status None); the jobs behind it are
         handed back (:meth:`take_returned`); a fresh shell takes the slot."""
         if slot.sent and not head_ended:
-            done.append(Finished(slot.sent.popleft(), None, slot.hup_sent > 0))
+            done.append(Finished(slot.sent.popleft(), None, slot.hup_sent > 0,
+                                 slot.deadline - self.timeout, now))
         self.returned.extend(slot.sent)
         slot.sent.clear()
         self._replace(slot)

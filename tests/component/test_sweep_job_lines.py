@@ -14,8 +14,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from cluster.jobs.sweepjobs import XFSZ_STATUS, sweep_jobs
+from cluster.jobs.sweepjobs import sweep_jobs
 from cluster.node.slots import Finished, SlotPool
+from cluster.node.sweepresults import XFSZ_STATUS
 from cluster.records import TEMP, TREE_DIR, Job
 from cluster.sweep.expand import tasks
 from cluster.sweep.spec import load
