@@ -21,6 +21,7 @@ from cluster.node.sweepresults import (
     over_limit_reason,
     result_md5,
 )
+from cluster.sweep import spec
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart
 
@@ -134,6 +135,10 @@ def test_a_call_carries_each_task_once_and_a_bounded_bundle(tmp_path: Path,
     bundle = outbox.pack(["a"])
     outbox.sent(bundle)
     assert [t.task for t in outbox.pending] == ["b", "a", "c"]  # the oldest "a" went
+
+
+def test_the_node_knows_result_names_by_the_sweep_files_rule() -> None:
+    assert sweepresults.RESULT_NAME.pattern == spec.RESULT_NAME.pattern
 
 
 def test_job_start_carries_a_sweeps_limits_and_leaves_them_out_otherwise() -> None:
