@@ -5,12 +5,14 @@ slot number, clusterpush --sweep's checks."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
 from cluster.cli import build, clusterpush
+from cluster.config import Config
 from cluster.errors import QueueLineError, SweepError
 from cluster.home import Home
 from cluster.jobs import generate as jobgen
@@ -21,6 +23,7 @@ from cluster.jobs.sweepjobs import (
     task_command,
     task_job,
 )
+from cluster.master.clustermaster import ClusterMaster
 from cluster.node import readlog, slots
 from cluster.queue import RunSpec
 from cluster.records import ERROR_NONE, ERROR_READ, ERROR_TIMEOUT, Job
@@ -30,6 +33,7 @@ from cluster.sweep.spec import Result, load
 from cluster.sweep.table import Row
 from cluster.triggers.droppings import DROPPING
 from cluster.triggers.sweeppush import prepare_sweep
+from cluster.wire.jobstart import JobStart
 
 ID = "0123456789abcdef01234567"
 
@@ -215,3 +219,26 @@ def test_a_sweep_whose_table_would_not_travel_is_refused(tmp_path: Path) -> None
     with pytest.raises(SweepError, match="cannot be queued"):
         (folder / "my sweep.toml").write_text("")
         prepare_sweep(folder / "my sweep.toml")
+
+
+def test_a_sweep_runs_job_start_carries_its_limits_from_the_runs_snapshot(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = Home(tmp_path / "home")
+    home.create()
+    path = _sweep(tmp_path / "s", ["1", "2"])  # timeout = 9
+    assert clusterpush.main(["--home", str(home.root), "--user", "alice", "--copy",
+                             "--sweep", str(path)]) == 0, capsys.readouterr().err
+    cfg = Config().with_changes(home=home.root, max_result_bytes=12345)
+    master = ClusterMaster(cfg, 0)
+    master.queue.append(RunSpec.parse("user alice sweep sweep=sweep.toml"))  # as discovered
+    spec = master.queue.head()
+    assert spec is not None and spec.sweep_file == "sweep.toml"
+    start = master._job_start(spec)
+    assert (start.max_result_bytes, start.job_timeout) == (12345, node_job_timeout(9))
+    written = JobStart.parse(home.job_start(0).read_text())
+    assert (written.id, written.max_result_bytes, written.job_timeout) == (
+        start.id, 12345, node_job_timeout(9))
+    # Another run's job.start has neither.
+    plain = dataclasses.replace(start, queue="user alice gs", max_result_bytes=0,
+                                job_timeout=0.0)
+    assert master._sweep_limits(RunSpec.parse("user alice gs"), plain) == plain
