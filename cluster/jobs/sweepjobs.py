@@ -12,10 +12,11 @@ What a task's job line does on the node, in order (:func:`task_command`):
    (a setup that failed, a result that could not be staged); the command's stderr is
    ``<id>.err``.
 2. Setting up, each step's complaint going to the log: what an earlier run of the task on
-   this node left is removed (``rm -rf``: a retry starts from nothing); the task's folder
-   ``<id>/`` and its result folder ``<id>.res/`` are made (one ``mkdir``); the task's
-   folder becomes the current directory and gets a symbolic link to each top-level entry
-   of the sweep folder (``__tree__``, dot files included: one ``find`` and one ``ln``),
+   this node left is removed (``rm -rf``, only when there is something: a retry starts
+   from nothing); the task's folder ``<id>/`` and its result folder ``<id>.res/`` are made
+   (one ``mkdir``); the task's folder becomes the current directory and gets a symbolic
+   link to each top-level entry of the sweep folder (``__tree__``, dot files included: the
+   shell's globs and one ``ln``),
    except the top-level names the ``[inputs]`` write (the inputs win, and no input is ever
    written through a link into the sweep folder), so ``python3 model.py`` works there as
    in the sweep folder; then each ``[inputs]`` file is written: its bytes travel
@@ -50,10 +51,10 @@ The node then reads ``<id>.res/`` (:mod:`cluster.node.sweepresults`).  A failed 
 skips steps 3 to 6: the result folder stays empty.  A task the node itself kills (its
 pool timeout, :func:`node_job_timeout`) leaves its folders to the node to remove.
 
-Cost per task, for the 5,000 tiny tasks of bench/sweep.py: besides the command, ``rm``,
-``mkdir``, ``find`` and ``ln``, one ``base64`` per input and one for the command,
-``timeout``, ``sh``, one ``ln`` per result and the final ``rm``; the rest are shell
-built-ins.
+Cost per task, for the 5,000 tiny tasks of bench/sweep.py: besides the command,
+``mkdir`` and ``ln``, one ``base64`` per input and one for the command, ``timeout``,
+``sh``, one ``ln`` per result and the final ``rm`` (and the first ``rm`` on a retry); the
+rest are shell built-ins.
 """
 
 from __future__ import annotations
@@ -122,17 +123,17 @@ def _write_inputs(inputs: tuple[tuple[str, str], ...]) -> list[str]:
     return steps
 
 
-def _glob_escaped(name: str) -> str:
-    """``name`` as a ``find -name`` pattern matching only itself."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in name)
-
-
 def _link_sweep_folder(inputs: tuple[tuple[str, str], ...]) -> str:
     """The step linking each top-level entry of the sweep folder into the current folder,
-    except the top-level names of ``inputs``."""
+    except the top-level names of ``inputs``: the entries are gathered by the shell's own
+    globs (hidden ones too; a glob that matched nothing is dropped by the ``[ -e ]`` test)
+    into ``$@``, then one ``ln`` makes every link."""
     tops = sorted({name.split("/", 1)[0] for name, _ in inputs})
-    skip = "".join(f" ! -name {shlex.quote(_glob_escaped(top))}" for top in tops)
-    return f"find {TREE_DIR} -mindepth 1 -maxdepth 1{skip} -exec ln -s -t . -- {{}} +"
+    # Quoted case patterns match literally: an input named ``a*b`` skips only ``a*b``.
+    skip = f"{'|'.join(shlex.quote(top) for top in tops)}) ;; " if tops else ""
+    return (f"{{ set -- ; for f in {TREE_DIR}/* {TREE_DIR}/.[!.]* {TREE_DIR}/..?* ; do "
+            f'case "${{f##*/}}" in {skip}*) {{ [ -e "$f" ] || [ -L "$f" ] ; }} && '
+            'set -- "$@" "$f" ;; esac ; done ; [ $# -eq 0 ] || ln -s -t . -- "$@" ; }')
 
 
 def _stage(result: Result, base: str) -> str:
@@ -156,7 +157,10 @@ def task_command(task: Task, timeout: float, max_result_bytes: int,
     what it does)."""
     base = f"{TEMP}/{task.task_id}"
     log = f"{base}.log"
-    setup = [f"rm -rf {base} {base}{RES_SUFFIX} {base}{OUT_SUFFIX} {base}{ERR_SUFFIX}",
+    leftovers = (base, f"{base}{RES_SUFFIX}", f"{base}{OUT_SUFFIX}", f"{base}{ERR_SUFFIX}")
+    # ``rm`` only when an earlier run left something: the usual first run forks nothing.
+    found = " || ".join(f"[ -e {path} ]" for path in leftovers)
+    setup = [f"{{ ! {{ {found} ; }} || rm -rf {' '.join(leftovers)} ; }}",
              f"mkdir {base} {base}{RES_SUFFIX}", f"cd {base}",
              _link_sweep_folder(task.inputs), *_write_inputs(task.inputs)]
     command = _decoded(task.command.encode("utf-8"))

@@ -256,3 +256,21 @@ def test_a_command_writing_without_end_is_stopped_by_the_file_size_limit(
     assert (temp / f"{ten_gb.task_id}.res" / "out").stat().st_size == 4608
     assert done[exact.task_id].exit_status == 0  # exactly max_result_bytes is allowed
     assert (temp / f"{exact.task_id}.res" / "big").stat().st_size == 4096
+
+
+def test_a_task_run_again_starts_from_nothing(tmp_path: Path) -> None:
+    tree, temp = tmp_path / "tree", tmp_path / "temp"
+    temp.mkdir()
+    jobs = _one_task_sweep(tree, "ls -A; echo new > out.txt",
+                           {"o": "stdout", "out": "out.txt", "stale": "stale.txt"})
+    name = jobs[0].name
+    # What a run killed by the node would leave: its folder, stdout, stderr, results.
+    (temp / name).mkdir()
+    (temp / name / "junk").write_text("old\n")
+    (temp / f"{name}.res").mkdir()
+    (temp / f"{name}.res" / "stale").write_text("old\n")
+    (temp / f"{name}.err").write_text("old\n")
+    done = run_jobs(jobs, temp, tree)
+    assert done[name].exit_status == 0
+    assert files(temp / f"{name}.res") == {"o": b"sweep.toml\n", "out": b"new\n"}
+    assert sorted(p.name for p in temp.iterdir()) == [f"{name}.log", f"{name}.res"]

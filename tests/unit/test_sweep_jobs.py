@@ -54,9 +54,12 @@ def test_the_job_line_of_a_task_is_exactly_this() -> None:
     t = f"__temp__/{ID}"
     assert job.name == ID and job.logfile == f"{t}.log"
     assert job.command == (
-        f"echo sweep > {t}.log ; if {{ rm -rf {t} {t}.res {t}.out {t}.err && "
-        f"mkdir {t} {t}.res && cd {t} && find __tree__ -mindepth 1 -maxdepth 1 "
-        "! -name config.ini -exec ln -s -t . -- {} + && "
+        f"echo sweep > {t}.log ; if {{ {{ ! {{ [ -e {t} ] || [ -e {t}.res ] || "
+        f"[ -e {t}.out ] || [ -e {t}.err ] ; }} || rm -rf {t} {t}.res {t}.out {t}.err ; }} && "
+        f"mkdir {t} {t}.res && cd {t} && {{ set -- ; for f in __tree__/* __tree__/.[!.]* "
+        '__tree__/..?* ; do case "${f##*/}" in config.ini) ;; *) { [ -e "$f" ] || '
+        '[ -L "$f" ] ; } && set -- "$@" "$f" ;; esac ; done ; [ $# -eq 0 ] || '
+        'ln -s -t . -- "$@" ; } && '
         f"printf %s {_b64('a = 1' + chr(10))} | base64 -d > config.ini ; }} 2>> {t}.log ; "
         f"then ulimit -f 131073 ; "
         f"CLUSTER_SWEEP_DIR=__tree__ timeout -k 5 120.0 sh -c "
