@@ -21,10 +21,13 @@ and the first line is the current or next run (ARTIFEX.md §2.1/§2.2)::
 ``option``
     a flag (``lowres``, ``highres``, ``relaxtimeout``, ``bmpcmp``; ``lowres`` and ``highres``
     exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``,
-    ``tree`` or ``sweep``.  ``sweep=<file>`` names a sweep run's sweep file in the top of its
-    folder (:data:`SWEEP_FILE`; default :data:`DEFAULT_SWEEP_FILE`) and goes with product
-    ``sweep`` only; a sweep run takes no other option but ``relaxtimeout``.  Each flag or
-    key at most once; canonical order is sorted.
+    ``tree``, ``sweep`` or ``resume``.  ``sweep=<file>`` names a sweep run's sweep file in
+    the top of its folder (:data:`SWEEP_FILE`; default :data:`DEFAULT_SWEEP_FILE`);
+    ``resume=<run id>`` (:data:`RESUME_RUN`, the name of a folder of ``archive/``) makes a
+    sweep run run only the tasks without a valid result in that earlier run
+    (docs/sweeps.md, section 8).  Both go with product ``sweep`` only; a sweep run takes no
+    other option but ``relaxtimeout``.  Each flag or key at most once; canonical order is
+    sorted.
 
 Fields are separated by spaces or tabs; a line holds at most :data:`MAX_LINE` characters and
 no control characters.  Blank lines and lines starting with ``#`` are ignored.
@@ -75,7 +78,7 @@ KINDS = ("user", "git", "auto")
 # PRODUCTS, ALONE and TREE (the grammar of ``tree=``) are cluster.datatypes': the commit
 # triggers' path -> products map and the configuration check the same names.
 FLAGS = ("lowres", "highres", "relaxtimeout", "bmpcmp")
-OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep")
+OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep", "resume")
 EXCLUSIVE_FLAGS = (("lowres", "highres"),)
 MAX_LINE = 4096
 
@@ -90,9 +93,15 @@ SWEEP_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 DEFAULT_SWEEP_FILE = "sweep.toml"
 #: The product whose runs are sweeps.
 SWEEP = "sweep"
+#: ``resume=``: the id of the earlier run a sweep run resumes, the name of its folder in
+#: ``archive/`` (a run id of the master: ``20260101020304-p0-1a2b``; no ``/``, never ``.``
+#: or ``..``).
+RESUME_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: The options a sweep run may have (the corpus's selection words and bmpcmp mean nothing
 #: to a sweep).
-SWEEP_OPTIONS = ("sweep", "relaxtimeout")
+SWEEP_OPTIONS = ("sweep", "resume", "relaxtimeout")
+#: The options that go with product ``sweep`` only.
+SWEEP_ONLY_OPTIONS = ("sweep", "resume")
 
 
 class _Problem(Exception):
@@ -158,10 +167,14 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
             if key == "rev" and not REV.fullmatch(value):
                 raise _Problem(f"bad rev {value!r}; expected a git revision not starting "
                                "with '-'")
+            if key in SWEEP_ONLY_OPTIONS and prods != (SWEEP,):
+                raise _Problem(f"option {key}= goes with product {SWEEP} only; got "
+                               f"{','.join(prods)}")
+            if key == "resume" and not RESUME_RUN.fullmatch(value):
+                raise _Problem(f"bad resume run {value!r}; expected the id of an archived "
+                               "run (letters, digits, '.', '_' or '-', starting with a "
+                               "letter or digit, at most 64)")
             if key == "sweep":
-                if prods != (SWEEP,):
-                    raise _Problem(f"option sweep= goes with product {SWEEP} only; got "
-                                   f"{','.join(prods)}")
                 if not SWEEP_FILE.fullmatch(value):
                     raise _Problem(f"bad sweep file {value!r}; expected a file name in the "
                                    "top of the sweep folder (letters, digits, '.', '_' or "
@@ -267,6 +280,11 @@ class RunSpec:
         if self.products in (("mupdf",), ("shell",), (SWEEP,)):
             return self.products[0]
         return "ghostpdl"
+
+    @property
+    def resume(self) -> str | None:
+        """The run a sweep run resumes (option ``resume=``), or None."""
+        return self.option("resume")
 
     @property
     def sweep_file(self) -> str | None:

@@ -8,7 +8,8 @@ Usage::
     build.py [--config FILE] [--home DIR] [--tests DIR] [--set key=value ...] \\
              bmpcmp --from FILE
 
-    build.py [--config FILE] [--home DIR] [--set key=value ...] sweep --sweep FILE
+    build.py [--config FILE] [--home DIR] [--set key=value ...] sweep --sweep FILE \\
+             [--resume DIR]
 
 PRODUCT is one of gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf, shell; with none, gs
 pdfwrite ps2write (build.pl with no product built every non-mupdf product; pcl, xps and
@@ -26,6 +27,9 @@ The sweep form (issue 23, docs/sweeps.md) prints one job per task of the sweep f
 (:mod:`cluster.jobs.sweepjobs`), in table order, streamed as the table is read: the job's
 test name is the task id.  A bad sweep file, table row or task stops it with exit status 2
 and one line naming the file, the line and the key (the master then keeps no job list).
+With ``--resume DIR`` (the archive folder of the run a ``resume=`` run resumes) it leaves
+out the tasks valid there (:mod:`cluster.sweep.resume`) and says on stderr how many it
+keeps: ``resume: 12 of 64 tasks to run, 52 valid in run <id>``.
 
 Words:
   lowres        keep only 72 and 75 dpi configurations
@@ -43,6 +47,7 @@ Options:
   --seed N        seed of the shuffle (ignored by bmpcmp: its jobs keep FILE's order)
   --from FILE     the tests of a bmpcmp run: '<test id> <product>' per line
   --sweep FILE    the sweep file of a sweep run
+  --resume DIR    sweep only: the archive folder of the run being resumed
 
 Exit status: 0 with the list on stdout, 2 for bad arguments or configuration, 1 when the
 corpus (or FILE) cannot be read.  Differences from build.pl: see cluster/jobs/corpus.py and
@@ -67,6 +72,7 @@ from cluster.jobs import generate as jobgen
 from cluster.jobs.sweepjobs import sweep_jobs
 from cluster.records import Job
 from cluster.sweep import spec as sweep_spec
+from cluster.sweep.resume import RESULTS_TSV, ResumeFilter
 
 logger = logging.getLogger("cluster.build")
 
@@ -102,6 +108,8 @@ def _parser() -> _Parser:
                    help="bmpcmp only: the tests to compare, '<test id> <product>' per line")
     p.add_argument("--sweep", dest="sweep_file", type=Path, metavar="FILE",
                    help="sweep only: the sweep file")
+    p.add_argument("--resume", type=Path, metavar="DIR",
+                   help="sweep only: the archive folder of the run this run resumes")
     p.add_argument("words", nargs="*", metavar="WORD", help="products and selection words")
     return p
 
@@ -147,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except SystemExit as exc:  # --help printed the usage
         return exc.code if isinstance(exc.code, int) else 0
+    if args.resume is not None and args.sweep_file is None:
+        print(f"{PROG}: --resume is for the sweep form only: {SWEEP_WORD} --sweep FILE "
+              "--resume DIR", file=sys.stderr)
+        return EXIT_USAGE
     if BMPCMP_WORD in args.words:
         return _bmpcmp_main(args)
     if SWEEP_WORD in args.words or args.sweep_file is not None:
@@ -225,7 +237,13 @@ def _sweep_main(args: argparse.Namespace) -> int:
         # bounds what each task writes (the job line's ulimit).
         cfg = common.load_config(args)
         spec = sweep_spec.load(args.sweep_file)
-        return _print_jobs(sweep_jobs(spec, cfg.max_result_bytes))
+        if args.resume is None:
+            return _print_jobs(sweep_jobs(spec, cfg.max_result_bytes))
+        keep = _resume_filter(args.resume, spec)
+        status = _print_jobs(sweep_jobs(spec, cfg.max_result_bytes, keep))
+        # The master logs build.py's stderr as a warning: the count lands in its log.
+        print(keep.summary(), file=sys.stderr)
+        return status
     except (ValueError, ClusterError) as exc:  # a SweepError names file, line and key
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -233,6 +251,16 @@ def _sweep_main(args: argparse.Namespace) -> int:
         print(f"{PROG}: cannot read the sweep's table {exc.filename or ''}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _resume_filter(archive: Path, spec: sweep_spec.SweepSpec) -> ResumeFilter:
+    """The selection of a resume run from the archive folder of the run it resumes;
+    ValueError (a usage error) naming what is missing there."""
+    try:
+        return ResumeFilter(archive, spec.rows().header)
+    except FileNotFoundError:
+        raise ValueError(f"--resume {archive}: no {RESULTS_TSV} there; expected the "
+                         "archive folder of an earlier run of this sweep") from None
 
 
 def _blocks(jobs: Iterable[Job]) -> Iterator[list[Job]]:

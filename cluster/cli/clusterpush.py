@@ -4,7 +4,7 @@ Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree 
                       [--user NAME] [--copy] [PRODUCT...] [lowres|highres] [relaxtimeout]
                       [filter=A,B] [bmpcmp] [abort]
        clusterpush.py [--config FILE] [--home DIR] [--user NAME] [--copy]
-                      --sweep path/to/sweep.toml [relaxtimeout]
+                      --sweep path/to/sweep.toml [--resume] [relaxtimeout]
        clusterpush.py --master [USER@]HOST[:HOME] [--ssh-port P] [--ssh-key K]
                       [--known-hosts F] [--master-python PY] [--master-cache DIR]
                       [--tree DIR] [--user NAME] [PRODUCT...] ... [abort]
@@ -30,7 +30,11 @@ PNG difference images.  `abort` removes your queued runs and stops the one runni
 task of its table are checked first (a problem is one line naming the file and the key,
 exit status 2, nothing pushed or queued), then the folder holding the sweep file is the
 tree, pushed to users/<user>/sweep, and the run is queued at priority 0 as
-`user <user> sweep sweep=<file>`.  It works with --master too.
+`user <user> sweep sweep=<file>`.  It works with --master too.  --resume queues a run
+that runs only the tasks without a valid result in your previous run of the same sweep
+(your newest archived run with the same sweep file name that has a results.tsv; none: an
+error naming you and the sweep file, exit status 2, nothing pushed or queued): the run's
+queue line gets `resume=<run id>`.
 
 --master pushes from a machine that does not see the master home: the tree goes to
 HOME/users/<user>/<tree> on HOST with rsync over ssh (after a small change, only the change
@@ -64,7 +68,7 @@ from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError, SshError
 from cluster.home import Home
 from cluster.master.abort import request_abort
-from cluster.queue import RunSpec
+from cluster.queue import SWEEP_ONLY_OPTIONS, RunSpec
 from cluster.runtime.ssh import SshTarget
 from cluster.triggers.push import abort_pushes, submit_push
 from cluster.triggers.remotepush import (
@@ -72,9 +76,10 @@ from cluster.triggers.remotepush import (
     CommitInterrupted,
     parse_master,
     remote_abort,
+    remote_previous_sweep,
     remote_push,
 )
-from cluster.triggers.sweeppush import prepare_sweep
+from cluster.triggers.sweeppush import prepare_sweep, previous_sweep_run
 
 #: This command's name in its usage line and messages (see progname).
 PROG = progname.prog("clusterpush.py")
@@ -147,6 +152,9 @@ def _main(argv: list[str] | None) -> int:
                         f"(default: {REMOTE_CACHE} in the ssh account's home)")
     parser.add_argument("--sweep", type=Path, metavar="FILE",
                         help="submit the sweep of this sweep file (its folder is the tree)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --sweep: run only the tasks without a valid result in "
+                        "your previous run of the same sweep")
     parser.add_argument("words", nargs="*")
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
@@ -157,6 +165,8 @@ def _main(argv: list[str] | None) -> int:
         cfg = common.load_config(args)
         if not args.user:
             raise ClusterError("no user name: pass --user or set $CLUSTER_USER or $USER")
+        if args.resume and args.sweep is None:
+            raise ClusterError("--resume resumes a sweep: it goes with --sweep FILE")
         if args.sweep is not None:
             _use_sweep(args)
         elif args.tree is None:
@@ -183,14 +193,22 @@ def _use_sweep(args: argparse.Namespace) -> None:
     products = [w for w in args.words if w in PRODUCTS]
     if products:
         raise ClusterError(f"--sweep runs product sweep alone; got {' '.join(products)}")
-    if any(w.startswith("sweep=") for w in args.words):
-        raise ClusterError("--sweep names the sweep file; give no sweep= word")
+    for key in SWEEP_ONLY_OPTIONS:
+        if any(w.startswith(f"{key}=") for w in args.words):
+            raise ClusterError(f"--sweep and --resume make the {key}= option; give no "
+                               f"{key}= word")
     if args.tree is not None:
         raise ClusterError("--sweep pushes the sweep file's folder; give no --tree")
     submission = prepare_sweep(args.sweep)
     print(f"sweep: {submission.tasks} task(s) from {args.sweep}")
     args.tree = submission.folder
     args.words = [*submission.words, *args.words]
+
+
+def _resume_words(args: argparse.Namespace, run_id: str) -> None:
+    """Add ``resume=<run_id>`` to the run's words, and say so."""
+    print(f"resume: the tasks without a valid result in your run {run_id}")
+    args.words = [*args.words, f"resume={run_id}"]
 
 
 def _spec(args: argparse.Namespace) -> RunSpec:
@@ -211,6 +229,8 @@ def _local(home: Home, args: argparse.Namespace) -> int:
         if outcome.running:
             print(f"dequeueing: stopping the running run {outcome.running}")
         return EXIT_OK
+    if args.resume:
+        _resume_words(args, previous_sweep_run(home, args.user, args.sweep.name))
     spec = _spec(args)
     if not args.tree.is_dir():
         raise ClusterError(f"tree {args.tree} is not a directory")
@@ -246,6 +266,10 @@ def _remote(args: argparse.Namespace, port: int, key: str, known_hosts: Path) ->
         if aborted.running:
             print(f"dequeueing: stopping the running run {aborted.running}")
         return EXIT_OK
+    if args.resume:
+        _resume_words(args, remote_previous_sweep(
+            target, master.home, args.user, args.sweep.name, python=args.master_python,
+            cache=args.master_cache))
     spec = _spec(args)
     pushed = remote_push(target, master.home, args.tree, spec, python=args.master_python,
                          cache=args.master_cache)

@@ -5,9 +5,11 @@ Usage: enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [-q]
        enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... --install-cron
        enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... --remove-cron
 
-Reads <home>/auto/<schedule>/<name>/jobdef.txt (first line: `<products> [option ...]`) and
-appends one `auto <schedule>-<name> ...` run per job to the priority-2 queue, where
-clustermaster2.py picks it up.  Typically run from cron.
+Reads <home>/auto/<schedule>/<name>/jobdef.txt (first line: `<products> [option ...]`, or
+`sweep <folder> [option ...]` for a sweep, the folder absolute or relative to the jobdef's
+folder: docs/sweeps.md section 8) and appends one `auto <schedule>-<name> ...` run per job
+to the priority-2 queue, where clustermaster2.py picks it up.  A sweep is checked first as
+clusterpush.py --sweep checks it; a bad one is not queued.  Typically run from cron.
 
 --install-cron puts two entries in the current user's crontab, nightly_schedule and
 weekly_schedule, each running this script with the same --config/--home/--set options and

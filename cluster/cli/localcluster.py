@@ -4,7 +4,7 @@ Usage: localcluster.py [--home DIR] [--nodes N] [--corpus DIR] [--product gs|pdf
                        ps2write|xpswrite|pcl|xps|mupdf|shell] [--tree DIR] [--option OPT]...
                        [--user NAME] [--set KEY=VALUE]... [--timeout SECONDS]
                        [--transport local|ssh]
-       localcluster.py [--home DIR] [--nodes N] --sweep path/to/sweep.toml ...
+       localcluster.py [--home DIR] [--nodes N] --sweep path/to/sweep.toml [--resume] ...
 
 Creates a master home (default ./cluster-home), starts the supervisor, the monitor, the
 status page (clusterstatus.py, on status_address:status_port, 127.0.0.1:9020 by default; it
@@ -21,7 +21,10 @@ With --sweep FILE it runs that sweep (issue 23, docs/sweeps.md) instead of the d
 the sweep is checked first as clusterpush.py --sweep checks it (a problem: one line naming
 the file and the key, exit status 2, nothing started), then its folder is pushed and run
 as product sweep; the report follows and the run's archive folder is the last line, as
-for any run.  --product, --tree and --option do not go with it.
+for any run.  --product, --tree and --option do not go with it.  --resume runs only the
+tasks without a valid result in the newest earlier run of the same sweep file in this
+home, by the same --user (as clusterpush.py --sweep --resume; none: exit status 2,
+nothing started).
 
 With --transport ssh the nodes reach the master's files as nodes on other machines do: over
 ssh and rsync, through a private OpenSSH server it starts on a free loopback port with a host
@@ -67,7 +70,7 @@ from cluster.localcluster import (
     run_end,
     write_demo_tree,
 )
-from cluster.triggers.sweeppush import SweepSubmission, prepare_sweep
+from cluster.triggers.sweeppush import SweepSubmission, prepare_sweep, previous_sweep_run
 
 #: This command's name in its usage line and messages (see progname).
 PROG = progname.prog("localcluster.py")
@@ -83,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, help="your product tree instead of the demo one")
     parser.add_argument("--sweep", type=Path, metavar="FILE",
                         help="run the sweep of this sweep file instead of a product tree")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --sweep: run only the tasks without a valid result in "
+                        "the previous run of the same sweep in this home")
     parser.add_argument("--option", action="append", default=[], metavar="OPT",
                         help="add OPT to the demo product's command line (repeatable; write "
                         "--option=-dFoo so it is not taken for an option)")
@@ -102,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                                    or args.product != parser.get_default("product")):
         parser.error("--sweep runs product sweep on the sweep's folder: no --product, "
                      "--tree or --option with it")
+    if args.resume and args.sweep is None:
+        parser.error("--resume resumes a sweep: it goes with --sweep FILE")
     common.setup_logging(verbose=args.verbose)
     log = logging.getLogger("cluster.localcluster")
     sweep: SweepSubmission | None = None
@@ -112,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         cluster = LocalCluster(args.home, args.nodes, args.corpus, overrides,
                                transport=args.transport)
         settings = config.load(None, overrides)
+        if sweep is not None and args.resume:
+            resumed = previous_sweep_run(cluster.home, args.user, sweep.file)
+            print(f"resume: the tasks without a valid result in run {resumed}", flush=True)
+            args.run_option = [*args.run_option, f"resume={resumed}"]
     except (ClusterError, OSError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE

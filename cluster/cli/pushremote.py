@@ -23,6 +23,11 @@ ships the developer's own copy of the package to the master as one zip file (run
     and ``{"stopped": N, "removed": N, "running": ID-or-null}`` (or ``{"error": ...}``) on
     stdout.
 
+``previous --home H --user U --sweep FILE``
+    :func:`cluster.triggers.sweeppush.previous_sweep_run`: the run a ``--resume`` push of
+    the sweep file named FILE resumes; prints :data:`MARKER` and ``{"run": ID}`` (or
+    ``{"error": ...}``) on stdout.  Writes nothing.
+
 Exit status 0 when done, 2 when refused (the JSON says why).  Relative paths are relative
 to the working directory the remote shell starts in: the ssh account's home.
 """
@@ -48,6 +53,7 @@ from cluster.triggers.push import (
     read_modes,
     receive_push,
 )
+from cluster.triggers.sweeppush import previous_sweep_run
 
 #: What starts the one line that carries a remote step's outcome back to the client.
 MARKER = "clusterpush-remote: "
@@ -99,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     abort = sub.add_parser("abort")
     abort.add_argument("--home", required=True)
     abort.add_argument("--user", required=True)
+    previous = sub.add_parser("previous")
+    previous.add_argument("--home", required=True)
+    previous.add_argument("--user", required=True)
+    previous.add_argument("--sweep", required=True)
     opts = parser.parse_args(args)
     # Warnings (a lock waited for, a symlink refused) reach the developer's terminal: the
     # remote stderr is theirs.
@@ -120,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             spec = RunSpec.parse(opts.line, source="clusterpush --master")
             pushed = commit_push(home, spec, opts.token)
             _report(stream, {"target": str(pushed.target), "note": pushed.note})
+        elif opts.step == "previous":
+            _report(stream, {"run": previous_sweep_run(home, opts.user, opts.sweep)})
         else:
             stopped = abort_pushes(home, opts.user)
             outcome = request_abort(home, opts.user)

@@ -21,7 +21,9 @@ Hooks for scripts and tests (stable; keep them when restyling):
 * ``#recent tr.recent[data-run=<id>]``, its ``a.link-report``, ``a.link-tab`` and
   ``a.link-bmpcmp``;
 * ``#detail[data-run=<id>][data-state=queued|running|finished]``, its
-  ``.detail-node[data-node=<name>]`` (``[data-field=count]``) and ``tr.failed``.
+  ``.detail-node[data-node=<name>]`` (``[data-field=count]``) and ``tr.failed``; a sweep
+  run's ``#sweep-failed`` (``[data-field=not-ok]``) and its ``tr.sweep-failed[data-seq=<n>]``
+  (``[data-task=<id>]`` while the run is served: the tries name no parameters).
 """
 
 from __future__ import annotations
@@ -441,6 +443,7 @@ function drawDetail(d) {
     parts.push(el("p", {class: "muted",
                         text: "... and " + (failed.length - DETAIL_LIMIT) + " more failed"}));
   }
+  if (d.sweep) parts.push(drawSweep(d.sweep));
   const links = d.links || {};
   const fileLinks = [link(links.report, "report", "link-report"),
                      link(links.tab, ".tab", "link-tab"),
@@ -451,6 +454,36 @@ function drawDetail(d) {
                   el("pre", {class: "report", text: d.report_head.join("\\n")})));
   }
   fill("detail-body", parts, "");
+}
+function drawSweep(sw) {
+  const sets = sw.failed_sets || [];
+  const rows = sets.map((f) => el("tr", Object.assign({class: "sweep-failed"},
+        f.seq !== null && f.seq !== undefined ? {"data-seq": String(f.seq)} : {},
+        f.task ? {"data-task": f.task} : {}),
+      td(f.seq !== null && f.seq !== undefined ? "#" + f.seq : f.task, {class: "mono"}),
+      td(Object.keys(f.params || {}).map((k) => k + "=" + f.params[k]).join(" "),
+         {class: "mono wrap"}),
+      td(f.status, {class: "wrap"}), td(f.host || "-")));
+  const counts = ["ok", "invalid", "failed", "timeout"].map((k) => k + " " + num(sw[k]))
+                   .join(", ");
+  const box = el("div", {id: "sweep-failed"},
+    el("h3", {}, "Failed parameter sets (",
+       el("span", {"data-field": "not-ok", text: String(sw.not_ok)}), ")"),
+    el("p", {class: "muted",
+             text: (sw.tasks !== null ? num(sw.tasks) + " tasks: " : "tries so far: ")
+                   + counts + " (from " + sw.source + ")"}));
+  if (sw.note) box.appendChild(el("p", {class: "muted", text: sw.note}));
+  box.appendChild(rows.length
+    ? el("table", {}, el("thead", {}, el("tr", {}, el("th", {text: "task"}),
+                                        el("th", {text: "parameters"}),
+                                        el("th", {text: "status"}), el("th", {text: "node"}))),
+         el("tbody", {}, ...rows))
+    : el("p", {class: "empty", text: "none"}));
+  if (sw.not_ok > sets.length) {
+    box.appendChild(el("p", {class: "muted",
+                             text: "... and " + (sw.not_ok - sets.length) + " more"}));
+  }
+  return box;
 }
 function openFromHash() {
   detailId = hashRun();

@@ -84,11 +84,12 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from cluster.config import Config
+from cluster.console import sweepdetail
 from cluster.defaults import BMPCMP_DIR, PRIORITIES
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master import ending, journal
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import SWEEP, QueueFile, RunSpec
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import JOB_ID
 
@@ -463,6 +464,8 @@ class StatusReader:
             info = start_info(end.start)
             info.update({"outcome": end.outcome.value, "reason": end.reason,
                          "elapsed": f"{end.elapsed:.1f}"})
+            if end.start.products == (SWEEP,):
+                detail["sweep"] = sweepdetail.running(home.run_dir(run_id))
             return {"run": run_id, "state": "running", "ending": True, "info": info,
                     **detail}
         if (home.archive / run_id / "run.info").is_file():
@@ -493,6 +496,8 @@ class StatusReader:
             jobs = live.get("jobs") or {}
             detail["counts"].update({k: jobs.get(k) for k in ("total", "running", "left")})
         info = start_info(start)
+        if start.products == (SWEEP,):
+            detail["sweep"] = sweepdetail.running(home.run_dir(start.id))
         return {"run": start.id, "state": "running", "info": info, "live": live,
                 "stop_requested": _first_line(home.stop_request(start.id)), **detail}
 
@@ -765,10 +770,14 @@ def _finished(folder: Path, run_id: str) -> JSON:
     counts: JSON = {"tests": tests, "failed": len(failed), "nodes": len(by_node)}
     for key in SUMMARY_KEYS:
         counts[f"summary_{key}"] = _int_or_none(info.get(key))
-    return {"run": run_id, "state": "finished", "info": info,
-            "by_node": dict(sorted(by_node.items())), "failed": failed, "counts": counts,
-            "links": entry.get("links", {}),
-            "report_head": report.splitlines()[:REPORT_HEAD]}
+    detail: JSON = {"run": run_id, "state": "finished", "info": info,
+                    "by_node": dict(sorted(by_node.items())), "failed": failed,
+                    "counts": counts, "links": entry.get("links", {}),
+                    "report_head": report.splitlines()[:REPORT_HEAD]}
+    sweep = sweepdetail.archived(folder)
+    if sweep is not None:
+        detail["sweep"] = sweep
+    return detail
 
 
 def _tab_rows(path: Path) -> Iterator[tuple[str, int, str]]:
@@ -812,7 +821,10 @@ def snapshot(home: Home, cfg: Config, now: float | None = None) -> JSON:
 def run_detail(home: Home, run_id: str) -> JSON:
     """One run: ``{"run", "state" ("queued"|"running"|"finished"), "info", "by_node",
     "failed", "counts"}`` and, by state, ``live``/``stop_requested`` (running),
-    ``ending`` (its end steps are being done), ``links``/``report_head`` (finished).
+    ``ending`` (its end steps are being done), ``links``/``report_head`` (finished), and
+    for a sweep run ``sweep``: its tasks by status and failed parameter sets
+    (:mod:`cluster.console.sweepdetail`: from ``results.tsv`` once archived, from the tries
+    so far while it runs).
 
     ``run_id``: a run id (running or archived), or ``p<priority>:<position>`` for a waiting
     run.  ``by_node`` maps each machine to the tests it ran (a running run's from its

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import base64
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from cluster.node.readlog import KILLED_LINE
 from cluster.node.readlog import SWEEP_PRODUCT as LABEL  # the first line of a task's log
@@ -182,9 +182,13 @@ def task_job(task: Task, timeout: float, max_result_bytes: int,
                task_command(task, timeout, max_result_bytes, results))
 
 
-def sweep_jobs(spec: SweepSpec, max_result_bytes: int) -> Iterator[Job]:
+def sweep_jobs(spec: SweepSpec, max_result_bytes: int,
+               keep: Callable[[Task], bool] | None = None) -> Iterator[Job]:
     """The jobs of the sweep ``spec``, one per task in table order, streamed, each bounded
-    by ``max_result_bytes`` (master.conf).  :class:`~cluster.errors.SweepError` (from the
-    expansion) for a bad row or pattern."""
+    by ``max_result_bytes`` (master.conf); with ``keep``, only of the tasks it accepts (a
+    resume run's selection, :class:`cluster.sweep.resume.ResumeFilter`).  Every task is
+    still expanded, so a bad row stops the list whether or not its task is kept:
+    :class:`~cluster.errors.SweepError` (from the expansion) for a bad row or pattern."""
     for task in tasks(spec):
-        yield task_job(task, spec.timeout, max_result_bytes, spec.results)
+        if keep is None or keep(task):
+            yield task_job(task, spec.timeout, max_result_bytes, spec.results)

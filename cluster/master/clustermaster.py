@@ -55,7 +55,7 @@ from cluster.queue import SWEEP, QueueFile, RunSpec
 from cluster.runtime import fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.sweep import spec as sweep_spec
-from cluster.triggers import push
+from cluster.triggers import auto, push
 from cluster.triggers.git.export import export_commit
 from cluster.wire import caps, protocol, signing
 from cluster.wire.jobstart import JobStart
@@ -92,6 +92,11 @@ def new_run_id(priority: int, clock: Clock) -> str:
     """A job id as seed 001 suggests (the start time), made unique across priorities."""
     stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(clock.time()))
     return f"{stamp}-p{priority}-{secrets.token_hex(2)}"
+
+
+def _auto_sweep(spec: RunSpec) -> bool:
+    """Whether ``spec`` is a nightly or weekly sweep (``sweep <folder>`` in its jobdef)."""
+    return spec.kind == "auto" and spec.sweep_file is not None
 
 
 def write_job_start(path: Path, start: JobStart) -> None:
@@ -379,10 +384,10 @@ class ClusterMaster:
 
     def _source_for(self, spec: RunSpec, run_id: str) -> str:
         """The tree the nodes build, relative to the home."""
-        if spec.kind == "user":
-            # A snapshot of the pushed tree, taken when the run starts: a later push of the
-            # same tree (which waits its turn) cannot change what this run builds and
-            # reports.
+        if spec.kind == "user" or _auto_sweep(spec):
+            # A snapshot of the pushed tree (or of an auto sweep's folder), taken when the
+            # run starts: a later push of the same tree (which waits its turn) cannot
+            # change what this run builds and reports.
             return f"runs/{run_id}/source/{spec.tree}"
         if spec.kind == "git" and self._repository(spec.tree):
             return f"runs/{run_id}/source/{spec.tree}"  # the commit, exported
@@ -415,6 +420,9 @@ class ClusterMaster:
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     push.snapshot_push(self.home, spec.ref, spec.tree, dest, then=publish)
                     publish = None  # done under the tree's lock
+            elif _auto_sweep(spec):
+                if not dest.is_dir():
+                    auto.snapshot_sweep(self.home, spec, dest)  # the folder its jobdef names
             elif not dest.is_dir():
                 raise ClusterError(f"the master has no tree {start.source!r} to build "
                                    f"(expected {dest})")
@@ -452,12 +460,16 @@ class ClusterMaster:
         if not path.exists():
             argv = [sys.executable, str(BUILD_SCRIPT), *self.config_args,
                     "--home", str(self.home.root)]
-            sweep_file = RunSpec.parse(start.queue).sweep_file
+            queued = RunSpec.parse(start.queue)
+            sweep_file = queued.sweep_file
             if "bmpcmp" in start.options:
                 argv += ["bmpcmp", "--from", str(self.home.run_dir(start.id) / "bmpcmp.lst")]
             elif sweep_file is not None:
                 # The sweep file in the run's snapshot of the pushed sweep folder.
                 argv += [SWEEP, "--sweep", str(self.home.root / start.source / sweep_file)]
+                if queued.resume is not None:
+                    # A resume run: only the tasks not valid in the run it resumes.
+                    argv += ["--resume", str(self.home.archive / queued.resume)]
             else:
                 argv += [*start.products, *[o for o in start.options
                                             if o in BUILD_OPTIONS or o.startswith("filter=")]]

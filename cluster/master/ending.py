@@ -37,13 +37,14 @@ log = logging.getLogger("cluster.master")
 FILE_NAME = "end"
 
 #: The end steps, in the order they are done.
+SWEEP = "sweep"        # a sweep run's results.tsv, results/ and collected/ (sweepend.py)
 REPORT = "report"      # archive: logs, the run's .tab, report.txt, run.info; tables staged
 TABLES = "tables"      # the staged stream tables replace the old ones (baseline rotation)
 CACHE = "cache"        # the "seen before" md5 cache rebuilt from the archive
 MAIL = "mail"          # the report mailed
 TREE = "tree"          # a commit run's exported tree becomes the master's clean tree
 DEQUEUE = "dequeue"    # the queue line removed (or kept for another attempt)
-STEPS = (REPORT, TABLES, CACHE, MAIL, TREE, DEQUEUE)
+STEPS = (SWEEP, REPORT, TABLES, CACHE, MAIL, TREE, DEQUEUE)
 
 
 class Outcome(enum.StrEnum):

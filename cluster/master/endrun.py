@@ -2,6 +2,9 @@
 
 :meth:`RunEnder.end` takes a run's end record and does the steps it has not done yet:
 
+* ``sweep``: a sweep run's task folders, ``results.tsv`` and collected files into
+  ``archive/<id>/`` (:func:`cluster.master.sweepend.end_sweep`; nothing for other runs
+  and for a run that could not start);
 * ``report``: the node logs, the run's ``.tab``, ``report.txt`` and ``run.info`` into
   ``archive/<id>/``, and the stream's new tables staged in ``runs/<id>/tables``
   (:func:`cluster.master.finish.finish`).  The report counts the whole run: every node that
@@ -36,7 +39,7 @@ from cluster import datatypes
 from cluster.config import Config
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master import abort, ending, finish, journal
+from cluster.master import abort, ending, finish, journal, sweepend
 from cluster.master.attempts import Attempts
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.joblist import JobFile
@@ -101,6 +104,10 @@ class RunEnder:
         remove_if_run(home.live(self.priority), run_id)  # no longer live (a killed master's)
         archive = home.archive / run_id
         outcome = record.outcome
+        if not record.is_done(ending.SWEEP):
+            if outcome is not Outcome.UNSTARTABLE:
+                sweepend.end_sweep(home, start, spec)
+            record.mark(ending.SWEEP)
         if not record.is_done(ending.REPORT):
             if outcome is Outcome.UNSTARTABLE:
                 self._report(record, spec, None)  # it has no job list, and needs none
@@ -298,6 +305,10 @@ def exported_source(start: JobStart) -> bool:
 
 
 def run_header(spec: RunSpec, run_id: str) -> str:
+    if spec.sweep_file is not None:
+        others = [o for o in spec.options if not o.startswith("sweep=")]
+        return (f"Sweep: {spec.kind} {spec.ref} sweep file {spec.sweep_file} options "
+                f"{' '.join(others) or '-'} run {run_id}")
     if spec.kind == "user":
         return (f"User regression: user {spec.ref} products {','.join(spec.products)} "
                 f"options {' '.join(spec.options) or '-'} run {run_id}")

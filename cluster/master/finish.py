@@ -15,6 +15,13 @@ fatal failure stopped the run).  By kind of run:
   master's clean tree (:mod:`cluster.report.userreport`).  ``changed.lst`` in the archive lists
   the tests that differ (from the baseline, or from the previous push when there is no
   baseline): a later ``bmpcmp`` run of that user renders them.
+* ``sweep`` runs (product sweep, issue 23) get a sweep report instead
+  (:mod:`cluster.report.sweepreport`): their tasks by status, the failed parameter sets,
+  the tries per node, the collected files and the tasks whose results changed since the
+  user's previous run, which is the same comparison with ``tables/user-<name>.tab`` (no
+  baseline comparison, no source diff, no ``changed.lst``).  A sweep run that did not
+  complete gets its usual report with the sweep's section after it: what came home is
+  archived whatever the outcome (:mod:`cluster.master.sweepend`).
 * ``bmpcmp`` user runs compare no tables: the difference images the nodes uploaded are
   put on one HTML page in the archive (:mod:`cluster.bmpcmp`), and the report says where.
 * Tests not run because no node's build made their program (issue 22,
@@ -46,13 +53,14 @@ from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
 from cluster.jobs.bmpcmp import BMPCMP_PRODUCTS
 from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
+from cluster.master import sweepend
 from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
 from cluster.node import buildlog
 from cluster.queue import RunSpec
 from cluster.report import compare as report
-from cluster.report import md5cache, tab, userreport
+from cluster.report import md5cache, sweepreport, tab, userreport
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
@@ -111,12 +119,12 @@ def finish(home: Home, run: FinishedRun) -> Report:
     """
     state, spec = run.state, run.spec
     if run.outcome is Outcome.ABORTED:
-        return Report(aborted_report(run, state))
+        return Report(aborted_report(run, state) + sweep_section(run))
     if run.outcome is Outcome.FAILED:
         return Report(failure_report(run.header, state, run.archive / "logs",
-                                     run.start.build))
+                                     run.start.build) + sweep_section(run))
     if run.outcome is not Outcome.DONE:
-        return Report(incomplete_report(run, state))
+        return Report(incomplete_report(run, state) + sweep_section(run))
     if is_bmpcmp(spec):
         return Report(bmpcmp_report(home, run), errors=state.errors)
     # The table is made from the results' journal lines as it is read: a million rows as
@@ -137,6 +145,17 @@ def finish(home: Home, run: FinishedRun) -> Report:
     seen = md5cache.load(cache_path(home))
     shutil.rmtree(run.stage, ignore_errors=True)  # a half staging of an earlier try
     run.stage.mkdir(parents=True)
+    if spec.kind == "user" and spec.sweep_file is not None:
+        push_path = home.tables / f"user-{spec.ref}.tab"
+        previous_push = tab.TabFile(push_path) if push_path.exists() else None
+        vs_push = report.analyse(current, previous_push) if previous_push is not None \
+            else None
+        text, counted = sweep_report(run, facts, vs_push, len(current))
+        stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab,
+                     not_run)
+        changed = vs_push.changed() if vs_push is not None else None
+        return Report(text, differences=None if changed is None else len(changed),
+                      errors=counted.not_ok)
     if spec.kind == "user":
         push_path = home.tables / f"user-{spec.ref}.tab"
         previous_push = tab.TabFile(push_path) if push_path.exists() else None
@@ -156,6 +175,48 @@ def finish(home: Home, run: FinishedRun) -> Report:
         stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
                      not_run)
     return Report(text, differences=differences(against), errors=state.errors)
+
+
+def sweep_report(run: FinishedRun, facts: report.RunFacts, vs_push: report.Comparison | None,
+                 tasks_run: int) -> tuple[str, sweepreport.Tally]:
+    """A complete sweep run's report (:mod:`cluster.report.sweepreport`) from its archive.
+
+    ``vs_push`` is the run's table compared with the user's previous run's; when it shares
+    no task with this run (every task of the run is new to it: the previous run was of
+    another sweep) the report says there is no previous run of this sweep."""
+    changed: list[str] | None = None
+    if vs_push is not None and (tasks_run == 0 or len(vs_push.added) < tasks_run):
+        changed = vs_push.changed()
+    return sweepreport.render(facts.header, _sweep_facts(run, facts, changed),
+                              *_sweep_files(run.archive))
+
+
+def sweep_section(run: FinishedRun) -> str:
+    """For a sweep run that did not complete: its sweep report's body (what came home),
+    after the run's own report; '' for any other run."""
+    if run.spec.sweep_file is None:
+        return ""
+    facts = report.RunFacts(tests=0, seconds=run.elapsed, nodes=len(run.state.machines),
+                            lost_nodes=run.lost_nodes)
+    text, _ = sweepreport.render("What came home of the sweep:",
+                                 _sweep_facts(run, facts, None), *_sweep_files(run.archive))
+    return "\n" + text
+
+
+def _sweep_facts(run: FinishedRun, facts: report.RunFacts,
+                 changed: list[str] | None) -> sweepreport.SweepFacts:
+    kept = sweepend.read_summary(run.archive) or sweepend.SweepEnd(
+        run.spec.sweep_file or "", error="the sweep end step left no summary")
+    return sweepreport.SweepFacts(
+        sweep_file=kept.sweep_file or run.spec.sweep_file or "", seconds=facts.seconds,
+        nodes=facts.nodes, lost_nodes=facts.lost_nodes, resumed=kept.resumed,
+        taken=kept.taken, collect=kept.collect, error=kept.error, changed=changed)
+
+
+def _sweep_files(archive: Path) -> tuple[Path, Path, Path]:
+    """results.tsv, sweep-attempts.tsv and collected/ of an archived sweep run."""
+    return (archive / sweepend.RESULTS_TSV, archive / sweepend.ATTEMPTS_FILE,
+            archive / sweepend.COLLECTED_DIR)
 
 
 def unbuilt_lines(state: RunState, products: tuple[str, ...]) -> list[str]:

@@ -7,7 +7,10 @@ right after ``$`` (:data:`cluster.sweep.names.PLACEHOLDER`):
 * ``{name}``, ``name`` one of the table's columns: the row's value.  In ``command`` it is
   shell-quoted (:func:`shlex.quote`: ``a b;rm x`` becomes ``'a b;rm x'``, one argument,
   and an empty value ``''``), so do not quote placeholders yourself; in ``[inputs]`` texts
-  and ``[collect]`` targets it is inserted verbatim.
+  it is inserted verbatim; in ``[collect]`` targets it is encoded as the collection names
+  its files (:func:`cluster.sweep.collect.encode_value`: ``%`` ``/`` and NUL as ``%25``
+  ``%2F`` ``%00``), so a value never adds a folder level and ``collect_targets`` are the
+  files the collection makes.
 * ``{#}``: the task number, 1-based, the row's place in the table (``command`` and
   ``[inputs]``).
 * ``{%}``: the slot the task runs in on its node, 1-based (``command`` only).  It is known
@@ -38,8 +41,8 @@ changing only them keeps the ids.
 **Limits.**  An expanded command is at most :data:`MAX_COMMAND_BYTES` (Linux takes no
 longer single argument, and the command is ``sh -c``'s); a task's input files at most
 :data:`MAX_INPUT_BYTES` together; an expanded collect target must still be a relative path
-inside ``collected/`` (a value like ``..`` or one with ``/`` at the edge is refused,
-naming the row).
+inside ``collected/`` (a value ``..`` or an empty one filling a whole component, or one with
+a backslash or a control character, is refused, naming the row).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from cluster.errors import SweepError
+from cluster.sweep.collect import encode_value
 from cluster.sweep.names import PLACEHOLDER, path_problem, toml_key
 from cluster.sweep.spec import SweepSpec
 from cluster.sweep.table import Row
@@ -226,7 +230,7 @@ class Expander:
         inputs = self._expand_inputs(row)
         targets = []
         for pattern, template in self._targets:
-            target = template.render(values, row.number, None)
+            target = template.render(values, row.number, encode_value)
             problem = path_problem(target)
             if problem:
                 raise SweepError(row.origin, f"the collect target {pattern!r} becomes "

@@ -530,3 +530,31 @@ def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "pyth
     return RemoteAborted(int(removed) if isinstance(removed, int) else 0,
                          str(running) if running else None,
                          int(stopped) if isinstance(stopped, int) else 0)
+
+
+def remote_previous_sweep(target: SshTarget, home: str, user: str, sweep_file: str, *,
+                          python: str = "python3", connect_timeout: float = 15.0,
+                          retries: int = 1, cache: str = REMOTE_CACHE) -> str:
+    """``clusterpush.py --master ... --sweep FILE --resume``: the id of the run to resume,
+    found on the master by the shipped code as a local push finds it
+    (:func:`cluster.triggers.sweeppush.previous_sweep_run`).  SshError when the master
+    cannot be reached or refuses us, ClusterError (the master's reason: no such run) when
+    it found none.  Nothing is written in the master home."""
+    where = target.where()
+    client = _connect(target, connect_timeout, retries)
+    try:
+        with _sftp_step(where, "upload the push's code"):
+            with client.open_sftp() as sftp:
+                code = _remote_code(sftp, cache)
+        command = shlex.join([python, code, "previous", f"--home={home}", f"--user={user}",
+                              f"--sweep={sweep_file}"])
+        status, out, err = exec_bytes(client, command, ABORT_TIMEOUT)
+    finally:
+        client.close()
+    text = out.decode("utf-8", "replace")
+    outcome = _outcome(text, where)
+    if outcome is None or "error" in outcome or not isinstance(outcome.get("run"), str):
+        reason = (str(outcome["error"]) if outcome is not None and "error" in outcome else
+                  f"exit status {status}:\n{_tail(text + err.decode('utf-8', 'replace'))}")
+        raise ClusterError(f"{where}:{home}: {reason}")
+    return str(outcome["run"])

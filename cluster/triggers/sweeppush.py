@@ -14,18 +14,36 @@ memory), and that the files the master needs -- the sweep file, the table, the c
 script -- travel with the folder: a push leaves out build folders, images and files over
 its size limit (:func:`cluster.triggers.push.is_excluded`, ``MAX_PUSH_BYTES``).  Problems
 raise :class:`~cluster.errors.SweepError` naming the file and the key.
+
+:func:`previous_sweep_run` finds the run a ``resume`` submission resumes: the user's
+newest archived run of product ``sweep`` with the same sweep file name (the queue line's
+``sweep=``) whose archive folder holds a ``results.tsv``.  Newest is by run id, which
+starts with the run's UTC start time (:func:`cluster.master.clustermaster.new_run_id`), as
+the master's own search for a user's last run goes; who the run's user is and its sweep
+file come from the run's ``run.info`` (its job.start, with the queue line).  A run that
+ended before writing its ``results.tsv`` (stopped while serving, a build that failed) is
+passed over: it holds no results to resume.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.errors import SweepError
-from cluster.queue import SWEEP, SWEEP_FILE
+from cluster.errors import ClusterError, QueueLineError, SweepError
+from cluster.home import Home
+from cluster.queue import SWEEP, SWEEP_FILE, RunSpec
 from cluster.sweep.expand import tasks
+from cluster.sweep.resume import RESULTS_TSV
 from cluster.sweep.spec import SweepSpec, load
 from cluster.triggers.push import MAX_PUSH_BYTES, is_excluded
+from cluster.wire.jobstart import JobStart
+
+log = logging.getLogger("cluster.push")
+
+#: The file of an archived run that says what the run was (its job.start and outcome).
+RUN_INFO = "run.info"
 
 
 @dataclass(frozen=True)
@@ -79,3 +97,28 @@ def _travels(spec: SweepSpec, relpath: str, key: str) -> None:
     if size > MAX_PUSH_BYTES:
         raise SweepError(spec.path.name, f"{relpath!r} has {size} bytes, more than a push "
                          f"sends ({MAX_PUSH_BYTES}); expected a smaller file", key)
+
+
+def previous_sweep_run(home: Home, user: str, sweep_file: str) -> str:
+    """The id of ``user``'s newest archived sweep run of the sweep file named
+    ``sweep_file`` that has a ``results.tsv`` (the module's docstring); ClusterError naming
+    the user, the sweep file and the archive when there is none."""
+    folders = sorted(home.archive.iterdir(), key=lambda p: p.name, reverse=True) \
+        if home.archive.is_dir() else []
+    for folder in folders:  # bounded by the archive's folders
+        if not (folder / RESULTS_TSV).is_file():
+            continue  # a stat first: most archived runs are not this user's sweeps
+        try:
+            start = JobStart.parse((folder / RUN_INFO).read_text(encoding="utf-8"))
+            queued = RunSpec.parse(start.queue, source=str(folder / RUN_INFO))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, QueueLineError) as exc:
+            log.warning("%s: unreadable (%s); run not considered for resume",
+                        folder / RUN_INFO, exc)
+            continue
+        if queued.kind == "user" and queued.ref == user and queued.sweep_file == sweep_file:
+            return folder.name
+    raise ClusterError(f"resume: user {user} has no earlier run of the sweep file "
+                       f"{sweep_file} with a {RESULTS_TSV} in {home.archive}; expected one "
+                       "to resume (submit without --resume to run every task)")

@@ -133,6 +133,36 @@ def test_the_installed_commands_enqueue_the_auto_runs(user_crontab: str, tmp_pat
     assert queue == ["auto nightly-x gs lowres", "auto weekly-y gs"]
 
 
+def test_the_installed_nightly_command_checks_and_queues_a_sweep(user_crontab: str,
+                                                                 tmp_path: Path) -> None:
+    """A nightly sweep (``sweep <folder>``, docs/sweeps.md section 8) queued by the crontab
+    entry run as cron runs it; a broken sweep beside it is not queued and cron mails why."""
+    home = master_home(tmp_path)
+    team = tmp_path / "team sweep"  # a blank in the folder's path too
+    team.mkdir()
+    (team / "params.csv").write_text("a\n1\n2\n")
+    (team / "sweep.toml").write_text("command = 'echo {a}'\ntable = 'params.csv'\n")
+    for name, line in (("model", f"sweep '{team}/sweep.toml' relaxtimeout"),
+                       ("broken", "sweep ../model/missing")):
+        jobdef = home / "auto" / "nightly" / name / "jobdef.txt"
+        jobdef.parent.mkdir(parents=True)
+        jobdef.write_text(f"# a sweep\n{line}\n")
+    done = script("enqueue_auto.py", "--home", str(home), "--install-cron")
+    assert done.returncode == 0, done.stderr
+    [nightly] = ours(f"enqueue_auto-nightly:{home}")
+    cron_env = {"PATH": "/usr/bin:/bin", "SHELL": "/bin/sh", "HOME": str(tmp_path),
+                "LOGNAME": getpass.getuser()}
+    ran = subprocess.run(["sh", "-c", command_of(nightly)], cwd=tmp_path, env=cron_env,
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1  # the broken jobdef: cron mails its line
+    assert ran.stdout == ""
+    assert "nightly/broken/jobdef.txt" in ran.stderr
+    assert "'../model/missing' is neither a folder nor a file" in ran.stderr
+    queue = (home / "queue.2.lst").read_text().splitlines()
+    assert queue == ["auto nightly-model sweep relaxtimeout sweep=sweep.toml",
+                     "auto nightly-x gs lowres"]
+
+
 def test_remove_cron_takes_out_only_our_entries(user_crontab: str, tmp_path: Path) -> None:
     home = master_home(tmp_path)
     other = tmp_path / "other-home"

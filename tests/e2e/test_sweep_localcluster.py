@@ -15,6 +15,7 @@ from pathlib import Path
 from cluster.node.sweepresults import result_md5
 from cluster.report.tab import read_tab
 from cluster.sweep.expand import tasks
+from cluster.sweep.joblog import JoblogRow, open_joblog
 from cluster.sweep.spec import load
 from tests.helpers import FAST, free_port
 
@@ -22,9 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sweep" / "sweep.toml"
 
 
-def _localcluster(home: Path, sweep: Path) -> subprocess.CompletedProcess[str]:
+def _localcluster(home: Path, sweep: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
-            "--sweep", str(sweep), "--set", f"base_port={free_port(3)}",
+            "--sweep", str(sweep), *extra, "--set", f"base_port={free_port(3)}",
             "--set", f"monitor_port={free_port()}", "--set", "status_port=0"]
     for key, value in FAST.items():
         argv += ["--set", f"{key}={value}"]
@@ -62,7 +63,8 @@ def test_localcluster_runs_the_example_sweep_one_row_per_task_md5s_as_by_hand(
     table = read_tab(archive / f"{archive.name}.tab")
     assert {name: row.md5 for name, row in table.items()} == expected
     assert all(row.error == 0 and row.product == "sweep" for row in table.values())
-    assert "ran 64 tests in" in done.stdout and "on 2 nodes" in done.stdout
+    # The sweep's report (cluster.report.sweepreport), not a test report.
+    assert "Sweep sweep.toml: 64 tasks: " in done.stdout and " on 2 nodes." in done.stdout
 
 
 def test_localcluster_refuses_a_bad_sweep_before_starting_anything(tmp_path: Path) -> None:
@@ -75,3 +77,44 @@ def test_localcluster_refuses_a_bad_sweep_before_starting_anything(tmp_path: Pat
     assert done.stderr.strip().splitlines()[-1].startswith(
         "localcluster.py: sweep.toml: key command: unknown placeholder {c}")
     assert not (tmp_path / "home").exists()
+
+
+def test_localcluster_resume_runs_only_the_tasks_not_valid_in_the_previous_run(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    refused = _localcluster(home, EXAMPLE, "--resume")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"localcluster.py: resume: user local has no earlier run of the sweep file "
+        f"sweep.toml with a results.tsv in {home / 'archive'}; expected one to resume "
+        "(submit without --resume to run every task)")
+    # An earlier run of the sweep in which every task but each fifth was valid, archived
+    # as the end of a run archives it (run.info, results.tsv, results/<task id>/).
+    run = "20260102000000-p0-1111"
+    archived = home / "archive" / run
+    (archived / "results").mkdir(parents=True)
+    (archived / "run.info").write_text(
+        f"id {run}\npriority 0\nqueue user local sweep sweep=sweep.toml\nkind user\n"
+        "ref local\nproducts sweep\ntree sweep\nsource runs/x/source/sweep\nbuild true\n"
+        "tests tests\noptions sweep=sweep.toml\noutcome done\n")
+    everything = list(tasks(load(EXAMPLE)))
+    header = ("r", "steps", "x0")
+    with open_joblog(archived / "results.tsv", header) as joblog:
+        for task in everything:
+            ok = task.number % 5 != 0
+            joblog.write(JoblogRow(task.number, "n1", 1764000000.0, 0.1, 0, 10, 0 if ok else 1,
+                                   0, task.command, tuple(zip(header, task.row.values,
+                                                              strict=True)),
+                                   "ok" if ok else "failed: exit status 1", 1))
+            if ok:
+                (archived / "results" / task.task_id).mkdir()
+    done = _localcluster(home, EXAMPLE, "--resume")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"resume: the tasks without a valid result in run {run}" in done.stdout
+    archive = Path(done.stdout.splitlines()[-1])
+    table = read_tab(archive / f"{archive.name}.tab")
+    assert sorted(table) == sorted(t.task_id for t in everything if t.number % 5 == 0)
+    assert len(table) == 12
+    # The master's log says how many run (build.py's count, logged by the master).
+    assert f"resume: 12 of 64 tasks to run, 52 valid in run {run}" in (
+        home / "log" / "clustermaster.log").read_text()
