@@ -233,12 +233,14 @@ def _sweep_main(args: argparse.Namespace) -> int:
             raise ValueError(f"{SWEEP_WORD} needs --sweep FILE (the sweep file)")
         if args.from_file is not None:
             raise ValueError(f"--from is for the bmpcmp form only: {BMPCMP_WORD} --from FILE")
-        common.load_config(args)  # a bad configuration is refused as in the other forms
+        # A bad configuration is refused as in the other forms; its max_result_bytes
+        # bounds what each task writes (the job line's ulimit).
+        cfg = common.load_config(args)
         spec = sweep_spec.load(args.sweep_file)
         if args.resume is None:
-            return _print_jobs(sweep_jobs(spec))
+            return _print_jobs(sweep_jobs(spec, cfg.max_result_bytes))
         keep = _resume_filter(args.resume, spec)
-        status = _print_jobs(sweep_jobs(spec, keep))
+        status = _print_jobs(sweep_jobs(spec, cfg.max_result_bytes, keep))
         # The master logs build.py's stderr as a warning: the count lands in its log.
         print(keep.summary(), file=sys.stderr)
         return status

@@ -37,6 +37,7 @@ from cluster.defaults import REPO_ROOT, USER_PRIORITY
 from cluster.errors import ClusterError
 from cluster.home import Home, suffixed
 from cluster.jobs.generate import required_programs
+from cluster.jobs.sweepjobs import node_job_timeout
 from cluster.master import abort, ending, finish, journal, monitor
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
@@ -365,11 +366,13 @@ class ClusterMaster:
             self._unlink(stale)
 
         def publish() -> None:
+            nonlocal start
             # A push may have replaced the waiting line since we read the head: running the
             # old line now would run it twice (the new one stays queued).
             if self.queue.head() != spec:
                 raise NotNow(f"the head of {self.queue.path.name} changed while run "
                              f"{run_id} was set up")
+            start = self._sweep_limits(spec, start)  # the sweep file is in place now
             write_job_start(path, start)
 
         try:
@@ -378,6 +381,22 @@ class ClusterMaster:
             shutil.rmtree(self.home.run_dir(run_id), ignore_errors=True)
             raise
         return start
+
+    def _sweep_limits(self, spec: RunSpec, start: JobStart) -> JobStart:
+        """A sweep run's ``start`` with ``max_result_bytes`` (master.conf) and the nodes'
+        ``job_timeout`` (from the sweep's ``timeout`` in the run's snapshot of the folder:
+        :func:`cluster.jobs.sweepjobs.node_job_timeout`); other runs' unchanged.  A sweep
+        file that cannot be read leaves the nodes their own job_timeout (build.py then
+        refuses it, naming the key)."""
+        if spec.sweep_file is None:
+            return start
+        try:
+            sweep = sweepspec.load(self.home.root / start.source / spec.sweep_file)
+            job_timeout = node_job_timeout(sweep.timeout)
+        except ClusterError:
+            job_timeout = 0.0
+        return dataclasses.replace(start, max_result_bytes=self.cfg.max_result_bytes,
+                                   job_timeout=job_timeout)
 
     def _source_for(self, spec: RunSpec, run_id: str) -> str:
         """The tree the nodes build, relative to the home."""

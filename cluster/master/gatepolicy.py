@@ -10,9 +10,12 @@ gate (:mod:`cluster.master.gate`), which decides every path it asks for here:
   its target counts as that entry of the home (so ``node-keys -> /secure/keys`` is as
   forbidden as the folder would be).
 * **write** (the node's upload area): a run's logs of this node, ``runs/<id>/logs/
-  <name>.log`` and ``<name>.build.log``, anything in ``runs/<id>/bmpcmp/``, and the
-  temporary names uploads are written to first (:data:`cluster.runtime.fsutil.TEMP_NAME`);
-  the folders ``logs`` and ``bmpcmp`` may be made in an existing ``runs/<id>/``.  A rename
+  <name>.log`` and ``<name>.build.log``, anything in ``runs/<id>/bmpcmp/``, this node's
+  sweep result bundles ``runs/<id>/results/incoming/<name>.<instance>.<n>.tar``
+  (:data:`BUNDLE_DIR`, docs/sweeps.md), and the temporary names uploads are written to
+  first (:data:`cluster.runtime.fsutil.TEMP_NAME`); the folders ``logs``, ``bmpcmp`` and
+  ``results`` may be made in an existing ``runs/<id>/``, and ``incoming`` in its
+  ``results/``.  A rename
   only within the upload area.  Nothing else is created, changed or removed.
 
 Every path is decided on where it really is (``realpath``; a write on its folder's real
@@ -27,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +54,8 @@ SECRET_ENTRIES = ("cluster.secret", nodekeys.NODE_KEYS_DIR, "ssh")
 #: The folders of a run a node uploads into.
 LOGS_DIR = "logs"
 UPLOAD_DIRS = (LOGS_DIR, BMPCMP_DIR)
+#: Where a node uploads a sweep run's result bundles, in the run's folder.
+BUNDLE_DIR = ("results", "incoming")
 #: Permission bits an upload may carry (no set-id, no sticky bit).
 UPLOAD_MODE_MASK = 0o777
 
@@ -67,6 +73,8 @@ class NodeArea:
         self.node = node
         self.home = os.path.realpath(home)
         self.own_key = nodekeys.key_rel(node)
+        #: This node's result bundles' names (cluster.wire.protocol.BUNDLE_NAME's form).
+        self.bundle = re.compile(re.escape(node) + r"\.[0-9a-f]{16}\.[0-9]{1,12}\.tar")
         #: Links the admin placed directly in the home: (entry name, real target), the
         #: longest target first so the closest one names a path.
         links: list[tuple[str, str]] = []
@@ -92,7 +100,8 @@ class NodeArea:
         return (f"node {self.node} may read the master home {self.home} except "
                 f"cluster.secret, node-keys/ (but its own {self.own_key}) and ssh/, and "
                 f"write only runs/<id>/logs/{self.node}.log, runs/<id>/logs/"
-                f"{self.node}.build.log and runs/<id>/{BMPCMP_DIR}/")
+                f"{self.node}.build.log, runs/<id>/{BMPCMP_DIR}/ and runs/<id>/"
+                f"{'/'.join(BUNDLE_DIR)}/{self.node}.<instance>.<n>.tar")
 
     # -- verdicts ------------------------------------------------------------------------
     def read_verdict(self, real: str) -> str | None:
@@ -126,12 +135,18 @@ class NodeArea:
         real folder ``real_dir``."""
         rel = self.home_rel(real_dir)
         parts = rel.split("/") if rel else []
-        if len(parts) != 3 or parts[0] != "runs" or parts[2] not in UPLOAD_DIRS \
-                or name in ("", ".", "..") or "/" in name:
+        bundles = len(parts) == 4 and parts[0] == "runs" and tuple(parts[2:]) == BUNDLE_DIR
+        in_area = bundles or (len(parts) == 3 and parts[0] == "runs"
+                              and parts[2] in UPLOAD_DIRS)
+        if not in_area or name in ("", ".", "..") or "/" in name:
             return "it is outside the node's upload area"
         temp = fsutil.TEMP_NAME.fullmatch(name)
         target = temp.group("target") if temp else name
-        if parts[2] == LOGS_DIR:
+        if bundles:
+            if not self.bundle.fullmatch(target):
+                return f"only this node's result bundles ({self.node}.<instance>.<n>.tar) " \
+                       "are written there"
+        elif parts[2] == LOGS_DIR:
             if target not in (f"{self.node}.log", f"{self.node}.build.log"):
                 return f"only this node's logs ({self.node}.log, {self.node}.build.log) " \
                        "are written there"
@@ -141,13 +156,17 @@ class NodeArea:
 
     def mkdir_verdict(self, real_parent: str, name: str) -> str | None:
         """Whether the node may make the folder ``name`` in the real folder
-        ``real_parent``: only ``logs`` or ``bmpcmp`` in a run's folder ``runs/<id>``."""
+        ``real_parent``: only ``logs``, ``bmpcmp`` or ``results`` in a run's folder
+        ``runs/<id>``, and ``incoming`` in its ``results``."""
         rel = self.home_rel(real_parent)
         parts = rel.split("/") if rel else []
-        if len(parts) == 2 and parts[0] == "runs" and name in UPLOAD_DIRS:
+        if len(parts) == 2 and parts[0] == "runs" and name in (*UPLOAD_DIRS, BUNDLE_DIR[0]):
             return None
-        return "it is outside the node's upload area (only runs/<id>/logs and " \
-               f"runs/<id>/{BMPCMP_DIR} are made)"
+        if len(parts) == 3 and parts[0] == "runs" and (parts[2], name) == BUNDLE_DIR:
+            return None
+        return "it is outside the node's upload area (only runs/<id>/logs, " \
+               f"runs/<id>/{BMPCMP_DIR}, runs/<id>/{BUNDLE_DIR[0]} and runs/<id>/" \
+               f"{'/'.join(BUNDLE_DIR)} are made)"
 
 
 def _inside(path: str, root: str) -> bool:

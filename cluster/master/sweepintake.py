@@ -484,6 +484,11 @@ def _manifest(data: bytes, node: str) -> dict[str, TaskReport]:
     return reports
 
 
+#: The exit status written for a task whose node saw none (``"exit": null``: its slot's
+#: shell died); such a task is failed.
+NO_EXIT_STATUS = -1
+
+
 def _task_report(entry: Any) -> tuple[str, TaskReport]:
     task = entry["task"]
     if not isinstance(task, str):
@@ -492,12 +497,17 @@ def _task_report(entry: Any) -> tuple[str, TaskReport]:
     if not (math.isfinite(start) and math.isfinite(runtime)):
         raise ValueError("start and runtime must be finite numbers")
     exit_status = entry["exit"]
-    if not isinstance(exit_status, int) or isinstance(exit_status, bool):
-        raise TypeError("exit is not an integer")
+    if exit_status is not None and (not isinstance(exit_status, int)
+                                    or isinstance(exit_status, bool)):
+        raise TypeError("exit is not an integer or null")
     failed = entry.get("failed", "")
     if not isinstance(failed, str):
         raise TypeError("failed is not a string")
     failed = failed.strip()  # a reason of blanks is none
+    if exit_status is None:
+        # The node's slot shell died under the task: no exit status to judge.
+        exit_status = NO_EXIT_STATUS
+        failed = failed or "the node's slot shell died while the task ran"
     files: dict[str, tuple[int, str]] = {}
     for name, pair in dict(entry["files"]).items():
         size, md5 = pair

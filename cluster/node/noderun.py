@@ -34,6 +34,14 @@ The node reads job.start, then talks to the master on base_port + priority:
   a call is made as soon as results wait longer than ``report_interval``, when the local
   queue falls below one job per slot (so the node never idles between batches), and at
   least every ``poll_interval`` seconds (the node's heartbeat).
+* Sweep runs (job.start has ``max_result_bytes``): each task's result files are read
+  when it ends and kept in the run's outbox (:mod:`cluster.node.sweepresults`); its result
+  line's md5 is that of its results.  Before a call carrying sweep results the node packs
+  them into one bundle, uploads it through the transport to
+  ``runs/<id>/results/incoming/<node>.<instance>.<n>.tar`` and names it in the call's
+  ``bundle`` header; a failed upload is a failed call (the results stay and go in a new
+  bundle).  After the reply the sent results' files and the bundle are removed.
+  job.start's ``job_timeout`` replaces the node's own for such a run.
 * UPLOAD: the node's log and build log go to the master (busy meanwhile), and the image
   sets bmpcmp jobs left in ``temp/bmpcmp/`` go to ``runs/<id>/bmpcmp/``: whole sets in
   name order until :data:`BMPCMP_UPLOAD_LIMIT` bytes; the sets after that are not sent and
@@ -87,6 +95,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import math
@@ -120,7 +129,7 @@ from cluster.defaults import (
 )
 from cluster.errors import ClusterError, MasterUnreachable, ProtocolError, TransportError
 from cluster.home import suffixed
-from cluster.node import buildcmd, buildlog, buildtree, readlog, workdir
+from cluster.node import buildcmd, buildlog, buildtree, readlog, sweepresults, workdir
 from cluster.node.buildcmd import BuildPlan
 from cluster.node.slots import Finished, SlotPool
 from cluster.node.transport import Transport, read_node_key
@@ -129,6 +138,7 @@ from cluster.records import (
     BIN,
     ERROR_INTERNAL,
     ERROR_NONE,
+    ERROR_READ,
     PYTHON,
     TEMP,
     TESTS,
@@ -165,6 +175,11 @@ RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
 #: What a job writes in the temp folder beside its name: its log, the md5sum output of its
 #: raster, and (product shell) its raw output, whose md5 is its result.
 JOB_LOG, JOB_MD5, JOB_OUT = ".log", ".md5", ".out"
+#: What a sweep task's job writes besides (cluster.jobs.sweepjobs): its stderr and the
+#: folder of its results.
+JOB_ERR, JOB_RES = ".err", ".res"
+#: Where a sweep run's result bundles go in the run's folder on the master.
+BUNDLE_DIR = "results/incoming"
 #: Bytes of bmpcmp images one node uploads per run (ARTIFEX.md §5.7: checkSize.pl, 10 MB).
 BMPCMP_UPLOAD_LIMIT = 10_000_000
 #: The file in work_dir holding the node's instance id (``instance`` header): made once,
@@ -290,6 +305,8 @@ class NodeRun:
         #: built (:meth:`_check_programs`).
         self.unbuilt: tuple[str, ...] = ()
         self.in_use = workdir.UseHold()  # the key of the build this run uses, held
+        #: A sweep run's results waiting to be sent (set by _prepare; None in other runs).
+        self.outbox: sweepresults.Outbox | None = None
 
     # ------------------------------------------------------------------ setup
     def stop(self) -> None:
@@ -336,6 +353,11 @@ class NodeRun:
         self.node_log = open(self.node_log_path, "a", encoding="utf-8")  # noqa: SIM115
         relaxed = "relaxtimeout" in start.options
         self.job_timeout = RELAXED_TIMEOUT if relaxed else self.cfg.job_timeout
+        if start.job_timeout:
+            self.job_timeout = start.job_timeout  # a sweep's: never before its own timeout
+        self.outbox = None if not start.max_result_bytes else sweepresults.Outbox(
+            self.run_dir / sweepresults.OUTBOX_DIR, self.name, self.instance,
+            start.max_result_bytes)
         self.built = self.built_marker.exists()  # built for this run before (a restart)
         self._use_bins(start)
         if self.built:
@@ -439,12 +461,29 @@ class NodeRun:
             unbuilt=self.unbuilt if self.built else (), instance=self.instance,
             failure=self.failure, failure_reason=self.failure_reason, status=status,
             timeouts=self.counters.timeouts, max_timeouts=self._timeout_limit(),
-            results=tuple(self.unsent), leaving=leaving)
+            results=tuple(self.unsent[:self._batch()]), leaving=leaving)
+
+    def _batch(self) -> int:
+        """How many of the unsent results the next call carries: all, except in a sweep
+        run, where one bundle holds each task once and is bounded in bytes
+        (:meth:`cluster.node.sweepresults.Outbox.batch`); the rest go with the next."""
+        if self.outbox is None:
+            return len(self.unsent)
+        return self.outbox.batch([result.name for result in self.unsent])
 
     def _contact(self, now: float, leaving: bool = False) -> int | None:
         """One call to the master; returns an exit code when the node must stop."""
         self._settle_background()
         req = self._request(leaving)
+        bundle = None
+        if self.outbox is not None and req.results:
+            try:
+                bundle = self._upload_bundle(req)
+            except (ClusterError, OSError) as exc:
+                log.error("node %s: could not upload the results of %d task(s): %s",
+                          self.name, len(req.results), exc)
+                return self._failed_call(now, leaving, exc)
+            req = dataclasses.replace(req, bundle=bundle.name)
         try:
             reply = self._exchange(protocol.format_request(req))
         except signing.SignatureError as exc:
@@ -453,16 +492,40 @@ class NodeRun:
             # node gives up as for an unreachable master, never with failure -1).
             log.error("node %s: reply from %s:%d refused, nothing of it run: %s", self.name,
                       self.cfg.master_host, self.cfg.port_for(self.priority), exc)
+            self._unsent_bundle(bundle)
             return self._failed_call(now, leaving, exc)
         except (OSError, ProtocolError) as exc:
+            self._unsent_bundle(bundle)
             return self._failed_call(now, leaving, exc)
         self.consecutive_failures = 0
         sent = len(req.results)
         if sent:
             del self.unsent[:sent]  # the master has them now
             self.first_unsent = self.clock.monotonic()
+        if bundle is not None and self.outbox is not None:
+            self.outbox.sent(bundle)  # and their files
         self.next_contact = self.clock.monotonic() + self.cfg.poll_interval
         return self._obey(reply)
+
+    def _upload_bundle(self, req: protocol.Request) -> sweepresults.Bundle:
+        """Pack the sweep results of ``req`` into a bundle and upload it to
+        ``runs/<id>/results/incoming/`` (the transport renames it into place whole).
+        ClusterError or OSError when that fails: the call fails, the results stay."""
+        assert self.outbox is not None and self.start is not None
+        bundle = self.outbox.pack([result.name for result in req.results])
+        try:
+            self.transport.upload(bundle.path, f"runs/{self.start.id}/{BUNDLE_DIR}/"
+                                               f"{bundle.name}")
+        except BaseException:
+            self.outbox.discard(bundle)
+            raise
+        return bundle
+
+    def _unsent_bundle(self, bundle: sweepresults.Bundle | None) -> None:
+        """The call carrying ``bundle`` failed: its file goes, its results stay unsent
+        (the next call packs them into a new bundle)."""
+        if bundle is not None and self.outbox is not None:
+            self.outbox.discard(bundle)
 
     def _run_ended(self) -> str | None:
         """Why this node's run is over, or None when job.start still names it (or cannot be
@@ -968,6 +1031,9 @@ class NodeRun:
         name = done.job.name
         base = f"{self.temp}/{name}"
         log_text = _read_and_remove(base + JOB_LOG)
+        if self.outbox is not None:
+            self._finish_task(done, log_text)
+            return
         md5_text = _read_and_remove(base + JOB_MD5)
         digest = _md5_and_remove(base + JOB_OUT)
         if digest is not None:
@@ -983,6 +1049,37 @@ class NodeRun:
                 self._cannot_run(fault)
         if self.cannot_run:
             return  # this node cannot run jobs: no result of it after that counts
+        self.counters.finished += 1
+        self._add_result(result)
+
+    def _finish_task(self, done: Finished, log_text: str) -> None:
+        """A sweep task's job ended (log ``log_text``): its results into the outbox
+        (:mod:`cluster.node.sweepresults`), its result line from its exit status, its
+        timeout and its results' md5; a task over ``max_result_bytes`` is an error 1."""
+        assert self.outbox is not None
+        name = done.job.name
+        base = f"{self.temp}/{name}"
+        if done.killed or done.exit_status is None:
+            # The node ended it (or its shell died): the job line did not clear up.
+            for leftover in (base, base + JOB_OUT, base + JOB_ERR):
+                sweepresults.remove(Path(leftover))
+        if not readlog.is_sweep_log(log_text):  # killed before it wrote its label
+            log_text = f"{readlog.SWEEP_PRODUCT}\n{log_text}"
+        # The slot's clock is this node's monotonic one: its start as an epoch time.
+        started = self.clock.time() - (self.clock.monotonic() - done.started)
+        task = self.outbox.take(name, Path(base + JOB_RES), done.exit_status, started,
+                                max(done.ended - done.started, 0.0))
+        md5_text = "" if task.failed else f"{task.md5}  -\n"
+        result = readlog.classify(name, log_text, md5_text, done.killed, self.name,
+                                  done.exit_status)
+        if task.failed and result.error == ERROR_NONE:
+            result = dataclasses.replace(result, error=ERROR_READ, md5="0")
+        if task.failed:
+            log_text += f"{task.failed}\n"
+        self.node_log.write(readlog.log_entry(name, log_text, md5_text, done.killed))
+        if self.cannot_run:
+            self.outbox.discard_task(task)
+            return
         self.counters.finished += 1
         self._add_result(result)
 

@@ -36,6 +36,11 @@ catches anything re-parented; the slot then gets a fresh shell.  If the job ends
 SIGHUP, the group is killed at once all the same: a descendant may ignore HUP.  A shell
 that dies on its own ends its job as an internal error and is replaced.
 
+The shells start with SIGXFSZ at its default action (Python ignores it, and children
+inherit that): a command past a file-size limit (a sweep task's ``ulimit -f``) is stopped
+by the signal instead of going on with failed writes.  SIGPIPE stays as Python leaves it,
+as the jobs have always run.
+
 Each slot's shell has its number, 1-based, in ``CLUSTER_SLOT`` (:data:`SLOT_VARIABLE`),
 so a job knows which slot runs it (a sweep's ``{%}``).
 
@@ -74,11 +79,16 @@ SLOT_VARIABLE = "CLUSTER_SLOT"
 
 @dataclass(frozen=True)
 class Finished:
-    """A job that ended: its exit status (None if its shell died) and whether we killed it."""
+    """A job that ended: its exit status (None if its shell died), whether we killed it,
+    and when it ``started`` and ``ended`` on the pool's clock, as the node knows them (a
+    job started when it was sent to an idle slot, or when the one before it ended; it
+    ended when the node read its end)."""
 
     job: Job
     exit_status: int | None
     killed: bool
+    started: float = 0.0
+    ended: float = 0.0
 
 
 class Slot:
@@ -92,7 +102,10 @@ class Slot:
         cmd_r, cmd_w = os.pipe()
         status_r, status_w = os.pipe()
         try:
-            self.pid = os.posix_spawn("/bin/sh", ["sh", "-s"], env, setsid=True, file_actions=[
+            # SIGXFSZ back to its default (Python ignores it, and an ignored signal stays
+            # ignored in every child): a sweep task's file-size limit stops its writer.
+            self.pid = os.posix_spawn("/bin/sh", ["sh", "-s"], env, setsid=True,
+                                      setsigdef=(signal.SIGXFSZ,), file_actions=[
                 (os.POSIX_SPAWN_DUP2, cmd_r, 0),
                 (os.POSIX_SPAWN_DUP2, status_w, 3),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
@@ -236,7 +249,8 @@ class SlotPool:
                     slot.job_pid = int(value)
                 elif kind == b"E" and slot.sent:
                     killed = slot.hup_sent > 0
-                    done.append(Finished(slot.sent.popleft(), int(value), killed))
+                    done.append(Finished(slot.sent.popleft(), int(value), killed,
+                                         slot.deadline - self.timeout, now))
                     slot._next(now + self.timeout)  # the next one started just now
                     if killed:
                         # It ended after SIGHUP, but a descendant may ignore HUP: kill the
@@ -245,7 +259,7 @@ class SlotPool:
                         gone = head_ended = True
                         break
             if gone:
-                self._retire(slot, done, head_ended)
+                self._retire(slot, done, head_ended, now)
         return done
 
     def take_returned(self) -> list[Job]:
@@ -291,12 +305,14 @@ class SlotPool:
         self.slots = []
         self.by_fd = {}
 
-    def _retire(self, slot: Slot, done: list[Finished], head_ended: bool) -> None:
+    def _retire(self, slot: Slot, done: list[Finished], head_ended: bool,
+                now: float) -> None:
         """``slot``'s shell has gone, or must go: unless it has just ended (``head_ended``),
         its running job ends as lost or killed (exit status None); the jobs behind it are
         handed back (:meth:`take_returned`); a fresh shell takes the slot."""
         if slot.sent and not head_ended:
-            done.append(Finished(slot.sent.popleft(), None, slot.hup_sent > 0))
+            done.append(Finished(slot.sent.popleft(), None, slot.hup_sent > 0,
+                                 slot.deadline - self.timeout, now))
         self.returned.extend(slot.sent)
         slot.sent.clear()
         self._replace(slot)

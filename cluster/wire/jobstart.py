@@ -28,6 +28,14 @@ list (:data:`PROGRAM`), e.g. ``gpcl6,gs``.  A node checks them right after its b
 tells the master which its build did not make (the ``unbuilt`` request header of
 :mod:`cluster.wire.protocol`).  Optional: empty or absent, the line is not written and
 nothing is checked after the build (job.start files of other runs are unchanged).
+
+``max_result_bytes`` and ``job_timeout`` (issue 23, sweep runs only; absent or 0 in other
+runs, and then not written): the bytes of result files one sweep task may send (master.conf's
+``max_result_bytes``: the node fails a task over it, :mod:`cluster.node.sweepresults`), and
+the seconds a node lets one job of this run run before it kills it, instead of its own
+``job_timeout`` (the sweep's ``timeout`` plus GNU timeout's grace and a margin:
+:func:`cluster.jobs.sweepjobs.node_job_timeout`), so a node never cuts a task before the
+sweep's own timeout does.
 """
 
 from __future__ import annotations
@@ -37,11 +45,15 @@ from dataclasses import dataclass
 
 KEYS = ("id", "priority", "queue", "kind", "ref", "products", "tree", "source", "build",
         "build_ghostpdl", "build_mupdf", "tests", "options", "baseline", "programs",
-        "secret")
+        "max_result_bytes", "job_timeout", "secret")
 #: Keys a job.start may lack.
-OPTIONAL = ("options", "build_ghostpdl", "build_mupdf", "baseline", "programs", "secret")
+OPTIONAL = ("options", "build_ghostpdl", "build_mupdf", "baseline", "programs",
+            "max_result_bytes", "job_timeout", "secret")
 #: Optional keys whose line is left out when empty (job.start files without them unchanged).
-_OMITTED_WHEN_EMPTY = ("build_ghostpdl", "build_mupdf", "baseline", "programs", "secret")
+_OMITTED_WHEN_EMPTY = ("build_ghostpdl", "build_mupdf", "baseline", "programs",
+                       "max_result_bytes", "job_timeout", "secret")
+#: The largest ``job_timeout`` a job.start may give: a sweep's timeout is at most 7 days.
+MAX_JOB_TIMEOUT = 8 * 24 * 3600.0
 #: A program a job calls as ``__bin__/<name>`` (what cluster.node.noderun finds in a job).
 PROGRAM = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 #: The most programs a run may name (a run of every product names four).
@@ -66,6 +78,10 @@ class JobStart:
     build_ghostpdl: str = ""
     build_mupdf: str = ""
     programs: tuple[str, ...] = ()
+    #: A sweep run's bytes of result files per task; 0: not a sweep run.
+    max_result_bytes: int = 0
+    #: Seconds a node lets one job of this run run; 0: the node's own job_timeout.
+    job_timeout: float = 0.0
 
     def format(self, *, with_secret: bool = False) -> str:
         """The file's text; the ``secret`` line only ``with_secret`` (job.start itself)."""
@@ -76,6 +92,8 @@ class JobStart:
             "build_ghostpdl": self.build_ghostpdl, "build_mupdf": self.build_mupdf,
             "tests": self.tests, "options": " ".join(self.options),
             "baseline": self.baseline, "programs": ",".join(self.programs),
+            "max_result_bytes": str(self.max_result_bytes) if self.max_result_bytes else "",
+            "job_timeout": repr(float(self.job_timeout)) if self.job_timeout else "",
             "secret": self.secret if with_secret else "",
         }
         return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS
@@ -102,6 +120,8 @@ class JobStart:
         except ValueError as exc:
             raise ValueError(f"job.start programs: {exc} (expected a comma list of program "
                              "names)") from None
+        max_result_bytes = _number(values, "max_result_bytes", int, 1 << 62)
+        job_timeout = _number(values, "job_timeout", float, MAX_JOB_TIMEOUT)
         return cls(id=values["id"], priority=priority, queue=values["queue"],
                    kind=values["kind"], ref=values["ref"],
                    products=tuple(p for p in values["products"].split(",") if p),
@@ -111,7 +131,24 @@ class JobStart:
                    secret=values.get("secret", "").strip(),
                    build_ghostpdl=values.get("build_ghostpdl", "").strip(),
                    build_mupdf=values.get("build_mupdf", "").strip(),
-                   programs=programs)
+                   programs=programs, max_result_bytes=int(max_result_bytes),
+                   job_timeout=float(job_timeout))
+
+
+def _number(values: dict[str, str], key: str, kind: type[int] | type[float],
+            high: float) -> int | float:
+    """The optional number ``key`` of job.start (0 when absent); ValueError naming it
+    unless it is a finite number from 0 to ``high``."""
+    text = values.get(key, "").strip()
+    if not text:
+        return 0
+    try:
+        value = kind(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= high:  # also false for nan
+        raise ValueError(f"job.start {key} {text[:40]!r} is not a number from 0 to {high:g}")
+    return value
 
 
 def parse_programs(text: str) -> tuple[str, ...]:

@@ -101,6 +101,13 @@ def test_a_restricted_node_reads_uploads_and_fetches(setup: tuple[Path, ssh.SshT
         picture.write_bytes(b"\x89PNG")
         t.upload(picture, f"runs/{RUN}/bmpcmp/0001.png")  # makes runs/<id>/bmpcmp
         assert (home / "runs" / RUN / "bmpcmp" / "0001.png").read_bytes() == b"\x89PNG"
+        # A sweep result bundle: makes runs/<id>/results/incoming, renamed into place whole.
+        bundle = tmp_path / "node1.0123456789abcdef.1.tar"
+        bundle.write_bytes(b"tar" * 1000)
+        t.upload(bundle, f"runs/{RUN}/results/incoming/{bundle.name}")
+        incoming = home / "runs" / RUN / "results" / "incoming"
+        assert [p.name for p in incoming.iterdir()] == [bundle.name]
+        assert (incoming / bundle.name).read_bytes() == b"tar" * 1000
         dest = tmp_path / "fetched"
         t.fetch_tree("tests", dest)
         got = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*"))
@@ -137,10 +144,15 @@ def test_a_restricted_node_cannot_read_secrets_or_write_elsewhere(
         local = tmp_path / "payload"
         local.write_text("overwritten\n")
         for rel in ("job.start", "tests/new.pdf", f"runs/{RUN}/logs/node2.log",
-                    "node-keys/node1.key", f"runs/{RUN}/results"):
+                    "node-keys/node1.key", f"runs/{RUN}/results",
+                    f"runs/{RUN}/results/incoming/node2.0123456789abcdef.1.tar"):
             with pytest.raises(TransportError) as write:
                 t.upload(local, rel)
             _refused(write, "refused", "write only runs/<id>/logs/node1.log")
+        # A folder of results/ other than incoming/ is never made, so nothing lands there.
+        with pytest.raises(TransportError):
+            t.upload(local, f"runs/{RUN}/results/t1/out")
+        assert not (home / "runs" / RUN / "results" / "t1").exists()
         assert (home / "job.start").read_text() == f"id {RUN}\n"
         assert not (home / "tests" / "new.pdf").exists()
         assert not (home / "runs" / RUN / "logs" / "node2.log").exists()

@@ -85,7 +85,7 @@ class Run:
         return [line.split(" ", 1)[0] for line in reply.reply.jobs]
 
     def bundle(self, node: str, tasks: Mapping[str, Mapping[str, bytes]], *,
-               failed: Mapping[str, str] | None = None, exit_status: int = 0,
+               failed: Mapping[str, str] | None = None, exit_status: int | None = 0,
                extra: Iterable[tuple[tarfile.TarInfo, bytes]] = (),
                listed: Mapping[str, Mapping[str, bytes]] | None = None) -> str:
         """Upload a bundle of ``tasks`` (task -> result name -> bytes) as ``node`` would;
@@ -208,6 +208,15 @@ def test_the_last_try_of_a_timeout_is_error_3_and_a_node_failure_keeps_its_reaso
                               run.bundle("n1", {"task02": GOOD}, failed={"task02": " \n"}))
     assert journal and run.attempts()[-1].status == "ok"
 
+    # A task whose slot's shell died has no exit status ("exit": null): failed, not the
+    # whole bundle refused.
+    run.state.handle(Request(node="n1", job_id=RUN, slots=1, built=RUN), 4.0)
+    taken, journal = run.send("n1", ["task03"],
+                              run.bundle("n1", {"task03": GOOD}, exit_status=None), error=1)
+    assert journal.decode() == "n1 result task03 1 0.50 0.00 0.00 0 sweep\n"
+    last = run.attempts()[-1]
+    assert (last.status, last.exit_status) == (
+        "failed: the node's slot shell died while the task ran", -1)
 
 def hostile(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"evil\n",
             link: str = "") -> tuple[tarfile.TarInfo, bytes]:

@@ -1,11 +1,13 @@
 """Sweep job lines (cluster.jobs.sweepjobs) run by the node's real slot shells
-(cluster.node.slots, /bin/sh, base64, timeout): each task's stdout, folder and exit status
-are what running its expanded command by hand in a folder of its own gives, hostile values
-and names included, and nothing is written outside the task's folder."""
+(cluster.node.slots, /bin/sh, base64, timeout, ulimit): each task's staged results
+(``<id>.res/``) and exit status are what running its expanded command by hand in a folder
+of its own gives, hostile values and names included; nothing is written outside the
+task's folder, links are never staged, stdout and stderr stay apart, the sweep folder is
+linked into the task's folder, and a command writing without end is stopped by the
+file-size limit."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -14,12 +16,15 @@ from pathlib import Path
 
 from cluster.jobs.sweepjobs import sweep_jobs
 from cluster.node.slots import Finished, SlotPool
+from cluster.node.sweepresults import XFSZ_STATUS
 from cluster.records import TEMP, TREE_DIR, Job
 from cluster.sweep.expand import tasks
 from cluster.sweep.spec import load
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sweep" / "sweep.toml"
+#: max_result_bytes of these runs (master.conf's default).
+LIMIT = 64 << 20
 
 
 def run_jobs(jobs: list[Job], temp: Path, tree: Path, slots: int = 2,
@@ -48,8 +53,11 @@ def run_jobs(jobs: list[Job], temp: Path, tree: Path, slots: int = 2,
 
 def by_hand(command: str, inputs: tuple[tuple[str, str], ...], folder: Path,
             tree: Path) -> tuple[bytes, int]:
-    """Run ``command`` as a user would: in a fresh folder holding its inputs."""
+    """Run ``command`` as a user would: in a fresh folder holding its inputs and the
+    sweep folder's files."""
     folder.mkdir(parents=True)
+    for entry in tree.iterdir():
+        (folder / entry.name).symlink_to(entry)
     for name, text in inputs:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(text.encode())
@@ -60,7 +68,8 @@ def by_hand(command: str, inputs: tuple[tuple[str, str], ...], folder: Path,
 
 def toml_str(text: str) -> str:
     """``text`` as a TOML basic string."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\t", "\\t")
+    escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\t", "\\t")
+               .replace("\n", "\\n"))
     return f'"{escaped}"'
 
 
@@ -76,19 +85,22 @@ def test_the_example_sweeps_tasks_give_what_running_them_by_hand_gives(tmp_path:
     spec = load(tree / "sweep.toml")
     temp = tmp_path / "temp"
     temp.mkdir()
-    jobs = list(sweep_jobs(spec))
+    jobs = list(sweep_jobs(spec, LIMIT))
     done = run_jobs(jobs, temp, tree)
     expected = list(tasks(spec))
     assert len(expected) == len(jobs) >= 50
     for task in expected:
-        stdout, status = by_hand(task.command, task.inputs, tmp_path / "hand" / task.task_id,
-                                 tree)
+        hand = tmp_path / "hand" / task.task_id
+        stdout, status = by_hand(task.command, task.inputs, hand, tree)
         assert done[task.task_id].exit_status == status == 0
-        out = temp / f"{task.task_id}.out"
-        assert hashlib.md5(out.read_bytes()).hexdigest() == hashlib.md5(stdout).hexdigest()
         assert stdout.startswith(f"task {task.number}: ".encode())  # config.ini was read
-        assert files(temp / task.task_id) == files(tmp_path / "hand" / task.task_id)
+        # The results, staged under their names: the file and stdout, as by hand.
+        assert files(temp / f"{task.task_id}.res") == {"log": stdout,
+                                                       "out": (hand / "out.txt").read_bytes()}
         assert (temp / f"{task.task_id}.log").read_text() == "sweep\n"
+    # Nothing else is left: the task folders, stdout and stderr are gone.
+    assert sorted(p.name for p in temp.iterdir()) == sorted(
+        f"{t.task_id}{suffix}" for t in expected for suffix in (".log", ".res"))
 
 
 def test_hostile_values_and_names_stay_inside_the_task_folder(tmp_path: Path) -> None:
@@ -105,19 +117,21 @@ def test_hostile_values_and_names_stay_inside_the_task_folder(tmp_path: Path) ->
         f"v = [{', '.join(toml_str(v) for v in hostile)}]\n"
         "[inputs]\n"
         "\"in put/$x\" = \"{v} $(touch pwned4)\"\n"
-        "\"$(touch pwned5)\" = \"\"\n")
+        "\"$(touch pwned5)\" = \"\"\n"
+        "[results]\nout = \"stdout\"\n")
     spec = load(tree / "sweep.toml")
     temp = tmp_path / "run" / "temp"
     temp.mkdir(parents=True)
-    jobs = list(sweep_jobs(spec))
+    jobs = list(sweep_jobs(spec, LIMIT))
     done = run_jobs(jobs, temp, tree)
     for task in tasks(spec):
         value = task.row.values[0]
-        out = (temp / f"{task.task_id}.out").read_text()
+        out = (temp / f"{task.task_id}.res" / "out").read_text()
         shown, slot, content = out.split("\n", 1)[0].split("|")
         assert shown == value and slot in ("1", "2")
         assert content == f"{value} $(touch pwned4)"
-        assert out.split("\n", 1)[1] == "$(touch pwned5)\nin put\n"
+        # The inputs and the link to the sweep folder's one file.
+        assert out.split("\n", 1)[1] == "$(touch pwned5)\nin put\nsweep.toml\n"
         assert done[task.task_id].exit_status == 0
     assert sorted(p.name for p in tmp_path.rglob("pwned*")) == []
 
@@ -126,16 +140,137 @@ def test_a_task_past_its_timeout_is_killed_and_says_so(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "sweep.toml").write_text("command = 'echo start; sleep {s}; echo end'\n"
-                                     "timeout = 0.5\n[axes]\ns = ['0', '30']\n")
+                                     "timeout = 0.5\n[axes]\ns = ['0', '30']\n"
+                                     "[results]\nout = 'stdout'\n")
     spec = load(tree / "sweep.toml")
     temp = tmp_path / "temp"
     temp.mkdir()
     started = time.monotonic()
-    done = run_jobs(list(sweep_jobs(spec)), temp, tree)
+    done = run_jobs(list(sweep_jobs(spec, LIMIT)), temp, tree)
     assert time.monotonic() - started < 10
     quick, slow = tasks(spec)
     assert done[quick.task_id].exit_status == 0
-    assert (temp / f"{quick.task_id}.out").read_text() == "start\nend\n"
+    assert (temp / f"{quick.task_id}.res" / "out").read_text() == "start\nend\n"
     assert done[slow.task_id].exit_status == 124
-    assert (temp / f"{slow.task_id}.out").read_text() == "start\n"
+    assert (temp / f"{slow.task_id}.res" / "out").read_text() == "start\n"
     assert (temp / f"{slow.task_id}.log").read_text() == "sweep\nkilled: timeout\n"
+
+
+def _one_task_sweep(tree: Path, command: str, results: dict[str, str],
+                    inputs: dict[str, str] | None = None) -> list[Job]:
+    """The jobs of a sweep of one task in ``tree``: ``command``, ``results``, ``inputs``."""
+    tree.mkdir(parents=True, exist_ok=True)
+    text = f"command = {toml_str(command)}\ntimeout = 20\n[axes]\nv = ['1']\n[results]\n"
+    text += "".join(f"{toml_str(k)} = {toml_str(v)}\n" for k, v in results.items())
+    if inputs:
+        text += "[inputs]\n" + "".join(f"{toml_str(k)} = {toml_str(v)}\n"
+                                        for k, v in inputs.items())
+    (tree / "sweep.toml").write_text(text)
+    return list(sweep_jobs(load(tree / "sweep.toml"), LIMIT))
+
+
+def test_stdout_and_stderr_stay_apart_and_files_come_from_the_task_folder(
+        tmp_path: Path) -> None:
+    tree, temp = tmp_path / "tree", tmp_path / "temp"
+    temp.mkdir()
+    jobs = _one_task_sweep(tree, "echo out; echo err >&2; mkdir -p d/e; echo f > d/e/f.txt; "
+                                 "printf '' > empty; exit 3",
+                           {"o": "stdout", "e": "stderr", "f": "d/e/f.txt",
+                            "empty": "empty", "none": "missing.txt"})
+    done = run_jobs(jobs, temp, tree)
+    assert done[jobs[0].name].exit_status == 3  # the command's, whatever was staged
+    assert files(temp / f"{jobs[0].name}.res") == {"o": b"out\n", "e": b"err\n",
+                                                   "f": b"f\n", "empty": b""}
+    assert (temp / f"{jobs[0].name}.log").read_text() == "sweep\n"
+
+
+def test_links_and_non_files_are_never_staged_and_hostile_names_stay_inside(
+        tmp_path: Path) -> None:
+    tree, temp = tmp_path / "tree", tmp_path / "run" / "temp"
+    temp.mkdir(parents=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not yours\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.txt").write_text("outside\n")
+    command = (f"ln -s {secret} link.txt; ln -s {outside} d; mkfifo fifo; mkdir dir; "
+               "mkdir -p 'a b'; echo ok > 'a b/$(touch pwned).txt'; echo sweep-dir "
+               "> \"$CLUSTER_SWEEP_DIR/../written-through-variable\"")
+    jobs = _one_task_sweep(tree, command, {
+        "link": "link.txt", "through": "d/x.txt", "fifo": "fifo", "dir": "dir",
+        "model": "model.py", "hostile": "a b/$(touch pwned).txt"})
+    (tree / "model.py").write_text("print(1)\n")  # linked into the task folder: refused
+    done = run_jobs(jobs, temp, tree)
+    assert done[jobs[0].name].exit_status == 0
+    assert files(temp / f"{jobs[0].name}.res") == {"hostile": b"ok\n"}
+    assert not list(tmp_path.rglob("pwned*"))
+    # $CLUSTER_SWEEP_DIR still names the sweep folder.
+    assert (tmp_path / "written-through-variable").read_text() == "sweep-dir\n"
+    assert secret.read_text() == "not yours\n" and (outside / "x.txt").exists()
+
+
+def test_the_task_folder_links_the_sweep_folder_except_what_the_inputs_write(
+        tmp_path: Path) -> None:
+    tree, temp = tmp_path / "tree", tmp_path / "temp"
+    temp.mkdir()
+    tree.mkdir()
+    (tree / "model.py").write_text("print('model ran')\n")
+    (tree / ".hidden").write_text("h\n")
+    (tree / "data").mkdir()
+    (tree / "data" / "table.txt").write_text("t\n")
+    (tree / "conf").mkdir()
+    (tree / "conf" / "keep.ini").write_text("sweep folder's\n")
+    (tree / "a*b").write_text("glob\n")
+    jobs = _one_task_sweep(
+        tree, "python3 model.py; cat data/table.txt .hidden; ls -A conf; "
+              "for f in * .hidden; do [ -L \"$f\" ] && echo \"link $f\"; done; true",
+        {"o": "stdout"}, inputs={"conf/new.ini": "input {v}\n", "a*b": "input wins\n"})
+    done = run_jobs(jobs, temp, tree)
+    assert done[jobs[0].name].exit_status == 0
+    assert (temp / f"{jobs[0].name}.res" / "o").read_text() == (
+        "model ran\nt\nh\nnew.ini\n"
+        "link data\nlink model.py\nlink sweep.toml\nlink .hidden\n")
+    # The inputs were written into the task folder, never through a link into the tree.
+    assert (tree / "a*b").read_text() == "glob\n"
+    assert sorted(p.name for p in (tree / "conf").iterdir()) == ["keep.ini"]
+
+
+def test_a_command_writing_without_end_is_stopped_by_the_file_size_limit(
+        tmp_path: Path) -> None:
+    tree, temp = tmp_path / "tree", tmp_path / "temp"
+    temp.mkdir()
+    tree.mkdir()
+    (tree / "sweep.toml").write_text(
+        "command = 'sh -c {how}'\ntimeout = 60\n[axes]\nhow = ["
+        "'yes > big.txt', 'head -c 10G /dev/zero', 'head -c 4096 /dev/zero > big.txt']\n"
+        "[results]\nbig = 'big.txt'\nout = 'stdout'\n")
+    spec = load(tree / "sweep.toml")
+    started = time.monotonic()
+    done = run_jobs(list(sweep_jobs(spec, 4096)), temp, tree)
+    assert time.monotonic() - started < 30  # 10 GB were never written
+    endless, ten_gb, exact = tasks(spec)
+    assert done[endless.task_id].exit_status == XFSZ_STATUS
+    # Stopped at the first 512-byte block past the limit: larger than max_result_bytes.
+    assert (temp / f"{endless.task_id}.res" / "big").stat().st_size == 4608
+    assert done[ten_gb.task_id].exit_status == XFSZ_STATUS
+    assert (temp / f"{ten_gb.task_id}.res" / "out").stat().st_size == 4608
+    assert done[exact.task_id].exit_status == 0  # exactly max_result_bytes is allowed
+    assert (temp / f"{exact.task_id}.res" / "big").stat().st_size == 4096
+
+
+def test_a_task_run_again_starts_from_nothing(tmp_path: Path) -> None:
+    tree, temp = tmp_path / "tree", tmp_path / "temp"
+    temp.mkdir()
+    jobs = _one_task_sweep(tree, "ls -A; echo new > out.txt",
+                           {"o": "stdout", "out": "out.txt", "stale": "stale.txt"})
+    name = jobs[0].name
+    # What a run killed by the node would leave: its folder, stdout, stderr, results.
+    (temp / name).mkdir()
+    (temp / name / "junk").write_text("old\n")
+    (temp / f"{name}.res").mkdir()
+    (temp / f"{name}.res" / "stale").write_text("old\n")
+    (temp / f"{name}.err").write_text("old\n")
+    done = run_jobs(jobs, temp, tree)
+    assert done[name].exit_status == 0
+    assert files(temp / f"{name}.res") == {"o": b"sweep.toml\n", "out": b"new\n"}
+    assert sorted(p.name for p in temp.iterdir()) == [f"{name}.log", f"{name}.res"]

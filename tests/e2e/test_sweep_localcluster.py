@@ -1,7 +1,8 @@
-"""A sweep end to end (issue 23, first path): ``localcluster.py --sweep`` with the
-repository's example sweep on a real master and two real nodes; the run's .tab has one row
-per task, named by its task id, each md5 that of the task's stdout when its expanded
-command is run by hand in a folder of its own."""
+"""A sweep end to end (issue 23): ``localcluster.py --sweep`` with the repository's example
+sweep on a real master and two real nodes; the run's .tab has one row per task, named by
+its task id, each md5 that of the task's results (cluster.node.sweepresults.result_md5)
+when its expanded command is run by hand in a folder of its own beside the sweep folder's
+files (a task's md5 is made from what its node read into the bundle it sent)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cluster.node.sweepresults import result_md5
 from cluster.report.tab import read_tab
 from cluster.sweep.expand import tasks
 from cluster.sweep.joblog import JoblogRow, open_joblog
@@ -31,13 +33,18 @@ def _localcluster(home: Path, sweep: Path, *extra: str) -> subprocess.CompletedP
 
 
 def _by_hand(command: str, inputs: tuple[tuple[str, str], ...], folder: Path) -> str:
-    """The md5 of ``command``'s stdout run in a fresh ``folder`` holding ``inputs``."""
+    """The md5 of the results (``out`` = out.txt, ``log`` = stdout) of ``command`` run in
+    a fresh ``folder`` holding ``inputs`` and links to the sweep folder's files."""
     folder.mkdir(parents=True)
+    for entry in EXAMPLE.parent.iterdir():
+        (folder / entry.name).symlink_to(entry)
     for name, text in inputs:
         (folder / name).write_text(text, encoding="utf-8")
     done = subprocess.run(["sh", "-c", command], cwd=folder, capture_output=True, check=True,
                           env={**os.environ, "CLUSTER_SWEEP_DIR": str(EXAMPLE.parent)})
-    return hashlib.md5(done.stdout).hexdigest()
+    results = {"log": done.stdout, "out": (folder / "out.txt").read_bytes()}
+    return result_md5({name: (len(data), hashlib.md5(data).hexdigest())
+                       for name, data in results.items()})
 
 
 def test_localcluster_runs_the_example_sweep_one_row_per_task_md5s_as_by_hand(

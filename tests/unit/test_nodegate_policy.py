@@ -100,6 +100,34 @@ def test_uploads(home: Path) -> None:
     assert area.mkdir_verdict(real(home), "runs") is not None
 
 
+def test_a_node_uploads_only_its_own_sweep_result_bundles(home: Path) -> None:
+    area = NodeArea(home, "node1")
+    run = real(home / "runs" / RUN)
+    incoming = os.path.join(run, "results", "incoming")
+    mine = "node1.0123456789abcdef.7.tar"
+    for name in (mine, f".{mine}.123.abcdefgh.tmp"):
+        assert area.upload_verdict(incoming, name) is None, name
+    for name in ("node2.0123456789abcdef.7.tar", "node1.0123456789abcdef.7.tar.gz",
+                 "node1.x.7.tar", "node1.log", "tasks.json", ".hidden",
+                 ".node2.0123456789abcdef.7.tar.123.abcdefgh.tmp"):
+        assert area.upload_verdict(incoming, name) == (
+            "only this node's result bundles (node1.<instance>.<n>.tar) are written there"
+        ), name
+    # Nowhere else in results/: not the results the master keeps, not a task's folder.
+    for folder in (os.path.join(run, "results"), os.path.join(run, "results", "t1"),
+                   os.path.join(incoming, "sub"), os.path.join(run, "incoming")):
+        assert area.upload_verdict(folder, mine) == \
+            "it is outside the node's upload area", folder
+    # The two folders, in an existing run's folder, and nothing else new.
+    assert area.mkdir_verdict(run, "results") is None
+    assert area.mkdir_verdict(os.path.join(run, "results"), "incoming") is None
+    assert area.mkdir_verdict(os.path.join(run, "results"), "t1") is not None
+    assert area.mkdir_verdict(os.path.join(run, "logs"), "incoming") is not None
+    assert area.mkdir_verdict(incoming, "x") is not None
+    assert area.mkdir_verdict(real(home / "runs"), "results") is not None
+    assert "runs/<id>/results/incoming/node1.<instance>.<n>.tar" in area.what_is_allowed()
+
+
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[str]]] = []

@@ -5,25 +5,35 @@ slot number, clusterpush --sweep's checks."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
 from cluster.cli import build, clusterpush
+from cluster.config import Config
 from cluster.errors import QueueLineError, SweepError
 from cluster.home import Home
 from cluster.jobs import generate as jobgen
-from cluster.jobs.sweepjobs import sweep_jobs, task_command, task_job
+from cluster.jobs.sweepjobs import (
+    node_job_timeout,
+    size_limit_blocks,
+    sweep_jobs,
+    task_command,
+    task_job,
+)
+from cluster.master.clustermaster import ClusterMaster
 from cluster.node import readlog, slots
 from cluster.queue import RunSpec
 from cluster.records import ERROR_NONE, ERROR_READ, ERROR_TIMEOUT, Job
 from cluster.sweep import expand
 from cluster.sweep.expand import Task
-from cluster.sweep.spec import load
+from cluster.sweep.spec import Result, load
 from cluster.sweep.table import Row
 from cluster.triggers.droppings import DROPPING
 from cluster.triggers.sweeppush import prepare_sweep
+from cluster.wire.jobstart import JobStart
 
 ID = "0123456789abcdef01234567"
 
@@ -39,24 +49,41 @@ def _b64(text: str) -> str:
 
 def test_the_job_line_of_a_task_is_exactly_this() -> None:
     task = _task("python3 m.py --a 1 > out.txt", (("config.ini", "a = 1\n"),))
-    job = task_job(task, 120)
+    results = (Result("log", "stdout"), Result("e", "stderr"), Result("out", "d/out.txt"))
+    job = task_job(task, 120, 64 << 20, results)
     t = f"__temp__/{ID}"
     assert job.name == ID and job.logfile == f"{t}.log"
     assert job.command == (
-        f"echo sweep > {t}.log ; {{ rm -rf {t} && mkdir {t} && cd {t} && "
-        f"printf %s {_b64('a = 1' + chr(10))} | base64 -d > config.ini ; }} 2>> {t}.log && "
+        f"echo sweep > {t}.log ; if {{ {{ ! {{ [ -e {t} ] || [ -e {t}.res ] || "
+        f"[ -e {t}.out ] || [ -e {t}.err ] ; }} || rm -rf {t} {t}.res {t}.out {t}.err ; }} && "
+        f"mkdir {t} {t}.res && cd {t} && {{ set -- ; for f in __tree__/* __tree__/.[!.]* "
+        '__tree__/..?* ; do case "${f##*/}" in config.ini) ;; *) { [ -e "$f" ] || '
+        '[ -L "$f" ] ; } && set -- "$@" "$f" ;; esac ; done ; [ $# -eq 0 ] || '
+        'ln -s -t . -- "$@" ; } && '
+        f"printf %s {_b64('a = 1' + chr(10))} | base64 -d > config.ini ; }} 2>> {t}.log ; "
+        f"then ulimit -f 131073 ; "
         f"CLUSTER_SWEEP_DIR=__tree__ timeout -k 5 120.0 sh -c "
         f"\"$(printf %s {_b64('python3 m.py --a 1 > out.txt')} | base64 -d)\" "
-        f"> {t}.out 2>> {t}.log ; s=$? ; "
-        f"if [ $s -eq 124 ] ; then echo 'killed: timeout' >> {t}.log ; fi ; exit $s")
+        f"> {t}.out 2> {t}.err ; s=$? ; "
+        f"if [ $s -eq 124 ] ; then echo 'killed: timeout' >> {t}.log ; fi ; "
+        f"{{ ln {t}.out {t}.res/log ; ln {t}.err {t}.res/e ; [ ! -L {t}/d ] && "
+        f"[ -f {t}/d/out.txt ] && [ ! -L {t}/d/out.txt ] && ln {t}/d/out.txt {t}.res/out ; "
+        f"}} 2>> {t}.log ; else s=$? ; fi ; rm -rf {t} {t}.out {t}.err ; exit $s")
     assert Job.parse(job.line) == job  # one line, as a jobs file holds it
+
+
+def test_the_limits_a_sweep_job_gets_from_max_result_bytes_and_timeout() -> None:
+    # The fewest 512-byte blocks *more* than the limit: a stopped file is always over it.
+    assert [size_limit_blocks(n) for n in (1, 511, 512, 4096, 64 << 20)] == [
+        1, 1, 2, 9, 131073]
+    assert node_job_timeout(120) == 120 + 5 + 30
 
 
 def test_hostile_input_names_are_quoted_and_texts_and_commands_never_reach_a_shell() -> None:
     hostile = "$(touch pwned); `id` 'q' \"d\" __bin__ \\ \n{x}"
     task = _task(hostile, (("a b/c'd$(x).ini", hostile), ("e;rm -rf ~", ""),
                            ("a b/f", "2")))
-    command = task_command(task, 0.5)
+    command = task_command(task, 0.5, 1000)
     # Neither the command nor an input's text appears: only their base64 does, and the
     # base64 alphabet has nothing a shell or the node's placeholders read.
     assert "pwned" not in command and "__bin__" not in command and "\n" not in command
@@ -78,7 +105,7 @@ def _sweep(folder: Path, rows: list[str], command: str = "echo {a}") -> Path:
 
 def test_sweep_jobs_stream_one_job_per_task_named_by_its_stable_id(tmp_path: Path) -> None:
     spec = load(_sweep(tmp_path / "s", ["1", "a b;rm x", "3"]))
-    jobs = sweep_jobs(spec)
+    jobs = sweep_jobs(spec, 1000)
     assert iter(jobs) is jobs  # a stream, not a list
     got = list(jobs)
     ids = [expand.task_id(f"echo {v}", ("a",), (raw,)) for v, raw in
@@ -90,7 +117,7 @@ def test_sweep_jobs_stream_one_job_per_task_named_by_its_stable_id(tmp_path: Pat
 def test_a_bad_row_stops_the_stream_after_the_good_ones(tmp_path: Path) -> None:
     path = _sweep(tmp_path / "s", ["1", "2"])
     (tmp_path / "s" / "params.csv").write_text("a,b\n1,x\n2,y\n3\n")
-    jobs = sweep_jobs(load(path))
+    jobs = sweep_jobs(load(path), 1000)
     assert next(jobs).name and next(jobs).name
     with pytest.raises(SweepError, match=r"params.csv:4: the line has 1 cells, the header "
                        r"has 2"):
@@ -127,7 +154,7 @@ def test_build_py_sweep_form_prints_the_jobs(tmp_path: Path,
     assert build.main(["--home", str(tmp_path / "h"), "sweep", "--sweep", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [Job.parse(line).name for line in lines] == [j.name for j in
-                                                         sweep_jobs(load(path))]
+                                                         sweep_jobs(load(path), 1000)]
 
 
 def test_build_py_sweep_form_names_file_and_key_of_a_bad_sweep(
@@ -195,3 +222,26 @@ def test_a_sweep_whose_table_would_not_travel_is_refused(tmp_path: Path) -> None
     with pytest.raises(SweepError, match="cannot be queued"):
         (folder / "my sweep.toml").write_text("")
         prepare_sweep(folder / "my sweep.toml")
+
+
+def test_a_sweep_runs_job_start_carries_its_limits_from_the_runs_snapshot(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = Home(tmp_path / "home")
+    home.create()
+    path = _sweep(tmp_path / "s", ["1", "2"])  # timeout = 9
+    assert clusterpush.main(["--home", str(home.root), "--user", "alice", "--copy",
+                             "--sweep", str(path)]) == 0, capsys.readouterr().err
+    cfg = Config().with_changes(home=home.root, max_result_bytes=12345)
+    master = ClusterMaster(cfg, 0)
+    master.queue.append(RunSpec.parse("user alice sweep sweep=sweep.toml"))  # as discovered
+    spec = master.queue.head()
+    assert spec is not None and spec.sweep_file == "sweep.toml"
+    start = master._job_start(spec)
+    assert (start.max_result_bytes, start.job_timeout) == (12345, node_job_timeout(9))
+    written = JobStart.parse(home.job_start(0).read_text())
+    assert (written.id, written.max_result_bytes, written.job_timeout) == (
+        start.id, 12345, node_job_timeout(9))
+    # Another run's job.start has neither.
+    plain = dataclasses.replace(start, queue="user alice gs", max_result_bytes=0,
+                                job_timeout=0.0)
+    assert master._sweep_limits(RunSpec.parse("user alice gs"), plain) == plain

@@ -1,0 +1,307 @@
+"""A node's results of a sweep run's tasks: read, bounded, kept until sent, and bundled.
+
+A sweep task's job line (:mod:`cluster.jobs.sweepjobs`) leaves its result files hard-linked
+in ``<temp>/<task id>.res/`` under their result names.  When the job has ended the node
+hands that folder to its :class:`Outbox` (:meth:`Outbox.take`), which
+
+* moves it into the outbox (``<run dir>/sweep-results/<n>.<task id>/``: a later run of the
+  same task on this node, a retry, starts its own ``.res/`` afresh and cannot touch it);
+* reads each file: its size and md5.  Only regular files are read (opened without following
+  a link); anything else the folder holds is removed and not counted.  The files together
+  over ``max_result_bytes``, or a command stopped by the file-size limit (exit status
+  :data:`XFSZ_STATUS`, 128 + SIGXFSZ), fail the task with the reason
+  ``results over max_result_bytes (<max_result_bytes> bytes)`` and its files are removed:
+  nothing of it is kept;
+* keeps what the master needs of the task (:class:`TaskResults`): its start (epoch seconds,
+  when the node's slot started the job), runtime, exit status, files ``{name: [size,
+  md5]}`` and failure reason.
+
+The task's result line carries :attr:`TaskResults.md5`: the md5 of the lines
+``<result name> <md5 of the file>\\n`` in name order (:func:`result_md5`), so a change of
+any result file changes it; ``0`` when the task failed.
+
+Before a call that carries sweep results the node packs the unsent tasks of that call
+into one *bundle* (:meth:`Outbox.pack`): a tar file (PAX format, uncompressed) whose first
+member is :data:`TASKS_JSON`::
+
+    {"node": <name>, "tasks": [{"task": <id>, "start": <epoch s>, "runtime": <s>,
+      "exit": <exit status, null when the slot's shell died>,
+      "files": {<result name>: [<size>, <md5>]}, "failed": <"" or the reason>}]}
+
+followed by one member ``<task id>/<result name>`` per file.  Its name is
+``<node>.<instance>.<n>.tar`` (:data:`cluster.wire.protocol.BUNDLE_NAME`), ``n`` counting
+this node's bundles in the run (kept in the outbox, so a restarted node process never
+reuses a name).  After the master's reply :meth:`Outbox.sent` removes the bundle and its
+tasks' folders; after a failed call :meth:`Outbox.discard` removes only the bundle (the
+tasks go again in the next one).  One call carries each task at most once and, after the
+first task, no more than :data:`BUNDLE_BYTES` of files (:meth:`Outbox.batch`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.runtime import fsutil
+
+#: A result's name (the sweep file's rule, cluster.sweep.spec.RESULT_NAME, spelled out so
+#: the node's code set does not carry the sweep file's reader; a unit test keeps them one).
+RESULT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+#: The exit status of a command stopped by the file-size limit: 128 + SIGXFSZ (25).
+XFSZ_STATUS = 153
+#: The bundle's first member.
+TASKS_JSON = "tasks.json"
+#: The outbox's folder in the node's run folder.
+OUTBOX_DIR = "sweep-results"
+#: The file in the outbox holding the number of the next bundle.
+NEXT_BUNDLE = "next-bundle"
+#: Bytes of result files one bundle holds at most beyond its first task.
+BUNDLE_BYTES = 256 << 20
+#: How much of a file is read at a time.
+_CHUNK = 1 << 20
+
+
+def over_limit_reason(max_result_bytes: int) -> str:
+    """The reason of a task whose results pass ``max_result_bytes``."""
+    return f"results over max_result_bytes ({max_result_bytes} bytes)"
+
+
+def result_md5(files: Mapping[str, tuple[int, str]]) -> str:
+    """The md5 of a task's results: of the lines ``<name> <md5>\\n`` in name order."""
+    lines = "".join(f"{name} {files[name][1]}\n" for name in sorted(files))
+    return hashlib.md5(lines.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True)
+class TaskResults:
+    """One task's results as the node keeps them until they are sent.  ``folder`` holds
+    the files (None when none are kept: the task failed, or left none)."""
+
+    task: str
+    start: float
+    runtime: float
+    exit: int | None
+    files: Mapping[str, tuple[int, str]]
+    failed: str
+    folder: Path | None
+
+    @property
+    def md5(self) -> str:
+        """The md5 of the task's result line: :func:`result_md5`, ``0`` when failed."""
+        return "0" if self.failed else result_md5(self.files)
+
+    @property
+    def size(self) -> int:
+        """Bytes of its files together."""
+        return sum(size for size, _ in self.files.values())
+
+    def record(self) -> dict[str, object]:
+        """The task's entry of :data:`TASKS_JSON`."""
+        return {"task": self.task, "start": round(self.start, 3),
+                "runtime": round(self.runtime, 3), "exit": self.exit,
+                "files": {name: [size, md5] for name, (size, md5) in
+                          sorted(self.files.items())},
+                "failed": self.failed}
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A packed bundle: its file ``path`` (named ``name``) and the tasks it holds."""
+
+    path: Path
+    name: str
+    tasks: tuple[TaskResults, ...]
+
+
+def remove(path: Path) -> None:
+    """Remove the file, link or folder ``path`` (nothing when it is not there)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _read_file(folder: Path, name: str, budget: int) -> tuple[int, str] | None:
+    """(size, md5) of the regular file ``name`` in ``folder``, read through a descriptor
+    opened without following a link; None when it is no regular file.  Stops reading once
+    more than ``budget`` bytes were read (the size returned then passes the budget)."""
+    try:
+        fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC)
+    except OSError:
+        return None  # a link (ELOOP), gone, or unreadable
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as stream:
+        digest = hashlib.md5(usedforsecurity=False)
+        size = 0
+        while size <= budget and (chunk := stream.read(_CHUNK)):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def read_results(folder: Path, max_result_bytes: int
+                 ) -> tuple[dict[str, tuple[int, str]], int, list[str]]:
+    """The result files in ``folder``: ``({name: (size, md5)}, bytes together, names
+    removed)``.  What is not a regular file named as a result is removed and listed.
+    Reading stops once the files pass ``max_result_bytes`` together (the bytes returned
+    then pass it too)."""
+    files: dict[str, tuple[int, str]] = {}
+    removed: list[str] = []
+    total = 0
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return files, 0, removed
+    for name in names:
+        if total > max_result_bytes:
+            break  # the task fails: the rest need not be read
+        found = _read_file(folder, name, max_result_bytes - total) \
+            if RESULT_NAME.fullmatch(name) else None
+        if found is None:
+            removed.append(name)
+            remove(folder / name)
+            continue
+        files[name] = found
+        total += found[0]
+    return files, total, removed
+
+
+class Outbox:
+    """The unsent results of a sweep run's tasks on this node (see the module), kept in
+    ``root``; bundles named after ``node`` and ``instance``; each task bounded by
+    ``max_result_bytes``.  A new outbox removes what a former node process left in
+    ``root`` (those results were never acknowledged as this process's: the master hands
+    their tasks out again), but keeps counting its bundles."""
+
+    def __init__(self, root: Path, node: str, instance: str, max_result_bytes: int) -> None:
+        self.root = root
+        self.node = node
+        self.instance = instance
+        self.max_result_bytes = max_result_bytes
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.next_bundle = int((root / NEXT_BUNDLE).read_text(encoding="ascii"))
+        except (FileNotFoundError, ValueError):
+            self.next_bundle = 1
+        for entry in root.iterdir():
+            if entry.name != NEXT_BUNDLE:
+                remove(entry)
+        self.pending: list[TaskResults] = []
+        self.taken = 0  # folders moved in so far: their names' counter
+
+    def take(self, task: str, res_dir: Path, exit_status: int | None, start: float,
+             runtime: float) -> TaskResults:
+        """Take the result folder ``res_dir`` of ``task`` (module docstring) and keep the
+        task's results as unsent; return them."""
+        self.taken += 1
+        folder = self.root / f"{self.taken}.{task}"
+        try:
+            os.rename(res_dir, folder)
+        except FileNotFoundError:
+            folder.mkdir()  # the job left none (it was killed before it made it)
+        files, total, _removed = read_results(folder, self.max_result_bytes)
+        failed = ""
+        if total > self.max_result_bytes or exit_status == XFSZ_STATUS:
+            failed = over_limit_reason(self.max_result_bytes)
+            files = {}
+        if not files:
+            remove(folder)
+        result = TaskResults(task=task, start=start, runtime=runtime, exit=exit_status,
+                             files=files, failed=failed, folder=folder if files else None)
+        self.pending.append(result)
+        return result
+
+    def discard_task(self, result: TaskResults) -> None:
+        """Drop ``result`` unsent (its node may not report it) and remove its files."""
+        self.pending.remove(result)
+        if result.folder is not None:
+            remove(result.folder)
+
+    def batch(self, names: Sequence[str]) -> int:
+        """How many of the unsent results ``names`` (the node's, oldest first) one call
+        carries: up to the first name seen twice (a bundle holds a task once), and, after
+        the first, while the bundle stays within :data:`BUNDLE_BYTES`."""
+        seen: set[str] = set()
+        total = 0
+        sizes = {r.task: r.size for r in reversed(self.pending)}  # the oldest of each
+        for count, name in enumerate(names):
+            total += sizes.get(name, 0)
+            if name in seen or (count and total > BUNDLE_BYTES):
+                return count
+            seen.add(name)
+        return len(names)
+
+    def pack(self, names: Sequence[str]) -> Bundle:
+        """Pack the oldest unsent results of ``names`` (each once: :meth:`batch`) into a
+        bundle file in the outbox.  OSError when it cannot be written (nothing is left)."""
+        tasks: list[TaskResults] = []
+        for name in dict.fromkeys(names):
+            for result in self.pending:
+                if result.task == name:
+                    tasks.append(result)
+                    break
+        number = self.next_bundle
+        self.next_bundle += 1
+        fsutil.atomic_write(self.root / NEXT_BUNDLE, f"{self.next_bundle}\n", fsync=False)
+        name = f"{self.node}.{self.instance}.{number}.tar"
+        path = self.root / name
+        try:
+            write_bundle(path, self.node, tasks)
+        except BaseException:
+            remove(path)
+            raise
+        return Bundle(path, name, tuple(tasks))
+
+    def sent(self, bundle: Bundle) -> None:
+        """The master has read the call carrying ``bundle``: its tasks and file go."""
+        for result in bundle.tasks:
+            self.discard_task(result)
+        remove(bundle.path)
+
+    def discard(self, bundle: Bundle) -> None:
+        """The call carrying ``bundle`` failed: the file goes, its tasks stay unsent."""
+        remove(bundle.path)
+
+
+def write_bundle(path: Path, node: str, tasks: Sequence[TaskResults]) -> None:
+    """Write the bundle of ``tasks`` to ``path`` (the module's docstring gives the
+    format).  Each file is added with the size read when its task was taken: a file that
+    has since grown is cut there, one that shrank is an OSError."""
+    listing = json.dumps({"node": node, "tasks": [t.record() for t in tasks]},
+                         indent=1).encode("utf-8") + b"\n"
+    now = int(time.time())
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_member(TASKS_JSON, len(listing), now), io.BytesIO(listing))
+        for task in tasks:
+            if task.folder is None:
+                continue
+            for name, (size, _md5) in sorted(task.files.items()):
+                fd = os.open(task.folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb") as stream:
+                    tar.addfile(_member(f"{task.task}/{name}", size, now), stream)
+
+
+def _member(name: str, size: int, mtime: int) -> tarfile.TarInfo:
+    """A regular file's member: owned by nobody in particular, mode 0644."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = mtime
+    info.mode = 0o644
+    info.type = tarfile.REGTYPE
+    return info
