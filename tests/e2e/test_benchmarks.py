@@ -39,6 +39,18 @@ def test_dispatch_small() -> None:
     assert rows["xargs"]["ratio"] == "1.00"
 
 
+
+def test_sweep_small() -> None:
+    """bench/sweep.py: the same small sweep through xargs, GNU parallel and the cluster; the
+    benchmark itself checks every task's result file (and the cluster's results.tsv) and
+    says ok=no, exiting 1, when one is wrong."""
+    lines = run_bench("bench/sweep.py", "--tasks", "60", "--slots", "2", "--reps", "1")
+    rows = {f["contender"]: f for f in map(figures, lines) if "contender" in f}
+    assert set(rows) == {"xargs", "parallel", "cluster"}
+    for row in rows.values():
+        assert row["ok"] == "yes" and float(row["median_s"]) > 0
+    assert rows["xargs"]["ratio"] == "1.00"
+
 def test_dispatch_one_command(tmp_path: Path) -> None:
     """--localcluster: the README's main job against xargs over its own gs jobs (on three
     files of the corpus: the benchmark's working is checked here, not its figures)."""
