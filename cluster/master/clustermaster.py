@@ -383,20 +383,22 @@ class ClusterMaster:
         return start
 
     def _sweep_limits(self, spec: RunSpec, start: JobStart) -> JobStart:
-        """A sweep run's ``start`` with ``max_result_bytes`` (master.conf) and the nodes'
-        ``job_timeout`` (from the sweep's ``timeout`` in the run's snapshot of the folder:
-        :func:`cluster.jobs.sweepjobs.node_job_timeout`); other runs' unchanged.  A sweep
-        file that cannot be read leaves the nodes their own job_timeout (build.py then
-        refuses it, naming the key)."""
+        """A sweep run's ``start`` with ``max_result_bytes`` (master.conf), the nodes'
+        ``job_timeout`` (the sweep's ``timeout`` in the run's snapshot of the folder:
+        :func:`cluster.jobs.sweepjobs.node_job_timeout`) and ``sweep_results`` (its
+        ``[results]``, which the nodes take from each task's folder); other runs'
+        unchanged.  A sweep file that cannot be read leaves the nodes their own
+        job_timeout (build.py then refuses it, naming the key)."""
         if spec.sweep_file is None:
             return start
         try:
             sweep = sweepspec.load(self.home.root / start.source / spec.sweep_file)
-            job_timeout = node_job_timeout(sweep.timeout)
         except ClusterError:
-            job_timeout = 0.0
-        return dataclasses.replace(start, max_result_bytes=self.cfg.max_result_bytes,
-                                   job_timeout=job_timeout)
+            return dataclasses.replace(start, max_result_bytes=self.cfg.max_result_bytes)
+        return dataclasses.replace(
+            start, max_result_bytes=self.cfg.max_result_bytes,
+            job_timeout=node_job_timeout(sweep.timeout),
+            sweep_results=tuple((r.name, r.source) for r in sweep.results))
 
     def _source_for(self, spec: RunSpec, run_id: str) -> str:
         """The tree the nodes build, relative to the home."""

@@ -175,9 +175,6 @@ RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
 #: What a job writes in the temp folder beside its name: its log, the md5sum output of its
 #: raster, and (product shell) its raw output, whose md5 is its result.
 JOB_LOG, JOB_MD5, JOB_OUT = ".log", ".md5", ".out"
-#: What a sweep task's job writes besides (cluster.jobs.sweepjobs): its stderr and the
-#: folder of its results.
-JOB_ERR, JOB_RES = ".err", ".res"
 #: Where a sweep run's result bundles go in the run's folder on the master.
 BUNDLE_DIR = "results/incoming"
 #: Bytes of bmpcmp images one node uploads per run (ARTIFEX.md §5.7: checkSize.pl, 10 MB).
@@ -355,6 +352,9 @@ class NodeRun:
         self.job_timeout = RELAXED_TIMEOUT if relaxed else self.cfg.job_timeout
         if start.job_timeout:
             self.job_timeout = start.job_timeout  # a sweep's: never before its own timeout
+        #: A sweep run's sweep folder entries, linked into each task's folder (read when
+        #: the first task is prepared).
+        self.sweep_entries: list[Path] | None = None
         self.outbox = None if not start.max_result_bytes else sweepresults.Outbox(
             self.run_dir / sweepresults.OUTBOX_DIR, self.name, self.instance,
             start.max_result_bytes)
@@ -924,10 +924,33 @@ class NodeRun:
                 return
             for placeholder, value in self.substitutions:
                 command = command.replace(placeholder, value)
+            if self.outbox is not None and not self._prepare_task(job):
+                return
             if not pool.start(job, command, now):
                 self.queue.appendleft(job)  # a long command waits for an idle slot
                 break
             self.counters.started += 1
+
+    def _prepare_task(self, job: Job) -> bool:
+        """Make the folder of sweep task ``job`` with the sweep folder linked into it
+        (:func:`cluster.node.sweepresults.prepare_task`); False when it cannot be made:
+        then this node cannot run the run's jobs (:meth:`_cannot_run`) and ``job`` goes
+        back unrun."""
+        if self.sweep_entries is None:
+            # The sweep folder's top-level entries, read once (the build has made it).
+            try:
+                self.sweep_entries = sorted(self.build_dir.iterdir())
+            except OSError as exc:
+                self.queue.appendleft(job)
+                self._cannot_run(f"cannot read the sweep folder {self.build_dir}: {exc}")
+                return False
+        try:
+            sweepresults.prepare_task(self.temp / job.name, self.sweep_entries)
+        except OSError as exc:
+            self.queue.appendleft(job)
+            self._cannot_run(f"cannot make the folder of task {job.name}: {exc}")
+            return False
+        return True
 
     def _check_programs(self, programs: tuple[str, ...]) -> None:
         """After a successful build: which of ``programs`` (job.start's) the build did not
@@ -1059,15 +1082,13 @@ class NodeRun:
         assert self.outbox is not None
         name = done.job.name
         base = f"{self.temp}/{name}"
-        if done.killed or done.exit_status is None:
-            # The node ended it (or its shell died): the job line did not clear up.
-            for leftover in (base, base + JOB_OUT, base + JOB_ERR):
-                sweepresults.remove(Path(leftover))
         if not readlog.is_sweep_log(log_text):  # killed before it wrote its label
             log_text = f"{readlog.SWEEP_PRODUCT}\n{log_text}"
         # The slot's clock is this node's monotonic one: its start as an epoch time.
         started = self.clock.time() - (self.clock.monotonic() - done.started)
-        task = self.outbox.take(name, Path(base + JOB_RES), done.exit_status, started,
+        # A task the node killed (its timeout) brings what it wrote so far, for reading.
+        results = self.start.sweep_results if self.start is not None else ()
+        task = self.outbox.take(name, Path(base), results, done.exit_status, started,
                                 max(done.ended - done.started, 0.0))
         md5_text = "" if task.failed else f"{task.md5}  -\n"
         result = readlog.classify(name, log_text, md5_text, done.killed, self.name,
@@ -1095,7 +1116,9 @@ class NodeRun:
         return max(self.cfg.max_timeouts, math.ceil(self.counters.started / 100))
 
     def _too_many_timeouts(self) -> bool:
-        return self.counters.timeouts > self._timeout_limit()
+        # A sweep task's timeout is its own outcome (the sweep's ``timeout``), not a sign
+        # that this node is sick: it never fails the node.
+        return self.outbox is None and self.counters.timeouts > self._timeout_limit()
 
     def _kill_all(self) -> None:
         self.pool.kill_all()

@@ -1,20 +1,30 @@
-"""A node's results of a sweep run's tasks: read, bounded, kept until sent, and bundled.
+"""A node's part in a sweep run's tasks: their folders made, their results taken, bounded,
+kept until sent, and bundled.
 
-A sweep task's job line (:mod:`cluster.jobs.sweepjobs`) leaves its result files hard-linked
-in ``<temp>/<task id>.res/`` under their result names.  When the job has ended the node
-hands that folder to its :class:`Outbox` (:meth:`Outbox.take`), which
+A sweep task's job line (:mod:`cluster.jobs.sweepjobs`) only writes the task's inputs and
+runs its command; the node does the rest in its own process, where a step costs a system
+call instead of a program started (bench/sweep.py: 5,000 tiny tasks):
 
-* moves it into the outbox (``<run dir>/sweep-results/<n>.<task id>/``: a later run of the
-  same task on this node, a retry, starts its own ``.res/`` afresh and cannot touch it);
-* reads each file: its size and md5.  Only regular files are read (opened without following
-  a link); anything else the folder holds is removed and not counted.  The files together
-  over ``max_result_bytes``, or a command stopped by the file-size limit (exit status
+* before the job is sent to a slot, :func:`prepare_task` makes the task's folder
+  ``<temp>/<task id>/`` afresh (what an earlier try on this node left is removed first)
+  with a symbolic link to each top-level entry of the sweep folder (dot files included),
+  so ``python3 model.py`` works there as in the sweep folder;
+* when the job has ended the node hands the task to its :class:`Outbox`
+  (:meth:`Outbox.take`), which links each ``[results]`` entry (job.start's
+  ``sweep_results``) into the outbox (``<run dir>/sweep-results/<n>.<task id>/<result
+  name>``): ``stdout`` is ``<temp>/<task id>.out``, ``stderr`` is ``<temp>/<task id>.err``,
+  a file is the task folder's file only when every folder on its way is a folder and it is
+  a regular file with no other link to it (a symbolic link could point anywhere, a hard
+  link could be another file of the machine's); a result that is not there is missing.
+  Then the task's folder, ``.out`` and ``.err`` are removed;
+* it reads each result: its size and md5.  The results together over
+  ``max_result_bytes``, or a command stopped by the file-size limit (exit status
   :data:`XFSZ_STATUS`, 128 + SIGXFSZ), fail the task with the reason
   ``results over max_result_bytes (<max_result_bytes> bytes)`` and its files are removed:
   nothing of it is kept;
-* keeps what the master needs of the task (:class:`TaskResults`): its start (epoch seconds,
-  when the node's slot started the job), runtime, exit status, files ``{name: [size,
-  md5]}`` and failure reason.
+* it keeps what the master needs of the task (:class:`TaskResults`): its start (epoch
+  seconds, when the node's slot started the job), runtime, exit status, files ``{name:
+  [size, md5]}`` and failure reason.
 
 The task's result line carries :attr:`TaskResults.md5`: the md5 of the lines
 ``<result name> <md5 of the file>\\n`` in name order (:func:`result_md5`), so a change of
@@ -43,7 +53,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import stat
 import tarfile
@@ -53,10 +62,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.runtime import fsutil
+from cluster.wire.jobstart import RESULT_NAME, STREAM_SOURCES
 
-#: A result's name (the sweep file's rule, cluster.sweep.spec.RESULT_NAME, spelled out so
-#: the node's code set does not carry the sweep file's reader; a unit test keeps them one).
-RESULT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 #: The exit status of a command stopped by the file-size limit: 128 + SIGXFSZ (25).
 XFSZ_STATUS = 153
 #: The bundle's first member.
@@ -67,6 +74,8 @@ OUTBOX_DIR = "sweep-results"
 NEXT_BUNDLE = "next-bundle"
 #: Bytes of result files one bundle holds at most beyond its first task.
 BUNDLE_BYTES = 256 << 20
+#: What a task's job writes beside its folder: the command's stdout and stderr.
+OUT_SUFFIX, ERR_SUFFIX = ".out", ".err"
 #: How much of a file is read at a time.
 _CHUNK = 1 << 20
 
@@ -132,6 +141,69 @@ def remove(path: Path) -> None:
             path.unlink()
     except FileNotFoundError:
         pass
+
+
+def prepare_task(folder: Path, entries: Sequence[Path]) -> None:
+    """Make the task folder ``folder`` afresh, holding a symbolic link to each of the sweep
+    folder's ``entries`` (its top-level entries, absolute paths); what an earlier try
+    left there, and beside it in ``.out`` and ``.err``, is removed first."""
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        remove(folder)
+        os.mkdir(folder)
+    for suffix in (OUT_SUFFIX, ERR_SUFFIX):
+        try:
+            os.unlink(f"{folder}{suffix}")
+        except FileNotFoundError:
+            pass
+    for entry in entries:
+        os.symlink(entry, folder / entry.name)
+
+
+def clear_task(folder: Path) -> None:
+    """Remove the task folder ``folder`` and its ``.out`` and ``.err``."""
+    remove(folder)
+    for suffix in (OUT_SUFFIX, ERR_SUFFIX):
+        try:
+            os.unlink(f"{folder}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
+def stage(folder: Path, results: Sequence[tuple[str, str]]) -> list[tuple[str, Path]]:
+    """The (result name, file) of each of ``results`` that the task in ``folder`` left (the
+    module docstring says which files count).  Every file is looked at before any is
+    linked, so two results of one file are both found (the first link would otherwise
+    look like another file's)."""
+    found: list[tuple[str, Path]] = []
+    for name, source in results:
+        if source in STREAM_SOURCES:
+            path = Path(f"{folder}{OUT_SUFFIX if source == STREAM_SOURCES[0] else ERR_SUFFIX}")
+        else:
+            path = folder / source
+            if not _plain_folders(folder, source):
+                continue
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            found.append((name, path))
+    return found
+
+
+def _plain_folders(folder: Path, source: str) -> bool:
+    """Whether every folder on ``source``'s way in ``folder`` is a folder, no link."""
+    path = folder
+    for part in source.split("/")[:-1]:
+        path = path / part
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def _read_file(folder: Path, name: str, budget: int) -> tuple[int, str] | None:
@@ -205,25 +277,28 @@ class Outbox:
         self.pending: list[TaskResults] = []
         self.taken = 0  # folders moved in so far: their names' counter
 
-    def take(self, task: str, res_dir: Path, exit_status: int | None, start: float,
-             runtime: float) -> TaskResults:
-        """Take the result folder ``res_dir`` of ``task`` (module docstring) and keep the
-        task's results as unsent; return them."""
+    def take(self, task: str, folder: Path, results: Sequence[tuple[str, str]],
+             exit_status: int | None, start: float, runtime: float) -> TaskResults:
+        """Take the results of ``task``, whose job ran in ``folder`` (module docstring):
+        ``results`` are job.start's (result name, source) pairs; keep them as unsent and
+        return them.  The task's folder and its ``.out`` and ``.err`` are removed."""
         self.taken += 1
-        folder = self.root / f"{self.taken}.{task}"
+        kept = self.root / f"{self.taken}.{task}"
+        kept.mkdir()
         try:
-            os.rename(res_dir, folder)
-        except FileNotFoundError:
-            folder.mkdir()  # the job left none (it was killed before it made it)
-        files, total, _removed = read_results(folder, self.max_result_bytes)
+            for name, path in stage(folder, results):
+                os.link(path, kept / name)
+        finally:
+            clear_task(folder)
+        files, total, _removed = read_results(kept, self.max_result_bytes)
         failed = ""
         if total > self.max_result_bytes or exit_status == XFSZ_STATUS:
             failed = over_limit_reason(self.max_result_bytes)
             files = {}
         if not files:
-            remove(folder)
+            remove(kept)
         result = TaskResults(task=task, start=start, runtime=runtime, exit=exit_status,
-                             files=files, failed=failed, folder=folder if files else None)
+                             files=files, failed=failed, folder=kept if files else None)
         self.pending.append(result)
         return result
 

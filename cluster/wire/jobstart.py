@@ -36,22 +36,37 @@ the seconds a node lets one job of this run run before it kills it, instead of i
 ``job_timeout`` (the sweep's ``timeout`` plus GNU timeout's grace and a margin:
 :func:`cluster.jobs.sweepjobs.node_job_timeout`), so a node never cuts a task before the
 sweep's own timeout does.
+
+``sweep_results`` (issue 23, sweep runs only): the sweep's ``[results]``, which the node
+takes from each task's folder when its job has ended (:mod:`cluster.node.sweepresults`):
+space-separated ``<result name>=<source>`` words in the sweep file's order, the source
+``stdout``, ``stderr`` or a relative path in the task's folder, percent-encoded
+(``urllib.parse.quote``, ``/`` kept).  Absent or empty: the task's results are none.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 KEYS = ("id", "priority", "queue", "kind", "ref", "products", "tree", "source", "build",
         "build_ghostpdl", "build_mupdf", "tests", "options", "baseline", "programs",
-        "max_result_bytes", "job_timeout", "secret")
+        "max_result_bytes", "job_timeout", "sweep_results", "secret")
 #: Keys a job.start may lack.
 OPTIONAL = ("options", "build_ghostpdl", "build_mupdf", "baseline", "programs",
-            "max_result_bytes", "job_timeout", "secret")
+            "max_result_bytes", "job_timeout", "sweep_results", "secret")
 #: Optional keys whose line is left out when empty (job.start files without them unchanged).
 _OMITTED_WHEN_EMPTY = ("build_ghostpdl", "build_mupdf", "baseline", "programs",
-                       "max_result_bytes", "job_timeout", "secret")
+                       "max_result_bytes", "job_timeout", "sweep_results", "secret")
+#: A sweep result's name (the sweep file's rule, cluster.sweep.spec.RESULT_NAME, spelled
+#: out here so the node's code set does not carry the sweep file's reader; a unit test
+#: keeps the two one).
+RESULT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+#: The sources of a sweep result that are the command's streams, not files.
+STREAM_SOURCES = ("stdout", "stderr")
+#: The most results a sweep run may name.
+MAX_SWEEP_RESULTS = 256
 #: The largest ``job_timeout`` a job.start may give: a sweep's timeout is at most 7 days.
 MAX_JOB_TIMEOUT = 8 * 24 * 3600.0
 #: A program a job calls as ``__bin__/<name>`` (what cluster.node.noderun finds in a job).
@@ -82,6 +97,8 @@ class JobStart:
     max_result_bytes: int = 0
     #: Seconds a node lets one job of this run run; 0: the node's own job_timeout.
     job_timeout: float = 0.0
+    #: A sweep run's ``[results]``: (result name, source) pairs; empty in other runs.
+    sweep_results: tuple[tuple[str, str], ...] = ()
 
     def format(self, *, with_secret: bool = False) -> str:
         """The file's text; the ``secret`` line only ``with_secret`` (job.start itself)."""
@@ -94,6 +111,8 @@ class JobStart:
             "baseline": self.baseline, "programs": ",".join(self.programs),
             "max_result_bytes": str(self.max_result_bytes) if self.max_result_bytes else "",
             "job_timeout": repr(float(self.job_timeout)) if self.job_timeout else "",
+            "sweep_results": " ".join(f"{name}={quote(source, safe='/')}"
+                                      for name, source in self.sweep_results),
             "secret": self.secret if with_secret else "",
         }
         return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS
@@ -122,6 +141,7 @@ class JobStart:
                              "names)") from None
         max_result_bytes = _number(values, "max_result_bytes", int, 1 << 62)
         job_timeout = _number(values, "job_timeout", float, MAX_JOB_TIMEOUT)
+        sweep_results = parse_sweep_results(values.get("sweep_results", ""))
         return cls(id=values["id"], priority=priority, queue=values["queue"],
                    kind=values["kind"], ref=values["ref"],
                    products=tuple(p for p in values["products"].split(",") if p),
@@ -132,7 +152,7 @@ class JobStart:
                    build_ghostpdl=values.get("build_ghostpdl", "").strip(),
                    build_mupdf=values.get("build_mupdf", "").strip(),
                    programs=programs, max_result_bytes=int(max_result_bytes),
-                   job_timeout=float(job_timeout))
+                   job_timeout=float(job_timeout), sweep_results=sweep_results)
 
 
 def _number(values: dict[str, str], key: str, kind: type[int] | type[float],
@@ -149,6 +169,34 @@ def _number(values: dict[str, str], key: str, kind: type[int] | type[float],
     if not 0 <= value <= high:  # also false for nan
         raise ValueError(f"job.start {key} {text[:40]!r} is not a number from 0 to {high:g}")
     return value
+
+
+def parse_sweep_results(text: str) -> tuple[tuple[str, str], ...]:
+    """The (result name, source) pairs of a ``sweep_results`` line; ValueError naming the
+    word and what was expected.  A source is ``stdout``, ``stderr`` or a relative path
+    that stays in the task's folder: no empty, ``.`` or ``..`` component, no NUL, not
+    absolute."""
+    pairs: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    words = text.split()
+    if len(words) > MAX_SWEEP_RESULTS:
+        raise ValueError(f"job.start sweep_results names {len(words)} results, more than "
+                         f"{MAX_SWEEP_RESULTS}")
+    for word in words:
+        name, eq, encoded = word.partition("=")
+        try:
+            source = unquote(encoded, errors="strict") if eq else ""
+        except UnicodeDecodeError:
+            source = ""  # not UTF-8 once decoded: refused below
+        parts = source.split("/")
+        if (not RESULT_NAME.fullmatch(name) or name in seen or not source or "\0" in source
+                or any(part in ("", ".", "..") for part in parts)):
+            raise ValueError(f"job.start sweep_results word {word[:80]!r}: expected "
+                             "<result name>=<stdout, stderr or a relative path in the "
+                             "task's folder>, each name once")
+        seen.add(name)
+        pairs.append((name, source))
+    return tuple(pairs)
 
 
 def parse_programs(text: str) -> tuple[str, ...]:

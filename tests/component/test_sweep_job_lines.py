@@ -1,8 +1,9 @@
 """Sweep job lines (cluster.jobs.sweepjobs) run by the node's real slot shells
-(cluster.node.slots, /bin/sh, base64, timeout, ulimit): each task's staged results
-(``<id>.res/``) and exit status are what running its expanded command by hand in a folder
-of its own gives, hostile values and names included; nothing is written outside the
-task's folder, links are never staged, stdout and stderr stay apart, the sweep folder is
+(cluster.node.slots, /bin/sh, ulimit), with the node's own steps around them (the task's
+folder made by cluster.node.sweepresults.prepare_task, its results taken by an Outbox):
+each task's results and exit status are what running its expanded command by hand in a
+folder of its own gives, hostile values and names included; nothing is written outside
+the task's folder, links are never taken, stdout and stderr stay apart, the sweep folder is
 linked into the task's folder, and a command writing without end is stopped by the
 file-size limit."""
 
@@ -16,22 +17,36 @@ from pathlib import Path
 
 from cluster.jobs.sweepjobs import sweep_jobs
 from cluster.node.slots import Finished, SlotPool
-from cluster.node.sweepresults import XFSZ_STATUS
+from cluster.node.sweepresults import XFSZ_STATUS, Outbox, TaskResults, prepare_task, stage
 from cluster.records import TEMP, TREE_DIR, Job
 from cluster.sweep.expand import tasks
-from cluster.sweep.spec import load
+from cluster.sweep.spec import SweepSpec, load
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sweep" / "sweep.toml"
 #: max_result_bytes of these runs (master.conf's default).
 LIMIT = 64 << 20
+INSTANCE = "0123456789abcdef"
 
 
-def run_jobs(jobs: list[Job], temp: Path, tree: Path, slots: int = 2,
-             timeout: float = 60.0) -> dict[str, Finished]:
-    """Run ``jobs`` in a real SlotPool as a node does (placeholders replaced)."""
+def pairs(spec: SweepSpec) -> tuple[tuple[str, str], ...]:
+    """The sweep's ``[results]`` as job.start's ``sweep_results`` carries them."""
+    return tuple((r.name, r.source) for r in spec.results)
+
+
+def run_jobs(jobs: list[Job], temp: Path, tree: Path, results: tuple[tuple[str, str], ...],
+             slots: int = 2, timeout: float = 60.0, limit: int = LIMIT, take: bool = True
+             ) -> tuple[dict[str, Finished], dict[str, TaskResults]]:
+    """Run ``jobs`` in a real SlotPool as a node does: each task's folder made, the
+    placeholders replaced, and when it ends its ``results`` taken into an Outbox (beside
+    ``temp``) bounded by ``limit``.  Without ``take`` the results are only linked into
+    ``<temp>/<id>.res/`` (what the node would take, before its limits) and the task's
+    folder stays."""
     pool = SlotPool(slots, dict(os.environ), timeout, kill_grace=1.0)
+    outbox = Outbox(temp.parent / "outbox", "n1", INSTANCE, limit)
+    entries = sorted(tree.iterdir())
     done: dict[str, Finished] = {}
+    taken: dict[str, TaskResults] = {}
     pending = list(jobs)
     end = time.monotonic() + 120
     try:
@@ -39,16 +54,30 @@ def run_jobs(jobs: list[Job], temp: Path, tree: Path, slots: int = 2,
             while pending and pool.free():
                 job = pending[0]
                 command = job.command.replace(TEMP, str(temp)).replace(TREE_DIR, str(tree))
+                prepare_task(temp / job.name, entries)
                 if not pool.start(job, command, time.monotonic()):
                     break
                 pending.pop(0)
             for finished in pool.wait(0.2):
-                done[finished.job.name] = finished
+                name = finished.job.name
+                done[name] = finished
+                if take:
+                    taken[name] = outbox.take(name, temp / name, results,
+                                              finished.exit_status, 0.0, 0.0)
+                else:
+                    (temp / f"{name}.res").mkdir()
+                    for result, path in stage(temp / name, results):
+                        os.link(path, temp / f"{name}.res" / result)
             pool.check_timeouts(time.monotonic())
     finally:
         pool.close()
     assert len(done) == len(jobs)
-    return done
+    return done, taken
+
+
+def kept(result: TaskResults) -> dict[str, bytes]:
+    """The files the node keeps of a task, by result name."""
+    return {} if result.folder is None else files(result.folder)
 
 
 def by_hand(command: str, inputs: tuple[tuple[str, str], ...], folder: Path,
@@ -86,7 +115,7 @@ def test_the_example_sweeps_tasks_give_what_running_them_by_hand_gives(tmp_path:
     temp = tmp_path / "temp"
     temp.mkdir()
     jobs = list(sweep_jobs(spec, LIMIT))
-    done = run_jobs(jobs, temp, tree)
+    done, taken = run_jobs(jobs, temp, tree, pairs(spec))
     expected = list(tasks(spec))
     assert len(expected) == len(jobs) >= 50
     for task in expected:
@@ -94,13 +123,14 @@ def test_the_example_sweeps_tasks_give_what_running_them_by_hand_gives(tmp_path:
         stdout, status = by_hand(task.command, task.inputs, hand, tree)
         assert done[task.task_id].exit_status == status == 0
         assert stdout.startswith(f"task {task.number}: ".encode())  # config.ini was read
-        # The results, staged under their names: the file and stdout, as by hand.
-        assert files(temp / f"{task.task_id}.res") == {"log": stdout,
-                                                       "out": (hand / "out.txt").read_bytes()}
+        # The results, taken under their names: the file and stdout, as by hand.
+        assert kept(taken[task.task_id]) == {"log": stdout,
+                                             "out": (hand / "out.txt").read_bytes()}
+        assert not taken[task.task_id].failed
         assert (temp / f"{task.task_id}.log").read_text() == "sweep\n"
     # Nothing else is left: the task folders, stdout and stderr are gone.
     assert sorted(p.name for p in temp.iterdir()) == sorted(
-        f"{t.task_id}{suffix}" for t in expected for suffix in (".log", ".res"))
+        f"{t.task_id}.log" for t in expected)
 
 
 def test_hostile_values_and_names_stay_inside_the_task_folder(tmp_path: Path) -> None:
@@ -123,10 +153,10 @@ def test_hostile_values_and_names_stay_inside_the_task_folder(tmp_path: Path) ->
     temp = tmp_path / "run" / "temp"
     temp.mkdir(parents=True)
     jobs = list(sweep_jobs(spec, LIMIT))
-    done = run_jobs(jobs, temp, tree)
+    done, taken = run_jobs(jobs, temp, tree, pairs(spec))
     for task in tasks(spec):
         value = task.row.values[0]
-        out = (temp / f"{task.task_id}.res" / "out").read_text()
+        out = kept(taken[task.task_id])["out"].decode()
         shown, slot, content = out.split("\n", 1)[0].split("|")
         assert shown == value and slot in ("1", "2")
         assert content == f"{value} $(touch pwned4)"
@@ -146,18 +176,20 @@ def test_a_task_past_its_timeout_is_killed_and_says_so(tmp_path: Path) -> None:
     temp = tmp_path / "temp"
     temp.mkdir()
     started = time.monotonic()
-    done = run_jobs(list(sweep_jobs(spec, LIMIT)), temp, tree)
+    done, taken = run_jobs(list(sweep_jobs(spec, LIMIT)), temp, tree, pairs(spec),
+                           timeout=0.5)  # the node's kill: job.start's job_timeout
     assert time.monotonic() - started < 10
     quick, slow = tasks(spec)
-    assert done[quick.task_id].exit_status == 0
-    assert (temp / f"{quick.task_id}.res" / "out").read_text() == "start\nend\n"
-    assert done[slow.task_id].exit_status == 124
-    assert (temp / f"{slow.task_id}.res" / "out").read_text() == "start\n"
-    assert (temp / f"{slow.task_id}.log").read_text() == "sweep\nkilled: timeout\n"
+    assert done[quick.task_id].exit_status == 0 and not done[quick.task_id].killed
+    assert kept(taken[quick.task_id]) == {"out": b"start\nend\n"}
+    assert done[slow.task_id].killed  # readlog: a timeout (error 3)
+    # What it wrote before it was killed is kept for reading.
+    assert kept(taken[slow.task_id]) == {"out": b"start\n"}
 
 
 def _one_task_sweep(tree: Path, command: str, results: dict[str, str],
-                    inputs: dict[str, str] | None = None) -> list[Job]:
+                    inputs: dict[str, str] | None = None
+                    ) -> tuple[list[Job], tuple[tuple[str, str], ...]]:
     """The jobs of a sweep of one task in ``tree``: ``command``, ``results``, ``inputs``."""
     tree.mkdir(parents=True, exist_ok=True)
     text = f"command = {toml_str(command)}\ntimeout = 20\n[axes]\nv = ['1']\n[results]\n"
@@ -166,21 +198,23 @@ def _one_task_sweep(tree: Path, command: str, results: dict[str, str],
         text += "[inputs]\n" + "".join(f"{toml_str(k)} = {toml_str(v)}\n"
                                         for k, v in inputs.items())
     (tree / "sweep.toml").write_text(text)
-    return list(sweep_jobs(load(tree / "sweep.toml"), LIMIT))
+    spec = load(tree / "sweep.toml")
+    return list(sweep_jobs(spec, LIMIT)), pairs(spec)
 
 
 def test_stdout_and_stderr_stay_apart_and_files_come_from_the_task_folder(
         tmp_path: Path) -> None:
     tree, temp = tmp_path / "tree", tmp_path / "temp"
     temp.mkdir()
-    jobs = _one_task_sweep(tree, "echo out; echo err >&2; mkdir -p d/e; echo f > d/e/f.txt; "
-                                 "printf '' > empty; exit 3",
-                           {"o": "stdout", "e": "stderr", "f": "d/e/f.txt",
-                            "empty": "empty", "none": "missing.txt"})
-    done = run_jobs(jobs, temp, tree)
-    assert done[jobs[0].name].exit_status == 3  # the command's, whatever was staged
-    assert files(temp / f"{jobs[0].name}.res") == {"o": b"out\n", "e": b"err\n",
-                                                   "f": b"f\n", "empty": b""}
+    jobs, results = _one_task_sweep(
+        tree, "echo out; echo err >&2; mkdir -p d/e; echo f > d/e/f.txt; "
+              "printf '' > empty; exit 3",
+        {"o": "stdout", "e": "stderr", "f": "d/e/f.txt", "f2": "d/e/f.txt",
+         "empty": "empty", "none": "missing.txt"})
+    done, taken = run_jobs(jobs, temp, tree, results)
+    assert done[jobs[0].name].exit_status == 3  # the command's, whatever was taken
+    assert kept(taken[jobs[0].name]) == {"o": b"out\n", "e": b"err\n", "f": b"f\n",
+                                         "f2": b"f\n", "empty": b""}
     assert (temp / f"{jobs[0].name}.log").read_text() == "sweep\n"
 
 
@@ -194,15 +228,17 @@ def test_links_and_non_files_are_never_staged_and_hostile_names_stay_inside(
     outside.mkdir()
     (outside / "x.txt").write_text("outside\n")
     command = (f"ln -s {secret} link.txt; ln -s {outside} d; mkfifo fifo; mkdir dir; "
+               f"ln {secret} hard.txt; "
                "mkdir -p 'a b'; echo ok > 'a b/$(touch pwned).txt'; echo sweep-dir "
                "> \"$CLUSTER_SWEEP_DIR/../written-through-variable\"")
-    jobs = _one_task_sweep(tree, command, {
+    jobs, results = _one_task_sweep(tree, command, {
         "link": "link.txt", "through": "d/x.txt", "fifo": "fifo", "dir": "dir",
-        "model": "model.py", "hostile": "a b/$(touch pwned).txt"})
+        "model": "model.py", "hard": "hard.txt", "hostile": "a b/$(touch pwned).txt"})
     (tree / "model.py").write_text("print(1)\n")  # linked into the task folder: refused
-    done = run_jobs(jobs, temp, tree)
+    done, taken = run_jobs(jobs, temp, tree, results)
     assert done[jobs[0].name].exit_status == 0
-    assert files(temp / f"{jobs[0].name}.res") == {"hostile": b"ok\n"}
+    # A hard link to another file of the machine is no result either.
+    assert kept(taken[jobs[0].name]) == {"hostile": b"ok\n"}
     assert not list(tmp_path.rglob("pwned*"))
     # $CLUSTER_SWEEP_DIR still names the sweep folder.
     assert (tmp_path / "written-through-variable").read_text() == "sweep-dir\n"
@@ -221,13 +257,13 @@ def test_the_task_folder_links_the_sweep_folder_except_what_the_inputs_write(
     (tree / "conf").mkdir()
     (tree / "conf" / "keep.ini").write_text("sweep folder's\n")
     (tree / "a*b").write_text("glob\n")
-    jobs = _one_task_sweep(
+    jobs, results = _one_task_sweep(
         tree, "python3 model.py; cat data/table.txt .hidden; ls -A conf; "
               "for f in * .hidden; do [ -L \"$f\" ] && echo \"link $f\"; done; true",
         {"o": "stdout"}, inputs={"conf/new.ini": "input {v}\n", "a*b": "input wins\n"})
-    done = run_jobs(jobs, temp, tree)
+    done, taken = run_jobs(jobs, temp, tree, results)
     assert done[jobs[0].name].exit_status == 0
-    assert (temp / f"{jobs[0].name}.res" / "o").read_text() == (
+    assert kept(taken[jobs[0].name])["o"].decode() == (
         "model ran\nt\nh\nnew.ini\n"
         "link data\nlink model.py\nlink sweep.toml\nlink .hidden\n")
     # The inputs were written into the task folder, never through a link into the tree.
@@ -246,7 +282,7 @@ def test_a_command_writing_without_end_is_stopped_by_the_file_size_limit(
         "[results]\nbig = 'big.txt'\nout = 'stdout'\n")
     spec = load(tree / "sweep.toml")
     started = time.monotonic()
-    done = run_jobs(list(sweep_jobs(spec, 4096)), temp, tree)
+    done, _ = run_jobs(list(sweep_jobs(spec, 4096)), temp, tree, pairs(spec), take=False)
     assert time.monotonic() - started < 30  # 10 GB were never written
     endless, ten_gb, exact = tasks(spec)
     assert done[endless.task_id].exit_status == XFSZ_STATUS
@@ -256,21 +292,30 @@ def test_a_command_writing_without_end_is_stopped_by_the_file_size_limit(
     assert (temp / f"{ten_gb.task_id}.res" / "out").stat().st_size == 4608
     assert done[exact.task_id].exit_status == 0  # exactly max_result_bytes is allowed
     assert (temp / f"{exact.task_id}.res" / "big").stat().st_size == 4096
+    # What the node makes of them: the stopped ones failed and nothing of them kept.
+    again = tmp_path / "again" / "temp"
+    again.mkdir(parents=True)
+    _, taken = run_jobs(list(sweep_jobs(spec, 4096)), again, tree, pairs(spec), limit=4096)
+    assert [(taken[t.task_id].failed, kept(taken[t.task_id])) for t in (endless, ten_gb)] \
+        == [("results over max_result_bytes (4096 bytes)", {})] * 2
+    assert not taken[exact.task_id].failed
+    assert kept(taken[exact.task_id]) == {"big": b"\0" * 4096, "out": b""}
 
 
 def test_a_task_run_again_starts_from_nothing(tmp_path: Path) -> None:
     tree, temp = tmp_path / "tree", tmp_path / "temp"
     temp.mkdir()
-    jobs = _one_task_sweep(tree, "ls -A; echo new > out.txt",
-                           {"o": "stdout", "out": "out.txt", "stale": "stale.txt"})
+    jobs, results = _one_task_sweep(tree, "ls -A; echo new > out.txt",
+                                    {"o": "stdout", "e": "stderr", "out": "out.txt",
+                                     "stale": "stale.txt"})
     name = jobs[0].name
-    # What a run killed by the node would leave: its folder, stdout, stderr, results.
+    # What a run killed with its node would leave: its folder, stdout, stderr.
     (temp / name).mkdir()
     (temp / name / "junk").write_text("old\n")
-    (temp / f"{name}.res").mkdir()
-    (temp / f"{name}.res" / "stale").write_text("old\n")
+    (temp / name / "stale.txt").write_text("old\n")
     (temp / f"{name}.err").write_text("old\n")
-    done = run_jobs(jobs, temp, tree)
+    (temp / f"{name}.out").write_text("old\n")
+    done, taken = run_jobs(jobs, temp, tree, results)
     assert done[name].exit_status == 0
-    assert files(temp / f"{name}.res") == {"o": b"sweep.toml\n", "out": b"new\n"}
-    assert sorted(p.name for p in temp.iterdir()) == [f"{name}.log", f"{name}.res"]
+    assert kept(taken[name]) == {"o": b"sweep.toml\n", "e": b"", "out": b"new\n"}
+    assert sorted(p.name for p in temp.iterdir()) == [f"{name}.log"]

@@ -98,7 +98,8 @@ def test_a_sweep_nodes_results_come_home_in_bundles_put_in_place_before_each_cal
     start = JobStart(id=RUN, priority=0, queue="user u sweep", kind="user", ref="u",
                      products=("sweep",), tree="sweep", source="sweepsrc", build="true",
                      tests="tests", max_result_bytes=LIMIT,
-                     job_timeout=node_job_timeout(spec.timeout))
+                     job_timeout=node_job_timeout(spec.timeout),
+                     sweep_results=tuple((r.name, r.source) for r in spec.results))
     (home / "job.start").write_text(start.format())
     give_key(home, "n1", SECRET)
     # The first uploads fail (a file stands where the folder must be made), until it goes.
