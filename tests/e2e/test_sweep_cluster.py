@@ -221,6 +221,24 @@ def test_resume_after_the_check_is_fixed_runs_only_the_failed_tasks(swept: Swept
     assert (f"Resumed run {first}: the results of {ROWS - len(REJECTED)} tasks were taken "
             "from it.") in text
 
+    # Resuming a sweep that is complete runs nothing, and still archives every task.
+    before = cluster.archives()
+    again = subprocess.run(
+        [sys.executable, str(REPO / "clusterpush.py"), *cluster.config_args(), "--user", USER,
+         "--sweep", str(swept.sweep), "--resume"],
+        cwd=swept.sweep.parent, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    line = f"user {USER} sweep resume={archive.name} sweep=sweep.toml"
+    assert f"queueing: {line}" in again.stdout
+    third = cluster.wait_for_run(RunSpec.parse(line), before, RUN_TIMEOUT)
+    assert (third / f"{third.name}.tab").read_text() == ""
+    assert [r.status for r in read_joblog(third / "results.tsv")] == ["ok"] * ROWS
+    assert sweepcase.files_under(third / "collected") == expected
+    assert sorted(p.name for p in (third / "results").iterdir()) == sorted(
+        t.task_id for t in swept.tasks)
+    log = (cluster.home.log_dir / "clustermaster.log").read_text(errors="replace")
+    assert f"resume: 0 of {ROWS} tasks to run, {ROWS} valid in run {archive.name}" in log
+
 
 #: The bad-input sweep: each row's ``what`` says what its command does (work.sh).
 HOSTILE_WORK = """\
