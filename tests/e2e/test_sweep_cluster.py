@@ -14,8 +14,8 @@ One cluster (``max_result_bytes`` 1 MiB) serves the module, its cases in order:
 3. bad input at run time: commands writing far more than ``max_result_bytes`` (into a
    result file, into stdout, into a file that is no result) are failed with that reason
    and nothing of them is kept, while the other tasks are fine; a check script that hangs
-   is ended by the sweep's ``timeout``, and so is a command that hangs; a hostile result
-   name is refused at submission.
+   is ended by the sweep's ``timeout``, and so is a command that hangs; a result file that
+   is a symbolic link is not taken; a hostile result name is refused at submission.
 """
 
 from __future__ import annotations
@@ -250,6 +250,7 @@ case "$1" in
     bigstdout) exec head -c 3000000 /dev/zero ;;
     bigother) exec head -c 3000000 /dev/zero > scratch.dat ;;
     slow) exec sleep 20 ;;
+    symlink) rm out.txt; exec ln -s /etc/os-release out.txt ;;
 esac
 """
 HOSTILE_CHECK = """\
@@ -271,11 +272,14 @@ log = "stdout"
 [validate]
 script = "check.sh"
 """
-HOSTILE_ROWS = ("fine1", "bigfile", "bigstdout", "bigother", "hang", "slow", "fine2")
+HOSTILE_ROWS = ("fine1", "bigfile", "bigstdout", "bigother", "hang", "slow", "symlink",
+                "fine2")
 
 
 def test_a_task_over_max_result_bytes_is_failed_and_a_hanging_check_times_out(
         swept: Swept, tmp_path: Path) -> None:
+    """Each row of HOSTILE_ROWS does one bad thing (work.sh); the run states each with its
+    reason, keeps nothing of the big writes anywhere and the good rows' files whole."""
     folder = tmp_path / "hostile"
     folder.mkdir()
     (folder / "work.sh").write_text(HOSTILE_WORK)
@@ -296,16 +300,21 @@ def test_a_task_over_max_result_bytes_is_failed_and_a_hanging_check_times_out(
         "hang": ("invalid: check.sh timed out after 3 s", 1, 0, 0),
         # The task's own timeout: GNU parallel's way of writing a job it timed out.
         "slow": ("timeout", 1, -1, 15),
+        # A result file that is a link (here to a file of the node's system) is not taken.
+        "symlink": ("invalid: result out is missing", 1, 0, 0),
         "fine2": ("ok", 1, 0, 0)}
     assert [r.seq for r in rows] == list(range(1, len(HOSTILE_ROWS) + 1))
     report = (archive / "report.txt").read_text(encoding="utf-8")
-    assert "Sweep sweep.toml: 7 tasks: 2 ok, 1 invalid, 3 failed, 1 timed out." in report
+    assert "Sweep sweep.toml: 8 tasks: 2 ok, 2 invalid, 3 failed, 1 timed out." in report
     assert f"  #2 what=bigfile: {over}\n" in report
     ids = {t.row.values[0]: t.task_id for t in tasks(load(folder / "sweep.toml"))}
     for what in ("fine1", "fine2", "hang"):
         kept = archive / "results" / ids[what]
         assert (kept / "out").read_bytes() == f"fine {what}\n".encode()
         assert (kept / "log").read_bytes() == f"done {what}\n".encode()
+    linked = archive / "results" / ids["symlink"]
+    assert sorted(p.name for p in linked.iterdir()) == ["log"]
+    assert not (linked / "log").is_symlink()
     for what in ("bigfile", "bigstdout", "bigother"):
         kept = archive / "results" / ids[what]
         assert not kept.exists() or not any(kept.iterdir()), list(kept.iterdir())
