@@ -244,7 +244,8 @@ def render(header: str, facts: SweepFacts, results_tsv: Path, attempts: Path,
     if facts.resumed:
         lines.append(f"Resumed run {facts.resumed}: the results of {facts.taken} "
                      f"task{_s(facts.taken)} were taken from it.")
-    lines.append(f"Ran for {facts.seconds:.0f} seconds on {facts.nodes} "
+    seconds = round(facts.seconds)
+    lines.append(f"Ran for {seconds} second{_s(seconds)} on {facts.nodes} "
                  f"node{_s(facts.nodes)}.")
     archive = results_tsv.parent
     lines.append(f"Each task's row is in {archive}/results.tsv, its files in "

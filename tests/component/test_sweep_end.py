@@ -387,3 +387,12 @@ def test_the_report_is_made_when_results_tsv_is_missing_and_the_tries_are_torn(
     assert "Sweep sweep.toml: results.tsv is unreadable: " in text
     assert "No task was tried in this run." in text
     assert "Changed since the previous run of this sweep (1):\n  ... and 1 more\n" in text
+
+
+def test_the_reports_run_time_says_one_second_and_one_node_in_the_singular(
+        tmp_path: Path) -> None:
+    """A short run on one node: "Ran for 1 second on 1 node." (0.6 s rounds to 1)."""
+    facts = sweepreport.SweepFacts("sweep.toml", seconds=0.6, nodes=1)
+    text, _ = sweepreport.render("header", facts, tmp_path / "results.tsv",
+                                 tmp_path / "sweep-attempts.tsv", tmp_path / "collected")
+    assert "\nRan for 1 second on 1 node.\n" in text
