@@ -83,7 +83,7 @@ from cluster.master.runstate import RunState
 from cluster.records import ERROR_READ, ERROR_TIMEOUT
 from cluster.sweep import checks
 from cluster.sweep.attempts import Attempt, AttemptsError, AttemptsWriter, read_attempts
-from cluster.sweep.spec import RESULT_NAME, STDOUT, SweepSpec
+from cluster.sweep.spec import RESULT_NAME, SweepSpec
 from cluster.wire import protocol
 from cluster.wire.protocol import Request
 
@@ -104,7 +104,9 @@ LOGGED_REFUSALS = 10
 FILES_MISSING = "failed: result files missing"
 TIMEOUT = "timeout"
 #: A bundle's name after ``<node>.``: the node's instance and the bundle's number.
-_AFTER_NODE = re.compile(r"[0-9a-f]{16}\.[0-9]{1,12}\.tar")
+_AFTER_NODE = re.compile(r"[0-9a-f]{16}\.[0-9]{1,12}\.(tar|d)")
+#: The end of a folder bundle's name.
+FOLDER_SUFFIX = ".d"
 #: Copying a member: bytes read at a time.
 _CHUNK = 1 << 20
 #: The error code of a result line: after the test id.
@@ -145,6 +147,7 @@ class _Staged:
     total: int = 0            # bytes the members of the task declared, taken or not
     over: bool = False        # a member passed max_result_bytes
     refused: set[str] = field(default_factory=set)
+    foreign: bool = False     # a folder bundle's task folder held more than result files
 
 
 class SweepIntake:
@@ -162,7 +165,6 @@ class SweepIntake:
         self.incoming = self.results_dir / INCOMING_DIR
         self.stage_dir = self.results_dir / STAGE_DIR
         self.result_names = frozenset(r.name for r in spec.results)
-        self.stdout_names = tuple(r.name for r in spec.results if r.source == STDOUT)
         self.tries_allowed = 1 + spec.retries
         #: Tries made of each task so far, by every master of the run.
         self.tries: dict[str, int] = {}
@@ -269,7 +271,7 @@ class SweepIntake:
         tries = self.tries.get(task, 0) + 1
         self.tries[task] = tries
         final = status == "ok" or tries >= self.tries_allowed
-        receive = sum(staged.sizes.get(name, 0) for name in self.stdout_names) if staged else 0
+        receive = sum(staged.sizes.values()) if staged else 0  # every result file home
         report = report or TaskReport()
         self.log.write(Attempt(task, node, report.start, report.runtime, report.exit_status,
                                receive, status, tries, final))
@@ -300,6 +302,8 @@ class SweepIntake:
             return FILES_MISSING
         if staged.over:
             return (f"failed: results over max_result_bytes ({staged.total} bytes)")
+        if staged.foreign:
+            return FILES_MISSING
         for name, (size, md5) in report.files.items():
             if staged.sizes.get(name) != size or staged.md5s.get(name) != md5:
                 why = ("refused" if name in staged.refused else
@@ -337,10 +341,12 @@ class SweepIntake:
             return {}, {}
         if not own_bundle(req.node, name):
             log.warning("node %s named bundle %s, which is not its own (expected "
-                        "'%s.<instance>.<n>.tar'); its results' files are missing", req.node,
-                        name, req.node)
+                        "'%s.<instance>.<n>.tar' or '.d'); its results' files are missing",
+                        req.node, name, req.node)
             return {}, {}
         path = self.incoming / name
+        if name.endswith(FOLDER_SUFFIX):
+            return self._unpack_folder(req, path, tasks)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
@@ -359,6 +365,95 @@ class SweepIntake:
                 log.warning("node %s: bundle %s is unreadable: %s; its results' files are "
                             "missing", req.node, name, exc)
                 return {}, {}
+
+    def _unpack_folder(self, req: Request, path: Path, tasks: set[str]
+                       ) -> tuple[dict[str, TaskReport], dict[str, _Staged]]:
+        """:meth:`_unpack` of a folder bundle (a node on the master home's file system
+        moved it here): its ``tasks.json`` and, for each task, its folder ``<task id>/``
+        checked where it is (every entry a regular file with no other link, named as a
+        result the task lists; anything else removed and the task's files counted
+        missing), so a valid task's folder is renamed into ``results/`` with nothing
+        copied."""
+        try:
+            dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            log.warning("node %s: bundle %s cannot be opened as a folder (%s); its results' "
+                        "files are missing", req.node, path, exc.strerror or exc)
+            return {}, {}
+        try:
+            reports = _manifest(_read_at(dfd, MANIFEST, MAX_MANIFEST_BYTES), req.node)
+            reports = {t: r for t, r in reports.items() if t in tasks}
+            return reports, {task: self._check_folder(dfd, path, task, req.node)
+                             for task in reports}
+        except (BundleError, OSError) as exc:
+            log.warning("node %s: bundle %s is unreadable: %s; its results' files are "
+                        "missing", req.node, req.bundle, exc)
+            return {}, {}
+        finally:
+            os.close(dfd)
+
+    def _check_folder(self, dfd: int, path: Path, task: str, node: str) -> _Staged:
+        """Task ``task``'s folder in the folder bundle open as ``dfd`` (at ``path``):
+        its files read, anything that is not a result file removed."""
+        try:
+            tfd = os.open(task, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=dfd)
+        except FileNotFoundError:
+            # The task left no files: an empty folder of its own, to judge and place.
+            self.stage_dir.mkdir(parents=True, exist_ok=True)
+            (self.stage_dir / task).mkdir()
+            return _Staged(self.stage_dir / task)
+        staged = _Staged(path / task)
+        try:
+            with os.scandir(tfd) as listing:
+                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in listing]
+            for name, is_dir in entries:
+                why = "" if name in self.result_names else "not a result name of the sweep"
+                if not why and not is_dir:
+                    why = self._read_entry(tfd, name, staged)
+                elif not why:
+                    why = "a folder, not a file"
+                if why:
+                    staged.foreign = True
+                    staged.refused.add(name)
+                    log.warning("node %s: bundle folder %s/%s: entry %r removed: %s", node,
+                                path.name, task, name, why)
+                    if is_dir:
+                        shutil.rmtree(path / task / name, ignore_errors=True)
+                    else:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(name, dir_fd=tfd)
+        finally:
+            os.close(tfd)
+        return staged
+
+    def _read_entry(self, tfd: int, name: str, staged: _Staged) -> str:
+        """Read the result file ``name`` of a task folder open as ``tfd`` into ``staged``
+        (size, md5); '' when taken, else why not."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=tfd)
+        except OSError as exc:
+            return f"cannot be opened as a file ({exc.strerror or exc})"
+        with os.fdopen(fd, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                return "expected a regular file with no other link"
+            staged.total += info.st_size
+            if staged.total > self.max_result_bytes:
+                staged.over = True
+                return f"the task's files pass max_result_bytes ({self.max_result_bytes})"
+            digest = hashlib.md5()
+            size = 0
+            for _ in range(info.st_size // _CHUNK + 2):  # bounded by the file's size
+                chunk = stream.read(_CHUNK)
+                if not chunk:
+                    break
+                digest.update(chunk)
+                size += len(chunk)
+        staged.sizes[name] = size
+        staged.md5s[name] = digest.hexdigest()
+        return ""
 
     def _read(self, fh: IO[bytes], node: str, bundle: str, tasks: set[str]
               ) -> tuple[dict[str, TaskReport], dict[str, _Staged]]:
@@ -451,16 +546,34 @@ class SweepIntake:
         """Remove ``req``'s bundle (only one named for its node)."""
         if not own_bundle(req.node, req.bundle):
             return
-        with contextlib.suppress(FileNotFoundError):
-            (self.incoming / req.bundle).unlink()
+        _remove(self.incoming / req.bundle)  # a file, or a folder bundle and what is left
         if why:
             log.info("node %s: bundle %s removed: %s", req.node, req.bundle, why)
 
 
 def own_bundle(node: str, name: str) -> bool:
-    """Whether bundle ``name`` is node ``node``'s: ``<node>.<16 hex>.<n>.tar`` exactly (so
-    node ``n1`` cannot name node ``n1.b``'s bundle ``n1.b.<instance>.<n>.tar``)."""
+    """Whether bundle ``name`` is node ``node``'s: ``<node>.<16 hex>.<n>.tar`` or ``.d``
+    exactly (so node ``n1`` cannot name node ``n1.b``'s bundle
+    ``n1.b.<instance>.<n>.tar``)."""
     return name.startswith(node + ".") and _AFTER_NODE.fullmatch(name, len(node) + 1) is not None
+
+
+def _read_at(dfd: int, name: str, limit: int) -> bytes:
+    """The regular file ``name`` of the folder open as ``dfd``, at most ``limit`` bytes;
+    BundleError when it is no regular file or larger."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dfd)
+    except OSError as exc:
+        raise BundleError(f"expected {name}, a regular file ({exc.strerror or exc})") \
+            from None
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise BundleError(f"expected {name}, a regular file")
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise BundleError(f"{name} has more than {limit} bytes")
+    return data
 
 
 def _manifest(data: bytes, node: str) -> dict[str, TaskReport]:

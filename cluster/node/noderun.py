@@ -352,9 +352,13 @@ class NodeRun:
         self.job_timeout = RELAXED_TIMEOUT if relaxed else self.cfg.job_timeout
         if start.job_timeout:
             self.job_timeout = start.job_timeout  # a sweep's: never before its own timeout
+        #: A folder bundle moved to the master whose call failed: it goes again.
+        self.outstanding: sweepresults.Bundle | None = None
+        #: Whether result bundles go as folders (until the transport cannot move one).
+        self.folder_bundles = True
         #: A sweep run's sweep folder entries, linked into each task's folder (read when
         #: the first task is prepared).
-        self.sweep_entries: list[Path] | None = None
+        self.sweep_entries: list[tuple[Path, bool]] | None = None
         self.outbox = None if not start.max_result_bytes else sweepresults.Outbox(
             self.run_dir / sweepresults.OUTBOX_DIR, self.name, self.instance,
             start.max_result_bytes)
@@ -466,9 +470,13 @@ class NodeRun:
     def _batch(self) -> int:
         """How many of the unsent results the next call carries: all, except in a sweep
         run, where one bundle holds each task once and is bounded in bytes
-        (:meth:`cluster.node.sweepresults.Outbox.batch`); the rest go with the next."""
+        (:meth:`cluster.node.sweepresults.Outbox.batch`); the rest go with the next.  A
+        folder bundle already on the master after a failed call goes again with exactly
+        its tasks (the first unsent)."""
         if self.outbox is None:
             return len(self.unsent)
+        if self.outstanding is not None:
+            return len(self.outstanding.tasks)
         return self.outbox.batch([result.name for result in self.unsent])
 
     def _contact(self, now: float, leaving: bool = False) -> int | None:
@@ -504,27 +512,52 @@ class NodeRun:
             self.first_unsent = self.clock.monotonic()
         if bundle is not None and self.outbox is not None:
             self.outbox.sent(bundle)  # and their files
+            self.outstanding = None
         self.next_contact = self.clock.monotonic() + self.cfg.poll_interval
         return self._obey(reply)
 
     def _upload_bundle(self, req: protocol.Request) -> sweepresults.Bundle:
-        """Pack the sweep results of ``req`` into a bundle and upload it to
-        ``runs/<id>/results/incoming/`` (the transport renames it into place whole).
-        ClusterError or OSError when that fails: the call fails, the results stay."""
+        """Pack the sweep results of ``req`` into a bundle and put it in
+        ``runs/<id>/results/incoming/``: as a folder moved there when the transport can
+        (the master home on this file system: nothing copied), else as a tar file uploaded
+        (the transport renames it into place whole).  A folder bundle left there by a
+        failed call is named again as it is.  ClusterError or OSError when that fails:
+        the call fails, the results stay."""
         assert self.outbox is not None and self.start is not None
-        bundle = self.outbox.pack([result.name for result in req.results])
+        if self.outstanding is not None:
+            return self.outstanding
+        names = [result.name for result in req.results]
+        where = f"runs/{self.start.id}/{BUNDLE_DIR}"
+        if self.folder_bundles:
+            bundle = self.outbox.pack_folder(names)
+            try:
+                moved = self.transport.move_folder(bundle.path, f"{where}/{bundle.name}")
+            except BaseException:
+                self.outbox.unpack_folder(bundle)
+                raise
+            if moved:
+                return bundle
+            self.outbox.unpack_folder(bundle)
+            self.folder_bundles = False  # another file system: tar files from now on
+            log.info("node %s: the master home is not on this file system; result bundles "
+                     "go as tar files", self.name)
+        bundle = self.outbox.pack(names)
         try:
-            self.transport.upload(bundle.path, f"runs/{self.start.id}/{BUNDLE_DIR}/"
-                                               f"{bundle.name}")
+            self.transport.upload(bundle.path, f"{where}/{bundle.name}")
         except BaseException:
             self.outbox.discard(bundle)
             raise
         return bundle
 
     def _unsent_bundle(self, bundle: sweepresults.Bundle | None) -> None:
-        """The call carrying ``bundle`` failed: its file goes, its results stay unsent
-        (the next call packs them into a new bundle)."""
-        if bundle is not None and self.outbox is not None:
+        """The call carrying ``bundle`` failed: a tar file goes, its results stay unsent
+        (the next call packs them into a new bundle); a folder bundle, already moved to
+        the master, goes again with the next call."""
+        if bundle is None or self.outbox is None:
+            return
+        if bundle.folder:
+            self.outstanding = bundle
+        else:
             self.outbox.discard(bundle)
 
     def _run_ended(self) -> str | None:
@@ -937,9 +970,11 @@ class NodeRun:
         then this node cannot run the run's jobs (:meth:`_cannot_run`) and ``job`` goes
         back unrun."""
         if self.sweep_entries is None:
-            # The sweep folder's top-level entries, read once (the build has made it).
+            # The sweep folder's top-level entries, read once (the build has made it), its
+            # files made read-only first.
             try:
-                self.sweep_entries = sorted(self.build_dir.iterdir())
+                sweepresults.make_read_only(self.build_dir)
+                self.sweep_entries = sweepresults.entries(self.build_dir)
             except OSError as exc:
                 self.queue.appendleft(job)
                 self._cannot_run(f"cannot read the sweep folder {self.build_dir}: {exc}")

@@ -342,6 +342,10 @@ class SshTransport:
                 from None
 
     # -- write ---------------------------------------------------------------------------------
+    def move_folder(self, src: Path, rel: str) -> bool:
+        """Never: the master home is on another machine (:meth:`Transport.move_folder`)."""
+        return False
+
     def upload(self, src: Path, rel: str) -> None:
         """Copy the local ``src`` to ``rel`` on the master: SFTP to a temporary name in the
         target's directory (``.<name>.<pid>.<random>.tmp``), fsync'ed, renamed over the

@@ -7,16 +7,20 @@ call instead of a program started (bench/sweep.py: 5,000 tiny tasks):
 
 * before the job is sent to a slot, :func:`prepare_task` makes the task's folder
   ``<temp>/<task id>/`` afresh (what an earlier try on this node left is removed first)
-  with a symbolic link to each top-level entry of the sweep folder (dot files included),
-  so ``python3 model.py`` works there as in the sweep folder;
+  holding each top-level entry of the sweep folder (dot files included; :func:`entries`):
+  a regular file as a hard link (a directory entry, no new inode: a tenth of the cost of
+  a symbolic link on the file systems measured), anything else, or a file on another
+  file system, as a symbolic link.  So ``python3 model.py`` works there as in the sweep
+  folder;
 * when the job has ended the node hands the task to its :class:`Outbox`
-  (:meth:`Outbox.take`), which links each ``[results]`` entry (job.start's
-  ``sweep_results``) into the outbox (``<run dir>/sweep-results/<n>.<task id>/<result
-  name>``): ``stdout`` is ``<temp>/<task id>.out``, ``stderr`` is ``<temp>/<task id>.err``,
-  a file is the task folder's file only when every folder on its way is a folder and it is
+  (:meth:`Outbox.take`), which moves each ``[results]`` entry (job.start's
+  ``sweep_results``) into the outbox (``<run dir>/sweep-results/<n>.<result name>``):
+  ``stdout`` is ``<temp>/<task id>.out``, ``stderr`` is ``<temp>/<task id>.err`` (the job
+  line writes those two only when they are results, :mod:`cluster.jobs.sweepjobs`), a
+  file is the task folder's file only when every folder on its way is a folder and it is
   a regular file with no other link to it (a symbolic link could point anywhere, a hard
-  link could be another file of the machine's); a result that is not there is missing.
-  Then the task's folder, ``.out`` and ``.err`` are removed;
+  link could be another file of the machine's, or the sweep folder's own); a result that
+  is not there is missing.  Then what is left of the task's folder is removed;
 * it reads each result: its size and md5.  The results together over
   ``max_result_bytes``, or a command stopped by the file-size limit (exit status
   :data:`XFSZ_STATUS`, 128 + SIGXFSZ), fail the task with the reason
@@ -62,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.runtime import fsutil
-from cluster.wire.jobstart import RESULT_NAME, STREAM_SOURCES
+from cluster.wire.jobstart import STREAM_SOURCES
 
 #: The exit status of a command stopped by the file-size limit: 128 + SIGXFSZ (25).
 XFSZ_STATUS = 153
@@ -93,8 +97,8 @@ def result_md5(files: Mapping[str, tuple[int, str]]) -> str:
 
 @dataclass(frozen=True)
 class TaskResults:
-    """One task's results as the node keeps them until they are sent.  ``folder`` holds
-    the files (None when none are kept: the task failed, or left none)."""
+    """One task's results as the node keeps them until they are sent: ``folder`` holds
+    them, one file per result name (None when the task failed, or left none)."""
 
     task: str
     start: float
@@ -103,6 +107,12 @@ class TaskResults:
     files: Mapping[str, tuple[int, str]]
     failed: str
     folder: Path | None
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        """Each kept file by result name."""
+        folder = self.folder
+        return {} if folder is None else {name: folder / name for name in self.files}
 
     @property
     def md5(self) -> str:
@@ -125,11 +135,13 @@ class TaskResults:
 
 @dataclass(frozen=True)
 class Bundle:
-    """A packed bundle: its file ``path`` (named ``name``) and the tasks it holds."""
+    """A packed bundle: its ``path`` (named ``name``) and the tasks it holds; a tar file,
+    or with ``folder`` a folder (:meth:`Outbox.pack_folder`)."""
 
     path: Path
     name: str
     tasks: tuple[TaskResults, ...]
+    folder: bool = False
 
 
 def remove(path: Path) -> None:
@@ -143,32 +155,97 @@ def remove(path: Path) -> None:
         pass
 
 
-def prepare_task(folder: Path, entries: Sequence[Path]) -> None:
-    """Make the task folder ``folder`` afresh, holding a symbolic link to each of the sweep
-    folder's ``entries`` (its top-level entries, absolute paths); what an earlier try
-    left there, and beside it in ``.out`` and ``.err``, is removed first."""
+def entries(tree: Path) -> list[tuple[Path, bool]]:
+    """The sweep folder ``tree``'s top-level entries (dot files included), each with
+    whether it is a regular file (linked hard into a task's folder) or not (linked
+    symbolically)."""
+    found: list[tuple[Path, bool]] = []
+    with os.scandir(tree) as listing:
+        for entry in listing:
+            found.append((Path(entry.path), entry.is_file(follow_symlinks=False)))
+    return sorted(found)
+
+
+def make_read_only(tree: Path) -> None:
+    """Clear the write bits of every regular file under the sweep folder ``tree``: the
+    tasks get its files as hard links, which share a file's mode, so a command run as any
+    user but root cannot change the sweep folder for the tasks after it (root is bound by
+    no mode bits: issue 25 runs jobs as an unprivileged user).  The node's next update of
+    its build folder replaces files by renaming, which the folders' own modes allow."""
+    for dirpath, _dirs, files in os.walk(tree):  # bounded by the tree
+        for name in files:
+            path = os.path.join(dirpath, name)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_mode & 0o222:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o222)
+
+
+def prepare_task(folder: Path, sweep_entries: Sequence[tuple[Path, bool]]) -> None:
+    """Make the task folder ``folder`` afresh, holding each of the sweep folder's
+    ``sweep_entries`` (:func:`entries`) by its name: a regular file hard-linked, anything
+    else -- and a file a hard link cannot reach, on another file system -- as a
+    symbolic link.  What an earlier try left there, and beside it in ``.out`` and
+    ``.err``, is removed first."""
     try:
         os.mkdir(folder)
     except FileExistsError:
-        remove(folder)
+        clear_task(folder)
         os.mkdir(folder)
-    for suffix in (OUT_SUFFIX, ERR_SUFFIX):
-        try:
-            os.unlink(f"{folder}{suffix}")
-        except FileNotFoundError:
-            pass
-    for entry in entries:
-        os.symlink(entry, folder / entry.name)
+    else:
+        for suffix in (OUT_SUFFIX, ERR_SUFFIX):
+            _unlink(Path(f"{folder}{suffix}"))
+    for entry, is_file in sweep_entries:
+        target = folder / entry.name
+        if is_file:
+            try:
+                os.link(entry, target, follow_symlinks=False)
+                continue
+            except OSError:
+                pass  # another file system, or links refused: a symbolic link instead
+        os.symlink(entry, target)
 
 
 def clear_task(folder: Path) -> None:
-    """Remove the task folder ``folder`` and its ``.out`` and ``.err``."""
-    remove(folder)
+    """Remove the task folder ``folder`` (its entries one by one: most are links) and its
+    ``.out`` and ``.err``."""
+    try:
+        with os.scandir(folder) as listing:
+            for entry in listing:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    _unlink(Path(entry.path))
+        os.rmdir(folder)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        remove(folder)  # a folder the command made unreadable, or another oddity
     for suffix in (OUT_SUFFIX, ERR_SUFFIX):
-        try:
-            os.unlink(f"{folder}{suffix}")
-        except FileNotFoundError:
-            pass
+        _unlink(Path(f"{folder}{suffix}"))
+
+
+#: The prefix of a result's name while the task's folder is turned into its result folder.
+_HIDDEN = ".result."
+
+
+def _clear_but(folder: Path, keep: set[str]) -> None:
+    """Remove everything in ``folder`` but the entries named in ``keep``."""
+    with os.scandir(folder) as listing:
+        for entry in listing:
+            if entry.name in keep:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+
+
+def _unlink(path: Path) -> None:
+    """Remove the file or link ``path`` (nothing when it is not there)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def stage(folder: Path, results: Sequence[tuple[str, str]]) -> list[tuple[str, Path]]:
@@ -227,31 +304,21 @@ def _read_file(folder: Path, name: str, budget: int) -> tuple[int, str] | None:
     return size, digest.hexdigest()
 
 
-def read_results(folder: Path, max_result_bytes: int
-                 ) -> tuple[dict[str, tuple[int, str]], int, list[str]]:
-    """The result files in ``folder``: ``({name: (size, md5)}, bytes together, names
-    removed)``.  What is not a regular file named as a result is removed and listed.
-    Reading stops once the files pass ``max_result_bytes`` together (the bytes returned
-    then pass it too)."""
+def read_files(paths: Mapping[str, Path], max_result_bytes: int
+               ) -> tuple[dict[str, tuple[int, str]], int]:
+    """``({name: (size, md5)}, bytes together)`` of the result files ``paths``, in name
+    order; a file that is no longer a regular file is left out.  Reading stops once the
+    files pass ``max_result_bytes`` together (the bytes returned then pass it too)."""
     files: dict[str, tuple[int, str]] = {}
-    removed: list[str] = []
     total = 0
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return files, 0, removed
-    for name in names:
+    for name in sorted(paths):
         if total > max_result_bytes:
             break  # the task fails: the rest need not be read
-        found = _read_file(folder, name, max_result_bytes - total) \
-            if RESULT_NAME.fullmatch(name) else None
-        if found is None:
-            removed.append(name)
-            remove(folder / name)
-            continue
-        files[name] = found
-        total += found[0]
-    return files, total, removed
+        found = _read_file(paths[name].parent, paths[name].name, max_result_bytes - total)
+        if found is not None:
+            files[name] = found
+            total += found[0]
+    return files, total
 
 
 class Outbox:
@@ -281,20 +348,46 @@ class Outbox:
              exit_status: int | None, start: float, runtime: float) -> TaskResults:
         """Take the results of ``task``, whose job ran in ``folder`` (module docstring):
         ``results`` are job.start's (result name, source) pairs; keep them as unsent and
-        return them.  The task's folder and its ``.out`` and ``.err`` are removed."""
+        return them.
+
+        The task's folder becomes the result folder in place: each result is renamed to
+        a hidden name in it, everything else in it is removed, the results get their
+        names, and the folder moves into the outbox -- renames and removals only, no file
+        or folder made (making one costs as much as the rest together on the file systems
+        measured)."""
         self.taken += 1
         kept = self.root / f"{self.taken}.{task}"
-        kept.mkdir()
+        names: list[str] = []
         try:
+            moved: dict[Path, Path] = {}
             for name, path in stage(folder, results):
-                os.link(path, kept / name)
-        finally:
-            clear_task(folder)
-        files, total, _removed = read_results(kept, self.max_result_bytes)
+                hidden = folder / f"{_HIDDEN}{name}"
+                first = moved.get(path)
+                if first is None:
+                    os.rename(path, hidden)
+                    moved[path] = hidden
+                else:
+                    # Two results of one file: a copy, so each result is a file of its own
+                    # (a folder bundle's files must have no other link: the master checks).
+                    shutil.copyfile(first, hidden, follow_symlinks=False)
+                names.append(name)
+            _clear_but(folder, {f"{_HIDDEN}{name}" for name in names})
+            for name in names:
+                os.rename(folder / f"{_HIDDEN}{name}", folder / name)
+            os.rename(folder, kept)
+        except OSError:
+            clear_task(folder)  # a command that fought back (a folder made unwritable)
+            names = []
+        for suffix in (OUT_SUFFIX, ERR_SUFFIX):
+            _unlink(Path(f"{folder}{suffix}"))
+        paths = {name: kept / name for name in names}
+        files, total = read_files(paths, self.max_result_bytes)
         failed = ""
         if total > self.max_result_bytes or exit_status == XFSZ_STATUS:
             failed = over_limit_reason(self.max_result_bytes)
             files = {}
+        for name in [n for n in paths if n not in files]:
+            _unlink(paths[name])
         if not files:
             remove(kept)
         result = TaskResults(task=task, start=start, runtime=runtime, exit=exit_status,
@@ -325,16 +418,8 @@ class Outbox:
     def pack(self, names: Sequence[str]) -> Bundle:
         """Pack the oldest unsent results of ``names`` (each once: :meth:`batch`) into a
         bundle file in the outbox.  OSError when it cannot be written (nothing is left)."""
-        tasks: list[TaskResults] = []
-        for name in dict.fromkeys(names):
-            for result in self.pending:
-                if result.task == name:
-                    tasks.append(result)
-                    break
-        number = self.next_bundle
-        self.next_bundle += 1
-        fsutil.atomic_write(self.root / NEXT_BUNDLE, f"{self.next_bundle}\n", fsync=False)
-        name = f"{self.node}.{self.instance}.{number}.tar"
+        tasks = self._oldest(names)
+        name = f"{self.node}.{self.instance}.{self._next_number()}.tar"
         path = self.root / name
         try:
             write_bundle(path, self.node, tasks)
@@ -342,6 +427,56 @@ class Outbox:
             remove(path)
             raise
         return Bundle(path, name, tuple(tasks))
+
+    def _oldest(self, names: Sequence[str]) -> tuple[TaskResults, ...]:
+        """The oldest unsent results of ``names``, each once, in their order."""
+        first: dict[str, TaskResults] = {}
+        for result in self.pending:
+            first.setdefault(result.task, result)
+        return tuple(first[name] for name in dict.fromkeys(names) if name in first)
+
+    def _next_number(self) -> int:
+        """The next bundle's number, counted in the outbox (a restarted node process
+        never reuses one)."""
+        number = self.next_bundle
+        self.next_bundle += 1
+        fsutil.atomic_write(self.root / NEXT_BUNDLE, f"{self.next_bundle}\n", fsync=False)
+        return number
+
+    def pack_folder(self, names: Sequence[str]) -> Bundle:
+        """Like :meth:`pack`, a folder instead of a tar file, for a transport that can
+        move a folder into the master home (a shared file system): ``<bundle>.d/`` holds
+        :data:`TASKS_JSON` and each task's result folder, moved in, as ``<task id>/``.
+        :meth:`unpack_folder` moves them back when the folder cannot go."""
+        tasks = self._oldest(names)
+        number = self._next_number()
+        name = f"{self.node}.{self.instance}.{number}.d"
+        path = self.root / name
+        os.mkdir(path)
+        try:
+            listing = json.dumps({"node": self.node, "tasks": [t.record() for t in tasks]},
+                                 indent=1).encode("utf-8") + b"\n"
+            fd = os.open(path / TASKS_JSON, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                out.write(listing)
+            for task in tasks:
+                if task.folder is not None:
+                    os.rename(task.folder, path / task.task)
+        except BaseException:
+            self.unpack_folder(Bundle(path, name, tasks, folder=True))
+            raise
+        return Bundle(path, name, tasks, folder=True)
+
+    def unpack_folder(self, bundle: Bundle) -> None:
+        """Move the task folders of the folder ``bundle`` back to where the tasks keep
+        them, and remove the bundle folder."""
+        for task in bundle.tasks:
+            if task.folder is not None:
+                try:
+                    os.rename(bundle.path / task.task, task.folder)
+                except FileNotFoundError:
+                    pass
+        remove(bundle.path)
 
     def sent(self, bundle: Bundle) -> None:
         """The master has read the call carrying ``bundle``: its tasks and file go."""
@@ -364,10 +499,8 @@ def write_bundle(path: Path, node: str, tasks: Sequence[TaskResults]) -> None:
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
         tar.addfile(_member(TASKS_JSON, len(listing), now), io.BytesIO(listing))
         for task in tasks:
-            if task.folder is None:
-                continue
             for name, (size, _md5) in sorted(task.files.items()):
-                fd = os.open(task.folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = os.open(task.paths[name], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 with os.fdopen(fd, "rb") as stream:
                     tar.addfile(_member(f"{task.task}/{name}", size, now), stream)
 

@@ -29,6 +29,8 @@ Usage::
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
@@ -62,6 +64,13 @@ class Transport(Protocol):
     def upload(self, src: Path, rel: str) -> None:
         """Copy the local file ``src`` to the master home at ``rel``, creating parent
         directories; readers on the master never see a partial file."""
+        ...
+
+    def move_folder(self, src: Path, rel: str) -> bool:
+        """Move the local folder ``src`` to the master home at ``rel`` (its parent made)
+        when that is a rename on one file system: nothing copied, the folder appears
+        whole.  False, with nothing moved, when it cannot be (another file system, or a
+        transport that reaches the master otherwise)."""
         ...
 
 
@@ -162,6 +171,21 @@ class LocalTransport:
             fsutil.atomic_copy(Path(src), target, fsync=True)
         except OSError as exc:
             raise TransportError("upload", rel, exc.strerror or str(exc)) from None
+
+
+    def move_folder(self, src: Path, rel: str) -> bool:
+        """Rename the local folder ``src`` to ``rel`` when the master home is on its file
+        system (:meth:`Transport.move_folder`); False when it is not (EXDEV) or ``rel``'s
+        folder cannot be made."""
+        target = self._path(rel, "upload")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(src, target)
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.EPERM, errno.EACCES):
+                return False
+            raise TransportError("upload", rel, exc.strerror or str(exc)) from None
+        return True
 
 
 def read_node_key(transport: Transport, name: str) -> str:

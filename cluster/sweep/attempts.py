@@ -16,9 +16,9 @@ each ending in ``\\n``.  The columns, in this order (docs/sweeps.md section 9):
    sent no description of the task);
 4. ``runtime``: how long it ran, seconds (``%.3f``);
 5. ``exit``: the exit status of the task's shell, as the node's readlog saw it;
-6. ``stdout_bytes``: the size of the task's stdout result (the ``[results]`` entry whose
-   source is ``stdout``; 0 if there is none or it did not arrive): GNU parallel's
-   ``Receive`` column;
+6. ``received``: the bytes of the task's result files that came home, together (0 when none
+   did): GNU parallel's ``Receive`` column, which counts a job's stdout and the files it
+   returns (``--return``);
 7. ``status``: ``ok``, ``invalid: <why>``, ``failed: <why>`` or ``timeout``
    (:func:`cluster.sweep.joblog.check_status`);
 8. ``attempt``: the try's number, 1 for the first;
@@ -42,7 +42,7 @@ from cluster.errors import ClusterError
 from cluster.sweep.joblog import check_status, escape, unescape
 
 #: The columns of every line, in order.
-ATTEMPT_COLUMNS = ("task", "node", "start", "runtime", "exit", "stdout_bytes", "status",
+ATTEMPT_COLUMNS = ("task", "node", "start", "runtime", "exit", "received", "status",
                    "attempt", "end")
 #: The first line of the file.
 HEADER = "\t".join(ATTEMPT_COLUMNS) + "\n"
@@ -63,7 +63,7 @@ class AttemptsError(ClusterError, ValueError):
 @dataclass(frozen=True)
 class Attempt:
     """One try of one task: the columns of the module docstring, in order.  ``receive`` is
-    the ``stdout_bytes`` column; ``final`` is True for ``final``, False for ``retry``."""
+    the ``received`` column; ``final`` is True for ``final``, False for ``retry``."""
 
     task: str
     node: str
@@ -86,7 +86,7 @@ def format_attempt(attempt: Attempt) -> str:
     carry, a try number below 1, or a negative size."""
     check_status(attempt.status)
     if attempt.attempt < 1 or attempt.receive < 0:
-        raise ValueError(f"expected attempt >= 1 and stdout_bytes >= 0, got {attempt}")
+        raise ValueError(f"expected attempt >= 1 and received >= 0, got {attempt}")
     fields = (escape(attempt.task), escape(attempt.node), f"{attempt.start:.3f}",
               f"{attempt.runtime:.3f}", str(attempt.exit_status), str(attempt.receive),
               escape(attempt.status), str(attempt.attempt), FINAL if attempt.final else RETRY)
@@ -109,7 +109,7 @@ def parse_attempt(line: str) -> Attempt:
     except ValueError as exc:
         raise ValueError(f"bad field: {exc}") from None
     if attempt.attempt < 1 or attempt.receive < 0 or not attempt.task:
-        raise ValueError(f"expected a task id, attempt >= 1 and stdout_bytes >= 0, got "
+        raise ValueError(f"expected a task id, attempt >= 1 and received >= 0, got "
                          f"{line!r}")
     return attempt
 

@@ -22,8 +22,8 @@ Request headers (node -> master)::
     failure <code> [reason]   <0: fatal for the run; >0: drop this node
     status <text>             free text for dashboards
     timeouts <n> <max>        tests killed by timeout so far, and the limit
-    bundle <file name>        a sweep run's results' files, uploaded before this call to
-                              runs/<id>/results/incoming/<file name> (docs/sweeps.md)
+    bundle <name>             a sweep run's results' files, put before this call in
+                              runs/<id>/results/incoming/<name> (docs/sweeps.md)
     result <test> <error> <t1> <t2> <t3> <md5> <product...>   one finished job (repeatable)
 
 Unknown headers are ignored (the format was made to grow); a malformed known header is an
@@ -74,8 +74,9 @@ from cluster.wire.jobstart import MAX_PROGRAMS, parse_programs
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 #: A node's instance id (``instance`` header): 16 lower-case hex digits.
 INSTANCE = re.compile(r"[0-9a-f]{16}")
-#: A results bundle's file name (``bundle`` header): ``<node>.<instance>.<n>.tar``.
-BUNDLE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\.[0-9a-f]{16}\.[0-9]{1,12}\.tar")
+#: A results bundle's name (``bundle`` header): ``<node>.<instance>.<n>.tar``, a tar file,
+#: or ``<node>.<instance>.<n>.d``, a folder (a node on the master home's file system).
+BUNDLE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\.[0-9a-f]{16}\.[0-9]{1,12}\.(tar|d)")
 
 TERMINATORS = ("OK", "ABORT")
 #: The limits a master applies unless configured otherwise (the config table's defaults).
@@ -130,8 +131,8 @@ REQUEST_HEADERS: dict[str, Header] = {
     "failure": Header(("failure", "failure_reason"), _failure),
     "status": text("status"),
     "timeouts": integers("timeouts", "max_timeouts", minimum=0),
-    "bundle": matching("bundle", BUNDLE_NAME, "takes a results bundle's file name: "
-                       "<node>.<16 hex instance>.<number>.tar"),
+    "bundle": matching("bundle", BUNDLE_NAME, "takes a results bundle's name: "
+                       "<node>.<16 hex instance>.<number>.tar or .d"),
 }
 
 

@@ -111,6 +111,25 @@ class Run:
         (self.incoming / name).write_bytes(buffer.getvalue())
         return name
 
+    def folder_bundle(self, node: str, tasks: Mapping[str, Mapping[str, bytes]]) -> str:
+        """Put a folder bundle of ``tasks`` in place as a node on the master home's file
+        system does (tasks.json and a folder of files per task); its name."""
+        self.count += 1
+        name = f"{node}.{INSTANCE}.{self.count}.d"
+        folder = self.incoming / name
+        folder.mkdir(parents=True)
+        manifest = {"node": node, "tasks": [
+            {"task": task, "start": 1700000000.0, "runtime": 0.5, "exit": 0, "failed": "",
+             "files": {n: [len(b), hashlib.md5(b).hexdigest()] for n, b in files.items()}}
+            for task, files in tasks.items()]}
+        (folder / "tasks.json").write_text(json.dumps(manifest))
+        for task, files in tasks.items():
+            if files:
+                (folder / task).mkdir()
+                for result, data in files.items():
+                    (folder / task / result).write_bytes(data)
+        return name
+
     def send(self, node: str, tasks: Iterable[str], bundle: str = "", error: int = 0,
              now: float = 1.0) -> tuple[Request, bytes]:
         """A call of ``node`` with results of ``tasks``, through the intake then the run
@@ -154,7 +173,7 @@ def test_a_valid_result_is_placed_recorded_and_logged(tmp_path: Path,
     assert journal.decode() == f"n1 result task00 0 0.50 0.00 0.00 {files_md5(md5s)} sweep\n"
     assert "task00" in run.state.results
     assert run.attempts() == [Attempt("task00", "n1", 1700000000.0, 0.5, 0,
-                                      len(GOOD["log"]), "ok", 1, True)]
+                                      sum(map(len, GOOD.values())), "ok", 1, True)]
     assert not (run.incoming / name).exists()  # taken: removed
     assert not (run.run_dir / "results" / ".stage").exists()
 
@@ -421,3 +440,64 @@ def test_the_handler_takes_a_signed_sweep_call_through_the_intake(
     assert [(a.task, a.status.split(":")[0], a.final) for a in run.attempts()] == [
         ("task00", "ok", True), ("task01", "invalid", False)]
     assert os.listdir(run.incoming) == []
+
+
+def test_a_folder_bundle_is_taken_where_it_lies_nothing_copied(
+        tmp_path: Path, sweep_spec: sweepspec.SweepSpec) -> None:
+    run = Run(tmp_path, sweep_spec)
+    assert run.join("n1") == ["task00"]
+    name = run.folder_bundle("n1", {"task00": GOOD})
+    inode = (run.incoming / name / "task00" / "out").stat().st_ino
+    taken, journal = run.send("n1", ["task00"], name)
+    folder = run.run_dir / "results" / "task00"
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == GOOD
+    assert (folder / "out").stat().st_ino == inode  # renamed into place, not copied
+    md5s = {n: hashlib.md5(b).hexdigest() for n, b in GOOD.items()}
+    assert journal.decode() == f"n1 result task00 0 0.50 0.00 0.00 {files_md5(md5s)} sweep\n"
+    assert not (run.incoming / name).exists()  # taken: removed, with its tasks.json
+
+
+def test_a_folder_bundles_foreign_entries_are_removed_and_its_files_count_missing(
+        tmp_path: Path, sweep_spec: sweepspec.SweepSpec) -> None:
+    run = Run(tmp_path, sweep_spec)
+    secret = tmp_path / "secret"
+    secret.write_text("the master's\n")
+    before = files_under(tmp_path)
+    assert run.join("n1") == ["task00"]
+    assert run.join("n2") == ["task01"]
+    cases = {
+        "task00": lambda d: (d / "log").symlink_to(secret),  # a link named as a result
+        "task01": lambda d: os.link(secret, d / "log"),  # a hard link: another file
+    }
+    for task, node in (("task00", "n1"), ("task01", "n2")):
+        name = run.folder_bundle(node, {task: {"out": GOOD["out"]}})
+        folder = run.incoming / name / task
+        cases[task](folder)
+        (folder / "extra").write_text("not a result\n")
+        (folder / "sub").mkdir()
+        (folder / "sub" / "deep").write_text("x\n")
+        taken, journal = run.send(node, [task], name)
+        assert taken.result_lines == () and journal == b""  # withheld: tried again
+        assert not (run.incoming / name).exists()
+    assert [(a.task, a.status) for a in run.attempts()] == [
+        ("task00", FILES_MISSING), ("task01", FILES_MISSING)]
+    assert secret.read_text() == "the master's\n" and secret.stat().st_nlink == 1
+    # Nothing was left anywhere (the bundles are gone, the secret was not touched).
+    assert files_under(tmp_path) - before == set()
+
+
+def test_a_folder_bundle_of_another_node_or_not_a_folder_is_refused(
+        tmp_path: Path, sweep_spec: sweepspec.SweepSpec) -> None:
+    run = Run(tmp_path, sweep_spec)
+    assert run.join("n1") == ["task00"]
+    assert not own_bundle("n1", f"n1.b.{INSTANCE}.1.d") and own_bundle("n1", f"n1.{INSTANCE}.1.d")
+    theirs = run.folder_bundle("n2", {"task00": GOOD})
+    taken, journal = run.send("n1", ["task00"], theirs)
+    assert taken.result_lines == () and (run.incoming / theirs).is_dir()  # left alone
+    # A file where the folder bundle should be: unreadable, the files missing.
+    run.count += 1
+    fake = f"n1.{INSTANCE}.{run.count}.d"
+    (run.incoming / fake).write_text("not a folder\n")
+    run.state.handle(Request(node="n1", job_id=RUN, slots=1, built=RUN), 2.0)
+    run.send("n1", ["task00"], fake)
+    assert [a.status for a in run.attempts()] == [FILES_MISSING, FILES_MISSING]

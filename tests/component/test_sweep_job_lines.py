@@ -17,7 +17,14 @@ from pathlib import Path
 
 from cluster.jobs.sweepjobs import sweep_jobs
 from cluster.node.slots import Finished, SlotPool
-from cluster.node.sweepresults import XFSZ_STATUS, Outbox, TaskResults, prepare_task, stage
+from cluster.node.sweepresults import (
+    XFSZ_STATUS,
+    Outbox,
+    TaskResults,
+    entries,
+    prepare_task,
+    stage,
+)
 from cluster.records import TEMP, TREE_DIR, Job
 from cluster.sweep.expand import tasks
 from cluster.sweep.spec import SweepSpec, load
@@ -44,7 +51,7 @@ def run_jobs(jobs: list[Job], temp: Path, tree: Path, results: tuple[tuple[str, 
     folder stays."""
     pool = SlotPool(slots, dict(os.environ), timeout, kill_grace=1.0)
     outbox = Outbox(temp.parent / "outbox", "n1", INSTANCE, limit)
-    entries = sorted(tree.iterdir())
+    sweep_entries = entries(tree)
     done: dict[str, Finished] = {}
     taken: dict[str, TaskResults] = {}
     pending = list(jobs)
@@ -54,7 +61,7 @@ def run_jobs(jobs: list[Job], temp: Path, tree: Path, results: tuple[tuple[str, 
             while pending and pool.free():
                 job = pending[0]
                 command = job.command.replace(TEMP, str(temp)).replace(TREE_DIR, str(tree))
-                prepare_task(temp / job.name, entries)
+                prepare_task(temp / job.name, sweep_entries)
                 if not pool.start(job, command, time.monotonic()):
                     break
                 pending.pop(0)
@@ -127,10 +134,9 @@ def test_the_example_sweeps_tasks_give_what_running_them_by_hand_gives(tmp_path:
         assert kept(taken[task.task_id]) == {"log": stdout,
                                              "out": (hand / "out.txt").read_bytes()}
         assert not taken[task.task_id].failed
-        assert (temp / f"{task.task_id}.log").read_text() == "sweep\n"
-    # Nothing else is left: the task folders, stdout and stderr are gone.
-    assert sorted(p.name for p in temp.iterdir()) == sorted(
-        f"{t.task_id}.log" for t in expected)
+    # Nothing else is left: the task folders, stdout and stderr are gone, and no log was
+    # written.
+    assert list(temp.iterdir()) == []
 
 
 def test_hostile_values_and_names_stay_inside_the_task_folder(tmp_path: Path) -> None:
@@ -215,7 +221,6 @@ def test_stdout_and_stderr_stay_apart_and_files_come_from_the_task_folder(
     assert done[jobs[0].name].exit_status == 3  # the command's, whatever was taken
     assert kept(taken[jobs[0].name]) == {"o": b"out\n", "e": b"err\n", "f": b"f\n",
                                          "f2": b"f\n", "empty": b""}
-    assert (temp / f"{jobs[0].name}.log").read_text() == "sweep\n"
 
 
 def test_links_and_non_files_are_never_staged_and_hostile_names_stay_inside(
@@ -259,13 +264,16 @@ def test_the_task_folder_links_the_sweep_folder_except_what_the_inputs_write(
     (tree / "a*b").write_text("glob\n")
     jobs, results = _one_task_sweep(
         tree, "python3 model.py; cat data/table.txt .hidden; ls -A conf; "
-              "for f in * .hidden; do [ -L \"$f\" ] && echo \"link $f\"; done; true",
+              "for f in * .hidden; do if [ -L \"$f\" ]; then echo \"link $f\"; "
+              "else echo \"$f $(stat -c %h -- \"$f\")\"; fi; done",
         {"o": "stdout"}, inputs={"conf/new.ini": "input {v}\n", "a*b": "input wins\n"})
     done, taken = run_jobs(jobs, temp, tree, results)
     assert done[jobs[0].name].exit_status == 0
     assert kept(taken[jobs[0].name])["o"].decode() == (
         "model ran\nt\nh\nnew.ini\n"
-        "link data\nlink model.py\nlink sweep.toml\nlink .hidden\n")
+        # The sweep folder's files are hard links to its own (two links each), its folder
+        # a symbolic link; the inputs are files and a folder of the task's own.
+        "a*b 1\nconf 2\nlink data\nmodel.py 2\nsweep.toml 2\n.hidden 2\n")
     # The inputs were written into the task folder, never through a link into the tree.
     assert (tree / "a*b").read_text() == "glob\n"
     assert sorted(p.name for p in (tree / "conf").iterdir()) == ["keep.ini"]
@@ -318,4 +326,4 @@ def test_a_task_run_again_starts_from_nothing(tmp_path: Path) -> None:
     done, taken = run_jobs(jobs, temp, tree, results)
     assert done[name].exit_status == 0
     assert kept(taken[name]) == {"o": b"sweep.toml\n", "e": b"", "out": b"new\n"}
-    assert sorted(p.name for p in temp.iterdir()) == [f"{name}.log"]
+    assert list(temp.iterdir()) == []

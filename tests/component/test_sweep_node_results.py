@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE
 from cluster.jobs.sweepjobs import node_job_timeout, sweep_jobs
@@ -54,16 +56,24 @@ class BundleReadingMaster:
     jobs: tuple[str, ...]
     on_jobs_given: threading.Event = field(default_factory=threading.Event)
     seen: list[Request] = field(default_factory=list)
-    bundles: dict[str, bytes] = field(default_factory=dict)
+    #: Each bundle as it was when its call came: (tasks.json, {member: bytes}).
+    bundles: dict[str, tuple[dict[str, object], dict[str, bytes]]] = field(
+        default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
 
     def handler(self, data: bytes, peer: str) -> bytes:
         key = signing.run_key(signing.parse_secret(SECRET), RUN)
         _, nonce = signing.verify_request(data, key)
         req = protocol.parse_request(data)
+        if req.bundle and not self.dropped:
+            # The first call with a bundle goes unanswered (a lost reply): the node calls
+            # again with the same results.
+            self.dropped.append(req.bundle)
+            return b"no reply\n"
         self.seen.append(req)
         if req.bundle:
             path = self.home / "runs" / RUN / "results" / "incoming" / req.bundle
-            self.bundles[req.bundle] = path.read_bytes()  # there before the call
+            self.bundles[req.bundle] = _bundle(path)  # there before the call
         return signing.sign_reply(protocol.format_reply(self.reply(req)), key, nonce)
 
     def reply(self, req: Request) -> Reply:
@@ -77,9 +87,15 @@ class BundleReadingMaster:
         return Reply(protocol.CONTINUE)
 
 
-def _bundle(data: bytes) -> tuple[dict[str, object], dict[str, bytes]]:
-    """(tasks.json, {member: bytes}) of a bundle, read back with tarfile."""
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+def _bundle(path: Path) -> tuple[dict[str, object], dict[str, bytes]]:
+    """(tasks.json, {member: bytes}) of a bundle: a tar file read back with tarfile, or a
+    folder (``<task id>/<result name>`` files beside tasks.json)."""
+    if path.is_dir():
+        listing = json.loads((path / "tasks.json").read_text())
+        files = {f"{d.name}/{f.name}": f.read_bytes()
+                 for d in sorted(path.iterdir()) if d.is_dir() for f in sorted(d.iterdir())}
+        return listing, files
+    with tarfile.open(fileobj=io.BytesIO(path.read_bytes())) as tar:
         names = tar.getnames()
         assert names[0] == "tasks.json"
         files = {m: tar.extractfile(m).read() for m in names[1:]}  # type: ignore[union-attr]
@@ -87,8 +103,17 @@ def _bundle(data: bytes) -> tuple[dict[str, object], dict[str, bytes]]:
     return listing, files
 
 
+class TarOnlyTransport(LocalTransport):
+    """A LocalTransport that cannot move a folder: the node's bundles go as tar files, as
+    over ssh or to a master home on another file system."""
+
+    def move_folder(self, src: Path, rel: str) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("form", ["folder", "tar"])
 def test_a_sweep_nodes_results_come_home_in_bundles_put_in_place_before_each_call(
-        tmp_path: Path, serve) -> None:
+        tmp_path: Path, serve, form: str) -> None:
     home = tmp_path / "home"
     (home / "tests").mkdir(parents=True)
     folder = home / "sweepsrc"
@@ -118,7 +143,8 @@ def test_a_sweep_nodes_results_come_home_in_bundles_put_in_place_before_each_cal
     cfg = Config(base_port=port, node_name="n1", work_dir=tmp_path / "work", slots=2,
                  poll_interval=0.2, report_interval=0.05, connect_retry_delay=0.1,
                  connect_retries=60, io_timeout=5, job_timeout=1.0, kill_grace=0.5)
-    assert NodeRun(cfg, LocalTransport(home), 0, "tools=md5sum").run() == NODE_EXIT_DONE
+    transport = LocalTransport(home) if form == "folder" else TarOnlyTransport(home)
+    assert NodeRun(cfg, transport, 0, "tools=md5sum").run() == NODE_EXIT_DONE
 
     results = {r.name: r for req in master.seen for r in req.results}
     by_name = {t.row.values[0]: t.task_id for t in tasks(spec)}
@@ -129,11 +155,16 @@ def test_a_sweep_nodes_results_come_home_in_bundles_put_in_place_before_each_cal
     for req in master.seen:
         assert bool(req.bundle) == bool(req.results)
         if req.bundle:
-            listing, files = _bundle(master.bundles[req.bundle])
+            assert req.bundle.endswith(".d" if form == "folder" else ".tar")
+            listing, files = master.bundles[req.bundle]
             assert listing["node"] == "n1"
             assert [t["task"] for t in listing["tasks"]] == [r.name for r in req.results]
             records.update({t["task"]: t for t in listing["tasks"]})
             members.update(files)
+    # After the lost reply: a folder bundle, already on the master, goes again as it is;
+    # a tar file is packed anew.
+    again = next(req.bundle for req in master.seen if req.bundle)
+    assert (again == master.dropped[0]) == (form == "folder")
     numbers = sorted(int(name.split(".")[2]) for name in master.bundles)
     assert numbers[0] > 1  # the failed uploads' bundles were made, discarded, not reused
     for value in ("a", "b"):
@@ -152,6 +183,9 @@ def test_a_sweep_nodes_results_come_home_in_bundles_put_in_place_before_each_cal
     assert results[slow].error == ERROR_NONE and members[f"{slow}/log"] == b"slow\n"
     assert 1.4 < float(records[slow]["runtime"]) < 10  # type: ignore[arg-type]
     assert abs(float(records[slow]["start"]) - time.time()) < 60  # type: ignore[arg-type]
+    # The node's copy of the sweep folder is read-only: its files have no write bits.
+    build = [p for p in (tmp_path / "work" / "build").rglob("sweep.toml")]
+    assert build and all(p.stat().st_mode & 0o222 == 0 for p in build)
     # Nothing is left on the node: the sent results and bundles are gone, and the temp
     # folder holds no task folder, stdout, stderr or result folder.
     work_run = tmp_path / "work" / "runs" / RUN

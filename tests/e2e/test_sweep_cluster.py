@@ -99,10 +99,10 @@ def test_results_tsv_has_each_tasks_row_params_status_and_tries(swept: Swept) ->
             assert (row.status, row.attempts) == ("ok", 1), row
         # Exit status 3 is allowed by the sweep: its row says 3 and ok.
         assert (row.exitval, row.signal) == (3 if k % 10 == 0 else 0, 0), row
-        # Send: the bytes of the task's input files; Receive: of its stdout (GNU
-        # parallel's Receive, sweep-attempts.tsv's stdout_bytes).
+        # Send: the bytes of the task's input files; Receive: of its result files that came
+        # home (GNU parallel's Receive: stdout and the files it returns).
         assert row.send == sum(len(text.encode()) for _, text in task.inputs)
-        assert row.receive == len(swept.by_hand[task.task_id]["log"])
+        assert row.receive == sum(map(len, swept.by_hand[task.task_id].values()))
     # The label went to the program as one argument, unexpanded ("$(echo no)" stays).
     out = swept.by_hand[swept.tasks[0].task_id]["out"]
     assert out == b"k=1 seq=1 label=w1 x;y $(echo no) square=1\n"

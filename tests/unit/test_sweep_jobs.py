@@ -47,11 +47,14 @@ def test_the_job_line_of_a_task_is_exactly_this() -> None:
     t = f"__temp__/{ID}"
     assert job.name == ID and job.logfile == f"{t}.log"
     assert job.command == (
-        f"echo sweep > {t}.log ; {{ cd {t} && "
-        "{ [ ! -L config.ini ] || rm -f -- config.ini ; } && "
-        f"printf 'a = 1\\012' > config.ini ; }} 2>> {t}.log && "
-        "( ulimit -f 131073 ; CLUSTER_SWEEP_DIR=__tree__ ; export CLUSTER_SWEEP_DIR ; "
-        f"eval 'python3 m.py --a 1 > out.txt' ) > {t}.out 2> {t}.err")
+        f"{{ cd {t} && "
+        "{ ! { [ -e config.ini ] || [ -L config.ini ] ; } || rm -rf -- config.ini ; } && "
+        "printf 'a = 1\\012' > config.ini && ulimit -f 131073 && "
+        "CLUSTER_SWEEP_DIR=__tree__ && export CLUSTER_SWEEP_DIR && "
+        f"eval 'python3 m.py --a 1 > out.txt' > {t}.out ; }} 2> {t}.err")
+    # Streams that are not results go nowhere: no file is made for them.
+    assert task_job(task, 64 << 20, stdout=False, stderr=False).command.endswith(
+        "eval 'python3 m.py --a 1 > out.txt' > /dev/null ; } 2> /dev/null")
     assert Job.parse(job.line) == job  # one line, as a jobs file holds it
 
 
@@ -76,7 +79,7 @@ def test_hostile_texts_reach_the_shell_quoted_and_hide_from_the_nodes_placeholde
     assert ": > 'e;rm -rf ~'" in command  # an empty text
     assert "printf '\\055y' > -x" in command  # a format never starts with '-'
     # Each top-level name written loses a link of the sweep folder first, once.
-    assert command.count("{ [ ! -L 'a b' ] || rm -f -- 'a b' ; }") == 1
+    assert command.count("{ ! { [ -e 'a b' ] || [ -L 'a b' ] ; } || rm -rf -- 'a b' ; }") == 1
     # A command with a newline goes through printf, in a command substitution.
     assert "eval \"$(printf '$(touch pwned); " in command
 
@@ -97,9 +100,9 @@ def test_sweep_jobs_stream_one_job_per_task_named_by_its_stable_id(tmp_path: Pat
     ids = [expand.task_id(f"echo {v}", ("a",), (raw,)) for v, raw in
            (("1", "1"), ("'a b;rm x'", "a b;rm x"), ("3", "3"))]
     assert [j.name for j in got] == ids
-    assert [j.command.split(" ; eval ", 1)[1].split(" )", 1)[0] for j in got] == [
+    assert [j.command.split(" && eval ", 1)[1].split(" > ", 1)[0] for j in got] == [
         "'echo 1'", "'echo '\"'\"'a b;rm x'\"'\"''", "'echo 3'"]
-    assert all("ulimit -f 2 ;" in j.command for j in got)  # max_result_bytes 1000
+    assert all("ulimit -f 2 &&" in j.command for j in got)  # max_result_bytes 1000
 
 
 def test_a_bad_row_stops_the_stream_after_the_good_ones(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from cluster.node.sweepresults import (
 )
 from cluster.sweep import spec
 from cluster.wire import protocol
-from cluster.wire.jobstart import STREAM_SOURCES, JobStart
+from cluster.wire.jobstart import RESULT_NAME, STREAM_SOURCES, JobStart
 
 INSTANCE = "0123456789abcdef"
 
@@ -155,7 +155,7 @@ def test_a_call_carries_each_task_once_and_a_bounded_bundle(tmp_path: Path,
 
 
 def test_the_node_knows_result_names_by_the_sweep_files_rule() -> None:
-    assert sweepresults.RESULT_NAME.pattern == spec.RESULT_NAME.pattern
+    assert RESULT_NAME.pattern == spec.RESULT_NAME.pattern
     assert STREAM_SOURCES == (spec.STDOUT, spec.STDERR)
 
 
@@ -181,3 +181,23 @@ def test_job_start_carries_a_sweeps_limits_and_leaves_them_out_otherwise() -> No
                   "out=a out=b", "out=a%00b", "out=%ff"):
         with pytest.raises(ValueError, match="job.start sweep_results word"):
             JobStart.parse(plain.format() + f"sweep_results {words}\n")
+
+
+def test_a_folder_bundle_moves_the_task_folders_in_and_back_out(tmp_path: Path) -> None:
+    outbox = Outbox(tmp_path / "outbox", "n1", INSTANCE, 1 << 20)
+    one = _take(outbox, "t1", _res(tmp_path / "a", {"out": b"1"}), 0, 100.0, 2.0)
+    none = _take(outbox, "t2", _res(tmp_path / "b", {}), 1, 101.0, 1.0)
+    assert one.folder is not None and none.folder is None
+    inode = (one.folder / "out").stat().st_ino
+    bundle = outbox.pack_folder(["t1", "t2"])
+    assert bundle.folder and bundle.name == f"n1.{INSTANCE}.1.d"
+    assert protocol.BUNDLE_NAME.fullmatch(bundle.name)
+    assert sorted(p.name for p in bundle.path.iterdir()) == ["t1", TASKS_JSON]
+    assert (bundle.path / "t1" / "out").stat().st_ino == inode  # moved, not copied
+    listing = json.loads((bundle.path / TASKS_JSON).read_text())
+    assert listing == {"node": "n1", "tasks": [one.record(), none.record()]}
+    # It could not go (another file system): the folders go back, the bundle folder goes.
+    outbox.unpack_folder(bundle)
+    assert not bundle.path.exists() and (one.folder / "out").read_bytes() == b"1"
+    tar = outbox.pack(["t1", "t2"])  # the tar file it goes as instead
+    assert tar.name == f"n1.{INSTANCE}.2.tar" and not tar.folder
