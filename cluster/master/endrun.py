@@ -126,7 +126,8 @@ class RunEnder:
                     log.info("run %s: tables %s installed", run_id, ", ".join(moved))
             record.mark(ending.TABLES)
         if not record.is_done(ending.CACHE):
-            if outcome.changes_tables and spec.kind in finish.BASELINE_KINDS:
+            if (outcome.changes_tables and spec.kind in finish.BASELINE_KINDS
+                    and spec.sweep_file is None):
                 finish.rebuild_cache(home)
             record.mark(ending.CACHE)
         if not record.is_done(ending.MAIL):

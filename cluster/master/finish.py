@@ -18,8 +18,11 @@ fatal failure stopped the run).  By kind of run:
 * ``sweep`` runs (product sweep, issue 23) get a sweep report instead
   (:mod:`cluster.report.sweepreport`): their tasks by status, the failed parameter sets,
   the tries per node, the collected files and the tasks whose results changed since the
-  user's previous run, which is the same comparison with ``tables/user-<name>.tab`` (no
-  baseline comparison, no source diff, no ``changed.lst``).  A sweep run that did not
+  previous run of the same sweep: the same comparison with the sweep's own table
+  ``tables/sweep.<kind>.<ref>.<sweep file>.tab`` (:func:`sweep_table`; a resume run keeps
+  the rows of the tasks it did not run), never the baseline: no baseline comparison, no
+  source diff, no ``changed.lst``, and a nightly sweep's table never enters the "seen
+  before" cache.  A sweep run that did not
   complete gets its usual report with the sweep's section after it: what came home is
   archived whatever the outcome (:mod:`cluster.master.sweepend`).
 * ``bmpcmp`` user runs compare no tables: the difference images the nodes uploaded are
@@ -58,7 +61,7 @@ from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
 from cluster.node import buildlog
-from cluster.queue import RunSpec
+from cluster.queue import SWEEP, RunSpec
 from cluster.report import compare as report
 from cluster.report import md5cache, sweepreport, tab, userreport
 from cluster.runtime import fsutil
@@ -145,13 +148,16 @@ def finish(home: Home, run: FinishedRun) -> Report:
     seen = md5cache.load(cache_path(home))
     shutil.rmtree(run.stage, ignore_errors=True)  # a half staging of an earlier try
     run.stage.mkdir(parents=True)
-    if spec.kind == "user" and spec.sweep_file is not None:
-        push_path = home.tables / f"user-{spec.ref}.tab"
+    if spec.sweep_file is not None:
+        # A sweep's own stream: never the baseline, nor the user's pushed trees' table.
+        push_path = home.tables / sweep_table(spec)
         previous_push = tab.TabFile(push_path) if push_path.exists() else None
         vs_push = report.analyse(current, previous_push) if previous_push is not None \
             else None
         text, counted = sweep_report(run, facts, vs_push, len(current))
-        stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab,
+        # A resume run ran only some tasks: the others keep their rows of the table.
+        tested = () if spec.option("resume") else spec.products
+        stage_stream(run.stage, push_path, previous_push, current, tested, run_tab,
                      not_run)
         changed = vs_push.changed() if vs_push is not None else None
         return Report(text, differences=None if changed is None else len(changed),
@@ -175,6 +181,13 @@ def finish(home: Home, run: FinishedRun) -> Report:
         stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
                      not_run)
     return Report(text, differences=differences(against), errors=state.errors)
+
+
+def sweep_table(spec: RunSpec) -> str:
+    """The name of a sweep's own table in ``tables/``, which each complete run of that
+    sweep replaces and the next compares with: ``sweep.<kind>.<ref>.<sweep file>.tab``
+    (a user's sweep, or a nightly one, per sweep file)."""
+    return f"sweep.{spec.kind}.{spec.ref}.{spec.sweep_file}.tab"
 
 
 def sweep_report(run: FinishedRun, facts: report.RunFacts, vs_push: report.Comparison | None,
@@ -372,7 +385,7 @@ def baseline_tabs(home: Home, window: int = CACHE_WINDOW) -> list[tuple[str, Pat
     found: list[tuple[str, Path]] = []
     for folder, start in archived_runs(home):
         table = folder / f"{folder.name}.tab"
-        if start.kind in BASELINE_KINDS and table.is_file():
+        if start.kind in BASELINE_KINDS and SWEEP not in start.products and table.is_file():
             found.append((folder.name, table))
             if len(found) >= window:
                 break

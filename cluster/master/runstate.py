@@ -888,5 +888,11 @@ class RunState:
         # Tail: nothing left to hand out and this node has idle slots.  Give it copies of
         # the jobs expected to finish last elsewhere (deep in the queue of a slow or silent
         # node) when a copy here should finish sooner; the first result wins.
+        skip: set[int] = set()
+        if self.tried:
+            # A node does not copy a task whose try it made was not valid (sweeps).
+            number = self.node_numbers.get(node.name, -1)
+            skip = {i for i, numbers in self.tried.items() if number in numbers}
         return self.tail_plan.copies(node, node.slots - req.running, now,
-                                     self.nodes.values(), self.holders, self.jobs.names)
+                                     self.nodes.values(), self.holders, self.jobs.names,
+                                     skip)

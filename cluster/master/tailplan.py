@@ -14,7 +14,7 @@ most once.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, MutableSequence, Sequence
+from collections.abc import Container, Iterable, MutableSequence, Sequence
 from typing import Protocol
 
 
@@ -61,10 +61,13 @@ class TailPlan:
         self.made_size = 0
 
     def copies(self, node: Holder, free: int, now: float, nodes: Iterable[Holder],
-               holders: MutableSequence[int], names: Sequence[str]) -> list[int]:
+               holders: MutableSequence[int], names: Sequence[str],
+               skip: Container[int] = ()) -> list[int]:
         """Up to ``free`` copies for ``node`` (job indexes); they are added to its ``held``
         and counted in ``holders``.  ``nodes`` are all the nodes of the run (the plan is
-        remade from them when it is due); ``names`` are the job names by index.
+        remade from them when it is due); ``names`` are the job names by index; ``skip``
+        the jobs this node is not to copy (a sweep task whose try it made was not valid:
+        another node tries it again).
 
         Only jobs expected to finish later than a job of this node's own would are copied:
         a fast node takes over a slow node's last jobs, a slow node does not copy a fast
@@ -90,8 +93,8 @@ class TailPlan:
             if holders[i] != 1:
                 continue  # finished (no holders any more), or copied already
             name = names[i]
-            if name in held:
-                own.append(entry)  # this node's own job: left for the others
+            if name in held or i in skip:
+                own.append(entry)  # this node's own job, or one it tried: for the others
                 continue
             batch.append(i)
             held[name] = i

@@ -220,6 +220,11 @@ def test_resume_after_the_check_is_fixed_runs_only_the_failed_tasks(swept: Swept
     assert f"Sweep sweep.toml: {ROWS} tasks: {ROWS} ok, 0 invalid, 0 failed" in text
     assert (f"Resumed run {first}: the results of {ROWS - len(REJECTED)} tasks were taken "
             "from it.") in text
+    # The sweep's own table holds every task, the resumed ones' rows kept, and the
+    # baseline of pushed trees and commits was never touched.
+    stream = read_tab(cluster.home.tables / f"sweep.user.{USER}.sweep.toml.tab")
+    assert sorted(stream) == sorted(t.task_id for t in swept.tasks)
+    assert not (cluster.home.tables / "current.tab").exists()
 
     # Resuming a sweep that is complete runs nothing, and still archives every task.
     before = cluster.archives()

@@ -149,3 +149,19 @@ def test_pause_gives_the_nodes_back_the_time_the_master_was_busy() -> None:
     assert state.tick(20) == []  # 20 s silent, 15 of them the master's own
     assert state.nodes["a"].state is NodeState.READY
     assert state.tick(26) and state.nodes["a"].state is NodeState.GONE
+
+
+def test_a_node_is_not_given_a_tail_copy_of_a_task_whose_try_it_made() -> None:
+    # Two jobs: a holds task00 and tries it (invalid); b takes it again.  Nothing else is
+    # left, so an idle a would get tail copies: never of task00, which it tried.
+    state = RunState(RUN, jobs(2), 0, Settings(batch_per_slot=1, speculate_tail=True))
+    assert names(ready(state, "a")) == ["task00"]
+    assert names(ready(state, "b")) == ["task01"]
+    state.retry("a", "task00")
+    reply_b = state.handle(req("b", results=(done("task01", "b"),)), 1).reply
+    assert names(reply_b) == ["task00"]  # b takes the retry
+    # a, idle, asks again and again while b is slow: no copy of task00 for it.
+    for now in range(2, 40, 5):
+        reply_a = state.handle(req("a", pending=0, running=0), now).reply
+        assert "task00" not in names(reply_a), now
+    assert state.holders[0] == 1
