@@ -457,7 +457,11 @@ def test_keep_fresh_stops_refreshing_a_file_taken_over(tmp_path: Path,
     pf = PidFile(path, clock, stale_after=STALE, wait=300, pid=ME, boot_id=BOOT)
     assert pf.acquire() is PidDecision.RUN
     with caplog.at_level(logging.WARNING, logger="cluster.pidfile"), pf.keep_fresh(0.02):
-        path.write_text(f"{OTHER}\n")
+        # A taker writes between two refreshes, never inside one (refresh's docstring: the
+        # window of its few system calls is the documented race); without the lock the
+        # thread's rename could land on the taker's pid and the test would wait in vain.
+        with pf._lock:
+            path.write_text(f"{OTHER}\n")
         assert _wait_until(lambda: "stopped refreshing" in caplog.text)
         clock.advance(10)
         time.sleep(0.1)
