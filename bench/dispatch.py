@@ -63,6 +63,7 @@ from cluster.localcluster import (  # noqa: E402
     free_port,  # noqa: E402
     write_demo_tree,
 )
+from cluster.queue import RunSpec  # noqa: E402
 from cluster.records import BIN, TEMP, TESTS  # noqa: E402
 from cluster.report.tab import read_tab  # noqa: E402
 
@@ -124,6 +125,38 @@ def settle(cluster: LocalCluster, timeout: float = 30.0) -> None:
     raise TimeoutError(f"the supervisor's first round did not end within {timeout:.0f} s")
 
 
+def timed_run(cluster: LocalCluster, push: Callable[[LocalCluster], RunSpec]
+              ) -> tuple[float, Path]:
+    """Start ``cluster``, wait until its nodes are up and its first round is over, then
+    time one run queued by ``push`` from the enqueue to its report; the daemons are stopped
+    afterwards.  (seconds, the run's archive folder)."""
+    cluster.start()
+    try:
+        cluster.wait_for_nodes()  # so only the run is timed
+        settle(cluster)
+        before = cluster.archives()
+        start = time.time()
+        spec = push(cluster)
+        archive = cluster.wait_for_run(spec, before, 3600)
+        elapsed = (archive / "report.txt").stat().st_mtime - start
+    finally:
+        cluster.stop(grace=10)
+        for up in cluster.home.nodes.glob("*.up"):
+            up.unlink()
+    return elapsed, archive
+
+
+def quick_cluster(root: Path, nodes: int, slots: int, corpus: Path,
+                  settings: dict[str, str] | None = None) -> LocalCluster:
+    """A prepared local cluster of ``nodes`` nodes of ``slots`` slots on free ports, with
+    intervals that react in well under a second."""
+    cluster = LocalCluster(root, nodes, corpus, {
+        **QUICK, **(settings or {}), "slots": str(slots), "base_port": str(free_port(3)),
+        "monitor_port": str(free_port()), "status_port": str(free_port())})
+    cluster.prepare()
+    return cluster
+
+
 class ClusterContender:
     """A local cluster that is started for each repetition and timed from the enqueue."""
 
@@ -132,27 +165,12 @@ class ClusterContender:
         self.nodes = nodes
         self.product = product
         self.expected = expected
-        self.cluster = LocalCluster(root, nodes, corpus, {
-            **QUICK, **settings, "slots": str(slots), "base_port": str(free_port(3)),
-            "monitor_port": str(free_port()), "status_port": str(free_port())})
-        self.cluster.prepare()
+        self.cluster = quick_cluster(root, nodes, slots, corpus, settings)
         self.tree = write_demo_tree(root / "demo" / product, product, [])
 
     def run(self) -> tuple[float, bool]:
-        cluster = self.cluster
-        cluster.start()
-        try:
-            cluster.wait_for_nodes()  # so only the run is timed
-            settle(cluster)
-            before = cluster.archives()
-            start = time.time()
-            spec = cluster.push(self.tree, "bench", [self.product], [])
-            archive = cluster.wait_for_run(spec, before, 3600)
-            elapsed = (archive / "report.txt").stat().st_mtime - start
-        finally:
-            cluster.stop(grace=10)
-            for up in cluster.home.nodes.glob("*.up"):
-                up.unlink()
+        elapsed, archive = timed_run(
+            self.cluster, lambda c: c.push(self.tree, "bench", [self.product], []))
         table = read_tab(archive / f"{archive.name}.tab")
         names = [line.split("\t", 1)[0]
                  for line in (archive / f"{archive.name}.tab").read_text().splitlines()]

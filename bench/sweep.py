@@ -40,8 +40,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import start  # noqa: E402
-from bench.dispatch import QUICK, report, settle  # noqa: E402
-from cluster.localcluster import DEFAULT_CORPUS, LocalCluster, free_port  # noqa: E402
+from bench.dispatch import quick_cluster, report, timed_run  # noqa: E402
+from cluster.localcluster import DEFAULT_CORPUS  # noqa: E402
 from cluster.sweep import joblog  # noqa: E402
 from cluster.sweep.expand import tasks  # noqa: E402
 from cluster.sweep.spec import load  # noqa: E402
@@ -120,27 +120,12 @@ class ClusterContender:
         spec = load(self.sweep.folder / self.sweep.file)
         # task id -> the text its out.txt must hold, in task order
         self.expected = {task.task_id: f"{task.row.values[0]}\n" for task in tasks(spec)}
-        self.cluster = LocalCluster(root / "cluster", 1, DEFAULT_CORPUS, {
-            **QUICK, "slots": str(slots), "base_port": str(free_port(3)),
-            "monitor_port": str(free_port()), "status_port": str(free_port())})
-        self.cluster.prepare()
+        self.cluster = quick_cluster(root / "cluster", 1, slots, DEFAULT_CORPUS)
 
     def run(self) -> tuple[float, bool]:
-        cluster = self.cluster
-        cluster.start()
-        try:
-            cluster.wait_for_nodes()  # so only the run is timed
-            settle(cluster)
-            before = cluster.archives()
-            began = time.time()
-            words = self.sweep.words
-            spec = cluster.push(self.sweep.folder, "bench", words[:1], words[1:])
-            archive = cluster.wait_for_run(spec, before, 3600)
-            elapsed = (archive / "report.txt").stat().st_mtime - began
-        finally:
-            cluster.stop(grace=10)
-            for up in cluster.home.nodes.glob("*.up"):
-                up.unlink()
+        words = self.sweep.words
+        elapsed, archive = timed_run(
+            self.cluster, lambda c: c.push(self.sweep.folder, "bench", words[:1], words[1:]))
         return elapsed, self.check(archive)
 
     def check(self, archive: Path) -> bool:

@@ -502,6 +502,21 @@ def _stop_group(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
+def _run_shipped(target: SshTarget, python: str, words: list[str], connect_timeout: float,
+                 retries: int, cache: str) -> tuple[int, bytes, bytes]:
+    """Run the push's shipped code on the master with ``words`` (its step and options),
+    uploading the code first when it is missing: (exit status, stdout, stderr), within
+    :data:`ABORT_TIMEOUT`.  SshError when the master cannot be reached or refuses us."""
+    client = _connect(target, connect_timeout, retries)
+    try:
+        with _sftp_step(target.where(), "upload the push's code"):
+            with client.open_sftp() as sftp:
+                code = _remote_code(sftp, cache)
+        return exec_bytes(client, shlex.join([python, code, *words]), ABORT_TIMEOUT)
+    finally:
+        client.close()
+
+
 def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "python3",
                  connect_timeout: float = 15.0, retries: int = 1,
                  cache: str = REMOTE_CACHE) -> RemoteAborted:
@@ -509,15 +524,9 @@ def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "pyth
     (:func:`cluster.master.abort.request_abort`, by the shipped code).  SshError when the
     master cannot be reached or refuses us, ClusterError when the abort failed there."""
     where = target.where()
-    client = _connect(target, connect_timeout, retries)
-    try:
-        with _sftp_step(where, "upload the push's code"):
-            with client.open_sftp() as sftp:
-                code = _remote_code(sftp, cache)
-        command = shlex.join([python, code, "abort", f"--home={home}", f"--user={user}"])
-        status, out, err = exec_bytes(client, command, ABORT_TIMEOUT)
-    finally:
-        client.close()
+    status, out, err = _run_shipped(target, python, ["abort", f"--home={home}",
+                                                     f"--user={user}"],
+                                    connect_timeout, retries, cache)
     text = out.decode("utf-8", "replace")
     outcome = _outcome(text, where)
     if outcome is None or "error" in outcome:
@@ -541,16 +550,9 @@ def remote_previous_sweep(target: SshTarget, home: str, user: str, sweep_file: s
     cannot be reached or refuses us, ClusterError (the master's reason: no such run) when
     it found none.  Nothing is written in the master home."""
     where = target.where()
-    client = _connect(target, connect_timeout, retries)
-    try:
-        with _sftp_step(where, "upload the push's code"):
-            with client.open_sftp() as sftp:
-                code = _remote_code(sftp, cache)
-        command = shlex.join([python, code, "previous", f"--home={home}", f"--user={user}",
-                              f"--sweep={sweep_file}"])
-        status, out, err = exec_bytes(client, command, ABORT_TIMEOUT)
-    finally:
-        client.close()
+    status, out, err = _run_shipped(target, python, ["previous", f"--home={home}",
+                                                     f"--user={user}", f"--sweep={sweep_file}"],
+                                    connect_timeout, retries, cache)
     text = out.decode("utf-8", "replace")
     outcome = _outcome(text, where)
     if outcome is None or "error" in outcome or not isinstance(outcome.get("run"), str):
