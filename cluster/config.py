@@ -145,6 +145,35 @@ class Config:
     upload_timeout: float = _opt(300.0, MASTER, "seconds",
                                  "longest wait for nodes' log uploads after the last result",
                                  high=DAY)
+    # --- nodes on demand from a batch system (issue 24; docs/provisioning.md) ----------
+    resource_file: str = _opt("", MASTER, "path",
+                              "the resource file the master rewrites for provisioners and "
+                              "ephemeral nodes ('' = <home>/resources.json)")
+    resource_interval: float = _opt(10.0, MASTER, "seconds",
+                                    "the resource file is rewritten this often (and at once "
+                                    "when a run starts or ends)", positive=True, high=HOUR)
+    max_nodes: int = _opt(4, MASTER, "nodes",
+                          "the most ephemeral nodes the provisioner keeps (0 = none)",
+                          high=100_000)
+    node_slots: int = _opt(2, MASTER, "slots",
+                           "the slots an ephemeral node brings (its Slurm job's CPUs)",
+                           positive=True, high=4096)
+    node_prefix: str = _opt("slurm", MASTER, "name",
+                            "ephemeral nodes are named <prefix>-<Slurm job id>")
+    slurm_partition: str = _opt("", MASTER, "name",
+                                "the Slurm partition of the provisioner's jobs ('' = the "
+                                "default)")
+    slurm_account: str = _opt("", MASTER, "name",
+                              "the Slurm account of the provisioner's jobs ('' = none)")
+    slurm_time_limit: str = _opt("", MASTER, "Slurm time",
+                                 "sbatch --time of each ephemeral node's job ('' = the "
+                                 "partition's)")
+    slurm_options: str = _opt("", MASTER, "words",
+                              "more sbatch words for each ephemeral node's job "
+                              "(shell-quoted)")
+    slurm_max_submit_rate: float = _opt(30.0, MASTER, "jobs per minute",
+                                        "the provisioner submits at most this many Slurm "
+                                        "jobs a minute", positive=True, high=100_000)
     max_result_bytes: int = _opt(64 << 20, MASTER, "bytes",
                                  "a sweep task whose command writes more than this (its result "
                                  "files, stdout and stderr together) is failed and nothing of it "
@@ -337,6 +366,9 @@ class Config:
     connect_retries: int = _opt(10, NODE, "attempts", "tries to reach the master before giving up",
                                 positive=True, high=1000)
     connect_retry_delay: float = _opt(5.0, NODE, "seconds", "pause between those tries", high=HOUR)
+    ephemeral_idle: float = _opt(60.0, NODE, "seconds",
+                                 "an ephemeral node (clusterpull.py --ephemeral) exits 0 when "
+                                 "nothing was wanted of it this long", positive=True, high=DAY)
     rejoin_delay: float = _opt(30.0, NODE, "seconds",
                                "after run.py exits 3 (master unreachable) or 4 (aborted for a "
                                "reason that may pass, e.g. the master was replaced), "
