@@ -139,7 +139,7 @@ class Supervisor:
             self._log = open(self.log_path, "ab")  # closed in shutdown()
 
     def tick(self, now: float) -> None:
-        """One step: reap what finished, then start every command once.
+        """One step: reap what finished, run the hooks, then start every command once.
 
         ``now`` is the monotonic time the tick is for.  A command that cannot be started is
         logged and the others are still started.
@@ -152,9 +152,11 @@ class Supervisor:
                 self.on_tick()
             except Exception:  # its own business; the clustermasters must still start
                 logger.exception("the per-tick hook failed")
+        # Before the starts: what a hook writes (the resource file) is done before any
+        # clustermaster of this tick can write its own.
+        self.run_periodic(now)
         for command in self.commands:
             self._start(command, now)
-        self.run_periodic(now)
 
     def run_periodic(self, now: float) -> None:
         """Run each periodic hook that is due at monotonic time ``now``."""

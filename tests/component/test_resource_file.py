@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from cluster.home import Home
@@ -56,8 +57,8 @@ def stop(sup: subprocess.Popen[bytes]) -> None:
     sup.wait(timeout=60)
 
 
-def resources_when(home: Home, check: object, what: str, timeout: float = 30.0
-                   ) -> Resources:
+def resources_when(home: Home, check: Callable[[Resources], bool], what: str,
+                   timeout: float = 30.0) -> Resources:
     """The resource file once ``check`` holds for it (read as a provisioner would)."""
     path = home.root / "resources.json"
 
@@ -66,9 +67,11 @@ def resources_when(home: Home, check: object, what: str, timeout: float = 30.0
             res = read_resources(path, 0.0, 1e9)
         except FileNotFoundError:
             return None
-        return res if check(res) else None  # type: ignore[operator]
+        return res if check(res) else None
 
-    return wait_for(look, timeout, what)
+    found = wait_for(look, timeout, what)
+    assert found is not None
+    return found
 
 
 def test_the_file_follows_a_run_from_served_to_finished(tmp_path: Path) -> None:
@@ -103,10 +106,12 @@ def test_the_file_follows_a_run_from_served_to_finished(tmp_path: Path) -> None:
             run_id, 0, 0, 0)
         assert done.nodes_wanted == 0 and done.finished
         assert [done.priorities[p].status for p in (0, 1)] == ["idle", "idle"]
+        # Still finished once the run's end steps are all done (the queue is empty).
+        wait_for(lambda: (home.archive / run_id / "run.info").exists(), 30,
+                 "the run's archive")
+        wait_for(lambda: not home.run_dir(run_id).exists(), 30, "the run's end steps")
     finally:
         stop(sup)
-    # Still finished once the run's end steps are all done (the queue is empty).
-    wait_for(lambda: (home.archive / run_id / "run.info").exists(), 30, "the run's archive")
     last = read_resources(home.root / "resources.json", 0.0, 1e9)
     assert (last.priorities[PRIORITY].status, last.priorities[PRIORITY].run) == (
         "finished", run_id)
