@@ -19,6 +19,9 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
 * every round first publishes the node side of this repo into ``<home>/node-code/`` with
   its MANIFEST (:class:`cluster.master.supervisor.NodeCodePublisher`), which the nodes'
   clusterpull fetches when it changed (self_update);
+* every ``resource_interval`` seconds (and at the first round) it rewrites the resource file
+  (``resource_file``, default ``<home>/resources.json``) for provisioners and ephemeral
+  nodes (:class:`cluster.master.resources.ResourceWriter`; docs/provisioning.md);
 * ``--once`` does one round of starts and exits (for tests and manual use);
 * it logs to ``<home>/log/run_clustermaster.log`` and to stderr; ``--quiet`` (for crontab
   lines: cron mails whatever a job prints) prints only warnings and errors.
@@ -41,6 +44,7 @@ from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
 from cluster.errors import AlreadyRunning, ClusterError, ConfigError
 from cluster.home import Home
+from cluster.master.resources import ResourceWriter
 from cluster.master.supervisor import NodeCodePublisher, Supervisor
 from cluster.runtime.service import StopFlag, install_signal_handlers
 from cluster.runtime.singleton import SingleInstance, read_holder
@@ -135,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                                 interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
                                 kill_children=args.kill_children, wakeup=WorkWatcher(home),
                                 poll=WAKEUP_POLL,
-                                on_tick=NodeCodePublisher(REPO_ROOT, home.node_code))
+                                on_tick=NodeCodePublisher(REPO_ROOT, home.node_code),
+                                periodic=[(cfg.resource_interval, ResourceWriter(cfg))])
         if args.once:
             supervisor.initialize()
             try:

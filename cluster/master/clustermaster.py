@@ -13,7 +13,9 @@ status ``live[.p].json`` is rewritten every second meanwhile; then the end steps
 
 The master's state survives its own death: job.start keeps the run id, the jobs file is
 reused, every accepted result is in the journal before the node hears back, and the run's
-elapsed time and lost nodes are in its folder (:mod:`cluster.master.progress`).  A master
+elapsed time and lost nodes are in its folder (:mod:`cluster.master.progress`).
+The resource file (:mod:`cluster.master.resources`) is rewritten when the run starts being
+served, when its serving ends and when this invocation's work is done.  A master
 that takes over a run whose journal it finds serves only the jobs that have no result yet;
 one that finds an end record does only the end steps left.
 """
@@ -38,7 +40,7 @@ from cluster.errors import ClusterError
 from cluster.home import Home, suffixed
 from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
-from cluster.master import abort, ending, finish, journal, monitor
+from cluster.master import abort, ending, finish, journal, monitor, resources
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
@@ -150,9 +152,13 @@ class ClusterMaster:
                         record.run_id, ", ".join(sorted(record.done)) or "nothing")
             if self._end(record).failed == END_FAILED:
                 return  # the queue waits until this run's end is done
-        spec = self.queue.head()
-        if spec is not None:
-            self.run(spec, pid)
+        try:
+            spec = self.queue.head()
+            if spec is not None:
+                self.run(spec, pid)
+        finally:
+            # A run ended (or could not start): the resource file says so at once.
+            resources.refresh(self.cfg, self.clock)
 
     def run(self, spec: RunSpec, pid: PidFile) -> RunOutcome:
         """Run ``spec`` to the end (or until another master replaces this one)."""
@@ -267,6 +273,10 @@ class ClusterMaster:
         log.info("run %s: %s, %d jobs (%d to do), port %d, %.0f s run so far", run_id,
                  spec.line(), len(jobs), state.remaining, self.cfg.port_for(p),
                  progress.elapsed())
+        # The run is served from now on: its counts in the live file, and the resource
+        # file saying so at once (provisioners start nodes for it).
+        live.update(state, progress.lost + state.lost)
+        resources.refresh(self.cfg, self.clock)
         try:
             ended = self._serve(server, state, jrnl, pid, progress, session.audit, live)
             if ended is None:
@@ -286,6 +296,7 @@ class ClusterMaster:
             live.remove()
             # The run is over: nodes that call in now learn it and leave.
             self._unlink(home.job_start(p))
+            resources.refresh(self.cfg, self.clock)  # finished: no more nodes wanted
             self._linger(server, state, audit=session.audit)
         finally:
             if intake is not None:

@@ -29,6 +29,12 @@ cycle.  It runs at the first tick
 (the supervisor's start) and every ``interval`` after; a failure is logged and the tick
 goes on.
 
+Periodic hooks (issue 24): each ``(interval, hook)`` of ``periodic`` -- run_clustermaster.py
+passes the resource file's writer (:class:`cluster.master.resources.ResourceWriter`) every
+``resource_interval`` -- runs at the first tick and then whenever ``interval`` seconds have
+passed, checked every ``poll``, between ticks too; a failure is logged and the loop goes
+on.  Periods missed (a long tick) are skipped, never run in a burst.
+
 Signal handlers (:func:`install_signal_handlers`) only record the request in a
 :class:`StopFlag`; the loop sees it within ``poll`` seconds.  The single-instance lock is
 the caller's business (see :mod:`cluster.cli.run_clustermaster`).
@@ -99,7 +105,8 @@ class Supervisor:
                  poll: float = STOP_POLL, cwd: Path | None = None,
                  env: dict[str, str] | None = None,
                  wakeup: Callable[[], Iterable[int]] | None = None,
-                 on_tick: Callable[[], object] | None = None) -> None:
+                 on_tick: Callable[[], object] | None = None,
+                 periodic: Sequence[tuple[float, Callable[[], object]]] = ()) -> None:
         if interval <= 0:
             raise ValueError(f"supervisor interval {interval!r}: expected seconds > 0")
         if poll <= 0:
@@ -115,6 +122,10 @@ class Supervisor:
         self.env = env
         self.wakeup = wakeup
         self.on_tick = on_tick
+        for every, _ in periodic:
+            if not every > 0:
+                raise ValueError(f"periodic hook interval {every!r}: expected seconds > 0")
+        self.periodic = [Periodic(every, hook) for every, hook in periodic]
         self.children: list[Child] = []
         self.ticks = 0
         self.last_tick: float | None = None
@@ -128,7 +139,7 @@ class Supervisor:
             self._log = open(self.log_path, "ab")  # closed in shutdown()
 
     def tick(self, now: float) -> None:
-        """One step: reap what finished, then start every command once.
+        """One step: reap what finished, run the hooks, then start every command once.
 
         ``now`` is the monotonic time the tick is for.  A command that cannot be started is
         logged and the others are still started.
@@ -141,8 +152,25 @@ class Supervisor:
                 self.on_tick()
             except Exception:  # its own business; the clustermasters must still start
                 logger.exception("the per-tick hook failed")
+        # Before the starts: what a hook writes (the resource file) is done before any
+        # clustermaster of this tick can write its own.
+        self.run_periodic(now)
         for command in self.commands:
             self._start(command, now)
+
+    def run_periodic(self, now: float) -> None:
+        """Run each periodic hook that is due at monotonic time ``now``."""
+        for job in self.periodic:
+            if job.due is not None and now < job.due:
+                continue
+            # The next one an interval on; one that came a period late or more counts
+            # from now, so missed periods are skipped, not run in a burst.
+            nxt = now + job.every if job.due is None else job.due + job.every
+            job.due = nxt if nxt > now else now + job.every
+            try:
+                job.hook()
+            except Exception:  # its own business; the loop must go on
+                logger.exception("the periodic hook %r failed", job.hook)
 
     def reap(self) -> int:
         """Collect every finished child (no zombies); return how many were reaped."""
@@ -190,6 +218,7 @@ class Supervisor:
                 if self.wakeup is not None:
                     for index in self.wakeup():
                         self._start(self.commands[index], now)
+                self.run_periodic(now)
                 self.clock.sleep(min(self.poll, due - now))
             logger.info("stop requested%s; supervisor stopping",
                         _signal_text(getattr(stop, "signum", None)))
@@ -258,6 +287,15 @@ class Supervisor:
             if child.proc.returncode is not None:
                 continue
             proc.kill_tree(child.pid, signum)
+
+
+@dataclass
+class Periodic:
+    """A hook run every ``every`` seconds; ``due``: when next (monotonic), None: at once."""
+
+    every: float
+    hook: Callable[[], object]
+    due: float | None = None
 
 
 class NodeCodePublisher:

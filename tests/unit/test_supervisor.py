@@ -209,6 +209,39 @@ def test_run_sleeps_in_short_slices() -> None:
     assert sum(clock.sleeps) == pytest.approx(10.0)
 
 
+def test_periodic_hooks_run_at_start_and_every_interval_between_ticks(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A periodic hook (the resource file's writer) runs at the first tick, then every
+    interval of its own, between the ticks too; one that fails is logged and runs again."""
+    clock = FakeClock(monotonic_start=0.0)
+    times: list[float] = []
+
+    def failing() -> None:
+        raise OSError("disk full")
+
+    sup = Supervisor([], clock=clock, interval=10.0,
+                     periodic=[(3.0, lambda: times.append(clock.monotonic())),
+                               (7.0, failing)])
+    with caplog.at_level(logging.ERROR, logger="cluster.supervisor"):
+        sup.run(CountingStop(sup, 3))  # ticks at 0, 10, 20
+    assert times == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0, 18.0]
+    failures = [r for r in caplog.records if "periodic hook" in r.getMessage()]
+    assert len(failures) == 3  # at 0, 7 and 14
+
+
+def test_a_late_periodic_hook_skips_missed_periods() -> None:
+    calls: list[float] = []
+    sup = Supervisor([], clock=FakeClock(), periodic=[(2.0, lambda: calls.append(0.0))])
+    sup.run_periodic(0.0)
+    sup.run_periodic(1.0)   # not due
+    sup.run_periodic(9.0)   # late: runs once, next at 11
+    sup.run_periodic(10.0)
+    sup.run_periodic(11.0)
+    assert len(calls) == 3
+    with pytest.raises(ValueError, match="periodic hook interval"):
+        Supervisor([], periodic=[(0.0, lambda: None)])
+
+
 def test_run_stops_at_once_when_stop_already_set() -> None:
     """A set stop means no tick at all."""
     sup = Supervisor([], clock=FakeClock())
