@@ -14,7 +14,7 @@ import pytest
 
 from cluster.provision.engine import EngineError, EngineJob
 from cluster.provision.slurm import SlurmEngine
-from cluster.provision.slurmhost import PrivateSlurm
+from cluster.provision.slurmhost import PrivateSlurm, SlurmHostError
 
 #: Bound of every wait for Slurm to act [seconds] (it acts within about 2 s).
 WAIT = 15.0
@@ -115,3 +115,13 @@ def test_a_stopped_private_slurm_leaves_nothing_running_and_sbatch_then_fails(
         engine.submit("sltest-down", ["true"], 1)
     assert str(caught.value).startswith("sbatch: exit status 1: ")
     assert "Unable to contact slurm controller" in str(caught.value)
+
+
+def test_a_private_slurm_without_munged_says_so_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no Slurm, no munge
+    slurm = PrivateSlurm(tmp_path / "s")
+    with pytest.raises(SlurmHostError, match="cannot start munged.*munge installed"):
+        slurm.start()
+    assert slurm.pids == {}
+    assert slurm.munge_socket == Path()  # its /tmp folder removed
