@@ -20,6 +20,7 @@ import pluggy
 import pytest
 
 from cluster.localcluster import PORTS_ENV
+from cluster.provision.slurmhost import PrivateSlurm
 
 #: The first worker's ports, and the size of each worker's range (below 32768, where the
 #: kernel's ephemeral ports begin on Linux).
@@ -90,3 +91,12 @@ def crontab_turn(request: pytest.FixtureRequest) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="module")
+def private_slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateSlurm]:
+    """A private single-host Slurm (munged, slurmctld, slurmd), started for the module and
+    stopped after it by PID, nothing left running; its ``env`` is what a Slurm command or a
+    :class:`cluster.provision.slurm.SlurmEngine` needs to use it."""
+    with PrivateSlurm(tmp_path_factory.mktemp("slurm")) as slurm:
+        yield slurm

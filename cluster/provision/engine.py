@@ -1,0 +1,60 @@
+"""The small interface between the provisioner and a batch system (docs/provisioning.md).
+
+An engine starts a command as a batch job (:meth:`Engine.submit`), cancels one
+(:meth:`Engine.cancel`) and lists the jobs it holds under a name prefix
+(:meth:`Engine.jobs`).  Slurm is one implementation (:mod:`cluster.provision.slurm`);
+another batch system is a new class with these three methods, not a rewrite of the
+provisioner.  Every failure of the batch system is an :class:`EngineError` that names the
+command and quotes its message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from cluster.errors import ClusterError
+
+#: The states an :class:`EngineJob` can be in.
+PENDING = "pending"
+RUNNING = "running"
+#: Leaving: Slurm's COMPLETING (the command has ended, the job's clean-up has not).
+ENDING = "ending"
+#: No longer known to the engine (finished, cancelled, failed).
+GONE = "gone"
+STATES = (PENDING, RUNNING, ENDING, GONE)
+
+
+class EngineError(ClusterError):
+    """The batch system refused or could not be reached; the message names the command
+    (``sbatch``, ``squeue``...) and quotes what it said."""
+
+
+@dataclass(frozen=True)
+class EngineJob:
+    """One batch job as the engine reports it.
+
+    ``state`` is one of :data:`STATES`; ``reason`` says why a pending job waits, in the
+    engine's words (Slurm's ``Resources``, ``PartitionDown``...), and is ``""`` otherwise.
+    """
+
+    job_id: str
+    name: str
+    state: str
+    reason: str = ""
+
+
+class Engine(Protocol):
+    """What the provisioner asks of a batch system."""
+
+    def submit(self, name: str, argv: list[str], slots: int) -> str:
+        """Start ``argv`` as a job called ``name`` with ``slots`` CPUs; return its job id."""
+        ...
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel job ``job_id`` (a job already gone is not an error)."""
+        ...
+
+    def jobs(self, prefix: str) -> list[EngineJob]:
+        """The engine's live jobs whose names are ``<prefix>-*``."""
+        ...
