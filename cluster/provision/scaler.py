@@ -75,7 +75,7 @@ class Demand:
 
     wanted: int              # nodes wanted (0 when no run waits, or the master is gone)
     master_alive: bool       # False: the file is stale, missing or unreadable
-    command: tuple[str, ...]  # the argv of an ephemeral node ('' when unknown)
+    command: tuple[str, ...]  # the argv of an ephemeral node (() when unknown)
     note: str = ""           # why the master counts as gone, for the log line
 
 
@@ -97,7 +97,7 @@ class Decision:
         return f"wanted {self.wanted} pending {len(self.pending)} running {len(self.running)}"
 
     def pending_reasons(self) -> str:
-        """``pending: 3 Resources, 1 PartitionDown``, or '' with nothing pending."""
+        """``3 Resources, 1 PartitionDown`` (the pending jobs by reason), or "" with none."""
         counts = Counter(job.reason or "no reason given" for job in self.pending)
         return ", ".join(f"{n} {reason}" for reason, n in counts.most_common())
 
