@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "clusteradmin.py": "clusteradmin",
     "clustermonitor.py": "clustermonitor",
     "clusterpush.py": "clusterpush",
+    "clusterscale.py": "clusterscale",
     "clusterstatus.py": "clusterstatus",
     "enqueue_auto.py": "enqueue-auto",
     "heartbeat.py": "cluster-heartbeat",

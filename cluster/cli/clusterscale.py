@@ -1,0 +1,162 @@
+"""clusterscale.py -- the provisioner: keeps the batch jobs running ephemeral nodes at the
+number the master's resource file wants (docs/provisioning.md, "The provisioner").
+
+Usage: clusterscale.py [--config master.conf] [--home DIR] [--set key=value]... [--once] [-q]
+
+Every ``resource_interval`` seconds it reads the resource file (``resource_file``, default
+``<home>/resources.json``), lists the batch system's jobs named ``<node_prefix>-*``,
+decides what to submit and cancel (:mod:`cluster.provision.scaler`: ``max_nodes``,
+``slurm_max_submit_rate``, two looks of hysteresis before a cancel) and does it.  Each look
+is one log line ``wanted W pending P running R: <what it did and why>`` in
+``<home>/log/clusterscale.log`` (and on stderr; ``--quiet`` for crontab lines keeps only
+warnings there); a line equal to the previous look's is logged at DEBUG only, so an idle
+cluster does not fill the log.  A failed call to the batch system is a WARNING line quoting
+its message, and the next look tries again.
+
+Single instance: a second one (cron starts it every few minutes, like the other daemons)
+sees ``<home>/clusterscale.lock`` held, logs so and exits 0.  A restarted one adopts the
+jobs it finds by their name: it submits nothing twice.  SIGTERM or SIGINT ends the loop
+after the current look; the batch jobs are left as they are (the ephemeral nodes leave by
+themselves when nothing is wanted of them).
+
+The batch system is Slurm (:class:`cluster.provision.slurm.SlurmEngine`: ``sbatch``,
+``squeue``, ``scancel`` on PATH, ``SLURM_CONF`` as the site sets it, and the ``slurm_*``
+settings); :data:`ENGINE_FACTORY` makes it, and a test or another engine swaps it.
+
+Exit status: 0 stopped, or another instance runs; 2 a bad option or configuration, or the
+engine cannot be set up (its message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from cluster.cli import common, progname
+from cluster.config import Config
+from cluster.defaults import EXIT_OK, EXIT_USAGE
+from cluster.errors import AlreadyRunning, ClusterError
+from cluster.home import Home
+from cluster.master.resources import resource_path
+from cluster.provision.engine import Engine
+from cluster.provision.scaler import Demand, Provisioner, ScaleSettings
+from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.service import StopFlag, install_signal_handlers
+from cluster.runtime.singleton import SingleInstance, read_holder
+from cluster.wire.resources import STALE_INTERVALS, ResourceFileError, read_resources
+
+logger = logging.getLogger("cluster.provision")
+
+PROG = progname.prog("clusterscale.py")
+LOCK_NAME = "clusterscale.lock"
+LOG_NAME = "clusterscale.log"
+#: The resource file's name in the home when ``resource_file`` is empty.
+
+
+def slurm_engine(cfg: Config) -> Engine:
+    """The Slurm engine with ``cfg``'s ``slurm_*`` settings."""
+    from cluster.provision.slurm import SlurmEngine  # Slurm's module only where it is used
+
+    return SlurmEngine(partition=cfg.slurm_partition, account=cfg.slurm_account,
+                       time_limit=cfg.slurm_time_limit,
+                       options=shlex.split(cfg.slurm_options))
+
+
+#: Makes the engine from the configuration (ClusterError when it cannot); tests swap it.
+ENGINE_FACTORY: Callable[[Config], Engine] = slurm_engine
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Keep the batch jobs running "
+                                "ephemeral nodes at the number the master wants.")
+    common.add_config_options(p)
+    p.add_argument("--once", action="store_true", help="one look (read, decide, act), then exit")
+    common.add_quiet_option(p)
+    return p
+
+
+def read_demand(path: Path, now: float, interval: float) -> Demand:
+    """What the resource file at ``path`` wants at ``now`` (epoch seconds).  A file that is
+    stale, missing or unreadable means the master is gone: nothing is wanted."""
+    try:
+        resources = read_resources(path, now, interval)
+    except FileNotFoundError:
+        return Demand(0, False, (), f"no resource file {path}")
+    except OSError as exc:
+        return Demand(0, False, (), f"resource file {path} cannot be read: {exc.strerror}")
+    except ResourceFileError as exc:
+        return Demand(0, False, (), str(exc))
+    if resources.stale:
+        return Demand(0, False, tuple(resources.node.command),
+                      f"resource file {path} written {now - resources.written:.0f} s ago, "
+                      f"more than {STALE_INTERVALS} x {interval:g} s")
+    return Demand(resources.nodes_wanted, True, tuple(resources.node.command))
+
+
+def serve(provisioner: Provisioner, path: Path, interval: float, stop: StopFlag,
+          clock: Clock, once: bool = False) -> None:
+    """Look every ``interval`` seconds until ``stop`` is set (or once)."""
+    previous = ""
+    while not stop.is_set():  # bounded by the stop flag: a daemon's loop
+        started = clock.monotonic()
+        step = provisioner.step(read_demand(path, clock.time(), interval))
+        if step.trouble:
+            logger.warning("%s", step.line)
+        else:
+            logger.log(logging.INFO if step.line != previous else logging.DEBUG, "%s",
+                       step.line)
+        previous = step.line
+        if once:
+            return
+        stop.wait(interval - (clock.monotonic() - started), clock)
+
+
+def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
+    parsed = common.parse_with_config(_parser(), argv, PROG)
+    if isinstance(parsed, int):
+        return parsed
+    args, cfg = parsed
+    clock = clock or SystemClock()
+    home = Home(cfg.home)
+    try:
+        home.create()
+    except OSError as exc:
+        print(f"{PROG}: cannot create master home {home.root}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    # Only when nothing configured logging yet (main() may be called from a test).
+    if not logging.getLogger().handlers:
+        common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
+    lock_path = home.root / LOCK_NAME
+    guard = SingleInstance(lock_path, PROG)
+    try:
+        guard.acquire()
+    except AlreadyRunning as exc:
+        holder = read_holder(lock_path)
+        logger.info("%s%s; exiting", exc, f", by pid {holder}" if holder else "")
+        return EXIT_OK
+    try:
+        try:
+            engine = ENGINE_FACTORY(cfg)
+        except ClusterError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        provisioner = Provisioner(engine, ScaleSettings.from_config(cfg), clock)
+        path = resource_path(cfg)
+        logger.info("provisioning from %s every %g s: at most %d nodes of %d slots named "
+                    "%s-*, at most %g submits a minute", path, cfg.resource_interval,
+                    cfg.max_nodes, cfg.node_slots, cfg.node_prefix, cfg.slurm_max_submit_rate)
+        stop = StopFlag()
+        restore = install_signal_handlers(stop)
+        try:
+            serve(provisioner, path, cfg.resource_interval, stop, clock, once=args.once)
+        finally:
+            restore()
+        if stop.is_set():
+            logger.info("stopped by signal %s; the batch jobs are left as they are", stop.signum)
+        return EXIT_OK
+    finally:
+        guard.release()

@@ -1,0 +1,146 @@
+"""clusterscale.py, the provisioner's daemon: a real resource file, a real lock, a real
+SIGTERM; the batch system is the scripted engine of test_scaler (swapped in through the
+engine factory)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster.cli import clusterscale
+from cluster.config import Config
+from cluster.provision.engine import EngineError, EngineJob
+from cluster.runtime.clock import FakeClock
+from cluster.runtime.singleton import SingleInstance
+from tests.helpers import REPO
+from tests.unit.test_scaler import COMMAND, ScriptedEngine
+
+
+def write_resources(path: Path, written: float, wanted: int) -> None:
+    """A resource file as docs/provisioning.md shows it."""
+    idle = {"status": "idle", "run": "", "jobs_left": 0, "jobs_running": 0, "nodes": 0,
+            "nodes_wanted": 0}
+    running = {"status": "running", "run": "20261126083743-p1-2bf4", "jobs_left": 4711,
+               "jobs_running": 12, "nodes": 2, "nodes_wanted": wanted}
+    path.write_text(json.dumps({
+        "format": 1, "written": written,
+        "master": {"host": "build1", "address": "10.0.0.5", "pid": 4242, "base_port": 9000,
+                   "monitor_port": 9010},
+        "priorities": {"0": idle, "1": running, "2": idle},
+        "nodes_wanted": wanted,
+        "node": {"command": list(COMMAND), "slots": 2, "prefix": "slurm", "idle_exit": 60},
+    }), encoding="utf-8")
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> ScriptedEngine:
+    scripted = ScriptedEngine()
+    made: list[Config] = []
+
+    def factory(cfg: Config) -> ScriptedEngine:
+        made.append(cfg)
+        return scripted
+
+    monkeypatch.setattr(clusterscale, "ENGINE_FACTORY", factory)
+    return scripted
+
+
+def test_one_look_submits_the_nodes_the_resource_file_wants(
+        tmp_path: Path, engine: ScriptedEngine, caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "resources.json", clock.time() - 5, wanted=3)
+    caplog.set_level(logging.INFO)
+    assert clusterscale.main(["--home", str(tmp_path), "--once", "--set", "max_nodes=5",
+                              "--set", "node_slots=4"], clock=clock) == 0
+    assert engine.submits == [("slurm-node", list(COMMAND), 4)] * 3
+    assert "wanted 3 pending 0 running 0: submitted 3 (3 wanted beyond pending + running)" \
+        in caplog.text
+
+
+def test_a_resource_file_elsewhere_is_read_from_resource_file(
+        tmp_path: Path, engine: ScriptedEngine) -> None:
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "shared.json", clock.time(), wanted=2)
+    assert clusterscale.main(["--home", str(tmp_path / "home"), "--once", "--set",
+                              f"resource_file={tmp_path / 'shared.json'}"], clock=clock) == 0
+    assert len(engine.submits) == 2
+
+
+def test_a_stale_missing_or_broken_resource_file_means_the_master_is_gone(
+        tmp_path: Path) -> None:
+    path = tmp_path / "resources.json"
+    missing = clusterscale.read_demand(path, 1e9, 10.0)
+    assert (missing.wanted, missing.master_alive) == (0, False)
+    assert missing.note == f"no resource file {path}"
+    write_resources(path, 1e9 - 31, wanted=4)
+    stale = clusterscale.read_demand(path, 1e9, 10.0)
+    assert (stale.wanted, stale.master_alive) == (0, False)
+    assert stale.note == f"resource file {path} written 31 s ago, more than 3 x 10 s"
+    fresh = clusterscale.read_demand(path, 1e9 - 2, 10.0)
+    assert (fresh.wanted, fresh.master_alive, fresh.command) == (4, True, COMMAND)
+    path.write_text("{not json", encoding="utf-8")
+    broken = clusterscale.read_demand(path, 1e9, 10.0)
+    assert (broken.wanted, broken.master_alive) == (0, False) and str(path) in broken.note
+
+
+def test_a_second_instance_exits_at_once_and_asks_the_engine_nothing(
+        tmp_path: Path, engine: ScriptedEngine, caplog: pytest.LogCaptureFixture) -> None:
+    write_resources(tmp_path / "resources.json", FakeClock().time(), wanted=3)
+    caplog.set_level(logging.INFO)
+    with SingleInstance(tmp_path / clusterscale.LOCK_NAME, "other"):
+        assert clusterscale.main(["--home", str(tmp_path), "--once"], clock=FakeClock()) == 0
+    assert engine.submits == []
+    assert f"pid {os.getpid()}" in caplog.text and "exiting" in caplog.text
+
+
+def test_sigterm_ends_the_loop_after_the_current_look(
+        tmp_path: Path, engine: ScriptedEngine, caplog: pytest.LogCaptureFixture) -> None:
+    """The loop looks every resource_interval until a real SIGTERM reaches the process; it
+    then returns 0, the lock is free and the jobs are left."""
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "resources.json", clock.time(), wanted=2)
+    listings: list[float] = []
+    jobs = engine.jobs
+
+    def listing(prefix: str) -> list[EngineJob]:
+        listings.append(clock.monotonic())
+        if len(listings) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return jobs(prefix)
+
+    engine.jobs = listing  # type: ignore[method-assign]
+    caplog.set_level(logging.INFO)
+    previous = signal.getsignal(signal.SIGTERM)
+    assert clusterscale.main(["--home", str(tmp_path)], clock=clock) == 0
+    assert signal.getsignal(signal.SIGTERM) == previous
+    assert listings == [0.0, 10.0, 20.0]
+    assert len(engine.submits) == 2 and engine.cancels == []
+    assert f"stopped by signal {int(signal.SIGTERM)}" in caplog.text
+    SingleInstance(tmp_path / clusterscale.LOCK_NAME).acquire()  # free again
+
+
+def test_an_engine_that_cannot_be_made_is_a_usage_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def factory(cfg: Config) -> ScriptedEngine:
+        raise EngineError("sbatch: not found on PATH")
+
+    monkeypatch.setattr(clusterscale, "ENGINE_FACTORY", factory)
+    assert clusterscale.main(["--home", str(tmp_path), "--once"], clock=FakeClock()) == 2
+    assert capsys.readouterr().err == "clusterscale.py: sbatch: not found on PATH\n"
+
+
+def test_the_top_level_script_runs_and_explains_itself() -> None:
+    done = subprocess.run([sys.executable, str(REPO / "clusterscale.py"), "--help"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: clusterscale.py")
+    assert "--once" in done.stdout
