@@ -125,7 +125,7 @@ def test_idle_for_ephemeral_idle_exits_0_and_work_resets_the_timer() -> None:
     assert s.session.verdict(122.0) == 0
 
 
-def test_a_running_run_py_is_work(tmp_path: Path) -> None:
+def test_a_running_run_py_is_work() -> None:
     s = Session()
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
