@@ -161,10 +161,10 @@ def _ephemeral(args: argparse.Namespace, cfg: Config) -> int:
         print(f"clusterpull.py: {exc}", file=sys.stderr)
         return EXIT_USAGE
     transport = make_transport(cfg)
-    offer = ephemeral.load_offer(transport, rel)
+    resources = ephemeral.load_resources(transport, rel, time.time(), cfg.resource_interval)
     try:
         name = ephemeral.ephemeral_name(args.name, os.environ,
-                                        offer.prefix if offer and offer.prefix
+                                        resources.node.prefix if resources is not None
                                         else cfg.node_prefix)
     except ClusterError as exc:
         print(f"clusterpull.py: {exc}", file=sys.stderr)
@@ -180,14 +180,16 @@ def _ephemeral(args: argparse.Namespace, cfg: Config) -> int:
         return EXIT_USAGE
     work.mkdir(parents=True, exist_ok=True)
     common.setup_logging(work / "log" / "clusterpull.log", args.verbose, args.quiet)
-    if offer is not None and offer.all_done(time.time(), cfg.resource_interval):
+    if resources is not None and ephemeral.all_done(resources, time.time(),
+                                                    cfg.resource_interval):
         log.info("ephemeral node %s: the resource file says every priority is idle or "
                  "finished; exiting %d", name, ephemeral.EXIT_NOT_WANTED)
         return ephemeral.EXIT_NOT_WANTED
     pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args),
                        rejoin_delay=cfg.rejoin_delay)
-    session = ephemeral.EphemeralSession(pull, lambda: ephemeral.load_offer(transport, rel),
-                                         time.time)
+    session = ephemeral.EphemeralSession(
+        pull, lambda now: ephemeral.load_resources(transport, rel, now, cfg.resource_interval),
+        time.time)
     log.info("ephemeral node %s: working in %s", name, work)
     try:
         with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):

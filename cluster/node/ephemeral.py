@@ -23,17 +23,14 @@ through the transport, the same key) with three differences:
     ``connect_retry_delay`` apart (the monitor unreachable, or this node's key not there):
     Slurm's ``RequeueExit=3`` starts it again.
 
-The resource file is read here by :func:`read_offer`, which parses only what an ephemeral
-node needs of it (when it was written, each priority's status and run, the node prefix);
-the file's full format, its writer and its validating reader are
-``cluster/wire/resources.py`` (the master's part of issue 24).  A file older than three
+The resource file is read through the node's transport and checked by the one reader of its
+format (:func:`cluster.wire.resources.parse_resources`).  A file older than three
 ``resource_interval`` is *stale* (its master is dead) and is not believed: the heartbeats
-decide then.
+decide then.  A file that cannot be read or is malformed is ignored, with a log line.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 from collections.abc import Callable, Mapping
@@ -46,6 +43,7 @@ from cluster.defaults import EXIT_OK, NODE_EXIT_UNREACHABLE
 from cluster.errors import ClusterError, ConfigError
 from cluster.node.pull import ClusterPull
 from cluster.node.transport import Transport
+from cluster.wire.resources import RUNNING, STALE_INTERVALS, Resources, parse_resources
 
 log = logging.getLogger("cluster.pull")
 
@@ -55,77 +53,30 @@ EXIT_NOT_WANTED = EXIT_OK
 EXIT_UNREACHABLE = NODE_EXIT_UNREACHABLE
 #: The resource file in the master home when ``resource_file`` is not set.
 DEFAULT_RESOURCE_FILE = "resources.json"
-#: A resource file older than this many ``resource_interval`` is stale (docs/provisioning.md).
-STALE_INTERVALS = 3
-#: The statuses of a priority under which nothing is wanted of a node.
-DONE_STATUSES = frozenset({"idle", "finished"})
 #: The batch system's job id in the environment of the job.
 JOB_ID_VARIABLE = "SLURM_JOB_ID"
 #: The CPUs the batch system gave the job on this machine.
 CPUS_VARIABLE = "SLURM_CPUS_ON_NODE"
 
 
-@dataclass(frozen=True)
-class Offer:
-    """What an ephemeral node reads of the resource file: when it was written (epoch
-    seconds), each priority's status, the run of each priority that is ``running`` ("" for
-    one queued but not yet started), and the prefix of ephemeral nodes' names ("" when the
-    file gives none)."""
-
-    written: float
-    statuses: dict[str, str]
-    prefix: str
-    running: dict[str, str]
-
-    def runs_on(self, now: float, interval: float, finished: set[str]) -> bool:
-        """Whether the file is fresh and says a run is on that is not in ``finished``."""
-        return (not self.stale(now, interval)
-                and any(run not in finished for run in self.running.values()))
-
-    def stale(self, now: float, interval: float) -> bool:
-        """Whether the file is older than STALE_INTERVALS x ``interval`` at ``now``."""
-        return now - self.written > STALE_INTERVALS * interval
-
-    def all_done(self, now: float, interval: float) -> bool:
-        """Whether the file is fresh and says every priority is idle or finished."""
-        return (not self.stale(now, interval)
-                and all(status in DONE_STATUSES for status in self.statuses.values()))
+def stale(resources: Resources, now: float, interval: float) -> bool:
+    """Whether the file read is stale at ``now`` (epoch seconds): older than
+    :data:`~cluster.wire.resources.STALE_INTERVALS` x ``interval``.  Judged at each use,
+    not when it was read: a copy kept while nothing rewrites it goes stale."""
+    return now - resources.written > STALE_INTERVALS * interval
 
 
-def read_offer(text: str) -> Offer:
-    """Parse the fields an ephemeral node uses of the resource file's ``text`` (JSON):
-    ``written``, ``priorities.<p>.status`` and ``node.prefix``; the rest is ignored.
-    ValueError naming the field and what was expected."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    written = data.get("written")
-    if isinstance(written, bool) or not isinstance(written, (int, float)):
-        raise ValueError(f"'written' is {written!r}, expected epoch seconds")
-    priorities = data.get("priorities")
-    if not isinstance(priorities, dict) or not priorities:
-        raise ValueError("'priorities' is missing or empty, expected an object of priorities")
-    statuses: dict[str, str] = {}
-    running: dict[str, str] = {}
-    for priority, entry in priorities.items():
-        status = entry.get("status") if isinstance(entry, dict) else None
-        if not isinstance(status, str):
-            raise ValueError(f"'priorities.{priority}.status' is {status!r}, expected "
-                             "idle, running or finished")
-        statuses[str(priority)] = status
-        if status == "running":
-            run = entry.get("run", "")
-            if not isinstance(run, str):
-                raise ValueError(f"'priorities.{priority}.run' is {run!r}, expected a run id")
-            running[str(priority)] = run
-    node = data.get("node")
-    prefix = node.get("prefix", "") if isinstance(node, dict) else ""
-    if not isinstance(prefix, str):
-        raise ValueError(f"'node.prefix' is {prefix!r}, expected a name")
-    return Offer(float(written), statuses, prefix, running)
+def all_done(resources: Resources, now: float, interval: float) -> bool:
+    """Whether the file is fresh at ``now`` and says every priority is idle or finished."""
+    return not stale(resources, now, interval) and resources.finished
+
+
+def runs_on(resources: Resources, now: float, interval: float, finished: set[str]) -> bool:
+    """Whether the file is fresh at ``now`` and says a priority is running a run not in
+    ``finished`` (or one not started yet, whose id is "")."""
+    return not stale(resources, now, interval) and any(
+        info.status == RUNNING and info.run not in finished
+        for info in resources.priorities.values())
 
 
 def resource_rel(cfg: Config) -> str:
@@ -145,9 +96,11 @@ def resource_rel(cfg: Config) -> str:
                           "through its transport)") from None
 
 
-def load_offer(transport: Transport, rel: str) -> Offer | None:
-    """The resource file ``rel`` read through ``transport``, or None when it is absent,
-    unreadable or malformed (said in the log: the heartbeats then decide)."""
+def load_resources(transport: Transport, rel: str, now: float, interval: float
+                   ) -> Resources | None:
+    """The resource file ``rel`` read through ``transport`` and checked
+    (:func:`cluster.wire.resources.parse_resources`), or None when it is absent, unreadable
+    or malformed (said in the log: the heartbeats then decide)."""
     try:
         text = transport.read_text(rel)
     except ClusterError as exc:
@@ -156,9 +109,9 @@ def load_offer(transport: Transport, rel: str) -> Offer | None:
     if text is None:
         return None
     try:
-        return read_offer(text)
+        return parse_resources(text, now, interval, source=rel)
     except ValueError as exc:
-        log.warning("resource file %s ignored: %s", rel, exc)
+        log.warning("resource file ignored: %s", exc)
         return None
 
 
@@ -203,17 +156,17 @@ def session_settings(cfg: Config, name: str, work: Path, env: Mapping[str, str]
 @dataclass
 class EphemeralSession:
     """The exit rules of an ephemeral node around its :class:`ClusterPull` (whose ``cfg``
-    carries the session's name and work folder).  ``load`` reads the resource file (None
-    when there is none); ``wall`` is the wall clock the file's ``written`` is compared
-    with."""
+    carries the session's name and work folder).  ``load(now)`` reads the resource file
+    (None when there is none); ``wall`` is the wall clock (epoch seconds) the file's
+    ``written`` is compared with."""
 
     pull: ClusterPull
-    load: Callable[[], Offer | None]
+    load: Callable[[float], Resources | None]
     wall: Callable[[], float]
     idle_since: float | None = None
     #: When the resource file is next read (monotonic); the last one read till then.
     next_look: float = 0.0
-    offer: Offer | None = None
+    resources: Resources | None = None
 
     def __post_init__(self) -> None:
         self.pull.retry_delay = self.pull.cfg.connect_retry_delay
@@ -228,16 +181,17 @@ class EphemeralSession:
         if self.pull.has_work():
             self.idle_since = None
             return None
+        wall = self.wall()
         if now >= self.next_look:
             self.next_look = now + cfg.resource_interval
-            self.offer = self.load()
-        wall = self.wall()
-        if self.offer is not None and self.offer.all_done(wall, cfg.resource_interval):
+            self.resources = self.load(wall)
+        known = self.resources
+        if known is not None and all_done(known, wall, cfg.resource_interval):
             log.info("node %s: the resource file says every priority is idle or finished; "
                      "exiting %d", self.pull.name, EXIT_NOT_WANTED)
             return EXIT_NOT_WANTED
-        if self.offer is not None and self.offer.runs_on(wall, cfg.resource_interval,
-                                                         self.pull.finished):
+        if known is not None and runs_on(known, wall, cfg.resource_interval,
+                                         self.pull.finished):
             self.idle_since = None  # a run it may join is on (or queued): wanted
             return None
         if self.idle_since is None:

@@ -9,22 +9,30 @@ priority is finished), 3 when the master cannot be reached (Slurm's ``RequeueExi
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cluster.defaults import REPO_ROOT
+from cluster.defaults import PRIORITIES, REPO_ROOT
 from cluster.localcluster import LocalCluster, write_demo_tree
 from cluster.report.tab import read_tab
 from cluster.runtime import proc
+from cluster.wire.resources import (
+    MasterInfo,
+    NodeLaunch,
+    PriorityInfo,
+    Resources,
+    format_resources,
+    read_resources,
+)
 from tests.e2e.conftest import MakeCluster
-from tests.helpers import CORPUS
+from tests.helpers import CORPUS, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -63,43 +71,42 @@ def _exit_status(child: subprocess.Popen[bytes], timeout: float, out: Path) -> i
 
 
 def _resource_file(cluster: LocalCluster, written: float, status: str,
-                   prefix: str = "pilot", first: str = "") -> None:
-    """A resource file as the master writes it (docs/provisioning.md): priority 0 in
-    ``first`` (default ``status``), the others in ``status``, no run id (a run queued but
-    not yet started has none)."""
-    statuses = {str(p): first if p == 0 and first else status for p in range(3)}
-    wanted = {p: int(s == "running") for p, s in statuses.items()}
-    priorities = {p: {"status": s, "run": "", "jobs_left": 4 * wanted[p], "jobs_running": 0,
-                      "nodes": 0, "nodes_wanted": wanted[p]} for p, s in statuses.items()}
-    data = {"format": 1, "written": written,
-            "master": {"host": "localhost", "address": "127.0.0.1", "pid": 1,
-                       "base_port": 9000, "monitor_port": 9010},
-            "priorities": priorities, "nodes_wanted": sum(wanted.values()),
-            "node": {"command": ["clusterpull.py", "--ephemeral"], "slots": 1,
-                     "prefix": prefix, "idle_exit": IDLE}}
-    (cluster.home_dir / "resources.json").write_text(json.dumps(data), encoding="utf-8")
+                   prefix: str = "pilot", first: str = "", path: Path | None = None) -> None:
+    """A resource file as the master writes it (cluster.wire.resources): priority 0 in
+    ``first`` (default ``status``), the others in ``status``; a running priority's run not
+    started yet (no id), a finished one's run named."""
+    priorities = {}
+    for p in PRIORITIES:
+        state = first if p == 0 and first else status
+        priorities[p] = PriorityInfo(state, "earlier-run" if state == "finished" else "",
+                                     jobs_left=4 * (state == "running"),
+                                     nodes_wanted=int(state == "running"))
+    text = format_resources(Resources(
+        written=written, master=MasterInfo("localhost", "127.0.0.1", 1, 9000, 9010),
+        priorities=priorities, nodes_wanted=sum(i.nodes_wanted for i in priorities.values()),
+        node=NodeLaunch(("clusterpull.py", "--ephemeral"), 1, prefix, IDLE)))
+    (path or cluster.home_dir / "resources.json").write_text(text, encoding="utf-8")
 
 
-def test_an_ephemeral_node_runs_a_queued_run_alone_then_exits_0_when_idle(
-        make_cluster: MakeCluster, tmp_path: Path) -> None:
-    cluster = make_cluster(nodes=0, corpus=_small_corpus(tmp_path),
-                           gs_configs="ppmraw.72.0", ephemeral_idle=str(IDLE),
-                           resource_interval="1", status_port="0")
-    cluster.start()  # the monitor and the supervisor; no static node
+def _served_alone(cluster: LocalCluster, tmp_path: Path, name: str,
+                  wait_for_offer: Callable[[], object], *options: str,
+                  on_archive: Callable[[], None] | None = None
+                  ) -> tuple[Path, int, float, Path]:
+    """Push a run, start ephemeral node ``name`` once ``wait_for_offer()`` returns, and
+    wait for the run's archive (then ``on_archive()``) and the node's exit: (archive, exit
+    status, seconds from the archive to the exit, work folder).  The run's table must be the
+    node's alone."""
     tree = write_demo_tree(tmp_path / "tree", "gs", [])
     before = cluster.archives()
     spec = cluster.push(tree, "tester", ["gs"], [])
-    # What the master's resource file says while the run waits for its master (up to a
-    # supervisor tick, 10 s: five times the node's ephemeral_idle): a run is on.  Dated a
-    # minute ahead so that it stays fresh (3 resource intervals) while nobody rewrites it.
-    _resource_file(cluster, time.time() + 60, "idle", first="running")
-    out = tmp_path / "e1.out"
-    work = tmp_path / "e1-work"
-    child = _ephemeral(cluster, out, "--name", "e1", "--work", str(work))
+    wait_for_offer()
+    out = tmp_path / f"{name}.out"
+    work = tmp_path / f"{name}-work"
+    child = _ephemeral(cluster, out, "--name", name, "--work", str(work), *options)
     try:
         archive = cluster.wait_for_run(spec, before, timeout=60)
-        # The resource file gone (a master that writes none): the idle timer decides.
-        (cluster.home_dir / "resources.json").unlink(missing_ok=True)
+        if on_archive is not None:
+            on_archive()
         ended = time.monotonic()
         status = _exit_status(child, IDLE + 15, out)
     finally:
@@ -108,17 +115,63 @@ def test_an_ephemeral_node_runs_a_queued_run_alone_then_exits_0_when_idle(
             child.wait(timeout=10)
     table = read_tab(archive / f"{archive.name}.tab")
     assert len(table) == len(FILES), table
-    assert {r.machine for r in table.values()} == {"e1"}
+    assert {r.machine for r in table.values()} == {name}
     assert all(r.error == 0 for r in table.values()), table
     assert status == 0, out.read_text(errors="replace")
-    assert time.monotonic() - ended <= IDLE + 10
-    log = (work / "log" / "clusterpull.log").read_text(errors="replace")
-    # Idle for ephemeral_idle; or, where the master writes its resource file, that file
-    # saying the run finished (both are "not wanted": exit 0).
-    assert "nothing wanted of it for" in log or "every priority is idle or finished" in log
     # The node made its own key through its local transport, as a static node does.
-    assert (cluster.home_dir / "node-keys" / "e1.key").is_file()
+    assert (cluster.home_dir / "node-keys" / f"{name}.key").is_file()
     assert (work / "runs").is_dir()  # run.py worked in the session's folder
+    return archive, status, time.monotonic() - ended, work
+
+
+def test_an_ephemeral_node_runs_a_queued_run_then_leaves_when_the_masters_file_says_finished(
+        make_cluster: MakeCluster, tmp_path: Path) -> None:
+    cluster = make_cluster(nodes=0, corpus=_small_corpus(tmp_path),
+                           gs_configs="ppmraw.72.0", ephemeral_idle="30",
+                           resource_interval="1", status_port="0")
+    cluster.start()  # the monitor and the supervisor (which writes the resource file)
+
+    def wanted() -> object:
+        """As a provisioner does: start the node once the master's file wants one."""
+        def says() -> bool:
+            try:
+                found = read_resources(cluster.home_dir / "resources.json", time.time(), 1.0)
+            except (OSError, ValueError):
+                return False
+            return found.nodes_wanted > 0
+        return wait_for(says, 30, "the master's resource file wanting a node")
+
+    _, _, after, work = _served_alone(cluster, tmp_path, "e1", wanted)
+    # Long before ephemeral_idle (30 s): the master's file said every priority finished.
+    assert after < 10
+    log = (work / "log" / "clusterpull.log").read_text(errors="replace")
+    assert "every priority is idle or finished" in log
+
+
+def test_an_ephemeral_node_without_the_resource_file_exits_0_after_ephemeral_idle(
+        make_cluster: MakeCluster, tmp_path: Path) -> None:
+    cluster = make_cluster(nodes=0, corpus=_small_corpus(tmp_path),
+                           gs_configs="ppmraw.72.0", ephemeral_idle=str(IDLE),
+                           resource_interval="1", status_port="0")
+    cluster.start()
+    view = cluster.home_dir / "node-view.json"  # the node's resource file: nobody writes it
+
+    def queued() -> object:
+        # While the run waits for its master (up to a supervisor tick, 10 s: five times
+        # ephemeral_idle) the node's file says a run is on; dated a minute ahead, so that
+        # it stays fresh (3 resource intervals) while nobody rewrites it.
+        _resource_file(cluster, time.time() + 60, "idle", first="running", path=view)
+        return True
+
+    def gone() -> None:
+        view.unlink(missing_ok=True)
+
+    _, _, after, work = _served_alone(cluster, tmp_path, "e2", queued,
+                                      "--set", f"resource_file={view.name}",
+                                      on_archive=gone)
+    assert after <= IDLE + 10
+    log = (work / "log" / "clusterpull.log").read_text(errors="replace")
+    assert f"nothing wanted of it for {IDLE:.0f} s" in log
 
 
 def test_an_ephemeral_node_exits_3_when_the_master_cannot_be_reached(

@@ -4,58 +4,64 @@ time stepped by hand.  The real processes are in tests/e2e/test_ephemeral_node.p
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from cluster.config import Config
+from cluster.defaults import PRIORITIES
 from cluster.errors import ConfigError
 from cluster.node import ephemeral
-from cluster.node.ephemeral import EphemeralSession, Offer, read_offer
+from cluster.node.ephemeral import EphemeralSession
 from cluster.node.pull import Child, ClusterPull
+from cluster.node.transport import LocalTransport
+from cluster.wire.resources import (
+    MasterInfo,
+    NodeLaunch,
+    PriorityInfo,
+    Resources,
+    format_resources,
+    parse_resources,
+)
 
 NOW = 1_800_000_000.0
 
 
-def _file(written: float = NOW, **statuses: str) -> str:
-    return json.dumps({"format": 1, "written": written,
-                       "priorities": {p: {"status": s, "run": f"run{p}" if s == "running"
-                                          else ""} for p, s in statuses.items()},
-                       "node": {"prefix": "pilot"}})
-
-
-def test_read_offer_takes_written_statuses_running_runs_and_prefix() -> None:
-    offer = read_offer(_file(**{"0": "idle", "1": "running", "2": "finished"}))
-    assert offer == Offer(NOW, {"0": "idle", "1": "running", "2": "finished"}, "pilot",
-                          {"1": "run1"})
-
-
-@pytest.mark.parametrize(("text", "named"), [
-    ("{", "not JSON"),
-    ("[]", "not a JSON object"),
-    (json.dumps({"written": "soon", "priorities": {"0": {"status": "idle"}}}), "'written'"),
-    (json.dumps({"written": 1.0, "priorities": {}}), "'priorities'"),
-    (json.dumps({"written": 1.0, "priorities": {"0": {"status": 3}}}),
-     "'priorities.0.status'"),
-    (json.dumps({"written": 1.0, "priorities": {"0": {"status": "idle"}},
-                 "node": {"prefix": 7}}), "'node.prefix'"),
-])
-def test_read_offer_refuses_a_malformed_file_naming_the_field(text: str, named: str) -> None:
-    with pytest.raises(ValueError, match=named):
-        read_offer(text)
+def _resources(written: float = NOW, **statuses: str) -> Resources:
+    """A resource file as the master writes it, read back: priority p in ``statuses[p]``
+    (default idle); a running or finished one names the run ``run<p>``."""
+    priorities = {}
+    for p in PRIORITIES:
+        status = statuses.get(str(p), "idle")
+        priorities[p] = PriorityInfo(status, "" if status == "idle" else f"run{p}")
+    text = format_resources(Resources(
+        written=written, master=MasterInfo("m", "127.0.0.1", 1, 9000, 9010),
+        priorities=priorities, nodes_wanted=0,
+        node=NodeLaunch(("clusterpull.py", "--ephemeral"), 1, "pilot", 60.0)))
+    return parse_resources(text, written, 10.0)
 
 
 def test_a_fresh_file_of_idle_and_finished_priorities_is_all_done_a_stale_one_is_not() -> None:
-    offer = read_offer(_file(**{"0": "idle", "1": "finished", "2": "idle"}))
-    assert offer.all_done(NOW + 30, interval=10)
-    assert not offer.all_done(NOW + 30.5, interval=10)  # older than 3 intervals: master dead
-    running = read_offer(_file(**{"0": "idle", "1": "running"}))
-    assert not running.all_done(NOW, interval=10)
-    assert running.runs_on(NOW, 10, finished=set())
-    assert not running.runs_on(NOW, 10, finished={"run1"})
-    assert not running.runs_on(NOW + 31, 10, finished=set())
+    done = _resources(**{"0": "idle", "1": "finished", "2": "idle"})
+    assert ephemeral.all_done(done, NOW + 30, interval=10)
+    assert not ephemeral.all_done(done, NOW + 30.5, interval=10)  # 3 intervals: master dead
+    running = _resources(**{"0": "idle", "1": "running"})
+    assert not ephemeral.all_done(running, NOW, interval=10)
+    assert ephemeral.runs_on(running, NOW, 10, finished=set())
+    assert not ephemeral.runs_on(running, NOW, 10, finished={"run1"})
+    assert not ephemeral.runs_on(running, NOW + 31, 10, finished=set())
+
+
+def test_a_missing_or_malformed_file_reads_as_none(tmp_path: Path) -> None:
+    transport = LocalTransport(tmp_path)
+    assert ephemeral.load_resources(transport, "resources.json", NOW, 10) is None
+    (tmp_path / "resources.json").write_text("{", encoding="utf-8")
+    assert ephemeral.load_resources(transport, "resources.json", NOW, 10) is None
+    good = format_resources(_resources())
+    (tmp_path / "resources.json").write_text(good, encoding="utf-8")
+    read = ephemeral.load_resources(transport, "resources.json", NOW, 10)
+    assert read is not None and read.node.prefix == "pilot"
 
 
 def test_the_name_is_the_given_one_else_prefix_and_slurm_job_id() -> None:
@@ -99,14 +105,15 @@ class Session:
         cfg = Config(ephemeral_idle=60.0, resource_interval=10.0, connect_retries=3,
                      connect_retry_delay=5.0, node_name="e1", **settings)  # type: ignore[arg-type]
         self.pull = ClusterPull(cfg, caps="")
-        self.offer: Offer | None = None
+        self.resources: Resources | None = None
         self.wall = NOW
         self.loads = 0
         self.session = EphemeralSession(self.pull, self._load, lambda: self.wall)
 
-    def _load(self) -> Offer | None:
+    def _load(self, now: float) -> Resources | None:
+        assert now == self.wall
         self.loads += 1
-        return self.offer
+        return self.resources
 
 
 def test_the_session_retries_a_failed_heartbeat_at_connect_retry_delay() -> None:
@@ -148,9 +155,9 @@ def test_connect_retries_failed_heartbeats_in_a_row_exit_3_even_while_working() 
 
 def test_a_fresh_file_saying_all_idle_or_finished_exits_0_read_at_most_every_interval() -> None:
     s = Session()
-    s.offer = read_offer(_file(**{"0": "running", "1": "idle"}))
+    s.resources = _resources(**{"0": "running", "1": "idle"})
     assert s.session.verdict(0.0) is None
-    s.offer = read_offer(_file(**{"0": "finished", "1": "idle"}))
+    s.resources = _resources(**{"0": "finished", "1": "idle"})
     assert s.session.verdict(9.9) is None  # not read again before resource_interval
     assert s.loads == 1
     assert s.session.verdict(10.0) == 0
@@ -159,7 +166,7 @@ def test_a_fresh_file_saying_all_idle_or_finished_exits_0_read_at_most_every_int
 
 def test_a_run_on_in_the_file_keeps_the_node_past_ephemeral_idle_until_it_is_stale() -> None:
     s = Session()
-    s.offer = read_offer(_file(**{"0": "running", "1": "idle"}))  # queued, master not yet up
+    s.resources = _resources(**{"0": "running", "1": "idle"})  # queued, master not yet up
     for now in (0.0, 30.0, 61.0, 90.0):
         assert s.session.verdict(now) is None
     s.wall = NOW + 31  # no newer file: the master is dead, the file is not believed
@@ -169,7 +176,7 @@ def test_a_run_on_in_the_file_keeps_the_node_past_ephemeral_idle_until_it_is_sta
 
 def test_a_run_on_that_the_node_finished_does_not_keep_it() -> None:
     s = Session()
-    s.offer = read_offer(_file(**{"0": "running"}))
+    s.resources = _resources(**{"0": "running"})
     s.pull.finished.add("run0")  # e.g. it was unsuitable for it
     assert s.session.verdict(0.0) is None
     assert s.session.verdict(60.0) == 0
