@@ -2,6 +2,7 @@
 
 Usage: clusterpull.py [--config FILE] [--set KEY=VALUE]... [-v] [-q]
                       [--once | --install-cron | --remove-cron]
+       clusterpull.py --ephemeral [--name NAME] [--work DIR] [--config FILE] [--set ...]
 
 Single instance per work_dir.  Every heartbeat_interval seconds: heartbeat to the master's
 monitor, and when a run waits that this node has not finished, start run.py for it.
@@ -23,13 +24,23 @@ killed and the newcomer takes the node over (cluster.node.liveness; clusterpull.
 At start (once it holds the single-instance lock) it removes, anywhere under work_dir, the
 temporary files that killed processes left (fsutil.remove_dead_temps: named
 .<file>.<pid>.<random>.tmp, and that pid is no longer a live process).
+
+--ephemeral runs one node session for a batch system (Slurm), no cron (docs/provisioning.md,
+"Ephemeral nodes"): the node is named NAME, else <prefix>-$SLURM_JOB_ID (the prefix from
+the master's resource file, else node_prefix), works in DIR, else $TMPDIR/<name>, joins
+whatever run waits at any priority, and exits 0 when nothing was wanted of it for
+ephemeral_idle seconds or the resource file says every priority is idle or finished (at
+once, before its first heartbeat, when it says so at start), 3 when connect_retries
+heartbeats in a row failed (connect_retry_delay apart), 2 for a usage error (no name).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import time
 from pathlib import Path
 
 from cluster import cron, datatypes
@@ -37,8 +48,9 @@ from cluster.cli import common
 from cluster.config import Config
 from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import AlreadyRunning, ClusterError
-from cluster.node import caps, liveness
+from cluster.node import caps, ephemeral, liveness
 from cluster.node.pull import ClusterPull
+from cluster.node.transports import make_transport
 from cluster.runtime import fsutil
 from cluster.runtime.service import install_signal_handlers
 from cluster.runtime.singleton import SingleInstance
@@ -89,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
                       help="install (or update) this node's crontab entry, then exit")
     mode.add_argument("--remove-cron", action="store_true",
                       help="remove this node's crontab entry, then exit")
+    mode.add_argument("--ephemeral", action="store_true",
+                      help="one node session for a batch job, no cron: exit 0 when not "
+                           "wanted, 3 when the master is unreachable")
+    parser.add_argument("--name", help="with --ephemeral: the node's name (default "
+                                       "<prefix>-$SLURM_JOB_ID)")
+    parser.add_argument("--work", type=Path, help="with --ephemeral: the work folder "
+                                                  "(default $TMPDIR/<name>)")
     parser.add_argument("-v", "--verbose", action="store_true")
     common.add_quiet_option(parser)
     args = parser.parse_args(argv)
@@ -97,9 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"clusterpull.py: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if (args.name is not None or args.work is not None) and not args.ephemeral:
+        print("clusterpull.py: --name and --work go with --ephemeral", file=sys.stderr)
+        return EXIT_USAGE
     if args.install_cron or args.remove_cron:
         # Before the log and work_dir set-up: managing the crontab must not create them.
         return _manage_cron(args, cfg)
+    if args.ephemeral:
+        return _ephemeral(args, cfg)
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     common.setup_logging(cfg.work_dir / "log" / "clusterpull.log", args.verbose, args.quiet)
     pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args),
@@ -126,3 +150,53 @@ def main(argv: list[str] | None = None) -> int:
                 return EXIT_OK
             logging.getLogger("cluster.pull").warning("%s", said)
     return EXIT_OK
+
+
+def _ephemeral(args: argparse.Namespace, cfg: Config) -> int:
+    """--ephemeral: one node session (cluster.node.ephemeral); its exit status."""
+    log = logging.getLogger("cluster.pull")
+    try:
+        rel = ephemeral.resource_rel(cfg)
+    except ClusterError as exc:
+        print(f"clusterpull.py: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    transport = make_transport(cfg)
+    resources = ephemeral.load_resources(transport, rel, time.time(), cfg.resource_interval)
+    try:
+        name = ephemeral.ephemeral_name(args.name, os.environ,
+                                        resources.node.prefix if resources is not None
+                                        else cfg.node_prefix)
+    except ClusterError as exc:
+        print(f"clusterpull.py: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    work = ephemeral.work_folder(args.work, os.environ, name)
+    # The session's name and work folder, as settings: its configuration and run.py's.
+    settings = ephemeral.session_settings(cfg, name, work, os.environ)
+    args.set = [*args.set, *(f"{key}={value}" for key, value in settings.items())]
+    try:
+        cfg = common.load_config(args)
+    except ClusterError as exc:
+        print(f"clusterpull.py: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    work.mkdir(parents=True, exist_ok=True)
+    common.setup_logging(work / "log" / "clusterpull.log", args.verbose, args.quiet)
+    if resources is not None and ephemeral.all_done(resources, time.time(),
+                                                    cfg.resource_interval):
+        log.info("ephemeral node %s: the resource file says every priority is idle or "
+                 "finished; exiting %d", name, ephemeral.EXIT_NOT_WANTED)
+        return ephemeral.EXIT_NOT_WANTED
+    pull = ClusterPull(cfg, caps.detect().format(), common.config_argv(args),
+                       rejoin_delay=cfg.rejoin_delay)
+    session = ephemeral.EphemeralSession(
+        pull, lambda now: ephemeral.load_resources(transport, rel, now, cfg.resource_interval),
+        time.time)
+    log.info("ephemeral node %s: working in %s", name, work)
+    try:
+        with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):
+            clean_work_dir(work)
+            install_signal_handlers(pull.stop_flag)
+            return session.run()
+    except AlreadyRunning as exc:
+        log.error("ephemeral node %s: %s (another session uses the work folder %s)", name,
+                  exc, work)
+        return EXIT_USAGE

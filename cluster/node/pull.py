@@ -39,6 +39,7 @@ import logging
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cluster.config import DEFAULTS, Config
@@ -92,6 +93,12 @@ class ClusterPull:
     #: Chooses the copy of the node code each run.py starts from (self_update; made on
     #: first use).
     updater: SelfUpdate | None = None
+    #: Heartbeats failed in a row since the last one answered (the monitor unreachable, or
+    #: this node's key unreadable): what an ephemeral node counts against connect_retries.
+    failures: int = 0
+    #: The pause after a failed heartbeat [seconds]; None = the heartbeat interval (a
+    #: resident node).  An ephemeral node retries at connect_retry_delay.
+    retry_delay: float | None = None
 
     @property
     def name(self) -> str:
@@ -112,6 +119,12 @@ class ClusterPull:
                 skip.add(run_id)
                 wait = min(wait, until - now)
         return frozenset(skip), wait
+
+    def has_work(self) -> bool:
+        """Whether anything is wanted of this node: run.py is running, or a run waits
+        that it has not finished (one it backs off from included: it joins it again)."""
+        return self.child is not None or any(run_id not in self.finished
+                                             for _, run_id in self.waiting)
 
     def status(self) -> str:
         if self.child is None:
@@ -141,9 +154,12 @@ class ClusterPull:
         except heartbeat.HeartbeatStopped:
             return now  # the loop sees the stop flag
         except Exception as exc:  # the monitor may be down; keep trying next tick
-            log.warning("node %s: heartbeat failed: %s", self.name, exc)
-            return now + interval
+            self.failures += 1
+            log.warning("node %s: heartbeat failed (%d in a row): %s", self.name,
+                        self.failures, exc)
+            return now + (interval if self.retry_delay is None else self.retry_delay)
         self.heartbeats += 1
+        self.failures = 0
         self.waiting = waiting
         if not idle or self.stop_flag.is_set():
             return now + interval
@@ -217,18 +233,25 @@ class ClusterPull:
         log.info("node %s: run.py for run %s exited with %d", self.name, child.run_id, code)
         return True
 
-    def run(self) -> int:
-        """Heartbeat (see the module's docstring) until the stop flag is set; then stop
-        run.py.  Between heartbeats run.py is reaped every REAP_POLL seconds; its exit
-        brings the next heartbeat forward to at once."""
+    def run(self, until: Callable[[float], int | None] | None = None) -> int:
+        """Heartbeat (see the module's docstring) until the stop flag is set, or until
+        ``until(now)`` (asked at every pass, ``now`` on the monotonic clock) returns an exit
+        status; then stop run.py and return that status (EXIT_OK after a stop request).
+        Between heartbeats run.py is reaped every REAP_POLL seconds; its exit brings the
+        next heartbeat forward to at once."""
         clock = self.clock
         next_at = clock.monotonic()
         alive = Liveness(self.cfg.work_dir)
+        status = EXIT_OK
         while not self.stop_flag.is_set():
             now = clock.monotonic()
             alive.beat(now)  # a second clusterpull tells a hung one by this (liveness)
             if self._reap(now):
                 next_at = now  # free again: say so, and learn what waits, at once
+            verdict = None if until is None else until(now)
+            if verdict is not None:
+                status = verdict
+                break
             if now >= next_at:
                 # tick() returns a time after its own start, so missed periods are skipped
                 # rather than sent in a burst.
@@ -237,7 +260,7 @@ class ClusterPull:
             clock.sleep(min(REAP_POLL, next_at - now))
         if self.child is not None:
             self._stop_child(self.child.proc)
-        return EXIT_OK
+        return status
 
     def _stop_child(self, child: subprocess.Popen[bytes]) -> None:
         """TERM run.py (it leaves its run cleanly); kill its tree if it has not gone within
