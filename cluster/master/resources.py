@@ -83,7 +83,11 @@ def node_launch(cfg: Config) -> NodeLaunch:
     settings = {"master_host": master_address(cfg), "base_port": cfg.base_port,
                 "monitor_port": cfg.monitor_port, "master_home": cfg.home.resolve(),
                 "slots": cfg.node_slots, "node_prefix": cfg.node_prefix,
-                "ephemeral_idle": f"{cfg.ephemeral_idle:g}"}
+                "ephemeral_idle": f"{cfg.ephemeral_idle:g}",
+                # The node judges the file's staleness by this master's interval, and reads
+                # it where this master writes it (as a path in the home).
+                "resource_interval": f"{cfg.resource_interval:g}",
+                "resource_file": resource_path(cfg).resolve()}
     command = [str(NODE_SCRIPT), "--ephemeral"]
     for key, value in settings.items():
         command += ["--set", f"{key}={value}"]
@@ -114,6 +118,7 @@ def write_resources(cfg: Config, clock: Clock | None = None) -> Resources:
     return what was written.  OSError when it cannot be written."""
     content = gather(cfg, clock)
     path = resource_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a resource_file in a folder of its own
     # No fsync: rewritten every few seconds, and a reader only needs it whole (the rename).
     fsutil.atomic_write(path, resources.format_resources(content), fsync=False, mode=0o644)
     return content

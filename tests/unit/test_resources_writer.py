@@ -176,14 +176,16 @@ def test_another_run_queued_behind_an_ending_one_is_waiting(tmp_path: Path) -> N
 
 def test_the_node_command_points_at_this_master(tmp_path: Path) -> None:
     cfg = config(tmp_path, "base_port=9100", "monitor_port=9110", "node_slots=3",
-                 "node_prefix=pilot", "ephemeral_idle=45")
+                 "node_prefix=pilot", "ephemeral_idle=45", "resource_interval=7",
+                 "resource_file=state/res.json")
     writer.write_resources(cfg)
     back = read_resources(writer.resource_path(cfg), 0.0, 1e9)
     command = back.node.command
     assert command[0].endswith("clusterpull.py") and command[1] == "--ephemeral"
     for setting in ("master_host=127.0.0.1", "base_port=9100", "monitor_port=9110",
                     f"master_home={cfg.home.resolve()}", "slots=3", "node_prefix=pilot",
-                    "ephemeral_idle=45"):
+                    "ephemeral_idle=45", "resource_interval=7",
+                    f"resource_file={(cfg.home / 'state' / 'res.json').resolve()}"):
         assert setting in command
     assert (back.node.slots, back.node.prefix, back.node.idle_exit) == (3, "pilot", 45.0)
     assert (back.master.base_port, back.master.monitor_port) == (9100, 9110)
@@ -191,9 +193,11 @@ def test_the_node_command_points_at_this_master(tmp_path: Path) -> None:
 
 def test_the_periodic_writer_logs_a_failure_once(tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    cfg = config(tmp_path, f"resource_file={tmp_path / 'missing-dir' / 'r.json'}")
+    # A file where the resource file's folder must be: it cannot be written.
+    (tmp_path / "blocked").write_text("in the way\n")
+    cfg = config(tmp_path, f"resource_file={tmp_path / 'blocked' / 'r.json'}")
     hook = writer.ResourceWriter(cfg)
     assert hook() is False and hook() is False
     assert caplog.text.count("cannot write the resource file") == 1
-    (tmp_path / "missing-dir").mkdir()
+    (tmp_path / "blocked").unlink()  # the folder is made when it can be
     assert hook() is True
