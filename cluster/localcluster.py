@@ -68,6 +68,7 @@ from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers.push import push_tree
 
 if TYPE_CHECKING:
+    from cluster.provision.slurmhost import PrivateSlurm
     from cluster.runtime.sshd import PrivateSshd
 
 log = logging.getLogger("cluster.localcluster")
@@ -79,6 +80,9 @@ _POLL = 0.05
 MONITOR_SCRIPT = "monitor_port.py"
 SUPERVISOR_SCRIPT = "run_clustermaster.py"
 STATUS_SCRIPT = "clusterstatus.py"
+PROVISIONER_SCRIPT = "clusterscale.py"
+#: Where the nodes come from: started here (""), or asked of a private Slurm ("slurm").
+PROVIDERS = ("", "slurm")
 #: How many of a dead daemon's last log lines an error shows.
 LOG_TAIL_LINES = 20
 #: How much of a dead daemon's log is read for them, at most [bytes].
@@ -378,6 +382,12 @@ class LocalCluster:
     daemons: dict[str, _Daemon] = field(default_factory=dict)
     transport: str = "local"
     wrap: Wrap | None = None
+    #: "slurm": no node is started here; a private single-host Slurm and the provisioner
+    #: (clusterscale.py) start ephemeral nodes as runs wait (issue 24), at most
+    #: ``max_nodes`` of them.
+    provider: str = ""
+    #: The private Slurm of ``provider="slurm"``, while it runs.
+    slurm: PrivateSlurm | None = None
     #: The private sshd of ``transport="ssh"``, while it runs.  Set it before
     #: :meth:`start` to use one started elsewhere (:meth:`stop` stops it all the same).
     sshd: PrivateSshd | None = None
@@ -389,6 +399,8 @@ class LocalCluster:
         if self.transport not in TRANSPORTS:
             raise LocalClusterError(f"transport {self.transport!r}: expected one of "
                                     f"{', '.join(TRANSPORTS)}")
+        if self.provider not in PROVIDERS:
+            raise LocalClusterError(f"provider {self.provider!r}: expected slurm or none")
 
     # ------------------------------------------------------------------ setup
     def prepare(self) -> Config:
@@ -476,6 +488,22 @@ class LocalCluster:
         for i in range(1, self.nodes + 1):
             name = f"node{i}"
             self.start_node(name, (node_env or {}).get(name))
+        if self.provider == "slurm":
+            self.start_slurm()
+
+    def start_slurm(self) -> PrivateSlurm:
+        """Start a private single-host Slurm in ``<home>/slurm`` (with CPUs for
+        ``max_nodes`` nodes of ``node_slots``) and the provisioner, which asks it for
+        ephemeral nodes as runs wait."""
+        # Here, not at the top: only provider slurm needs Slurm.
+        from cluster.provision.slurmhost import PrivateSlurm
+
+        cfg = self.config()
+        self.slurm = PrivateSlurm(self.home_dir / "slurm",
+                                  cpus=max(1, cfg.max_nodes) * cfg.node_slots).start()
+        self._spawn(PROVISIONER_SCRIPT, [], "clusterscale.out", env=self.slurm.env,
+                    daemon=True, role="provisioner")
+        return self.slurm
 
     def start_sshd(self) -> PrivateSshd:
         """Start the private sshd of ``transport="ssh"`` on a free port of ``master_host``
@@ -661,6 +689,11 @@ class LocalCluster:
             except (OSError, ValueError):
                 pass
         self.procs.clear()
+        if self.slurm is not None:
+            # After the provisioner: it submits nothing more.  Its stop cancels every job
+            # (the ephemeral nodes) and ends the daemons by PID.
+            self.slurm.stop()
+            self.slurm = None
         if self.sshd is not None:
             # After the nodes: none of them is left talking to it.
             self.sshd.stop()

@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transport", choices=TRANSPORTS, default="local",
                         help="how the nodes reach the master's files: local (directly, the "
                         "default) or ssh (a private sshd on loopback, keys in HOME/ssh)")
+    parser.add_argument("--provider", choices=("slurm",),
+                        help="slurm: start no node here; a private single-host Slurm (Debian's "
+                        "slurmctld, slurmd, munge) and the provisioner start ephemeral nodes "
+                        "as the run waits, at most --nodes of them (docs/provisioning.md)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.nodes < 1:
@@ -117,8 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.sweep is not None:
             sweep = prepare_sweep(args.sweep)
         overrides = parse_overrides(args.set)
-        cluster = LocalCluster(args.home, args.nodes, args.corpus, overrides,
-                               transport=args.transport)
+        static = args.nodes
+        if args.provider == "slurm":
+            # --nodes is the most the provisioner asks Slurm for; it looks often here.
+            overrides = {"max_nodes": str(args.nodes), "resource_interval": "1",
+                         **overrides}
+            static = 0
+        cluster = LocalCluster(args.home, static, args.corpus, overrides,
+                               transport=args.transport, provider=args.provider or "")
         settings = config.load(None, overrides)
         if sweep is not None and args.resume:
             resumed = previous_sweep_run(cluster.home, args.user, sweep.file)
