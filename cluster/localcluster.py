@@ -501,8 +501,14 @@ class LocalCluster:
         cfg = self.config()
         self.slurm = PrivateSlurm(self.home_dir / "slurm",
                                   cpus=max(1, cfg.max_nodes) * cfg.node_slots).start()
-        self._spawn(PROVISIONER_SCRIPT, [], "clusterscale.out", env=self.slurm.env,
-                    daemon=True, role="provisioner")
+        # sbatch gives the jobs the provisioner's environment: an ephemeral node works in
+        # $TMPDIR/<name>, here in this home (a private Slurm counts job ids from 1 again,
+        # so /tmp/slurm-1 would be another cluster's too).
+        tmp = self.home_dir / "slurm" / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        self._spawn(PROVISIONER_SCRIPT, [], "clusterscale.out",
+                    env={**self.slurm.env, "TMPDIR": str(tmp)}, daemon=True,
+                    role="provisioner")
         return self.slurm
 
     def start_sshd(self) -> PrivateSshd:

@@ -12,9 +12,11 @@ through the transport, the same key) with three differences:
 * **its exit status** (:meth:`EphemeralSession.verdict`, asked at every pass of the loop):
 
   - 0 (:data:`EXIT_NOT_WANTED`) when nothing was wanted of it for ``ephemeral_idle``
-    seconds, or when the resource file, fresh, says every priority is ``idle`` or
-    ``finished`` (looked at once before the first heartbeat, then at most every
-    ``resource_interval`` while nothing is wanted).  Something is wanted of it while its
+    seconds, or -- a node that has not worked yet: it was started for runs that are over --
+    when the resource file, fresh, says every priority is ``idle`` or ``finished`` (looked
+    at once before the first heartbeat, then at most every ``resource_interval`` while
+    nothing is wanted).  A node that has worked waits out ``ephemeral_idle``, so a run
+    queued meanwhile takes it without a new batch job.  Something is wanted of it while its
     run.py runs, while the monitor says a run waits that it has not finished, and while the
     fresh resource file says a priority is ``running`` a run it has not finished (or one
     not yet started, whose id is still ""): a run queued but not yet served by its master
@@ -167,6 +169,8 @@ class EphemeralSession:
     #: When the resource file is next read (monotonic); the last one read till then.
     next_look: float = 0.0
     resources: Resources | None = None
+    #: Whether it has had work (a run.py of its own): then it waits out ephemeral_idle.
+    worked: bool = False
 
     def __post_init__(self) -> None:
         self.pull.retry_delay = self.pull.cfg.connect_retry_delay
@@ -180,13 +184,18 @@ class EphemeralSession:
             return EXIT_UNREACHABLE
         if self.pull.has_work():
             self.idle_since = None
+            self.worked = True
             return None
         wall = self.wall()
         if now >= self.next_look:
             self.next_look = now + cfg.resource_interval
             self.resources = self.load(wall)
         known = self.resources
-        if known is not None and all_done(known, wall, cfg.resource_interval):
+        if known is not None and all_done(known, wall, cfg.resource_interval) \
+                and not (self.worked or self.pull.finished):
+            # Started for nothing: the runs it was asked for are over.  A node that has
+            # worked waits out ephemeral_idle instead, so that a run queued meanwhile
+            # takes it without a new batch job.
             log.info("node %s: the resource file says every priority is idle or finished; "
                      "exiting %d", self.pull.name, EXIT_NOT_WANTED)
             return EXIT_NOT_WANTED

@@ -1088,6 +1088,17 @@ class NodeRun:
     def _finish(self, done: Finished) -> None:
         name = done.job.name
         base = f"{self.temp}/{name}"
+        if self.stop_flag.is_set():
+            # The node is being stopped, and the signal that stops it (a batch system's
+            # scancel signals every process of the job) may have cut this job too, even
+            # if its shell went on: its result says nothing sure of the test.  None is
+            # sent: the job goes back with the node's leaving call.
+            log.info("node %s: job %s ended by the node's own stop; given back", self.name,
+                     name)
+            for suffix in (JOB_LOG, JOB_MD5, JOB_OUT):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(base + suffix)
+            return
         log_text = _read_and_remove(base + JOB_LOG)
         if self.outbox is not None:
             self._finish_task(done, log_text)

@@ -180,3 +180,13 @@ def test_a_run_on_that_the_node_finished_does_not_keep_it() -> None:
     s.pull.finished.add("run0")  # e.g. it was unsuitable for it
     assert s.session.verdict(0.0) is None
     assert s.session.verdict(60.0) == 0
+
+
+def test_a_node_that_worked_waits_out_ephemeral_idle_when_every_run_is_over() -> None:
+    # A run queued while it waits takes it without a new batch job (issue 24).
+    s = Session()
+    s.session.worked = True
+    s.resources = _resources(**{"0": "finished", "1": "idle"})
+    assert s.session.verdict(0.0) is None  # the idle timer starts
+    assert s.session.verdict(59.0) is None
+    assert s.session.verdict(60.0) == 0
