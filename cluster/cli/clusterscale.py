@@ -39,14 +39,12 @@ from pathlib import Path
 from cluster.cli import common, progname
 from cluster.config import Config
 from cluster.defaults import EXIT_OK, EXIT_USAGE
-from cluster.errors import AlreadyRunning, ClusterError
-from cluster.home import Home
+from cluster.errors import ClusterError
 from cluster.master.resources import resource_path
 from cluster.provision.engine import Engine
 from cluster.provision.scaler import Demand, Provisioner, ScaleSettings
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
-from cluster.runtime.singleton import SingleInstance, read_holder
 from cluster.wire.resources import STALE_INTERVALS, ResourceFileError, read_resources
 
 logger = logging.getLogger("cluster.provision")
@@ -121,23 +119,10 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         return parsed
     args, cfg = parsed
     clock = clock or SystemClock()
-    home = Home(cfg.home)
-    try:
-        home.create()
-    except OSError as exc:
-        print(f"{PROG}: cannot create master home {home.root}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
-    # Only when nothing configured logging yet (main() may be called from a test).
-    if not logging.getLogger().handlers:
-        common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
-    lock_path = home.root / LOCK_NAME
-    guard = SingleInstance(lock_path, PROG)
-    try:
-        guard.acquire()
-    except AlreadyRunning as exc:
-        holder = read_holder(lock_path)
-        logger.info("%s%s; exiting", exc, f", by pid {holder}" if holder else "")
-        return EXIT_OK
+    started = common.start_master_daemon(cfg, PROG, LOG_NAME, LOCK_NAME, args.quiet, logger)
+    if isinstance(started, int):
+        return started
+    home, guard = started
     try:
         try:
             engine = ENGINE_FACTORY(cfg)

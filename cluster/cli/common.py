@@ -12,7 +12,9 @@ from pathlib import Path
 from cluster import config, cron
 from cluster.config import Config
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from cluster.errors import ClusterError, ConfigError
+from cluster.errors import AlreadyRunning, ClusterError, ConfigError
+from cluster.home import Home
+from cluster.runtime.singleton import SingleInstance, read_holder
 
 LOG_FORMAT = "%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s"
 
@@ -135,3 +137,31 @@ def manage_cron(prog: str, remove_only: bool, tags: Sequence[str],
     except ClusterError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def start_master_daemon(cfg: Config, prog: str, log_name: str, lock_name: str,
+                        quiet: bool, logger: logging.Logger
+                        ) -> tuple[Home, SingleInstance] | int:
+    """What a single-instance daemon of the master home does first (run_clustermaster.py,
+    clusterscale.py): make the home, log to ``log/<log_name>`` (unless logging is set up
+    already: a test's main()), and take the home's lock ``lock_name``, saying on ``logger``
+    when another instance holds it.  (the home, the held lock), or the exit status:
+    EXIT_USAGE when the home cannot be made, EXIT_OK -- quietly, seed 000's "if it is it
+    just exits" -- when another instance holds the lock."""
+    home = Home(cfg.home)
+    try:
+        home.create()
+    except OSError as exc:
+        print(f"{prog}: cannot create master home {home.root}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    if not logging.getLogger().handlers:
+        setup_logging(home.log_dir / log_name, quiet=quiet)
+    lock_path = home.root / lock_name
+    guard = SingleInstance(lock_path, prog)
+    try:
+        guard.acquire()
+    except AlreadyRunning as exc:
+        holder = read_holder(lock_path)
+        logger.info("%s%s; exiting", exc, f", by pid {holder}" if holder else "")
+        return EXIT_OK
+    return home, guard

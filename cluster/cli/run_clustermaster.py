@@ -42,12 +42,10 @@ from pathlib import Path
 
 from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
-from cluster.errors import AlreadyRunning, ClusterError, ConfigError
-from cluster.home import Home
+from cluster.errors import ClusterError, ConfigError
 from cluster.master.resources import ResourceWriter
 from cluster.master.supervisor import NodeCodePublisher, Supervisor
 from cluster.runtime.service import StopFlag, install_signal_handlers
-from cluster.runtime.singleton import SingleInstance, read_holder
 from cluster.triggers.discovery import WorkWatcher
 
 logger = logging.getLogger("cluster.supervisor")
@@ -111,24 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    home = Home(cfg.home)
-    try:
-        home.create()
-    except OSError as exc:
-        print(f"{PROG}: cannot create master home {home.root}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
-    # Only when nothing configured logging yet (main() may be called from a test).
-    if not logging.getLogger().handlers:
-        common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
-    lock_path = home.root / LOCK_NAME
-    guard = SingleInstance(lock_path, PROG)
-    try:
-        guard.acquire()
-    except AlreadyRunning as exc:
-        holder = read_holder(lock_path)
-        # seed 000: "if it is it just exits" -- quietly, with status 0.
-        logger.info("%s%s; exiting", exc, f", by pid {holder}" if holder else "")
-        return EXIT_OK
+    started = common.start_master_daemon(cfg, PROG, LOG_NAME, LOCK_NAME, args.quiet, logger)
+    if isinstance(started, int):
+        return started
+    home, guard = started
     # Temporary files of processes killed before this start (the whole home, once).
     for left in home.clean_temps():
         logger.info("removed %s, left by a killed process", left)
