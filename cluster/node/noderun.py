@@ -1099,10 +1099,10 @@ class NodeRun:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(base + suffix)
             return
-        log_text = _read_and_remove(base + JOB_LOG)
         if self.outbox is not None:
-            self._finish_task(done, log_text)
+            self._finish_task(done)  # a sweep task's job writes no log (jobs.sweepjobs)
             return
+        log_text = _read_and_remove(base + JOB_LOG)
         md5_text = _read_and_remove(base + JOB_MD5)
         digest = _md5_and_remove(base + JOB_OUT)
         if digest is not None:
@@ -1121,15 +1121,16 @@ class NodeRun:
         self.counters.finished += 1
         self._add_result(result)
 
-    def _finish_task(self, done: Finished, log_text: str) -> None:
-        """A sweep task's job ended (log ``log_text``): its results into the outbox
+    def _finish_task(self, done: Finished) -> None:
+        """A sweep task's job ended: its results into the outbox
         (:mod:`cluster.node.sweepresults`), its result line from its exit status, its
-        timeout and its results' md5; a task over ``max_result_bytes`` is an error 1."""
+        timeout and its results' md5; a task over ``max_result_bytes`` is an error 1.  Its
+        job writes no log: readlog reads the label alone (the exit status and the node's
+        kill decide)."""
         assert self.outbox is not None
         name = done.job.name
         base = f"{self.temp}/{name}"
-        if not readlog.is_sweep_log(log_text):  # killed before it wrote its label
-            log_text = f"{readlog.SWEEP_PRODUCT}\n{log_text}"
+        log_text = f"{readlog.SWEEP_PRODUCT}\n"
         # The slot's clock is this node's monotonic one: its start as an epoch time.
         started = self.clock.time() - (self.clock.monotonic() - done.started)
         # A task the node killed (its timeout) brings what it wrote so far, for reading.

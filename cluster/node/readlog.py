@@ -174,7 +174,8 @@ def classify(name: str, log_text: str | bytes | None, md5_text: str | bytes | No
     for line in lines[1:]:
         line = line.rstrip("\r")
         if sweep:
-            # A sweep task's stderr: only the timeout line of its job (jobs.sweepjobs).
+            # A sweep task is judged by its exit status and the node's kill; only a timeout
+            # line counts (the node's own log entry of a killed task carries one).
             killed = killed or line.strip() == KILLED_LINE
             continue
         if line.strip() == DIVIDER:
