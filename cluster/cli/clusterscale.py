@@ -3,10 +3,12 @@ number the master's resource file wants (docs/provisioning.md, "The provisioner"
 
 Usage: clusterscale.py [--config master.conf] [--home DIR] [--set key=value]... [--once] [-q]
 
-Every ``resource_interval`` seconds it reads the resource file (``resource_file``, default
-``<home>/resources.json``), lists the batch system's jobs named ``<node_prefix>-*``,
-decides what to submit and cancel (:mod:`cluster.provision.scaler`: ``max_nodes``,
-``slurm_max_submit_rate``, two looks of hysteresis before a cancel) and does it.  Each look
+Every ``resource_interval`` seconds, and within :data:`WATCH_POLL` of each rewrite of the
+resource file (the master rewrites it at once when a run starts or ends), it reads it
+(``resource_file``, default ``<home>/resources.json``), lists the batch system's jobs
+named ``<node_prefix>-*``, decides what to submit and cancel
+(:mod:`cluster.provision.scaler`: ``max_nodes``, ``slurm_max_submit_rate``, two looks of
+hysteresis before a cancel) and does it.  Each look
 is one log line ``wanted W pending P running R: <what it did and why>`` in
 ``<home>/log/clusterscale.log`` (and on stderr; ``--quiet`` for crontab lines keeps only
 warnings there); a line equal to the previous look's is logged at DEBUG only, so an idle
@@ -52,7 +54,10 @@ logger = logging.getLogger("cluster.provision")
 PROG = progname.prog("clusterscale.py")
 LOCK_NAME = "clusterscale.lock"
 LOG_NAME = "clusterscale.log"
-#: The resource file's name in the home when ``resource_file`` is empty.
+#: How often the resource file is looked at between looks [seconds]: a master rewrites it
+#: at once when a run starts, and a look then follows within this time, so a push's first
+#: node is asked for at once, not at the next ``resource_interval``.
+WATCH_POLL = 0.2
 
 
 def slurm_engine(cfg: Config) -> Engine:
@@ -95,12 +100,38 @@ def read_demand(path: Path, now: float, interval: float) -> Demand:
     return Demand(resources.nodes_wanted, True, tuple(resources.node.command))
 
 
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """What tells one write of ``path`` from the next: its inode and modification time
+    (every write is a new file renamed over the old one); None when it cannot be seen."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def wait_for_change(path: Path, seen: tuple[int, int] | None, seconds: float,
+                    stop: StopFlag, clock: Clock) -> None:
+    """Return after ``seconds``, when ``stop`` is set, or as soon as ``path`` is no longer
+    the file ``seen`` (:func:`file_stamp`), whichever comes first; looked at every
+    :data:`WATCH_POLL` seconds (a stat: cheap)."""
+    deadline = clock.monotonic() + seconds
+    while not stop.is_set():  # bounded by the deadline
+        left = deadline - clock.monotonic()
+        if left <= 0 or file_stamp(path) != seen:
+            return
+        stop.wait(min(WATCH_POLL, left), clock)
+
+
 def serve(provisioner: Provisioner, path: Path, interval: float, stop: StopFlag,
           clock: Clock, once: bool = False) -> None:
-    """Look every ``interval`` seconds until ``stop`` is set (or once)."""
+    """Look every ``interval`` seconds, and at once when the resource file is rewritten
+    (a run starting or ending), until ``stop`` is set (or once)."""
     previous = ""
     while not stop.is_set():  # bounded by the stop flag: a daemon's loop
         started = clock.monotonic()
+        # Taken before the read: a write during the look is then seen after it.
+        seen = file_stamp(path)
         step = provisioner.step(read_demand(path, clock.time(), interval))
         if step.trouble:
             logger.warning("%s", step.line)
@@ -110,7 +141,7 @@ def serve(provisioner: Provisioner, path: Path, interval: float, stop: StopFlag,
         previous = step.line
         if once:
             return
-        stop.wait(interval - (clock.monotonic() - started), clock)
+        wait_for_change(path, seen, interval - (clock.monotonic() - started), stop, clock)
 
 
 def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:

@@ -144,3 +144,41 @@ def test_the_top_level_script_runs_and_explains_itself() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: clusterscale.py")
     assert "--once" in done.stdout
+
+
+class RewritingClock(FakeClock):
+    """A fake clock during whose sleeps the master rewrites the resource file once, at
+    ``at`` seconds (monotonic)."""
+
+    def __init__(self, path: Path, at: float) -> None:
+        super().__init__(start=1_800_000_000.0)
+        self.path, self.at, self.rewritten = path, at, False
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if not self.rewritten and self.monotonic() >= self.at:
+            self.rewritten = True
+            fresh = self.path.with_suffix(".new")
+            write_resources(fresh, self.time(), wanted=2)
+            fresh.replace(self.path)  # as the master writes it: a new file renamed over
+
+
+def test_a_rewrite_of_the_resource_file_brings_the_next_look_forward(tmp_path: Path) -> None:
+    """Between looks the provisioner waits resource_interval, but a rewrite (a run that
+    starts) ends the wait within WATCH_POLL: a push's first node is not kept waiting."""
+    path = tmp_path / "resources.json"
+    write_resources(path, 1_800_000_000.0, wanted=0)
+    clock = RewritingClock(path, at=3.0)
+    seen = clusterscale.file_stamp(path)
+    clusterscale.wait_for_change(path, seen, 30.0, clusterscale.StopFlag(), clock)
+    assert clock.rewritten and 3.0 <= clock.monotonic() <= 3.0 + clusterscale.WATCH_POLL
+    # Unchanged, it waits the whole time; stopped, not at all.
+    seen = clusterscale.file_stamp(path)
+    began = clock.monotonic()
+    clusterscale.wait_for_change(path, seen, 30.0, clusterscale.StopFlag(), clock)
+    assert clock.monotonic() - began == pytest.approx(30.0)
+    stopped = clusterscale.StopFlag()
+    stopped.set()
+    clusterscale.wait_for_change(path, seen, 30.0, stopped, clock)
+    assert clock.monotonic() - began == pytest.approx(30.0)
+    assert clusterscale.file_stamp(tmp_path / "absent.json") is None
