@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resource-interval", default="10")
     parser.add_argument("--keep", type=Path)
     args = parser.parse_args(argv)
-    work = start("bench/slurm.py", TOOLS, args.keep)
+    work = start("slurm", TOOLS, args.keep)
     if work is None:
         return 2
     results: dict[str, list[dict[str, object]]] = {"static": [], "slurm": []}
