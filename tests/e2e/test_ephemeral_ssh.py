@@ -116,6 +116,8 @@ def test_without_its_key_an_ephemeral_node_over_ssh_is_refused_and_exits_3(
     status, log = _run_node(cluster, tmp_path, _node_command(cluster), "slurm-78",
                             timeout=30)
     assert status == 3, log
-    assert log.count("the master holds no key for node slurm-78") == 3
+    assert log.count("the master holds no key for node slurm-78 (node-keys/slurm-78.key in "
+                     "its home): bootstrap_node.py makes it for a node it sets up, the "
+                     "provisioner (clusterscale.py) for an ephemeral node's job") == 3
     assert not (cluster.home_dir / "node-keys" / "slurm-78.key").exists()
     assert not (cluster.home.nodes / "slurm-78.up").exists()
