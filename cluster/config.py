@@ -160,6 +160,10 @@ class Config:
                            positive=True, high=4096)
     node_prefix: str = _opt("slurm", MASTER, "name",
                             "ephemeral nodes are named <prefix>-<Slurm job id>")
+    node_config: str = _opt("", MASTER, "path",
+                            "the node.conf an ephemeral node starts with, as the batch nodes "
+                            "see it (--config; '' = none: a node on this machine or a shared "
+                            "file system, transport local)")
     slurm_partition: str = _opt("", MASTER, "name",
                                 "the Slurm partition of the provisioner's jobs ('' = the "
                                 "default)")

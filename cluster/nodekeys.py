@@ -60,8 +60,13 @@ def ensure_node_key(home_root: Path, name: str) -> Path:
     path = key_path(home_root, name)
     folder = path.parent
     try:
+        # Apart from the open: a FileExistsError here is node-keys/ being a file, not a key.
         folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         os.chmod(folder, DIR_MODE)
+    except OSError as exc:
+        raise ClusterError(f"cannot make the key of node {name} at {path}: {folder} cannot "
+                           f"be made a folder: {exc.strerror or exc}") from None
+    try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      secretfile.SECRET_MODE)
     except FileExistsError:

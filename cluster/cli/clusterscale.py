@@ -15,6 +15,12 @@ warnings there); a line equal to the previous look's is logged at DEBUG only, so
 cluster does not fill the log.  A failed call to the batch system is a WARNING line quoting
 its message, and the next look tries again.
 
+Each job's node, ``<node_prefix>-<job id>``, gets its key ``node-keys/<name>.key`` in the
+home as soon as sbatch has given the id, and each job of the prefix found without one (a
+restart) gets it at the look that finds it (:class:`cluster.provision.jobkeys.JobKeys`):
+an ephemeral node that logs in over ssh cannot make its own.  A key that cannot be made is
+a WARNING naming the node and the path.
+
 Single instance: a second one (cron starts it every few minutes, like the other daemons)
 sees ``<home>/clusterscale.lock`` held, logs so and exits 0.  A restarted one adopts the
 jobs it finds by their name: it submits nothing twice.  SIGTERM or SIGINT ends the loop
@@ -44,6 +50,7 @@ from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.master.resources import resource_path
 from cluster.provision.engine import Engine
+from cluster.provision.jobkeys import JobKeys
 from cluster.provision.scaler import Demand, Provisioner, ScaleSettings
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
@@ -160,7 +167,9 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         except ClusterError as exc:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        provisioner = Provisioner(engine, ScaleSettings.from_config(cfg), clock)
+        # Each job's node key, made here beside the master home: a node over ssh cannot.
+        provisioner = Provisioner(engine, ScaleSettings.from_config(cfg), clock,
+                                  jobs_seen=JobKeys(home.root, cfg.node_prefix))
         path = resource_path(cfg)
         logger.info("provisioning from %s every %g s: at most %d nodes of %d slots named "
                     "%s-*, at most %g submits a minute", path, cfg.resource_interval,

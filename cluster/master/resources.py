@@ -79,7 +79,12 @@ def master_address(cfg: Config) -> str:
 def node_launch(cfg: Config) -> NodeLaunch:
     """How to start an ephemeral node of this master: this installation's clusterpull.py
     with ``--ephemeral`` and the settings that point it at this master (its address, ports
-    and home as this machine sees it: a node on a shared file system or this machine)."""
+    and home as this machine sees it: a node on a shared file system or this machine, or
+    one logging in over ssh, for which ``master_home`` is a path on this machine too).
+
+    With ``node_config`` set, ``--config <node_config>`` comes first: the batch nodes'
+    node.conf (its ``transport``, ssh login, work folders...); the ``--set`` words after
+    it still point the node at this master, overriding what that file says of it."""
     settings = {"master_host": master_address(cfg), "base_port": cfg.base_port,
                 "monitor_port": cfg.monitor_port, "master_home": cfg.home.resolve(),
                 "slots": cfg.node_slots, "node_prefix": cfg.node_prefix,
@@ -89,6 +94,8 @@ def node_launch(cfg: Config) -> NodeLaunch:
                 "resource_interval": f"{cfg.resource_interval:g}",
                 "resource_file": resource_path(cfg).resolve()}
     command = [str(NODE_SCRIPT), "--ephemeral"]
+    if cfg.node_config:
+        command += ["--config", cfg.node_config]
     for key, value in settings.items():
         command += ["--set", f"{key}={value}"]
     return NodeLaunch(command=tuple(command), slots=cfg.node_slots, prefix=cfg.node_prefix,

@@ -201,5 +201,6 @@ def read_node_key(transport: Transport, name: str) -> str:
         text = transport.read_secret(rel)
     if text is None:
         raise ClusterError(f"the master holds no key for node {name} ({rel} in its home): "
-                           "set this node up with bootstrap_node.py, which makes it")
+                           "bootstrap_node.py makes it for a node it sets up, the "
+                           "provisioner (clusterscale.py) for an ephemeral node's job")
     return text

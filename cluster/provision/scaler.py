@@ -27,13 +27,18 @@ and running:
   their name, so a restarted provisioner submits nothing twice;
 * pending jobs are reported with the engine's reason (``pending: 3 Resources``), so a job
   the batch system cannot place is seen, not waited on silently.
+
+A :class:`JobsSeen` hook, when given, is told the job ids listed at each look and each id
+submitted (clusterscale makes the nodes' keys with it); nothing here touches a file.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from cluster.config import Config
 from cluster.provision.engine import Engine, EngineError, EngineJob
@@ -218,13 +223,25 @@ class Step:
     cancelled: tuple[str, ...] = ()
 
 
-class Provisioner:
-    """One look at a time: list the engine's jobs, decide, act."""
+class JobsSeen(Protocol):
+    """Told the ids of the provisioner's jobs: every job of its prefix the engine lists, at
+    each look (``listed=True``), and each job it submits, right after the submit.  Must
+    not raise (clusterscale's :class:`cluster.provision.jobkeys.JobKeys` makes their nodes'
+    keys and logs what it cannot)."""
 
-    def __init__(self, engine: Engine, settings: ScaleSettings, clock: Clock) -> None:
+    def __call__(self, job_ids: Iterable[str], *, listed: bool = False) -> object: ...
+
+
+class Provisioner:
+    """One look at a time: list the engine's jobs, decide, act; ``jobs_seen`` (if given)
+    is told the job ids listed and submitted."""
+
+    def __init__(self, engine: Engine, settings: ScaleSettings, clock: Clock,
+                 jobs_seen: JobsSeen | None = None) -> None:
         self.engine = engine
         self.settings = settings
         self.scaler = Scaler(settings, clock)
+        self.jobs_seen = jobs_seen
 
     def step(self, demand: Demand) -> Step:
         """One look; never raises EngineError (a failure is in the line, ``trouble``)."""
@@ -233,18 +250,25 @@ class Provisioner:
         except EngineError as exc:
             return Step(f"wanted {demand.wanted} pending ? running ?: did nothing, the jobs "
                         f"cannot be listed: {exc}", trouble=True)
+        if self.jobs_seen is not None:
+            mine = f"{self.settings.prefix}-"
+            self.jobs_seen([job.job_id for job in jobs if job.name.startswith(mine)],
+                           listed=True)
         decision = self.scaler.decide(demand, jobs)
         submitted: list[str] = []
         cancelled: list[EngineJob] = []
         errors: list[str] = []
         for _ in range(decision.submit):  # bounded by max_nodes and the rate
             try:
-                submitted.append(self.engine.submit(self.settings.job_name,
-                                                    list(demand.command), self.settings.slots))
+                job_id = self.engine.submit(self.settings.job_name, list(demand.command),
+                                            self.settings.slots)
             except EngineError as exc:
                 errors.append(f"submit failed: {exc}")
                 break  # the next look tries again; a refusal now is likely a refusal again
+            submitted.append(job_id)
             self.scaler.record_submit()
+            if self.jobs_seen is not None:  # at once: the job may start within a second
+                self.jobs_seen([job_id])
         for job in decision.cancel:
             try:
                 self.engine.cancel(job.job_id)

@@ -15,13 +15,14 @@ Every command runs through :func:`cluster.runtime.proc.run`, bounded by ``timeou
 ``env`` added to this process's environment (a site's ``SLURM_CONF``; ``PATH`` decides which
 Slurm commands run).  A command that is missing, fails (the controller down, a refused
 submission) or runs past its timeout is an :class:`EngineError` that names it and quotes
-what it said.
+what it said; one not on ``PATH`` at all is ``sbatch: not found on PATH (...)``.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -157,8 +158,14 @@ class SlurmEngine:
     def _run(self, argv: list[str], gone_ok: bool = False) -> str:
         """Run one Slurm command; its stdout, or EngineError naming it with its message."""
         name = argv[0]
+        env = {**os.environ, **self.env}
+        search = env.get("PATH", os.defpath)
+        if shutil.which(name, path=search) is None:
+            # The usual way Slurm is absent: said plainly, not as a failed exec.
+            raise EngineError(f"{name}: not found on PATH ({search or '(empty)'}); is "
+                              "Slurm's client (slurm-client) installed?")
         try:
-            done = proc.run(argv, timeout=self.timeout, env={**os.environ, **self.env})
+            done = proc.run(argv, timeout=self.timeout, env=env)
         except proc.ProcessError as exc:
             raise EngineError(f"{name}: cannot run it ({exc}); is Slurm's client "
                               "(slurm-client) installed and on PATH?") from None

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from cluster.cli import clusterscale
 from cluster.config import Config
+from cluster.nodekeys import ensure_node_key, read_node_key
 from cluster.provision.engine import EngineError, EngineJob
 from cluster.runtime.clock import FakeClock
 from cluster.runtime.singleton import SingleInstance
@@ -62,6 +64,69 @@ def test_one_look_submits_the_nodes_the_resource_file_wants(
     assert engine.submits == [("slurm-node", list(COMMAND), 4)] * 3
     assert "wanted 3 pending 0 running 0: submitted 3 (3 wanted beyond pending + running)" \
         in caplog.text
+
+
+def test_each_submitted_job_gets_its_node_key_before_the_next_submit(
+        tmp_path: Path, engine: ScriptedEngine, caplog: pytest.LogCaptureFixture) -> None:
+    """node-keys/slurm-<job id>.key, 0600, made right after sbatch gave the id: the
+    second submit already sees the first job's key."""
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "resources.json", clock.time(), wanted=2)
+    keys = tmp_path / "node-keys"
+    seen_at_submit: list[list[str]] = []
+    submit = engine.submit
+
+    def submitting(name: str, argv: list[str], slots: int) -> str:
+        seen_at_submit.append(sorted(p.name for p in keys.glob("*.key")))
+        return submit(name, argv, slots)
+
+    engine.submit = submitting  # type: ignore[method-assign]
+    caplog.set_level(logging.INFO)
+    assert clusterscale.main(["--home", str(tmp_path), "--once"], clock=clock) == 0
+    assert seen_at_submit == [[], ["slurm-1001.key"]]
+    made = sorted(p.name for p in keys.iterdir())
+    assert made == ["slurm-1001.key", "slurm-1002.key"]
+    for name in made:
+        assert stat.S_IMODE((keys / name).stat().st_mode) == 0o600
+        assert read_node_key(tmp_path, name.removesuffix(".key")) is not None
+    assert f"made the key of node slurm-1001 (job 1001) at {keys / 'slurm-1001.key'}" \
+        in caplog.text
+
+
+def test_an_adopted_job_without_a_key_gets_one_and_a_key_there_is_kept(
+        tmp_path: Path, engine: ScriptedEngine) -> None:
+    """A restarted provisioner finds jobs of its prefix submitted before: the one whose key
+    is missing gets it, the one that has one keeps it, a job of another name gets none."""
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "resources.json", clock.time(), wanted=2)
+    without = engine.add("slurm-node", "running")
+    with_key = engine.add("slurm-node", "pending")
+    engine.add("other-node", "running")
+    kept = ensure_node_key(tmp_path, f"slurm-{with_key}").read_text()
+    assert clusterscale.main(["--home", str(tmp_path), "--once"], clock=clock) == 0
+    assert engine.submits == []  # adopted: nothing submitted twice
+    keys = tmp_path / "node-keys"
+    assert sorted(p.name for p in keys.iterdir()) == sorted([f"slurm-{with_key}.key",
+                                                             f"slurm-{without}.key"])
+    assert (keys / f"slurm-{with_key}.key").read_text() == kept
+
+
+def test_a_key_that_cannot_be_made_is_a_warning_naming_the_node_and_the_path(
+        tmp_path: Path, engine: ScriptedEngine, caplog: pytest.LogCaptureFixture) -> None:
+    """node-keys is a file, not a folder: every key fails; the look goes on (the jobs are
+    submitted) and exits 0, each failure one WARNING line."""
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "resources.json", clock.time(), wanted=2)
+    (tmp_path / "node-keys").write_text("in the way\n", encoding="utf-8")
+    caplog.set_level(logging.INFO)
+    assert clusterscale.main(["--home", str(tmp_path), "--once"], clock=clock) == 0
+    assert len(engine.submits) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    path = tmp_path / "node-keys" / "slurm-1001.key"
+    assert any(w.startswith(f"cannot make the key of node slurm-1001 at {path}: ")
+               and w.endswith("node slurm-1001 is not served until it exists (the next "
+                              "look tries again)") for w in warnings), warnings
+    assert sum("slurm-1002" in w for w in warnings) == 1
 
 
 def test_a_resource_file_elsewhere_is_read_from_resource_file(

@@ -4,12 +4,14 @@ file is world-readable, holds no secret, and max_nodes bounds what it wants."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import stat
 from pathlib import Path
 
 import pytest
 
+from cluster.cli import common
 from cluster.config import Config, load
 from cluster.home import Home
 from cluster.master import resources as writer
@@ -189,6 +191,34 @@ def test_the_node_command_points_at_this_master(tmp_path: Path) -> None:
         assert setting in command
     assert (back.node.slots, back.node.prefix, back.node.idle_exit) == (3, "pilot", 45.0)
     assert (back.master.base_port, back.master.monitor_port) == (9100, 9110)
+
+
+def test_without_node_config_the_node_command_names_no_config(tmp_path: Path) -> None:
+    command = writer.node_launch(config(tmp_path)).command
+    assert "--config" not in command
+
+
+def test_node_config_starts_the_node_with_that_file_and_this_masters_settings_over_it(
+        tmp_path: Path) -> None:
+    """The batch nodes' node.conf gives the transport and the ssh login; the --set words
+    after it point the node at this master whatever that file says of it."""
+    node_conf = tmp_path / "batch" / "node.conf"
+    node_conf.parent.mkdir()
+    node_conf.write_text("[node]\ntransport = ssh\nssh_user = pilot\n"
+                         "master_host = old-master\nmaster_home = /elsewhere\n",
+                         encoding="utf-8")
+    cfg = config(tmp_path, f"node_config={node_conf}", "base_port=9100")
+    command = writer.node_launch(cfg).command
+    assert list(command[1:4]) == ["--ephemeral", "--config", str(node_conf)]
+    parser = argparse.ArgumentParser()
+    common.add_config_options(parser)
+    parser.add_argument("--ephemeral", action="store_true")
+    parsed = common.parse_with_config(parser, list(command[1:]), "clusterpull.py")
+    assert not isinstance(parsed, int)
+    node = parsed[1]
+    assert (node.transport, node.ssh_user) == ("ssh", "pilot")  # from the node.conf
+    assert (node.master_host, node.master_home, node.base_port) == (
+        "127.0.0.1", cfg.home.resolve(), 9100)  # this master's, over the file's
 
 
 def test_the_periodic_writer_logs_a_failure_once(tmp_path: Path,

@@ -3,6 +3,7 @@ command line; and the error when the Slurm commands are not there."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -102,11 +103,25 @@ def test_a_bad_submission_is_refused_before_sbatch(name: str, argv: list[str], s
 def test_missing_slurm_commands_are_an_engine_error_naming_the_command(
         tmp_path: Path) -> None:
     engine = SlurmEngine(env={"PATH": str(tmp_path)})  # an empty folder: no Slurm here
-    with pytest.raises(EngineError, match=r"^sbatch: cannot run it .*slurm-client"):
+    where = re.escape(str(tmp_path))
+    with pytest.raises(EngineError, match=rf"^sbatch: not found on PATH \({where}\); is "
+                                          r"Slurm's client \(slurm-client\) installed\?$"):
         engine.submit("slurm-a", ["true"], 1)
-    with pytest.raises(EngineError, match=r"^squeue: cannot run it"):
+    with pytest.raises(EngineError, match=r"^squeue: not found on PATH"):
         engine.jobs("slurm")
-    with pytest.raises(EngineError, match=r"^scancel: cannot run it"):
+    with pytest.raises(EngineError, match=r"^scancel: not found on PATH"):
         engine.cancel("12")
     with pytest.raises(EngineError, match=r"^scancel: job id '12; rm' is not"):
         engine.cancel("12; rm")
+
+
+def test_a_slurm_command_that_cannot_start_is_an_engine_error_naming_it(
+        tmp_path: Path) -> None:
+    """On PATH but not startable (its interpreter missing): the exec's own error, quoted."""
+    broken = tmp_path / "squeue"
+    broken.write_text("#!/nonexistent/interpreter\n", encoding="utf-8")
+    broken.chmod(0o755)
+    engine = SlurmEngine(env={"PATH": str(tmp_path)})
+    with pytest.raises(EngineError, match=r"^squeue: cannot run it \(cannot start squeue "
+                                          r".*No such file.*slurm-client"):
+        engine.jobs("slurm")
