@@ -39,6 +39,9 @@ Layout of a home::
     runs/<id>/audit.log  every node connection of the run and every refusal (archived)
     tests/               the test corpus
     log/                 logs of the master processes
+    resources.json       the resource file (issue 24; cluster.wire.resources), unless
+                         resource_file puts it elsewhere
+    provision.json       the provisioner's last look (clusterscale.py; cluster.wire.provision)
 """
 
 from __future__ import annotations
@@ -157,6 +160,12 @@ class Home:
     @property
     def log_dir(self) -> Path:
         return self.root / "log"
+
+    @property
+    def provision_status(self) -> Path:
+        """``provision.json``: the provisioner's last look (cluster.wire.provision), written
+        by clusterscale.py, read by the console."""
+        return self.root / "provision.json"
 
     #: Names in the home that issue 11's pieces share (see the layout above).
     NODE_CODE = "node-code"

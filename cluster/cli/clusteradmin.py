@@ -3,7 +3,9 @@
 Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND ...
 
   stat [--json]                   the queues, the running runs (done/total, rate,
-                                  estimated end) and node counts
+                                  estimated end), node counts and, with a provisioner,
+                                  its last look ("from Slurm: wanted W, pending P,
+                                  running R", its jobs, its trouble)
   ls [--json]                     the nodes: name, state (up, down, disabled), last heard,
                                   run, jobs done in it, capabilities
   info RUN [--json]               one run, queued, running or archived: its description,

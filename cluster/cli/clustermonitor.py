@@ -6,9 +6,12 @@ Usage: clustermonitor.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--in
 Shows a status line per running run (jobs done of total, results per second, estimated
 end, nodes, time since start), one line per node (``--DOWN--`` and since when once it has
 not been heard from for node_down_after seconds, 300 by default; ``--DISABLED--`` for a
-node clusteradmin disabled) and the queued runs, then the newest runs.  On a terminal the
-view is redrawn in place every --interval seconds (default 2) until Ctrl-C; with --once,
-or when the output is not a terminal, it is printed once.
+node clusteradmin disabled; a node a batch job runs with its job id) and the queued runs,
+then the newest runs.  When a provisioner (clusterscale.py) runs, its last look comes
+before the nodes: "from Slurm: wanted W, pending P, running R", its jobs, the message of a
+failed call to Slurm, or that it is not running.  On a terminal the view is redrawn in
+place every --interval seconds (default 2) until Ctrl-C; with --once, or when the output
+is not a terminal, it is printed once.
 
 Exit status: 0; 2 bad usage or configuration.
 """

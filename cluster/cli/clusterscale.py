@@ -13,7 +13,10 @@ is one log line ``wanted W pending P running R: <what it did and why>`` in
 ``<home>/log/clusterscale.log`` (and on stderr; ``--quiet`` for crontab lines keeps only
 warnings there); a line equal to the previous look's is logged at DEBUG only, so an idle
 cluster does not fill the log.  A failed call to the batch system is a WARNING line quoting
-its message, and the next look tries again.
+its message, and the next look tries again.  After each look it rewrites
+``<home>/provision.json`` (:mod:`cluster.wire.provision`: the counts, each job with its
+node's name and a pending job's reason, the line, the last failure's message), which the
+status page, ``clusteradmin stat`` and ``clustermonitor`` show.
 
 Each job's node, ``<node_prefix>-<job id>``, gets its key ``node-keys/<name>.key`` in the
 home as soon as sbatch has given the id, and each job of the prefix found without one (a
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -49,11 +53,19 @@ from cluster.config import Config
 from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.master.resources import resource_path
-from cluster.provision.engine import Engine
+from cluster.provision.engine import PENDING, RUNNING, Engine
 from cluster.provision.jobkeys import JobKeys
-from cluster.provision.scaler import Demand, Provisioner, ScaleSettings
+from cluster.provision.scaler import Demand, Provisioner, ScaleSettings, Step
+from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
+from cluster.wire.provision import (
+    CANCELLED,
+    SUBMITTED,
+    ProvisionJob,
+    ProvisionStatus,
+    format_status,
+)
 from cluster.wire.resources import STALE_INTERVALS, ResourceFileError, read_resources
 
 logger = logging.getLogger("cluster.provision")
@@ -130,10 +142,59 @@ def wait_for_change(path: Path, seen: tuple[int, int] | None, seconds: float,
         stop.wait(min(WATCH_POLL, left), clock)
 
 
+def _job_order(job: ProvisionJob) -> tuple[int, int, str]:
+    """Oldest first: a batch system numbers its jobs upwards (Slurm does)."""
+    return (0, int(job.job_id), "") if job.job_id.isdigit() else (1, 0, job.job_id)
+
+
+def provision_status(provisioner: Provisioner, step: Step, interval: float,
+                     now: float) -> ProvisionStatus:
+    """What the status file says of ``step``: the counts and the line of the look, its
+    jobs as listed (those it cancelled marked ``cancelled``) and the ones it submitted
+    (``submitted``), each with the name of its ephemeral node, oldest first."""
+    settings = provisioner.settings
+    cancelled = set(step.cancelled)
+    jobs = [ProvisionJob(job.job_id, job.name, settings.node_name(job.job_id),
+                         CANCELLED if job.job_id in cancelled else job.state, job.reason)
+            for job in step.jobs or ()]
+    jobs += [ProvisionJob(job_id, settings.job_name, settings.node_name(job_id), SUBMITTED)
+             for job_id in step.submitted]
+    return ProvisionStatus(written=now, pid=os.getpid(), engine=provisioner.engine.label,
+                           interval=interval, wanted=step.wanted,
+                           pending=step.count(PENDING), running=step.count(RUNNING),
+                           jobs=tuple(sorted(jobs, key=_job_order)), action=step.line,
+                           trouble=step.trouble)
+
+
+class StatusWriter:
+    """Writes the status file (``<home>/provision.json``) atomically after each look, mode
+    0644 (it holds no secret).  A write that fails (a full disk) is logged once while it
+    lasts and never stops the provisioner."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.failing = False
+
+    def write(self, status: ProvisionStatus) -> None:
+        try:
+            fsutil.atomic_write(self.path, format_status(status), fsync=False, mode=0o644)
+        except OSError as exc:
+            if not self.failing:
+                logger.warning("cannot write the status file %s: %s (the console does not "
+                               "see this provisioner until it can)", self.path,
+                               exc.strerror or exc)
+            self.failing = True
+            return
+        if self.failing:
+            logger.info("the status file %s is written again", self.path)
+        self.failing = False
+
+
 def serve(provisioner: Provisioner, path: Path, interval: float, stop: StopFlag,
-          clock: Clock, once: bool = False) -> None:
+          clock: Clock, once: bool = False, status: StatusWriter | None = None) -> None:
     """Look every ``interval`` seconds, and at once when the resource file is rewritten
-    (a run starting or ending), until ``stop`` is set (or once)."""
+    (a run starting or ending), until ``stop`` is set (or once); after each look,
+    ``status`` (when given) writes what it saw and did."""
     previous = ""
     while not stop.is_set():  # bounded by the stop flag: a daemon's loop
         started = clock.monotonic()
@@ -146,6 +207,8 @@ def serve(provisioner: Provisioner, path: Path, interval: float, stop: StopFlag,
             logger.log(logging.INFO if step.line != previous else logging.DEBUG, "%s",
                        step.line)
         previous = step.line
+        if status is not None:
+            status.write(provision_status(provisioner, step, interval, clock.time()))
         if once:
             return
         wait_for_change(path, seen, interval - (clock.monotonic() - started), stop, clock)
@@ -177,7 +240,8 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         stop = StopFlag()
         restore = install_signal_handlers(stop)
         try:
-            serve(provisioner, path, cfg.resource_interval, stop, clock, once=args.once)
+            serve(provisioner, path, cfg.resource_interval, stop, clock, once=args.once,
+                  status=StatusWriter(home.provision_status))
         finally:
             restore()
         if stop.is_set():

@@ -4,8 +4,9 @@ writes in the master home, and how its answer is printed.
 Reading commands return JSON-able dicts built from :mod:`cluster.console.status` (and
 :mod:`cluster.console.history`), and a ``format_*`` function turns each into text lines:
 
-* :func:`stat` -- the queues, the running runs (done/total, rate, estimated end) and node
-  counts;
+* :func:`stat` -- the queues, the running runs (done/total, rate, estimated end), node
+  counts and, when a provisioner runs, its last look ("from Slurm: wanted W, pending P,
+  running R", its jobs, its trouble: :mod:`cluster.console.provisioning`);
 * :func:`nodes` -- one row per node: state (up, down, disabled), last heard, run, done, caps;
 * :func:`info` -- one run, queued, running or archived (:func:`status.run_detail`).
 
@@ -37,7 +38,7 @@ from typing import Any
 
 from cluster.config import Config
 from cluster.console import history as test_history
-from cluster.console import status
+from cluster.console import provisioning, status
 from cluster.datatypes import valid_node_name
 from cluster.defaults import PRIORITIES
 from cluster.errors import ClusterError, QueueLineError
@@ -110,6 +111,7 @@ def stat(home: Home, cfg: Config, now: float | None = None) -> JSON:
         "nodes": {"total": len(states), "up": states.count("up"),
                   "down": states.count("down"), "disabled": states.count("disabled"),
                   "in_a_run": sum(1 for n in snap["nodes"] if n["run"])},
+        "provision": snap.get("provision"),
     }
 
 
@@ -140,6 +142,8 @@ def format_stat(data: JSON) -> list[str]:
     n = data["nodes"]
     lines.append(f"nodes: {n['total']} ({n['up']} up, {n['down']} down, {n['disabled']} "
                  f"disabled; {n['in_a_run']} in a run)")
+    # The provisioner's last look, when there is one (docs/provisioning.md).
+    lines += provisioning.lines(data.get("provision"))
     return lines
 
 

@@ -4,10 +4,11 @@
 another origin (the server's Content-Security-Policy forbids it too).  The script polls
 ``api/status`` (relative to the page: it works behind a proxy under a path prefix) every
 :data:`POLL_SECONDS` seconds and draws four sections from the snapshot
-(cluster.console.status's schema): the running runs, the queues, the nodes and the recent
-runs; clicking a run id opens the per-run view (``#run=<id>``, from ``/api/runs/<id>``):
-which node ran which tests, and which failed.  Every value from the home is put into the
-page as text (``textContent``), never as HTML.
+(cluster.console.status's schema): the running runs, the queues, the nodes (above them,
+when a provisioner runs, its last look: "from Slurm: wanted W, pending P, running R", its
+jobs, its trouble) and the recent runs; clicking a run id opens the per-run view
+(``#run=<id>``, from ``/api/runs/<id>``): which node ran which tests, and which failed.
+Every value from the home is put into the page as text (``textContent``), never as HTML.
 
 Hooks for scripts and tests (stable; keep them when restyling):
 
@@ -17,7 +18,11 @@ Hooks for scripts and tests (stable; keep them when restyling):
   eta|elapsed|nodes]`` (the numbers as text) and ``.run-node[data-node=<name>]``;
 * ``#queues tr.queued[data-priority=<p>][data-run=<id>]``;
 * ``#nodes tr.node[data-node=<name>][data-state=up|down|disabled]``, its
-  ``[data-field=state|last-heard|run|done|errors|timeouts|status|caps]`` cells;
+  ``[data-field=state|last-heard|run|done|errors|timeouts|status|caps]`` cells, and in its
+  name's cell ``[data-field=batch-job]`` ("Slurm job 42") for a node a batch job runs;
+* ``#provision[data-state=ok|trouble|stale|error]`` (hidden when the home has no
+  ``provision.json``: no provisioner), its ``[data-field=summary|trouble|stale|error]``
+  and its ``li.provision-job[data-job=<id>][data-state=<state>]``;
 * ``#recent tr.recent[data-run=<id>]``, its ``a.link-report``, ``a.link-tab`` and
   ``a.link-bmpcmp``;
 * ``#detail[data-run=<id>][data-state=queued|running|finished]``, its
@@ -32,6 +37,8 @@ from __future__ import annotations
 POLL_SECONDS = 2.0
 #: Tests listed per node, and failed tests listed, in the per-run view (the rest counted).
 DETAIL_LIMIT = 500
+#: The provisioner's batch jobs the page lists (the rest counted).
+PROVISION_JOBS = 200
 
 _STYLE = """
 :root { --fg:#1d2330; --muted:#687083; --line:#dde1e8; --bg:#f6f7f9; --card:#fff;
@@ -81,6 +88,11 @@ code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-siz
 .run-nodes { display:flex; flex-wrap:wrap; gap:.4em; margin-top:.5em; }
 .run-node { border:1px solid var(--line); border-radius:4px; padding:0 .5em; font-size:.85em; }
 .note { color:var(--warn); margin-top:.4em; } .note.bad { color:var(--bad); }
+#provision { margin:0 0 .8em; } #provision[hidden] { display:none; }
+#provision .summary { font-weight:600; }
+.provision-jobs { display:flex; flex-wrap:wrap; gap:.3em 1.2em; margin:.3em 0 0;
+                  padding:0; list-style:none; font-size:.9em; }
+.provision-job[data-state=pending] { color:var(--warn); }
 tr.node[data-state=down] td[data-field=state] { color:var(--bad); font-weight:600; }
 tr.node[data-state=disabled] td[data-field=state] { color:var(--warn); font-weight:600; }
 tr.node[data-state=up] td[data-field=state] { color:var(--ok); }
@@ -118,6 +130,7 @@ _BODY = """
   </section>
   <section id="nodes">
     <h2>Nodes <span class="count" id="node-count"></span></h2>
+    <div id="provision" hidden></div>
     <table><thead><tr><th>Node</th><th>State</th><th>Last heard</th><th>Run</th>
       <th class="num">Done</th><th class="num">Failures</th><th class="num">Timeouts</th>
       <th>Status</th><th>Capabilities</th></tr></thead>
@@ -137,6 +150,7 @@ _SCRIPT = """
 "use strict";
 const POLL_MS = __POLL_MS__;
 const DETAIL_LIMIT = __DETAIL_LIMIT__;
+const PROVISION_JOBS = __PROVISION_JOBS__;
 const PRIORITY_NAMES = {0: "user", 1: "commits", 2: "auto"};
 let polls = 0;
 let snap = null;
@@ -292,8 +306,11 @@ function drawNodes(nodes) {
                              text: String(n.disabled).replace(/^disabled /, "")
                                    + (n.disabled_reason ? ": " + n.disabled_reason : "")});
     }
+    const job = n.batch_job;
     return el("tr", {class: "node", "data-node": n.name, "data-state": state},
-      el("td", {class: "mono", text: n.name}),
+      el("td", {class: "mono"}, n.name,
+         job ? el("div", {class: "muted small", "data-field": "batch-job",
+                          text: String(job.engine) + " job " + String(job.id)}) : null),
       el("td", {"data-field": "state"}, stateText, stateNote),
       td(n.last_heard ? clock(n.last_heard) + " (" + ago(n.last_heard) + ")" : "never",
          {"data-field": "last-heard", class: "nowrap"}),
@@ -307,6 +324,33 @@ function drawNodes(nodes) {
   document.getElementById("node-count").textContent =
     "(" + up + " up" + (down ? ", " + down + " down" : "") + " of " + nodes.length + ")";
   fill("node-rows", rows, "No node has reported yet.", 9);
+}
+
+/* The provisioner's last look (provision.json; none: no provisioner, nothing shown). */
+function drawProvision(p) {
+  const box = document.getElementById("provision");
+  box.hidden = !p;
+  if (!p) { box.replaceChildren(); return; }
+  if (p.error) {
+    box.dataset.state = "error";
+    box.replaceChildren(el("div", {class: "note bad", "data-field": "error",
+                                   text: "provisioner status file unusable: " + p.error}));
+    return;
+  }
+  box.dataset.state = p.stale ? "stale" : (p.trouble ? "trouble" : "ok");
+  const jobs = (p.jobs || []).slice(0, PROVISION_JOBS).map((j) =>
+    el("li", {class: "provision-job mono", "data-job": j.job_id, "data-state": j.state,
+              text: j.text}));
+  const more = (p.jobs || []).length - jobs.length;
+  if (more > 0) jobs.push(el("li", {class: "muted", text: "... and " + more + " more"}));
+  box.replaceChildren(
+    el("div", {class: "summary", "data-field": "summary", text: p.summary},
+       el("span", {class: "muted small", text: "  (" + ago(p.written) + ")"})),
+    p.stale_note ? el("div", {class: "note", "data-field": "stale", text: p.stale_note})
+                 : null,
+    p.trouble ? el("div", {class: "note bad", "data-field": "trouble",
+                           text: "trouble: " + p.trouble}) : null,
+    jobs.length ? el("ul", {class: "provision-jobs"}, ...jobs) : null);
 }
 
 function link(href, text, cls) {
@@ -337,6 +381,7 @@ function draw(s) {
   document.getElementById("updated").textContent = "updated " + clock(s.now);
   drawRunning(s.running || []);
   drawQueues(s.queues || []);
+  drawProvision(s.provision || null);
   drawNodes(s.nodes || []);
   drawRecent(s.recent || []);
 }
@@ -507,7 +552,8 @@ poll();
 def render(poll_seconds: float = POLL_SECONDS) -> str:
     """The whole page, polling every ``poll_seconds`` seconds."""
     script = (_SCRIPT.replace("__POLL_MS__", str(int(poll_seconds * 1000)))
-              .replace("__DETAIL_LIMIT__", str(DETAIL_LIMIT)))
+              .replace("__DETAIL_LIMIT__", str(DETAIL_LIMIT))
+              .replace("__PROVISION_JOBS__", str(PROVISION_JOBS)))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             "<title>Regression cluster status</title>\n"

@@ -21,7 +21,8 @@ Schema of :func:`snapshot` (version 1; keys may be added, never renamed)::
      "recent": [{"run", "kind", "what", "who", "started", "ended", "elapsed", "outcome",
                  "nodes", "differences", "errors", "priority",
                  "links": {"report", "tab", "bmpcmp"}}],
-     "status": [{"priority", "line"}]}
+     "status": [{"priority", "line"}],
+     "provision": None | {"summary", "jobs", "trouble", "stale", ...}}
 
 Where the facts come from, and the decisions made:
 
@@ -46,6 +47,10 @@ Where the facts come from, and the decisions made:
   ``.up`` mtime; a node not heard from for ``node_down_after`` seconds (300) is down since
   ``last_heard + node_down_after`` (``down_since``, and ``down`` true).  ``run``, ``done``,
   ``errors``, ``timeouts`` come from the live file of the run the node takes part in.
+* ``provision``: the provisioner's status file ``provision.json`` (issue 24), None when
+  there is none; its schema and its lines are :mod:`cluster.console.provisioning`'s.  A
+  node that a batch job of it runs (the job's ``node`` is the node's name) carries
+  ``batch_job``: ``{"engine", "id"}``.
 * ``recent``: the 20 newest folders of ``archive/`` that hold a ``run.info`` (run ids start
   with their UTC start time, so the name order is the time order).  ``ended`` is
   run.info's mtime (it is written last), ``elapsed`` and ``outcome`` its lines, and
@@ -84,7 +89,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from cluster.config import Config
-from cluster.console import sweepdetail
+from cluster.console import provisioning, sweepdetail
 from cluster.defaults import BMPCMP_DIR, PRIORITIES
 from cluster.errors import ClusterError
 from cluster.home import Home
@@ -272,15 +277,24 @@ class StatusReader:
         now = time.time() if now is None else now
         with self._lock:
             running, starts = self._running(home, now)
+            provision = self._provision(home, now)
             return {
                 "version": VERSION, "now": now, "master": self.host,
                 "queues": self._queues(home, starts),
                 "running": running,
-                "nodes": self._nodes(home, cfg, running, now),
+                "nodes": provisioning.mark_nodes(self._nodes(home, cfg, running, now),
+                                                 provision),
                 "recent": self._recent(home),
                 "status": [{"priority": p, "line": line} for p in PRIORITIES
                            if (line := self._parsed(home.status(p), _first_line))],
+                "provision": provision,
             }
+
+    def _provision(self, home: Home, now: float) -> JSON | None:
+        """The provisioner's status file as the snapshot's entry, or None without one."""
+        path = home.provision_status
+        loaded = self._parsed(path, provisioning.load)
+        return None if loaded is None else provisioning.entry(path, loaded, now)
 
     def _running(self, home: Home, now: float) -> tuple[list[JSON], dict[int, JobStart]]:
         running: list[JSON] = []

@@ -9,7 +9,11 @@ ANSI codes.  This view shows the same from :func:`cluster.console.status.snapsho
 * one line per node: ``--DOWN--`` (and since when) once not heard from for
   ``node_down_after`` seconds, ``--DISABLED--`` for a disabled node, else its run, jobs done
   in it and its status text;
-* every queued run per priority, then the newest runs.
+* every queued run per priority, then the newest runs;
+* when a provisioner runs (issue 24), its last look before the nodes: "from Slurm: wanted
+  W, pending P, running R", each job with its node and a pending job's reason, the last
+  failed call's message, or that the provisioner is not running; a node a batch job runs
+  shows its job id after its name.
 
 :func:`render` is a pure function of the snapshot (the tests call it with made-up ones);
 :func:`watch` redraws it every ``interval`` seconds (clear screen + cursor home) until
@@ -21,6 +25,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from cluster.console import provisioning
 
 #: Clear the screen and put the cursor top left (what clustermonitor.pl printed).
 CLEAR = "\x1b[2J\x1b[H"
@@ -70,6 +76,9 @@ def run_line(run: JSON, now: float) -> str:
 def node_line(node: JSON, width: int) -> str:
     """One node: ``name  --DOWN-- since 12:00:00 UTC``, ``--DISABLED--`` or its work."""
     name = f"{node['name']:<{width}}"
+    note = provisioning.node_note(node)
+    if note:
+        name += f"  {note}"
     if node.get("disabled"):
         return f"{name}  {DISABLED} {node['disabled']}"
     if node.get("down_since") is not None:
@@ -102,6 +111,10 @@ def render(snap: JSON, columns: int | None = None) -> list[str]:
     if not snap.get("running") and not snap.get("status"):
         lines.append("idle")
     nodes = snap.get("nodes", [])
+    provision = provisioning.lines(snap.get("provision"))
+    if provision:
+        lines.append("")
+        lines += provision
     lines.append("")
     lines.append(f"nodes ({len(nodes)}):")
     width = max((len(n["name"]) for n in nodes), default=0)

@@ -2,10 +2,10 @@
 
 An engine starts a command as a batch job (:meth:`Engine.submit`), cancels one
 (:meth:`Engine.cancel`) and lists the jobs it holds under a name prefix
-(:meth:`Engine.jobs`).  Slurm is one implementation (:mod:`cluster.provision.slurm`);
-another batch system is a new class with these three methods, not a rewrite of the
-provisioner.  Every failure of the batch system is an :class:`EngineError` that names the
-command and quotes its message.
+(:meth:`Engine.jobs`); it has a name for people (:attr:`Engine.label`, "Slurm").  Slurm is
+one implementation (:mod:`cluster.provision.slurm`); another batch system is a new class
+with these three methods and a label, not a rewrite of the provisioner.  Every failure of
+the batch system is an :class:`EngineError` that names the command and quotes its message.
 """
 
 from __future__ import annotations
@@ -45,7 +45,10 @@ class EngineJob:
 
 
 class Engine(Protocol):
-    """What the provisioner asks of a batch system."""
+    """What the provisioner asks of a batch system.  ``label`` is its name for people
+    ("Slurm"): the console says "from Slurm: wanted W..." and "Slurm job 42"."""
+
+    label: str
 
     def submit(self, name: str, argv: list[str], slots: int) -> str:
         """Start ``argv`` as a job called ``name`` with ``slots`` CPUs; return its job id."""

@@ -73,6 +73,11 @@ class ScaleSettings:
         """The name of each job it submits (the node names itself <prefix>-<job id>)."""
         return f"{self.prefix}-node"
 
+    def node_name(self, job_id: str) -> str:
+        """The name the ephemeral node of job ``job_id`` gives itself (cluster.node.ephemeral:
+        ``<prefix>-<job id>``, ``$SLURM_JOB_ID`` being the job id)."""
+        return f"{self.prefix}-{job_id}"
+
 
 @dataclass(frozen=True)
 class Demand:
@@ -215,12 +220,24 @@ class Scaler:
 
 @dataclass(frozen=True)
 class Step:
-    """What one look did: its log line, and whether the engine failed (a warning)."""
+    """What one look did.
+
+    ``line``: its log line.  ``trouble``: the message of the last call to the engine that
+    failed at this look (a warning), or "".  ``wanted``: the nodes wanted, as the line says.
+    ``jobs``: the provisioner's own jobs (its prefix) as the engine listed them before it
+    acted, or None when they could not be listed.  ``submitted`` and ``cancelled``: the
+    job ids it submitted and cancelled."""
 
     line: str
-    trouble: bool
+    trouble: str = ""
+    wanted: int = 0
+    jobs: tuple[EngineJob, ...] | None = None
     submitted: tuple[str, ...] = ()
     cancelled: tuple[str, ...] = ()
+
+    def count(self, state: str) -> int | None:
+        """How many of the listed jobs are in ``state`` (None: they could not be listed)."""
+        return None if self.jobs is None else sum(job.state == state for job in self.jobs)
 
 
 class JobsSeen(Protocol):
@@ -248,8 +265,9 @@ class Provisioner:
         try:
             jobs = self.engine.jobs(self.settings.prefix)
         except EngineError as exc:
-            return Step(f"wanted {demand.wanted} pending ? running ?: did nothing, the jobs "
-                        f"cannot be listed: {exc}", trouble=True)
+            wanted = max(0, min(demand.wanted, self.settings.max_nodes))
+            return Step(f"wanted {wanted} pending ? running ?: did nothing, the jobs "
+                        f"cannot be listed: {exc}", trouble=str(exc), wanted=wanted)
         if self.jobs_seen is not None:
             mine = f"{self.settings.prefix}-"
             self.jobs_seen([job.job_id for job in jobs if job.name.startswith(mine)],
@@ -258,12 +276,14 @@ class Provisioner:
         submitted: list[str] = []
         cancelled: list[EngineJob] = []
         errors: list[str] = []
+        trouble = ""
         for _ in range(decision.submit):  # bounded by max_nodes and the rate
             try:
                 job_id = self.engine.submit(self.settings.job_name, list(demand.command),
                                             self.settings.slots)
             except EngineError as exc:
                 errors.append(f"submit failed: {exc}")
+                trouble = str(exc)
                 break  # the next look tries again; a refusal now is likely a refusal again
             submitted.append(job_id)
             self.scaler.record_submit()
@@ -274,9 +294,12 @@ class Provisioner:
                 self.engine.cancel(job.job_id)
             except EngineError as exc:
                 errors.append(f"cancel of job {job.job_id} failed: {exc}")
+                trouble = str(exc)
                 continue
             cancelled.append(job)
-        return Step(self._line(decision, submitted, cancelled, errors), trouble=bool(errors),
+        return Step(self._line(decision, submitted, cancelled, errors), trouble=trouble,
+                    wanted=decision.wanted,
+                    jobs=decision.pending + decision.running + decision.ending,
                     submitted=tuple(submitted), cancelled=tuple(j.job_id for j in cancelled))
 
     @staticmethod

@@ -107,6 +107,9 @@ class SlurmEngine:
     Slurm command; ``output_dir`` keeps each job's output there (else ``/dev/null``).
     """
 
+    #: The batch system's name for people (the console's "from Slurm: ...").
+    label = "Slurm"
+
     def __init__(self, partition: str = "", account: str = "", time_limit: str = "",
                  options: Sequence[str] = (), env: Mapping[str, str] | None = None, *,
                  output_dir: Path | None = None, timeout: float = COMMAND_TIMEOUT) -> None:

@@ -1,6 +1,7 @@
 """The Slurm engine against a real private single-host Slurm (Debian's slurmctld, slurmd,
-munge): submit, list, cancel, a refused submission, a controller that is down, and a
-private Slurm that leaves nothing running when stopped."""
+munge): submit, list, cancel, a refused submission (also as the provisioner's status file
+records it), a controller that is down, and a private Slurm that leaves nothing running
+when stopped."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cluster.cli import clusterscale
 from cluster.provision.engine import EngineError, EngineJob
 from cluster.provision.slurm import SlurmEngine
 from cluster.provision.slurmhost import PrivateSlurm, SlurmHostError
+from cluster.wire.provision import read_status
+from tests.unit.test_clusterscale import write_resources
 
 #: Bound of every wait for Slurm to act [seconds] (it acts within about 2 s).
 WAIT = 15.0
@@ -125,3 +129,21 @@ def test_a_private_slurm_without_munged_says_so_and_leaves_nothing(
         slurm.start()
     assert slurm.pids == {}
     assert slurm.munge_socket == Path()  # its /tmp folder removed
+
+
+def test_clusterscale_records_sbatchs_refusal_in_its_status_file(
+        private_slurm: PrivateSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provisioner with the real Slurm engine (its default factory, the site's
+    SLURM_CONF) and a partition Slurm does not have: one look, and provision.json says
+    what sbatch said, for the console to show."""
+    monkeypatch.setenv("SLURM_CONF", private_slurm.env["SLURM_CONF"])
+    write_resources(tmp_path / "resources.json", time.time(), wanted=2)
+    assert clusterscale.main(["--home", str(tmp_path), "--once", "--set",
+                              "slurm_partition=nosuch", "--set", "node_prefix=sltest"]) == 0
+    status = read_status(tmp_path / "provision.json", time.time())
+    assert status.trouble.startswith("sbatch: exit status 1: sbatch: error: ")
+    assert "invalid partition" in status.trouble.lower()
+    assert (status.engine, status.wanted, status.pending, status.running, status.jobs) == \
+        ("Slurm", 2, 0, 0, ())
+    assert "submit failed: " + status.trouble in status.action
+    assert SlurmEngine(env=private_slurm.env).jobs("sltest") == []

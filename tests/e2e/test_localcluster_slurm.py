@@ -2,7 +2,8 @@
 single-host Slurm (Debian's munged, slurmctld and slurmd) and the provisioner start
 ephemeral nodes as the run waits.  The run completes with the same table, test by test,
 as a run of the same corpus on a static local cluster, every result from a Slurm-started
-node, and nothing of Slurm is left running afterwards."""
+node, ``clusteradmin stat`` shows the Slurm jobs of those nodes (the provisioner's
+``provision.json``), and nothing of Slurm is left running afterwards."""
 
 from __future__ import annotations
 
@@ -53,6 +54,17 @@ def test_a_run_gets_its_nodes_from_slurm_and_gives_the_static_clusters_table(
     # The provisioner said what it did; nothing of the private Slurm is left running.
     log = (tmp_path / "slurm" / "log" / "clusterscale.out").read_text(errors="replace")
     assert "submitted" in log
+    # Its last look, as clusteradmin stat shows it from provision.json: the Slurm jobs
+    # that ran the nodes (named slurm-<job id>), and -- the provisioner stopped with the
+    # cluster more than 3 resource intervals ago -- that it is not running.
+    stat = subprocess.run([sys.executable, str(REPO / "clusteradmin.py"), "--home",
+                           str(tmp_path / "slurm"), "stat"], capture_output=True, text=True,
+                          timeout=60)
+    assert stat.returncode == 0, stat.stderr
+    assert "\nfrom Slurm: wanted " in stat.stdout, stat.stdout
+    assert any(f"  {m} (Slurm job {m.removeprefix('slurm-')}) " in stat.stdout
+               for m in machines), stat.stdout
+    assert "the provisioner is not running: provision.json was written" in stat.stdout
     home = str(tmp_path / "slurm")
     left = []
     for process in psutil.process_iter(["cmdline"]):

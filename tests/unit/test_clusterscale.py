@@ -19,8 +19,11 @@ from cluster.cli import clusterscale
 from cluster.config import Config
 from cluster.nodekeys import ensure_node_key, read_node_key
 from cluster.provision.engine import EngineError, EngineJob
+from cluster.provision.scaler import Provisioner, ScaleSettings
 from cluster.runtime.clock import FakeClock
+from cluster.runtime.service import StopFlag
 from cluster.runtime.singleton import SingleInstance
+from cluster.wire.provision import ProvisionJob, parse_status, read_status
 from tests.helpers import REPO
 from tests.unit.test_scaler import COMMAND, ScriptedEngine
 
@@ -247,3 +250,81 @@ def test_a_rewrite_of_the_resource_file_brings_the_next_look_forward(tmp_path: P
     clusterscale.wait_for_change(path, seen, 30.0, stopped, clock)
     assert clock.monotonic() - began == pytest.approx(30.0)
     assert clusterscale.file_stamp(tmp_path / "absent.json") is None
+
+
+def test_each_look_writes_the_status_file_the_console_reads(
+        tmp_path: Path, engine: ScriptedEngine) -> None:
+    """provision.json after a look: the counts the log line has, each job with its node's
+    name, a pending job's reason, mode 0644; a second look sees the submitted job listed."""
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "resources.json", clock.time(), wanted=3)
+    engine.add("slurm-node", "pending", "PartitionDown")  # adopted: job 1001
+    engine.add("other-node", "running")                   # not ours: not shown
+    argv = ["--home", str(tmp_path), "--once", "--set", "max_nodes=2"]
+    assert clusterscale.main(argv, clock=clock) == 0
+    path = tmp_path / "provision.json"
+    assert path.stat().st_mode & 0o777 == 0o644
+    first = read_status(path, clock.time())
+    assert (first.engine, first.wanted, first.pending, first.running) == ("Slurm", 2, 1, 0)
+    assert (first.pid, first.interval, first.trouble, first.stale) == (os.getpid(), 10.0, "",
+                                                                       False)
+    assert first.written == clock.time()
+    assert first.action == ("wanted 2 pending 1 running 0: submitted 1 (1 wanted beyond "
+                            "pending + running); pending: 1 PartitionDown")
+    assert first.jobs == (ProvisionJob("1001", "slurm-node", "slurm-1001", "pending",
+                                       "PartitionDown"),
+                          ProvisionJob("1003", "slurm-node", "slurm-1003", "submitted"))
+    clock.advance(10)
+    assert clusterscale.main(argv, clock=clock) == 0
+    second = read_status(path, clock.time())
+    assert (second.pending, second.running, second.written) == (1, 1, clock.time())
+    assert [(j.node, j.state) for j in second.jobs] == [("slurm-1001", "pending"),
+                                                         ("slurm-1003", "running")]
+    assert not parse_status(path.read_text(), clock.time() + 30).stale
+    assert parse_status(path.read_text(), clock.time() + 31).stale  # 3 x resource_interval
+
+
+def test_a_refused_submit_and_an_unreachable_controller_land_in_trouble(
+        tmp_path: Path, engine: ScriptedEngine) -> None:
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "resources.json", clock.time(), wanted=2)
+    engine.fail_submit = ("exit status 1: sbatch: error: Batch job submission failed: "
+                          "Invalid partition name specified")
+    argv = ["--home", str(tmp_path), "--once"]
+    assert clusterscale.main(argv, clock=clock) == 0
+    refused = read_status(tmp_path / "provision.json", clock.time())
+    assert refused.trouble == ("sbatch: exit status 1: sbatch: error: Batch job submission "
+                               "failed: Invalid partition name specified")
+    assert (refused.wanted, refused.pending, refused.running, refused.jobs) == (2, 0, 0, ())
+    assert "submit failed: " + refused.trouble in refused.action
+    engine.fail_list = "exit status 1: slurm_load_jobs error: Unable to contact slurm controller"
+    assert clusterscale.main(argv, clock=clock) == 0
+    down = read_status(tmp_path / "provision.json", clock.time())
+    assert (down.pending, down.running, down.wanted) == (None, None, 2)
+    assert down.trouble == ("squeue: exit status 1: slurm_load_jobs error: Unable to contact "
+                            "slurm controller")
+    engine.fail_list = engine.fail_submit = ""
+    assert clusterscale.main(argv, clock=clock) == 0
+    well = read_status(tmp_path / "provision.json", clock.time())
+    assert well.trouble == "" and [j.state for j in well.jobs] == ["submitted", "submitted"]
+
+
+def test_a_status_file_that_cannot_be_written_is_said_once_and_the_looks_go_on(
+        tmp_path: Path, engine: ScriptedEngine, caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock(start=1_800_000_000.0)
+    write_resources(tmp_path / "resources.json", clock.time(), wanted=1)
+    (tmp_path / "provision.json").mkdir()  # a folder where the file goes: every write fails
+    writer = clusterscale.StatusWriter(tmp_path / "provision.json")
+    provisioner = Provisioner(engine, ScaleSettings(max_nodes=4, submit_rate=30,
+                                                    prefix="slurm", slots=1), clock)
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        clusterscale.serve(provisioner, tmp_path / "resources.json", 10.0,
+                           StopFlag(), clock, once=True, status=writer)
+    assert caplog.text.count("cannot write the status file") == 1
+    assert len(engine.submits) == 1  # the looks went on
+    (tmp_path / "provision.json").rmdir()
+    clusterscale.serve(provisioner, tmp_path / "resources.json", 10.0,
+                       StopFlag(), clock, once=True, status=writer)
+    assert "is written again" in caplog.text
+    assert read_status(tmp_path / "provision.json", clock.time()).running == 1

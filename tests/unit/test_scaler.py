@@ -24,6 +24,8 @@ class ScriptedEngine:
     """A batch system in a dict.  ``place``: a submitted job runs at once (True) or stays
     pending forever with ``reason`` (False).  Records every call."""
 
+    label = "Slurm"
+
     def __init__(self, place: bool = True, reason: str = "Resources") -> None:
         self.place = place
         self.reason = reason

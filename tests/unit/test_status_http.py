@@ -264,7 +264,9 @@ def test_the_page_has_the_hooks_scripts_rely_on() -> None:
     text = page.render(poll_seconds=2.0)
     for hook in ('id="running-list"', 'id="queue-rows"', 'id="node-rows"', 'id="recent-rows"',
                  'id="detail"', 'id="conn"', "link-report", "link-tab", "link-bmpcmp",
-                 '"data-state": state', "dataset.polls", '"api/status"', '"api/runs/"'):
+                 '"data-state": state', "dataset.polls", '"api/status"', '"api/runs/"',
+                 'id="provision"', '"provision-job mono"', '"data-field": "batch-job"',
+                 '"data-field": "trouble"', '"data-field": "stale"'):
         assert hook in text, hook
     assert "const POLL_MS = 2000;" in text
     assert "innerHTML" not in text  # values from the home go in as text only
