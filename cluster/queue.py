@@ -21,8 +21,13 @@ and the first line is the current or next run (ARTIFEX.md §2.1/§2.2)::
 ``option``
     a flag (``lowres``, ``highres``, ``relaxtimeout``, ``bmpcmp``; ``lowres`` and ``highres``
     exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``,
-    ``tree``, ``sweep`` or ``resume``.  ``sweep=<file>`` names a sweep run's sweep file in
-    the top of its folder (:data:`SWEEP_FILE`; default :data:`DEFAULT_SWEEP_FILE`);
+    ``tree``, ``sweep`` or ``resume``; or a per-run option (issue 25, the flags
+    ``exclusive``, ``no_reschedule``, ``every_node`` and the keys ``job_timeout``,
+    ``queue_timeout``, ``task_timeout``, ``max_failed_nodes``, ``max_worker_instances``,
+    ``max_cluster_instances``, ``groups``, ``exclude``, ``name``, ``after``: their grammar
+    is :mod:`cluster.runoptions`', and any run, a sweep too, may have them).
+    ``sweep=<file>`` names a sweep run's sweep file in the top of its folder
+    (:data:`SWEEP_FILE`; default :data:`DEFAULT_SWEEP_FILE`);
     ``resume=<run id>`` (:data:`RESUME_RUN`, the name of a folder of ``archive/``) makes a
     sweep run run only the tasks without a valid result in that earlier run
     (docs/sweeps.md, section 8).  Both go with product ``sweep`` only; a sweep run takes no
@@ -67,9 +72,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from cluster import runoptions
 from cluster.datatypes import ALONE, PRODUCTS, TREE
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home, legacy_queue_name
+from cluster.runoptions import RunOptionError, check_word, check_words
 from cluster.runtime import fsutil, pathlock
 
 logger = logging.getLogger("cluster.queue")
@@ -77,8 +84,9 @@ logger = logging.getLogger("cluster.queue")
 KINDS = ("user", "git", "auto")
 # PRODUCTS, ALONE and TREE (the grammar of ``tree=``) are cluster.datatypes': the commit
 # triggers' path -> products map and the configuration check the same names.
-FLAGS = ("lowres", "highres", "relaxtimeout", "bmpcmp")
-OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep", "resume")
+FLAGS = ("lowres", "highres", "relaxtimeout", "bmpcmp") + runoptions.FLAGS
+OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep", "resume") + \
+    runoptions.VALUE_KEYS
 EXCLUSIVE_FLAGS = (("lowres", "highres"),)
 MAX_LINE = 4096
 
@@ -99,7 +107,7 @@ SWEEP = "sweep"
 RESUME_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: The options a sweep run may have (the corpus's selection words and bmpcmp mean nothing
 #: to a sweep).
-SWEEP_OPTIONS = ("sweep", "resume", "relaxtimeout")
+SWEEP_OPTIONS = ("sweep", "resume", "relaxtimeout") + runoptions.KEYS
 #: The options that go with product ``sweep`` only.
 SWEEP_ONLY_OPTIONS = ("sweep", "resume")
 
@@ -155,6 +163,8 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
             raise _Problem(f"bad option {opt!r}; expected one word")
         key, eq, value = opt.partition("=")
         if eq:
+            if key in FLAGS:
+                raise _Problem(f"option {key} is a flag; expected {key} without '='")
             if key not in OPTION_KEYS:
                 raise _Problem(f"unknown option {key!r}; expected a flag "
                                f"({', '.join(FLAGS)}) or key=value with key one of "
@@ -182,10 +192,18 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
         elif key not in FLAGS:
             raise _Problem(f"unknown option {key!r}; expected a flag ({', '.join(FLAGS)}) or "
                            f"key=value with key one of {', '.join(OPTION_KEYS)}")
+        try:
+            check_word(key, value if eq else None)
+        except RunOptionError as exc:
+            raise _Problem(str(exc)) from None
         if key in names:
             raise _Problem(f"option {key!r} given twice; expected it at most once")
         names.add(key)
         opts.append(opt)
+    try:
+        check_words(opts)  # together: after= may not name the run's own name=
+    except RunOptionError as exc:
+        raise _Problem(str(exc)) from None
     if prods == (SWEEP,):
         other = sorted(names - set(SWEEP_OPTIONS))
         if other:
