@@ -20,6 +20,13 @@ Contracts:
   last job, and rewrites others (``0 0 * * 7`` becomes ``@weekly``, comments move).
   python-crontab is used for what it does well: checking schedules and rendering our lines.
 
+:func:`listed` reads the cluster's entries back (every tag, enabled or commented out) and
+:func:`next_time` computes when a schedule next fires, as cron does, for
+``clusteradmin cron``.  python-crontab's own ``CronItem.schedule()`` would need croniter,
+which the project does not depend on; :func:`next_time` takes python-crontab's parse of the
+five fields (names, ranges, steps, @specials) and walks the days itself, at most
+:data:`NEXT_TIME_DAYS` of them.
+
 The commands are ``cd <repo> && <python> <repo>/<script> <config options> ...`` with every
 path absolute, because cron runs them from the user's home with a minimal environment.
 """
@@ -27,6 +34,7 @@ path absolute, because cron runs them from the user's home with a minimal enviro
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 import shlex
 import shutil
@@ -34,6 +42,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cluster.config import Config
 from cluster.datatypes import is_schedule
@@ -42,6 +51,9 @@ from cluster.errors import ClusterError
 from cluster.runtime import proc
 
 TAG_PREFIX = "regression-cluster:"
+#: The most days :func:`next_time` looks ahead: a schedule of 29 February on a given
+#: weekday fires within 28 years; one that never fires (31 February) is "never".
+NEXT_TIME_DAYS = 28 * 366
 CRONTAB_TIMEOUT = 60.0  # seconds; `crontab` only copies a file, but must never hang a CLI
 
 
@@ -228,3 +240,85 @@ def remove(tags: Iterable[str]) -> int:
         _write(lines)
     return len(old) - len(lines)
 
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One entry of ours as the crontab holds it: its tag, schedule (five fields or an
+    @special), command, and whether it is enabled (a line commented out by hand is not)."""
+
+    tag: str
+    schedule: str
+    command: str
+    enabled: bool
+
+
+def _parse_ours(line: str) -> Listed | None:
+    """The entry of one crontab line carrying our comment, or None for any other line."""
+    match = re.search(r"\s#\s*" + re.escape(TAG_PREFIX) + r"(\S.*?)\s*$", line)
+    if match is None:
+        return None
+    body = line[:match.start()].strip()
+    enabled = not body.startswith("#")
+    words = body.lstrip("#").split()
+    count = 1 if words and words[0].startswith("@") else 5
+    if len(words) <= count:
+        return None
+    return Listed(tag=match.group(1), schedule=" ".join(words[:count]),
+                  command=" ".join(words[count:]), enabled=enabled)
+
+
+def listed() -> list[Listed]:
+    """Every entry of ours in the user's crontab, in the crontab's order (CronError when it
+    cannot be read)."""
+    return [entry for entry in map(_parse_ours, _read()) if entry is not None]
+
+
+def next_time(schedule: str, after: dt.datetime) -> dt.datetime | None:
+    """The first minute after ``after`` (naive local time, as cron keeps it) at which
+    ``schedule`` fires; None for ``@reboot`` or a schedule that never fires.  CronError
+    unless ``schedule`` is five cron fields or an @special.
+
+    cron's rule for the two day fields: when both are restricted (neither starts with
+    ``*``), a day matches either; otherwise it must match both."""
+    normal = " ".join(schedule.split())
+    if normal == "@reboot":
+        return None
+    if not is_schedule(normal):
+        raise CronError("compute the next time", f"schedule {schedule!r} is not five cron "
+                        "fields or an @special")
+    from crontab import CronItem  # noqa: PLC0415  (see render)
+
+    item = CronItem(command="true")
+    item.setall(normal)
+    fields = [_values(part) for part in item.slices]
+    minutes, hours, days, months, weekdays = fields
+    # The fields as written: python-crontab renders 1-31/2 as */2, which cron reads as
+    # unrestricted.  An @special's day fields are '*'.
+    written = normal.split() if not normal.startswith("@") else item.slices.render().split()
+    either = len(written) == 5 and not any(written[i].startswith("*") for i in (2, 4))
+    start = after.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    day = start.date()
+    for _ in range(NEXT_TIME_DAYS):  # bounded: see NEXT_TIME_DAYS
+        by_day, by_weekday = day.day in days, day.isoweekday() % 7 in weekdays
+        if day.month in months and ((by_day or by_weekday) if either
+                                    else (by_day and by_weekday)):
+            for hour in sorted(hours):
+                for minute in sorted(minutes):
+                    when = dt.datetime.combine(day, dt.time(hour, minute))
+                    if when >= start:
+                        return when
+        day += dt.timedelta(days=1)
+    return None
+
+
+def _values(cron_slice: Any) -> set[int]:
+    """The numbers one field of python-crontab's parse stands for (weekday 7 is 0)."""
+    values: set[int] = set()
+    for part in cron_slice.parts:
+        if hasattr(part, "range"):
+            values.update(int(v) for v in part.range())
+        else:
+            values.add(int(part))
+    return {0 if v == 7 else v for v in values} if cron_slice.max == 6 \
+        else values

@@ -9,7 +9,8 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
   ls [--json]                     the nodes: name, state (up, down, disabled), last heard,
                                   run, jobs done in it, capabilities
   info RUN [--json]               one run, queued, running or archived: its description,
-                                  tests per node, failed tests
+                                  its per-run options (run_options), tests per node,
+                                  failed tests
   stop RUN [--reason R] [--wait S]
                                   a running run: the master ends it as aborted, its report
                                   saying who stopped it ($USER@host) and why; a waiting
@@ -20,6 +21,12 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
   node enable NAME
   history TEST [--json]           every archived run in which TEST's md5 or error code
                                   changed, newest first, with its commit, user or schedule
+  cron [--json]                   every scheduled entry of the cluster in this user's
+                                  crontab (enqueue_auto's nightly and weekly ones, with the
+                                  named runs each queues from auto/<schedule>/<name>/, and
+                                  clusterpull's) with its schedule and next time (local
+                                  time, as cron); a schedule with jobs but no entry is
+                                  listed as not installed
 
 RUN is a run id (as stat, info and the reports show it), a waiting run's p<priority>:<n>
 (its place in queue <priority>, from stat), or its queue line in quotes
@@ -28,7 +35,8 @@ reports show it (tests/ex/golfer.eps.ppmraw.72.0).  The options before COMMAND m
 follow it.
 
 Exit status: 0 done (for stop --wait: the run ended as stopped, or completed first);
-1 an unknown run, node or test, or a stop --wait that timed out (the message names it);
+1 an unknown run, node or test, a crontab that could not be read, or a stop --wait that
+timed out (the message names it);
 2 bad usage or configuration; 3 stop --wait: the run ended otherwise before the stop took
 effect (failed, timed out, lost its nodes), which its last line says.
 """
@@ -44,7 +52,7 @@ from typing import Any
 
 from cluster.cli import common, progname
 from cluster.config import Config
-from cluster.console import admin
+from cluster.console import admin, cronlist
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
@@ -93,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="", help="why (kept in nodes/NAME.down)")
     command("history", "the runs in which a test changed", json_option=True).add_argument(
         "test", metavar="TEST")
+    command("cron", "the scheduled entries and their next times", json_option=True)
     return parser
 
 
@@ -137,6 +146,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
             _print(admin.info(home, args.run), as_json, admin.format_info)
         case "history":
             _print(admin.history(home, args.test), as_json, admin.format_history)
+        case "cron":
+            _print(cronlist.listing(home), as_json, cronlist.format_listing)
         case "stop":
             return _stop(home, args)
         case "stopall":

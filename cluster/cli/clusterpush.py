@@ -1,10 +1,11 @@
 """clusterpush.py -- submit your tree to the cluster as a user run (port of clusterpush.pl).
 
 Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree DIR]
-                      [--user NAME] [--copy] [PRODUCT...] [lowres|highres] [relaxtimeout]
-                      [filter=A,B] [bmpcmp] [abort]
+                      [--user NAME] [--copy] [--opt KEY[=VALUE]]... [PRODUCT...]
+                      [lowres|highres] [relaxtimeout] [filter=A,B] [bmpcmp] [abort]
        clusterpush.py [--config FILE] [--home DIR] [--user NAME] [--copy]
-                      --sweep path/to/sweep.toml [--resume] [relaxtimeout]
+                      [--opt KEY[=VALUE]]... --sweep path/to/sweep.toml [--resume]
+                      [relaxtimeout]
        clusterpush.py --master [USER@]HOST[:HOME] [--ssh-port P] [--ssh-key K]
                       [--known-hosts F] [--master-python PY] [--master-cache DIR]
                       [--tree DIR] [--user NAME] [PRODUCT...] ... [abort]
@@ -26,15 +27,23 @@ with the source diff against the master's clean tree.  `bmpcmp` instead renders 
 that differed in your last run with your build and the clean tree's, and makes a page of
 PNG difference images.  `abort` removes your queued runs and stops the one running.
 
+--opt KEY=VALUE gives the run one of its own per-run options (docs/runoptions.md), e.g.
+--opt job_timeout=2h --opt groups=win64 --opt max_worker_instances=1, and a flag as --opt
+exclusive (also no_reschedule, every_node); repeat it for more.  Each is checked before
+anything is sent or queued: an unknown key, a bad value or an option given twice is one
+line naming it and what was expected, exit status 2.  The option becomes a word of the
+run's queue line (the same words may also be given as words: job_timeout=2h).
+
 --sweep submits a sweep instead (issue 23, docs/sweeps.md): the sweep file and every
 task of its table are checked first (a problem is one line naming the file and the key,
 exit status 2, nothing pushed or queued), then the folder holding the sweep file is the
 tree, pushed to users/<user>/sweep, and the run is queued at priority 0 as
-`user <user> sweep sweep=<file>`.  It works with --master too.  --resume queues a run
-that runs only the tasks without a valid result in your previous run of the same sweep
-(your newest archived run with the same sweep file name that has a results.tsv; none: an
-error naming you and the sweep file, exit status 2, nothing pushed or queued): the run's
-queue line gets `resume=<run id>`.
+`user <user> sweep sweep=<file>`, followed by the per-run options of the sweep file's
+[run] table (an --opt of the same key replaces the table's).  It works with --master
+too.  --resume queues a run that runs only the tasks without a valid result in your
+previous run of the same sweep (your newest archived run with the same sweep file name
+that has a results.tsv; none: an error naming you and the sweep file, exit status 2,
+nothing pushed or queued): the run's queue line gets `resume=<run id>`.
 
 --master pushes from a machine that does not see the master home: the tree goes to
 HOME/users/<user>/<tree> on HOST with rsync over ssh (after a small change, only the change
@@ -62,6 +71,7 @@ import sys
 import threading
 from pathlib import Path
 
+from cluster import runoptions
 from cluster.cli import common, progname
 from cluster.datatypes import PRODUCTS
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -69,6 +79,7 @@ from cluster.errors import ClusterError, SshError
 from cluster.home import Home
 from cluster.master.abort import request_abort
 from cluster.queue import SWEEP_ONLY_OPTIONS, RunSpec
+from cluster.runoptions import RunOptionError
 from cluster.runtime.ssh import SshTarget
 from cluster.triggers.push import abort_pushes, submit_push
 from cluster.triggers.remotepush import (
@@ -155,6 +166,10 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="with --sweep: run only the tasks without a valid result in "
                         "your previous run of the same sweep")
+    parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a per-run option of the run (repeatable; a flag as --opt "
+                        "exclusive): job_timeout=2h, groups=win64, max_worker_instances=1, "
+                        "... (docs/runoptions.md)")
     parser.add_argument("words", nargs="*")
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
@@ -167,6 +182,7 @@ def _main(argv: list[str] | None) -> int:
             raise ClusterError("no user name: pass --user or set $CLUSTER_USER or $USER")
         if args.resume and args.sweep is None:
             raise ClusterError("--resume resumes a sweep: it goes with --sweep FILE")
+        args.words = [*args.words, *check_opts(args.opt, args.words)]
         if args.sweep is not None:
             _use_sweep(args)
         elif args.tree is None:
@@ -183,6 +199,34 @@ def _main(argv: list[str] | None) -> int:
     except ClusterError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def check_opts(opts: list[str], words: list[str]) -> list[str]:
+    """The ``--opt`` values ``opts`` as option words of the queue line, each checked with
+    :mod:`cluster.runoptions`; ClusterError naming the option and what was expected for an
+    unknown key, a bad value, an option given twice or with ``abort``.  ``words`` are the
+    command line's other words (an ``--opt`` may not repeat one of their options)."""
+    if opts and "abort" in words:
+        raise ClusterError("abort removes your runs; it takes no --opt")
+    seen: dict[str, str] = {word.partition("=")[0]: word for word in words}
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        if key not in runoptions.KEYS:
+            raise ClusterError(f"--opt {opt}: {key!r} is not a per-run option; expected one "
+                               f"of {', '.join(runoptions.KEYS)} (docs/runoptions.md)")
+        if key in seen:
+            raise ClusterError(f"--opt {opt}: option {key} is also given as {seen[key]!r}; "
+                               "expected it once")
+        try:
+            runoptions.check_word(key, value if eq else None)
+        except RunOptionError as exc:
+            raise ClusterError(f"--opt: {exc}") from None
+        seen[key] = opt
+    try:
+        runoptions.check_words(opts)
+    except RunOptionError as exc:
+        raise ClusterError(f"--opt: {exc}") from None
+    return list(opts)
 
 
 def _use_sweep(args: argparse.Namespace) -> None:
@@ -202,7 +246,7 @@ def _use_sweep(args: argparse.Namespace) -> None:
     submission = prepare_sweep(args.sweep)
     print(f"sweep: {submission.tasks} task(s) from {args.sweep}")
     args.tree = submission.folder
-    args.words = [*submission.words, *args.words]
+    args.words = submission.words_with(args.words)
 
 
 def _resume_words(args: argparse.Namespace, run_id: str) -> None:

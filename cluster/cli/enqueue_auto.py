@@ -44,7 +44,7 @@ PROG = progname.prog("enqueue_auto.py")
 
 def cron_tags(cfg: Config) -> list[str]:
     """The crontab tags of this master's entries, one per schedule (see cluster.cron)."""
-    return [f"enqueue_auto-{schedule}:{cfg.home.resolve()}" for schedule in auto.SCHEDULES]
+    return [auto.cron_tag(Home(cfg.home), schedule) for schedule in auto.SCHEDULES]
 
 
 def cron_entries(args: argparse.Namespace, cfg: Config) -> list[cron.CronEntry]:

@@ -20,11 +20,14 @@ file) nothing of it is printed.
 With --sweep FILE it runs that sweep (issue 23, docs/sweeps.md) instead of the demo push:
 the sweep is checked first as clusterpush.py --sweep checks it (a problem: one line naming
 the file and the key, exit status 2, nothing started), then its folder is pushed and run
-as product sweep; the report follows and the run's archive folder is the last line, as
-for any run.  --product, --tree and --option do not go with it.  --resume runs only the
-tasks without a valid result in the newest earlier run of the same sweep file in this
-home, by the same --user (as clusterpush.py --sweep --resume; none: exit status 2,
-nothing started).
+as product sweep, with the per-run options of its [run] table (docs/runoptions.md);
+the report follows and the run's archive folder is the last line, as for any run.
+--product, --tree and --option do not go with it.  --resume runs only the tasks without
+a valid result in the newest earlier run of the same sweep file in this home, by the
+same --user (as clusterpush.py --sweep --resume; none: exit status 2, nothing started).
+--run-option WORD adds a word to the run's queue line: lowres, filter=..., or a per-run
+option (job_timeout=2h, max_worker_instances=1, exclusive: docs/runoptions.md), checked
+before anything starts (a bad one: exit status 2).
 
 With --transport ssh the nodes reach the master's files as nodes on other machines do: over
 ssh and rsync, through a private OpenSSH server it starts on a free loopback port with a host
@@ -70,6 +73,7 @@ from cluster.localcluster import (
     run_end,
     write_demo_tree,
 )
+from cluster.queue import RunSpec
 from cluster.triggers.sweeppush import SweepSubmission, prepare_sweep, previous_sweep_run
 
 #: This command's name in its usage line and messages (see progname).
@@ -94,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                         "--option=-dFoo so it is not taken for an option)")
     parser.add_argument("--user", default="local")
     parser.add_argument("--run-option", action="append", default=[], metavar="WORD",
-                        help="queue option for the run: lowres, highres, filter=...")
+                        help="a word of the run's queue line (repeatable): lowres, highres, "
+                        "filter=..., or a per-run option such as job_timeout=2h, "
+                        "max_worker_instances=1 or exclusive (docs/runoptions.md); with "
+                        "--sweep it replaces the sweep file's [run] option of its key")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait")
     parser.add_argument("--transport", choices=TRANSPORTS, default="local",
@@ -134,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             resumed = previous_sweep_run(cluster.home, args.user, sweep.file)
             print(f"resume: the tasks without a valid result in run {resumed}", flush=True)
             args.run_option = [*args.run_option, f"resume={resumed}"]
+        product, *words = sweep.words_with(args.run_option) if sweep is not None \
+            else [args.product, *args.run_option]
+        # Checked now, as clusterpush checks them: a bad word is said before anything starts.
+        RunSpec.parse(" ".join(["user", args.user, product, *words]), source="--run-option")
     except (ClusterError, OSError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -149,10 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ClusterError, OSError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    tree = args.tree
-    products, words = [args.product], args.run_option
+    tree, products = args.tree, [product]
     if sweep is not None:
-        tree, products, words = sweep.folder, sweep.words[:1], [*sweep.words[1:], *words]
+        tree = sweep.folder
     elif tree is None:
         tree = write_demo_tree(cluster.home_dir / "demo" / args.product, args.product,
                                args.option)

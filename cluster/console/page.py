@@ -125,7 +125,7 @@ _BODY = """
   <section id="queues">
     <h2>Queues <span class="count" id="queue-count"></span></h2>
     <table><thead><tr><th>Priority</th><th>#</th><th>Run</th><th>Kind</th><th>Who</th>
-      <th>Products</th><th>Queued</th><th>State</th></tr></thead>
+      <th>Products</th><th>Options</th><th>Queued</th><th>State</th></tr></thead>
       <tbody id="queue-rows"></tbody></table>
   </section>
   <section id="nodes">
@@ -254,6 +254,10 @@ function drawRun(r) {
                 + (n.errors ? ", " + n.errors + " failed" : "")
                 + (n.timeouts ? ", " + n.timeouts + " timed out" : ""));
     })));
+  if (r.run_options && r.run_options.length) {
+    card.append(el("div", {class: "muted run-options",
+                           text: "options: " + r.run_options.join(" ")}));
+  }
   if (r.lost && r.lost.length) {
     card.append(el("div", {class: "note", text: "lost: " + r.lost.join(", ")}));
   }
@@ -277,13 +281,14 @@ function drawQueues(queues) {
         el("td", {class: "wrap"}, run.id ? runLink(run.id) : null, " ",
            el("span", {class: "mono", text: run.line})),
         td(run.kind), td(run.who), td((run.products || []).join(" ")),
+        td((run.run_options || []).join(" ") || "-", {class: "wrap mono run-options"}),
         td(run.queued ? clock(run.queued) + " (" + ago(run.queued) + ")" : "-",
            {class: "nowrap"}),
         td(run.running ? "running" : "waiting")));
     });
   }
   document.getElementById("queue-count").textContent = "(" + waiting + " waiting)";
-  fill("queue-rows", rows, "No run is queued.", 8);
+  fill("queue-rows", rows, "No run is queued.", 9);
 }
 
 function nodeState(n) {

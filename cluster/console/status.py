@@ -88,10 +88,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from cluster import runoptions
 from cluster.config import Config
 from cluster.console import provisioning, sweepdetail
 from cluster.defaults import BMPCMP_DIR, PRIORITIES
-from cluster.errors import ClusterError
+from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
 from cluster.master import ending, journal
 from cluster.queue import SWEEP, QueueFile, RunSpec
@@ -133,6 +134,30 @@ def parse_info(text: str) -> dict[str, str]:
         if key and key not in values:
             values[key] = value.strip()
     return values
+
+
+def run_options(line: str) -> list[str]:
+    """The per-run options (docs/runoptions.md) of the queue line ``line``, as its words
+    (:attr:`cluster.runoptions.RunOptions.given`'s order); [] for none or a line that does
+    not parse (a record of an older release)."""
+    try:
+        return given_options(RunSpec.parse(line).options)
+    except QueueLineError:
+        return []
+
+
+def given_options(words: Iterable[str]) -> list[str]:
+    """The per-run options among a queue line's option ``words``, sorted."""
+    return sorted(w for w in words if w.partition("=")[0] in runoptions.KEYS)
+
+
+def with_run_options(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` (a run's ``key: value`` record with its ``queue`` or ``line``) with
+    ``run_options``, its per-run options in one string, when it has any; ``info`` itself."""
+    given = run_options(str(info.get("queue") or info.get("line") or ""))
+    if given:
+        info["run_options"] = " ".join(given)
+    return info
 
 
 def small_text(path: str) -> str:
@@ -319,6 +344,7 @@ class StatusReader:
                 else None
             live["stop_requested"] = _first_line(home.stop_request(start.id))
             live["status"] = self._parsed(home.status(p), _first_line) or ""
+            live["run_options"] = run_options(start.queue)
             running.append(live)
         return running, starts
 
@@ -356,7 +382,8 @@ class StatusReader:
                 running_seen = running_seen or is_running
                 runs.append({"line": line, "kind": spec.kind, "who": spec.ref,
                              "products": list(spec.products), "options": list(spec.options),
-                             "queued": queued, "running": is_running,
+                             "run_options": given_options(spec.options), "queued": queued,
+                             "running": is_running,
                              "id": start.id if is_running and start is not None
                              else queue_ref(p, position)})
             # Forget lines that left this queue (a line queued again later is new).
@@ -475,7 +502,7 @@ class StatusReader:
                 raise ClusterError(f"run {run_id}: its end record is unreadable: {exc}"
                                    ) from None
             detail = self._journal_detail(home, end.start.priority, run_id)
-            info = start_info(end.start)
+            info = with_run_options(start_info(end.start))
             info.update({"outcome": end.outcome.value, "reason": end.reason,
                          "elapsed": f"{end.elapsed:.1f}"})
             if end.start.products == (SWEEP,):
@@ -509,7 +536,7 @@ class StatusReader:
         if live is not None:
             jobs = live.get("jobs") or {}
             detail["counts"].update({k: jobs.get(k) for k in ("total", "running", "left")})
-        info = start_info(start)
+        info = with_run_options(start_info(start))
         if start.products == (SWEEP,):
             detail["sweep"] = sweepdetail.running(home.run_dir(start.id))
         return {"run": start.id, "state": "running", "info": info, "live": live,
@@ -701,9 +728,9 @@ def _queue_reader(queue: QueueFile) -> Callable[[Path], tuple[list[RunSpec], flo
 
 
 def queued_info(spec: RunSpec, priority: int, position: int) -> dict[str, Any]:
-    return {"line": spec.line(), "kind": spec.kind, "who": spec.ref,
-            "products": list(spec.products), "options": list(spec.options),
-            "priority": priority, "position": position}
+    return with_run_options({"line": spec.line(), "kind": spec.kind, "who": spec.ref,
+                             "products": list(spec.products), "options": list(spec.options),
+                             "priority": priority, "position": position})
 
 
 def _read_journal(path: Path, state: _Journal) -> None:
@@ -768,7 +795,8 @@ def _archive_entry(folder: Path, run_id: str) -> JSON | None:
 
 def _finished(folder: Path, run_id: str) -> JSON:
     """run_detail of an archived run: run.info, and per node and failed from its .tab."""
-    info = parse_info(_read_text(folder / "run.info") or "")
+    info: dict[str, Any] = with_run_options(parse_info(_read_text(folder / "run.info")
+                                                       or ""))
     by_node: dict[str, list[str]] = {}
     failed: list[JSON] = []
     table = folder / f"{run_id}.tab"

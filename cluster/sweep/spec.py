@@ -22,7 +22,6 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from cluster.errors import SweepError
@@ -34,6 +33,7 @@ from cluster.sweep.names import (
     toml_key,
 )
 from cluster.sweep.rules import CollectRule, ValidateRules
+from cluster.sweep.runtable import run_words
 from cluster.sweep.table import Axes, RowSource, TableFile
 
 #: The largest sweep file read, in bytes.
@@ -65,8 +65,6 @@ TOP_KEYS = ("command", "table", "axes", "timeout", "retries", "inputs", "results
 VALIDATE_KEYS = ("exit_status", "nonempty", "match", "script")
 COLLECT_KEYS = ("from",)
 
-RunValue = str | int | bool
-
 
 @dataclass(frozen=True)
 class Input:
@@ -96,8 +94,8 @@ class Result:
 class SweepSpec:
     """A checked sweep file.  ``folder`` is the sweep folder (the file's own); ``table``
     is the table's path relative to it ('' when the rows come from ``axes``);
-    ``run`` holds the ``[run]`` table's per-run options as read (issue 25 gives them
-    meaning)."""
+    ``run`` holds the ``[run]`` table's per-run options as queue-line words, checked and
+    sorted (:mod:`.runtable`; issue 25)."""
 
     path: Path
     folder: Path
@@ -110,7 +108,7 @@ class SweepSpec:
     results: tuple[Result, ...]
     validate: ValidateRules
     collect: tuple[CollectRule, ...]
-    run: Mapping[str, RunValue]
+    run: tuple[str, ...]
 
     def rows(self) -> RowSource:
         """The sweep's rows: the table file (its header read now) or the axes."""
@@ -383,11 +381,5 @@ def _collect(data: Mapping[str, Any], where: str,
     return tuple(rules)
 
 
-def _run(data: Mapping[str, Any], where: str) -> Mapping[str, RunValue]:
-    options: dict[str, RunValue] = {}
-    for name, value in _subtable(data, "run", where).items():
-        if not isinstance(value, str | int | bool):
-            raise SweepError(where, f"got {kind(value)}, expected a string, a whole number "
-                             "or a boolean", toml_key("run", name))
-        options[name] = value
-    return MappingProxyType(options)
+def _run(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    return run_words(_subtable(data, "run", where), where)

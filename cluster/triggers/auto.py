@@ -45,7 +45,13 @@ SCHEDULES = ("nightly", "weekly")
 MAX_JOBDEF_BYTES = 4096
 
 
-def _first_line(path: Path) -> str:
+def cron_tag(home: Home, schedule: str) -> str:
+    """The crontab tag of ``home``'s entry that queues the ``schedule`` jobs
+    (``enqueue_auto.py --install-cron`` writes it; :mod:`cluster.cron`)."""
+    return f"enqueue_auto-{schedule}:{home.root.resolve()}"
+
+
+def first_line(path: Path) -> str:
     """The first non-comment line of a jobdef.txt; QueueLineError naming the file."""
     if path.stat().st_size > MAX_JOBDEF_BYTES:
         raise QueueLineError("", f"larger than {MAX_JOBDEF_BYTES} bytes", str(path))
@@ -93,13 +99,14 @@ def read_jobdef(path: Path, schedule: str) -> RunSpec:
     """The run a jobdef.txt describes; QueueLineError naming the file and the problem, and
     for a sweep the SweepError (naming the sweep file and the key) of its check."""
     name = path.parent.name
-    line = _first_line(path)
+    line = first_line(path)
     sweep = sweep_file_of(path, line)
     if sweep is None:
         return RunSpec.parse(f"auto {schedule}-{name} {line}", source=str(path), lineno=1)
     submission = prepare_sweep(sweep)  # as clusterpush --sweep: nothing queued if bad
     options = _sweep_words(path, line)[2:]
-    return RunSpec.parse(" ".join([f"auto {schedule}-{name}", *submission.words, *options]),
+    return RunSpec.parse(" ".join([f"auto {schedule}-{name}",
+                                   *submission.words_with(options)]),
                          source=str(path), lineno=1)
 
 
@@ -126,7 +133,7 @@ def snapshot_sweep(home: Home, spec: RunSpec, dest: Path) -> Path:
     """
     jobdef = jobdef_of(home, spec)
     try:
-        sweep = sweep_file_of(jobdef, _first_line(jobdef))
+        sweep = sweep_file_of(jobdef, first_line(jobdef))
     except OSError as exc:
         raise ClusterError(f"auto sweep run {spec.line()!r}: cannot read its jobdef "
                            f"{jobdef}: {exc.strerror or exc}") from None

@@ -58,8 +58,17 @@ class SweepSubmission:
 
     @property
     def words(self) -> list[str]:
-        """The product and option words of its queue line: ``sweep sweep=<file>``."""
-        return [SWEEP, f"{SWEEP}={self.file}"]
+        """The product and option words of its queue line: ``sweep sweep=<file>`` and the
+        sweep file's ``[run]`` options (:mod:`cluster.sweep.runtable`)."""
+        return [SWEEP, f"{SWEEP}={self.file}", *self.spec.run]
+
+    def words_with(self, given: list[str]) -> list[str]:
+        """:attr:`words` followed by the option words ``given`` on the command line or the
+        jobdef line; a word of ``given`` replaces the ``[run]`` option of the same key (the
+        submitter's word is the later, more specific one)."""
+        keys = {word.partition("=")[0] for word in given}
+        return [word for word in self.words if word.partition("=")[0] not in keys
+                or word == SWEEP] + given
 
 
 def prepare_sweep(path: Path) -> SweepSubmission:

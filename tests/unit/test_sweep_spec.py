@@ -84,7 +84,7 @@ def test_the_issues_example_gives_every_key(folder: Path) -> None:
                                           match=(("log", "converged"),), script="check.sh")
     assert spec.collect == (CollectRule("all.txt", "out"),
                             CollectRule("by-alpha/{alpha}.txt", "out"))
-    assert dict(spec.run) == {}
+    assert spec.run == ()
     rows = spec.rows()
     assert isinstance(rows, TableFile)
     assert rows.header == ("alpha", "n")
@@ -106,7 +106,7 @@ def test_the_defaults_of_a_minimal_file(folder: Path) -> None:
     assert spec.retries == spec_module.DEFAULT_RETRIES == 0
     assert spec.inputs == spec.results == spec.collect == ()
     assert spec.validate == ValidateRules(exit_status=(0,))
-    assert dict(spec.run) == {}
+    assert spec.run == ()
 
 
 def test_axes_instead_of_a_table(folder: Path) -> None:
@@ -135,20 +135,11 @@ def test_a_table_in_a_subfolder(folder: Path) -> None:
     assert rows.header == ("a", "b")
 
 
-def test_the_run_table_is_kept_as_read_and_cannot_change(folder: Path) -> None:
-    spec = load_text(folder, MINIMAL + '[run]\nnodes = "fast"\nslots = 4\nexclusive = true\n'
-                     '"any-key" = "x"\n')
-    assert dict(spec.run) == {"nodes": "fast", "slots": 4, "exclusive": True, "any-key": "x"}
-    with pytest.raises(TypeError):
-        spec.run["slots"] = 5  # type: ignore[index]
-
-
-@pytest.mark.parametrize("value", ["1.5", "[1]", "{ a = 1 }", "1979-05-27"])
-def test_the_run_table_takes_strings_integers_and_booleans_only(folder: Path,
-                                                               value: str) -> None:
-    error = refused(folder, MINIMAL + f"[run]\nslots = {value}\n")
-    assert error.key == "run.slots"
-    assert "expected a string, a whole number or a boolean" in str(error)
+def test_the_run_table_becomes_the_runs_option_words(folder: Path) -> None:
+    """The [run] table's checks are tests/unit/test_sweep_runtable.py's; load applies them."""
+    spec = load_text(folder, MINIMAL + '[run]\njob_timeout = "2h"\nexclusive = true\n')
+    assert spec.run == ("exclusive", "job_timeout=2h")
+    assert refused(folder, MINIMAL + "[run]\nslots = 4\n").key == "run.slots"
 
 
 def test_stdout_and_stderr_results_are_streams(folder: Path) -> None:
