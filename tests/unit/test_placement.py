@@ -138,3 +138,30 @@ def test_group_files(tmp_path) -> None:
     with pytest.raises(ClusterError, match="no group 'win64' to delete"):
         groups.delete(home, "win64")
     assert groups.all_groups(home) == {}
+
+
+def test_stop_group_withdraws_the_waiting_runs_placed_on_it(tmp_path) -> None:
+    from cluster.console import admin
+    from cluster.queue import QueueFile, RunSpec
+
+    home = Home(tmp_path)
+    home.create()
+    queue = QueueFile.for_priority(home, 1)
+    placed, other = RunSpec.parse("user ann gs groups=win64,mac"), RunSpec.parse("user bob gs")
+    queue.append(placed)
+    queue.append(other)
+    done = admin.stop_group(home, "win64", "me")
+    assert [(d.action, d.line) for d in done] == [("withdrawn", placed.line())]
+    assert queue.read() == [other]
+    with pytest.raises(ClusterError, match="no group 'mac2' and no run names it"):
+        admin.stop_group(home, "mac2", "me")
+
+
+def test_clusteradmin_usage_errors_exit_2(tmp_path, capsys) -> None:
+    from cluster.cli import clusteradmin
+
+    Home(tmp_path).create()
+    for words in (["stop"], ["stop", "r1", "--group", "g"], ["group", "add", "g"],
+                  ["group", "create"], ["group", "ls", "a", "b"]):
+        assert clusteradmin.main(["--home", str(tmp_path), *words]) == 2, words
+        assert capsys.readouterr().err.startswith("clusteradmin")
