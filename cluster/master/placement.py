@@ -13,7 +13,8 @@ decisions: :class:`RunPolicy` is what :class:`~cluster.master.runstate.RunState`
   when the run starts for the nodes up, enabled and placed then; a job is handed only to
   the node its name ends with (:meth:`RunPolicy.pinned_to`).  A pinned node that is not in
   the run (never came, left, or was dropped) has its jobs settled as not run naming it
-  (:meth:`RunPolicy.absent`), so the run's end waits only for nodes that are up.
+  (:meth:`cluster.master.runstate.RunState.settle_absent`, called by the master's placement
+  tick), so the run's end waits only for nodes that are up.
 * **max_worker_instances / max_cluster_instances**: :meth:`RunPolicy.cap` bounds a node's
   batch by what it and the whole cluster hold of this run.
 * **exclusive**: a node runs one run at a time (:mod:`cluster.node.pull` starts run.py only
