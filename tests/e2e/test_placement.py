@@ -12,7 +12,9 @@ tree, real TCP).  One cluster start for every check, in four steps:
 3. a run whose group has no node up waits and says so (``clusteradmin stat`` and the status
    page's JSON), and ``clusteradmin stop --group`` stops it;
 4. an ``every_node`` run of one shell command, with node3 disabled: one row per enabled node
-   (``<test>@node1``, ``<test>@node2``), each run by its own node.
+   (``<test>@node1``, ``<test>@node2``), each run by its own node; a node that seemed up
+   when the run started but never came (node4) does not hold the run up: its copy is not
+   run, and the report names it.
 """
 
 from __future__ import annotations
@@ -152,6 +154,9 @@ def test_groups_caps_exclusive_and_every_node_on_a_real_cluster(
 
     # 4. every_node, node3 disabled: the one command once on each enabled node.
     assert admin(cluster, "node", "disable", "node3").returncode == 0
+    # node4 looks up when the run starts (a fresh heartbeat record) but never calls: after
+    # heartbeat_timeout its copy is settled as not run, naming it, and the run ends.
+    (cluster.home.nodes / "node4.up").touch()
     shell = write_demo_tree(cluster.home_dir / "carl" / "shell", "shell", [])
     every = cluster.push(shell, "carl", ["shell"], ["every_node"])
     before = {first.name, waited.name}
@@ -162,3 +167,5 @@ def test_groups_caps_exclusive_and_every_node_on_a_real_cluster(
     assert {name.rpartition("@")[2]: r.machine for name, r in rows.items()} == \
         {"node1": "node1", "node2": "node2"}
     assert all(r.error == 0 for r in rows.values())
+    assert ("not run on node node4: not up or left the run (every_node; 1 test not run)"
+            in (done / "report.txt").read_text())
