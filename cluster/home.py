@@ -31,6 +31,7 @@ Layout of a home::
     users/<user>/.<tree>.lock   the tree's lock: a push's sync, a run's snapshot of it
     nodes/<name>.up|.status|.caps   what the monitor learnt of each node
     nodes/<name>.down    a node disabled by clusteradmin (the Perl's $m.down): no work
+    groups/<name>        a node group: node names, one a line (issue 25; runs' groups=)
     runs/<id>/stop       an admin asked to stop run <id> (who, and why)
     node-code/           the node side of the package, published for nodes to fetch, and
                          its MANIFEST (an md5 per file)
@@ -156,6 +157,16 @@ class Home:
     @property
     def nodes(self) -> Path:
         return self.root / "nodes"
+
+    @property
+    def groups(self) -> Path:
+        """``groups/``: one file per node group, ``groups/<name>``, listing node names one a
+        line (issue 25; :mod:`cluster.master.groups`)."""
+        return self.root / "groups"
+
+    def group(self, name: str) -> Path:
+        """``groups/<name>``: the nodes of group ``name``."""
+        return self.groups / name
 
     @property
     def log_dir(self) -> Path:

@@ -16,9 +16,18 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   saying who stopped it ($USER@host) and why; a waiting
                                   run: taken off its queue.  --wait: until its report is
                                   written (at most S seconds)
+  stop --group G [--reason R]     stop every run placed on group G (its groups= names
+                                  G): running ones as stop RUN does, waiting ones
+                                  withdrawn
   stopall [--reason R]            stop every running run, withdraw every waiting one
   node disable NAME [--reason R]  the master gives node NAME no work until enabled
   node enable NAME
+  group ls [G] [--json]           the node groups (groups/<name> in the home) and their
+                                  nodes, or only group G
+  group create G | delete G       make an empty group, remove one
+  group add G NODE... | remove G NODE...
+                                  put nodes in a group, take them out (a run with
+                                  groups=G is served only by its nodes)
   history TEST [--json]           every archived run in which TEST's md5 or error code
                                   changed, newest first, with its commit, user or schedule
   cron [--json]                   every scheduled entry of the cluster in this user's
@@ -56,8 +65,13 @@ from cluster.console import admin, cronlist
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
+from cluster.master import groups
 
 PROG = progname.prog("clusteradmin.py")
+
+
+class UsageError(ClusterError):
+    """A command line argparse accepts but the command does not (exit 2)."""
 
 
 def _config_options(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     command("ls", "the nodes", json_option=True)
     command("info", "one run", json_option=True).add_argument("run", metavar="RUN")
     p = command("stop", "stop a running run or withdraw a waiting one")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", nargs="?")
+    p.add_argument("--group", metavar="G", help="stop every run placed on group G")
     p.add_argument("--reason", default="", help="why (the report says it)")
     p.add_argument("--wait", type=float, metavar="SECONDS",
                    help="wait until the stopped run's report is written")
@@ -99,6 +114,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("disable", "enable"))
     p.add_argument("name", metavar="NAME")
     p.add_argument("--reason", default="", help="why (kept in nodes/NAME.down)")
+    p = command("group", "list and change the node groups")
+    p.add_argument("action", choices=("ls", "create", "delete", "add", "remove"))
+    p.add_argument("group", metavar="G", nargs="?")
+    p.add_argument("nodes", metavar="NODE", nargs="*")
+    p.add_argument("--json", action="store_true", help="print JSON (group ls)")
     command("history", "the runs in which a test changed", json_option=True).add_argument(
         "test", metavar="TEST")
     command("cron", "the scheduled entries and their next times", json_option=True)
@@ -114,7 +134,37 @@ def _print(data: Any, as_json: bool, text: Callable[[Any], list[str]]) -> None:
             print(line)
 
 
+def _group(home: Home, args: argparse.Namespace, as_json: bool) -> int:
+    action, name, nodes = args.action, args.group, args.nodes
+    if action == "ls":
+        if nodes:
+            raise UsageError("group ls takes at most one group name")
+        _print(admin.group_ls(home, name), as_json, admin.format_group_ls)
+        return EXIT_OK
+    if name is None:
+        raise UsageError(f"group {action} needs a group name G")
+    if action in ("create", "delete"):
+        if nodes:
+            raise UsageError(f"group {action} takes one group name, not nodes")
+        print(groups.create(home, name) if action == "create" else groups.delete(home, name))
+        return EXIT_OK
+    if not nodes:
+        raise UsageError(f"group {action} needs at least one NODE")
+    print(groups.add(home, name, nodes) if action == "add"
+          else groups.remove(home, name, nodes))
+    return EXIT_OK
+
+
 def _stop(home: Home, args: argparse.Namespace) -> int:
+    if (args.run is None) == (args.group is None):
+        raise UsageError("stop needs RUN or --group G (one of them)")
+    if args.group is not None:
+        stopped = admin.stop_group(home, args.group, admin.who_am_i(), args.reason)
+        for item in stopped:
+            print(item.message())
+        if not stopped:
+            print(f"no run is placed on group {args.group}")
+        return EXIT_OK
     done = admin.stop(home, args.run, admin.who_am_i(), args.reason)
     print(done.message())
     if args.wait is None or done.action != "stop requested":
@@ -156,6 +206,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
                 print(item.message())
             if not done:
                 print("nothing runs or waits")
+        case "group":
+            return _group(home, args, as_json)
         case "node":
             if args.action == "disable":
                 print(admin.disable_node(home, args.name, admin.who_am_i(), args.reason))
@@ -173,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     args, cfg = parsed
     try:
         return run_command(cfg, args)
-    except ConfigError as exc:
+    except (ConfigError, UsageError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ClusterError as exc:

@@ -43,7 +43,7 @@ from cluster.datatypes import valid_node_name
 from cluster.defaults import PRIORITIES
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
-from cluster.master import abort
+from cluster.master import abort, groups
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
@@ -104,6 +104,7 @@ def stat(home: Home, cfg: Config, now: float | None = None) -> JSON:
             "rate": r.get("rate"), "eta": r.get("eta"), "elapsed": r.get("elapsed"),
             "nodes": len(r.get("nodes") or {}), "stopping": r.get("stopping") or "",
             "stop_requested": r.get("stop_requested"),
+            "waiting": r.get("waiting") or "",
         } for r in snap["running"]],
         "queues": [{"priority": q["priority"], "waiting": sum(not r["running"]
                                                               for r in q["runs"]),
@@ -126,6 +127,8 @@ def format_stat(data: JSON) -> list[str]:
                    f"{r['done']}/{total} done{pct}, {r['running']} running, {r['left']} left, "
                    f"{r['rate'] or 0:.1f}/s, eta {_when(r['eta'], now)}, {r['nodes']} nodes, "
                    f"{_span(r['elapsed'])} so far"))
+        if r.get("waiting"):
+            line += f" [waiting: {r['waiting']}]"
         if r["stopping"] or r["stop_requested"]:
             line += f" [stopping: {r['stopping'] or 'requested by ' + r['stop_requested']}]"
         lines.append(line)
@@ -336,6 +339,36 @@ def stop_all(home: Home, who: str, reason: str = "") -> list[Stopped]:
     return done
 
 
+def stop_group(home: Home, group: str, who: str, reason: str = "") -> list[Stopped]:
+    """Stop every run placed on group ``group`` (prun's stopg): each running run whose
+    ``groups=`` names it is asked to stop, each waiting one withdrawn.  ClusterError for a
+    group that does not exist and is named by no run."""
+    groups.check_name(group)
+
+    def placed(spec: RunSpec) -> bool:
+        for word in spec.options:
+            key, _, value = word.partition("=")
+            if key == "groups" and group in value.split(","):
+                return True
+        return False
+
+    done: list[Stopped] = []
+    running = _running(home)
+    for p, start in running.items():
+        if placed(RunSpec.parse(start.queue)):
+            abort.request_stop(home, start.id, who, reason)
+            done.append(Stopped("stop requested", start.id, p, start.queue))
+    for p in PRIORITIES:
+        current = running.get(p)
+        keep = RunSpec.parse(current.queue) if current is not None else None
+        for spec in QueueFile.for_priority(home, p).withdraw(placed, running=keep):
+            done.append(Stopped("withdrawn", f"p{p}", p, spec.line()))
+    if not done and not home.group(group).is_file():
+        raise ClusterError(f"there is no group {group!r} and no run names it (see "
+                           "clusteradmin group ls)")
+    return done
+
+
 def wait_finished(home: Home, run_id: str, timeout: float,
                   sleep: Callable[[float], None] = time.sleep) -> str | None:
     """The outcome of run ``run_id`` once its archive has its run.info, or None after
@@ -385,6 +418,21 @@ def disable_node(home: Home, name: str, who: str, reason: str = "") -> str:
         text += _one_line(reason) + "\n"
     fsutil.atomic_write(path, text)
     return f"node {name} disabled: the master gives it no work until `node enable {name}`"
+
+
+# ---------------------------------------------------------------------------------- groups
+def group_ls(home: Home, name: str | None = None) -> JSON:
+    """Every group and its nodes, or only group ``name`` (ClusterError if there is none)."""
+    if name is not None:
+        return {"groups": {name: list(groups.members(home, name))}}
+    return {"groups": {g: list(nodes) for g, nodes in groups.all_groups(home).items()}}
+
+
+def format_group_ls(data: JSON) -> list[str]:
+    found = data["groups"]
+    if not found:
+        return ["no groups (clusteradmin group create NAME)"]
+    return [f"{name}: {' '.join(nodes) or '(empty)'}" for name, nodes in found.items()]
 
 
 def enable_node(home: Home, name: str) -> str:

@@ -261,6 +261,8 @@ function drawRun(r) {
   if (r.lost && r.lost.length) {
     card.append(el("div", {class: "note", text: "lost: " + r.lost.join(", ")}));
   }
+  if (r.waiting) card.append(el("div", {class: "note waiting", "data-waiting": r.waiting,
+                                         text: "waiting: " + r.waiting}));
   if (r.stopping) card.append(el("div", {class: "note bad", text: "stopping: " + r.stopping}));
   else if (r.stop_requested) card.append(el("div", {class: "note bad",
                                                    text: "stop requested by " + r.stop_requested}));

@@ -336,7 +336,7 @@ class StatusReader:
                         "products": list(start.products), "started": None, "updated": None,
                         "jobs": {"total": 0, "done": 0, "running": 0, "left": 0},
                         "rate": 0.0, "eta": None, "nodes": {}, "lost": [], "fatal": "",
-                        "stopping": "", "state": "starting"}
+                        "stopping": "", "waiting": "", "state": "starting"}
             else:
                 live.setdefault("state", "running")
             started = live.get("started")

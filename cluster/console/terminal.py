@@ -66,6 +66,8 @@ def run_line(run: JSON, now: float) -> str:
             f"{len(run.get('nodes') or {})} nodes, {_span(run.get('elapsed'))} elapsed")
     stopping = run.get("stopping") or (f"stop requested by {run['stop_requested']}"
                                        if run.get("stop_requested") else "")
+    if run.get("waiting"):
+        line += f" [waiting: {run['waiting']}]"
     if stopping:
         line += f" [{stopping}]"
     if run.get("fatal"):

@@ -40,7 +40,7 @@ from cluster.errors import ClusterError
 from cluster.home import Home, suffixed
 from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
-from cluster.master import abort, ending, finish, journal, monitor, resources
+from cluster.master import abort, ending, finish, groups, journal, monitor, placement, resources
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
@@ -50,11 +50,12 @@ from cluster.master.keycache import run_keys
 from cluster.master.livestatus import LiveStatus
 from cluster.master.pidfile import PidFile
 from cluster.master.progress import RunProgress
-from cluster.master.runstate import RunState, Settings
+from cluster.master.runstate import NodeState, RunState, Settings
 from cluster.master.server import NodeServer
 from cluster.master.sweepintake import SweepIntake
 from cluster.node import buildcmd
 from cluster.queue import SWEEP, QueueFile, RunSpec
+from cluster.runoptions import RunOptions
 from cluster.runtime import fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.sweep import spec as sweepspec
@@ -95,6 +96,12 @@ def new_run_id(priority: int, clock: Clock) -> str:
     """A job id as seed 001 suggests (the start time), made unique across priorities."""
     stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(clock.time()))
     return f"{stamp}-p{priority}-{secrets.token_hex(2)}"
+
+
+def run_options(spec: RunSpec, cfg: Config) -> RunOptions:
+    """The effective per-run options of ``spec`` (issue 25): computed once, when the run
+    starts being served, and kept with the run's state."""
+    return RunOptions.of(spec.options, cfg)
 
 
 def _auto_sweep(spec: RunSpec) -> bool:
@@ -210,9 +217,12 @@ class ClusterMaster:
         run_id = start.id
         for left in home.clean_temps(run_id):
             log.info("run %s: removed %s, left by a killed process", run_id, left)
+        options = run_options(spec, self.cfg)
+        policy = placement.RunPolicy.of(options)
+        policy.set_groups(groups.all_groups(home))
         try:
             with pid.keep_fresh(self.cfg.pid_check_interval):
-                jobs = self._jobs(start)
+                jobs = self._jobs(start, self._every_node(policy))
         except JobListError as exc:
             # Retrying cannot help (bad corpus, bad configuration): report and dequeue,
             # or the run would block its queue forever.
@@ -239,7 +249,7 @@ class ClusterMaster:
             return caps.suitable(caps_text, needs, self.cfg.min_ram_mb)
 
         state = RunState(run_id, jobs, self.clock.monotonic(), settings, suitable,
-                         done=jrnl.lines)
+                         done=jrnl.lines, policy=policy)
         jrnl.lines = []  # the state has them now
         intake = None
         if sweep is not None:
@@ -479,8 +489,48 @@ class ClusterMaster:
             run_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(previous / finish.CHANGED_LIST, listing)
 
-    def _jobs(self, start: JobStart) -> JobFile:
-        """The run's job list: the jobs file if it is there (takeover), else build.py's.
+    def _every_node(self, policy: placement.RunPolicy) -> list[str] | None:
+        """The nodes an every_node run's jobs are made for: up (heard from within
+        ``heartbeat_timeout``), enabled and placed now (None: not an every_node run)."""
+        if not policy.every_node:
+            return None
+        up = placement.nodes_up(self.home, self.cfg.heartbeat_timeout, self.clock.time(),
+                                monitor.disabled_nodes(self.home))
+        chosen = [n for n in up if policy.placement.may_take(n, policy.groups)]
+        log.info("every_node: one copy of each job for each of %d nodes: %s", len(chosen),
+                 ", ".join(chosen) or "none")
+        return chosen
+
+    def _placement_tick(self, state: RunState, live: LiveStatus, now: float) -> None:
+        """Every ``pid_check_interval``: the groups read again; while no node serves the run,
+        why (``live.waiting``: "no node of group win64 is up"); an every_node run's jobs
+        pinned to a node that is not in the run and not up (or that left it) settled as
+        not run, so the run's end does not wait for it."""
+        policy = state.policy
+        if not (policy.placement.restricted or policy.every_node):
+            return
+        policy.set_groups(groups.all_groups(self.home))
+        up = placement.nodes_up(self.home, self.cfg.heartbeat_timeout, self.clock.time(),
+                                state.disabled)
+        live.waiting = "" if state.live_nodes() else placement.waiting_reason(
+            policy.placement, up, policy.groups)
+        if not policy.every_node or now - state.started < self.cfg.heartbeat_timeout:
+            return  # every node up has had time to call
+        for name in policy.pins:
+            node = state.nodes.get(name)
+            if node is not None and node.state is not NodeState.GONE:
+                continue
+            why = ("left the run" if node is not None
+                   else "was refused" if name in state.culled
+                   else None if name in up else "is not up")
+            if why is not None:
+                for note in state.settle_absent(name, why, now):
+                    log.warning("run %s: %s", state.run_id, note)
+
+    def _jobs(self, start: JobStart, every_node: list[str] | None = None) -> JobFile:
+        """The run's job list: the jobs file if it is there (takeover), else build.py's
+        (for an every_node run, each job once per node of ``every_node``:
+        :func:`cluster.master.placement.expand_every_node`).
 
         build.py writes straight into the file (a million job lines are 200 MB or more: the
         master never holds them), which is then indexed (:class:`JobFile`).
@@ -516,6 +566,9 @@ class ClusterMaster:
                                        + (f": {problems}" if problems else ""))
             if problems:
                 log.warning("build.py: %s", problems)
+            if every_node is not None:
+                with open(path, encoding="utf-8") as made, fsutil.atomic_writer(path) as out:
+                    out.writelines(placement.expand_every_node(made, every_node))
         try:
             jobs = JobFile(path)
         except ValueError as exc:
@@ -566,6 +619,7 @@ class ClusterMaster:
             if now >= next_pid:
                 next_pid = now + cfg.pid_check_interval
                 state.set_disabled(monitor.disabled_nodes(self.home))
+                self._placement_tick(state, live, now)
                 if self.priority == USER_PRIORITY and not state.fatal and \
                         abort.requested(self.home, state.run_id):
                     # clusterpush abort: every node is told ABORT at its next call, and

@@ -60,6 +60,7 @@ from cluster.master import sweepend
 from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
+from cluster.master.unbuilt import ABSENT
 from cluster.node import buildlog
 from cluster.queue import SWEEP, RunSpec
 from cluster.report import compare as report
@@ -242,6 +243,11 @@ def unbuilt_lines(state: RunState, products: tuple[str, ...]) -> list[str]:
     for program, nodes in state.unbuilt.not_built.items():
         count = state.unbuilt.by_program.get(program, 0)
         if not count:
+            continue
+        if program == ABSENT:  # an every_node run's jobs whose node was not there
+            lines.append(f"not run on node{'s' if len(nodes) > 1 else ''} "
+                         f"{', '.join(nodes)}: not up or left the run (every_node; {count} "
+                         f"test{'s' if count != 1 else ''} not run)")
             continue
         owners = [p for p in products if p != SHELL and p in PRODUCT_SPECS
                   and _program_of(p) == program]

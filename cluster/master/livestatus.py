@@ -18,7 +18,7 @@ Schema, version 1 (all times wall-clock epoch seconds)::
                       "timeouts": 0, "last_seen": 1763900041.7, "caps": "...",
                       "status": "..."}},
      "lost": ["n3 (not heard from for 60 s; 4 unfinished jobs put back)"],
-     "fatal": "", "stopping": ""}
+     "fatal": "", "stopping": "", "waiting": ""}
 
 * ``started``: when the run began, across takeovers: now less the run's elapsed time as
   :class:`~cluster.master.progress.RunProgress` counts it (every master's share and the
@@ -33,7 +33,9 @@ Schema, version 1 (all times wall-clock epoch seconds)::
   ``running`` the jobs it holds, ``errors`` those results with an error code,
   ``timeouts`` those that timed out (codes 3 and 4).
 * ``lost``: the nodes the run lost (every master's); ``fatal``: why the run is stopping
-  (RunState.fatal); ``stopping``: set when an admin's stop request was seen.
+  (RunState.fatal); ``stopping``: set when an admin's stop request was seen; ``waiting``:
+  why no node serves the run while none may take it (``no node of group win64 is up``,
+  :func:`cluster.master.placement.waiting_reason`), else "".
 
 The cost is one pass over the nodes and one small write per second; nothing per job.
 """
@@ -115,6 +117,9 @@ class LiveStatus:
         self.meter = RateMeter(window)
         #: Set when an admin's stop request was seen (``stopped by <who>[: reason]``).
         self.stopping = ""
+        #: Why no node serves the run, when none may (issue 25: "no node of group win64
+        #: is up"); set by the master's placement tick.
+        self.waiting = ""
         self.failing = False  # the last write failed (logged once)
 
     def snapshot(self, state: RunState, lost: list[str]) -> dict[str, Any]:
@@ -142,7 +147,7 @@ class LiveStatus:
                      "left": max(total - done - running, 0)},
             "rate": round(per_second, 3), "eta": None if when is None else round(when, 3),
             "nodes": nodes, "lost": list(lost), "fatal": state.fatal,
-            "stopping": self.stopping,
+            "stopping": self.stopping, "waiting": self.waiting,
         }
 
     def update(self, state: RunState, lost: list[str]) -> dict[str, Any]:

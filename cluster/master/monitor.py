@@ -72,8 +72,9 @@ from pathlib import Path
 from cluster.defaults import EXIT_OK, EXIT_USAGE, PRIORITIES
 from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
 from cluster.home import Home
-from cluster.master import keycache
+from cluster.master import groups, keycache
 from cluster.master.keycache import heartbeat_keys
+from cluster.master.placement import Placement, offered
 from cluster.runtime import fsutil, service
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.listener import Connection, SelectorListener
@@ -124,33 +125,68 @@ GUARD_SAVE_INTERVAL = 2.0
 def read_job_id(path: Path) -> str | None:
     """The ``id`` of a job.start file (``key value`` lines), or None if absent or without a
     valid id."""
+    return _read_start(path)[0]
+
+
+def _read_start(path: Path) -> tuple[str | None, str]:
+    """The ``id`` of a job.start file (None if absent or without a valid id) and its
+    ``options`` line's value ('' when none)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return None
+        return None, ""
     except (OSError, UnicodeDecodeError) as exc:
         log.warning("cannot read %s: %s", path, exc)
-        return None
+        return None, ""
+    job_id: str | None = None
+    options = ""
+    found = False
     for line in text.splitlines():
         key, _, value = line.strip().partition(" ")
-        if key == "id":
+        if key == "id" and not found:
+            found = True
             value = value.strip()
             if JOB_ID.fullmatch(value):
-                return value
-            log.warning("%s: id %r is not a valid job id", path, value)
-            return None
-    log.warning("%s has no 'id' line", path)
-    return None
+                job_id = value
+            else:
+                log.warning("%s: id %r is not a valid job id", path, value)
+        elif key == "options":
+            options = value.strip()
+    if not found:
+        log.warning("%s has no 'id' line", path)
+    return job_id, options
+
+
+def waiting_runs(home: Home) -> list[tuple[int, str, Placement]]:
+    """``(priority, id, placement)`` of every run whose job[.p].start exists, by priority:
+    its ``groups=``/``exclude=`` from job.start's ``options`` (issue 25)."""
+    runs = []
+    for p in PRIORITIES:
+        job_id, options = _read_start(home.job_start(p))
+        if job_id is not None:
+            try:
+                where = Placement.of_words(options.split())
+            except ValueError:
+                where = Placement()  # the queue refused bad words; the master decides
+            runs.append((p, job_id, where))
+    return runs
 
 
 def waiting_jobs(home: Home) -> list[tuple[int, str]]:
     """``(priority, id)`` of every run whose job[.p].start exists, by priority."""
-    jobs = []
-    for p in PRIORITIES:
-        job_id = read_job_id(home.job_start(p))
-        if job_id is not None:
-            jobs.append((p, job_id))
-    return jobs
+    return [(p, job_id) for p, job_id, _ in waiting_runs(home)]
+
+
+def offer(home: Home, node: str, runs: list[tuple[int, str, Placement]]
+          ) -> list[tuple[int, str]]:
+    """The runs of ``runs`` that ``node`` may take (issue 25: a run with ``groups=`` or
+    ``exclude=`` is not offered to a node it may not take; the groups are read only
+    then)."""
+    if not any(where.restricted for _, _, where in runs):
+        return [(p, job_id) for p, job_id, _ in runs]
+    placements = {job_id: where for _, job_id, where in runs}
+    return offered([(p, job_id) for p, job_id, _ in runs], node, placements,
+                   groups.all_groups(home))
 
 
 def record_heartbeat(home: Home, hb: Heartbeat) -> None:
@@ -186,8 +222,9 @@ def disabled_nodes(home: Home) -> frozenset[str]:
 
 
 def jobs_for(home: Home, node: str) -> list[tuple[int, str]]:
-    """The runs ``node`` is told wait: :func:`waiting_jobs`, none if it is disabled."""
-    return [] if is_disabled(home, node) else waiting_jobs(home)
+    """The runs ``node`` is told wait: :func:`waiting_runs` it may take (:func:`offer`),
+    none if it is disabled."""
+    return [] if is_disabled(home, node) else offer(home, node, waiting_runs(home))
 
 
 def nodes_seen(home: Home, now: float | None = None) -> dict[str, tuple[float, str]]:
@@ -515,17 +552,28 @@ class MonitorServer(SelectorListener[_Conn]):
         if files == self._job_files:
             return
         self._job_files = files
-        jobs = waiting_jobs(self.home)
-        # A disabled node's heartbeat is held to its end and answered with no run.
-        ready = [conn for conn in self.held
-                 if _news(jobs, conn.skip) and not is_disabled(self.home, conn.node)]
-        if not ready:
-            return
-        reply = format_reply(jobs)
-        for conn in ready:
+        runs = waiting_runs(self.home)
+        # A disabled node's heartbeat is held to its end and answered with no run; a node
+        # is told only of the runs it may take (their groups read once per change).
+        if any(where.restricted for _, _, where in runs):
+            known = groups.all_groups(self.home)
+            placements = {job_id: where for _, job_id, where in runs}
+            plain = [(p, job_id) for p, job_id, _ in runs]
+
+            def jobs_of(node: str) -> list[tuple[int, str]]:
+                return offered(plain, node, placements, known)
+        else:
+            every = [(p, job_id) for p, job_id, _ in runs]
+
+            def jobs_of(node: str) -> list[tuple[int, str]]:
+                return every
+        for conn in list(self.held):
+            jobs = jobs_of(conn.node)
+            if not _news(jobs, conn.skip) or is_disabled(self.home, conn.node):
+                continue
             log.debug("node %s (peer %s): held heartbeat answered, a run waits", conn.node,
                       conn.peer)
-            self._reply(conn, reply)
+            self._reply(conn, format_reply(jobs))
 
     # -- answers -------------------------------------------------------------------------------
     def _error(self, conn: _Conn, problem: str) -> None:

@@ -68,6 +68,7 @@ from typing import cast
 from cluster.config import DEFAULTS, Config
 from cluster.master.joblist import JobList, as_job_list, consecutive
 from cluster.master.journal import format_line, journal_result, line_prefix, result_text, split_line
+from cluster.master.placement import RunPolicy
 from cluster.master.results import Results
 from cluster.master.tailplan import TailPlan
 from cluster.master.unbuilt import Unbuilt
@@ -189,12 +190,17 @@ class RunState:
     def __init__(self, run_id: str, jobs: JobList | Iterable[Job], now: float,
                  settings: Settings | None = None,
                  suitable: Suitability = _always_suitable,
-                 done: Iterable[JobResult | str] = ()) -> None:
-        """``done``: results already journaled, as JobResults or journal lines."""
+                 done: Iterable[JobResult | str] = (),
+                 policy: RunPolicy | None = None) -> None:
+        """``done``: results already journaled, as JobResults or journal lines.
+        ``policy``: the run's placement and caps (issue 25; :mod:`cluster.master.placement`),
+        none by default."""
         self.run_id = run_id
         self.settings = settings or Settings()
         self.suitable = suitable
         self.jobs: JobList = as_job_list(jobs)
+        self.policy = policy or RunPolicy()
+        self.policy.pin(self.jobs.names)
         self.results = Results(self.jobs)
         index = self.jobs.index
         offsets = self.results.offsets
@@ -370,6 +376,11 @@ class RunState:
                                                      f"{req.failure_reason}".rstrip(": "))
         if node is None or node.state is NodeState.GONE:
             ok, why = self.suitable(req.caps)
+            if ok:
+                # Placement (groups=, exclude=, every_node's pins): a refused node is not a
+                # failed one; "unsuitable" makes its clusterpull leave this run for good.
+                why = self.policy.refusal(name)
+                ok = not why
             if not ok:
                 self.culled[name] = why
                 notes.append(f"node {name} culled for this run: {why}")
@@ -812,9 +823,18 @@ class RunState:
                 capacity = max(base, node.capacity // 2)
         node.capacity = capacity
         want = capacity - (req.pending + req.running)
+        policy = self.policy
+        if policy.capped:
+            # max_worker_instances, max_cluster_instances: what this node and every node
+            # hold of the run (a walk over the nodes, only for a run with a cap).
+            want = policy.cap(want, max(len(node.held), req.pending + req.running),
+                              sum(len(n.held) for n in self.nodes.values()
+                                  if n.state is not NodeState.GONE))
         if want <= 0:
             return []
         held = node.held
+        if policy.every_node:
+            return self._pinned_batch(node, want, now)
         if self._has_pending():
             # Its fair share of all unfinished work, less what it already holds.  The slots
             # of every known node bound those of the nodes taking work from above, so the
@@ -885,6 +905,9 @@ class RunState:
                 return batch
         if not self.settings.speculate_tail or req.pending > 0 or req.running >= node.slots:
             return []
+        free = node.slots - req.running
+        if policy.capped:
+            free = min(free, want)  # copies count against the caps too
         # Tail: nothing left to hand out and this node has idle slots.  Give it copies of
         # the jobs expected to finish last elsewhere (deep in the queue of a slow or silent
         # node) when a copy here should finish sooner; the first result wins.
@@ -893,6 +916,41 @@ class RunState:
             # A node does not copy a task whose try it made was not valid (sweeps).
             number = self.node_numbers.get(node.name, -1)
             skip = {i for i, numbers in self.tried.items() if number in numbers}
-        return self.tail_plan.copies(node, node.slots - req.running, now,
-                                     self.nodes.values(), self.holders, self.jobs.names,
-                                     skip)
+        return self.tail_plan.copies(node, free, now, self.nodes.values(), self.holders,
+                                     self.jobs.names, skip)
+
+    def _pinned_batch(self, node: NodeInfo, want: int, now: float) -> list[int]:
+        """An every_node run's batch for ``node``: up to ``want`` of the jobs pinned to it
+        that have no result, are not marked not run and it does not hold; never another
+        node's (nor a tail copy: each job has one node)."""
+        offsets, marks, holders, held = self.results.offsets, self.not_run, self.holders, \
+            node.held
+        names = self.jobs.names
+        batch: list[int] = []
+        for i in self.policy.pinned_to(node.name):
+            if len(batch) >= want:
+                break
+            if offsets[i] >= 0 or marks[i] or names[i] in held:
+                continue
+            batch.append(i)
+            held[names[i]] = i
+            if not holders[i]:
+                self.running += 1
+            holders[i] += 1
+        if batch:
+            node.last_batch_at = now
+        return batch
+
+    def settle_absent(self, name: str, why: str, now: float) -> list[str]:
+        """Every job of an every_node run pinned to node ``name`` that has no result and
+        that no node holds is not run (``why``: the node is not up, or left the run): the
+        run's end does not wait for a node that is gone.  Returns the log notes."""
+        indexes = [i for i in self.policy.pinned_to(name)
+                   if self.results.offsets[i] < 0 and not self.holders[i]
+                   and not self.not_run[i]]
+        if not indexes:
+            return []
+        self.unbuilt.mark_absent(name, indexes)
+        if self.all_results_in and self.all_results_at is None:
+            self.all_results_at = now  # settled by this: uploads are due now
+        return [f"every_node: node {name} {why}: its {len(indexes)} job(s) are not run"]

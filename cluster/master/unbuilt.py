@@ -33,7 +33,10 @@ from cluster.master.joblist import JobList
 from cluster.records import BIN
 
 #: The most programs a run decides "not built" (a job's mark is one byte).
-MAX_NOT_BUILT = 255
+MAX_NOT_BUILT = 254
+#: The pseudo-program of an every_node run's jobs not run because their node is not there
+#: (never a program's name: programs are file names without '@').
+ABSENT = "@absent"
 #: Job lines read at once when marking.
 _CHUNK = 65536
 #: What may follow a program's name in a job line without making it another name.
@@ -144,6 +147,23 @@ class Unbuilt:
                          f"{', '.join(self.not_built[program]) or 'no node'}): its "
                          f"{self.by_program[program]} jobs left are not run")
         return notes
+
+    def mark_absent(self, node: str, indexes: Sequence[int]) -> None:
+        """The jobs ``indexes`` of an every_node run, pinned to node ``node``, are not run:
+        the node is not there to run them (issue 25).  They are kept under the one
+        pseudo-program :data:`ABSENT`, whose "nodes" are the absent nodes (the report
+        names them, :func:`cluster.master.finish.unbuilt_lines`)."""
+        if ABSENT not in self.not_built:
+            self.not_built[ABSENT] = ()
+            self.by_program[ABSENT] = 0
+        self.not_built[ABSENT] = tuple(sorted({*self.not_built[ABSENT], node}))
+        mark = list(self.not_built).index(ABSENT) + 1
+        marks = self.marks
+        for i in indexes:
+            if not marks[i]:
+                marks[i] = mark
+                self.by_program[ABSENT] += 1
+                self.count += 1
 
     def unmark(self, i: int) -> None:
         """Job ``i``, marked not run, has a result after all (from a node it was handed to
