@@ -70,8 +70,8 @@ def limit_reached(options: RunOptions, elapsed: float, lost: int
     global setting (seed 000), stopped and reported when the run gave its own."""
     if elapsed > options.job_timeout:
         what = "its job_timeout" if own(options, "job_timeout") else "max_run_time"
-        return Outcome.TIMED_OUT, (f"it ran {elapsed:.0f} s, longer than {what} "
-                                   f"{options.job_timeout:.0f} s")
+        return Outcome.TIMED_OUT, (f"it ran {elapsed:.1f} s, longer than {what} "
+                                   f"{options.job_timeout:g} s")
     if lost > options.max_failed_nodes:
         if own(options, "max_failed_nodes"):
             return Outcome.NODES_LOST, (f"it lost {lost} nodes, more than its "
@@ -91,8 +91,8 @@ class Expired:
 
     @property
     def reason(self) -> str:
-        return (f"it waited {self.waited:.0f} s in its queue, longer than its queue_timeout "
-                f"{self.limit:.0f} s")
+        return (f"it waited {self.waited:.1f} s in its queue, longer than its queue_timeout "
+                f"{self.limit:g} s")
 
 
 def expired(runs: Iterable[RunSpec], since: Mapping[str, float], now: float,

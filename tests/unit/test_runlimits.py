@@ -132,7 +132,7 @@ def test_expired_runs_are_those_past_their_own_queue_timeout_never_the_served_on
     found = runlimits.expired([served, late, young, plain, untimed, late], since, 100.0,
                               served, CFG)
     assert [(e.spec, e.waited, e.limit) for e in found] == [(late, 100.0, 60.0)]
-    assert "waited 100 s in its queue, longer than its queue_timeout 60 s" in found[0].reason
+    assert "waited 100.0 s in its queue, longer than its queue_timeout 60 s" in found[0].reason
     assert runlimits.expired([served], since, 100.0, None, CFG)[0].spec == served
 
 
@@ -158,7 +158,7 @@ def test_an_expired_run_leaves_the_queue_with_a_short_report(tmp_path: Path) -> 
     assert master.queue.read() == [served]
     (archive,) = [d for d in home.archive.iterdir() if d.is_dir()]
     report = (archive / "report.txt").read_text()
-    assert "user alice" in report and "The run did not start: it waited 5 s in its " \
+    assert "user alice" in report and "The run did not start: it waited 5.0 s in its " \
         "queue, longer than its queue_timeout 1 s." in report
     assert "outcome queue-timeout" in (archive / "run.info").read_text()
     assert home.jobs(0).read_text() == "served run's jobs\n"
