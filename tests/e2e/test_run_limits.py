@@ -127,8 +127,8 @@ def test_no_reschedule_reports_a_killed_nodes_jobs_lost_and_runs_none_twice(
     node1 = cluster.node_procs.pop("node1")
     # SIGKILL to node1's clusterpull, its run.py and their jobs (run.py and the job slots
     # lead process groups of their own): the master hears no word from it.
-    tree = [node1.pid, *(p.pid for p in psutil.Process(node1.pid).children(recursive=True))]
-    for pid in tree:
+    pids = [node1.pid, *(p.pid for p in psutil.Process(node1.pid).children(recursive=True))]
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     node1.wait(timeout=10)
