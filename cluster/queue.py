@@ -44,6 +44,11 @@ a reader never sees a torn file.  The lock file itself is never written or repla
 queue's directory is locked with it (:mod:`cluster.runtime.pathlock`), so deleting the lock
 file while it is held does not let a second writer in.
 
+The enqueue time of each queued run with a ``queue_timeout`` (issue 25) is kept beside the
+queue in ``<queue>.times`` (:data:`TIMES_SUFFIX`), keyed by the digest of the run's line and
+updated by every rewrite under the same lock (:meth:`QueueFile.waiting_since`): the queue
+line itself is unchanged, so the same line queued twice is still one run.
+
 A bad line (not a run) is skipped, kept byte for byte, and logged once across processes
 (see :class:`QueueFile`); a line of any length costs a bounded amount of memory.  The queue
 files of an earlier release (``queue``, ``queue.1``, ``queue.2``) are moved to the new names
@@ -66,6 +71,7 @@ import logging
 import os
 import re
 import stat
+import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -330,6 +336,9 @@ EXCERPT_CHARS = 200
 MAX_REPORTED = 20
 #: Suffix of the side file that remembers which bad lines were logged (``queue.lst.reported``).
 REPORTED_SUFFIX = ".reported"
+#: Suffix of the side file of the queued runs' enqueue times (``queue.lst.times``; issue
+#: 25's ``queue_timeout``): ``<sha256 of the run's line> <epoch seconds>`` lines.
+TIMES_SUFFIX = ".times"
 _EXCERPT_BYTES = 4 * EXCERPT_CHARS
 _CHUNK = 1 << 20
 
@@ -582,6 +591,18 @@ class QueueFile:
             logger.info("%s: withdrew %s", self.path, spec)
         return [spec for _i, spec in gone]
 
+    def waiting_since(self) -> dict[str, float]:
+        """Each queued run that has a ``queue_timeout``: its line -> when it was first
+        queued (epoch seconds), in one exclusive transaction.
+
+        The time is taken by the transaction that first wrote the line (:meth:`append`,
+        :meth:`submit`), or, for a line written by hand, by the first call that finds it;
+        it is kept in the side file ``<queue>.times`` keyed by the line's digest, so it
+        survives master restarts.  Two equal lines are one run and share the first one's
+        time; a line's time leaves with its last copy."""
+        with self._transaction(exclusive=True) as entries:
+            return self._note_times(entries)
+
     def remove(self, spec: RunSpec) -> bool:
         """Remove the first line equal to ``spec`` (not blindly the first line).
 
@@ -785,6 +806,36 @@ class QueueFile:
 
         fsutil.atomic_write(self.path, pieces(), encoding="latin-1")
         fsutil.fsync_dir(self.path.parent)
+        self._note_times(entries)
+
+    def _note_times(self, entries: list[_Entry]) -> dict[str, float]:
+        """Bring the side file of enqueue times in line with ``entries`` (a run without a
+        time gets now; a time without its run goes) and return line -> time.  Caller holds
+        the exclusive lock.  An unreadable entry of the file is dropped (its run's time
+        starts again now: a bounded loss, logged)."""
+        path = self.path.with_name(self.path.name + TIMES_SUFFIX)
+        known: dict[str, float] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for line in path.read_text(encoding="ascii", errors="replace").splitlines():
+                digest, _, stamp = line.partition(" ")
+                try:
+                    known[digest] = float(stamp)
+                except ValueError:
+                    logger.warning("%s: bad line %.80r ignored; expected '<digest> <time>'",
+                                   path, line)
+        now = time.time()
+        # Only the runs that have a queue_timeout need their time (no side file otherwise).
+        lines = {e.spec.line() for e in entries
+                 if e.spec is not None and e.spec.option("queue_timeout") is not None}
+        digests = {line: hashlib.sha256(line.encode("utf-8")).hexdigest() for line in lines}
+        kept = {d: known.get(d, now) for d in digests.values()}
+        if kept != known:
+            if kept:
+                fsutil.atomic_write(path, "".join(f"{d} {t:.3f}\n"
+                                                  for d, t in sorted(kept.items())))
+            else:
+                path.unlink(missing_ok=True)
+        return {line: kept[d] for line, d in digests.items()}
 
 
 def _running_index(runs: list[tuple[int, RunSpec]], running: RunSpec | None,

@@ -47,6 +47,11 @@ ERROR_SEGFAULT_STAGE1 = 7
 ERROR_SEGFAULT = 8
 ERROR_SEGFAULT_STAGE2 = 9
 ERROR_INTERNAL = 10
+#: Not from a node: the master's row for a job whose node was lost in a run with
+#: ``no_reschedule`` (issue 25): the job is never handed out again (machine: the lost node).
+ERROR_LOST = -1
+#: The product column of such a row (the master does not know what the job would have run).
+LOST_PRODUCT = "lost"
 
 #: The words of each code in reports.  The stage-2 codes and 7 cover every two-stage test:
 #: stage 1 (gs, gpcl6 or gxps) runs pdfwrite, ps2write or xpswrite and generates a PDF, PS
@@ -63,6 +68,7 @@ ERROR_NAMES = {
     8: "segfault",
     9: "segfault reading the generated PDF/PS/XPS",
     10: "internal error (no md5 produced)",
+    -1: "lost with its node, not run again (no_reschedule)",
 }
 SEGFAULTS = frozenset({7, 8, 9})
 

@@ -7,7 +7,9 @@ here: first the end of any run of this priority whose end was cut short
 (:mod:`cluster.master.ending`), then the run at the head of the queue: job.start,
 build.py -> jobs, serve nodes on base_port + priority until every job has a result and
 the nodes have uploaded, or the run is stopped (its user, an admin's
-``runs/<id>/stop``, a node's build failure, ``max_run_time``, lost nodes); the live
+``runs/<id>/stop``, a node's build failure, its ``job_timeout`` (default ``max_run_time``),
+lost nodes); the waiting runs past their ``queue_timeout`` leave the queue meanwhile
+(:mod:`cluster.master.runlimits`); the live
 status ``live[.p].json`` is rewritten every second meanwhile; then the end steps
 (:mod:`cluster.master.endrun`); the invocation then removes the PID file.
 
@@ -40,7 +42,17 @@ from cluster.errors import ClusterError
 from cluster.home import Home, suffixed
 from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
-from cluster.master import abort, ending, finish, groups, journal, monitor, placement, resources
+from cluster.master import (
+    abort,
+    ending,
+    finish,
+    groups,
+    journal,
+    monitor,
+    placement,
+    resources,
+    runlimits,
+)
 from cluster.master.audit import AuditLog
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_status
@@ -55,7 +67,6 @@ from cluster.master.server import NodeServer
 from cluster.master.sweepintake import SweepIntake
 from cluster.node import buildcmd
 from cluster.queue import SWEEP, QueueFile, RunSpec
-from cluster.runoptions import RunOptions
 from cluster.runtime import fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.sweep import spec as sweepspec
@@ -96,12 +107,6 @@ def new_run_id(priority: int, clock: Clock) -> str:
     """A job id as seed 001 suggests (the start time), made unique across priorities."""
     stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(clock.time()))
     return f"{stamp}-p{priority}-{secrets.token_hex(2)}"
-
-
-def run_options(spec: RunSpec, cfg: Config) -> RunOptions:
-    """The effective per-run options of ``spec`` (issue 25): computed once, when the run
-    starts being served, and kept with the run's state."""
-    return RunOptions.of(spec.options, cfg)
 
 
 def _auto_sweep(spec: RunSpec) -> bool:
@@ -160,6 +165,7 @@ class ClusterMaster:
             if self._end(record).failed == END_FAILED:
                 return  # the queue waits until this run's end is done
         try:
+            self._expire_waiting(self._started())
             spec = self.queue.head()
             if spec is not None:
                 self.run(spec, pid)
@@ -217,7 +223,7 @@ class ClusterMaster:
         run_id = start.id
         for left in home.clean_temps(run_id):
             log.info("run %s: removed %s, left by a killed process", run_id, left)
-        options = run_options(spec, self.cfg)
+        options = runlimits.run_options(spec, self.cfg)  # once, kept with the state
         policy = placement.RunPolicy.of(options)
         policy.set_groups(groups.all_groups(home))
         try:
@@ -250,6 +256,7 @@ class ClusterMaster:
 
         state = RunState(run_id, jobs, self.clock.monotonic(), settings, suitable,
                          done=jrnl.lines, policy=policy)
+        state.options = options  # the run's own, once
         jrnl.lines = []  # the state has them now
         intake = None
         if sweep is not None:
@@ -288,7 +295,8 @@ class ClusterMaster:
         live.update(state, progress.lost + state.lost)
         resources.refresh(self.cfg, self.clock)
         try:
-            ended = self._serve(server, state, jrnl, pid, progress, session.audit, live)
+            ended = self._serve(server, state, jrnl, pid, progress, session.audit, live,
+                                spec)
             if ended is None:
                 log.warning("run %s: the PID file is no longer ours; aborting nodes, exiting",
                             run_id)
@@ -394,6 +402,7 @@ class ClusterMaster:
                 raise NotNow(f"the head of {self.queue.path.name} changed while run "
                              f"{run_id} was set up")
             start = self._sweep_limits(spec, start)  # the sweep file is in place now
+            start = runlimits.with_task_timeout(start, runlimits.run_options(spec, self.cfg))
             write_job_start(path, start)
 
         try:
@@ -581,17 +590,18 @@ class ClusterMaster:
         return jobs
 
     def _serve(self, server: NodeServer, state: RunState, jrnl: journal.Journal,
-               pid: PidFile, progress: RunProgress, audit: AuditLog, live: LiveStatus
-               ) -> tuple[Outcome, str] | None:
+               pid: PidFile, progress: RunProgress, audit: AuditLog, live: LiveStatus,
+               spec: RunSpec) -> tuple[Outcome, str] | None:
         """Serve nodes until the run ends; return how and why (None: another master
         replaced this one, and the run goes on under it).
 
         Besides every job having a result, a run ends when its user aborts it, an admin
-        stops it (``runs/<id>/stop``), a node's build fails, it has run ``max_run_time``
+        stops it (``runs/<id>/stop``), a node's build fails, it has run its ``job_timeout``
         (across masters), or it lost its nodes: none alive for ``no_node_timeout`` after
-        it had some, or more than ``max_failed_nodes`` lost.  Every progress tick the
+        it had some, or more than its ``max_failed_nodes`` lost.  Every progress tick the
         status line and ``live[.p].json`` are rewritten; every ``pid_check_interval`` the
-        disabled nodes (``nodes/*.down``) are read again.
+        disabled nodes (``nodes/*.down``) are read again, and the runs waiting behind
+        ``spec`` whose ``queue_timeout`` passed leave the queue.
         """
         cfg = self.cfg
         next_tick = next_live = next_pid = 0.0
@@ -605,6 +615,7 @@ class ClusterMaster:
                 # a pass over 1,000 nodes costs a fraction of a millisecond.
                 for note in state.tick(now):
                     log.warning("%s", note)
+                jrnl.write(state.take_made_results())  # a no_reschedule run's lost jobs
                 if state.live_nodes():
                     last_live = now
                     progress.had_nodes = True
@@ -620,6 +631,7 @@ class ClusterMaster:
                 next_pid = now + cfg.pid_check_interval
                 state.set_disabled(monitor.disabled_nodes(self.home))
                 self._placement_tick(state, live, now)
+                self._expire_waiting(spec)
                 if self.priority == USER_PRIORITY and not state.fatal and \
                         abort.requested(self.home, state.run_id):
                     # clusterpush abort: every node is told ABORT at its next call, and
@@ -652,18 +664,35 @@ class ClusterMaster:
                    no_node_for: float) -> tuple[Outcome, str] | None:
         """Whether the run must stop before it is complete, and why (None: it goes on)."""
         cfg = self.cfg
-        elapsed = progress.elapsed()
-        if elapsed > cfg.max_run_time:
-            return Outcome.TIMED_OUT, (f"it ran {elapsed:.0f} s, longer than max_run_time "
-                                       f"{cfg.max_run_time:.0f} s")
-        lost = len(progress.lost) + len(state.lost)
-        if lost > cfg.max_failed_nodes:
-            return Outcome.RETRY, (f"it lost {lost} nodes, more than max_failed_nodes "
-                                   f"{cfg.max_failed_nodes}")
+        limit = runlimits.limit_reached(state.options, progress.elapsed(),
+                                        len(progress.lost) + len(state.lost))
+        if limit is not None:
+            return limit
         if progress.had_nodes and no_node_for > cfg.no_node_timeout:
             return Outcome.RETRY, (f"no node was alive for {no_node_for:.0f} s "
                                    f"(no_node_timeout {cfg.no_node_timeout:.0f} s)")
         return None
+
+    def _started(self) -> RunSpec | None:
+        """The queue line of the run job.start describes (started, and not yet ended), or
+        None."""
+        try:
+            return RunSpec.parse(JobStart.parse(
+                self.home.job_start(self.priority).read_text(encoding="utf-8")).queue)
+        except (OSError, ValueError):
+            return None
+
+    def _expire_waiting(self, serving: RunSpec | None) -> None:
+        """The waiting runs whose ``queue_timeout`` passed leave the queue, each with its
+        short report (:func:`cluster.master.runlimits.drop_expired`); ``serving`` (the run
+        being served or started) stays.  A failed end is logged and left to the next try."""
+        try:
+            runlimits.drop_expired(self.home, self.priority, self.queue, self.cfg,
+                                   self.clock.time(), serving,
+                                   lambda: new_run_id(self.priority, self.clock), self._end)
+        except (OSError, ClusterError) as exc:
+            log.error("priority %d: the runs past their queue_timeout could not be "
+                      "dropped now: %s", self.priority, exc)
 
     def _linger(self, server: NodeServer, state: RunState, limit: float | None = None,
                 audit: AuditLog | None = None) -> None:

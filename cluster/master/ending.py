@@ -53,10 +53,17 @@ class Outcome(enum.StrEnum):
     DONE = "done"                # every job has a result
     ABORTED = "aborted"          # its user stopped it (clusterpush abort)
     FAILED = "failed"            # a node's fatal failure (a build failure) stopped it
-    TIMED_OUT = "timed-out"      # max_run_time passed: the tests not run are listed
+    TIMED_OUT = "timed-out"      # its job_timeout (max_run_time) passed: tests not run listed
     RETRY = "retry"              # lost its nodes: queued again for another attempt
     GAVE_UP = "gave-up"          # lost its nodes on its last attempt: reported as failed
+    NODES_LOST = "nodes-lost"    # lost more nodes than its own max_failed_nodes: stopped
     UNSTARTABLE = "unstartable"  # its source or job list could not be made
+    QUEUE_TIMEOUT = "queue-timeout"  # waited in its queue longer than its queue_timeout
+
+    @property
+    def started(self) -> bool:
+        """Whether a run ending so was served (it has a job list and maybe results)."""
+        return self not in (Outcome.UNSTARTABLE, Outcome.QUEUE_TIMEOUT)
 
     @property
     def changes_tables(self) -> bool:

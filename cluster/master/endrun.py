@@ -19,7 +19,9 @@
 * ``tree``: a commit run's exported tree becomes the master's clean tree;
 * ``dequeue``: the queue line leaves the queue, or stays for another attempt;
 
-then the run's files (job list, journal, its folder and the record) are removed.  The
+then the run's files (job list, journal, its folder and the record) are removed (a run
+that left its queue unstarted, ``queue-timeout``, has only its folder: the job list and
+journal are those of the run being served meanwhile).  The
 master that served the run calls it with the run's state in hand; a successor that finds
 the record calls it without, and the state is rebuilt from the job list and the journal
 only if the report still has to be made.
@@ -105,11 +107,11 @@ class RunEnder:
         archive = home.archive / run_id
         outcome = record.outcome
         if not record.is_done(ending.SWEEP):
-            if outcome is not Outcome.UNSTARTABLE:
+            if outcome.started:
                 sweepend.end_sweep(home, start, spec)
             record.mark(ending.SWEEP)
         if not record.is_done(ending.REPORT):
-            if outcome is Outcome.UNSTARTABLE:
+            if not outcome.started:
                 self._report(record, spec, None)  # it has no job list, and needs none
             else:
                 held = state.pop() if state else self._load_state(start)
@@ -142,13 +144,17 @@ class RunEnder:
         if not record.is_done(ending.DEQUEUE):
             self._dequeue(record, spec)
             record.mark(ending.DEQUEUE)
-        for path in (home.jobs(self.priority), home.results(self.priority)):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        if outcome is not Outcome.QUEUE_TIMEOUT:
+            # A run that left its queue unstarted may end while another run is served:
+            # the job list, journal and status line are that run's.
+            for path in (home.jobs(self.priority), home.results(self.priority)):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
         shutil.rmtree(home.run_dir(run_id), ignore_errors=True)  # the record goes last
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.clock.time()))
-        write_status(home.status(self.priority),
-                     f"idle - last run {run_id} {outcome.value} {stamp} UTC")
+        if outcome is not Outcome.QUEUE_TIMEOUT:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.clock.time()))
+            write_status(home.status(self.priority),
+                         f"idle - last run {run_id} {outcome.value} {stamp} UTC")
         log.info("run %s: %s, archived in %s", run_id, outcome.value, archive)
         failed = "" if outcome is Outcome.DONE else (record.reason or outcome.value)
         return RunOutcome(run_id, archive, failed=failed, outcome=outcome)
@@ -179,8 +185,9 @@ class RunEnder:
             fsutil.atomic_copy(audit, archive / audit.name)
         header = self._header(spec, start.id)
         if state is None:
-            made = finish.Report("\n".join([header, "",
-                                            f"The run could not start: {record.reason}.", ""]))
+            what = ("The run did not start" if record.outcome is Outcome.QUEUE_TIMEOUT
+                    else "The run could not start")
+            made = finish.Report("\n".join([header, "", f"{what}: {record.reason}.", ""]))
             nodes = 0
         else:
             made = finish.finish(home, finish.FinishedRun(
@@ -217,7 +224,8 @@ class RunEnder:
         """Mail the report (when smtp_host is set); the outcome is noted in mail.log.
 
         The subject starts ``STOPPED:`` for a run an admin stopped (the report says who),
-        ``FAILED:`` for any other run that did not complete."""
+        ``NOT STARTED:`` for a run that waited past its ``queue_timeout``, ``FAILED:`` for
+        any other run that did not complete."""
         if not self.cfg.smtp_host:
             return
         text = (archive / "report.txt").read_text(encoding="utf-8", errors="replace")
@@ -225,6 +233,8 @@ class RunEnder:
             prefix = ""
         elif record.outcome is Outcome.ABORTED and record.reason.startswith(abort.STOPPED_BY):
             prefix = "STOPPED: "
+        elif record.outcome is Outcome.QUEUE_TIMEOUT:
+            prefix = "NOT STARTED: "
         else:
             prefix = "FAILED: "
         subject = prefix + (

@@ -446,6 +446,7 @@ def incomplete_report(run: FinishedRun, state: RunState) -> str:
         Outcome.TIMED_OUT: "The run ran out of time",
         Outcome.RETRY: "The run lost its nodes; it is queued again",
         Outcome.GAVE_UP: "The run lost its nodes on its last attempt and is reported as failed",
+        Outcome.NODES_LOST: "The run was stopped (not queued again)",
     }.get(run.outcome, "The run did not finish")
     lines = [run.header, "", f"{what}: {run.reason}.",
              f"After {run.elapsed:.0f} seconds {state.results.count} of {len(state.jobs)} "

@@ -19,6 +19,10 @@ The rules are seed 001's "normal course of events":
   UPLOAD, and after its upload it is told ABORT;
 * a node not heard from for ``heartbeat_timeout`` seconds is dead: its unfinished jobs go to
   the front of the list.  If it comes back it is treated as a new node;
+* in a run with ``no_reschedule`` (issue 25, :attr:`RunState.options`) the unfinished jobs
+  of a node that leaves the run (dead, failed, restarted, disabled) are never handed out
+  again: each gets the result :data:`~cluster.records.ERROR_LOST` from that node (journaled
+  like a node's: :meth:`RunState.take_made_results`), and the tail makes no copies;
 * a result is taken only for a job that was handed to the node sending it (at any time in
   this run: a job put back after its lease lapsed, or copied in the tail, may still come
   back from each node that got it).  Any other result is refused, counted in
@@ -72,7 +76,15 @@ from cluster.master.placement import RunPolicy
 from cluster.master.results import Results
 from cluster.master.tailplan import TailPlan
 from cluster.master.unbuilt import Unbuilt
-from cluster.records import ERROR_TIMEOUT, ERROR_TIMEOUT_STAGE2, Job, JobResult
+from cluster.records import (
+    ERROR_LOST,
+    ERROR_TIMEOUT,
+    ERROR_TIMEOUT_STAGE2,
+    LOST_PRODUCT,
+    Job,
+    JobResult,
+)
+from cluster.runoptions import RunOptions
 from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
 
@@ -272,6 +284,14 @@ class RunState:
         self.not_run = self.unbuilt.marks  # per job: not 0 when the job is not run
         self.started = now
         self.all_results_at: float | None = now if self.all_results_in else None
+        #: The run's effective per-run options (issue 25): the master sets them from its
+        #: queue line (:func:`cluster.master.runlimits.run_options`) before serving; the
+        #: global defaults until then.
+        self.options = RunOptions(job_timeout=DEFAULTS.max_run_time,
+                                  max_failed_nodes=DEFAULTS.max_failed_nodes)
+        #: Journal lines of results the state made itself (a lost node's jobs in a
+        #: ``no_reschedule`` run), not yet journaled: :meth:`take_made_results`.
+        self.made_results = bytearray()
 
     # ---------------------------------------------------------------- queries
     @property
@@ -414,7 +434,9 @@ class RunState:
         def out(reply: Reply) -> Outcome:
             if reply.verb == protocol.ABORT:
                 node.told_abort = True
-            return Outcome(reply, journal, tuple(notes), carried, refused)
+            made = self.take_made_results()  # a dropped node's jobs reported lost
+            return Outcome(reply, journal + made if made else journal, tuple(notes),
+                           carried, refused)
 
         if self.fatal:
             return out(Reply(protocol.ABORT, reason=f"{protocol.RUN_ABORTED}: {self.fatal}"))
@@ -743,14 +765,36 @@ class RunState:
         return self.lessee[i] == number or number in self.more_lessees.get(i, ())
 
     def _drop(self, node: NodeInfo, reason: str, notes: list[str], lost: bool = True) -> None:
-        """``node`` leaves the run, its unfinished jobs put back; ``lost`` (the default):
-        it counts as a lost node (the report's list, ``max_failed_nodes``)."""
+        """``node`` leaves the run, its unfinished jobs put back (in a ``no_reschedule``
+        run: reported lost, :meth:`_requeue`); ``lost`` (the default): it counts as a lost
+        node (the report's list, ``max_failed_nodes``)."""
         held = len([n for n in node.held if n not in self.results])
         self._requeue(node, front=True)
         node.state = NodeState.GONE
-        entry = f"{node.name} ({reason}; {held} unfinished jobs put back)"
+        fate = "reported lost" if self.options.no_reschedule else "put back"
+        entry = f"{node.name} ({reason}; {held} unfinished jobs {fate})"
         (self.lost if lost else self.left).append(entry)
-        notes.append(f"node {node.name} dropped: {reason}; {held} unfinished jobs put back")
+        notes.append(f"node {node.name} dropped: {reason}; {held} unfinished jobs {fate}")
+
+    def take_made_results(self) -> bytes:
+        """The journal lines of the results this state made itself since the last call
+        (a lost node's jobs in a ``no_reschedule`` run); the caller journals them.
+        :meth:`handle` returns them with its own (``Outcome.journal``); the master takes
+        them after :meth:`tick`."""
+        made = bytes(self.made_results)
+        self.made_results.clear()
+        return made
+
+    def _report_lost(self, node: NodeInfo, indexes: list[int]) -> None:
+        """Jobs ``indexes``, held by ``node`` only and without a result, get the result
+        :data:`~cluster.records.ERROR_LOST` from it: never handed out again
+        (``no_reschedule``)."""
+        if not indexes:
+            return
+        names = self.jobs.names
+        texts = [f"{names[i]} {ERROR_LOST} 0.00 0.00 0.00 0 {LOST_PRODUCT}" for i in indexes]
+        self.made_results += self.results.add(indexes, texts, line_prefix(node.name))
+        self._count_new(node, [text.partition(" ") for text in texts])
 
     def _requeue(self, node: NodeInfo, front: bool) -> None:
         back: list[str] = []
@@ -767,6 +811,11 @@ class RunState:
             if offsets[i] < 0:
                 back.append(name)
         node.held.clear()
+        if back and self.options.no_reschedule:
+            # The node may have run them, or be running them still: never run twice.
+            index = self.jobs.index
+            self._report_lost(node, [index[name] for name in back])
+            return
         if front:
             self.front.extendleft(reversed(back))
         else:
@@ -903,8 +952,9 @@ class RunState:
             if batch:
                 node.last_batch_at = now
                 return batch
-        if not self.settings.speculate_tail or req.pending > 0 or req.running >= node.slots:
-            return []
+        if (not self.settings.speculate_tail or self.options.no_reschedule
+                or req.pending > 0 or req.running >= node.slots):
+            return []  # (a no_reschedule run's job is never run twice: no tail copies)
         free = node.slots - req.running
         if policy.capped:
             free = min(free, want)  # copies count against the caps too

@@ -29,13 +29,14 @@ tells the master which its build did not make (the ``unbuilt`` request header of
 :mod:`cluster.wire.protocol`).  Optional: empty or absent, the line is not written and
 nothing is checked after the build (job.start files of other runs are unchanged).
 
-``max_result_bytes`` and ``job_timeout`` (issue 23, sweep runs only; absent or 0 in other
-runs, and then not written): the bytes of result files one sweep task may send (master.conf's
-``max_result_bytes``: the node fails a task over it, :mod:`cluster.node.sweepresults`), and
-the seconds a node lets one job of this run run before it kills it, instead of its own
-``job_timeout`` (the sweep's ``timeout`` plus GNU timeout's grace and a margin:
-:func:`cluster.jobs.sweepjobs.node_job_timeout`), so a node never cuts a task before the
-sweep's own timeout does.
+``max_result_bytes`` (issue 23, sweep runs only; absent or 0 in other runs, and then not
+written): the bytes of result files one sweep task may send (master.conf's
+``max_result_bytes``: the node fails a task over it, :mod:`cluster.node.sweepresults`).
+``job_timeout`` (absent or 0: not written): the seconds a node lets one job of this run
+run before it kills it, instead of its own ``job_timeout``: the run's ``task_timeout``
+(issue 25, any run), else, in a sweep run, the sweep's ``timeout`` plus GNU timeout's grace
+and a margin (:func:`cluster.jobs.sweepjobs.node_job_timeout`), so a node never cuts a task
+before the sweep's own timeout does.
 
 ``sweep_results`` (issue 23, sweep runs only): the sweep's ``[results]``, which the node
 takes from each task's folder when its job has ended (:mod:`cluster.node.sweepresults`):
@@ -67,8 +68,9 @@ RESULT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 STREAM_SOURCES = ("stdout", "stderr")
 #: The most results a sweep run may name.
 MAX_SWEEP_RESULTS = 256
-#: The largest ``job_timeout`` a job.start may give: a sweep's timeout is at most 7 days.
-MAX_JOB_TIMEOUT = 8 * 24 * 3600.0
+#: The largest ``job_timeout`` a job.start may give: a sweep's timeout is at most 7 days, a
+#: run's ``task_timeout`` (issue 25) at most 30.
+MAX_JOB_TIMEOUT = 31 * 24 * 3600.0
 #: A program a job calls as ``__bin__/<name>`` (what cluster.node.noderun finds in a job).
 PROGRAM = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 #: The most programs a run may name (a run of every product names four).
