@@ -399,7 +399,9 @@ class NodeRun:
         now on is readable by all but its secrets (umask 022: the corpus mirror, the
         builds, the run folders), ``work_dir`` and ``work_dir/runs`` can be entered, and
         the folders above must let the account through (ClusterError naming the one that
-        does not).  Processes of the account an earlier run left are killed."""
+        does not).  A Python or node code the account cannot reach is warned of (only
+        ``__python__`` jobs need them).  Processes of the account an earlier run left are
+        killed."""
         assert self.account is not None
         os.umask(0o022)
         work.mkdir(parents=True, exist_ok=True)
@@ -413,6 +415,15 @@ class NodeRun:
                 f"{os.stat(blocked).st_mode & 0o7777:04o}), above work_dir {work}: its "
                 "jobs could not reach their inputs; let others search it (chmod o+x) or "
                 "put work_dir elsewhere")
+        for what, folder in (("Python", Path(sys.executable).parent),
+                             ("node code", REPO_ROOT)):
+            blocked = jobuser.blocked_folder(folder, self.account)
+            if blocked is not None:
+                # Only the jobs calling __python__ (bmpcmp's) need them: said, not refused.
+                log.warning("node %s: job_user %s cannot enter %s, so it cannot use the "
+                            "node's %s in %s: jobs calling %s (bmpcmp) will fail; install "
+                            "them where others may enter", self.name, self.account.name,
+                            blocked, what, folder, PYTHON)
         killed = jobuser.kill_leftovers(self.account)
         if killed:
             log.warning("node %s: killed %d process(es) of %s an earlier run left",
