@@ -23,6 +23,7 @@ import configparser
 import dataclasses
 import math
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,8 @@ NODE = "node"
 #: The values of the node key ``transport``, the default first.
 TRANSPORTS = ("local", "ssh")
 DEFAULT_TRANSPORT = TRANSPORTS[0]
+#: What ``job_user`` may be: a portable POSIX account name (useradd's default rule).
+ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 BOTH = "both"  # keys a master and its nodes must agree on; allowed in either section
 
 
@@ -333,6 +336,14 @@ class Config:
                              "clusterpull.py fetches the node code the master publishes "
                              "(node-code/ in its home) when its manifest changed, and starts "
                              "run.py from that copy")
+    job_user: str = _opt("", NODE, "account",
+                         "when the node runs as root, every job runs as this account (a "
+                         "system account with no login: bootstrap_node.py makes it), with "
+                         "umask 077 and HOME and TMPDIR in a folder of its own; its "
+                         "processes left at the end of a run are killed, so it serves one "
+                         "node; empty = jobs run as the node's own account (as root: they "
+                         "can read node.conf and the node's keys); ignored when the node "
+                         "is not root")
     work_dir: Path = _opt(Path("node-work"), NODE, "directory",
                           "the node's own directory: source, build, temp, logs")
     slots: int = _opt(0, NODE, "jobs", "jobs run at once; 0 = the CPU count", high=4096)
@@ -531,6 +542,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError("transport", cfg.transport, " or ".join(map(repr, TRANSPORTS)))
     if cfg.node_name and not datatypes.valid_node_name(cfg.node_name):
         raise ConfigError("node_name", cfg.node_name, "letters, digits, '.', '_' or '-' (max 64)")
+    if cfg.job_user and not ACCOUNT_NAME.fullmatch(cfg.job_user):
+        raise ConfigError("job_user", cfg.job_user, "an account name (a lower-case letter or "
+                          "'_', then up to 31 of a-z 0-9 _ -), or empty")
     if cfg.slots < 0:
         raise ConfigError("slots", cfg.slots, "0 (CPU count) or a positive integer")
     for f in dataclasses.fields(Config):

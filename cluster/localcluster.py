@@ -424,6 +424,9 @@ class LocalCluster:
                 "[master]\nhome = .\n\n"
                 f"[node]\nmaster_home = .\nslots = {slots}\n")
         self.conf_path.write_text(text, encoding="utf-8")
+        # The nodes' configuration too: their own account's alone (a job run as job_user
+        # must not read it: cluster.node.jobuser).
+        os.chmod(self.conf_path, 0o600)
         return self.config()
 
     def config(self) -> Config:

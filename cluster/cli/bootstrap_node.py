@@ -6,6 +6,7 @@ Usage: bootstrap_node.py HOST --name NODE [--user U] [--key K] [--port P]
                          [--master-port P] [--master-key FILE | --send-master-key LOCAL]
                          [--master-known-hosts FILE | --send-master-known-hosts LOCAL]
                          [--transport ssh|local] [--node-set KEY=VALUE]...
+                         [--job-user NAME]
                          [--restrict [--node-public-key FILE] [--authorized-keys FILE]]
                          [--config FILE] [--home DIR] [--set KEY=VALUE]...
 
@@ -22,6 +23,13 @@ directions of ssh are involved:
   (``--master-key``, ``--master-known-hosts``), or local files to upload there
   (``--send-master-key`` -> REMOTE_DIR/master_key, mode 0600; ``--send-master-known-hosts``
   -> REMOTE_DIR/known_hosts).  ``--node-set KEY=VALUE`` adds any other [node] key.
+
+When the node's account is root, its jobs run as ``--job-user`` (default ``cluster-job``):
+the bootstrap makes it a system account with no login (``useradd --system
+--no-create-home --shell /usr/sbin/nologin``) unless it exists, and writes ``job_user`` into
+node.conf; the account must be able to enter REMOTE_DIR, so give a root node ``--dir
+/opt/cluster-node`` (root's home is closed to others).  ``--job-user ''`` keeps jobs as
+root.  node.conf is written mode 0600.
 
 Steps (cluster/node/bootstrap.py): connect and run ``true``; list missing tools (gs,
 mutool, make, md5sum, rsync, crontab, python3 and the Python modules the node code
@@ -103,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
                        "holding the master's key (a path on the node)")
     known.add_argument("--send-master-known-hosts", type=Path, help="a local known_hosts "
                        "file to upload for the node")
+    p.add_argument("--job-user", default=bootstrap.DEFAULT_JOB_USER, metavar="NAME",
+                   help="on a root node, the account its jobs run as, made if missing "
+                        "(default %(default)s; '' = jobs run as root)")
     p.add_argument("--node-set", action="append", default=[], metavar="KEY=VALUE",
                    help="another [node] key for node.conf")
     p.add_argument("--restrict", action="store_true", help="limit the node's key to the node "
@@ -124,6 +135,9 @@ def _settings(args: argparse.Namespace) -> NodeSettings:
         home = str(common.load_config(args).home.resolve())
     if not posixpath.isabs(home):
         raise ConfigError("--master-home", home, "an absolute path on the master")
+    if args.job_user and not config.ACCOUNT_NAME.fullmatch(args.job_user):
+        raise ConfigError("--job-user", args.job_user, "an account name (a lower-case letter "
+                          "or '_', then up to 31 of a-z 0-9 _ -), or ''")
     extra = config.parse_overrides(args.node_set)
     table = {name for name, _ in config.Config.__dataclass_fields__.items()}
     for name in extra:
@@ -238,5 +252,5 @@ def main(argv: list[str] | None = None) -> int:
     job = Bootstrap(target, settings, remote_dir=args.remote_dir, python=args.python,
                     upload_key=args.send_master_key,
                     upload_known_hosts=args.send_master_known_hosts, timeout=args.timeout,
-                    out=lambda line: print(line, flush=True))
+                    out=lambda line: print(line, flush=True), job_user=args.job_user)
     return job.run().exit_code

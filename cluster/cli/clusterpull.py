@@ -32,6 +32,10 @@ whatever run waits at any priority, and exits 0 when nothing was wanted of it fo
 ephemeral_idle seconds or the resource file says every priority is idle or finished (at
 once, before its first heartbeat, when it says so at start), 3 when connect_retries
 heartbeats in a row failed (connect_retry_delay apart), 2 for a usage error (no name).
+
+Run as root with a job_user set (node.conf), the node runs every job as that account
+(cluster.node.jobuser); when it does not exist clusterpull.py says so, naming it and how to
+make it, and exits 2 at once: it never runs jobs as root in its stead.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from cluster.cli import common
 from cluster.config import Config
 from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import AlreadyRunning, ClusterError
-from cluster.node import caps, ephemeral, liveness
+from cluster.node import caps, ephemeral, jobuser, liveness
 from cluster.node.pull import ClusterPull
 from cluster.node.transports import make_transport
 from cluster.runtime import fsutil
@@ -122,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.install_cron or args.remove_cron:
         # Before the log and work_dir set-up: managing the crontab must not create them.
         return _manage_cron(args, cfg)
+    if not _job_account_usable(cfg):
+        return EXIT_USAGE
     if args.ephemeral:
         return _ephemeral(args, cfg)
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +156,18 @@ def main(argv: list[str] | None = None) -> int:
                 return EXIT_OK
             logging.getLogger("cluster.pull").warning("%s", said)
     return EXIT_OK
+
+
+def _job_account_usable(cfg: Config) -> bool:
+    """Whether the jobs' account can be used (:mod:`cluster.node.jobuser`); when not (the
+    node is root and job_user does not exist), the error is printed, naming the account
+    and how to make it: a root node never falls back to running jobs as root."""
+    try:
+        jobuser.job_account(cfg.job_user)
+    except ClusterError as exc:
+        print(f"clusterpull.py: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _ephemeral(args: argparse.Namespace, cfg: Config) -> int:

@@ -12,19 +12,29 @@ with dummy ssh command.  Success -> copy client to slave using scp and try to st
 2. **tools**: which of :data:`TOOLS` and of the Python modules the node code imports
    (:func:`cluster.node.code.third_party_modules`) the host lacks.  Missing tools are
    listed and the node is still set up (its caps tell the master what it cannot do); a
-   missing Python or module stops the bootstrap before step 5 (exit 1), because clusterpull
+   missing Python or module stops the bootstrap before step 6 (exit 1), because clusterpull
    could not run;
 3. **the node code** (:func:`cluster.node.code.node_files`) into ``REMOTE_DIR``: files whose
    md5 differs from the copy there (one remote Python command hashes them all; without
    Python, size and mtime are compared, as rsync does) are uploaded with
    :func:`cluster.runtime.ssh.put_atomic` (a reader never sees a part; times and modes
    kept), and modules under ``REMOTE_DIR/cluster`` that left the set are deleted;
-4. **``REMOTE_DIR/node.conf``** (and the key and known_hosts file for the node's own
-   connection to the master, when given to upload): written only if its text differs;
-5. **the crontab entry**: ``<python> REMOTE_DIR/clusterpull.py --config REMOTE_DIR/node.conf
+4. **the job account** (issue 25): when the node's account is root, ``job_user`` (default
+   :data:`DEFAULT_JOB_USER`, ``--job-user``; a ``--node-set job_user=...`` wins) is made a
+   system account with no login unless it exists
+   (:func:`cluster.node.jobuser.ensure_command`), and node.conf names it, so every job runs
+   as that account; the account must be able to enter ``REMOTE_DIR`` (its jobs use the
+   node code and the work folder there: root's own home, mode 0700, is no place for it;
+   give ``--dir /opt/cluster-node``), else the step fails saying so.  ``job_user`` ''
+   makes none and writes none (jobs run as root), and a node account that is not root
+   needs none (jobs run as it);
+5. **``REMOTE_DIR/node.conf``** (mode 0600: only the node's account reads it; and the
+   key and known_hosts file for the node's own connection to the master, when given to
+   upload): written only if its text differs;
+6. **the crontab entry**: ``<python> REMOTE_DIR/clusterpull.py --config REMOTE_DIR/node.conf
    --install-cron``, which is idempotent (:mod:`cluster.cron`); it counts as a change when
    ``crontab -l`` differs afterwards;
-6. **send_caps** once, and its capability line printed.
+7. **send_caps** once, and its capability line printed.
 
 Every step says what it changed; when nothing changed the last line says so, and a second
 run against a node that is set up writes nothing (no file, no crontab).
@@ -47,9 +57,10 @@ from pathlib import Path
 
 import paramiko
 
+from cluster import config
 from cluster.defaults import EXIT_FAILED, EXIT_OK, REPO_ROOT
 from cluster.errors import ClusterError, SshError
-from cluster.node import code
+from cluster.node import code, jobuser
 from cluster.runtime import ssh
 from cluster.runtime.ssh import SshTarget
 
@@ -77,6 +88,10 @@ TOOLS = ("gs", "mutool", "make", "md5sum", "rsync", "crontab")
 DEFAULT_DIR = "cluster-node"
 #: node.conf's work_dir, relative to node.conf's directory (the config loader's rule).
 WORK_DIR = "work"
+#: The account a root node's jobs run as unless told otherwise (``--job-user``).
+DEFAULT_JOB_USER = "cluster-job"
+#: node.conf's mode: it names the node's key and the master; no one else reads it.
+CONF_MODE = 0o600
 #: Names in REMOTE_DIR of the files uploaded for the node's own ssh to the master.
 UPLOADED_KEY = "master_key"
 UPLOADED_KNOWN_HOSTS = "known_hosts"
@@ -169,9 +184,12 @@ class Bootstrap:
                  remote_dir: str = DEFAULT_DIR, repo_root: Path = REPO_ROOT,
                  python: str = "python3", upload_key: Path | None = None,
                  upload_known_hosts: Path | None = None, timeout: float = 15.0,
-                 out: Callable[[str], None] = print) -> None:
+                 out: Callable[[str], None] = print,
+                 job_user: str = DEFAULT_JOB_USER) -> None:
         self.target = target
         self.settings = settings
+        #: The job account for a root node: a --node-set job_user wins over job_user.
+        self.job_user = dict(settings.extra).get("job_user", job_user)
         self.remote_dir = remote_dir
         self.repo_root = Path(repo_root)
         self.python = python
@@ -197,6 +215,7 @@ class Bootstrap:
                          f"directory {outcome.remote_dir}")
                 python_ok = self._check_tools(client)
                 self._copy_code(client, sftp, python_ok)
+                self._job_account(client)
                 self._write_config(sftp)
                 if not python_ok:
                     raise StepFailed(f"{self.python} or its modules are missing on the host: "
@@ -337,6 +356,45 @@ class Bootstrap:
             ssh.put_atomic(sftp, local, remote)
         return True
 
+    def _job_account(self, client: paramiko.SSHClient) -> None:
+        """Step 4: on a root node, make the job account unless it exists and name it in
+        node.conf (:attr:`settings`); else say why there is none."""
+        _, out, _ = self._run(client, "id -u", "asking for the node account's uid")
+        if out.strip() != "0":
+            self.out(f"job account: none; the node's account (uid {out.strip()}) is not "
+                     "root, so its jobs run as that account")
+            return
+        name = self.job_user
+        if not name:
+            self.out("job account: none (job_user is empty); the node runs as root and so do "
+                     "its jobs")
+            return
+        if not config.ACCOUNT_NAME.fullmatch(name):
+            raise StepFailed(f"job_user {name!r}: expected an account name (a lower-case "
+                             "letter or '_', then up to 31 of a-z 0-9 _ -)")
+        status, _, _ = self._run(client, f"id -u {shlex.quote(name)}",
+                                 "looking for the job account", check=False)
+        if status != 0:
+            self._run(client, jobuser.ensure_command(name), "making the job account")
+            self.outcome.changed.append(f"job account {name}")
+            self.out(f"job account: {name} made (system account, no login)")
+        else:
+            self.out(f"job account: {name} exists")
+        where = self.outcome.remote_dir
+        status, _, err = self._run(client, shlex.join(["runuser", "-u", name, "--", "test",
+                                                       "-x", where]),
+                                   "checking that the job account reaches the node's "
+                                   "directory", check=False)
+        if status != 0:
+            why = err.strip() or "no search permission on it or on a folder above it"
+            raise StepFailed(f"job account {name} cannot enter {where} ({why}): its jobs "
+                             "need the node code and work folder there; give --dir a "
+                             "folder others may enter (e.g. /opt/cluster-node), or chmod "
+                             "o+x the folders above it")
+        if "job_user" not in dict(self.settings.extra):
+            self.settings = dataclasses.replace(
+                self.settings, extra=(*self.settings.extra, ("job_user", name)))
+
     def _write_config(self, sftp: paramiko.SFTPClient) -> None:
         outcome = self.outcome
         settings = self.settings
@@ -351,7 +409,8 @@ class Bootstrap:
             else:
                 self.out(f"{name}: unchanged")
             settings = _replace(settings, key, posixpath.join(outcome.remote_dir, name))
-        if self._put_if_different(sftp, settings.conf_text().encode(), "node.conf", 0o644):
+        if self._put_if_different(sftp, settings.conf_text().encode(), "node.conf",
+                                  CONF_MODE):
             outcome.changed.append("node.conf")
             self.out("node.conf: written")
         else:

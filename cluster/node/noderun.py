@@ -29,7 +29,12 @@ The node reads job.start, then talks to the master on base_port + priority:
   no node's did: :mod:`cluster.master.runstate`).
 * JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
   (:mod:`cluster.node.slots`); one running longer than ``job_timeout`` seconds is killed as a
-  whole tree (SIGHUP, then SIGKILL).
+  whole tree (SIGHUP, then SIGKILL).  A node running as root with ``job_user`` set runs
+  them as that account (:mod:`cluster.node.jobuser`): the run's ``temp`` folder is the
+  account's, each slot has a folder of its own in ``runs/<id>/homes/``, and every process
+  of the account is killed at the start and the end of the run and before its UPLOAD.  The
+  node reads what a job wrote never through a link (``O_NOFOLLOW``, regular files only),
+  as it may be root.  The BUILD still runs as the node's account.
 * Results are classified as they finish (readlog rules) and sent back with the next call;
   a call is made as soon as results wait longer than ``report_interval``, when the local
   queue falls below one job per slot (so the node never idles between batches), and at
@@ -105,13 +110,14 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from cluster import nodekeys
 from cluster.bmpcmp import DROPPED_NOTE, SET_FILE
@@ -129,7 +135,7 @@ from cluster.defaults import (
 )
 from cluster.errors import ClusterError, MasterUnreachable, ProtocolError, TransportError
 from cluster.home import suffixed
-from cluster.node import buildcmd, buildlog, buildtree, readlog, sweepresults, workdir
+from cluster.node import buildcmd, buildlog, buildtree, jobuser, readlog, sweepresults, workdir
 from cluster.node.buildcmd import BuildPlan
 from cluster.node.slots import Finished, SlotPool
 from cluster.node.transport import Transport, read_node_key
@@ -175,6 +181,9 @@ RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
 #: What a job writes in the temp folder beside its name: its log, the md5sum output of its
 #: raster, and (product shell) its raw output, whose md5 is its result.
 JOB_LOG, JOB_MD5, JOB_OUT = ".log", ".md5", ".out"
+#: The run folder's folder of the slots' own folders (their HOME and TMPDIR) when jobs run
+#: as job_user (:mod:`cluster.node.slots`).
+SLOT_HOMES = "homes"
 #: Where a sweep run's result bundles go in the run's folder on the master.
 BUNDLE_DIR = "results/incoming"
 #: Bytes of bmpcmp images one node uploads per run (ARTIFEX.md §5.7: checkSize.pl, 10 MB).
@@ -304,6 +313,9 @@ class NodeRun:
         self.in_use = workdir.UseHold()  # the key of the build this run uses, held
         #: A sweep run's results waiting to be sent (set by _prepare; None in other runs).
         self.outbox: sweepresults.Outbox | None = None
+        #: The account jobs run as (job_user, the node being root), None for the node's own
+        #: (set by _prepare: :mod:`cluster.node.jobuser`).
+        self.account: jobuser.JobAccount | None = None
 
     # ------------------------------------------------------------------ setup
     def stop(self) -> None:
@@ -320,10 +332,21 @@ class NodeRun:
         if not SAFE_PATH.fullmatch(str(work)):
             raise ClusterError(f"work_dir {work} must be a path of [A-Za-z0-9_./+,@%=:-] "
                                "(it is pasted into shell commands)")
+        self.account = jobuser.job_account(self.cfg.job_user)
+        if self.account is not None:
+            self._open_for_jobs(work)
+        elif os.geteuid() == 0:
+            log.warning("node %s runs as root and job_user is empty: its jobs run as root "
+                        "and can read node.conf and the node's keys; set job_user "
+                        "(docs/security.md)", self.name)
         self.instance = node_instance(work)
         self.run_dir = work / "runs" / start.id
         self.temp = self.run_dir / "temp"
         self.temp.mkdir(parents=True, exist_ok=True)
+        if self.account is not None:
+            # Where jobs write what the node collects; the run folder above stays root's.
+            jobuser.give_folder(self.temp, self.account)
+            (self.run_dir / SLOT_HOMES).mkdir(exist_ok=True)
         # A node killed in this run before (it rejoins) may have left temporary files.
         fsutil.remove_dead_temps(self.run_dir, recursive=True)
         key = build_key(start)
@@ -367,8 +390,44 @@ class NodeRun:
         if self.built:
             self._check_programs(start.programs)
         self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
-                             self.cfg.kill_grace, clock=self.clock.monotonic)
+                             self.cfg.kill_grace, clock=self.clock.monotonic,
+                             account=self.account, homes=self.run_dir / SLOT_HOMES)
         return start
+
+    def _open_for_jobs(self, work: Path) -> None:
+        """The node is root and its jobs run as :attr:`account`: what the node makes from
+        now on is readable by all but its secrets (umask 022: the corpus mirror, the
+        builds, the run folders), ``work_dir`` and ``work_dir/runs`` can be entered, and
+        the folders above must let the account through (ClusterError naming the one that
+        does not).  A Python or node code the account cannot reach is warned of (only
+        ``__python__`` jobs need them).  Processes of the account an earlier run left are
+        killed."""
+        assert self.account is not None
+        os.umask(0o022)
+        work.mkdir(parents=True, exist_ok=True)
+        for folder in (work, work / "runs"):
+            folder.mkdir(exist_ok=True)
+            os.chmod(folder, os.stat(folder).st_mode | 0o711)
+        blocked = jobuser.blocked_folder(work, self.account)
+        if blocked is not None:
+            raise ClusterError(
+                f"job_user {self.account.name} cannot enter {blocked} (mode "
+                f"{os.stat(blocked).st_mode & 0o7777:04o}), above work_dir {work}: its "
+                "jobs could not reach their inputs; let others search it (chmod o+x) or "
+                "put work_dir elsewhere")
+        for what, folder in (("Python", Path(sys.executable).parent),
+                             ("node code", REPO_ROOT)):
+            blocked = jobuser.blocked_folder(folder, self.account)
+            if blocked is not None:
+                # Only the jobs calling __python__ (bmpcmp's) need them: said, not refused.
+                log.warning("node %s: job_user %s cannot enter %s, so it cannot use the "
+                            "node's %s in %s: jobs calling %s (bmpcmp) will fail; install "
+                            "them where others may enter", self.name, self.account.name,
+                            blocked, what, folder, PYTHON)
+        killed = jobuser.kill_leftovers(self.account)
+        if killed:
+            log.warning("node %s: killed %d process(es) of %s an earlier run left",
+                        self.name, killed, self.account.name)
 
     def _node_key(self) -> bytes:
         """This node's own key, read through the transport (:func:`read_node_key`)."""
@@ -399,7 +458,23 @@ class NodeRun:
             return self._loop()
         finally:
             self.pool.close()
+            self._end_jobs()
             self.node_log.close()
+
+    def _end_jobs(self) -> None:
+        """Kill every process of the job account left (a job's background child, a
+        ``setsid``) and remove the slots' folders; nothing when jobs run as the node's own
+        account (then the slots' sessions, killed with the pool, were all of them)."""
+        if self.account is None:
+            return
+        killed = jobuser.kill_leftovers(self.account)
+        if killed:
+            log.warning("node %s: killed %d process(es) of %s left at the end of the run",
+                        self.name, killed, self.account.name)
+            with contextlib.suppress(OSError, ValueError):
+                self.node_log.write(f"node {self.name}: killed {killed} process(es) of "
+                                    f"{self.account.name} left by the run's jobs\n")
+        jobuser.remove_folder(self.run_dir / SLOT_HOMES)
 
     def _loop(self) -> int:
         while True:
@@ -892,6 +967,9 @@ class NodeRun:
 
     def _do_upload(self) -> None:
         self.node_log.flush()
+        if self.account is not None:
+            # Nothing of a job may change what is uploaded while it is read.
+            jobuser.kill_leftovers(self.account)
         self._upload_bmpcmp()
         self._upload_logs(strict=True)
 
@@ -905,12 +983,15 @@ class NodeRun:
         """
         assert self.start is not None
         folder = self.temp / BMPCMP_DIR
-        if not folder.is_dir():
+        # A job made this folder and its files: a link to elsewhere is never followed (the
+        # node may be root, and a job's link could point at the node's secrets).
+        if folder.is_symlink() or not folder.is_dir():
             return
         groups: dict[str, list[Path]] = {}
         for path in sorted(folder.iterdir()):
             # A bmpcmp job killed mid-write leaves a temporary file: never uploaded.
-            if path.is_file() and not fsutil.TEMP_NAME.fullmatch(path.name):
+            if (path.is_file() and not path.is_symlink()
+                    and not fsutil.TEMP_NAME.fullmatch(path.name)):
                 m = SET_FILE.fullmatch(path.name)
                 groups.setdefault(m.group("stem") if m else path.name, []).append(path)
         dest = f"runs/{self.start.id}/{BMPCMP_DIR}"
@@ -981,6 +1062,8 @@ class NodeRun:
                 return False
         try:
             sweepresults.prepare_task(self.temp / job.name, self.sweep_entries)
+            if self.account is not None:
+                jobuser.give_folder(self.temp / job.name, self.account)
         except OSError as exc:
             self.queue.appendleft(job)
             self._cannot_run(f"cannot make the folder of task {job.name}: {exc}")
@@ -1246,25 +1329,47 @@ def _read_from(path: Path, offset: int) -> str:
         return fh.read(BUILD_LOG_READ_LIMIT).decode("utf-8", errors="replace")
 
 
-def _read_and_remove(path: str) -> str:
-    """The text of a job's file, which is then removed ("" if there is none)."""
+def _open_job_file(path: str) -> IO[bytes] | None:
+    """A file a job wrote, opened for reading; None when there is none, or when it is a
+    link or not a regular file (then it is removed: the node, maybe root, never reads
+    through a job's link, which could point at its secrets)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
+        return None
+    except OSError:  # ELOOP: a link
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def _read_and_remove(path: str) -> str:
+    """The text of a job's file, which is then removed ("" if there is none, or it is not
+    a regular file: :func:`_open_job_file`)."""
+    fh = _open_job_file(path)
+    if fh is None:
         return ""
+    with fh:
+        data = fh.read()
     os.unlink(path)
     return data.decode("utf-8", errors="replace")
 
 
 def _md5_and_remove(path: str) -> str | None:
-    """The md5 of a job's raw output file, which is then removed (None if there is none)."""
+    """The md5 of a job's raw output file, which is then removed (None if there is none,
+    or it is not a regular file: :func:`_open_job_file`)."""
     digest = hashlib.md5(usedforsecurity=False)
-    try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-    except FileNotFoundError:
+    fh = _open_job_file(path)
+    if fh is None:
         return None
+    with fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
     os.unlink(path)
     return digest.hexdigest()

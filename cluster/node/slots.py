@@ -30,6 +30,12 @@ lines on its stdin and writes its events on a fourth descriptor (3), which neith
 It does keep proc's rules: its own session (``setsid``), and its group killed as a whole
 with :func:`cluster.runtime.proc.kill_tree`.
 
+A pool given a job account (:mod:`cluster.node.jobuser`: the node runs as root) starts its
+shells through :mod:`subprocess` instead, which can change the uid before the exec
+(posix_spawn cannot): as that account, umask 077, ``HOME``, ``TMPDIR`` and the working
+directory a folder of the slot's own, made afresh for each shell and removed with it; the
+same shell otherwise (:func:`_spawn_shell_as`).  That costs a fork per shell, not per job.
+
 A timed-out job gets SIGHUP to its whole process tree (run.pl's ``ps -ef`` walk, here
 psutil), then after ``kill_grace`` SIGKILL to the slot's whole process group, which also
 catches anything re-parented; the slot then gets a fresh shell.  If the job ends on the
@@ -55,13 +61,17 @@ import os
 import select
 import shlex
 import signal
+import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
+from cluster.node import jobuser
+from cluster.node.jobuser import JobAccount
 from cluster.records import Job
 from cluster.runtime import proc
 
@@ -93,24 +103,38 @@ class Finished:
 
 class Slot:
     """One persistent shell and the jobs sent to it (``sent``: the first runs, or is about
-    to; the others wait in the shell's input)."""
+    to; the others wait in the shell's input).
 
-    def __init__(self, index: int, env: Mapping[str, str]) -> None:
+    With ``account`` (:mod:`cluster.node.jobuser`) the shell runs as that account, in its
+    own folder ``homes/slot<n>`` (made here, the account's, 0700; ``HOME``, ``TMPDIR`` and
+    the working directory; removed by :meth:`close`)."""
+
+    def __init__(self, index: int, env: Mapping[str, str],
+                 account: JobAccount | None = None, homes: Path | None = None) -> None:
         self.index = index
         # Its number, 1-based, for the jobs it runs (a sweep's {%}: cluster.sweep.expand).
         env = {**env, SLOT_VARIABLE: str(index + 1)}
+        self.home: Path | None = None
+        self.child: subprocess.Popen[bytes] | None = None  # the shell, when run as account
         cmd_r, cmd_w = os.pipe()
         status_r, status_w = os.pipe()
         try:
-            # SIGXFSZ back to its default (Python ignores it, and an ignored signal stays
-            # ignored in every child): a sweep task's file-size limit stops its writer.
-            self.pid = os.posix_spawn("/bin/sh", ["sh", "-s"], env, setsid=True,
-                                      setsigdef=(signal.SIGXFSZ,), file_actions=[
-                (os.POSIX_SPAWN_DUP2, cmd_r, 0),
-                (os.POSIX_SPAWN_DUP2, status_w, 3),
-                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-            ])
+            if account is None:
+                self.pid = _spawn_shell(env, cmd_r, status_w)
+            else:
+                if homes is None:
+                    raise ValueError("a slot run as a job account needs its homes folder")
+                self.home = homes / f"slot{index + 1}"
+                jobuser.remove_folder(self.home)  # a fresh one: nothing of an earlier job
+                jobuser.give_folder(self.home, account)
+                env = {**env, "HOME": str(self.home), "TMPDIR": str(self.home)}
+                self.child = _spawn_shell_as(account, self.home, env, cmd_r, status_w)
+                self.pid = self.child.pid
+                os.write(cmd_w, _ACCOUNT_PRELUDE)  # an empty pipe: never blocks
+        except BaseException:
+            os.close(cmd_w)
+            os.close(status_r)
+            raise
         finally:
             os.close(cmd_r)
             os.close(status_w)
@@ -176,25 +200,75 @@ class Slot:
             except OSError:
                 pass
         self.kill_group(signal.SIGKILL)
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        if self.child is not None:
+            self.child.wait()
+        else:
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+        if self.home is not None:
+            jobuser.remove_folder(self.home)
+
+
+#: The first line a slot shell started as a job account reads: SIGPIPE ignored again
+#: (subprocess restores its default, posix_spawn leaves Python's "ignored", and the jobs
+#: have always run with it ignored), the status pipe (its stdout) moved to descriptor 3 and
+#: stdout to /dev/null: the same shell :func:`_spawn_shell` starts.
+_ACCOUNT_PRELUDE = b"trap '' PIPE; exec 3>&1 >/dev/null\n"
+
+
+def _spawn_shell(env: Mapping[str, str], cmd_r: int, status_w: int) -> int:
+    """A slot shell as the node's own account: its pid."""
+    # SIGXFSZ back to its default (Python ignores it, and an ignored signal stays ignored
+    # in every child): a sweep task's file-size limit stops its writer.
+    return os.posix_spawn("/bin/sh", ["sh", "-s"], env, setsid=True,
+                          setsigdef=(signal.SIGXFSZ,), file_actions=[
+        (os.POSIX_SPAWN_DUP2, cmd_r, 0),
+        (os.POSIX_SPAWN_DUP2, status_w, 3),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+    ])
+
+
+def _spawn_shell_as(account: JobAccount, home: Path, env: Mapping[str, str], cmd_r: int,
+                    status_w: int) -> subprocess.Popen[bytes]:
+    """A slot shell as ``account`` in ``home``.
+
+    posix_spawn cannot change the uid, so subprocess starts it (setgroups, setgid, setuid
+    and umask 077 in the child: :meth:`JobAccount.popen_args`), with its own session and
+    SIGXFSZ at its default (``restore_signals``, which resets SIGPIPE too: the prelude
+    ignores it again).  The status pipe arrives as stdout; :data:`_ACCOUNT_PRELUDE`,
+    written before any job, moves it to descriptor 3.
+    """
+    child = subprocess.Popen(["/bin/sh", "-s"], stdin=cmd_r, stdout=status_w,
+                             stderr=subprocess.DEVNULL, env=dict(env), cwd=home,
+                             start_new_session=True, restore_signals=True, close_fds=True,
+                             **account.popen_args())
+    return child
 
 
 class SlotPool:
     """``count`` slots running jobs with a per-job timeout.  ``clock`` times the jobs (the
-    caller's clock: the ``now`` it passes to :meth:`start` and :meth:`check_timeouts`)."""
+    caller's clock: the ``now`` it passes to :meth:`start` and :meth:`check_timeouts`).
+    With ``account`` every slot's shell runs as that account, its own folder in ``homes``
+    (:class:`Slot`)."""
 
     def __init__(self, count: int, env: Mapping[str, str], timeout: float,
-                 kill_grace: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 kill_grace: float, clock: Callable[[], float] = time.monotonic, *,
+                 account: JobAccount | None = None, homes: Path | None = None) -> None:
         self.env = dict(env)
         self.timeout = timeout
         self.kill_grace = kill_grace
         self.clock = clock
-        self.slots = [Slot(i, self.env) for i in range(count)]
+        self.account = account
+        self.homes = homes
+        self.slots = [self._new_slot(i) for i in range(count)]
         self.by_fd = {s.status_fd: s for s in self.slots}
         self.returned: list[Job] = []
+
+    def _new_slot(self, index: int) -> Slot:
+        return Slot(index, self.env, self.account, self.homes)
 
     def free(self) -> int:
         """How many more jobs the slots take now (up to :data:`DEPTH` each)."""
@@ -320,7 +394,7 @@ class SlotPool:
     def _replace(self, slot: Slot) -> None:
         slot.close()
         del self.by_fd[slot.status_fd]
-        fresh = Slot(slot.index, self.env)
+        fresh = self._new_slot(slot.index)
         self.slots[slot.index] = fresh
         self.by_fd[fresh.status_fd] = fresh
 

@@ -14,6 +14,7 @@ tests/e2e/test_cron.py does, and every entry is tagged with the temporary direct
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -24,11 +25,12 @@ import pytest
 
 from cluster import config
 from cluster.cron import TAG_PREFIX
-from cluster.node import bootstrap, code
+from cluster.node import bootstrap, code, jobuser
 from cluster.node.bootstrap import Bootstrap, NodeSettings
 from cluster.runtime.ssh import SshTarget
 from cluster.runtime.sshd import PrivateSshd
 from tests.helpers import REPO, free_port
+from tests.jobaccount import ACCOUNT, searchable
 
 #: One worker runs every test that writes a real crontab (xdist's loadgroup).
 pytestmark = pytest.mark.xdist_group("crontab")
@@ -75,7 +77,10 @@ def _argv(sshd: PrivateSshd, remote: Path, *extra: str) -> list[str]:
             "--port", str(sshd.port), "--key", str(sshd.client_key),
             "--known-hosts", str(sshd.known_hosts), "--dir", str(remote),
             "--python", sys.executable, "--master-host", "master.example",
-            "--master-home", "/srv/cluster home", "--master-user", "regression", *extra]
+            "--master-home", "/srv/cluster home", "--master-user", "regression",
+            # This machine's root is the node's account: no job account unless a test
+            # asks for one (test_a_root_node_gets_its_job_account...).
+            "--job-user", "", *extra]
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -154,7 +159,7 @@ def test_only_changed_modules_travel_and_stale_ones_go(sshd: PrivateSshd, tmp_pa
     def once() -> bootstrap.Outcome:
         lines.clear()
         return Bootstrap(target, settings, remote_dir=str(remote), repo_root=repo,
-                         python=sys.executable, out=lines.append).run()
+                         python=sys.executable, out=lines.append, job_user="").run()
 
     assert once().exit_code == 0, lines
     (repo / "cluster/node/caps.py").write_text((repo / "cluster/node/caps.py").read_text()
@@ -209,9 +214,50 @@ def test_each_ssh_failure_says_which_it_is(sshd: PrivateSshd, tmp_path: Path) ->
 
 def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
     for extra in (["--master-home", "relative/home"], ["--node-set", "no_such_key=1"],
+                  ["--job-user", "Not An Account", "--master-home", "/h"],
                   ["--name", "bad name!", "--master-home", "/h"]):
         argv = [sys.executable, str(REPO / "bootstrap_node.py"), "127.0.0.1", "--name", "n1",
                 *extra]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
                               env={**os.environ, "HOME": str(tmp_path)})
         assert done.returncode == 2, (extra, done.stdout, done.stderr)
+
+
+def test_a_root_node_gets_its_job_account_made_once_and_named_in_node_conf(
+        sshd: PrivateSshd, tmp_path: Path, user_crontab: str) -> None:
+    """As root on the node, bootstrap_node.py makes --job-user a system account with no
+    login unless it exists, names it in node.conf (mode 0600), changes nothing the second
+    time, and refuses a REMOTE_DIR the account cannot enter."""
+    try:
+        pwd.getpwnam(ACCOUNT)
+        existed = True
+    except KeyError:
+        existed = False
+    try:
+        with searchable(tmp_path):
+            remote = tmp_path / "node"
+            argv = _argv(sshd, remote, "--job-user", ACCOUNT)
+            first = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+            assert first.returncode == 0, first.stdout + first.stderr
+            made = f"job account: {ACCOUNT} " + ("exists" if existed else
+                                                 "made (system account, no login)")
+            assert made in first.stdout
+            entry = pwd.getpwnam(ACCOUNT)
+            assert entry.pw_shell == jobuser.NOLOGIN and 0 < entry.pw_uid < 1000
+            assert config.load(remote / "node.conf").job_user == ACCOUNT
+            assert (remote / "node.conf").stat().st_mode & 0o777 == bootstrap.CONF_MODE
+            second = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+            assert second.returncode == 0, second.stdout + second.stderr
+            assert f"job account: {ACCOUNT} exists" in second.stdout
+            assert second.stdout.splitlines()[-1] == ("nothing changed: the node was "
+                                                      "already set up")
+            closed = tmp_path / "closed"
+            closed.mkdir(mode=0o700)
+            third = subprocess.run(_argv(sshd, closed / "node", "--job-user", ACCOUNT),
+                                   capture_output=True, text=True, timeout=TIMEOUT)
+            assert third.returncode == 1, third.stdout + third.stderr
+            assert f"job account {ACCOUNT} cannot enter {closed / 'node'}" in third.stdout
+            assert not (closed / "node" / "node.conf").exists()
+    finally:
+        if not existed:
+            subprocess.run(["userdel", ACCOUNT], capture_output=True, timeout=60)

@@ -69,7 +69,9 @@ def bootstrap(mh: MultiHost, node_sshd: PrivateSshd, remote_dir: Path,
             "--master-port", str(mh.sshd.port),
             "--send-master-key", str(key or mh.sshd.client_key),
             "--send-master-known-hosts", str(mh.sshd.known_hosts),
-            "--config", str(mh.cluster.conf_path), "--node-set", "slots=1", *extra]
+            "--config", str(mh.cluster.conf_path), "--node-set", "slots=1",
+            # Jobs as the node's account, root (job_user's own test: test_job_user.py).
+            "--job-user", "", *extra]
     for name, value in mh.node_settings().items():
         argv += ["--node-set", f"{name}={value}"]
     done = mh.topo.master.run(argv, timeout=600)

@@ -1,0 +1,60 @@
+"""A real job account for the tests of jobs run as ``job_user`` (cluster.node.jobuser).
+
+:func:`made_account` makes :data:`ACCOUNT` with the command bootstrap_node.py uses when it
+is missing, and removes it afterwards only if it made it; every process of it left is
+killed first.  :func:`searchable` lets that account through a folder and those above it
+(pytest's temporary folders are 0700) and puts their modes back afterwards.  Both need
+root, as a node that drops to job_user does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from cluster.node import jobuser
+from cluster.node.jobuser import JobAccount
+
+#: The tests' job account: a name no real setup uses.
+ACCOUNT = "rcjobtest"
+
+
+@contextlib.contextmanager
+def made_account() -> Iterator[JobAccount]:
+    made = False
+    try:
+        pwd.getpwnam(ACCOUNT)
+    except KeyError:
+        subprocess.run(jobuser.useradd_argv(ACCOUNT), check=True, capture_output=True,
+                       timeout=60)
+        made = True
+    account = jobuser.job_account(ACCOUNT)
+    assert account is not None, "the tests of the job account run as root"
+    try:
+        yield account
+    finally:
+        jobuser.kill_leftovers(account)
+        if made:
+            subprocess.run(["userdel", ACCOUNT], check=False, capture_output=True, timeout=60)
+
+
+@contextlib.contextmanager
+def searchable(folder: Path) -> Iterator[None]:
+    """``folder`` and every folder above it searchable by others (o+x) meanwhile."""
+    folder = Path(os.path.abspath(folder))
+    changed: list[tuple[Path, int]] = []
+    try:
+        for path in [folder, *folder.parents]:
+            mode = os.stat(path).st_mode & 0o7777
+            if not mode & 0o001:
+                os.chmod(path, mode | 0o001)
+                changed.append((path, mode))
+        yield
+    finally:
+        for path, mode in changed:
+            with contextlib.suppress(OSError):
+                os.chmod(path, mode)
