@@ -162,6 +162,16 @@ log = logging.getLogger("cluster.node")
 
 #: The signals that make run.py leave its run cleanly (see :attr:`NodeRun.stop_flag`).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: Signals that stop a whole process tree from outside (a batch system's scancel or time
+#: limit signals every process of its job; SIGKILL comes ``KillWait`` later): a job ended by
+#: one of them, not by this node's hand, may be the first sign of the node's own stop.
+OUTSIDE_STOP_SIGNALS = (*STOP_SIGNALS, signal.SIGKILL)
+#: How long the end of such a job waits for the node's own stop signal before it counts as
+#: a result [seconds].  The signals of one stop reach every process of the tree in one
+#: sweep, the node's jobs first as often as not: the node's follows within milliseconds.
+STOP_SETTLE = 1.0
+#: How often that wait looks at the stop flag [seconds].
+STOP_SETTLE_POLL = 0.05
 #: ABORT reasons (prefixes) after which this node must not join the same run again.
 FINAL_ABORTS = ("run complete", "unsuitable", "wrong job id", "run aborted", "dropped")
 #: ABORT reasons, matched whole, that are *not* final although they start with one of
@@ -201,6 +211,16 @@ _CANNOT_RUN = re.compile(r"^(?:\S*time: cannot run .*|Command exited with non-ze
                          r"(?:command )?not found)$", re.M)
 #: The binaries a job line names in the node's build (``__bin__/<name>``).
 _BIN_NAME = re.compile(re.escape(BIN) + r"/([A-Za-z0-9_.+-]+)")
+
+
+def cut_from_outside(done: Finished) -> bool:
+    """Whether the job ``done`` ended the way a stop signal sent to the node's whole process
+    tree ends one, not by this node's hand: its slot's shell died (no exit status), or its
+    status is 128 + one of :data:`OUTSIDE_STOP_SIGNALS`."""
+    if done.killed:
+        return False
+    status = done.exit_status
+    return status is None or status - 128 in OUTSIDE_STOP_SIGNALS
 
 
 class BuildFailed(ClusterError):
@@ -1168,10 +1188,23 @@ class NodeRun:
             self.queue.appendleft(job)
             self.counters.started -= 1
 
+    def _stopping(self, done: Finished) -> bool:
+        """Whether the node is being stopped.  A job :func:`cut_from_outside` may have been
+        signalled a moment before this process (a batch system signals every process of
+        its job, in no set order): then the node waits up to :data:`STOP_SETTLE` for its
+        own stop signal before the job's end counts as a result (issue 24: a pilot ended by
+        its time limit reported its cut job as error 10)."""
+        if self.stop_flag.is_set() or not cut_from_outside(done):
+            return self.stop_flag.is_set()
+        deadline = self.clock.monotonic() + STOP_SETTLE
+        while not self.stop_flag.is_set() and self.clock.monotonic() < deadline:
+            self.clock.sleep(STOP_SETTLE_POLL)
+        return self.stop_flag.is_set()
+
     def _finish(self, done: Finished) -> None:
         name = done.job.name
         base = f"{self.temp}/{name}"
-        if self.stop_flag.is_set():
+        if self._stopping(done):
             # The node is being stopped, and the signal that stops it (a batch system's
             # scancel signals every process of the job) may have cut this job too, even
             # if its shell went on: its result says nothing sure of the test.  None is

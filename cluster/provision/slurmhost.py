@@ -8,8 +8,10 @@ needs it):
   number asked for, two free ports for slurmctld and slurmd), munge authentication through
   the private socket, no cgroups (``proctrack/linuxproc``), ``select/cons_tres`` so jobs
   share the node by cores, the scheduler tuned for latency
-  (``batch_sched_delay=0,sched_interval=1``: a job starts within about a second), and
-  ``RequeueExit=3`` (an ephemeral node that lost its master exits 3 and is started again);
+  (``batch_sched_delay=0,sched_interval=1``: a job starts within about a second),
+  ``RequeueExit=3`` (an ephemeral node that lost its master exits 3 and is started again)
+  and ``KillWait=5`` (a job cancelled or past its time limit is SIGKILLed 5 s after its
+  SIGTERM, not Slurm's 30: a pilot that does not leave frees its CPUs soon);
 * ``munge/munge.key`` (0400, made once) and munged's pid, seed and log files; munged's
   socket alone lives in a fresh folder under ``/tmp`` (``munge-*``, 0755, removed by
   :meth:`PrivateSlurm.stop`), because munged requires every folder above its socket to be
@@ -59,6 +61,9 @@ SQUEUE = "squeue"
 PARTITION = "main"
 #: Memory the node claims [MB]: must not exceed the host's (slurmd would drain the node).
 REAL_MEMORY_MB = 1000
+#: How long a job's processes have after Slurm's SIGTERM (scancel, the time limit) before
+#: its SIGKILL: slurm.conf's ``KillWait`` (Slurm's default is 30) [seconds].
+KILL_WAIT = 5
 #: How long a daemon has after SIGTERM before SIGKILL [seconds].
 STOP_GRACE = 5.0
 #: How long a Slurm command run by this helper may take [seconds].
@@ -190,6 +195,8 @@ class PrivateSlurm:
             # The node's CPUs are what this file says, even more than the host has.
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
+            # SIGKILL 5 s after a job's SIGTERM (scancel, its time limit), not 30.
+            f"KillWait={KILL_WAIT}",
             # An ephemeral node exits 3 when its master is gone: Slurm starts it again.
             "RequeueExit=3",
             f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} "

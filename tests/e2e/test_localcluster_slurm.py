@@ -18,7 +18,9 @@ import pytest
 from cluster.report.tab import read_tab
 from tests.helpers import CORPUS, REPO, free_port
 
-pytestmark = pytest.mark.e2e
+# One worker runs the Slurm modules one after the other (each starts a private Slurm
+# and its pilots; tests/e2e/test_slurm_master_loss.py measures timings).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("slurm")]
 
 
 def _localcluster(home: Path, corpus: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,9 @@ from cluster.runtime import proc
 from tests.helpers import CORPUS, FAST, free_port, slow_demo_tree, wait_for
 from tests.multihost import journal_machines
 
-pytestmark = pytest.mark.e2e
+# One worker runs the Slurm modules one after the other (each starts a private Slurm
+# and its pilots; tests/e2e/test_slurm_master_loss.py measures timings).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("slurm")]
 
 RUN_TIMEOUT = 240.0
 

@@ -1,0 +1,102 @@
+"""A job cut by the signal that stops the whole node (a batch system's time limit or scancel
+signals every process of the Slurm job, the node's jobs first as often as not) is given
+back, not reported, even when its end is read a moment before the node's own signal
+arrives: the node waits up to STOP_SETTLE for it.  A job that ended by itself is reported
+at once (issue 24: a pilot ended by its time limit reported a held job as error 10)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from cluster import config
+from cluster.node.noderun import (
+    JOB_LOG,
+    JOB_MD5,
+    STOP_SETTLE,
+    NodeRun,
+    cut_from_outside,
+)
+from cluster.node.slots import Finished
+from cluster.node.transport import LocalTransport
+from cluster.records import Job
+from cluster.runtime.clock import FakeClock
+
+JOB = Job("t1.ps.ppmraw.72.0", "__temp__/t1.log", "true")
+
+
+@pytest.mark.parametrize("status, killed, cut", [
+    (None, False, True),  # its slot's shell died
+    (128 + signal.SIGTERM, False, True),
+    (128 + signal.SIGKILL, False, True),
+    (128 + signal.SIGHUP, False, True),
+    (128 + signal.SIGINT, False, True),
+    (0, False, False),
+    (1, False, False),
+    (128 + signal.SIGSEGV, False, False),  # the program crashed: a result
+    (128 + signal.SIGHUP, True, False),  # the node's own timeout kill
+])
+def test_which_ends_look_cut_from_outside(status: int | None, killed: bool, cut: bool) -> None:
+    assert cut_from_outside(Finished(JOB, status, killed)) is cut
+
+
+class SignalAfter(FakeClock):
+    """A clock on which the node's stop signal arrives after ``delay`` seconds of sleep."""
+
+    def __init__(self, run: list[NodeRun], delay: float | None) -> None:
+        super().__init__()
+        self.run = run
+        self.delay = delay
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if self.delay is not None and sum(self.sleeps) >= self.delay:
+            self.run[0].stop()
+
+
+class _NullLog:
+    """The node's run log, unread here."""
+
+    def write(self, text: str) -> None:
+        pass
+
+
+def _node(tmp_path: Path, delay: float | None) -> tuple[NodeRun, SignalAfter]:
+    """A node in a run, its job JOB ended with its log and md5 files in its temp folder."""
+    cfg = config.load(None, {"node_name": "n1", "work_dir": str(tmp_path / "work"),
+                             "master_home": str(tmp_path / "home")})
+    holder: list[NodeRun] = []
+    clock = SignalAfter(holder, delay)
+    node = NodeRun(cfg, LocalTransport(tmp_path / "home"), 0, "", clock=clock)
+    holder.append(node)
+    node.temp = tmp_path / "temp"
+    node.temp.mkdir()
+    node.node_log = _NullLog()  # type: ignore[assignment]
+    node.tests = tmp_path / "tests"  # the corpus mirror an error result is checked against
+    for suffix in (JOB_LOG, JOB_MD5):
+        (node.temp / f"{JOB.name}{suffix}").write_text("cut\n")
+    return node, clock
+
+
+def test_a_cut_job_whose_nodes_stop_signal_follows_is_given_back(tmp_path: Path) -> None:
+    node, clock = _node(tmp_path, delay=0.2)
+    node._finish(Finished(JOB, None, False))
+    assert node.unsent == []  # given back with the leaving call, not reported
+    assert not list(node.temp.iterdir())  # its files removed
+    assert 0.2 <= sum(clock.sleeps) <= STOP_SETTLE
+
+
+def test_a_cut_job_without_a_stop_is_reported_after_the_settle(tmp_path: Path) -> None:
+    node, clock = _node(tmp_path, delay=None)
+    node._finish(Finished(JOB, 128 + signal.SIGTERM, False))
+    assert [r.name for r in node.unsent] == [JOB.name]
+    assert STOP_SETTLE <= sum(clock.sleeps) <= STOP_SETTLE + 0.1  # bounded
+
+
+def test_a_job_that_ended_by_itself_is_reported_at_once(tmp_path: Path) -> None:
+    node, clock = _node(tmp_path, delay=0.0)
+    node._finish(Finished(JOB, 1, False))
+    assert [r.name for r in node.unsent] == [JOB.name]
+    assert clock.sleeps == []
