@@ -704,7 +704,7 @@ class NodeRun:
             log.error("node %s: master unreachable after %d tries: %s", self.name,
                       self.consecutive_failures, exc)
             return NODE_EXIT_UNREACHABLE
-        log.warning("node %s: call to master failed (%s); retrying in %.0f s", self.name,
+        log.warning("node %s: call to master failed (%s); retrying in %g s", self.name,
                     exc, self.cfg.connect_retry_delay)
         self.next_contact = now + self.cfg.connect_retry_delay
         return None
