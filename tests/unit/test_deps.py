@@ -261,3 +261,17 @@ def test_holding_all_writes_no_queue_when_the_block_fails(home: Home) -> None:
         held[0].add(spec("user bob gs"))
         held[2].add(spec("auto nightly gs"))
     assert all_queued(home) == {0: ["user bob gs"], 1: [], 2: ["auto nightly gs"]}
+
+
+def test_a_run_leaving_one_queue_wakes_the_priorities_whose_runs_may_wait_for_it(
+        home: Home) -> None:
+    from cluster.triggers.discovery import WorkWatcher
+
+    QueueFile.for_priority(home, 1).append(spec("auto A gs name=A"))
+    QueueFile.for_priority(home, 1).append(spec("auto X gs"))
+    QueueFile.for_priority(home, 2).append(spec("auto B gs after=A"))
+    watcher = WorkWatcher(home)
+    assert watcher() == []
+    QueueFile.for_priority(home, 1).remove(spec("auto A gs name=A"))  # A ended
+    assert sorted(watcher()) == [1, 2]  # 0 has no run: not woken
+    assert watcher() == []
