@@ -25,6 +25,8 @@ Layout of a home::
     runs/<id>/           working files of a run (uploaded node logs, a user run's source
                          snapshot runs/<id>/source/<tree>)
     archive/<id>/        a finished run: .tab, report, logs
+    names/<name>         the latest ended run named <name> (name=): its id and outcome,
+                         for other runs' after= (cluster/deps.py)
     tables/              the previous result table of each stream (baselines)
     users/<user>/<tree>/ trees pushed by clusterpush, with their droppings:
                          cluster_command.run, or the legacy gs.run / ghostscript.run
@@ -133,6 +135,11 @@ class Home:
     @property
     def archive(self) -> Path:
         return self.root / "archive"
+
+    @property
+    def run_names(self) -> Path:
+        """``names/``: per run name (``name=``), the latest ended run of that name."""
+        return self.root / "names"
 
     @property
     def tables(self) -> Path:

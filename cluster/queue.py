@@ -74,7 +74,7 @@ import stat
 import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -621,13 +621,46 @@ class QueueFile:
         logger.info("%s: removed %s", self.path, spec)
         return True
 
+    def promote(self, spec: RunSpec) -> bool:
+        """Move the first line equal to ``spec`` before every other run, so it is the queue's
+        head (a run whose dependencies are met passing runs that wait, cluster.deps); the
+        other lines keep their order.  False when ``spec`` is not queued."""
+        with self._transaction(exclusive=True) as entries:
+            runs = [i for i, e in enumerate(entries) if e.spec is not None]
+            found = next((i for i in runs if entries[i].spec == spec), None)
+            if found is None:
+                return False
+            if found == runs[0]:
+                return True
+            entries.insert(runs[0], entries.pop(found))
+            self._rewrite(entries)
+        logger.info("%s: %s moved to the head (the runs before it wait)", self.path, spec)
+        return True
+
+    @contextlib.contextmanager
+    def holding(self, *, locked: bool = False) -> Iterator[Held]:
+        """Hold the queue's exclusive lock for a block: ``held.runs`` are its queued runs,
+        ``held.add(spec)`` queues one more at the end.  The added runs are written when the
+        block ends, and only if it ends without an exception.  ``locked``: the caller holds
+        the lock already (:func:`holding_all`)."""
+        with self._transaction(exclusive=True, lock=not locked) as entries:
+            held = Held([e.spec for e in entries if e.spec is not None])
+            yield held
+            if held.added:
+                entries.extend(_Entry.of(s) for s in held.added)
+                self._rewrite(entries)
+        for spec in held.added:
+            logger.info("%s: queued %s", self.path, spec)
+
     # --- internals ------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _transaction(self, *, exclusive: bool) -> Iterator[list[_Entry]]:
-        """Hold the lock and yield the file's entries; the file stays open for the block
-        (a rewrite copies long lines from it)."""
+    def _transaction(self, *, exclusive: bool, lock: bool = True) -> Iterator[list[_Entry]]:
+        """Hold the lock (unless ``lock`` is False: the caller holds it) and yield the
+        file's entries; the file stays open for the block (a rewrite copies long lines
+        from it)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with pathlock.locked(self.lock_path, shared=not exclusive):
+        with pathlock.locked(self.lock_path, shared=not exclusive) if lock else \
+                contextlib.nullcontext():
             if exclusive:
                 self._migrate()
             try:
@@ -836,6 +869,32 @@ class QueueFile:
             else:
                 path.unlink(missing_ok=True)
         return {line: kept[d] for line, d in digests.items()}
+
+
+@dataclass
+class Held:
+    """A queue held by :meth:`QueueFile.holding`: its runs, and the runs to add."""
+
+    runs: list[RunSpec]
+    added: list[RunSpec] = field(default_factory=list)
+
+    def add(self, spec: RunSpec) -> None:
+        self.added.append(spec)
+
+
+@contextlib.contextmanager
+def holding_all(queues: list[QueueFile]) -> Iterator[list[Held]]:
+    """Hold several queues of one home at once (their locks share the home's directory
+    lock: nesting :meth:`QueueFile.holding` would deadlock): one :class:`Held` per queue,
+    in the order given.  Their added runs are written when the block ends without an
+    exception, and none of them otherwise (a graph of runs queued all or none)."""
+    if not queues:
+        yield []
+        return
+    queues[0].path.parent.mkdir(parents=True, exist_ok=True)
+    with pathlock.locked_together([q.lock_path for q in queues]), \
+            contextlib.ExitStack() as stack:
+        yield [stack.enter_context(q.holding(locked=True)) for q in queues]
 
 
 def _running_index(runs: list[tuple[int, RunSpec]], running: RunSpec | None,

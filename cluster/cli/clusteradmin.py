@@ -36,6 +36,11 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   clusterpull's) with its schedule and next time (local
                                   time, as cron); a schedule with jobs but no entry is
                                   listed as not installed
+  dag FILE                        queue a graph of runs at once, all or none: one run per
+                                  line as a queue line, with name= and after= and an
+                                  optional priority=N (default: user 0, git 1, auto 2);
+                                  a cycle, a name given twice or an after= naming no run
+                                  is refused, naming it (docs/runoptions.md section 5)
 
 RUN is a run id (as stat, info and the reports show it), a waiting run's p<priority>:<n>
 (its place in queue <priority>, from stat), or its queue line in quotes
@@ -46,8 +51,9 @@ follow it.
 Exit status: 0 done (for stop --wait: the run ended as stopped, or completed first);
 1 an unknown run, node or test, a crontab that could not be read, or a stop --wait that
 timed out (the message names it);
-2 bad usage or configuration; 3 stop --wait: the run ended otherwise before the stop took
-effect (failed, timed out, lost its nodes), which its last line says.
+2 bad usage or configuration, or a refused .dag file (nothing queued); 3 stop --wait: the
+run ended otherwise before the stop took effect (failed, timed out, lost its nodes), which
+its last line says.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
 from cluster.master import groups
+from cluster.triggers import dag
 
 PROG = progname.prog("clusteradmin.py")
 
@@ -122,7 +129,21 @@ def _parser() -> argparse.ArgumentParser:
     command("history", "the runs in which a test changed", json_option=True).add_argument(
         "test", metavar="TEST")
     command("cron", "the scheduled entries and their next times", json_option=True)
+    command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
+        "file", metavar="FILE", type=Path)
     return parser
+
+
+def _dag(home: Home, path: Path) -> int:
+    try:
+        runs = dag.read_dag(path)
+        dag.queue_dag(home, runs)
+    except dag.DagError as exc:
+        print(f"{PROG}: {exc}; nothing queued", file=sys.stderr)
+        return EXIT_USAGE
+    for run in runs:
+        print(f"queued at priority {run.priority}: {run.spec.line()}")
+    return EXIT_OK
 
 
 def _print(data: Any, as_json: bool, text: Callable[[Any], list[str]]) -> None:
@@ -208,6 +229,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
                 print("nothing runs or waits")
         case "group":
             return _group(home, args, as_json)
+        case "dag":
+            return _dag(home, args.file)
         case "node":
             if args.action == "disable":
                 print(admin.disable_node(home, args.name, admin.who_am_i(), args.reason))

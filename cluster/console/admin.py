@@ -142,6 +142,8 @@ def format_stat(data: JSON) -> list[str]:
             lines.append(f"    {run['id']:<24} {run['line']}"
                          + ("  (running)" if run["running"] else
                             f"  queued {_when(run['queued'], now)}"))
+            if run.get("waits"):  # its after= runs, or the run a bmpcmp compares
+                lines.append(f"      {run['waits']}")
     n = data["nodes"]
     lines.append(f"nodes: {n['total']} ({n['up']} up, {n['down']} down, {n['disabled']} "
                  f"disabled; {n['in_a_run']} in a run)")

@@ -14,7 +14,7 @@ Schema of :func:`snapshot` (version 1; keys may be added, never renamed)::
 
     {"version": 1, "now": <epoch>, "master": "<hostname>",
      "queues": [{"priority": 0, "runs": [{"line", "kind", "who", "products", "queued",
-                 "running", "id", "options"}]}],
+                 "running", "id", "options", "waits"}]}],
      "running": [<live.json dict> + "elapsed", "state", "stop_requested", "status"],
      "nodes": [{"name", "caps", "status", "last_heard", "down_since", "disabled", "run",
                 "done", "errors", "timeouts", "down", "disabled_reason"}],
@@ -30,6 +30,8 @@ Where the facts come from, and the decisions made:
   auto run's schedule name.  ``id`` is the run id of the running line, else
   ``p<priority>:<position>`` (1-based), the name :func:`run_detail` and ``clusteradmin``
   take for a waiting run.
+* ``waits``: what a waiting run that cannot start waits for (its ``after=`` runs, a bmpcmp
+  run's compared run), or why it leaves its queue; "" otherwise (:func:`cluster.deps.waits`).
 * ``queued``: a queue line carries no time, and the dropping it came from is gone once it
   is queued.  So the time is the queue file's mtime when this process first saw the line:
   a long-running reader (the status server) sees a new line at its next look, right after
@@ -88,7 +90,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from cluster import runoptions
+from cluster import deps, runoptions
 from cluster.config import Config
 from cluster.console import provisioning, sweepdetail
 from cluster.defaults import BMPCMP_DIR, PRIORITIES
@@ -361,6 +363,7 @@ class StatusReader:
 
     def _queues(self, home: Home, starts: dict[int, JobStart]) -> list[JSON]:
         queues: list[JSON] = []
+        by_priority: dict[int, list[RunSpec]] = {}
         for p in PRIORITIES:
             queue = QueueFile.for_priority(home, p)
             try:
@@ -369,6 +372,7 @@ class StatusReader:
                 log.warning("%s: %s", queue.path, exc)
                 read = None
             specs, mtime = read if read is not None else ([], None)
+            by_priority[p] = specs
             start = starts.get(p)
             running_seen = False
             counts: dict[str, int] = {}
@@ -391,6 +395,11 @@ class StatusReader:
                         and counts.get(k[1], 0) < k[2]]:
                 del self._queued[key]
             queues.append({"priority": p, "runs": runs})
+        # What each run that cannot start waits for (after=, bmpcmp; cluster.deps).
+        waiting = deps.waits(home, by_priority)
+        for q in queues:
+            for index, run in enumerate(q["runs"]):
+                run["waits"] = "" if run["running"] else waiting.get((q["priority"], index), "")
         return queues
 
     def _node_files(self, folder: str, name: str, up_mtime: int | None,

@@ -4,7 +4,9 @@ An invocation (:mod:`cluster.master.invocation`) does phase 1 -- the queue scan,
 :data:`cluster.triggers.discovery.DISCOVERERS` -- and phase 2 -- the PID-file dance
 (:mod:`cluster.master.pidfile`) -- and loads this module only when it has work.  Phase 3,
 here: first the end of any run of this priority whose end was cut short
-(:mod:`cluster.master.ending`), then the run at the head of the queue: job.start,
+(:mod:`cluster.master.ending`), then the next run (:mod:`cluster.master.nextrun`: the head
+of the queue, or the first run whose dependencies are met, after dropping those whose
+dependencies failed, each with a report): job.start,
 build.py -> jobs, serve nodes on base_port + priority until every job has a result and
 the nodes have uploaded, or the run is stopped (its user, an admin's
 ``runs/<id>/stop``, a node's build failure, its ``job_timeout`` (default ``max_run_time``),
@@ -49,6 +51,7 @@ from cluster.master import (
     groups,
     journal,
     monitor,
+    nextrun,
     placement,
     resources,
     runlimits,
@@ -166,9 +169,13 @@ class ClusterMaster:
                 return  # the queue waits until this run's end is done
         try:
             self._expire_waiting(self._started())
-            spec = self.queue.head()
-            if spec is not None:
-                self.run(spec, pid)
+            choice = nextrun.look(self.home, self.priority, self.queue)
+            for spec, reason in choice.drop:  # a run it waits for did not end well
+                if self._drop(spec, reason).failed == END_FAILED:
+                    return
+            # Moved to the head first: the head of a queue is its running run.
+            if choice.serve is not None and self.queue.promote(choice.serve):
+                self.run(choice.serve, pid)
         finally:
             # A run ended (or could not start): the resource file says so at once.
             resources.refresh(self.cfg, self.clock)
@@ -350,6 +357,17 @@ class ClusterMaster:
         record = EndRecord.create(self.home.run_dir(start.id), start, Outcome.UNSTARTABLE,
                                   reason)
         return self._end(record)
+
+    def _drop(self, spec: RunSpec, reason: str) -> RunOutcome:
+        """End a queued run that waits for a run that did not end well: a report saying so
+        (mailed), as for a run that cannot start, then dequeue it (cluster.deps)."""
+        start = JobStart(id=new_run_id(self.priority, self.clock), priority=self.priority,
+                         queue=spec.line(), kind=spec.kind, ref=spec.ref,
+                         products=spec.products, tree=spec.tree, source="", build="",
+                         tests="", options=spec.options)
+        log.warning("run %s: %s leaves queue %d: %s", start.id, spec.line(), self.priority,
+                    reason)
+        return self._abandon(start, reason)
 
     def _job_start(self, spec: RunSpec) -> JobStart:
         """Reuse job.start if it describes this queue line (takeover), else write a new one.

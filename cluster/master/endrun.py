@@ -12,7 +12,8 @@
   job.start (no secret) and the lines ``elapsed <s>``, ``outcome <outcome>``, ``nodes <n>``
   (machines that sent results), and, when the report states them, ``differences <d>`` and
   ``errors <e>`` (:class:`cluster.master.finish.Report`): what the console lists of recent
-  runs without reading their tables;
+  runs without reading their tables; a run with a ``name=`` is recorded as the latest
+  ended run of that name (``names/<name>``, :func:`cluster.deps.record_end`);
 * ``tables``: the staged tables replace the old ones (the baseline rotates once);
 * ``cache``: the "seen before" cache is rebuilt after a baseline run;
 * ``mail``: the report is mailed (not for a run queued again);
@@ -37,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster import datatypes
+from cluster import datatypes, deps
 from cluster.config import Config
 from cluster.errors import ClusterError
 from cluster.home import Home
@@ -120,6 +121,8 @@ class RunEnder:
                 finally:
                     held.jobs.close()
                     del held
+            # Before the dequeue: a run's name is never neither queued nor ended (deps).
+            deps.record_end(home, deps.run_name(spec), run_id, outcome.value)
             record.mark(ending.REPORT)
         if not record.is_done(ending.TABLES):
             if outcome.changes_tables:

@@ -37,7 +37,7 @@ from pathlib import Path
 from cluster.config import Config
 from cluster.defaults import EXIT_FAILED, EXIT_OK
 from cluster.home import Home
-from cluster.master import ending
+from cluster.master import ending, nextrun
 from cluster.master.pidfile import PidDecision, PidFile
 from cluster.queue import QueueFile
 from cluster.runtime.clock import Clock, SystemClock
@@ -201,8 +201,8 @@ def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
     try:
         with pid.keep_fresh(cfg.pid_check_interval):
             pending = ending.pending(home, priority)
-            if not pending and queue.head() is None:
-                return EXIT_OK
+            if not pending and not nextrun.look(home, priority, queue).has_work:
+                return EXIT_OK  # nothing queued, or every queued run waits (cluster.deps)
             # Loaded only now, on purpose: see the module's docstring.
             from cluster.master.clustermaster import ClusterMaster
             ClusterMaster(cfg, priority, config_args, clock).work(pid, pending)

@@ -9,7 +9,8 @@ one at once, and two writers run side by side (a queue line appended meanwhile i
    removed (``rmdir`` fails, and ``rm`` does not remove directories), so no deletion of a
    file gives a second locker a fresh lock.  Every lock file of one directory shares this
    lock: holding two of them at once in one process would deadlock, so never nest two
-   :func:`locked` blocks on files of the same directory.
+   :func:`locked` blocks on files of the same directory; :func:`locked_together` holds
+   several of them at once.
 2. ``flock`` on the lock file itself, opened without following a symlink, checked after the
    lock is granted to still be the file at that path (else reopened, at most
    :data:`MAX_REOPEN` times).  On a local file system step 1 alone would do; the file lock
@@ -156,5 +157,30 @@ def locked(path: Path | str, *, shared: bool = False, timeout: float | None = No
         finally:
             os.close(file_fd)
     finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def locked_together(paths: list[Path], *, timeout: float | None = None,
+                    file_mode: int = 0o664) -> Iterator[None]:
+    """Hold the exclusive locks of several lock files of one directory for the block: the
+    directory's lock once, then each file's in the order given (every caller gives them in
+    one order: no deadlock).  ClusterError when they are not all in one directory."""
+    folders = {Path(p).parent for p in paths}
+    if len(folders) != 1:
+        raise ClusterError(f"lock files {', '.join(map(str, paths))} are not in one "
+                           "directory; expected lock files of one directory")
+    folder = folders.pop()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    dir_fd = _lock_directory(folder, False, deadline, Path(paths[0]), timeout)
+    fds: list[int] = []
+    try:
+        for path in paths:
+            fds.append(_lock_file(Path(path), False, deadline, timeout, file_mode))
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
         if dir_fd is not None:
             os.close(dir_fd)

@@ -39,9 +39,10 @@ class WorkWatcher:
     """Tells the supervisor which priorities have new work, from a few stat calls.
 
     A priority has new work when its queue file changed (a run was queued, or the running
-    one finished and was dequeued) and is not empty, or a queue file of an earlier
-    release's name (``queue``, ``queue.1``, ``queue.2``) appeared or changed (the master
-    moves it to the new name), or, for priority 0, when a clusterpush dropping
+    one finished and was dequeued) and is not empty, or when another priority's queue
+    changed and its own is not empty (its runs may wait for that one's), or a queue file
+    of an earlier release's name (``queue``, ``queue.1``, ``queue.2``) appeared or changed
+    (the master moves it to the new name), or, for priority 0, when a clusterpush dropping
     (``cluster_command.run``, or the legacy ``gs.run`` and ``ghostscript.run``) is new or
     was written again.  Call it as ``wakeup()`` -> priorities to start now.
     """
@@ -67,12 +68,19 @@ class WorkWatcher:
 
     def __call__(self) -> list[int]:
         woken: list[int] = []
+        changed = False
         for p in self.priorities:
             sig = self._signature(p)
             if sig != self.seen[p]:
                 self.seen[p] = sig
+                changed = True
                 if sig[0][1] > 0 or sig[1][1] > 0:
                     woken.append(p)
+        if changed:
+            # A run left one queue: a run of another may have waited for it (after=,
+            # cluster.deps), so every priority with queued runs looks again.
+            woken += [p for p in self.priorities if p not in woken
+                      and (self.seen[p][0][1] > 0 or self.seen[p][1][1] > 0)]
         if USER_PRIORITY in self.priorities:
             # Only droppings not seen before (or written again since): one that waits for
             # phase 1 must not start a clustermaster at every poll.
