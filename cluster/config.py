@@ -195,6 +195,22 @@ class Config:
     speculate_tail: bool = _opt(True, MASTER, "flag",
                                 "when no job is left to hand out, give idle nodes copies of "
                                 "jobs still running elsewhere (first result wins)")
+    # --- differences confirmed, indeterminate tests (issue 26; docs/answers.md) --------
+    confirm_differences: bool = _opt(True, MASTER, "flag",
+                                     "before a run reports a test as changed, run it again "
+                                     "(on another node where there is one); a difference "
+                                     "that does not reproduce is reported as indeterminate")
+    confirm_max: int = _opt(50, MASTER, "tests",
+                            "at most this many changed tests of a run are run again; the "
+                            "others are reported as changed, unconfirmed", positive=True,
+                            high=100_000)
+    confirm_timeout: float = _opt(600.0, MASTER, "seconds",
+                                  "longest confirm phase of a run; the tests left are "
+                                  "reported as changed, unconfirmed", high=DAY)
+    indeterminate_keep: int = _opt(2000, MASTER, "records",
+                                   "newest indeterminate-test records kept in "
+                                   "tables/indeterminate.tsv (clusteradmin flaky)",
+                                   positive=True, high=1_000_000)
     build_command: str = _opt("make", MASTER, "shell command",
                               "how a node builds a product tree of no known kind (run in the "
                               "tree's top directory; its binaries are taken from bin/)")

@@ -30,6 +30,8 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   groups=G is served only by its nodes)
   history TEST [--json]           every archived run in which TEST's md5 or error code
                                   changed, newest first, with its commit, user or schedule
+  flaky [--json]                  the tests found indeterminate (a second run gave
+                                  another output), newest first: when, run, nodes, md5s
   cron [--json]                   every scheduled entry of the cluster in this user's
                                   crontab (enqueue_auto's nightly and weekly ones, with the
                                   named runs each queues from auto/<schedule>/<name>/, and
@@ -129,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     command("history", "the runs in which a test changed", json_option=True).add_argument(
         "test", metavar="TEST")
     command("cron", "the scheduled entries and their next times", json_option=True)
+    command("flaky", "the tests found indeterminate, newest first", json_option=True)
     command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
         "file", metavar="FILE", type=Path)
     return parser
@@ -219,6 +222,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
             _print(admin.history(home, args.test), as_json, admin.format_history)
         case "cron":
             _print(cronlist.listing(home), as_json, cronlist.format_listing)
+        case "flaky":
+            _print(admin.flaky(home), as_json, admin.format_flaky)
         case "stop":
             return _stop(home, args)
         case "stopall":

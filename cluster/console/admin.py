@@ -45,6 +45,7 @@ from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
 from cluster.master import abort, groups
 from cluster.queue import QueueFile, RunSpec
+from cluster.report import indeterminate
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
@@ -454,9 +455,29 @@ def _one_line(text: str) -> str:
 
 # ---------------------------------------------------------------------------------- history
 def history(home: Home, test: str) -> JSON:
-    """The runs in which ``test`` changed (:func:`cluster.console.history.history`)."""
+    """The runs in which ``test`` changed (:func:`cluster.console.history.history`), and
+    those in which it was found indeterminate (issue 26: ``tables/indeterminate.tsv``)."""
     changes = test_history.history(home, test)
-    return {"test": test_history.test_id(test), "changes": [c.to_json() for c in changes]}
+    name = test_history.test_id(test)
+    return {"test": name, "changes": [c.to_json() for c in changes],
+            "indeterminate": [f.to_json() for f in indeterminate.read(home.tables)
+                              if f.test == name]}
+
+
+def flaky(home: Home) -> JSON:
+    """The tests found indeterminate (issue 26), newest first: when, in which run, on
+    which nodes, with which digests (``tables/indeterminate.tsv``)."""
+    return {"flaky": [f.to_json() for f in indeterminate.read(home.tables)]}
+
+
+def format_flaky(data: JSON) -> list[str]:
+    found = data["flaky"]
+    if not found:
+        return ["no test has been found indeterminate"]
+    lines = [f"{len(found)} indeterminate finding(s), newest first:"]
+    lines += [f"  {f['when']}  {f['test']}  run {f['run']}  nodes {', '.join(f['nodes'])}"
+              f"  md5s {', '.join(f['digests'])}" for f in found]
+    return lines
 
 
 def format_history(data: JSON) -> list[str]:
@@ -477,4 +498,7 @@ def format_history(data: JSON) -> list[str]:
                      if before[key] != after[key]]
             line += f"  {c['change']}: {', '.join(parts)} (against {c['against']})"
         lines.append(line)
+    for f in data.get("indeterminate", []):
+        lines.append(f"  {f['run']}  indeterminate ({f['when']}): md5s "
+                     f"{', '.join(f['digests'])} on {', '.join(f['nodes'])}")
     return lines

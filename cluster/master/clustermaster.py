@@ -46,6 +46,7 @@ from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
 from cluster.master import (
     abort,
+    confirm,
     ending,
     finish,
     groups,
@@ -301,9 +302,11 @@ class ClusterMaster:
         # file saying so at once (provisioners start nodes for it).
         live.update(state, progress.lost + state.lost)
         resources.refresh(self.cfg, self.clock)
+        # Differences run again before the run ends (issue 26): a second phase, same run.
+        confirming = confirm.ConfirmPhase(self.cfg, home, spec, state, handler, session)
         try:
             ended = self._serve(server, state, jrnl, pid, progress, session.audit, live,
-                                spec)
+                                spec, confirming)
             if ended is None:
                 log.warning("run %s: the PID file is no longer ours; aborting nodes, exiting",
                             run_id)
@@ -322,8 +325,9 @@ class ClusterMaster:
             # The run is over: nodes that call in now learn it and leave.
             self._unlink(home.job_start(p))
             resources.refresh(self.cfg, self.clock)  # finished: no more nodes wanted
-            self._linger(server, state, audit=session.audit)
+            self._linger(server, confirming.state or state, audit=session.audit)
         finally:
+            confirming.close()
             if intake is not None:
                 intake.close()
             jrnl.close()
@@ -609,7 +613,8 @@ class ClusterMaster:
 
     def _serve(self, server: NodeServer, state: RunState, jrnl: journal.Journal,
                pid: PidFile, progress: RunProgress, audit: AuditLog, live: LiveStatus,
-               spec: RunSpec) -> tuple[Outcome, str] | None:
+               spec: RunSpec, confirming: confirm.ConfirmPhase | None = None
+               ) -> tuple[Outcome, str] | None:
         """Serve nodes until the run ends; return how and why (None: another master
         replaced this one, and the run goes on under it).
 
@@ -619,7 +624,9 @@ class ClusterMaster:
         it had some, or more than its ``max_failed_nodes`` lost.  Every progress tick the
         status line and ``live[.p].json`` are rewritten; every ``pid_check_interval`` the
         disabled nodes (``nodes/*.down``) are read again, and the runs waiting behind
-        ``spec`` whose ``queue_timeout`` passed leave the queue.
+        ``spec`` whose ``queue_timeout`` passed leave the queue.  ``confirming``: once
+        every job has a result, the changed tests are run again (its state and journal are
+        served from then on, :mod:`cluster.master.confirm`).
         """
         cfg = self.cfg
         next_tick = next_live = next_pid = 0.0
@@ -628,6 +635,8 @@ class ClusterMaster:
             server.serve_once(LIVENESS_INTERVAL)
             audit.flush()  # one append per iteration, whatever the number of connections
             now = self.clock.monotonic()
+            if confirming is not None:
+                state, jrnl = confirming.serving(state, jrnl, now)
             if now >= next_live:
                 # Often, so a dead node is dropped within heartbeat_timeout plus one poll;
                 # a pass over 1,000 nodes costs a fraction of a millisecond.

@@ -197,7 +197,8 @@ class RunEnder:
                 spec=spec, start=start, state=state, elapsed=record.elapsed,
                 archive=archive, header=header,
                 stage=home.run_dir(start.id) / STAGE_DIR, outcome=record.outcome,
-                reason=record.reason, lost_nodes=record.lost))
+                reason=record.reason, lost_nodes=record.lost,
+                indeterminate_keep=self.cfg.indeterminate_keep))
             nodes = len(state.machines)
         fsutil.atomic_write(archive / "report.txt", made.text)
         fsutil.atomic_write(archive / "run.info", run_info(start, record, nodes, made))

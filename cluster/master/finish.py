@@ -46,6 +46,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
 from cluster.jobs.bmpcmp import BMPCMP_PRODUCTS
 from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
-from cluster.master import sweepend
+from cluster.master import confirm, sweepend
 from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
@@ -64,7 +65,7 @@ from cluster.master.unbuilt import ABSENT
 from cluster.node import buildlog
 from cluster.queue import SWEEP, RunSpec
 from cluster.report import compare as report
-from cluster.report import md5cache, sweepreport, tab, userreport
+from cluster.report import indeterminate, md5cache, sweepreport, tab, userreport
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
@@ -92,6 +93,7 @@ class FinishedRun:
     outcome: Outcome = Outcome.DONE
     reason: str = ""  # why a run that is not DONE ended so
     lost_nodes: tuple[str, ...] = ()  # every node the run lost, across takeovers
+    indeterminate_keep: int = 2000  # records kept of the indeterminate tests (config)
 
 
 @dataclass(frozen=True)
@@ -163,12 +165,18 @@ def finish(home: Home, run: FinishedRun) -> Report:
         changed = vs_push.changed() if vs_push is not None else None
         return Report(text, differences=None if changed is None else len(changed),
                       errors=counted.not_ok)
+    # The changed tests run a second time (issue 26): the indeterminate ones are no change.
+    verdicts = confirm.verdicts(home.run_dir(state.run_id), state.run_id)
+    flaky = indeterminate.indeterminate(verdicts)
     if spec.kind == "user":
         push_path = home.tables / f"user-{spec.ref}.tab"
         previous_push = tab.TabFile(push_path) if push_path.exists() else None
         clean = home.root / spec.tree
         # Each previous table is compared once: the report and changed.lst share it.
         vs_baseline, vs_push = userreport.comparisons(current, baseline, previous_push, seen)
+        vs_baseline = indeterminate.without(vs_baseline, flaky)
+        if vs_push is not None:
+            vs_push = indeterminate.without(vs_push, flaky)
         text = userreport.render_user_report(current, vs_baseline, vs_push, facts,
                                              clean if clean.is_dir() else None,
                                              home.root / run.start.source)
@@ -177,11 +185,40 @@ def finish(home: Home, run: FinishedRun) -> Report:
         stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab,
                      not_run)
     else:
-        against = report.analyse(current, baseline, seen=seen, not_run=not_run)
+        against = indeterminate.without(
+            report.analyse(current, baseline, seen=seen, not_run=not_run), flaky)
         text = report.render(against, current, facts)  # what report.compare does
         stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
                      not_run)
+    text = confirmed_report(home, run, text, facts.header, against, verdicts)
     return Report(text, differences=differences(against), errors=state.errors)
+
+
+def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
+                     against: report.Comparison | None,
+                     verdicts: list[indeterminate.Verdict]) -> str:
+    """``text`` with what the confirm phase found (issue 26): after its header, the line
+    saying the run differs only in tests known to be indeterminate (when it does), then
+    the section on the tests run twice.  The indeterminate ones are added to the record
+    ``tables/indeterminate.tsv``, and every verdict is kept in the archive's
+    ``confirm.tsv`` (the status page and ``clusteradmin history`` read it)."""
+    known = indeterminate.known(home.tables)
+    top = indeterminate.known_only_line(against, known) if against is not None else ""
+    if verdicts:
+        fsutil.atomic_write(run.archive / indeterminate.VERDICTS_NAME,
+                            "".join(v.line() + "\n" for v in verdicts))
+        when = time.time()
+        indeterminate.record(home.tables, [
+            indeterminate.Flaky(when, run.state.run_id, v.test, v.nodes, v.digests)
+            for v in verdicts if v.kind is indeterminate.Kind.INDETERMINATE],
+            run.indeterminate_keep)
+    added = (top + "\n\n" if top else "") + indeterminate.section(verdicts)
+    if not added:
+        return text
+    head = header.rstrip("\n") + "\n\n" if header else ""
+    if not text.startswith(head):
+        head = ""
+    return head + added + text[len(head):]
 
 
 def sweep_table(spec: RunSpec) -> str:

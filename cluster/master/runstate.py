@@ -292,6 +292,13 @@ class RunState:
         #: Journal lines of results the state made itself (a lost node's jobs in a
         #: ``no_reschedule`` run), not yet journaled: :meth:`take_made_results`.
         self.made_results = bytearray()
+        #: Set by the master while it may still run a confirm phase (issue 26,
+        #: :mod:`cluster.master.confirm`): once every job has a result, nodes are told
+        #: CONTINUE, not UPLOAD, and the run is not finished, until the master decides.
+        self.hold_end = False
+        #: True for a confirm phase's state: its jobs run again tests whose output changed,
+        #: and must never be answered from a results cache.
+        self.confirming = False
 
     # ---------------------------------------------------------------- queries
     @property
@@ -326,7 +333,7 @@ class RunState:
         """True when the run is over: aborted, or every result in and every upload done."""
         if self.fatal:
             return True
-        if not self.all_results_in:
+        if not self.all_results_in or self.hold_end:
             return False
         waiting = [n for n in self.nodes.values()
                    if n.ran_jobs and n.state not in (NodeState.DONE, NodeState.GONE)]
@@ -490,6 +497,8 @@ class RunState:
                 self._lease(name, batch)
                 return out(Reply(protocol.JOBS, tuple(self.jobs.lines(batch))))
             return out(Reply(protocol.CONTINUE))
+        if self.hold_end:
+            return out(Reply(protocol.CONTINUE))  # a confirm phase may follow: no upload yet
         if node.ran_jobs and node.state is NodeState.READY:
             node.state = NodeState.UPLOADING  # READY -> UPLOADING
             return out(Reply(protocol.UPLOAD))
@@ -524,6 +533,48 @@ class RunState:
         # list must not be there twice (it would go to two nodes at once).
         if not holders[i] and i < self.cursor and test not in self.front:
             self.front.appendleft(test)
+
+    def adopt_nodes(self, other: RunState) -> None:
+        """A confirm phase's state (issue 26) takes over the nodes of the run's first state
+        ``other`` that have not left it, as they are (built, building), holding nothing of
+        its jobs; its culled and disabled nodes too.  A node adopted keeps its session, so
+        it is not told BUILD again."""
+        for name, node in other.nodes.items():
+            if node.state is NodeState.GONE or node.told_abort:
+                continue
+            copy = dataclasses.replace(node, held={}, working_since=None, capacity=0,
+                                       last_batch_at=None, results=0, errors=0,
+                                       timeouts=0, lacks=frozenset())
+            self.nodes[name] = copy
+            self.slots_known += copy.slots
+        self.culled.update(other.culled)
+        self.disabled = other.disabled
+
+    def prefer_others(self, first: dict[str, str]) -> None:
+        """Job ``test`` is not handed to node ``first[test]`` while a live ready node that
+        is not it is there (a confirm phase runs a difference again on another node where
+        there is one; :meth:`_avoid`).  Every job not yet handed out moves to the front
+        list, the only place that is looked at."""
+        index, numbers = self.jobs.index, self.node_numbers
+        for test, name in first.items():
+            i = index.get(test)
+            if i is not None:
+                self.tried.setdefault(i, set()).add(numbers.setdefault(name, len(numbers)))
+        names, offsets = self.jobs.names, self.results.offsets
+        self.front.extend(names[i] for i in range(self.cursor, len(names)) if offsets[i] < 0)
+        self.cursor = len(names)
+
+    def settle_rest(self, why: str, now: float) -> int:
+        """Every job without a result is not run (a confirm phase given up: ``why``, the
+        pseudo-node its jobs are marked under), so the run ends with what it has; a result
+        that still comes counts.  Returns how many jobs were settled so."""
+        offsets, marks = self.results.offsets, self.not_run
+        indexes = [i for i in range(len(self.jobs)) if offsets[i] < 0 and not marks[i]]
+        if indexes:
+            self.unbuilt.mark_absent(why, indexes)
+        if self.all_results_in and self.all_results_at is None:
+            self.all_results_at = now
+        return len(indexes)
 
     def takes_results_from(self, name: str) -> bool:
         """Whether :meth:`handle` would look at the results of a request from node ``name``
