@@ -371,7 +371,9 @@ function drawRecent(recent) {
     return el("tr", {class: "recent", "data-run": r.run},
       td(clock(r.ended), {class: "nowrap"}), el("td", {}, runLink(r.run)),
       td(r.what, {class: "wrap mono"}), td(r.who), td(duration(r.elapsed)),
-      td(num(r.nodes), {class: "num"}), td(num(r.differences), {class: "num"}),
+      td(num(r.nodes), {class: "num"}),
+      td(num(r.differences) + (r.indeterminate ? " (+" + r.indeterminate +
+         " indeterminate)" : ""), {class: "num", "data-indeterminate": num(r.indeterminate)}),
       td(num(r.errors), {class: "num"}),
       td(r.outcome || "", {class: bad ? "outcome-bad" : ""}),
       el("td", {}, link(links.report, "report", "link-report"), " ",

@@ -19,7 +19,7 @@ Schema of :func:`snapshot` (version 1; keys may be added, never renamed)::
      "nodes": [{"name", "caps", "status", "last_heard", "down_since", "disabled", "run",
                 "done", "errors", "timeouts", "down", "disabled_reason"}],
      "recent": [{"run", "kind", "what", "who", "started", "ended", "elapsed", "outcome",
-                 "nodes", "differences", "errors", "priority",
+                 "nodes", "differences", "errors", "indeterminate", "priority",
                  "links": {"report", "tab", "bmpcmp"}}],
      "status": [{"priority", "line"}],
      "provision": None | {"summary", "jobs", "trouble", "stale", ...}}
@@ -56,7 +56,8 @@ Where the facts come from, and the decisions made:
 * ``recent``: the 20 newest folders of ``archive/`` that hold a ``run.info`` (run ids start
   with their UTC start time, so the name order is the time order).  ``ended`` is
   run.info's mtime (it is written last), ``elapsed`` and ``outcome`` its lines, and
-  ``nodes``, ``differences``, ``errors`` its summary lines when the master wrote them
+  ``nodes``, ``differences``, ``errors``, ``indeterminate`` (tests whose second run gave
+  another output, issue 26) its summary lines when the master wrote them
   (None otherwise: the .tab is never read for the list).  ``bmpcmp`` links the bmpcmp page
   (``bmpcmp/index.html``) of a bmpcmp run, ``tab`` the run's table when it has one.
 
@@ -109,7 +110,7 @@ RECENT = 20
 #: A waiting run's name: ``p<priority>:<position in its queue, from 1>``.
 QUEUED_REF = re.compile(r"p([0-9]+):([1-9][0-9]*)")
 #: run.info's summary lines (written by the master at the end of a run), as integers.
-SUMMARY_KEYS = ("nodes", "differences", "errors")
+SUMMARY_KEYS = ("nodes", "differences", "errors", "indeterminate")
 #: Where a bmpcmp run's page is, inside its archive folder (cluster.master.finish).
 BMPCMP_PAGE = f"{BMPCMP_DIR}/index.html"
 #: Lines of report.txt that run_detail shows of a finished run.

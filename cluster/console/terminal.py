@@ -136,7 +136,8 @@ def render(snap: JSON, columns: int | None = None) -> list[str]:
         lines.append("")
         lines.append("recent runs:")
         for r in recent:
-            counts = ", ".join(f"{r[k]} {k}" for k in ("differences", "errors")
+            counts = ", ".join(f"{r[k]} {k}" for k in ("differences", "indeterminate",
+                                                                 "errors")
                                if r.get(k) is not None)
             lines.append(f"  {_clock(r.get('ended'))} {r['run']} {r.get('what', '')}: "
                          f"{r.get('outcome', '')}, {_span(r.get('elapsed'))}"

@@ -287,8 +287,9 @@ class RunEnder:
 def run_info(start: JobStart, record: EndRecord, nodes: int, made: finish.Report) -> str:
     """The text of ``archive/<id>/run.info``: job.start without its secret, then ``elapsed``,
     ``outcome``, ``reason`` (why a run that is not done ended so, on one line; only when
-    there is one), ``nodes`` and the report's ``differences`` and ``errors`` (each only when
-    the report states it).  JobStart.parse reads it (it skips keys it does not know)."""
+    there is one), ``nodes`` and the report's ``differences``, ``errors`` and
+    ``indeterminate`` (each only when the report states it).  JobStart.parse reads it (it
+    skips keys it does not know)."""
     lines = [f"elapsed {record.elapsed:.1f}", f"outcome {record.outcome.value}"]
     reason = " ".join(record.reason.split())
     if reason:
@@ -298,6 +299,8 @@ def run_info(start: JobStart, record: EndRecord, nodes: int, made: finish.Report
         lines.append(f"differences {made.differences}")
     if made.errors is not None:
         lines.append(f"errors {made.errors}")
+    if made.indeterminate is not None:
+        lines.append(f"indeterminate {made.indeterminate}")
     return start.format() + "\n".join(lines) + "\n"
 
 

@@ -109,6 +109,7 @@ class Report:
     text: str
     differences: int | None = None
     errors: int | None = None
+    indeterminate: int | None = None  # tests whose second run differed (None: none run)
 
 
 def is_bmpcmp(spec: RunSpec) -> bool:
@@ -191,7 +192,8 @@ def finish(home: Home, run: FinishedRun) -> Report:
         stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
                      not_run)
     text = confirmed_report(home, run, text, facts.header, against, verdicts)
-    return Report(text, differences=differences(against), errors=state.errors)
+    return Report(text, differences=differences(against), errors=state.errors,
+                  indeterminate=len(flaky) if verdicts else None)
 
 
 def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,

@@ -75,8 +75,8 @@ class Verdict:
         if len(fields) != 5:
             raise ValueError(f"expected 5 tab-separated fields, got {len(fields)}")
         test, kind, nodes, digests, why = fields
-        return cls(test, Kind(kind), tuple(n for n in nodes.split(",") if n),
-                   tuple(d for d in digests.split(",") if d), why)
+        return cls(test, Kind(kind), digests=tuple(d for d in digests.split(",") if d),
+                   nodes=tuple(n for n in nodes.split(",") if n), why=why)
 
 
 def judge(test: str, baseline: str, first: tuple[str, str],

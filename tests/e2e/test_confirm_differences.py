@@ -103,7 +103,8 @@ def test_a_random_test_is_indeterminate_and_a_real_difference_is_confirmed_elsew
         node = line[len(confirmed):]
         assert node in ("node1", "node2") and node != table[test_id].machine, report
     # run.info counts the two real differences only (the status page shows it).
-    assert "differences 2\n" in (second / "run.info").read_text()
+    info = (second / "run.info").read_text()
+    assert "differences 2\n" in info and "indeterminate 1\n" in info, info
 
     # Recorded: clusteradmin flaky lists it, history shows it.
     listed = admin(cluster, "flaky")
