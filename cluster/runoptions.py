@@ -17,6 +17,7 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     exclude=NODE[,NODE...]        never these nodes
     name=NAME                     the run's name, for ``after=`` of other runs
     after=REF[,REF...]            start only once these runs have ended well (a run id or name)
+    confirm=yes|no                run changed tests again before reporting (issue 26), or not
 
 ``DURATION`` is a number of seconds with at most one suffix ``s``, ``m``, ``h`` or ``d``
 (``90``, ``90s``, ``15m``, ``1.5h``, ``2d``), more than 0 and at most 30 days.  Names
@@ -46,7 +47,8 @@ DURATION_KEYS = ("job_timeout", "queue_timeout", "task_timeout")
 COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances")
 LIST_KEYS = ("groups", "exclude", "after")
 NAME_KEYS = ("name",)
-VALUE_KEYS = DURATION_KEYS + COUNT_KEYS + LIST_KEYS + NAME_KEYS
+YES_NO_KEYS = ("confirm",)
+VALUE_KEYS = DURATION_KEYS + COUNT_KEYS + LIST_KEYS + NAME_KEYS + YES_NO_KEYS
 #: Options that are flags.
 FLAGS = ("exclusive", "no_reschedule", "every_node")
 #: Every per-run option, for messages and for the other modules' lists.
@@ -136,6 +138,9 @@ def check_word(key: str, value: str | None) -> None:
         parse_count(key, value)
     elif key in LIST_KEYS:
         parse_names(key, value)
+    elif key in YES_NO_KEYS:
+        if value not in ("yes", "no"):
+            raise RunOptionError(f"option {key}={value}: expected {key}=yes or {key}=no")
     elif not NAME.fullmatch(value):
         raise RunOptionError(f"option name={value}: expected a run name (letters, digits, "
                              "'.', '_' or '-', starting with a letter or digit, at most 64)")
@@ -174,6 +179,8 @@ class RunOptions:
     exclude: tuple[str, ...] = ()
     name: str = ""
     after: tuple[str, ...] = ()
+    #: ``confirm=yes|no`` (issue 26); None: master.conf's ``confirm_differences``.
+    confirm: bool | None = None
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
     given: tuple[str, ...] = field(default=())
 
@@ -207,7 +214,9 @@ class RunOptions:
                    exclusive="exclusive" in flags, no_reschedule="no_reschedule" in flags,
                    every_node="every_node" in flags, groups=names("groups"),
                    exclude=names("exclude"), name=values.get("name", ""),
-                   after=names("after"), given=tuple(sorted(words)))
+                   after=names("after"),
+                   confirm=None if "confirm" not in values else values["confirm"] == "yes",
+                   given=tuple(sorted(words)))
 
     def placed(self, node: str, node_groups: Iterable[str]) -> bool:
         """Whether node ``node``, a member of ``node_groups``, may take this run's jobs:

@@ -21,7 +21,8 @@ The phase's :class:`RunState` has ``confirming`` set: its jobs are re-runs, neve
 answered from a results cache.
 
 Off for sweep and bmpcmp runs and every_node runs (nothing to confirm against), and when
-``confirm_differences`` is false.
+``confirm_differences`` is false; a run's own ``confirm=yes`` or ``confirm=no``
+(:mod:`cluster.runoptions`) overrides that setting.
 """
 
 from __future__ import annotations
@@ -148,8 +149,9 @@ class ConfirmPhase:
         self.cfg, self.home, self.spec, self.first = cfg, home, spec, first
         self.handler, self.session = handler, session
         self.run_dir = home.run_dir(first.run_id)
-        on = (cfg.confirm_differences and not first.policy.every_node
-              and baseline_table(home, spec) is not None)
+        wanted = first.options.confirm  # the run's confirm=yes|no, else master.conf's
+        on = ((cfg.confirm_differences if wanted is None else wanted)
+              and not first.policy.every_node and baseline_table(home, spec) is not None)
         self.phase = Phase.FIRST if on else Phase.OFF
         first.hold_end = on
         #: The confirm phase's state and journal, once it started.

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
+import pytest
+
 from cluster.config import Config
 from cluster.home import Home
 from cluster.master import confirm
@@ -19,6 +21,7 @@ from cluster.records import Job, JobResult
 from cluster.report import compare, indeterminate
 from cluster.report.indeterminate import Flaky, Kind, Verdict, judge
 from cluster.report.tab import TabRow, write_tab
+from cluster.runoptions import RunOptionError, RunOptions
 from cluster.wire import protocol
 from cluster.wire.protocol import Request
 
@@ -234,3 +237,17 @@ def test_over_the_cap_and_a_phase_given_up_leave_changes_unconfirmed(
     assert [v.kind for v in verdicts] == [Kind.UNCONFIRMED] * 3
     assert "ran out of time" in verdicts[0].why
     assert verdicts[2].why == "over confirm_max (2 tests run again)"
+
+
+def test_a_runs_own_confirm_option_overrides_the_setting(tmp_path: Path) -> None:
+    home, _ = served_run(tmp_path, {"t0.ps": NEW, "t1.ps": OLD, "t2.ps": OLD})
+    off = Config(home=home.root, confirm_differences=False)
+    for words, cfg, expected in ((["confirm=no"], Config(home=home.root), confirm.Phase.OFF),
+                                 (["confirm=yes"], off, confirm.Phase.FIRST),
+                                 ([], off, confirm.Phase.OFF)):
+        state = RunState(RUN, jobs(), 0.0)
+        state.options = RunOptions.of(words, cfg)
+        assert phase(home, state, cfg).phase is expected, words
+        assert state.hold_end is (expected is confirm.Phase.FIRST)
+    with pytest.raises(RunOptionError, match="expected confirm=yes or confirm=no"):
+        RunOptions.of(["confirm=maybe"], off)
