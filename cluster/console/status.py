@@ -99,6 +99,7 @@ from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
 from cluster.master import ending, journal
 from cluster.queue import SWEEP, QueueFile, RunSpec
+from cluster.report import indeterminate
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import JOB_ID
 
@@ -829,7 +830,25 @@ def _finished(folder: Path, run_id: str) -> JSON:
     sweep = sweepdetail.archived(folder)
     if sweep is not None:
         detail["sweep"] = sweep
+    confirmed = _verdicts(folder)
+    if confirmed:
+        detail["confirm"] = confirmed
     return detail
+
+
+def _verdicts(folder: Path) -> list[JSON]:
+    """The verdicts of the tests an archived run ran twice (issue 26: ``confirm.tsv``,
+    at most ``confirm_max`` lines): test, kind (confirmed, indeterminate, unconfirmed),
+    nodes, digests and why."""
+    found: list[JSON] = []
+    for line in (_read_text(folder / indeterminate.VERDICTS_NAME) or "").splitlines():
+        try:
+            v = indeterminate.Verdict.parse(line)
+        except ValueError:
+            continue
+        found.append({"test": v.test, "kind": v.kind.value, "nodes": list(v.nodes),
+                      "digests": list(v.digests), "why": v.why})
+    return found
 
 
 def _tab_rows(path: Path) -> Iterator[tuple[str, int, str]]:
@@ -876,7 +895,8 @@ def run_detail(home: Home, run_id: str) -> JSON:
     ``ending`` (its end steps are being done), ``links``/``report_head`` (finished), and
     for a sweep run ``sweep``: its tasks by status and failed parameter sets
     (:mod:`cluster.console.sweepdetail`: from ``results.tsv`` once archived, from the tries
-    so far while it runs).
+    so far while it runs); for a finished run whose changed tests were run twice (issue
+    26) ``confirm``: each one's verdict (``test``, ``kind``, ``nodes``, ``digests``, ``why``).
 
     ``run_id``: a run id (running or archived), or ``p<priority>:<position>`` for a waiting
     run.  ``by_node`` maps each machine to the tests it ran (a running run's from its

@@ -318,6 +318,7 @@ class ClusterMaster:
                 outcome = Outcome.GAVE_UP
                 reason += f" (attempt {self.cfg.max_tries} of {self.cfg.max_tries})"
             jrnl.sync()  # every result is on disk before the run counts as ended
+            confirming.sync()  # and every confirm result
             record = EndRecord.create(run_dir, start, outcome, reason,
                                       elapsed=progress.elapsed(),
                                       lost=tuple(progress.lost + state.lost))

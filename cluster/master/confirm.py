@@ -178,8 +178,11 @@ class ConfirmPhase:
         plan_path = self.run_dir / PLAN_FILE
         plan = Plan.load(plan_path)
         if plan is None:
+            began = self.handler.monotonic()
             plan = make_plan(self.home, self.spec, first, self.cfg.confirm_max)
             plan.save(plan_path)
+            # A million results compared take seconds: no node's silence counts them.
+            first.pause(self.handler.monotonic() - began)
         first.hold_end = False
         if not plan.tests:
             self.phase = Phase.OVER
@@ -223,6 +226,11 @@ class ConfirmPhase:
             left = confirm.settle_rest("confirm phase given up", now)
             log.warning("run %s: %s; %d test(s) left unconfirmed", confirm.run_id, why, left)
             self.phase = Phase.OVER
+
+    def sync(self) -> None:
+        """fsync the confirm results (before the run's end is recorded)."""
+        if self.journal is not None:
+            self.journal.sync()
 
     def close(self) -> None:
         """Sync and close the confirm journal (every confirm result on disk)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.console.status import run_detail
 from cluster.localcluster import LocalCluster, write_demo_tree
 from cluster.report.compare import display_name
 from cluster.report.tab import read_tab
@@ -115,6 +116,10 @@ def test_a_random_test_is_indeterminate_and_a_real_difference_is_confirmed_elsew
     data = json.loads(admin(cluster, "flaky", "--json").stdout)
     assert [f["test"] for f in data["flaky"]] == [random_test]
     assert len(data["flaky"][0]["digests"]) == 3 and len(data["flaky"][0]["nodes"]) == 2
+    # The status model's view of the run (what the page's per-run view shows).
+    detail = run_detail(cluster.home, second.name)
+    kinds = {v["test"]: v["kind"] for v in detail["confirm"]}
+    assert sorted(kinds.values()) == ["confirmed", "confirmed", "indeterminate"], kinds
     history = admin(cluster, "history", random_test)
     assert history.returncode == 0 and "indeterminate" in history.stdout, history.stdout
 
