@@ -498,6 +498,14 @@ function drawDetail(d) {
                         text: "... and " + (failed.length - DETAIL_LIMIT) + " more failed"}));
   }
   if (d.sweep) parts.push(drawSweep(d.sweep));
+  if (d.confirm && d.confirm.length) {
+    /* Issue 26: the changed tests run twice, each confirmed, indeterminate or unconfirmed. */
+    parts.push(el("h3", {text: "Differences run twice (" + d.confirm.length + ")"}),
+      el("table", {}, el("tbody", {}, ...d.confirm.map((v) => el("tr",
+        {class: "confirm", "data-test": v.test, "data-kind": v.kind},
+        td(v.test, {class: "mono wrap"}), td(v.kind), td(v.nodes.join(", ")),
+        td(v.why || v.digests.join(" "), {class: "mono wrap"}))))));
+  }
   const links = d.links || {};
   const fileLinks = [link(links.report, "report", "link-report"),
                      link(links.tab, ".tab", "link-tab"),
