@@ -17,6 +17,8 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     exclude=NODE[,NODE...]        never these nodes
     name=NAME                     the run's name, for ``after=`` of other runs
     after=REF[,REF...]            start only once these runs have ended well (a run id or name)
+    reuse=yes|no                  take results of earlier complete runs for jobs whose key is
+                                  unchanged (default: master.conf's ``result_cache``)
 
 ``DURATION`` is a number of seconds with at most one suffix ``s``, ``m``, ``h`` or ``d``
 (``90``, ``90s``, ``15m``, ``1.5h``, ``2d``), more than 0 and at most 30 days.  Names
@@ -46,7 +48,10 @@ DURATION_KEYS = ("job_timeout", "queue_timeout", "task_timeout")
 COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances")
 LIST_KEYS = ("groups", "exclude", "after")
 NAME_KEYS = ("name",)
-VALUE_KEYS = DURATION_KEYS + COUNT_KEYS + LIST_KEYS + NAME_KEYS
+#: Options whose value is ``yes`` or ``no``.
+SWITCH_KEYS = ("reuse",)
+SWITCH_VALUES = {"yes": True, "no": False}
+VALUE_KEYS = DURATION_KEYS + COUNT_KEYS + LIST_KEYS + NAME_KEYS + SWITCH_KEYS
 #: Options that are flags.
 FLAGS = ("exclusive", "no_reschedule", "every_node")
 #: Every per-run option, for messages and for the other modules' lists.
@@ -136,6 +141,9 @@ def check_word(key: str, value: str | None) -> None:
         parse_count(key, value)
     elif key in LIST_KEYS:
         parse_names(key, value)
+    elif key in SWITCH_KEYS:
+        if value not in SWITCH_VALUES:
+            raise RunOptionError(f"option {key}={value}: expected {key}=yes or {key}=no")
     elif not NAME.fullmatch(value):
         raise RunOptionError(f"option name={value}: expected a run name (letters, digits, "
                              "'.', '_' or '-', starting with a letter or digit, at most 64)")
@@ -174,6 +182,9 @@ class RunOptions:
     exclude: tuple[str, ...] = ()
     name: str = ""
     after: tuple[str, ...] = ()
+    #: Whether the run may take results from the result cache (``reuse=``, else
+    #: master.conf's ``result_cache``).
+    reuse: bool = True
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
     given: tuple[str, ...] = field(default=())
 
@@ -207,7 +218,10 @@ class RunOptions:
                    exclusive="exclusive" in flags, no_reschedule="no_reschedule" in flags,
                    every_node="every_node" in flags, groups=names("groups"),
                    exclude=names("exclude"), name=values.get("name", ""),
-                   after=names("after"), given=tuple(sorted(words)))
+                   after=names("after"),
+                   reuse=SWITCH_VALUES[values["reuse"]] if "reuse" in values
+                   else cfg.result_cache,
+                   given=tuple(sorted(words)))
 
     def placed(self, node: str, node_groups: Iterable[str]) -> bool:
         """Whether node ``node``, a member of ``node_groups``, may take this run's jobs:
