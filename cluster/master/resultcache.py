@@ -36,7 +36,6 @@ import hashlib
 import logging
 import os
 import re
-import shlex
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +53,12 @@ SUFFIX = ".results"
 KEY = re.compile(r"[0-9a-f]{64}")
 _FILE_NAME = re.compile(r"(\d{8})-(.+)" + re.escape(SUFFIX))
 _BIN_PROGRAM = re.compile(re.escape(BIN) + r"/([A-Za-z0-9_.+-]{1,64})")
-#: ``__tests__/`` followed by one shell word (shlex.quote's form: a single-quoted string,
-#: with ``'"'"'`` for a quote, or characters that need no quoting).
-_TEST_PATH = re.compile(re.escape(TESTS) + r"/((?:'[^']*'|\"'\"|[^\s;|&<>()'\"])+)")
+#: ``__tests__/`` and what follows it: a path of the characters shlex.quote leaves
+#: unquoted (group 1), then the next character (group 2: a quote there means a path that
+#: needed quoting, or one glued to other text; such a job gets no key).
+_TEST_PATH = re.compile(re.escape(TESTS) + r"/([\w@%+=:,./-]*)(.?)")
+#: What may follow a test path in a job line: the end of its shell word.
+_WORD_END = frozenset(" \t\n;|&<>()'")
 #: The error codes whose results are kept: a node's verdict on the test's output.  Not
 #: timeouts (3, 4: the node's load decides them), internal errors (10) nor lost jobs (-1).
 CACHED_ERRORS = frozenset({"0", "1", "2", "5", "6", "7", "8", "9"})
@@ -64,23 +66,22 @@ CACHED_ERRORS = frozenset({"0", "1", "2", "5", "6", "7", "8", "9"})
 
 def job_inputs(line: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(programs, test paths) a job line depends on: the ``__bin__/<prog>`` it calls
-    (sorted) and the corpus paths of its ``__tests__/`` words (in order).  None when the
-    job cannot have a key (it uses ``__baseline__`` or ``__tree__``, calls no program, or
-    a test word cannot be unquoted)."""
+    (sorted) and the corpus paths of its ``__tests__/`` words (in order, each once).  None
+    when the job cannot have a key: it uses ``__baseline__`` or ``__tree__``, calls no
+    program, or names a test path that shlex.quote had to quote (the key would be unsure
+    of the path: the job is run)."""
     if BASELINE in line or TREE_DIR in line:
         return None
     programs = tuple(sorted(set(_BIN_PROGRAM.findall(line))))
     if not programs:
         return None
     paths: list[str] = []
-    for word in _TEST_PATH.findall(line):
-        try:
-            parts = shlex.split(word)
-        except ValueError:
+    for path, after in _TEST_PATH.findall(line):
+        # A closing quote may end the path: the job line echoes its command, quoted.
+        if not path or (after and after not in _WORD_END) or path.endswith("/"):
             return None
-        if len(parts) != 1:
-            return None
-        paths.append(parts[0])
+        if path not in paths:
+            paths.append(path)
     return programs, tuple(paths)
 
 

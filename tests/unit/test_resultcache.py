@@ -54,8 +54,13 @@ def key(job: Job, corpus: Path, builds: dict[str, str]) -> str | None:
 # ------------------------------------------------------------------------------ the key
 def test_job_inputs_are_the_programs_and_the_test_paths() -> None:
     assert job_inputs(gs_line("x", "a.ps").line) == (("gs",), ("a.ps",))
+    # As the job list writes them: the command echoed, quoted, then run.
+    echoed = Job("e", "__temp__/e.log", "echo '__bin__/gs - < __tests__/c/a.ps' >> l ; "
+                                        "__bin__/gs - < __tests__/c/a.ps")
+    assert job_inputs(echoed.line) == (("gs",), ("c/a.ps",))
+    # A path shlex.quote had to quote: no key (the job runs).
     quoted = Job("q", "__temp__/q.log", "__bin__/gs __tests__/'it'\"'\"'s.ps' | md5sum")
-    assert job_inputs(quoted.line) == (("gs",), ("it's.ps",))
+    assert job_inputs(quoted.line) is None
     assert job_inputs("t l true ; __bin__/gs __baseline__/gs __tests__/a.ps") is None
     assert job_inputs("t l true ; echo __tests__/a.ps") is None  # no program: no key
     assert job_inputs("t l true ; cd __tree__ && __bin__/gs x") is None
@@ -276,3 +281,25 @@ def test_bypassed_jobs_and_reuse_off_are_never_served(tmp_path: Path, corpus: Pa
 
 def test_the_prefixes_agree() -> None:
     assert reuse.CACHE_PREFIX == runstate.CACHE_PREFIX
+
+
+@pytest.mark.parametrize(("line", "settings", "on"), [
+    ("user bob gs", {}, True),
+    ("user bob gs reuse=no", {}, False),
+    ("user bob gs", {"result_cache": False}, False),
+    ("user bob gs every_node", {}, False),
+])
+def test_which_runs_reuse(tmp_path: Path, line: str, settings: dict[str, bool],
+                          on: bool) -> None:
+    from cluster.home import Home
+    from cluster.queue import RunSpec
+    from cluster.wire.jobstart import JobStart
+
+    cfg = config.Config(**settings)  # type: ignore[arg-type]
+    spec = RunSpec.parse(line)
+    start = JobStart(id=RUN, priority=0, queue=line, kind="user", ref="bob",
+                     products=("gs",), tree="ghostpdl", source="ghostpdl", build="make",
+                     tests="tests")
+    got = reuse.for_run(cfg, Home(tmp_path), spec, start, RunOptions.of(spec.options, cfg),
+                        MemoryJobList(make_jobs()))
+    assert (got is not None) is on
