@@ -10,11 +10,11 @@ changed.
   them) under the machine ``cache:<node>``: the node whose build matched, which the report
   counts as reused and the ``.tab`` row shows.  Each distinct build is resolved once per
   master; a build that no stored run holds costs a read of the store's headers only.
-* **The nodes' builds** are kept in ``runs/<id>/builds`` (``<node> <prog>=<sha256>,...``
-  per line, written atomically when a node's build is first learnt), so the run's end --
-  by this master or a successor -- knows each result's key.  A node whose build changed
-  within the run (rebuilt after a restart) is written with no digests: its results are
-  not stored (their key is unknown), never stored under the wrong one.
+* **The nodes' builds** are kept in ``runs/<id>/builds`` (``<node> <prog>=<sha256>,...``,
+  a line appended when a node's build is first learnt or changes), so the run's end -- by
+  this master or a successor -- knows each result's key.  A node listed with two builds
+  (rebuilt after a restart) has no digests: its results are not stored (their key is
+  unknown), never stored under the wrong one.
 * **At a complete run's end** :func:`store_run` writes every result whose key is known
   into the store (the reused ones too, so they stay while the runs go on reusing them).
 
@@ -41,7 +41,6 @@ from cluster.master.resultcache import CACHED_ERRORS, FileDigests, ResultCache, 
 from cluster.master.results import Results
 from cluster.queue import RunSpec
 from cluster.runoptions import RunOptions
-from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import parse_digests
 
@@ -58,8 +57,10 @@ Digests = tuple[tuple[str, str], ...]
 
 
 def load_builds(path: Path) -> dict[str, Digests]:
-    """node -> its program digests, from a run's builds file ({} when there is none); a
-    bad file is logged and taken as empty (its nodes' results are then not stored)."""
+    """node -> its program digests, from a run's builds file ({} when there is none).  A
+    node listed twice with different digests (its build changed within the run) gets none;
+    a line that does not parse (a torn last line) is logged and skipped: its node's results
+    are then not stored, never stored under a wrong key."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -71,10 +72,13 @@ def load_builds(path: Path) -> dict[str, Digests]:
     for n, line in enumerate(text.splitlines(), 1):
         node, _, value = line.partition(" ")
         try:
-            builds[node] = parse_digests(value)
+            digests = parse_digests(value)
         except ValueError as exc:
-            log.warning("%s:%d: %s; its nodes' results are not cached", path, n, exc)
-            return {}
+            log.warning("%s:%d: %s; node %s's results are not cached", path, n, exc, node)
+            builds[node] = ()
+            continue
+        known = builds.get(node)
+        builds[node] = digests if known is None or known == digests else ()
     return builds
 
 
@@ -99,9 +103,11 @@ class RunReuse:
             return
         # A node whose build changed within the run: none of its results can be keyed.
         self.builds[node] = digests if known is None else ()
-        fsutil.atomic_write(self.builds_path, "".join(
-            f"{name} {','.join(f'{p}={d}' for p, d in value)}\n"
-            for name, value in sorted(self.builds.items())))
+        # One appended line per node (not the whole file rewritten): a thousand nodes
+        # joining cost a thousand small writes.  No fsync: a line lost in a crash only
+        # keeps that node's results out of the cache.
+        with open(self.builds_path, "a", encoding="utf-8") as fh:
+            fh.write(f"{node} {','.join(f'{p}={d}' for p, d in digests)}\n")
 
     def resolve(self, node: str, digests: Digests, offsets: array[int],
                 not_run: bytearray | array[int]) -> tuple[list[int], list[str]]:
@@ -172,10 +178,10 @@ def store_run(cache: ResultCache, run_id: str, jobs: JobList, results: Results,
 def for_run(cfg: Config, home: Home, spec: RunSpec, start: JobStart, options: RunOptions,
             jobs: JobList) -> RunReuse | None:
     """The result cache as run ``start`` uses it, or None when the run reuses nothing:
-    master.conf's ``result_cache`` is off, the run says ``reuse=no``, or it is a sweep,
-    a bmpcmp or an every_node run (their jobs are never reused)."""
+    master.conf's ``result_cache`` is off, the run says ``reuse=no``, it is an every_node
+    run, or its results are not stored (:func:`stores`)."""
     if (not cfg.result_cache or not options.reuse or options.every_node
-            or spec.sweep_file is not None or start.baseline):
+            or not stores(cfg, spec, start)):
         return None
     return RunReuse(ResultCache(home.result_cache, cfg.result_cache_runs),
                     FileDigests(home.root / start.tests), jobs,
@@ -184,6 +190,8 @@ def for_run(cfg: Config, home: Home, spec: RunSpec, start: JobStart, options: Ru
 
 def stores(cfg: Config, spec: RunSpec, start: JobStart) -> bool:
     """Whether run ``start``'s results go into the result cache at its end (when it is
-    complete): unless ``result_cache`` is off, or it is a sweep or bmpcmp run.  A run
-    with ``reuse=no`` still stores its results (they were all run)."""
-    return cfg.result_cache and spec.sweep_file is None and not start.baseline
+    complete): unless ``result_cache`` is off, it is a sweep or bmpcmp run, or its jobs
+    call no program (job.start's ``programs`` is empty: shell runs; no job has a key).
+    A run with ``reuse=no`` still stores its results (they were all run)."""
+    return (cfg.result_cache and spec.sweep_file is None and not start.baseline
+            and bool(start.programs))

@@ -283,14 +283,15 @@ def test_the_prefixes_agree() -> None:
     assert reuse.CACHE_PREFIX == runstate.CACHE_PREFIX
 
 
-@pytest.mark.parametrize(("line", "settings", "on"), [
-    ("user bob gs", {}, True),
-    ("user bob gs reuse=no", {}, False),
-    ("user bob gs", {"result_cache": False}, False),
-    ("user bob gs every_node", {}, False),
+@pytest.mark.parametrize(("line", "settings", "programs", "on"), [
+    ("user bob gs", {}, ("gs",), True),
+    ("user bob gs reuse=no", {}, ("gs",), False),
+    ("user bob gs", {"result_cache": False}, ("gs",), False),
+    ("user bob gs every_node", {}, ("gs",), False),
+    ("user bob shell", {}, (), False),  # no job calls a program: none has a key
 ])
 def test_which_runs_reuse(tmp_path: Path, line: str, settings: dict[str, bool],
-                          on: bool) -> None:
+                          programs: tuple[str, ...], on: bool) -> None:
     from cluster.home import Home
     from cluster.queue import RunSpec
     from cluster.wire.jobstart import JobStart
@@ -299,7 +300,7 @@ def test_which_runs_reuse(tmp_path: Path, line: str, settings: dict[str, bool],
     spec = RunSpec.parse(line)
     start = JobStart(id=RUN, priority=0, queue=line, kind="user", ref="bob",
                      products=("gs",), tree="ghostpdl", source="ghostpdl", build="make",
-                     tests="tests")
+                     tests="tests", programs=programs)
     got = reuse.for_run(cfg, Home(tmp_path), spec, start, RunOptions.of(spec.options, cfg),
                         MemoryJobList(make_jobs()))
     assert (got is not None) is on
