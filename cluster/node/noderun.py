@@ -340,7 +340,7 @@ class NodeRun:
         #: built (:meth:`_check_programs`).
         self.unbuilt: tuple[str, ...] = ()
         #: (program, sha256) of each program the build made, with its resources (issue 26,
-        #: ``digests`` header, sent beside ``built``): set once built (_check_programs).
+        #: ``digests`` header, sent beside ``built``): set once built (_program_digests).
         self.digests: tuple[tuple[str, str], ...] = ()
         self.in_use = workdir.UseHold()  # the key of the build this run uses, held
         #: A sweep run's results waiting to be sent (set by _prepare; None in other runs).
@@ -421,6 +421,7 @@ class NodeRun:
         self._use_bins(start)
         if self.built:
             self._check_programs(start.programs)
+            self.digests = self._program_digests(start.programs)
         self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
                              self.cfg.kill_grace, clock=self.clock.monotonic,
                              account=self.account, homes=self.run_dir / SLOT_HOMES)
@@ -816,6 +817,7 @@ class NodeRun:
                 self.built_marker.touch()
                 self.built = True
                 self._check_programs(self.start.programs)
+                self.digests = self._program_digests(self.start.programs)
         elif bg.what == "upload":
             if bg.error:
                 self.failure = FAILURE_NETWORK
@@ -1120,7 +1122,6 @@ class NodeRun:
             else:
                 missing.append(name)
         self.unbuilt = tuple(missing)
-        self.digests = self._program_digests(programs)
         if missing:
             where = ", ".join(str(self.bin_dir / name) for name in missing)
             log.warning("node %s: the build made no %s; telling the master", self.name, where)
