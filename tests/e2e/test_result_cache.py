@@ -90,7 +90,8 @@ def test_results_reused_when_nothing_that_matters_changed(make_cluster: MakeClus
     corpus.mkdir()
     for source, name in FILES.items():
         shutil.copyfile(CORPUS / source, corpus / name)
-    cluster = make_cluster(corpus=corpus, gs_configs=GS_CONFIGS, pcl_configs=PCL_CONFIGS)
+    cluster = make_cluster(corpus=corpus, gs_configs=GS_CONFIGS, pcl_configs=PCL_CONFIGS,
+                           result_cache="yes")  # FAST turns it off
     tree = write_tree(tmp_path / "ghostpdl")
     cluster.start()
 
