@@ -86,6 +86,9 @@ from cluster.wire.jobstart import JobStart  # noqa: E402
 
 STEM = b"load__load.cmds."  # test ids are <file id>.<line number> (jobgen.shell_jobs)
 CAPS = "os=Linux arch=x86_64 bits=64 cc=none cpus=8 ram_mb=16000 tools=md5sum,make"
+#: The build digests every node sends beside ``built`` (issue 26: real nodes do), so the
+#: master learns each node's build and looks it up in the result cache once per build.
+DIGESTS = f"digests gs={'5a' * 32}\n"
 #: How long a simulated node waits after CONTINUE before it calls again.
 IDLE_DELAY = 0.02
 #: Connection attempts refused in a row before a node gives up on the master.
@@ -159,8 +162,8 @@ def run_nodes(port: int, run_id: str, names: list[str], slots: int, jobs: int,
     sel = selectors.DefaultSelector()
     address = ("127.0.0.1", port)
     mono = time.monotonic
-    nodes = [Node(n, (f"node {n}\nid {run_id}\nbuilt {run_id}\ncaps {CAPS}\nslots {slots}\n"
-                      f"jobs 0 0\n").encode(), session=os.urandom(8).hex().encode(),
+    nodes = [Node(n, (f"node {n}\nid {run_id}\nbuilt {run_id}\n{DIGESTS}caps {CAPS}\n"
+                      f"slots {slots}\njobs 0 0\n").encode(), session=os.urandom(8).hex().encode(),
                  key=run_key(home_root, n, run_id))
              for n in names]
     sha256 = hashlib.sha256

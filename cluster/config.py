@@ -195,6 +195,15 @@ class Config:
     speculate_tail: bool = _opt(True, MASTER, "flag",
                                 "when no job is left to hand out, give idle nodes copies of "
                                 "jobs still running elsewhere (first result wins)")
+    result_cache: bool = _opt(True, MASTER, "flag",
+                              "take a job's result from an earlier complete run when its key "
+                              "(the node's build of the programs it calls, its test file's "
+                              "content, its command line) is the same, instead of running it "
+                              "(a run's reuse=no turns it off for that run; docs/answers.md)")
+    result_cache_runs: int = _opt(5, MASTER, "runs",
+                                  "how many complete runs' results the result cache keeps "
+                                  "(the newest; older runs' files are removed)",
+                                  positive=True, high=1000)
     # --- differences confirmed, indeterminate tests (issue 26; docs/answers.md) --------
     confirm_differences: bool = _opt(True, MASTER, "flag",
                                      "before a run reports a test as changed, run it again "

@@ -41,6 +41,9 @@ Layout of a home::
     heartbeat.nonces     the monitor's replay guard, saved for the monitor after it
     runs/<id>/audit.log  every node connection of the run and every refusal (archived)
     tests/               the test corpus
+    result-cache/        the results of the last complete runs by job key (issue 26;
+                         cluster/master/resultcache.py); runs/<id>/builds: the program
+                         digests of a running run's nodes (cluster/master/reuse.py)
     log/                 logs of the master processes
     resources.json       the resource file (issue 24; cluster.wire.resources), unless
                          resource_file puts it elsewhere
@@ -140,6 +143,11 @@ class Home:
     def run_names(self) -> Path:
         """``names/``: per run name (``name=``), the latest ended run of that name."""
         return self.root / "names"
+
+    @property
+    def result_cache(self) -> Path:
+        """``result-cache/``: the results of the last complete runs by job key (issue 26)."""
+        return self.root / "result-cache"
 
     @property
     def tables(self) -> Path:

@@ -17,6 +17,8 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     exclude=NODE[,NODE...]        never these nodes
     name=NAME                     the run's name, for ``after=`` of other runs
     after=REF[,REF...]            start only once these runs have ended well (a run id or name)
+    reuse=yes|no                  take results of earlier complete runs for jobs whose key is
+                                  unchanged (default: master.conf's ``result_cache``)
     confirm=yes|no                run changed tests again before reporting (issue 26), or not
 
 ``DURATION`` is a number of seconds with at most one suffix ``s``, ``m``, ``h`` or ``d``
@@ -47,8 +49,10 @@ DURATION_KEYS = ("job_timeout", "queue_timeout", "task_timeout")
 COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances")
 LIST_KEYS = ("groups", "exclude", "after")
 NAME_KEYS = ("name",)
-YES_NO_KEYS = ("confirm",)
-VALUE_KEYS = DURATION_KEYS + COUNT_KEYS + LIST_KEYS + NAME_KEYS + YES_NO_KEYS
+#: Options whose value is ``yes`` or ``no``.
+SWITCH_KEYS = ("reuse", "confirm")
+SWITCH_VALUES = {"yes": True, "no": False}
+VALUE_KEYS = DURATION_KEYS + COUNT_KEYS + LIST_KEYS + NAME_KEYS + SWITCH_KEYS
 #: Options that are flags.
 FLAGS = ("exclusive", "no_reschedule", "every_node")
 #: Every per-run option, for messages and for the other modules' lists.
@@ -138,8 +142,8 @@ def check_word(key: str, value: str | None) -> None:
         parse_count(key, value)
     elif key in LIST_KEYS:
         parse_names(key, value)
-    elif key in YES_NO_KEYS:
-        if value not in ("yes", "no"):
+    elif key in SWITCH_KEYS:
+        if value not in SWITCH_VALUES:
             raise RunOptionError(f"option {key}={value}: expected {key}=yes or {key}=no")
     elif not NAME.fullmatch(value):
         raise RunOptionError(f"option name={value}: expected a run name (letters, digits, "
@@ -179,6 +183,9 @@ class RunOptions:
     exclude: tuple[str, ...] = ()
     name: str = ""
     after: tuple[str, ...] = ()
+    #: Whether the run may take results from the result cache (``reuse=``, else
+    #: master.conf's ``result_cache``).
+    reuse: bool = True
     #: ``confirm=yes|no`` (issue 26); None: master.conf's ``confirm_differences``.
     confirm: bool | None = None
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
@@ -215,7 +222,9 @@ class RunOptions:
                    every_node="every_node" in flags, groups=names("groups"),
                    exclude=names("exclude"), name=values.get("name", ""),
                    after=names("after"),
-                   confirm=None if "confirm" not in values else values["confirm"] == "yes",
+                   reuse=SWITCH_VALUES[values["reuse"]] if "reuse" in values
+                   else cfg.result_cache,
+                   confirm=SWITCH_VALUES[values["confirm"]] if "confirm" in values else None,
                    given=tuple(sorted(words)))
 
     def placed(self, node: str, node_groups: Iterable[str]) -> bool:

@@ -55,6 +55,7 @@ from cluster.master import (
     nextrun,
     placement,
     resources,
+    reuse,
     runlimits,
 )
 from cluster.master.audit import AuditLog
@@ -265,6 +266,7 @@ class ClusterMaster:
         state = RunState(run_id, jobs, self.clock.monotonic(), settings, suitable,
                          done=jrnl.lines, policy=policy)
         state.options = options  # the run's own, once
+        state.reuse = reuse.for_run(self.cfg, home, spec, start, options, jobs)  # issue 26
         jrnl.lines = []  # the state has them now
         intake = None
         if sweep is not None:

@@ -42,11 +42,12 @@ from cluster import datatypes, deps
 from cluster.config import Config
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master import abort, ending, finish, journal, sweepend
+from cluster.master import abort, ending, finish, journal, reuse, sweepend
 from cluster.master.attempts import Attempts
 from cluster.master.ending import EndRecord, Outcome
 from cluster.master.joblist import JobFile
 from cluster.master.livestatus import remove_if_run
+from cluster.master.resultcache import FileDigests, ResultCache
 from cluster.master.runstate import RunState, Settings
 from cluster.queue import QueueFile, RunSpec
 from cluster.report import mail
@@ -200,8 +201,20 @@ class RunEnder:
                 reason=record.reason, lost_nodes=record.lost,
                 indeterminate_keep=self.cfg.indeterminate_keep))
             nodes = len(state.machines)
+            if record.outcome is Outcome.DONE and reuse.stores(self.cfg, spec, start):
+                self._store_results(start, state)
         fsutil.atomic_write(archive / "report.txt", made.text)
-        fsutil.atomic_write(archive / "run.info", run_info(start, record, nodes, made))
+        fsutil.atomic_write(archive / "run.info", run_info(
+            start, record, nodes, made, state.reused if state is not None else None))
+
+    def _store_results(self, start: JobStart, state: RunState) -> None:
+        """A complete run's keyed results into the result cache (issue 26), the oldest
+        runs beyond ``result_cache_runs`` removed."""
+        stored = reuse.store_run(
+            ResultCache(self.home.result_cache, self.cfg.result_cache_runs),
+            start.id, state.jobs, state.results, self.home.run_dir(start.id),
+            FileDigests(self.home.root / start.tests))
+        log.info("run %s: %d results stored in the result cache", start.id, stored)
 
     def _header(self, spec: RunSpec, run_id: str) -> str:
         """The report's first lines; a commit run's name the commit and what it changed."""
@@ -284,10 +297,12 @@ class RunEnder:
         self.attempts.clear(line)
 
 
-def run_info(start: JobStart, record: EndRecord, nodes: int, made: finish.Report) -> str:
+def run_info(start: JobStart, record: EndRecord, nodes: int, made: finish.Report,
+             reused: int | None = None) -> str:
     """The text of ``archive/<id>/run.info``: job.start without its secret, then ``elapsed``,
     ``outcome``, ``reason`` (why a run that is not done ended so, on one line; only when
-    there is one), ``nodes`` and the report's ``differences``, ``errors`` and
+    there is one), ``nodes``, ``reused`` (results taken from the result cache, issue 26;
+    for a run that had jobs) and the report's ``differences``, ``errors`` and
     ``indeterminate`` (each only when the report states it).  JobStart.parse reads it (it
     skips keys it does not know)."""
     lines = [f"elapsed {record.elapsed:.1f}", f"outcome {record.outcome.value}"]
@@ -295,6 +310,8 @@ def run_info(start: JobStart, record: EndRecord, nodes: int, made: finish.Report
     if reason:
         lines.append(f"reason {reason}")
     lines.append(f"nodes {nodes}")
+    if reused is not None:
+        lines.append(f"reused {reused}")
     if made.differences is not None:
         lines.append(f"differences {made.differences}")
     if made.errors is not None:

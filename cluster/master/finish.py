@@ -140,7 +140,7 @@ def finish(home: Home, run: FinishedRun) -> Report:
     run_tab = run.archive / f"{state.run_id}.tab"
     tab.write_tab_lines(run_tab, current.lines())
     not_run = state.not_run_names()
-    unbuilt = unbuilt_lines(state, spec.products)
+    unbuilt = unbuilt_lines(state, spec.products) + reused_lines(state)
     facts = report.RunFacts(tests=len(current), seconds=run.elapsed,
                             nodes=len(state.machines),
                             lost_nodes=run.lost_nodes, duplicates=state.duplicates,
@@ -296,6 +296,15 @@ def unbuilt_lines(state: RunState, products: tuple[str, ...]) -> list[str]:
                      f"{', '.join(nodes) or 'no node'}; {count} test"
                      f"{'s' if count != 1 else ''} not run)")
     return lines
+
+
+def reused_lines(state: RunState) -> list[str]:
+    """The report's line on the results taken from the result cache (issue 26), if any:
+    their rows' machine column is ``cache:<node>``, the node whose build matched."""
+    if not state.reused:
+        return []
+    return [f"{state.reused} of {len(state.jobs)} tests reused from earlier complete runs "
+            "(build, test file and command unchanged; machine column cache:<node>)"]
 
 
 def _program_of(product: str) -> str:

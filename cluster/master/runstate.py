@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from cluster.config import DEFAULTS, Config
 from cluster.master.joblist import JobList, as_job_list, consecutive
@@ -88,7 +88,13 @@ from cluster.runoptions import RunOptions
 from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
 
+if TYPE_CHECKING:
+    from cluster.master.reuse import RunReuse
+
 Suitability = Callable[[str], tuple[bool, str]]
+#: The machine column's prefix of a result taken from the result cache (issue 26;
+#: :data:`cluster.master.reuse.CACHE_PREFIX`, kept equal by a unit test).
+CACHE_PREFIX = "cache:"
 
 #: The most jobs a node is kept holding, however fast it is.
 MAX_BATCH = 65536
@@ -222,6 +228,10 @@ class RunState:
         self.machines: set[str] = set()
         #: Results with an error code (not 0), the earlier masters' included.
         self.errors = 0
+        #: Results taken from the result cache (issue 26), the earlier masters' included.
+        self.reused = 0
+        #: The run's use of the result cache; None: off (the master sets it before serving).
+        self.reuse: RunReuse | None = None
         for r in done:
             if isinstance(r, str):
                 line = r
@@ -232,7 +242,9 @@ class RunState:
                 line = format_line(r)
                 name, machine = r.name, r.machine or "-"
                 failed = r.error != 0
-            if machine != "-":
+            if machine.startswith(CACHE_PREFIX):
+                self.reused += 1
+            elif machine != "-":
                 self.machines.add(machine)
             i = index.get(name)
             if i is not None and offsets[i] < 0:
@@ -477,6 +489,7 @@ class RunState:
                 return out(Reply(protocol.BUILD))
             node.state = NodeState.READY  # BUILDING -> READY: it said it built this run
             self._note_build(node, req.unbuilt, notes)
+            self._reuse_results(node, req.digests, now, notes)
         elif node.state is NodeState.UPLOADING:
             node.state = NodeState.DONE  # UPLOADING -> DONE: connected in without busy
         if req.pending == 0 and req.running == 0 and node.held:
@@ -633,6 +646,33 @@ class RunState:
         if lacks:
             notes.append(f"node {node.name}'s build made no {', '.join(lacks)}: it is given "
                          "no job calling them")
+
+    def _reuse_results(self, node: NodeInfo, digests: tuple[tuple[str, str], ...],
+                       now: float, notes: list[str]) -> None:
+        """``node`` built the run as ``digests``: the jobs without a result whose key for
+        that build the result cache holds get the cached result, as the machine
+        ``cache:<node>`` (:meth:`cluster.master.reuse.RunReuse.resolve`: one pass over the
+        jobs, once per distinct build); journaled like results (:meth:`take_made_results`).
+        A job held by a node meanwhile is settled too (its result will be a duplicate)."""
+        if self.reuse is None or not digests or self.policy.every_node:
+            return
+        indexes, texts = self.reuse.resolve(node.name, digests, self.results.offsets,
+                                            self.not_run)
+        if not indexes:
+            return
+        holders = self.holders
+        for i in indexes:
+            if holders[i]:
+                holders[i] = 0
+                self.running -= 1
+        self.made_results += self.results.add(indexes, texts,
+                                              line_prefix(CACHE_PREFIX + node.name))
+        self.reused += len(indexes)
+        self.errors += sum(1 for text in texts if text.split(" ", 2)[1] != _NO_ERROR)
+        if self.all_results_in and self.all_results_at is None:
+            self.all_results_at = now
+        notes.append(f"node {node.name}'s build: {len(indexes)} results taken from the "
+                     "result cache (their keys are unchanged)")
 
     def _judge(self, node: NodeInfo, now: float, notes: list[str]) -> Reply | None:
         """For ``node``, whose build lacks programs: the reply when it gets no jobs now

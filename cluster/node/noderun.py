@@ -135,7 +135,16 @@ from cluster.defaults import (
 )
 from cluster.errors import ClusterError, MasterUnreachable, ProtocolError, TransportError
 from cluster.home import suffixed
-from cluster.node import buildcmd, buildlog, buildtree, jobuser, readlog, sweepresults, workdir
+from cluster.node import (
+    buildcmd,
+    builddigest,
+    buildlog,
+    buildtree,
+    jobuser,
+    readlog,
+    sweepresults,
+    workdir,
+)
 from cluster.node.buildcmd import BuildPlan
 from cluster.node.slots import Finished, SlotPool
 from cluster.node.transport import Transport, read_node_key
@@ -330,6 +339,9 @@ class NodeRun:
         #: job.start's ``programs`` its build did not make (``unbuilt`` header), set once
         #: built (:meth:`_check_programs`).
         self.unbuilt: tuple[str, ...] = ()
+        #: (program, sha256) of each program the build made, with its resources (issue 26,
+        #: ``digests`` header, sent beside ``built``): set once built (_program_digests).
+        self.digests: tuple[tuple[str, str], ...] = ()
         self.in_use = workdir.UseHold()  # the key of the build this run uses, held
         #: A sweep run's results waiting to be sent (set by _prepare; None in other runs).
         self.outbox: sweepresults.Outbox | None = None
@@ -409,6 +421,7 @@ class NodeRun:
         self._use_bins(start)
         if self.built:
             self._check_programs(start.programs)
+            self.digests = self._program_digests(start.programs)
         self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
                              self.cfg.kill_grace, clock=self.clock.monotonic,
                              account=self.account, homes=self.run_dir / SLOT_HOMES)
@@ -557,7 +570,8 @@ class NodeRun:
             node=self.name, job_id=self.start.id if self.start else "", caps=self.caps,
             pending=len(self.queue), running=self.pool.running(), slots=self.slots, busy=busy,
             built=self.start.id if self.start and self.built else "",
-            unbuilt=self.unbuilt if self.built else (), instance=self.instance,
+            unbuilt=self.unbuilt if self.built else (),
+            digests=self.digests if self.built else (), instance=self.instance,
             failure=self.failure, failure_reason=self.failure_reason, status=status,
             timeouts=self.counters.timeouts, max_timeouts=self._timeout_limit(),
             results=tuple(self.unsent[:self._batch()]), leaving=leaving)
@@ -803,6 +817,7 @@ class NodeRun:
                 self.built_marker.touch()
                 self.built = True
                 self._check_programs(self.start.programs)
+                self.digests = self._program_digests(self.start.programs)
         elif bg.what == "upload":
             if bg.error:
                 self.failure = FAILURE_NETWORK
@@ -1112,6 +1127,23 @@ class NodeRun:
             log.warning("node %s: the build made no %s; telling the master", self.name, where)
             with contextlib.suppress(OSError):
                 self.node_log.write(f"node {self.name}: the build made no {where}\n")
+
+    def _program_digests(self, programs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """The build digest of each of ``programs`` the build made
+        (:func:`cluster.node.builddigest.program_digests`), none in a sweep run (its jobs
+        are never reused).  A failure to read them is logged and sends none: the master then
+        reuses nothing for this node, never a wrong result."""
+        assert self.start is not None
+        if self.start.max_result_bytes or not programs:
+            return ()
+        tree = self.build_dir
+        try:
+            kind = buildcmd.plan(tree, self.start, self.slots).kind
+            return builddigest.program_digests(tree, self.bin_dir, kind, programs)
+        except (OSError, ValueError) as exc:
+            log.warning("node %s: cannot hash the build's programs (%s); the master will "
+                        "reuse no result for this node", self.name, exc)
+            return ()
 
     def _bins_present(self, job: Job) -> bool:
         """Whether every ``__bin__/<name>`` of ``job`` is an executable file of this node's

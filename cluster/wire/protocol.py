@@ -16,6 +16,10 @@ Request headers (node -> master)::
     unbuilt <prog>[,<prog>...]  with ``built``: the programs of job.start's ``programs``
                               that its build did not make (``bin/<prog>`` missing or not
                               executable); at most 32 names of 1-64 [A-Za-z0-9_.+-]
+    digests <prog>=<64 hex>[,...]  with ``built``: the sha256 of each program of job.start's
+                              ``programs`` the build made, with its resource files (issue 26:
+                              the build part of a job's key in the master's result cache;
+                              :mod:`cluster.node.builddigest`); at most 32
     instance <16 hex>         the node's instance: random, kept in its work_dir (a restart
                               of the node keeps it; another machine under the same name has
                               another one)
@@ -69,7 +73,7 @@ from cluster.wire.framing import (
     parse_headers,
     text,
 )
-from cluster.wire.jobstart import MAX_PROGRAMS, parse_programs
+from cluster.wire.jobstart import MAX_PROGRAMS, PROGRAM, parse_programs
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 #: A node's instance id (``instance`` header): 16 lower-case hex digits.
@@ -107,6 +111,32 @@ def _unbuilt(value: str) -> tuple[tuple[str, ...]]:
     return (names,)
 
 
+#: A program's build digest (``digests`` header): sha256 in lower-case hex.
+DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def parse_digests(value: str) -> tuple[tuple[str, str], ...]:
+    """The ``digests`` header's ``<prog>=<64 hex>`` comma list as (program, digest) pairs
+    sorted by program; ValueError says what is wrong."""
+    pairs: dict[str, str] = {}
+    words = value.split(",") if value.strip() else []
+    if len(words) > MAX_PROGRAMS:
+        raise ValueError(f"takes at most {MAX_PROGRAMS} <program>=<sha256> words, got "
+                         f"{len(words)}")
+    for word in words:
+        name, eq, digest = word.strip().partition("=")
+        if not eq or not PROGRAM.fullmatch(name) or not DIGEST.fullmatch(digest):
+            raise ValueError(f"takes <program>=<64 lower-case hex digits> words, got {word!r}")
+        if name in pairs:
+            raise ValueError(f"program {name!r} given twice")
+        pairs[name] = digest
+    return tuple(sorted(pairs.items()))
+
+
+def _digests(value: str) -> tuple[tuple[tuple[str, str], ...]]:
+    return (parse_digests(value),)
+
+
 def _failure(value: str) -> tuple[int, str]:
     code, _, reason = value.partition(" ")
     try:
@@ -126,6 +156,7 @@ REQUEST_HEADERS: dict[str, Header] = {
     "busy": Header(("busy",), lambda value: (value or "yes",)),
     "built": matching("built", JOB_ID, "takes the job id of the run the node built for"),
     "unbuilt": Header(("unbuilt",), _unbuilt),
+    "digests": Header(("digests",), _digests),
     "instance": matching("instance", INSTANCE, "takes a node instance: 16 lower-case hex "
                          "digits"),
     "failure": Header(("failure", "failure_reason"), _failure),
@@ -152,6 +183,8 @@ class Request:
     built: str = ""
     #: With ``built``: the programs of job.start's ``programs`` its build did not make.
     unbuilt: tuple[str, ...] = ()
+    #: With ``built``: (program, sha256) of each program its build made (issue 26).
+    digests: tuple[tuple[str, str], ...] = ()
     #: The node's instance id (see :data:`INSTANCE`); "" from a node that sends none.
     instance: str = ""
     failure: int = 0
@@ -386,6 +419,8 @@ def format_request(req: Request) -> bytes:
         out.append(f"built {req.built}")
     if req.unbuilt:
         out.append("unbuilt " + ",".join(req.unbuilt))
+    if req.digests:
+        out.append("digests " + ",".join(f"{p}={d}" for p, d in req.digests))
     if req.instance:
         out.append(f"instance {req.instance}")
     if req.failure:
