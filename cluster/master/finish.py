@@ -57,7 +57,7 @@ from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
 from cluster.jobs.bmpcmp import BMPCMP_PRODUCTS
 from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
-from cluster.master import confirm, sweepend
+from cluster.master import confirm, samebuild, sweepend
 from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
@@ -201,20 +201,29 @@ def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
                      verdicts: list[indeterminate.Verdict]) -> str:
     """``text`` with what the confirm phase found (issue 26): after its header, the line
     saying the run differs only in tests known to be indeterminate (when it does), then
-    the section on the tests run twice.  The indeterminate ones are added to the record
+    the section on the tests run twice, then the tests whose output differs from an earlier
+    run's of the same job (:mod:`cluster.master.samebuild`).  The indeterminate ones (both
+    kinds) are added to the record
     ``tables/indeterminate.tsv``, and every verdict is kept in the archive's
     ``confirm.tsv`` (the status page and ``clusteradmin history`` read it)."""
     known = indeterminate.known(home.tables)
     top = indeterminate.known_only_line(against, known) if against is not None else ""
+    run_id = run.state.run_id
+    # The same job (build, test file, command) as an earlier run's, another output.
+    across = samebuild.changed_under_same_key(
+        run.state, home.run_dir(run_id), home.result_cache, home.root / run.start.tests,
+        against.changed() if against is not None else [])
     if verdicts:
         fsutil.atomic_write(run.archive / indeterminate.VERDICTS_NAME,
                             "".join(v.line() + "\n" for v in verdicts))
-        when = time.time()
-        indeterminate.record(home.tables, [
-            indeterminate.Flaky(when, run.state.run_id, v.test, v.nodes, v.digests)
-            for v in verdicts if v.kind is indeterminate.Kind.INDETERMINATE],
-            run.indeterminate_keep)
-    added = (top + "\n\n" if top else "") + indeterminate.section(verdicts)
+    when = time.time()
+    indeterminate.record(home.tables, [
+        indeterminate.Flaky(when, run_id, v.test, v.nodes, v.digests)
+        for v in verdicts if v.kind is indeterminate.Kind.INDETERMINATE] + [
+        indeterminate.Flaky(when, run_id, test, (node,), (old, new))
+        for test, node, old, new in across], run.indeterminate_keep)
+    added = ((top + "\n\n" if top else "") + indeterminate.section(verdicts)
+             + indeterminate.same_build_section(across))
     if not added:
         return text
     head = header.rstrip("\n") + "\n\n" if header else ""

@@ -22,8 +22,9 @@ The bypass: a job whose name is in :attr:`RunReuse.bypass` is never taken from t
 (issue 26 item 3's confirmation runs must run: add the test's name before the job is put
 back; a lookup happens only when a node's build is first learnt, so a job put back later is
 served from the cache only by a node with a new build, and never when bypassed).  A run
-with ``reuse=no`` or master.conf's ``result_cache = no`` has no RunReuse at all
-(``RunState.reuse`` is None).
+with master.conf's ``result_cache = no`` has no RunReuse at all (``RunState.reuse`` is
+None); one with ``reuse=no`` has one that looks nothing up (``lookups`` False) but learns
+its nodes' builds, so its results are stored with their keys.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ class RunReuse:
         self.resolved: set[Digests] = set()
         #: Test names never taken from the cache (confirmation runs: see the module doc).
         self.bypass: set[str] = set()
+        #: False for a ``reuse=no`` run: builds are learnt, nothing is looked up.
+        self.lookups = True
 
     def learn(self, node: str, digests: Digests) -> None:
         """Node ``node`` built the run as ``digests``: remembered (on disk when new)."""
@@ -116,7 +119,7 @@ class RunReuse:
         the job list, once per distinct build."""
         self.learn(node, digests)
         digests = self.builds.get(node, ())
-        if not digests or digests in self.resolved:
+        if not self.lookups or not digests or digests in self.resolved:
             return [], []
         self.resolved.add(digests)
         table = self.cache.table(digests)
@@ -177,15 +180,20 @@ def store_run(cache: ResultCache, run_id: str, jobs: JobList, results: Results,
 
 def for_run(cfg: Config, home: Home, spec: RunSpec, start: JobStart, options: RunOptions,
             jobs: JobList) -> RunReuse | None:
-    """The result cache as run ``start`` uses it, or None when the run reuses nothing:
-    master.conf's ``result_cache`` is off, the run says ``reuse=no``, it is an every_node
-    run, or its results are not stored (:func:`stores`)."""
-    if (not cfg.result_cache or not options.reuse or options.every_node
-            or not stores(cfg, spec, start)):
+    """The result cache as run ``start`` uses it, or None when the run has nothing to do
+    with it: master.conf's ``result_cache`` is off, it is an every_node run, or its results
+    are not stored (:func:`stores`).  A run that says ``reuse=no`` looks nothing up
+    (``lookups`` False) but learns its nodes' builds."""
+    if not cfg.result_cache or options.every_node or not stores(cfg, spec, start):
         return None
-    return RunReuse(ResultCache(home.result_cache, cfg.result_cache_runs),
-                    FileDigests(home.root / start.tests), jobs,
-                    home.run_dir(start.id) / BUILDS_FILE)
+    found = RunReuse(ResultCache(home.result_cache, cfg.result_cache_runs),
+                     FileDigests(home.root / start.tests), jobs,
+                     home.run_dir(start.id) / BUILDS_FILE)
+    # reuse=no: nothing is looked up, but the nodes' builds are learnt, so that the run's
+    # results are stored with their keys, and compared with the stored ones of the same
+    # key at its end (issue 26 item 4, cluster.master.samebuild).
+    found.lookups = options.reuse
+    return found
 
 
 def stores(cfg: Config, spec: RunSpec, start: JobStart) -> bool:

@@ -144,6 +144,19 @@ def section(verdicts: Sequence[Verdict]) -> str:
     return "".join(out)
 
 
+def same_build_section(found: Sequence[tuple[str, str, str, str]]) -> str:
+    """The report's lines on the tests whose output differs from an earlier run's of the
+    same job (same build, test file and command; ``found``: (test, node, earlier digest,
+    this run's digest) each), '' when there is none."""
+    if not found:
+        return ""
+    out = [f"The following {len(found)} test(s) gave another output than an earlier run of "
+           "the same build, test file and command; they are recorded as indeterminate:\n"]
+    out += [f"{display_name(test)} md5s: {old} (earlier run), {new} ({node})\n"
+            for test, node, old, new in found]
+    return "".join(out) + "\n"
+
+
 def known_only_line(comparison: Comparison, known: set[str]) -> str:
     """``differs only in known-indeterminate tests: a, b`` when every test the comparison
     still reports as differing is one found indeterminate before; '' otherwise."""

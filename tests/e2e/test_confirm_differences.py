@@ -8,7 +8,8 @@ changes by itself.  The master runs the changed tests a second time before it re
 the text tests' change is confirmed on the other node, the random test is reported
 indeterminate (not as a difference) and ``clusteradmin flaky`` lists it.  A third push of
 the same build with ``confirm=no`` differs only in the random test: its report says so in
-its first lines.
+its first lines, and the random test is recorded again: the same job (build, test file,
+command) as the second run's gave another output.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     overrides = {**FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
                  "status_port": "0", "gs_configs": "ppmraw.72.0",
                  # The first node's lone slot would take every job of a 3-job run.
-                 "batch_per_slot": "1"}
+                 "batch_per_slot": "1",
+                 # On here: a complete run's results stored by job key (build, test file,
+                 # command), so that a later run of the same job can be compared.
+                 "result_cache": "yes"}
     local = LocalCluster(tmp_path / "home", 2, corpus, overrides)
     local.prepare()
     try:
@@ -123,9 +127,16 @@ def test_a_random_test_is_indeterminate_and_a_real_difference_is_confirmed_elsew
     history = admin(cluster, "history", random_test)
     assert history.returncode == 0 and "indeterminate" in history.stdout, history.stdout
 
-    # A later run of the same build, not confirmed (confirm=no): only the random test
-    # differs from the push before, and the report says so at its top, not as an alarm.
-    third = push(["-dTextAlphaBits=4"], ("confirm=no",))
+    # A later run of the same build, not confirmed (confirm=no) and run whole (reuse=no):
+    # only the random test differs from the push before, and the report says so at its
+    # top, not as an alarm.  Its job is the same as the second run's (same build, test
+    # file, command) with another output: recorded as indeterminate across the two runs.
+    third = push(["-dTextAlphaBits=4"], ("confirm=no", "reuse=no"))
     report = (third / "report.txt").read_text()
     assert not (third / "confirm.tsv").exists(), report
     assert f"\n\ndiffers only in known-indeterminate tests: {random_test}\n" in report, report
+    assert "gave another output than an earlier run of the same build" in report, report
+    assert f"\n{random_test} md5s: " in report.split("same build")[1], report
+    data = json.loads(admin(cluster, "flaky", "--json").stdout)
+    assert [(f["test"], f["run"]) for f in data["flaky"]] == \
+        [(random_test, third.name), (random_test, second.name)], data

@@ -251,3 +251,10 @@ def test_a_runs_own_confirm_option_overrides_the_setting(tmp_path: Path) -> None
         assert state.hold_end is (expected is confirm.Phase.FIRST)
     with pytest.raises(RunOptionError, match="expected confirm=yes or confirm=no"):
         RunOptions.of(["confirm=maybe"], off)
+
+
+def test_the_same_build_section_names_each_test_with_both_md5s() -> None:
+    text = indeterminate.same_build_section([("x__r.ps", "node2", OLD, NEW)])
+    assert "1 test(s) gave another output than an earlier run of the same build" in text
+    assert f"x/r.ps md5s: {OLD} (earlier run), {NEW} (node2)\n" in text
+    assert indeterminate.same_build_section([]) == ""
