@@ -30,6 +30,8 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   groups=G is served only by its nodes)
   history TEST [--json]           every archived run in which TEST's md5 or error code
                                   changed, newest first, with its commit, user or schedule
+  history TEST --times [--json]   TEST's times (time1..3 and their sum) in every archived
+                                  run that has it, newest first, with the node
   cron [--json]                   every scheduled entry of the cluster in this user's
                                   crontab (enqueue_auto's nightly and weekly ones, with the
                                   named runs each queues from auto/<schedule>/<name>/, and
@@ -126,8 +128,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("group", metavar="G", nargs="?")
     p.add_argument("nodes", metavar="NODE", nargs="*")
     p.add_argument("--json", action="store_true", help="print JSON (group ls)")
-    command("history", "the runs in which a test changed", json_option=True).add_argument(
-        "test", metavar="TEST")
+    p = command("history", "the runs in which a test changed", json_option=True)
+    p.add_argument("test", metavar="TEST")
+    p.add_argument("--times", action="store_true",
+                   help="the test's times in every archived run instead")
     command("cron", "the scheduled entries and their next times", json_option=True)
     command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
         "file", metavar="FILE", type=Path)
@@ -216,7 +220,11 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
         case "info":
             _print(admin.info(home, args.run), as_json, admin.format_info)
         case "history":
-            _print(admin.history(home, args.test), as_json, admin.format_history)
+            if args.times:
+                _print(admin.history_times(home, args.test), as_json,
+                       admin.format_history_times)
+            else:
+                _print(admin.history(home, args.test), as_json, admin.format_history)
         case "cron":
             _print(cronlist.listing(home), as_json, cronlist.format_listing)
         case "stop":

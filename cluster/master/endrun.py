@@ -50,6 +50,7 @@ from cluster.master.livestatus import remove_if_run
 from cluster.master.runstate import RunState, Settings
 from cluster.queue import QueueFile, RunSpec
 from cluster.report import mail
+from cluster.report.slowdowns import SlowdownRule
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock
 from cluster.triggers.git.info import commit_info
@@ -197,7 +198,9 @@ class RunEnder:
                 spec=spec, start=start, state=state, elapsed=record.elapsed,
                 archive=archive, header=header,
                 stage=home.run_dir(start.id) / STAGE_DIR, outcome=record.outcome,
-                reason=record.reason, lost_nodes=record.lost))
+                reason=record.reason, lost_nodes=record.lost,
+                slowdown=SlowdownRule(self.cfg.slowdown_factor, self.cfg.slowdown_min_seconds,
+                                      self.cfg.slowdown_runs)))
             nodes = len(state.machines)
         fsutil.atomic_write(archive / "report.txt", made.text)
         fsutil.atomic_write(archive / "run.info", run_info(start, record, nodes, made))
