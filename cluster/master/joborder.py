@@ -16,22 +16,23 @@ reuses the file, so it hands the jobs out in the same order.
 A test's time is ``time1 + time2 + time3`` of its ``.tab`` row: the user CPU seconds of
 its stages (a ``shell`` job's wall seconds, :func:`cluster.node.readlog.with_wall_time`).
 
-Memory: one 8-byte time per job (an ``array``), filled while the baseline is streamed in
-name order (:class:`cluster.report.tab.TabFile`), never a table of rows or a second dict
-of names; the permutation is one list of ints.
+Cost, for a million jobs: one 8-byte time per job (an ``array``), filled while the
+baseline is read a line at a time (never a table of rows, nor a second dict of names),
+the permutation (a list of ints), and the lines copied as bytes from a map of the old file
+into the new one, a chunk at a time (its pages dropped after each); seconds, once per run
+(docs/performance.md, "Slowest first").
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.master.joblist import JobFile
-from cluster.report import tab
-from cluster.report.slowdowns import row_seconds
+from cluster.master.joblist import JobFile, JobList
 from cluster.runtime import fsutil
 
 log = logging.getLogger("cluster.master")
@@ -55,22 +56,36 @@ class Ordering:
 def slowest_first(times: Sequence[float]) -> list[int]:
     """The job indexes in hand-out order: unknown times (:data:`UNKNOWN`) first, then the
     longest first; equal times keep their order (a stable sort).  Pure."""
-    return sorted(range(len(times)), key=lambda i: -times[i])
+    negated = array("d", (-t for t in times))
+    return sorted(range(len(negated)), key=negated.__getitem__)
 
 
-def known_times(jobs: JobFile, baseline: Path) -> tuple[array[float], int]:
+def known_times(jobs: JobList, baseline: Path) -> tuple[array[float], int]:
     """Each job's time in ``baseline`` (:data:`UNKNOWN` when it has no row), and how many
-    were known.  The baseline is streamed; a missing file knows no time."""
+    were known.  The baseline is read a line at a time and only its names and three times
+    are looked at; a missing file knows no time, a malformed line is passed over (the
+    comparison at the end of the run reports it)."""
     times = array("d", [UNKNOWN]) * len(jobs)
     known = 0
-    if not baseline.is_file():
-        return times, known
     index = jobs.index
-    for entry in tab.TabFile(baseline).entries():
-        i = index.get(entry.name)
-        if i is not None:
-            times[i] = row_seconds(entry)
-            known += 1
+    try:
+        fh = open(baseline, "rb")
+    except FileNotFoundError:
+        return times, known
+    with fh:
+        for line in fh:
+            name, _, rest = line.partition(b"\t")
+            i = index.get(name.decode("utf-8", errors="replace"))
+            if i is None:
+                continue
+            fields = rest.split(b"\t", 4)
+            try:
+                seconds = float(fields[1]) + float(fields[2]) + float(fields[3])
+            except (ValueError, IndexError):
+                continue
+            if times[i] == UNKNOWN:
+                known += 1
+            times[i] = seconds
     return times, known
 
 
@@ -82,13 +97,20 @@ def order_jobs_file(path: Path, baseline: Path) -> Ordering:
     try:
         times, known = known_times(jobs, baseline)
         order = slowest_first(times)
-        if not known or order == list(range(len(order))):
+        if not known or all(i == k for i, k in enumerate(order)):
             return Ordering(len(jobs), known, rewritten=False)
-        with fsutil.atomic_writer(path) as out:
-            for start in range(0, len(order), _WRITE_CHUNK):
-                chunk = order[start:start + _WRITE_CHUNK]
-                out.write("\n".join(jobs.lines(chunk)))
-                out.write("\n")
+        starts, ends = jobs.starts, jobs.ends
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as text, \
+                fsutil.atomic_writer(path, encoding="utf-8") as out:
+            raw = out.buffer  # the lines are copied as bytes, never decoded
+            for first in range(0, len(order), _WRITE_CHUNK):
+                chunk = order[first:first + _WRITE_CHUNK]
+                raw.write(b"\n".join([text[starts[i]:ends[i]] for i in chunk]))
+                raw.write(b"\n")
+                # The chunk's lines are all over the file: let its pages go from the
+                # master's memory (they stay in the page cache), or a million-job file
+                # would add its whole size to the master's peak.
+                text.madvise(mmap.MADV_DONTNEED)
         return Ordering(len(jobs), known, rewritten=True)
     finally:
         jobs.close()
