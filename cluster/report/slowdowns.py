@@ -6,12 +6,13 @@ time over the last ``runs`` baseline runs that have it, and at least ``min_secon
 without an error count, now and before (a test that timed out or crashed says nothing of
 its speed).  A test that none of those runs has is new, not slower.
 
-A test's time is ``time1 + time2 + time3`` of its ``.tab`` row (:func:`row_seconds`): the
-user CPU seconds of its stages, or a ``shell`` job's wall seconds.
+A test's time is ``time1 + time2 + time3`` of its ``.tab`` row: the user CPU seconds of its
+stages, or a ``shell`` job's wall seconds.
 
-The tables are streamed side by side in name order (each ``.tab`` is written sorted,
+The tables are read side by side in name order (each ``.tab`` is written sorted,
 :func:`cluster.report.tab.write_tab`), so a million-test run with five baseline runs
-holds one row of each file at a time, never a table.  The report's section is
+holds one line of each file at a time, never a table, and splits only the lines of the
+tests that ran for at least ``min_seconds``.  The report's section is
 :func:`section`, ``Slower tests``, after the rest of the report.
 """
 
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from cluster.report.compare import display_name
-from cluster.report.tab import Entry, TabFile
 
 #: The section's title in the report.
 TITLE = "Slower tests"
@@ -55,12 +57,6 @@ class Slowdown:
         return self.seconds / self.median if self.median > 0 else float("inf")
 
 
-def row_seconds(entry: Entry) -> float:
-    """A ``.tab`` row's time: the sum of its three stage times."""
-    fields = entry.line().split("\t", 5)
-    return float(fields[2]) + float(fields[3]) + float(fields[4])
-
-
 def is_slower(seconds: float, before: Sequence[float], rule: SlowdownRule) -> bool:
     """Whether a test of ``seconds`` now is slower than its times ``before`` (at least one):
     more than ``rule.factor`` times their median, and at least ``rule.min_seconds`` more."""
@@ -73,38 +69,67 @@ def is_slower(seconds: float, before: Sequence[float], rule: SlowdownRule) -> bo
 def find(current: Path, previous: Sequence[Path], rule: SlowdownRule) -> list[Slowdown]:
     """The slower tests of the table ``current`` against the tables ``previous`` (the newest
     ``rule.runs`` are used), in name order."""
-    streams = [_Cursor(TabFile(p).entries()) for p in previous[:rule.runs]]
     found: list[Slowdown] = []
-    if not streams:
-        return found
-    for entry in TabFile(current).entries():
-        before = [s for s in (c.seconds_of(entry.name) for c in streams) if s is not None]
-        if entry.error:
-            continue
-        seconds = row_seconds(entry)
-        if is_slower(seconds, before, rule):
-            found.append(Slowdown(entry.name, seconds, statistics.median(before),
-                                  len(before)))
+    with ExitStack() as stack:
+        files: list[BinaryIO] = []
+        for path in previous[:rule.runs]:
+            with suppress(FileNotFoundError):
+                files.append(stack.enter_context(open(path, "rb")))
+        if not files:
+            return found
+        # Per previous table: its next line and that line's name (b"" at its end).
+        lines = [fh.readline() for fh in files]
+        names = [line[:line.find(b"\t")] for line in lines]
+        readers = [fh.readline for fh in files]
+        tables = range(len(files))
+        least, factor = rule.min_seconds, rule.factor
+        for name, error, seconds in _rows(current):
+            wanted = not error and seconds >= least  # else it cannot be slower
+            times: list[float] = []
+            for k in tables:
+                # Each table moves on to the name: one readline and one comparison a line.
+                while lines[k] and names[k] < name:
+                    line = lines[k] = readers[k]()
+                    names[k] = line[:line.find(b"\t")]
+                if wanted and names[k] == name and lines[k]:
+                    seconds_then = _seconds(lines[k])
+                    if seconds_then is not None:
+                        times.append(seconds_then)
+            if times and seconds > factor * min(times) and is_slower(seconds, times, rule):
+                found.append(Slowdown(name.decode("utf-8", errors="replace"), seconds,
+                                      statistics.median(times), len(times)))
     return found
 
 
-class _Cursor:
-    """One previous table, read forward in name order as the current one is."""
-
-    def __init__(self, entries: Iterator[Entry]) -> None:
-        self._entries = entries
-        self._pending: Entry | None = next(entries, None)
-
-    def seconds_of(self, name: str) -> float | None:
-        """The time of test ``name`` in this table (None: absent, or an error there).
-        Names must be asked in increasing order."""
-        pending = self._pending
-        while pending is not None and pending.name < name:
-            pending = next(self._entries, None)
-        self._pending = pending
-        if pending is None or pending.name != name or pending.error:
+def _seconds(line: bytes) -> float | None:
+    """A ``.tab`` line's time (time1 + time2 + time3); None for a row with an error, or a
+    malformed one."""
+    fields = line.split(b"\t", 5)
+    try:
+        if fields[1] != b"0" and int(fields[1]):
             return None
-        return row_seconds(pending)
+        return float(fields[2]) + float(fields[3]) + float(fields[4])
+    except (ValueError, IndexError):
+        return None
+
+
+def _rows(path: Path) -> Iterator[tuple[bytes, int, float]]:
+    """(name, error, seconds) of each good row of the ``.tab`` at ``path``, as bytes, in
+    the file's order (name order: :func:`cluster.report.tab.write_tab`); a malformed line
+    is passed over (the comparison of the same tables reports it).  A table edited out of
+    name order by hand may hide tests (as from ``clusteradmin history``)."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            fields = line.split(b"\t", 5)
+            try:
+                yield fields[0], int(fields[1]), \
+                    float(fields[2]) + float(fields[3]) + float(fields[4])
+            except (ValueError, IndexError):
+                continue
 
 
 def section(slower: Sequence[Slowdown], rule: SlowdownRule, runs: int) -> str:
