@@ -132,7 +132,7 @@ def order_run_jobs(path: Path, tables: Path, timeout: float = ORDER_TIMEOUT) -> 
 
     A child, because the ordering's million names and ints would leave the master's
     allocator holding a few hundred MB that its own job list then cannot reuse (measured:
-    a peak of 469 MB against 229 MB); a child's memory goes back whole when it exits.  If
+    a peak of 469 MB against 350 MB at 1M jobs); a child's memory goes back whole when it exits.  If
     the child fails or runs out of ``timeout``, the file keeps build.py's order (the
     rewrite is atomic; a killed child's temporary file is removed at the next run's start)
     and the run goes on.
