@@ -2,7 +2,7 @@
 """bench/master_handler.py -- what the master's request handler costs per job, in-process.
 
 Usage: python3 bench/master_handler.py [--jobs 1000000] [--nodes 1000] [--slots 8]
-                                       [--reps 3] [--stages] [--keep DIR]
+                                       [--reps 3] [--stages] [--ordered] [--keep DIR]
 
 The handler (:class:`cluster.master.handler.RequestHandler`) is bound to a real run state
 over a jobs file of M lines, a real journal and audit trail, and called directly by K
@@ -12,6 +12,11 @@ its reply is verified as a node verifies it.  The run's clock moves 0.4 ms a cal
 batch sizes (and the number of calls) are the same on every machine and every repeat: the
 figures compare trees, where master_load (sockets, a client process, the machine's load)
 moves by 20% from one hour to the next.
+
+``--ordered`` serves the jobs file as the master leaves it for a run whose baseline knows
+every test's time (issue 26: slowest first, :mod:`cluster.master.joborder`; the times spread
+over 0-10 s), and prints the rewrite's seconds as ``order_s``: the handler's cost must not
+depend on it.
 
 Only the time inside the handler is counted.  ``--stages`` also times its steps one by one
 (job id, signature check, parse, replay guard, the run state, journal, audit, reply,
@@ -41,12 +46,13 @@ if __package__ in (None, ""):
 
 from bench.common import figures, start  # noqa: E402
 from cluster import nodekeys  # noqa: E402
-from cluster.master import journal  # noqa: E402
+from cluster.master import joborder, journal  # noqa: E402
 from cluster.master.audit import AuditLog  # noqa: E402
 from cluster.master.handler import RequestHandler, RunSession  # noqa: E402
 from cluster.master.joblist import JobFile  # noqa: E402
 from cluster.master.keycache import run_keys  # noqa: E402
 from cluster.master.runstate import RunState, Settings  # noqa: E402
+from cluster.report.tab import write_tab_lines  # noqa: E402
 from cluster.wire import protocol, signing  # noqa: E402
 
 RUN_ID = "20261123000000-p0-bench"
@@ -61,6 +67,22 @@ def write_jobs(path: Path, jobs: int) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for i in range(jobs):
             fh.write(f"{STEM}{i} {STEM}{i}.log true ; echo {i} | md5sum\n")
+
+
+def order_jobs(jobs_path: Path, work: Path, jobs: int) -> float:
+    """``--ordered``: the jobs file rewritten slowest first (issue 26) by a baseline whose
+    times spread over 0-10 s, as the master does when it makes a run's jobs file; the
+    seconds it took."""
+    baseline = work / "current.tab"
+    write_tab_lines(baseline, sorted(
+        f"{STEM}{i}\t0\t{(i * 7919) % 1000 / 100:.2f}\t0.00\t0.00\t0\t{'0' * 32}\tr\tshell\tn1"
+        for i in range(jobs)))
+    began = time.perf_counter()
+    done = joborder.order_jobs_file(jobs_path, baseline)
+    spent = time.perf_counter() - began
+    baseline.unlink()
+    assert done.rewritten and done.known == jobs, done
+    return spent
 
 
 class Stages:
@@ -169,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", action="store_true",
                         help="also time the handler's steps one by one")
     parser.add_argument("--keep", type=Path, help="keep the jobs file, journal and audit here")
+    parser.add_argument("--ordered", action="store_true",
+                        help="serve the jobs file as the master orders it, slowest first "
+                             "(issue 26), not in build.py's order")
     args = parser.parse_args(argv)
     if min(args.jobs, args.nodes, args.slots, args.reps) < 1:
         parser.error("--jobs, --nodes, --slots and --reps must be at least 1")
@@ -178,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     jobs_path = work / "jobs"
     write_jobs(jobs_path, args.jobs)
+    order_s = order_jobs(jobs_path, work, args.jobs) if args.ordered else None
     per_job: list[float] = []
     stages = Stages() if args.stages else None
     calls = 0
@@ -191,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": ",".join(f"{v:.2f}" for v in per_job),
         "calls": calls, "jobs_per_call": f"{args.jobs / calls:.0f}",
         "jobs": args.jobs, "nodes": args.nodes, "slots": args.slots,
+        "ordered": "no" if order_s is None else "yes", "order_s": f"{order_s or 0:.2f}",
     }
     if stages:
         values.update({f"{name}_ns": round(ns / args.jobs / args.reps)

@@ -3,7 +3,8 @@
 
 Usage: python3 bench/tail.py [--work 150] [--nodes 3] [--slots 2] [--slow 5]
                              [--durations 0.1,0.2,0.3,0.5] [--unequal 1,1.5,2]
-                             [--heartbeat-timeout 5] [--reps 1] [--cases ...] [--keep DIR]
+                             [--heartbeat-timeout 5] [--slow-tests 3] [--slow-factor 10]
+                             [--reps 1] [--cases ...] [--keep DIR]
 
 Every job sleeps a known time: a mix of ``--durations`` (shuffled, fixed seed) adding up to
 ``--work`` seconds, one job per line of a ``.cmds`` file (product shell).  A node is made
@@ -16,6 +17,13 @@ job sleeps ``duration x factor``.  The cases (3 nodes x 2 slots by default):
   dead-node    equal speeds; node1 (clusterpull, run.py and its jobs) is SIGKILLed when
                40% of the results are in, while it holds jobs; the master runs with
                heartbeat_timeout = --heartbeat-timeout (5 s) for this case only
+  slow-last    equal speeds; --slow-tests (3) more jobs of --slow-factor (10) times the
+               longest duration, last in the corpus; two nightly runs (``auto tail
+               shell``) on one cluster: the first has no baseline and goes in the corpus's
+               order (as every run did before issue 26): ``slow-last-corpus-order``; the
+               second is ordered slowest first by the first's times:
+               ``slow-last-slowest-first`` (goal: ratio <= 1.05).  ``slow_started_s``:
+               from the first job start to the last start of a slow test
 
 Ideal = total work / total slots, each slot weighted by its node's speed (1 / slowdown).
 Makespan = from the enqueue (clusterpush) to the last result reaching the master's journal:
@@ -35,7 +43,8 @@ cluster's poll_interval is 1 s here, as in bench/dispatch.py).
 
 Every case checks the .tab: every job exactly once, error 0, the expected md5 (for the dead
 node also that the report names node1 as lost): ``correct=yes``.  ``met=yes`` when the issue's
-target is reached: ratio <= 1.15, or rehand_s <= limit_s in every repetition.  ``ok=yes``
+target is reached: ratio <= 1.15 (slow-last-slowest-first: 1.05; slow-last-corpus-order
+has none, ``met=-``), or rehand_s <= limit_s in every repetition.  ``ok=yes``
 when correct, and for dead-node also met.  The exit status is 0 when every case is ok.
 ``copies`` counts jobs started more than once (tail copies), ``dup_results`` the late
 duplicate results the master's report counted.
@@ -72,12 +81,17 @@ if __package__ in (None, ""):
 from bench.common import figures, median, start  # noqa: E402
 from bench.dispatch import QUICK  # noqa: E402
 from cluster.localcluster import LocalCluster, free_port, write_demo_tree  # noqa: E402
+from cluster.queue import QueueFile, RunSpec  # noqa: E402
 from cluster.report.tab import read_tab  # noqa: E402
 
 CORPUS_NAME = "tail"
 CMDS = "tail.cmds"
 MAX_RATIO = 1.15     # issue 3: makespan <= 1.15 x ideal with one node 5x slower
 KILL_AT = 0.4        # dead-node: kill node1 when this share of the results is in
+SLOWEST_FIRST = "slowest-first"
+ORDERS = ("corpus-order", SLOWEST_FIRST)  # slow-last's two runs, in the order run
+ORDER_RATIO = 1.05   # issue 26: slowest first, makespan <= 1.05 x ideal
+AUTO_PRIORITY = 2    # the nightly runs of case slow-last
 
 
 @dataclass
@@ -85,6 +99,8 @@ class Case:
     name: str
     slowdowns: list[float]
     kill: bool = False
+    #: slow-last: two nightly runs of one cluster, the corpus's order then slowest first
+    orders: bool = False
 
 
 @dataclass
@@ -98,6 +114,7 @@ class Outcome:
     copies: int = 0          # jobs started more than once (tail copies, re-runs)
     duplicates: int = 0      # late duplicate results the master counted
     per_node: dict[str, int] = field(default_factory=dict)  # first results by machine
+    starts: list[tuple[float, str, int]] = field(default_factory=list)  # every job start
     drop: float = float("nan")
     restart: float = float("nan")
     rehand: float = float("nan")
@@ -227,12 +244,49 @@ class TailRun:
         self.cluster.prepare()
         self.tree = write_demo_tree(root / "demo" / "shell", "shell", [])
 
+    def node_env(self) -> dict[str, dict[str, str]]:
+        return {f"node{i}": {"CLUSTER_SLOWDOWN": f"{s:g}", "BENCH_NODE": f"node{i}"}
+                for i, s in enumerate(self.case.slowdowns, 1)}
+
+    def run_orders(self) -> list[Outcome]:
+        """Case slow-last: two nightly runs (``auto tail shell``, priority 2) of the same
+        corpus on one cluster.  The first has no baseline: its jobs go out in the corpus's
+        order, the slow tests last, as every run did before issue 26.  The second is
+        ordered slowest first by the first run's times."""
+        cluster = self.cluster
+        write_demo_tree(cluster.home_dir / "shell", "shell", [])  # the tree auto runs build
+        spec = RunSpec.parse(f"auto {CORPUS_NAME} shell")
+        queue = QueueFile.for_priority(cluster.home, AUTO_PRIORITY)
+        outcomes: list[Outcome] = []
+        cluster.start(self.node_env())
+        try:
+            cluster.wait_for_nodes()
+            for _ in range(2):
+                self.starts.write_text("")
+                watcher = JournalWatcher(cluster.home.results(AUTO_PRIORITY))
+                before = cluster.archives()
+                watcher.start()
+                start = time.time()
+                queue.append(spec)
+                try:
+                    archive = cluster.wait_for_run(spec, before, 3600, priority=AUTO_PRIORITY)
+                finally:
+                    watcher.stop_flag.set()
+                    watcher.join()
+                watcher.read_new()
+                out = self._measure(Outcome(), archive, watcher, start)
+                out.report = (archive / "report.txt").stat().st_mtime - start
+                outcomes.append(out)
+        finally:
+            cluster.stop(grace=10)
+            for up in cluster.home.nodes.glob("*.up"):
+                up.unlink()
+        return outcomes
+
     def run(self) -> Outcome:
         cluster = self.cluster
         out = Outcome()
-        node_env = {f"node{i}": {"CLUSTER_SLOWDOWN": f"{s:g}", "BENCH_NODE": f"node{i}"}
-                    for i, s in enumerate(self.case.slowdowns, 1)}
-        cluster.start(node_env)
+        cluster.start(self.node_env())
         watcher = JournalWatcher(cluster.home.results(0))
         kill_t = float("nan")
         try:
@@ -258,6 +312,16 @@ class TailRun:
         if watcher.is_alive():
             watcher.join()
         watcher.read_new()
+        self._measure(out, archive, watcher, start)
+        if self.case.kill:
+            self._dead_node(out, kill_t, read_starts(self.starts), watcher.seen,
+                            (archive / "report.txt").read_text())
+        return out
+
+    def _measure(self, out: Outcome, archive: Path, watcher: JournalWatcher,
+                 start: float) -> Outcome:
+        """The makespan, start-up, copies and per-node counts of one run, and whether its
+        .tab is right."""
         arrivals = watcher.seen
         if len(arrivals) == len(self.expected):
             out.makespan = max(t for t, _ in arrivals.values()) - start
@@ -266,6 +330,7 @@ class TailRun:
             out.startup = starts[0][0] - start
         out.copies = sum(1 for c in Counter(i for _, _, i in starts).values() if c > 1)
         out.per_node = dict(Counter(m for _, m in arrivals.values()))
+        out.starts = starts
         tab_path = archive / f"{archive.name}.tab"
         table = read_tab(tab_path)
         names = [line.split("\t", 1)[0] for line in tab_path.read_text().splitlines()]
@@ -275,8 +340,6 @@ class TailRun:
         report_text = (archive / "report.txt").read_text()
         dup = re.search(r"(\d+) late duplicate result", report_text)
         out.duplicates = int(dup.group(1)) if dup else 0
-        if self.case.kill:
-            self._dead_node(out, kill_t, starts, arrivals, report_text)
         return out
 
     def _dead_node(self, out: Outcome, kill_t: float, starts: list[tuple[float, str, int]],
@@ -312,6 +375,15 @@ class TailRun:
         out.correct = out.correct and ok_report and out.put_back >= 0
 
 
+def slow_started(out: Outcome, slow_ids: set[int]) -> float:
+    """Case slow-last: seconds from the run's first job start to the last start of a slow
+    test (the run's end cannot come before this plus a slow test's time)."""
+    times = [t for t, _, i in out.starts if i in slow_ids]
+    if not out.starts or not times:
+        return float("nan")
+    return max(times) - out.starts[0][0]
+
+
 def parse_floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
@@ -334,8 +406,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the master's heartbeat_timeout in case dead-node")
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1, help="shuffle of the job durations")
-    parser.add_argument("--cases", default="equal,unequal,one-slow,dead-node",
-                        help="comma list of: equal, unequal, one-slow, dead-node")
+    parser.add_argument("--cases", default="equal,unequal,one-slow,dead-node,slow-last",
+                        help="comma list of: equal, unequal, one-slow, dead-node, slow-last")
+    parser.add_argument("--slow-tests", type=int, default=3,
+                        help="case slow-last: tests --slow-factor times the longest "
+                             "duration, last in the corpus (default 3)")
+    parser.add_argument("--slow-factor", type=float, default=10.0,
+                        help="case slow-last: how much slower those tests are (default 10)")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args(argv)
     mix = parse_floats(args.durations)
@@ -357,33 +434,53 @@ def main(argv: list[str] | None = None) -> int:
             if args.nodes < 2:
                 parser.error("case dead-node needs at least 2 nodes")
             cases.append(Case("dead-node", [1.0] * args.nodes, kill=True))
+        elif name == "slow-last":
+            if args.slow_tests < 1 or args.slow_factor <= 0:
+                parser.error("--slow-tests and --slow-factor must be positive")
+            cases.append(Case("slow-last", [1.0] * args.nodes, orders=True))
         else:
             parser.error(f"unknown case {name!r}")
     work = start("tail", ("awk", "date", "sleep"), args.keep)
     if work is None:
         return 2
     durations = durations_for(args.work, mix, args.seed)
-    total = sum(durations)
+    # slow-last: a few tests ten times the longest, last in the corpus (issue 26).
+    slow_last = durations + [max(mix) * args.slow_factor] * args.slow_tests
+    slow_ids = set(range(len(durations) + 1, len(slow_last) + 1))  # their job indexes
+    shown: list[Case] = []  # a line each; slow-last gives two, one per order
+    for case in cases:
+        shown += ([Case(f"{case.name}-{order}", case.slowdowns, orders=True)
+                   for order in ORDERS] if case.orders else [case])
 
-    results: dict[str, list[Outcome]] = {c.name: [] for c in cases}
+    results: dict[str, list[Outcome]] = {c.name: [] for c in shown}
     limits: dict[str, float] = {}
     for rep in range(args.reps):
         for case in cases:
-            run = TailRun(work / f"{case.name}-{rep + 1}", case, args, durations)
-            outcome = run.run()
-            results[case.name].append(outcome)
-            if case.kill:
-                limits[case.name] = run.limit
-            dead = (f"drop {outcome.drop:.2f}s restart {outcome.restart:.2f}s lost "
-                    f"{outcome.lost} put_back {outcome.put_back} " if case.kill else "")
-            print(f"# rep {rep + 1} {case.name} makespan {outcome.makespan:.2f}s "
-                  f"report {outcome.report:.2f}s startup {outcome.startup:.2f}s {dead}"
-                  f"per_node {outcome.per_node} correct={outcome.correct}", flush=True)
-    print(figures({"jobs": len(durations), "work_s": f"{total:.1f}",
+            run = TailRun(work / f"{case.name}-{rep + 1}", case, args,
+                          slow_last if case.orders else durations)
+            if case.orders:
+                done = list(zip(ORDERS, run.run_orders(), strict=True))
+            else:
+                done = [("", run.run())]
+            for order, outcome in done:
+                name = f"{case.name}-{order}" if order else case.name
+                results[name].append(outcome)
+                if case.kill:
+                    limits[case.name] = run.limit
+                dead = (f"drop {outcome.drop:.2f}s restart {outcome.restart:.2f}s lost "
+                        f"{outcome.lost} put_back {outcome.put_back} " if case.kill else "")
+                first = (f"slow tests started {slow_started(outcome, slow_ids):.2f}s "
+                         if case.orders else "")
+                print(f"# rep {rep + 1} {name} makespan {outcome.makespan:.2f}s "
+                      f"report {outcome.report:.2f}s startup {outcome.startup:.2f}s {dead}"
+                      f"{first}per_node {outcome.per_node} correct={outcome.correct}",
+                      flush=True)
+    print(figures({"jobs": len(durations), "work_s": f"{sum(durations):.1f}",
                    "durations": args.durations, "reps": args.reps}))
     all_ok = True
-    for case in cases:
+    for case in shown:
         runs = results[case.name]
+        total = sum(slow_last if case.orders else durations)
         speed_slots = sum(args.slots / s for s in case.slowdowns)
         ideal = total / speed_slots
         correct = all(r.correct for r in runs)
@@ -412,12 +509,20 @@ def main(argv: list[str] | None = None) -> int:
             makespan = median([r.makespan for r in runs])
             startup = median([r.startup for r in runs])
             ratio = makespan / ideal
+            # slow-last: the goal is the slowest-first run's; the corpus's order is what
+            # every run did before (shown for comparison, no goal).
+            goal = (ORDER_RATIO if case.name.endswith(SLOWEST_FIRST) else None) \
+                if case.orders else MAX_RATIO
             line.update({"ideal_s": f"{ideal:.2f}", "makespan_s": f"{makespan:.2f}",
                          "ratio": f"{ratio:.2f}", "startup_s": f"{startup:.2f}",
                          "run_ratio": f"{(makespan - startup) / ideal:.2f}",
                          "report_s": f"{median([r.report for r in runs]):.2f}",
-                         "max_ratio": MAX_RATIO,
-                         "met": "yes" if ratio <= MAX_RATIO else "no"})
+                         "max_ratio": "-" if goal is None else goal,
+                         "met": "-" if goal is None else "yes" if ratio <= goal else "no"})
+            if case.orders:
+                line["slow_tests"] = f"{args.slow_tests}x{max(mix) * args.slow_factor:g}s"
+                line["slow_started_s"] = \
+                    f"{median([slow_started(r, slow_ids) for r in runs]):.2f}"
         line.update({"copies": max(r.copies for r in runs),
                      "dup_results": max(r.duplicates for r in runs),
                      "runs": len(runs), "correct": "yes" if correct else "no",

@@ -192,6 +192,16 @@ class Config:
                                 "and at most about this much work by its measured rate, so "
                                 "nodes running tiny jobs call once per batch, not per job",
                                 high=HOUR)
+    slowdown_factor: float = _opt(2.0, MASTER, "times",
+                                  "a report lists as slower the tests whose time grew to more "
+                                  "than this many times their median over the last "
+                                  "slowdown_runs baseline runs", positive=True, high=1000.0)
+    slowdown_min_seconds: float = _opt(1.0, MASTER, "seconds",
+                                       "and grew by at least this many seconds over that median",
+                                       high=DAY)
+    slowdown_runs: int = _opt(5, MASTER, "runs",
+                              "the baseline runs whose median time a test's time is "
+                              "compared with (0 = no Slower tests section)", high=50)
     speculate_tail: bool = _opt(True, MASTER, "flag",
                                 "when no job is left to hand out, give idle nodes copies of "
                                 "jobs still running elsewhere (first result wins)")

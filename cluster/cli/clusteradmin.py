@@ -32,6 +32,8 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   changed, newest first, with its commit, user or schedule
   flaky [--json]                  the tests found indeterminate (a second run gave
                                   another output), newest first: when, run, nodes, md5s
+  history TEST --times [--json]   TEST's times (time1..3 and their sum) in every archived
+                                  run that has it, newest first, with the node
   cron [--json]                   every scheduled entry of the cluster in this user's
                                   crontab (enqueue_auto's nightly and weekly ones, with the
                                   named runs each queues from auto/<schedule>/<name>/, and
@@ -128,8 +130,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("group", metavar="G", nargs="?")
     p.add_argument("nodes", metavar="NODE", nargs="*")
     p.add_argument("--json", action="store_true", help="print JSON (group ls)")
-    command("history", "the runs in which a test changed", json_option=True).add_argument(
-        "test", metavar="TEST")
+    p = command("history", "the runs in which a test changed", json_option=True)
+    p.add_argument("test", metavar="TEST")
+    p.add_argument("--times", action="store_true",
+                   help="the test's times in every archived run instead")
     command("cron", "the scheduled entries and their next times", json_option=True)
     command("flaky", "the tests found indeterminate, newest first", json_option=True)
     command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
@@ -219,7 +223,11 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
         case "info":
             _print(admin.info(home, args.run), as_json, admin.format_info)
         case "history":
-            _print(admin.history(home, args.test), as_json, admin.format_history)
+            if args.times:
+                _print(admin.history_times(home, args.test), as_json,
+                       admin.format_history_times)
+            else:
+                _print(admin.history(home, args.test), as_json, admin.format_history)
         case "cron":
             _print(cronlist.listing(home), as_json, cronlist.format_listing)
         case "flaky":

@@ -480,6 +480,28 @@ def format_flaky(data: JSON) -> list[str]:
     return lines
 
 
+def history_times(home: Home, test: str) -> JSON:
+    """``test``'s times across the archived runs (:func:`cluster.console.history.times`)."""
+    found = test_history.times(home, test)
+    return {"test": test_history.test_id(test), "times": [t.to_json() for t in found]}
+
+
+def format_history_times(data: JSON) -> list[str]:
+    rows = data["times"]
+    lines = [f"test {data['test']}: its times in {len(rows)} archived run(s), newest first "
+             f"(seconds: time1 + time2 + time3)"]
+    for t in rows:
+        who = {"git": "commit", "user": "user", "auto": "schedule"}.get(t["kind"], t["kind"])
+        line = (f"  {t['run']}  {who} {t['who']}  {t['seconds']:.2f} s "
+                f"({t['time1']:.2f} {t['time2']:.2f} {t['time3']:.2f})")
+        if t["error"]:
+            line += f"  error {t['error']}"
+        if t["machine"]:
+            line += f"  on {t['machine']}"
+        lines.append(line)
+    return lines
+
+
 def format_history(data: JSON) -> list[str]:
     changes = data["changes"]
     lines = [f"test {data['test']}: {len(changes)} run(s) in which it changed, newest first"]

@@ -141,6 +141,58 @@ def history(home: Home, test: str) -> list[Change]:
     return changes
 
 
+@dataclass(frozen=True)
+class Timing:
+    """A test's times in one archived run (``clusteradmin history TEST --times``): its
+    three stage times and their sum, its error code and the node that ran it."""
+
+    run: str
+    kind: str
+    who: str
+    started: float | None
+    time1: float
+    time2: float
+    time3: float
+    error: int
+    machine: str
+
+    @property
+    def seconds(self) -> float:
+        return self.time1 + self.time2 + self.time3
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "seconds": round(self.seconds, 2)}
+
+
+def times(home: Home, test: str) -> list[Timing]:
+    """``test``'s times in every complete archived run whose table has it, newest first
+    (issue 26).  ClusterError as :func:`history`'s when no archived run's table has it."""
+    name = test_id(test)
+    if not name or any(c.isspace() for c in name):
+        raise ClusterError(f"test name {test!r}: expected a test id without spaces")
+    key = name.encode("utf-8")
+    found: list[Timing] = []
+    searched = 0
+    for run in complete_runs(home):
+        searched += 1
+        fields = lookup_fields(run.table, key)
+        if fields is None:
+            continue
+        try:
+            t1, t2, t3, error = (float(fields[2]), float(fields[3]), float(fields[4]),
+                                 int(fields[1]))
+        except (ValueError, IndexError):
+            continue  # a malformed row: as if the test were not there
+        found.append(Timing(run.run_id, run.info.get("kind", ""), run.info.get("ref", ""),
+                            run_started(run.run_id), t1, t2, t3, error,
+                            fields[9] if len(fields) > 9 else ""))
+    if not found:
+        raise ClusterError(f"test {name!r} is in none of the {searched} archived run tables "
+                           f"in {home.archive} (expected a test id as the reports name it)")
+    found.reverse()
+    return found
+
+
 def _difference(before: Result | None, after: Result) -> str:
     if before is None:
         return "new"
@@ -171,15 +223,31 @@ def complete_runs(home: Home) -> Iterator[_Run]:
 
 def lookup(path: Path, name: bytes) -> Result | None:
     """The row of test ``name`` in the name-ordered ``.tab`` at ``path``, by bisection."""
+    fields = lookup_fields(path, name)
+    if fields is None:
+        return None
+    try:
+        error = int(fields[1])
+        return Result(error, fields[6] if error == 0 else "0",
+                      fields[8] if len(fields) > 8 else "",
+                      fields[9] if len(fields) > 9 else "")
+    except (ValueError, IndexError):
+        return None  # a malformed row: as if the test were not there
+
+
+def lookup_fields(path: Path, name: bytes) -> list[str] | None:
+    """The columns of test ``name``'s row in the name-ordered ``.tab`` at ``path``, by
+    bisection (None when the table has no such row)."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
         return None
     with fh:
-        return _bisect(fh, name)
+        found = _bisect(fh, name)
+    return None if found is None else [f.decode("utf-8", errors="replace") for f in found]
 
 
-def _bisect(fh: BinaryIO, name: bytes) -> Result | None:
+def _bisect(fh: BinaryIO, name: bytes) -> list[bytes] | None:
     # Invariant: every line before ``lo`` (a line start) names a test below ``name``, and
     # the first line naming ``name`` or above starts at or before ``hi``.
     lo, hi = 0, fh.seek(0, os.SEEK_END)
@@ -201,13 +269,7 @@ def _bisect(fh: BinaryIO, name: bytes) -> Result | None:
             continue
         if fields[0] != name:
             return None
-        try:
-            error = int(fields[1])
-            text = [f.decode("utf-8", errors="replace") for f in fields]
-            return Result(error, text[6] if error == 0 else "0",
-                          text[8] if len(text) > 8 else "", text[9] if len(text) > 9 else "")
-        except (ValueError, IndexError):
-            return None  # a malformed row: as if the test were not there
+        return fields
     return None
 
 

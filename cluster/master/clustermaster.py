@@ -50,6 +50,7 @@ from cluster.master import (
     ending,
     finish,
     groups,
+    joborder,
     journal,
     monitor,
     nextrun,
@@ -603,6 +604,8 @@ class ClusterMaster:
             if every_node is not None:
                 with open(path, encoding="utf-8") as made, fsutil.atomic_writer(path) as out:
                     out.writelines(placement.expand_every_node(made, every_node))
+            elif sweep_file is None:
+                joborder.order_run_jobs(path, self.home.tables)  # slowest first, issue 26
         try:
             jobs = JobFile(path)
         except ValueError as exc:

@@ -51,6 +51,7 @@ from cluster.master.resultcache import FileDigests, ResultCache
 from cluster.master.runstate import RunState, Settings
 from cluster.queue import QueueFile, RunSpec
 from cluster.report import indeterminate, mail
+from cluster.report.slowdowns import SlowdownRule
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock
 from cluster.triggers.git.info import commit_info
@@ -199,7 +200,9 @@ class RunEnder:
                 archive=archive, header=header,
                 stage=home.run_dir(start.id) / STAGE_DIR, outcome=record.outcome,
                 reason=record.reason, lost_nodes=record.lost,
-                indeterminate_keep=self.cfg.indeterminate_keep))
+                indeterminate_keep=self.cfg.indeterminate_keep,
+                slowdown=SlowdownRule(self.cfg.slowdown_factor, self.cfg.slowdown_min_seconds,
+                                      self.cfg.slowdown_runs)))
             nodes = len(state.machines)
             if record.outcome is Outcome.DONE and reuse.stores(self.cfg, spec, start):
                 self._store_results(start, state)

@@ -65,7 +65,7 @@ from cluster.master.unbuilt import ABSENT
 from cluster.node import buildlog
 from cluster.queue import SWEEP, RunSpec
 from cluster.report import compare as report
-from cluster.report import indeterminate, md5cache, sweepreport, tab, userreport
+from cluster.report import indeterminate, md5cache, slowdowns, sweepreport, tab, userreport
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
@@ -94,6 +94,7 @@ class FinishedRun:
     reason: str = ""  # why a run that is not DONE ended so
     lost_nodes: tuple[str, ...] = ()  # every node the run lost, across takeovers
     indeterminate_keep: int = 2000  # records kept of the indeterminate tests (config)
+    slowdown: slowdowns.SlowdownRule = slowdowns.SlowdownRule()  # the Slower tests rule
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ def finish(home: Home, run: FinishedRun) -> Report:
         stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
                      not_run)
     text = confirmed_report(home, run, text, facts.header, against, verdicts)
+    text += slower_tests(home, run, run_tab)
     return Report(text, differences=differences(against), errors=state.errors,
                   indeterminate=len(flaky) if verdicts else None)
 
@@ -230,6 +232,18 @@ def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
     if not text.startswith(head):
         head = ""
     return head + added + text[len(head):]
+
+
+def slower_tests(home: Home, run: FinishedRun, run_tab: Path) -> str:
+    """The report's ``Slower tests`` section (issue 26, :mod:`cluster.report.slowdowns`):
+    the run's table against the newest ``slowdown_runs`` archived baseline runs (this
+    run's own archive left out: a redone end step finds it there)."""
+    rule = run.slowdown
+    if rule.runs <= 0:
+        return ""
+    previous = [table for run_id, table in baseline_tabs(home, rule.runs + 1)
+                if run_id != run.state.run_id][:rule.runs]
+    return slowdowns.section(slowdowns.find(run_tab, previous, rule), rule, len(previous))
 
 
 def sweep_table(spec: RunSpec) -> str:

@@ -1255,8 +1255,9 @@ class NodeRun:
         digest = _md5_and_remove(base + JOB_OUT)
         if digest is not None:
             md5_text += f"{digest}  -\n"  # the job's raw output is its result (product shell)
-        result = readlog.classify(name, log_text, md5_text, done.killed, self.name,
-                                  done.exit_status)
+        result = readlog.with_wall_time(
+            readlog.classify(name, log_text, md5_text, done.killed, self.name,
+                             done.exit_status), done.ended - done.started)
         self.node_log.write(readlog.log_entry(name, log_text, md5_text, done.killed))
         if result.error != ERROR_NONE and not self.cannot_run:
             fault = self._infrastructure_fault(done, log_text)

@@ -44,6 +44,7 @@ sh, gs and mutool as well as from "Unable to open", and gs 10's "Couldn't initia
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from cluster.records import (
@@ -229,3 +230,17 @@ def log_entry(name: str, log_text: str | bytes | None, md5_text: str | bytes | N
         parts.append(KILLED_LINE + "\n")
     parts.append("\n")
     return "".join(parts)
+
+
+def with_wall_time(result: JobResult, seconds: float) -> JobResult:
+    """A ``shell`` job's result with its wall seconds as ``time1`` (issue 26).
+
+    A shell command runs under no ``/usr/bin/time``, so its log has no time line and its
+    times were all 0: the master could neither order such tests slowest first nor notice
+    them getting slower.  The node knows when the job started and ended (its slot's
+    clock); that span, to the hundredth, is its time.  Any other product's result is
+    returned as it is (its times are its programs' user CPU seconds).
+    """
+    if result.product != SHELL_PRODUCT or result.time1 or result.time2 or result.time3:
+        return result
+    return dataclasses.replace(result, time1=round(max(seconds, 0.0), 2))

@@ -87,6 +87,23 @@ def test_tail_small() -> None:
     assert float(rows["dead-node"]["drop_s"]) > 0 and rows["dead-node"]["limit_s"] == "4"
 
 
+def test_tail_slow_last_small() -> None:
+    """bench/tail.py's slow-last case (issue 26), small: two nightly runs of one cluster;
+    in the second, ordered slowest first, the slow tests start sooner than in the first."""
+    done = subprocess.run([sys.executable, "bench/tail.py", "--work", "4",
+                           "--durations", "0.1,0.2", "--slow-factor", "8", "--slow-tests", "2",
+                           "--cases", "slow-last"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("#")]
+    rows = {f["case"]: f for f in map(figures, lines) if "case" in f}
+    assert set(rows) == {"slow-last-corpus-order", "slow-last-slowest-first"}, done.stdout
+    corpus, first = rows["slow-last-corpus-order"], rows["slow-last-slowest-first"]
+    assert corpus["correct"] == first["correct"] == "yes", done.stdout + done.stderr[-3000:]
+    assert first["slow_tests"] == "2x1.6s" and first["max_ratio"] == "1.05"
+    assert float(first["slow_started_s"]) < float(corpus["slow_started_s"]), done.stdout
+
+
 def test_real_build_on_a_small_ghostpdl_shaped_tree(tmp_path: Path) -> None:
     """bench/real_build.py: first, no-op, one-line rebuild and cached builds of a tree of
     ghostpdl's kind (the small one of test_real_tree_builds: two C files)."""

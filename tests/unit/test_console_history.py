@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.console import history
+from cluster.console import admin, history
 from cluster.console.history import Result, lookup
 from cluster.errors import ClusterError
 from cluster.home import Home
@@ -134,3 +134,33 @@ def test_the_history_text_names_only_what_changed() -> None:
                              "20261231000000-p2-0001)")
     assert "error 0 -> 0" not in "\n".join(lines)
     assert f"error 0 -> 5, md5 {'b' * 32} -> 0" in lines[2]
+
+
+def test_times_lists_a_tests_times_in_every_archived_run_newest_first(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.create()
+
+    def timed(name: str, t1: float, t2: float = 0.0, error: int = 0,
+              machine: str = "n1") -> str:
+        return TabRow(name, error, t1, t2, 0.0, "a" * 32, "r", "gs", machine).line()
+
+    archive(home, "20270101000001-p2-0001", "auto nightly gs", "done",
+            rows=[timed(T, 1.0), timed(U, 5.0)])
+    archive(home, "20270101000002-p0-0002", "user alice gs", "done",
+            rows=[timed(T, 1.5, 0.25, machine="n2")])
+    archive(home, "20270101000003-p1-0003", "git 1111111 gs", "aborted",
+            rows=[timed(T, 99.0)])  # an incomplete run changed no table: left out
+    archive(home, "20270101000004-p1-0004", "git 2222222 gs", "done", rows=[timed(U, 1.0)])
+    archive(home, "20270101000005-p1-0005", "git 3333333 gs", "done",
+            rows=[timed(T, 4.0, error=3)])
+    found = history.times(home, "ex/golfer.eps.ppmraw.72.0")
+    assert [(t.run[-4:], t.kind, t.who, t.seconds, t.error, t.machine) for t in found] == [
+        ("0005", "git", "3333333", 4.0, 3, "n1"),
+        ("0002", "user", "alice", 1.75, 0, "n2"),
+        ("0001", "auto", "nightly", 1.0, 0, "n1")]
+    lines = admin.format_history_times(admin.history_times(home, T))
+    assert lines[0].startswith(f"test {T}: its times in 3 archived run(s), newest first")
+    assert "20270101000002-p0-0002  user alice  1.75 s (1.50 0.25 0.00)  on n2" in lines[2]
+    assert "error 3" in lines[1]
+    with pytest.raises(ClusterError, match="none of the 4 archived run tables"):
+        history.times(home, "ex__nothing")

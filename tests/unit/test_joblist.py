@@ -135,6 +135,27 @@ def test_build_py_output_becomes_the_jobs_file(tmp_path: Path,
     assert master.home.jobs(0).read_text() == "t1 log true ; echo 1\nt2 log true ; echo 2\n"
 
 
+def test_the_jobs_file_is_made_slowest_first_and_a_takeover_keeps_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: ordered once, by the baseline's times, when the file is made; a master
+    that takes the run over reuses the file, so it hands out the same order."""
+    master, start = _master_with_build_script(
+        tmp_path, monkeypatch,
+        "".join(f"print('t{i} log true ; echo {i}')\n" for i in (1, 2, 3, 4)),
+        build_timeout=60)
+    master.home.tables.mkdir(parents=True, exist_ok=True)
+    (master.home.tables / "current.tab").write_text(
+        "".join(f"t{i}\t0\t{t}\t0.00\t0.00\t0\t{'a' * 32}\tr\tgs\tn1\n"
+                for i, t in ((1, "0.50"), (2, "9.00"), (3, "2.00"))))
+    jobs = master._jobs(start)
+    assert jobs.names == ["t4", "t2", "t3", "t1"]  # t4 unknown, then the longest first
+    jobs.close()
+    (master.home.tables / "current.tab").unlink()  # a successor sees another baseline
+    again = master._jobs(start)
+    assert again.names == ["t4", "t2", "t3", "t1"]
+    again.close()
+
+
 def test_failing_build_py_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     master, start = _master_with_build_script(
         tmp_path, monkeypatch, "import sys\nsys.exit('no corpus here')\n", build_timeout=60)

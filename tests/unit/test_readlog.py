@@ -7,7 +7,7 @@ import re
 import pytest
 
 from cluster.jobs.commands import LANGUAGES, TWO_STAGE
-from cluster.node.readlog import classify, final_md5, log_entry
+from cluster.node.readlog import classify, final_md5, log_entry, with_wall_time
 from cluster.records import ERROR_LOST, ERROR_NAMES, JobResult
 
 NAME = "tests__x.ps.ppmraw.72.0"
@@ -230,3 +230,13 @@ def test_log_entry_reclassifies_the_same() -> None:
     block = log_entry(NAME, raster_log(), "", True)
     body = block.split("\n", 1)[1]
     assert classify(NAME, body, "", False).error == 3
+
+
+def test_a_shell_job_without_a_time_line_gets_its_wall_seconds_as_time1() -> None:
+    shell = classify("t", "shell\n", "d41d8cd98f00b204e9800998ecf8427e  -\n", False, "n1", 0)
+    assert (shell.time1, shell.time2, shell.time3) == (0.0, 0.0, 0.0)
+    timed = with_wall_time(shell, 2.3456)
+    assert (timed.time1, timed.time2, timed.time3, timed.md5) == (2.35, 0.0, 0.0, shell.md5)
+    # Other products keep their user CPU seconds, even a gs job whose time was 0.00.
+    gs = JobResult("g", 0, 0.0, 0.0, 0.0, "a" * 32, "gs", "n1")
+    assert with_wall_time(gs, 5.0) is gs
