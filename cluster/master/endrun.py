@@ -50,7 +50,7 @@ from cluster.master.livestatus import remove_if_run
 from cluster.master.resultcache import FileDigests, ResultCache
 from cluster.master.runstate import RunState, Settings
 from cluster.queue import QueueFile, RunSpec
-from cluster.report import indeterminate, mail
+from cluster.report import mail
 from cluster.report.slowdowns import SlowdownRule
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock
@@ -212,14 +212,11 @@ class RunEnder:
 
     def _store_results(self, start: JobStart, state: RunState) -> None:
         """A complete run's keyed results into the result cache (issue 26), the oldest
-        runs beyond ``result_cache_runs`` removed; none of a test known to be
-        indeterminate (``tables/indeterminate.tsv``, this run's finds included: they were
-        recorded by the report step), which a reuse would hide."""
+        runs beyond ``result_cache_runs`` removed."""
         stored = reuse.store_run(
             ResultCache(self.home.result_cache, self.cfg.result_cache_runs),
             start.id, state.jobs, state.results, self.home.run_dir(start.id),
-            FileDigests(self.home.root / start.tests),
-            skip=indeterminate.known(self.home.tables))
+            FileDigests(self.home.root / start.tests))
         log.info("run %s: %d results stored in the result cache", start.id, stored)
 
     def _header(self, spec: RunSpec, run_id: str) -> str:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 from array import array
 from collections.abc import Iterator
-from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from cluster.config import Config
@@ -149,19 +148,14 @@ class RunReuse:
 
 
 def run_entries(jobs: JobList, results: Results, builds: dict[str, Digests],
-                tests: FileDigests, skip: AbstractSet[str] = frozenset()
-                ) -> Iterator[tuple[str, str]]:
+                tests: FileDigests) -> Iterator[tuple[str, str]]:
     """(key, canonical result text) of each result of a run whose key is known: its
     machine's build was learnt (a reused result's machine is ``cache:<node>``), its error
-    code is one the cache keeps (:data:`~cluster.master.resultcache.CACHED_ERRORS`), and
-    its test is not in ``skip`` (tests known to be indeterminate: a stored result of one
-    would be served again and hide that its output changes by itself)."""
+    code is one the cache keeps (:data:`~cluster.master.resultcache.CACHED_ERRORS`)."""
     total = len(jobs)
     keyed = {node: dict(d) for node, d in builds.items() if d}
-    names = jobs.names
     for low in range(0, total, _CHUNK):
-        todo = [i for i in range(low, min(total, low + _CHUNK))
-                if results.has(i) and names[i] not in skip]
+        todo = [i for i in range(low, min(total, low + _CHUNK)) if results.has(i)]
         for i, line in zip(todo, jobs.lines(todo), strict=True):
             machine, text = split_line(results.line(i))
             if text.split(" ", 2)[1] not in CACHED_ERRORS:
@@ -175,14 +169,13 @@ def run_entries(jobs: JobList, results: Results, builds: dict[str, Digests],
 
 
 def store_run(cache: ResultCache, run_id: str, jobs: JobList, results: Results,
-              run_dir: Path, tests: FileDigests, skip: AbstractSet[str] = frozenset()) -> int:
-    """Store a complete run's keyed results (:func:`run_entries`; none of a test in
-    ``skip``) in ``cache``; the count."""
+              run_dir: Path, tests: FileDigests) -> int:
+    """Store a complete run's keyed results (:func:`run_entries`) in ``cache``; the count."""
     builds = load_builds(run_dir / BUILDS_FILE)
     pairs = {pair for digests in builds.values() for pair in digests}
     if not pairs:
         return 0
-    return cache.save_run(run_id, pairs, run_entries(jobs, results, builds, tests, skip))
+    return cache.save_run(run_id, pairs, run_entries(jobs, results, builds, tests))
 
 
 def for_run(cfg: Config, home: Home, spec: RunSpec, start: JobStart, options: RunOptions,
