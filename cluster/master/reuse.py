@@ -19,9 +19,10 @@ changed.
   into the store (the reused ones too, so they stay while the runs go on reusing them).
 
 The bypass: a job whose name is in :attr:`RunReuse.bypass` is never taken from the cache
-(issue 26 item 3's confirmation runs must run: add the test's name before the job is put
-back; a lookup happens only when a node's build is first learnt, so a job put back later is
-served from the cache only by a node with a new build, and never when bypassed).  A run
+(a test known to be indeterminate: :func:`for_run` puts them all there; issue 26 item 3's
+confirmation runs must run: add the test's name before the job is put back; a lookup
+happens only when a node's build is first learnt, so a job put back later is served from
+the cache only by a node with a new build, and never when bypassed).  A run
 with master.conf's ``result_cache = no`` has no RunReuse at all (``RunState.reuse`` is
 None); one with ``reuse=no`` has one that looks nothing up (``lookups`` False) but learns
 its nodes' builds, so its results are stored with their keys.
@@ -41,6 +42,7 @@ from cluster.master.journal import split_line
 from cluster.master.resultcache import CACHED_ERRORS, FileDigests, ResultCache, key_of
 from cluster.master.results import Results
 from cluster.queue import RunSpec
+from cluster.report import indeterminate
 from cluster.runoptions import RunOptions
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import parse_digests
@@ -193,6 +195,10 @@ def for_run(cfg: Config, home: Home, spec: RunSpec, start: JobStart, options: Ru
     # results are stored with their keys, and compared with the stored ones of the same
     # key at its end (issue 26 item 4, cluster.master.samebuild).
     found.lookups = options.reuse
+    # A test known to change by itself (tables/indeterminate.tsv) always runs: a result
+    # served from the cache would hide it.  Its results are still stored, so that the
+    # run's end can compare them with the next one of the same key (samebuild).
+    found.bypass.update(indeterminate.known(home.tables))
     return found
 
 

@@ -306,3 +306,26 @@ def test_which_runs_reuse(tmp_path: Path, line: str, settings: dict[str, bool],
     # reuse=no: no lookup, but the builds are learnt (the results are stored, keyed).
     assert (got is not None and got.lookups) is on
     assert (got is not None) is (on or "reuse=no" in line)
+
+
+def test_a_test_known_to_be_indeterminate_is_never_served_from_the_cache(
+        tmp_path: Path) -> None:
+    """A test in tables/indeterminate.tsv always runs (a cached output would hide that it
+    changes by itself); its results are still stored (the next run's same-build check)."""
+    from cluster.home import Home
+    from cluster.queue import RunSpec
+    from cluster.report import indeterminate
+    from cluster.wire.jobstart import JobStart
+
+    indeterminate.record(tmp_path / "tables", [
+        indeterminate.Flaky(1.8e9, "r0", "a.gs", ("n1", "n2"), ("x", "y"))], 10)
+    cfg = config.Config()
+    line = "user bob gs"
+    spec = RunSpec.parse(line)
+    start = JobStart(id=RUN, priority=0, queue=line, kind="user", ref="bob",
+                     products=("gs",), tree="ghostpdl", source="ghostpdl", build="make",
+                     tests="tests", programs=("gs",))
+    got = reuse.for_run(cfg, Home(tmp_path), spec, start, RunOptions.of(spec.options, cfg),
+                        MemoryJobList(make_jobs()))
+    assert got is not None and got.bypass == {"a.gs"}
+    assert reuse.stores(cfg, spec, start)
