@@ -421,7 +421,7 @@ class NodeRun:
         self._use_bins(start)
         if self.built:
             self._check_programs(start.programs)
-            self.digests = self._program_digests(start.programs)
+            self.digests = self._program_digests(start)
         self.pool = SlotPool(self.slots, _job_environment(), self.job_timeout,
                              self.cfg.kill_grace, clock=self.clock.monotonic,
                              account=self.account, homes=self.run_dir / SLOT_HOMES)
@@ -817,7 +817,7 @@ class NodeRun:
                 self.built_marker.touch()
                 self.built = True
                 self._check_programs(self.start.programs)
-                self.digests = self._program_digests(self.start.programs)
+                self.digests = self._program_digests(self.start)
         elif bg.what == "upload":
             if bg.error:
                 self.failure = FAILURE_NETWORK
@@ -1128,17 +1128,19 @@ class NodeRun:
             with contextlib.suppress(OSError):
                 self.node_log.write(f"node {self.name}: the build made no {where}\n")
 
-    def _program_digests(self, programs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-        """The build digest of each of ``programs`` the build made
+    def _program_digests(self, start: JobStart) -> tuple[tuple[str, str], ...]:
+        """The build digest of each of ``start``'s programs the build made
         (:func:`cluster.node.builddigest.program_digests`), none in a sweep run (its jobs
         are never reused).  A failure to read them is logged and sends none: the master then
-        reuses nothing for this node, never a wrong result."""
-        assert self.start is not None
-        if self.start.max_result_bytes or not programs:
+        reuses nothing for this node, never a wrong result.  ``start`` is passed, not read
+        from ``self.start``: a run.py restarted for a run already built takes them while it
+        prepares, before ``self.start`` is set."""
+        programs = start.programs
+        if start.max_result_bytes or not programs:
             return ()
         tree = self.build_dir
         try:
-            kind = buildcmd.plan(tree, self.start, self.slots).kind
+            kind = buildcmd.plan(tree, start, self.slots).kind
             return builddigest.program_digests(tree, self.bin_dir, kind, programs)
         except (OSError, ValueError) as exc:
             log.warning("node %s: cannot hash the build's programs (%s); the master will "

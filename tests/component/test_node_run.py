@@ -194,3 +194,33 @@ def test_the_node_asks_for_more_before_it_runs_dry(home: Path, tmp_path: Path,
     assert batches["n"] == 3
     assert sum(len(r.results) for r in master.seen) == 12
     assert os.path.exists(tmp_path / "work" / "runs" / RUN / "n1.log")
+
+
+def test_a_run_py_restarted_for_a_run_already_built_sends_its_build_digests(
+        home: Path, tmp_path: Path, serve) -> None:
+    """A run.py started again for the run its node built (the master was replaced, the
+    node rejoins) takes its programs' digests while it prepares: it once read job.start
+    from the run it had not set yet, and died with an AssertionError (exit 1), so an
+    ephemeral node took the run for finished and left."""
+    (home / "src" / "Makefile").write_text(
+        "all:\n\tmkdir -p bin && printf '#!/bin/sh\\n' > bin/gs && chmod +x bin/gs\n")
+    start = JobStart(id=RUN, priority=0, queue="user t gs", kind="user", ref="t",
+                     products=("gs",), tree="ghostpdl", source="src", build="make",
+                     tests="tests", programs=("gs",))
+    (home / "job.start").write_text(start.format())
+    give_key(home, "n1", SECRET)
+    first = ScriptedMaster(script_once("echo gs > __temp__/t0.ps.ppmraw.72.0.log"))
+    assert node(home, tmp_path, serve(first)).run() == EXIT_DONE
+    assert any(req.digests for req in first.seen)
+
+    def complete(req: Request, seen: list[Request]) -> bytes:
+        return protocol.format_reply(Reply(protocol.ABORT, reason="run complete"))
+
+    again = ScriptedMaster(complete)
+    assert node(home, tmp_path, serve(again)).run() == EXIT_DONE
+    assert again.seen[0].built == RUN and again.seen[0].digests == first_digests(first)
+
+
+def first_digests(master: ScriptedMaster) -> tuple[tuple[str, str], ...]:
+    """The digests the node sent in the first run."""
+    return next(req.digests for req in master.seen if req.digests)
