@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,3 +195,69 @@ def test_the_node_asks_for_more_before_it_runs_dry(home: Path, tmp_path: Path,
     assert batches["n"] == 3
     assert sum(len(r.results) for r in master.seen) == 12
     assert os.path.exists(tmp_path / "work" / "runs" / RUN / "n1.log")
+
+
+def _one_slow_job_then(reply_when_idle: bytes, seconds: float, ended: Path,
+                       called: list[tuple[float, Request]]
+                       ) -> Callable[[Request, list[Request]], bytes]:
+    """BUILD, then one job of ``seconds`` that writes the wall time it ended into
+    ``ended``; every later call without results is answered ``reply_when_idle``, the one
+    carrying the result ABORT.  ``called`` gets (wall time, request) of each call."""
+    given = {"done": False}
+    name = "t0.ps.ppmraw.72.0"
+    job = (f"sleep {seconds} ; date +%s.%N > {ended} ; echo gs > __temp__/{name}.log ; "
+           f"echo 0123456789abcdef0123456789abcdef > __temp__/{name}.md5")
+
+    def script(req: Request, seen: list[Request]) -> bytes:
+        called.append((time.time(), req))
+        if len(seen) == 1:
+            return protocol.format_reply(Reply(protocol.BUILD))
+        if req.busy:
+            return protocol.format_reply(Reply(protocol.CONTINUE))
+        if not given["done"]:
+            given["done"] = True
+            return jobs_reply(job)
+        if req.results:
+            return protocol.format_reply(Reply(protocol.ABORT, reason="run complete"))
+        return reply_when_idle
+
+    return script
+
+
+def test_the_last_result_goes_at_once_when_no_job_runs(home: Path, tmp_path: Path,
+                                                       serve) -> None:
+    """Results wait up to report_interval to be sent together; when no job runs any more
+    nothing can join them, so the node calls at once (the end of every run waited)."""
+    write_start(home)
+    ended = tmp_path / "ended"
+    called: list[tuple[float, Request]] = []
+    # JOBS 0 (no work now): the node asks again 1 s later, at about 1.0, 2.0, 3.0 s...
+    idle = protocol.format_reply(Reply(protocol.JOBS, ()))
+    master = ScriptedMaster(_one_slow_job_then(idle, 1.5, ended, called))
+    port = serve(master)
+    assert node(home, tmp_path, port, slots=1, poll_interval=10.0,
+                report_interval=3.0).run() == EXIT_DONE
+    (sent_at,) = [when for when, req in called if req.results]
+    delay = sent_at - float(ended.read_text())
+    assert delay < 0.3, f"the result was sent {delay:.2f} s after its job ended"
+
+
+def test_an_idle_node_told_continue_asks_again_soon_then_less_often(
+        home: Path, tmp_path: Path, serve) -> None:
+    """After CONTINUE a node with a free slot asks again after 0.05 s, the wait doubling up
+    to 0.5 s: another node's last job ends the run sooner than a fixed 0.5 s would."""
+    write_start(home)
+    ended = tmp_path / "ended"
+    called: list[tuple[float, Request]] = []
+    master = ScriptedMaster(_one_slow_job_then(protocol.format_reply(Reply(protocol.CONTINUE)),
+                                               2.0, ended, called))
+    port = serve(master)
+    # Two slots, one job: a slot stays free, so the node keeps asking for work.
+    assert node(home, tmp_path, port, slots=2, poll_interval=10.0,
+                report_interval=3.0).run() == EXIT_DONE
+    asks = [when for when, req in called if not req.busy and not req.results]
+    gaps = [b - a for a, b in zip(asks[1:], asks[2:], strict=False)]  # after the JOBS reply
+    assert len(gaps) >= 4, gaps
+    assert gaps[0] < 0.2, f"first ask after CONTINUE came {gaps[0]:.2f} s later: {gaps}"
+    assert max(gaps) < 0.8, gaps
+    assert gaps[-1] > 0.35, f"the waits did not grow towards 0.5 s: {gaps}"
