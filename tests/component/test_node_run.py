@@ -198,15 +198,21 @@ def test_the_node_asks_for_more_before_it_runs_dry(home: Path, tmp_path: Path,
 
 
 def _one_slow_job_then(reply_when_idle: bytes, seconds: float, ended: Path,
-                       called: list[tuple[float, Request]]
+                       called: list[tuple[float, Request]], *earlier: float
                        ) -> Callable[[Request, list[Request]], bytes]:
     """BUILD, then one job of ``seconds`` that writes the wall time it ended into
-    ``ended``; every later call without results is answered ``reply_when_idle``, the one
-    carrying the result ABORT.  ``called`` gets (wall time, request) of each call."""
+    ``ended`` (and one job of each of the ``earlier`` seconds beside it); every later call
+    is answered ``reply_when_idle`` until the last result came, then ABORT.  ``called``
+    gets (wall time, request) of each call."""
     given = {"done": False}
-    name = "t0.ps.ppmraw.72.0"
-    job = (f"sleep {seconds} ; date +%s.%N > {ended} ; echo gs > __temp__/{name}.log ; "
-           f"echo 0123456789abcdef0123456789abcdef > __temp__/{name}.md5")
+
+    def job(i: int, seconds: float, mark: str) -> str:
+        name = f"t{i}.ps.ppmraw.72.0"
+        return (f"sleep {seconds} ; {mark} echo gs > __temp__/{name}.log ; "
+                f"echo 0123456789abcdef0123456789abcdef > __temp__/{name}.md5")
+
+    jobs = [job(0, seconds, f"date +%s.%N > {ended} ;"),
+            *(job(i, s, "") for i, s in enumerate(earlier, 1))]
 
     def script(req: Request, seen: list[Request]) -> bytes:
         called.append((time.time(), req))
@@ -216,8 +222,10 @@ def _one_slow_job_then(reply_when_idle: bytes, seconds: float, ended: Path,
             return protocol.format_reply(Reply(protocol.CONTINUE))
         if not given["done"]:
             given["done"] = True
-            return jobs_reply(job)
-        if req.results:
+            return protocol.format_reply(Reply(protocol.JOBS, tuple(
+                Job(f"t{i}.ps.ppmraw.72.0", f"__temp__/t{i}.log", c).line
+                for i, c in enumerate(jobs))))
+        if sum(len(r.results) for r in seen) >= len(jobs):
             return protocol.format_reply(Reply(protocol.ABORT, reason="run complete"))
         return reply_when_idle
 
@@ -261,3 +269,25 @@ def test_an_idle_node_told_continue_asks_again_soon_then_less_often(
     assert gaps[0] < 0.2, f"first ask after CONTINUE came {gaps[0]:.2f} s later: {gaps}"
     assert max(gaps) < 0.8, gaps
     assert gaps[-1] > 0.35, f"the waits did not grow towards 0.5 s: {gaps}"
+
+
+def test_a_node_that_sent_results_starts_its_continue_waits_afresh(
+        home: Path, tmp_path: Path, serve) -> None:
+    """In a run's tail a node keeps sending results and being told CONTINUE: its waits
+    start again at 0.05 s after each call with results (another node's last job may end
+    any moment), instead of having grown to 0.5 s while its own jobs ran."""
+    write_start(home)
+    ended = tmp_path / "ended"
+    called: list[tuple[float, Request]] = []
+    master = ScriptedMaster(_one_slow_job_then(protocol.format_reply(Reply(protocol.CONTINUE)),
+                                               2.0, ended, called, 1.0))
+    port = serve(master)
+    # Three slots, two jobs: a slot stays free, so the node keeps asking for work.
+    assert node(home, tmp_path, port, slots=3, poll_interval=10.0,
+                report_interval=3.0).run() == EXIT_DONE
+    times = [when for when, _ in called]
+    # The call with the 1 s job's result (the 2 s job still running), and the next one.
+    first_result = next(i for i, (_, req) in enumerate(called) if req.results)
+    assert called[first_result][1].running == 1 and first_result + 1 < len(called)
+    gap = times[first_result + 1] - times[first_result]
+    assert gap < 0.2, f"the node asked again {gap:.2f} s after sending a result"
