@@ -43,9 +43,10 @@ The node reads job.start, then talks to the master on base_port + priority:
   heartbeat).  A node with free slots told CONTINUE (nothing for it now: the tail of a
   run, or the master deciding on a confirm phase) asks again after
   :data:`CONTINUE_FIRST_WAIT`, doubling at each further CONTINUE up to
-  ``min(poll_interval, 0.5 s)``, and from the first wait again after a call that carried
-  results or got jobs: a short wait (another node's last job) ends within a fraction of
-  itself, a long one costs the master two calls a second per node.
+  ``min(poll_interval, 0.5 s)``, and from the first wait again after a call that got jobs
+  or carried the node's last results (no job of its running): a short wait (another
+  node's last job) ends within a fraction of itself, a long one costs the master two
+  calls a second per node.
 * Sweep runs (job.start has ``max_result_bytes``): each task's result files are read
   when it ends and kept in the run's outbox (:mod:`cluster.node.sweepresults`); its result
   line's md5 is that of its results.  Before a call carrying sweep results the node packs
@@ -632,9 +633,12 @@ class NodeRun:
         if sent:
             del self.unsent[:sent]  # the master has them now
             self.first_unsent = self.clock.monotonic()
-            # Progress: a CONTINUE to this call is the first of a new wait (the last job of
-            # another node may end any moment), not one more of a long one.
-            self.continue_wait = CONTINUE_FIRST_WAIT
+            if not self.pool.running():
+                # Its last results: a CONTINUE now is the start of a new wait (for another
+                # node's last job, which may end any moment), not one more of the waits
+                # that grew while its own jobs ran.  (A node with jobs running calls again
+                # when one ends anyway.)
+                self.continue_wait = CONTINUE_FIRST_WAIT
         if bundle is not None and self.outbox is not None:
             self.outbox.sent(bundle)  # and their files
             self.outstanding = None

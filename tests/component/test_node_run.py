@@ -271,23 +271,37 @@ def test_an_idle_node_told_continue_asks_again_soon_then_less_often(
     assert gaps[-1] > 0.35, f"the waits did not grow towards 0.5 s: {gaps}"
 
 
-def test_a_node_that_sent_results_starts_its_continue_waits_afresh(
+
+def test_a_node_that_sent_its_last_results_starts_its_continue_waits_afresh(
         home: Path, tmp_path: Path, serve) -> None:
-    """In a run's tail a node keeps sending results and being told CONTINUE: its waits
-    start again at 0.05 s after each call with results (another node's last job may end
-    any moment), instead of having grown to 0.5 s while its own jobs ran."""
+    """At a run's end a node sends its last result while another node still runs the last
+    job, and is told CONTINUE: its next ask comes 0.05 s later (that job may end any
+    moment), not after the 0.5 s its waits had grown to while its own job ran."""
     write_start(home)
     ended = tmp_path / "ended"
     called: list[tuple[float, Request]] = []
-    master = ScriptedMaster(_one_slow_job_then(protocol.format_reply(Reply(protocol.CONTINUE)),
-                                               2.0, ended, called, 1.0))
+    continue_ = protocol.format_reply(Reply(protocol.CONTINUE))
+    base = _one_slow_job_then(continue_, 1.5, ended, called)
+    told_after_result = {"n": 0}
+
+    def script(req: Request, seen: list[Request]) -> bytes:
+        # The other node's last job: CONTINUE for three more calls after the result.
+        if any(r.results for r in seen) and told_after_result["n"] < 3:
+            told_after_result["n"] += 1
+            called.append((time.time(), req))
+            return continue_
+        return base(req, seen)
+
+    master = ScriptedMaster(script)
     port = serve(master)
-    # Three slots, two jobs: a slot stays free, so the node keeps asking for work.
-    assert node(home, tmp_path, port, slots=3, poll_interval=10.0,
+    # Two slots, one job: a slot stays free, so the node asks for work while its job runs.
+    assert node(home, tmp_path, port, slots=2, poll_interval=10.0,
                 report_interval=3.0).run() == EXIT_DONE
     times = [when for when, _ in called]
-    # The call with the 1 s job's result (the 2 s job still running), and the next one.
-    first_result = next(i for i, (_, req) in enumerate(called) if req.results)
-    assert called[first_result][1].running == 1 and first_result + 1 < len(called)
-    gap = times[first_result + 1] - times[first_result]
-    assert gap < 0.2, f"the node asked again {gap:.2f} s after sending a result"
+    last_result = next(i for i, (_, req) in enumerate(called) if req.results)
+    assert called[last_result][1].running == 0 and last_result + 1 < len(called)
+    # The waits while the job ran had grown towards 0.5 s ...
+    before = [b - a for a, b in zip(times[2:last_result], times[3:last_result], strict=False)]
+    assert before and max(before) > 0.35, before
+    gap = times[last_result + 1] - times[last_result]
+    assert gap < 0.2, f"the node asked again {gap:.2f} s after sending its last result"
