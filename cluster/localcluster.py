@@ -644,7 +644,8 @@ class LocalCluster:
         """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
         in ``before``, once the run has also left its queue.
 
-        ``on_poll`` is called at every look (each 0.2 s; it must be quick).  TimeoutError
+        ``on_poll`` is called at every look (each :data:`_POLL` seconds: localcluster.py's
+        exit waits on the look that sees the run's end; it must be quick).  TimeoutError
         past ``timeout``; LocalClusterError at once if a master daemon exits meanwhile
         (:meth:`check_daemons`)."""
         end = self.clock.monotonic() + timeout
@@ -661,7 +662,7 @@ class LocalCluster:
                     # The report is written before run.info; both exist: the run is done.
                     self._wait_dequeued(spec, end, priority)
                     return folder
-            self.clock.sleep(0.2)
+            self.clock.sleep(_POLL)
         raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
                            f"(see {self.home.log_dir})")
 
@@ -669,7 +670,7 @@ class LocalCluster:
         queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
         while self.clock.monotonic() < end and spec in queue.read():
             self.check_daemons()
-            self.clock.sleep(0.2)
+            self.clock.sleep(_POLL)
 
     # ------------------------------------------------------------------ teardown
     def stop(self, grace: float = 20.0) -> None:

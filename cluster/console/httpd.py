@@ -108,8 +108,11 @@ ACCEPT_BATCH = 64
 SENDFILE_CHUNK = 1 << 20
 #: The daemon's thread switch interval [seconds] (see :func:`run`).
 SWITCH_INTERVAL = 0.001
-#: How often the daemon loop looks at its stop flag [seconds].
+#: The serving loop's longest wait for activity [seconds] (a stop wakes it at once).
 POLL = 0.5
+#: How often the daemon loop looks at its stop flag [seconds]: a SIGTERM ends the service
+#: within this (``localcluster.py`` waits for it at every exit), at 20 looks a second.
+STOP_SLICE = 0.05
 #: The page and the API's policy: our own origin only, the page's inline script and style.
 PAGE_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
                "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
@@ -653,10 +656,21 @@ class StatusServer(SelectorListener[_Conn]):
             log.exception("error answering %s", conn.peer)
             out = _plain_error(500, f"could not answer: {type(exc).__name__}: {exc}")
         self._done.put((conn, out, body))
+        self._wake()
+
+    def _wake(self) -> None:
+        """Make the loop's select return now (from any thread)."""
         try:
             self._wake_w.send(b"x")
         except OSError:
             pass  # full (the loop wakes anyway) or closed (the server is closing)
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` and wait until it has returned: at once, not after
+        the rest of its ``poll_interval`` (the select is woken)."""
+        self._stop.set()
+        self._wake()
+        super().shutdown()
 
     def _answers_ready(self) -> None:
         try:
@@ -741,8 +755,9 @@ class StatusServer(SelectorListener[_Conn]):
 def run(home: Home, cfg: Config, should_stop: Callable[[], bool], poll: float = POLL,
         on_ready: Callable[[StatusServer], None] | None = None) -> int:
     """Be the one status service of ``home``: lock, listen on ``status_address``:
-    ``status_port``, serve until ``should_stop()`` is true (checked every ``poll``
-    seconds).  ``on_ready`` is called once it listens (tests learn the port from it).
+    ``status_port``, serve until ``should_stop()`` is true (checked every ``poll`` seconds,
+    at most :data:`STOP_SLICE`; the serving loop then stops at once).  ``on_ready`` is
+    called once it listens (tests learn the port from it).
 
     Returns at once, never retrying: 0 after a stop, when ``status_port`` is 0 (not served)
     or when another instance holds the lock; EXIT_PORT_TAKEN when another program holds
@@ -777,7 +792,7 @@ def run(home: Home, cfg: Config, should_stop: Callable[[], bool], poll: float = 
             if on_ready is not None:
                 on_ready(server)
             while not should_stop():
-                time.sleep(poll)
+                time.sleep(min(poll, STOP_SLICE))
         finally:
             server.shutdown()
             server.server_close()

@@ -105,6 +105,11 @@ MAX_BUFFERED = 16 * 1024 * 1024
 #: How often held heartbeats look for a new run [seconds]: three stat() calls of the
 #: job.start files, whatever the number of held connections (see MonitorServer._poll_jobs).
 HOLD_POLL = 0.1
+#: The longest the daemon loop waits before looking at its stop flag [seconds]: a SIGTERM
+#: (localcluster.py's every exit waits for it) ends the monitor within this.  The select
+#: is not interrupted by the signal (PEP 475), and while heartbeats are held the loop
+#: wakes this often anyway (HOLD_POLL).
+STOP_SLICE = 0.1
 
 #: After an ERROR reply, input still discarded (bytes, seconds) so the reply is not lost to
 #: a TCP reset.  Also what a held client may send before it is dropped.
@@ -690,9 +695,9 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         on_ready: Callable[[MonitorServer], None] | None = None, *,
         max_buffered: int = MAX_BUFFERED) -> int:
     """Be the one monitor of ``home``: lock, listen on ``address``, serve until
-    ``should_stop()`` is true (checked at least every ``poll`` seconds; pass a
-    ``StopFlag``'s ``is_set``).  ``on_ready`` is called once the server listens (tests use
-    it to learn the port).
+    ``should_stop()`` is true (checked at least every ``poll`` seconds, and at least every
+    :data:`STOP_SLICE`; pass a ``StopFlag``'s ``is_set``).  ``on_ready`` is called once
+    the server listens (tests use it to learn the port).
 
     Returns the exit code at once, never retrying: 0 after a stop or when another instance
     holds the lock (seed 000's dance); :data:`cluster.defaults.EXIT_PORT_TAKEN` when
@@ -728,7 +733,7 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
             if on_ready is not None:
                 on_ready(server)
             while not should_stop():
-                server.serve_once(poll)
+                server.serve_once(min(poll, STOP_SLICE))
         finally:
             server.server_close()
             log.info("stopped")

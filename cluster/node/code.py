@@ -50,7 +50,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
 from cluster.errors import ClusterError
@@ -145,7 +145,7 @@ def _imports_in(rel: str, tree: ast.AST) -> tuple[frozenset[str], frozenset[str]
     modules (see :func:`imported_modules`)."""
     sure: set[str] = set()
     maybe: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             sure.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -162,6 +162,23 @@ def _imports_in(rel: str, tree: ast.AST) -> tuple[frozenset[str], frozenset[str]
             sure.add(base)
             maybe.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
     return frozenset(sure), frozenset(maybe)
+
+
+#: The fields of a node that hold statements (bodies of functions, classes, if, for, while,
+#: with, try and its handlers, match cases): the only places an import can be.
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every statement of ``tree``, at any depth (an import is a statement; expressions,
+    most of a module's nodes, are not walked: the supervisor's start parses the whole node
+    side, and a full :func:`ast.walk` made it three times slower)."""
+    todo: list[ast.AST] = [tree]
+    while todo:  # bounded: each node of the tree is taken once
+        node = todo.pop()
+        yield node
+        for name in _BODIES:
+            todo.extend(getattr(node, name, ()))
 
 
 def _package_inits(rel: str) -> list[str]:

@@ -36,9 +36,17 @@ The node reads job.start, then talks to the master on base_port + priority:
   node reads what a job wrote never through a link (``O_NOFOLLOW``, regular files only),
   as it may be root.  The BUILD still runs as the node's account.
 * Results are classified as they finish (readlog rules) and sent back with the next call;
-  a call is made as soon as results wait longer than ``report_interval``, when the local
-  queue falls below one job per slot (so the node never idles between batches), and at
-  least every ``poll_interval`` seconds (the node's heartbeat).
+  a call is made as soon as results wait longer than ``report_interval``, or at once when
+  no job runs any more (nothing else could join them: the last results of a run go
+  without delay), when the local queue falls below one job per slot (so the node never
+  idles between batches), and at least every ``poll_interval`` seconds (the node's
+  heartbeat).  A node with free slots told CONTINUE (nothing for it now: the tail of a
+  run, or the master deciding on a confirm phase) asks again after
+  :data:`CONTINUE_FIRST_WAIT`, doubling at each further CONTINUE up to
+  ``min(poll_interval, 0.5 s)``, and from the first wait again after a call that got jobs
+  or carried the node's last results (no job of its running): a short wait (another
+  node's last job) ends within a fraction of itself, a long one costs the master two
+  calls a second per node.
 * Sweep runs (job.start has ``max_result_bytes``): each task's result files are read
   when it ends and kept in the run's outbox (:mod:`cluster.node.sweepresults`); its result
   line's md5 is that of its results.  Before a call carrying sweep results the node packs
@@ -197,6 +205,10 @@ SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
 #: starts with a letter or digit, so it never clashes with the dot files beside it.
 BASELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]*")
 RELAXED_TIMEOUT = 1800.0  # relaxtimeout, per clusterpush.txt: 30 minutes
+#: After a CONTINUE, a node with free slots asks again this soon [seconds]; the wait doubles
+#: at each further CONTINUE, up to :data:`CONTINUE_LONGEST_WAIT` (or ``poll_interval``).
+CONTINUE_FIRST_WAIT = 0.05
+CONTINUE_LONGEST_WAIT = 0.5
 #: What a job writes in the temp folder beside its name: its log, the md5sum output of its
 #: raster, and (product shell) its raw output, whose md5 is its result.
 JOB_LOG, JOB_MD5, JOB_OUT = ".log", ".md5", ".out"
@@ -326,6 +338,7 @@ class NodeRun:
         self.stop_flag = StopFlag()
         self.next_contact = 0.0
         self.hungry_after = 0.0  # do not ask for work before this (after an empty answer)
+        self.continue_wait = CONTINUE_FIRST_WAIT  # after the next CONTINUE (doubling)
         self.low_water = self.slots  # ask for more when fewer jobs than this wait
         self.built = False
         self.consecutive_failures = 0
@@ -539,7 +552,8 @@ class NodeRun:
             return False  # retrying on the fixed schedule of run.pl (connect_retry_delay)
         if self.failure:
             return True
-        if self.unsent and now - self.first_unsent >= self.cfg.report_interval:
+        if self.unsent and (now - self.first_unsent >= self.cfg.report_interval
+                            or not self.pool.running()):
             return True
         if self.background is not None:
             return self.background.done
@@ -619,6 +633,12 @@ class NodeRun:
         if sent:
             del self.unsent[:sent]  # the master has them now
             self.first_unsent = self.clock.monotonic()
+            if not self.pool.running():
+                # Its last results: a CONTINUE now is the start of a new wait (for another
+                # node's last job, which may end any moment), not one more of the waits
+                # that grew while its own jobs ran.  (A node with jobs running calls again
+                # when one ends anyway.)
+                self.continue_wait = CONTINUE_FIRST_WAIT
         if bundle is not None and self.outbox is not None:
             self.outbox.sent(bundle)  # and their files
             self.outstanding = None
@@ -774,8 +794,12 @@ class NodeRun:
                                                    "unknown", self.name))
             if not reply.jobs:
                 self.hungry_after = self.clock.monotonic() + min(self.cfg.poll_interval, 1.0)
-        else:  # CONTINUE: nothing new; do not ask for work again at once
-            self.hungry_after = self.clock.monotonic() + min(self.cfg.poll_interval, 0.5)
+            else:
+                self.continue_wait = CONTINUE_FIRST_WAIT
+        else:  # CONTINUE: nothing new; ask again soon, then less and less often
+            self.hungry_after = self.clock.monotonic() + self.continue_wait
+            self.continue_wait = min(self.continue_wait * 2, CONTINUE_LONGEST_WAIT,
+                                     self.cfg.poll_interval)
         return None
 
     # ------------------------------------------------------------------ BUILD and UPLOAD

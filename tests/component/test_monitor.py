@@ -298,6 +298,27 @@ def test_run_serves_until_stopped(home: Home) -> None:
     assert result == [0]
 
 
+def test_a_stop_ends_the_monitor_at_once_whatever_its_poll(home: Home) -> None:
+    """localcluster.py waits for the monitor at each exit: a stop must not wait out a long
+    ``poll`` (here 5 s): the loop looks at its stop flag every STOP_SLICE."""
+    ready: list[MonitorServer] = []
+    stop = threading.Event()
+    t = threading.Thread(target=monitor.run, args=(home, ("127.0.0.1", 0), stop.is_set),
+                         kwargs={"poll": 5.0, "on_ready": ready.append}, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not ready and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ready, "the monitor did not listen within 10 s"
+    time.sleep(0.2)  # in its select now
+    began = time.monotonic()
+    stop.set()
+    t.join(15)
+    took = time.monotonic() - began
+    assert not t.is_alive()
+    assert took < 1.0, f"the monitor took {took:.2f} s to stop (its poll is 5 s)"
+
+
 # ----------------------------------------------------------------------------------------------
 # The scripts
 

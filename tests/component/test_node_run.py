@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,3 +225,113 @@ def test_a_run_py_restarted_for_a_run_already_built_sends_its_build_digests(
 def first_digests(master: ScriptedMaster) -> tuple[tuple[str, str], ...]:
     """The digests the node sent in the first run."""
     return next(req.digests for req in master.seen if req.digests)
+
+
+def _one_slow_job_then(reply_when_idle: bytes, seconds: float, ended: Path,
+                       called: list[tuple[float, Request]], *earlier: float
+                       ) -> Callable[[Request, list[Request]], bytes]:
+    """BUILD, then one job of ``seconds`` that writes the wall time it ended into
+    ``ended`` (and one job of each of the ``earlier`` seconds beside it); every later call
+    is answered ``reply_when_idle`` until the last result came, then ABORT.  ``called``
+    gets (wall time, request) of each call."""
+    given = {"done": False}
+
+    def job(i: int, seconds: float, mark: str) -> str:
+        name = f"t{i}.ps.ppmraw.72.0"
+        return (f"sleep {seconds} ; {mark} echo gs > __temp__/{name}.log ; "
+                f"echo 0123456789abcdef0123456789abcdef > __temp__/{name}.md5")
+
+    jobs = [job(0, seconds, f"date +%s.%N > {ended} ;"),
+            *(job(i, s, "") for i, s in enumerate(earlier, 1))]
+
+    def script(req: Request, seen: list[Request]) -> bytes:
+        called.append((time.time(), req))
+        if len(seen) == 1:
+            return protocol.format_reply(Reply(protocol.BUILD))
+        if req.busy:
+            return protocol.format_reply(Reply(protocol.CONTINUE))
+        if not given["done"]:
+            given["done"] = True
+            return protocol.format_reply(Reply(protocol.JOBS, tuple(
+                Job(f"t{i}.ps.ppmraw.72.0", f"__temp__/t{i}.log", c).line
+                for i, c in enumerate(jobs))))
+        if sum(len(r.results) for r in seen) >= len(jobs):
+            return protocol.format_reply(Reply(protocol.ABORT, reason="run complete"))
+        return reply_when_idle
+
+    return script
+
+
+def test_the_last_result_goes_at_once_when_no_job_runs(home: Path, tmp_path: Path,
+                                                       serve) -> None:
+    """Results wait up to report_interval to be sent together; when no job runs any more
+    nothing can join them, so the node calls at once (the end of every run waited)."""
+    write_start(home)
+    ended = tmp_path / "ended"
+    called: list[tuple[float, Request]] = []
+    # JOBS 0 (no work now): the node asks again 1 s later, at about 1.0, 2.0, 3.0 s...
+    idle = protocol.format_reply(Reply(protocol.JOBS, ()))
+    master = ScriptedMaster(_one_slow_job_then(idle, 1.5, ended, called))
+    port = serve(master)
+    assert node(home, tmp_path, port, slots=1, poll_interval=10.0,
+                report_interval=3.0).run() == EXIT_DONE
+    (sent_at,) = [when for when, req in called if req.results]
+    delay = sent_at - float(ended.read_text())
+    assert delay < 0.3, f"the result was sent {delay:.2f} s after its job ended"
+
+
+def test_an_idle_node_told_continue_asks_again_soon_then_less_often(
+        home: Path, tmp_path: Path, serve) -> None:
+    """After CONTINUE a node with a free slot asks again after 0.05 s, the wait doubling up
+    to 0.5 s: another node's last job ends the run sooner than a fixed 0.5 s would."""
+    write_start(home)
+    ended = tmp_path / "ended"
+    called: list[tuple[float, Request]] = []
+    master = ScriptedMaster(_one_slow_job_then(protocol.format_reply(Reply(protocol.CONTINUE)),
+                                               2.0, ended, called))
+    port = serve(master)
+    # Two slots, one job: a slot stays free, so the node keeps asking for work.
+    assert node(home, tmp_path, port, slots=2, poll_interval=10.0,
+                report_interval=3.0).run() == EXIT_DONE
+    asks = [when for when, req in called if not req.busy and not req.results]
+    gaps = [b - a for a, b in zip(asks[1:], asks[2:], strict=False)]  # after the JOBS reply
+    assert len(gaps) >= 4, gaps
+    assert gaps[0] < 0.2, f"first ask after CONTINUE came {gaps[0]:.2f} s later: {gaps}"
+    assert max(gaps) < 0.8, gaps
+    assert gaps[-1] > 0.35, f"the waits did not grow towards 0.5 s: {gaps}"
+
+
+
+def test_a_node_that_sent_its_last_results_starts_its_continue_waits_afresh(
+        home: Path, tmp_path: Path, serve) -> None:
+    """At a run's end a node sends its last result while another node still runs the last
+    job, and is told CONTINUE: its next ask comes 0.05 s later (that job may end any
+    moment), not after the 0.5 s its waits had grown to while its own job ran."""
+    write_start(home)
+    ended = tmp_path / "ended"
+    called: list[tuple[float, Request]] = []
+    continue_ = protocol.format_reply(Reply(protocol.CONTINUE))
+    base = _one_slow_job_then(continue_, 1.5, ended, called)
+    told_after_result = {"n": 0}
+
+    def script(req: Request, seen: list[Request]) -> bytes:
+        # The other node's last job: CONTINUE for three more calls after the result.
+        if any(r.results for r in seen) and told_after_result["n"] < 3:
+            told_after_result["n"] += 1
+            called.append((time.time(), req))
+            return continue_
+        return base(req, seen)
+
+    master = ScriptedMaster(script)
+    port = serve(master)
+    # Two slots, one job: a slot stays free, so the node asks for work while its job runs.
+    assert node(home, tmp_path, port, slots=2, poll_interval=10.0,
+                report_interval=3.0).run() == EXIT_DONE
+    times = [when for when, _ in called]
+    last_result = next(i for i, (_, req) in enumerate(called) if req.results)
+    assert called[last_result][1].running == 0 and last_result + 1 < len(called)
+    # The waits while the job ran had grown towards 0.5 s ...
+    before = [b - a for a, b in zip(times[2:last_result], times[3:last_result], strict=False)]
+    assert before and max(before) > 0.35, before
+    gap = times[last_result + 1] - times[last_result]
+    assert gap < 0.2, f"the node asked again {gap:.2f} s after sending its last result"

@@ -540,3 +540,24 @@ def test_a_bad_setting_is_named(tmp_path: Path) -> None:
     done = subprocess.run(clusterstatus(tmp_path / "home", "status_port=http"),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "status_port" in done.stderr
+
+
+def test_a_stop_ends_the_service_at_once_whatever_its_poll(tmp_path: Path) -> None:
+    """localcluster.py waits for the service at each exit: a stop must not wait out the
+    serving loop's select (``poll``, here 5 s) nor a slice of the daemon loop's sleep."""
+    home = Home(tmp_path / "home")
+    home.create()
+    cfg = config.load(None, {"home": str(home.root), "status_port": str(free_port())})
+    stop = threading.Event()
+    ready: list[StatusServer] = []
+    thread = threading.Thread(target=httpd.run, args=(home, cfg, stop.is_set, 5.0,
+                                                      ready.append), daemon=True)
+    thread.start()
+    wait_for(lambda: ready, 10, "the status server to listen")
+    time.sleep(0.2)  # both loops are in their waits now
+    began = time.monotonic()
+    stop.set()
+    thread.join(timeout=15)
+    took = time.monotonic() - began
+    assert not thread.is_alive()
+    assert took < 1.0, f"the service took {took:.2f} s to stop (its poll is 5 s)"

@@ -14,7 +14,9 @@ import pytest
 
 from cluster.config import Config
 from cluster.localcluster import LocalCluster, LocalClusterError, cluster_ports, free_port
+from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import proc as runtime_proc
+from cluster.runtime.clock import FakeClock
 from tests.helpers import wait_for
 
 
@@ -260,3 +262,46 @@ def test_stop_kills_a_pid_file_s_process_only_if_it_is_this_cluster_s(tmp_path: 
         for child in (stranger, ours):
             child.kill()
             child.wait(timeout=10)
+
+
+class ArchivingClock(FakeClock):
+    """Runs the master's end of a run at fake time ``at``: the archive folder with its
+    report and run.info appears, then, ``dequeue_after`` later, the run leaves its queue."""
+
+    def __init__(self, cluster: LocalCluster, spec: RunSpec, at: float,
+                 dequeue_after: float) -> None:
+        super().__init__()
+        self.cluster, self.spec, self.at, self.dequeue_after = cluster, spec, at, dequeue_after
+        self.archived_at: float | None = None
+        self.dequeued_at: float | None = None
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        now = self.monotonic()
+        if self.archived_at is None and now >= self.at:
+            folder = self.cluster.home.archive / "20261126120000-p0-abcd"
+            folder.mkdir(parents=True)
+            (folder / "report.txt").write_text("report\n")
+            (folder / "run.info").write_text(f"queue {self.spec.line()}\noutcome done\n")
+            self.archived_at = now
+        elif self.archived_at is not None and self.dequeued_at is None and \
+                now >= self.archived_at + self.dequeue_after:
+            queue = QueueFile(self.cluster.home.queue(0), self.cluster.home.queue_lock(0))
+            queue.remove(self.spec)
+            self.dequeued_at = now
+
+
+def test_wait_for_run_sees_the_end_of_a_run_within_a_twentieth_of_a_second(
+        tmp_path: Path) -> None:
+    """localcluster.py's exit waits on these looks: each comes at most _POLL after the
+    last (the archive, then the queue), not 0.2 s."""
+    cluster = _cluster(tmp_path / "home", 1)
+    spec = RunSpec.parse("user local gs", source="test")
+    QueueFile(cluster.home.queue(0), cluster.home.queue_lock(0)).append(spec)
+    clock = ArchivingClock(cluster, spec, at=1.0, dequeue_after=0.5)
+    cluster.clock = clock
+    folder = cluster.wait_for_run(spec, set(), timeout=60)
+    assert folder.name == "20261126120000-p0-abcd"
+    assert clock.archived_at is not None and clock.dequeued_at is not None
+    assert clock.monotonic() - clock.dequeued_at <= 0.05 + 1e-9
+    assert max(clock.sleeps) <= 0.05 + 1e-9

@@ -190,3 +190,67 @@ def test_an_import_of_a_missing_module_is_refused(tmp_path: Path) -> None:
     with pytest.raises(code.NodeCodeError, match="cluster.no_such_module"):
         code.publish(repo, dest)
     assert (dest / code.MANIFEST).read_text() == good
+
+
+NESTED = '''\
+import cluster.a
+def f():
+    import cluster.b
+    class C:
+        def g(self):
+            try:
+                pass
+            except ImportError:
+                from cluster import c
+            else:
+                import cluster.d
+            finally:
+                import cluster.e
+while True:
+    break
+else:
+    with open("x") as fh:
+        if fh:
+            pass
+        else:
+            from cluster.f import thing
+for _ in ():
+    pass
+else:
+    import cluster.g
+match 1:
+    case 1:
+        import cluster.h
+try:
+    pass
+except* ValueError:
+    import cluster.i
+x = lambda: __import__("cluster.not_a_statement")
+'''
+
+
+def test_imports_are_found_in_every_kind_of_body(tmp_path: Path) -> None:
+    """The scan walks statements only (imports are statements), into every body: functions,
+    classes, try and its handlers, else and finally, while, for, with, match cases."""
+    root = tmp_path / "repo"
+    for name in "abcdefghi":
+        (root / "cluster" / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
+        (root / "cluster" / f"{name}.py").write_text("")
+    (root / "cluster" / "__init__.py").write_text("")
+    (root / "nested.py").write_text(NESTED)
+    assert code.imported_modules(root, "nested.py") == {
+        "cluster", *(f"cluster.{name}" for name in "abcdefghi")}
+
+
+def test_the_statement_scan_finds_what_a_full_walk_finds_in_every_file() -> None:
+    """Over the whole package and the scripts: the same ``cluster.*`` imports as
+    :func:`ast.walk` over every node of each file."""
+    rels = sorted({str(p.relative_to(REPO).as_posix()) for p in (REPO / "cluster").rglob("*.py")
+                   if "__pycache__" not in p.parts} | {p.name for p in REPO.glob("*.py")})
+    assert len(rels) > 100
+    for rel in rels:
+        tree = ast.parse((REPO / rel).read_bytes())
+        full = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        found = [n for n in code._statements(tree)
+                 if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert sorted(map(ast.dump, found)) == sorted(map(ast.dump, full)), rel
