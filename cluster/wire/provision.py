@@ -23,11 +23,10 @@ importing the provisioner.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from cluster.wire.jsonfields import JsonFields
 from cluster.wire.resources import STALE_INTERVALS
 
 #: The format this module writes and the only one it reads.
@@ -124,14 +123,11 @@ def parse_status(data: bytes | str, now: float,
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProvisionFileError(f"{source}: not JSON ({exc}): expected one JSON object"
                                  ) from None
-    if not isinstance(document, dict):
-        raise ProvisionFileError(f"{source}: the file is {type(document).__name__}: "
-                                 f"expected a JSON object")
-    top = _Fields(document, source, "")
+    top = JsonFields.top(document, source, ProvisionFileError)
     version = top.get("format")
     if version != FORMAT or isinstance(version, bool):
         raise top.error("format", version, str(FORMAT))
-    interval = top.number("interval", positive=True)
+    interval = top.number("interval", 0.0, positive=True)
     pending, running = top.count_or_null("pending"), top.count_or_null("running")
     if (pending is None) != (running is None):
         raise top.error("running" if running is None else "pending", None,
@@ -144,72 +140,16 @@ def parse_status(data: bytes | str, now: float,
     return ProvisionStatus(
         written=written, pid=top.integer("pid", 1), engine=top.text("engine", empty=False),
         interval=interval, wanted=top.integer("wanted", 0), pending=pending, running=running,
-        jobs=tuple(_job(_Fields.of(job, source, f"jobs.{i}.")) for i, job in enumerate(jobs)),
+        jobs=tuple(_job(JsonFields.of(job, source, f"jobs.{i}.", ProvisionFileError))
+                   for i, job in enumerate(jobs)),
         action=top.text("action"), trouble=top.text("trouble"),
         stale=now - written > STALE_INTERVALS * interval)
 
 
-def _job(fields: _Fields) -> ProvisionJob:
+def _job(fields: JsonFields) -> ProvisionJob:
     state = fields.get("state")
     if state not in JOB_STATES:
         raise fields.error("state", state, "one of " + ", ".join(JOB_STATES))
     return ProvisionJob(job_id=fields.text("job_id", empty=False),
                         name=fields.text("name"), node=fields.text("node", empty=False),
                         state=state, reason=fields.text("reason"))
-
-
-_MISSING = object()
-
-
-class _Fields:
-    """One JSON object of the file and its dotted name (``jobs.3.``), so that an error
-    names the field in full."""
-
-    def __init__(self, values: dict[str, Any], source: str, prefix: str) -> None:
-        self.values = values
-        self.source = source
-        self.prefix = prefix
-
-    @classmethod
-    def of(cls, value: Any, source: str, prefix: str) -> _Fields:
-        if not isinstance(value, dict):
-            raise ProvisionFileError(f"{source}: {prefix.rstrip('.')} {value!r}: expected a "
-                                     f"JSON object")
-        return cls(value, source, prefix)
-
-    def error(self, key: str, value: Any, expected: str) -> ProvisionFileError:
-        shown = "missing" if value is _MISSING else repr(value)
-        return ProvisionFileError(f"{self.source}: {self.prefix}{key} {shown}: expected "
-                                  f"{expected}")
-
-    def get(self, key: str) -> Any:
-        return self.values.get(key, _MISSING)
-
-    def integer(self, key: str, low: int) -> int:
-        value = self.get(key)
-        # JSON true is a Python bool, an int subclass: not a count.
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self.error(key, value, f"an integer >= {low}")
-        return value
-
-    def count_or_null(self, key: str) -> int | None:
-        value = self.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.error(key, value, "an integer >= 0, or null")
-        return value
-
-    def number(self, key: str, *, positive: bool = False) -> float:
-        value = self.get(key)
-        ok = not isinstance(value, bool) and isinstance(value, int | float) \
-            and math.isfinite(value) and (value > 0 or not positive)
-        if not ok:
-            raise self.error(key, value, "a finite number" + (" > 0" if positive else ""))
-        return float(value)
-
-    def text(self, key: str, *, empty: bool = True) -> str:
-        value = self.get(key)
-        if not isinstance(value, str) or (not empty and not value):
-            raise self.error(key, value, "a string" if empty else "a non-empty string")
-        return value

@@ -23,9 +23,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cluster.defaults import PRIORITIES
+from cluster.wire.jsonfields import JsonFields
 
 #: The format this module writes and the only one it reads.
 FORMAT = 1
@@ -164,7 +164,7 @@ def parse_resources(data: bytes | str, now: float, interval: float,
     except (ValueError, UnicodeDecodeError) as exc:
         raise ResourceFileError(f"{source}: not JSON ({exc}): expected one JSON object"
                                 ) from None
-    top = _Fields(_object(document, source, "the file"), source, "")
+    top = JsonFields.top(document, source, ResourceFileError)
     version = top.integer("format", 0)
     if version != FORMAT:
         raise ResourceFileError(f"{source}: format {version}: expected {FORMAT}")
@@ -202,7 +202,7 @@ def parse_resources(data: bytes | str, now: float, interval: float,
                      nodes_wanted=wanted, node=launch, stale=stale)
 
 
-def _priority(fields: _Fields) -> PriorityInfo:
+def _priority(fields: JsonFields) -> PriorityInfo:
     status = fields.get("status")
     if status not in STATUSES:
         raise fields.error("status", status, "one of " + ", ".join(STATUSES))
@@ -215,60 +215,3 @@ def _priority(fields: _Fields) -> PriorityInfo:
                         jobs_running=fields.integer("jobs_running", 0),
                         nodes=fields.integer("nodes", 0),
                         nodes_wanted=fields.integer("nodes_wanted", 0))
-
-
-def _object(value: Any, source: str, name: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ResourceFileError(f"{source}: {name} is {type(value).__name__}: expected a "
-                                f"JSON object")
-    return value
-
-
-class _Fields:
-    """One JSON object of the file and its dotted name (``master.``, ``priorities.1.``), so
-    an error names the field in full."""
-
-    def __init__(self, values: dict[str, Any], source: str, prefix: str) -> None:
-        self.values = values
-        self.source = source
-        self.prefix = prefix
-
-    def error(self, key: str, value: Any, expected: str) -> ResourceFileError:
-        shown = "missing" if value is _MISSING else repr(value)
-        return ResourceFileError(f"{self.source}: {self.prefix}{key} {shown}: expected "
-                                 f"{expected}")
-
-    def get(self, key: str) -> Any:
-        return self.values.get(key, _MISSING)
-
-    def part(self, key: str) -> _Fields:
-        value = self.get(key)
-        if not isinstance(value, dict):
-            raise self.error(key, value, "a JSON object")
-        return _Fields(value, self.source, f"{self.prefix}{key}.")
-
-    def integer(self, key: str, low: int, high: int | None = None) -> int:
-        value = self.get(key)
-        # JSON true is a Python bool, an int subclass: not a count.
-        if isinstance(value, bool) or not isinstance(value, int) or value < low \
-                or (high is not None and value > high):
-            bound = f">= {low}" if high is None else f"from {low} to {high}"
-            raise self.error(key, value, f"an integer {bound}")
-        return value
-
-    def number(self, key: str, low: float, *, positive: bool = False) -> float:
-        value = self.get(key)
-        ok = not isinstance(value, bool) and isinstance(value, int | float) \
-            and math.isfinite(value) and (value > low if positive else value >= low)
-        if not ok:
-            raise self.error(key, value, f"a finite number {'>' if positive else '>='} {low:g}")
-        return float(value)
-
-    def text(self, key: str, *, empty: bool = True) -> str:
-        value = self.get(key)
-        if not isinstance(value, str) or (not empty and not value):
-            raise self.error(key, value, "a string" if empty else "a non-empty string")
-        return value
-
-
-_MISSING = object()
