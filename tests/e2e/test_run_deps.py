@@ -103,8 +103,11 @@ def test_a_dag_runs_in_order_across_priorities_and_a_master_restart(
     folders = [archived(cluster, line) for line in (a, b, c)]
     assert all(f is not None and "outcome done" in (f / "run.info").read_text()
                for f in folders)
-    log = master_log(cluster)
     ids = [f.name for f in folders if f is not None]
+    # run.info is written before the master logs "done, archived": wait for the lines.
+    wait_for(lambda: all(f"run {i}: done, archived" in master_log(cluster) for i in ids),
+             30, "the master's 'done, archived' lines of A, B and C")
+    log = master_log(cluster)
     # Each priority logs to its own file: the lines' times order them.
     started = [stamp(log, f"run {i}: {line},") for i, line in zip(ids, (a, b, c), strict=True)]
     ended = [stamp(log, f"run {i}: done, archived") for i in ids]
