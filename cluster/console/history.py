@@ -103,10 +103,7 @@ def history(home: Home, test: str) -> list[Change]:
     (``tests/ex/golfer.eps.ppmraw.72.0``).  ClusterError naming the test when no archived
     run's table has it.
     """
-    name = test_id(test)
-    if not name or any(c.isspace() for c in name):
-        raise ClusterError(f"test name {test!r}: expected a test id without spaces")
-    key = name.encode("utf-8")
+    name, key = _test_key(test)
     baseline: tuple[Result, str] | None = None
     users: dict[str, tuple[Result, str]] = {}
     changes: list[Change] = []
@@ -135,8 +132,7 @@ def history(home: Home, test: str) -> list[Change]:
                 against=previous[1] if previous else None,
                 author=_author(run.table.parent) if kind == "git" else ""))
     if baseline is None and not users:
-        raise ClusterError(f"test {name!r} is in none of the {searched} archived run tables "
-                           f"in {home.archive} (expected a test id as the reports name it)")
+        raise _absent(home, name, searched)
     changes.reverse()
     return changes
 
@@ -167,10 +163,7 @@ class Timing:
 def times(home: Home, test: str) -> list[Timing]:
     """``test``'s times in every complete archived run whose table has it, newest first
     (issue 26).  ClusterError as :func:`history`'s when no archived run's table has it."""
-    name = test_id(test)
-    if not name or any(c.isspace() for c in name):
-        raise ClusterError(f"test name {test!r}: expected a test id without spaces")
-    key = name.encode("utf-8")
+    name, key = _test_key(test)
     found: list[Timing] = []
     searched = 0
     for run in complete_runs(home):
@@ -187,10 +180,24 @@ def times(home: Home, test: str) -> list[Timing]:
                             run_started(run.run_id), t1, t2, t3, error,
                             fields[9] if len(fields) > 9 else ""))
     if not found:
-        raise ClusterError(f"test {name!r} is in none of the {searched} archived run tables "
-                           f"in {home.archive} (expected a test id as the reports name it)")
+        raise _absent(home, name, searched)
     found.reverse()
     return found
+
+
+def _test_key(test: str) -> tuple[str, bytes]:
+    """``test`` as a test id and the key a table is searched with; ClusterError unless it
+    is a test id (or its report form) without spaces."""
+    name = test_id(test)
+    if not name or any(c.isspace() for c in name):
+        raise ClusterError(f"test name {test!r}: expected a test id without spaces")
+    return name, name.encode("utf-8")
+
+
+def _absent(home: Home, name: str, searched: int) -> ClusterError:
+    """The error of a test that none of the ``searched`` archived tables has."""
+    return ClusterError(f"test {name!r} is in none of the {searched} archived run tables "
+                        f"in {home.archive} (expected a test id as the reports name it)")
 
 
 def _difference(before: Result | None, after: Result) -> str:
