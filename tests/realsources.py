@@ -12,9 +12,11 @@ saying how to fetch it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.config import Config
 from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
 from tests.helpers import FAST, free_port
@@ -223,6 +226,9 @@ def real_cluster(root: Path, package: str, tree_name: str, corpus: Path,
     tree = root / USER / tree_name
     tree.parent.mkdir()
     clean.rename(tree)
+    key = BUILD_SETTING[package]
+    settings = {**settings, key: both_nodes_build(
+        settings.get(key) or str(_default(key)), root / "built-nodes")}
     cluster = LocalCluster(home, 0, corpus, {
         **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
         "status_port": "0", **settings})
@@ -234,6 +240,33 @@ def real_cluster(root: Path, package: str, tree_name: str, corpus: Path,
         yield RealCluster(cluster, tree)
     finally:
         cluster.stop(grace=10)
+
+
+#: The master.conf setting of each package's build command.
+BUILD_SETTING = {"ghostscript": "build_ghostpdl", "mupdf": "build_mupdf"}
+#: Longest a node's build waits at the barrier of :func:`both_nodes_build` [s].
+BARRIER_WAIT = 300
+
+
+def _default(key: str) -> object:
+    """The embedded default of master.conf setting ``key``."""
+    return next(f.default for f in dataclasses.fields(Config) if f.name == key)
+
+
+def both_nodes_build(command: str, tally: Path) -> str:
+    """``command`` followed by a barrier: a node whose build succeeded adds a line to file
+    ``tally`` and waits (at most BARRIER_WAIT s) until the count of lines is even, that is
+    until the other node's build of the same push ended too.
+
+    Why: the corpus is a few files, so the first node built runs every job in a second,
+    the run ends, and the other node is told to stop mid-build; its build log and binaries,
+    which these tests check for both nodes, would then be missing whenever load spreads the
+    two builds apart.  A failed build adds no line, so a push that fails on both nodes
+    (the syntax-error push) leaves the count even."""
+    file = shlex.quote(str(tally))
+    return (f"{{ {command} ; }} && echo built >> {file} && i=0 && "
+            f"while [ $(( $(wc -l < {file}) % 2 )) -ne 0 ] && [ $i -lt {BARRIER_WAIT * 2} ]; "
+            "do sleep 0.5; i=$((i + 1)); done")
 
 
 def build_log(run: Path, node: str) -> str:

@@ -15,8 +15,11 @@ The rules are seed 001's "normal course of events":
 * a node's first contact gets BUILD; ``busy`` keeps its lease alive without giving it work;
 * ``failure <0`` aborts the whole run; ``failure >0`` drops the node and puts its unfinished
   jobs back at the front of the list (during UPLOAD it means "try again": UPLOAD once more);
-* nodes may join at any time; when every job has a result, each node that ran jobs is told
-  UPLOAD, and after its upload it is told ABORT;
+* nodes may join at any time; when every job has a result, each node that built the run
+  is told UPLOAD (seed 001: "else if node not uploaded -> upload", so the build log of a
+  node that ran no job is kept too), and after its upload it is told ABORT; the run ends
+  when every built node still alive has uploaded (or ``upload_timeout`` after the last
+  result);
 * a node not heard from for ``heartbeat_timeout`` seconds is dead: its unfinished jobs go to
   the front of the list.  If it comes back it is treated as a new node;
 * in a run with ``no_reschedule`` (issue 25, :attr:`RunState.options`) the unfinished jobs
@@ -138,7 +141,6 @@ class NodeInfo:
     working_since: float | None = None  # when it first got jobs: its rate is measured from then
     capacity: int = 0                   # jobs it is kept holding (grown while it runs dry fast)
     last_batch_at: float | None = None  # when it was last given new jobs
-    ran_jobs: bool = False      # it was given jobs, so it has logs to upload
     told_abort: bool = False    # it has been told the run is over
     results: int = 0            # first results it delivered
     errors: int = 0             # of those, results with an error code (not 0)
@@ -347,8 +349,10 @@ class RunState:
             return True
         if not self.all_results_in or self.hold_end:
             return False
+        # Every node that built the run and is alive uploads its logs (seed 001: "when all
+        # nodes complete && uploaded -> abort"); one still building is told ABORT instead.
         waiting = [n for n in self.nodes.values()
-                   if n.ran_jobs and n.state not in (NodeState.DONE, NodeState.GONE)]
+                   if n.state in (NodeState.READY, NodeState.UPLOADING)]
         if not waiting:
             return True
         assert self.all_results_at is not None
@@ -506,13 +510,12 @@ class RunState:
             if batch:
                 if node.state is NodeState.DONE:
                     node.state = NodeState.READY  # DONE -> READY: work came back after a death
-                node.ran_jobs = True
                 self._lease(name, batch)
                 return out(Reply(protocol.JOBS, tuple(self.jobs.lines(batch))))
             return out(Reply(protocol.CONTINUE))
         if self.hold_end:
             return out(Reply(protocol.CONTINUE))  # a confirm phase may follow: no upload yet
-        if node.ran_jobs and node.state is NodeState.READY:
+        if node.state is NodeState.READY:
             node.state = NodeState.UPLOADING  # READY -> UPLOADING
             return out(Reply(protocol.UPLOAD))
         if node.state is NodeState.UPLOADING:

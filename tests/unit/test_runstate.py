@@ -202,12 +202,29 @@ def test_failure_during_upload_means_try_again() -> None:
     assert state.finished(3) and state.everyone_told()
 
 
-def test_nodes_without_jobs_are_not_asked_to_upload() -> None:
+def test_a_built_node_that_ran_no_job_uploads_too_and_the_run_waits_for_it() -> None:
+    """Seed 001: "else if node not uploaded -> upload": its build log is kept as well."""
     state = RunState(RUN, jobs(2), 0)
     reply = ready(state, "a")
-    state.handle(req("idle"), 0)
-    finish(state, "a", reply)
-    assert state.handle(req("idle"), 1).reply.verb == protocol.ABORT
+    assert ready(state, "idle").verb == protocol.CONTINUE  # built; "a" holds every job
+    assert finish(state, "a", reply).verb == protocol.UPLOAD
+    assert state.handle(req("a", busy="upload"), 1).reply.verb == protocol.CONTINUE
+    assert state.handle(req("a"), 2).reply.verb == protocol.ABORT  # a uploaded
+    assert not state.finished(2)  # "idle" built the run: its logs are waited for
+    assert state.handle(req("idle"), 3).reply.verb == protocol.UPLOAD
+    assert not state.finished(3)
+    assert state.handle(req("idle"), 4).reply.verb == protocol.ABORT
+    assert state.finished(4) and state.everyone_told()
+
+
+def test_a_node_still_building_at_the_end_is_told_abort_and_not_waited_for() -> None:
+    state = RunState(RUN, jobs(2), 0)
+    reply = ready(state, "a")
+    state.handle(req("slow", built=""), 0)  # first contact: BUILD
+    assert finish(state, "a", reply).verb == protocol.UPLOAD
+    assert state.handle(req("a"), 1).reply.verb == protocol.ABORT
+    assert state.finished(1)  # the master's end then tells "slow" ABORT
+    assert not state.everyone_told()
 
 
 def test_a_node_that_reports_holding_nothing_gives_its_jobs_back() -> None:
