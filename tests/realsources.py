@@ -228,7 +228,7 @@ def real_cluster(root: Path, package: str, tree_name: str, corpus: Path,
     clean.rename(tree)
     key = BUILD_SETTING[package]
     settings = {**settings, key: both_nodes_build(
-        settings.get(key) or str(_default(key)), root / "built-nodes")}
+        settings.get(key) or str(_default(key)), root)}
     cluster = LocalCluster(home, 0, corpus, {
         **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
         "status_port": "0", **settings})
@@ -253,19 +253,23 @@ def _default(key: str) -> object:
     return next(f.default for f in dataclasses.fields(Config) if f.name == key)
 
 
-def both_nodes_build(command: str, tally: Path) -> str:
-    """``command`` followed by a barrier: a node whose build succeeded adds a line to file
-    ``tally`` and waits (at most BARRIER_WAIT s) until the count of lines is even, that is
-    until the other node's build of the same push ended too.
+def both_nodes_build(command: str, root: Path) -> str:
+    """``command`` run as a test's two nodes take turns and wait for each other: under the
+    lock file ``root/build.lock`` (``flock``), so one node builds at a time and the second
+    builds from the compiler cache the first filled; then a barrier: a node whose build
+    succeeded adds a line to ``root/built-nodes`` and waits (at most BARRIER_WAIT s) until
+    the count of lines is even, that is until the other node's build of the same push ended.
 
-    Why: the corpus is a few files, so the first node built runs every job in a second,
-    the run ends, and the other node is told to stop mid-build; its build log and binaries,
-    which these tests check for both nodes, would then be missing whenever load spreads the
-    two builds apart.  A failed build adds no line, so a push that fails on both nodes
-    (the syntax-error push) leaves the count even."""
-    file = shlex.quote(str(tally))
-    return (f"{{ {command} ; }} && echo built >> {file} && i=0 && "
-            f"while [ $(( $(wc -l < {file}) % 2 )) -ne 0 ] && [ $i -lt {BARRIER_WAIT * 2} ]; "
+    Why: two first builds that start together find nothing in the shared cache and compile
+    everything twice on the same cores (docs/deviations.md), which doubled the suite's
+    longest test; and the corpus is a few files, so the first node built would run every job,
+    the run would end and the other node would be told to stop mid-build: its build log and
+    binaries, which these tests check for both nodes, would be missing.  A failed build adds
+    no line, so a push that fails on both nodes (the syntax-error push) leaves the count even.
+    A node's "build command ended after" time then includes its turns at both."""
+    lock, tally = shlex.quote(str(root / "build.lock")), shlex.quote(str(root / "built-nodes"))
+    return (f"flock -o {lock} sh -c {shlex.quote(command)} && echo built >> {tally} && i=0 && "
+            f"while [ $(( $(wc -l < {tally}) % 2 )) -ne 0 ] && [ $i -lt {BARRIER_WAIT * 2} ]; "
             "do sleep 0.5; i=$((i + 1)); done")
 
 

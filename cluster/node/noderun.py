@@ -96,7 +96,10 @@ failure 1 with the same quoted words.  A BUILD that could not fetch the corpus o
 (the tree missing on the master, the mirror failing) or failed on this node for any other
 reason before or around the command reports failure 1 (FAILURE_NETWORK): the master drops
 this node and the others go on.  A build ended because the node was told to stop is no
-failure at all: the node leaves the run.
+failure at all: the node leaves the run.  However the node leaves a run (ABORT, a signal, a
+failure), a BUILD or UPLOAD still running is stopped and waited for first, so its build log
+ends with how it ended ("... stopped: the node was told to stop") and no build command
+outlives run.py.
 
 Exit codes (cluster.defaults NODE_EXIT_*): 0 the run is over for this node, 1 failure, 3 the
 master could not be reached, 4 aborted for a reason that may pass (the node may join again
@@ -177,6 +180,9 @@ from cluster.wire.jobstart import JobStart
 
 log = logging.getLogger("cluster.node")
 
+#: How long, beyond kill_grace, a node leaving its run waits for a stopped BUILD or
+#: UPLOAD thread to end [s] (NodeRun._end_background).
+BACKGROUND_END_WAIT = 5.0
 #: The signals that make run.py leave its run cleanly (see :attr:`NodeRun.stop_flag`).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: Signals that stop a whole process tree from outside (a batch system's scancel or time
@@ -503,9 +509,24 @@ class NodeRun:
         try:
             return self._loop()
         finally:
+            self._end_background()
             self.pool.close()
             self._end_jobs()
             self.node_log.close()
+
+    def _end_background(self) -> None:
+        """Leaving the run (told ABORT, stopped, failed): a BUILD or UPLOAD still running
+        is stopped (its process tree killed, through :attr:`stop_flag`) and its thread
+        waited for, at most :data:`BACKGROUND_END_WAIT` s after the kill's grace: the build
+        log then ends with how its build ended, and no build outlives the node process."""
+        bg = self.background
+        if bg is None or bg.done:
+            return
+        self.stop_flag.set()
+        bg.thread.join(self.cfg.kill_grace + BACKGROUND_END_WAIT)
+        if bg.thread.is_alive():
+            log.warning("node %s: the %s did not stop within %.0f s of being told to",
+                        self.name, bg.what, self.cfg.kill_grace + BACKGROUND_END_WAIT)
 
     def _end_jobs(self) -> None:
         """Kill every process of the job account left (a job's background child, a

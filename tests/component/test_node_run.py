@@ -170,6 +170,35 @@ def test_a_failed_build_reports_minus_one_after_uploading_its_log(home: Path, tm
     assert any(r.busy == "build" for r in master.seen)
 
 
+def test_abort_during_a_build_stops_it_and_its_log_says_so(home: Path, tmp_path: Path,
+                                                          serve) -> None:
+    """Told ABORT while its build runs (another node's build failed), the node kills the
+    build's process tree and waits for it before leaving: the build log ends with how the
+    build ended, and no process of the build outlives run.py (it once left the build's
+    log without its end line, and the command running)."""
+    pidfile = tmp_path / "build.pid"
+    write_start(home, build=f"echo compiling; sleep 300 & echo $! > {pidfile}; wait")
+
+    def script(req: Request, seen: list[Request]) -> bytes:
+        if len(seen) == 1:
+            return protocol.format_reply(Reply(protocol.BUILD))
+        if not pidfile.exists():
+            return protocol.format_reply(Reply(protocol.CONTINUE))
+        return protocol.format_reply(Reply(protocol.ABORT, reason="run aborted: node n2 "
+                                           "failed with code -1: build failed"))
+
+    master = ScriptedMaster(script)
+    began = time.monotonic()
+    assert node(home, tmp_path, serve(master), kill_grace=0.5).run() == EXIT_DONE
+    assert time.monotonic() - began < 30
+    log = (tmp_path / "work" / "runs" / RUN / "n1.build.log").read_text()
+    assert log.splitlines()[-1].endswith(" stopped: the node was told to stop; its process "
+                                         "tree was killed"), log
+    sleeper = int(pidfile.read_text())
+    assert not psutil.pid_exists(sleeper) or \
+        psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE
+
+
 def test_the_node_asks_for_more_before_it_runs_dry(home: Path, tmp_path: Path,
                                                    serve) -> None:
     write_start(home)

@@ -79,7 +79,8 @@ def test_both_nodes_build_the_pushed_mupdf_and_its_md5s_are_the_built_mutool(
         assert "mupdf tree, build command from job.start build_mupdf" in log, log[:3000]
         assert len(_COMPILED.findall(log)) > 200, log[-3000:]
         real.first_builds[node] = build_seconds(log)
-    print(f"\nfirst builds of MuPDF, both nodes at once [s]: {real.first_builds}")
+    print(f"\nfirst builds of MuPDF, one node after the other (each time includes its "
+          f"turns at the lock and the barrier) [s]: {real.first_builds}")
     for node in NODES:
         mutool = real.built(node, "mutool")
         for name, row in table.items():
