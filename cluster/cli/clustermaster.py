@@ -33,7 +33,7 @@ def priority_from_name(argv0: str) -> int:
 def build_main(argv: list[str]) -> int:
     """build.py's main, imported only when a run's job list is made (an idle invocation,
     nearly every one, never needs it): the master calls it in a fork of itself
-    (:mod:`cluster.master.buildchild`) instead of starting build.py."""
+    (:mod:`cluster.runtime.forkrun`) instead of starting build.py."""
     from cluster.cli import build
     return build.main(argv)
 

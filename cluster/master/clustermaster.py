@@ -47,7 +47,6 @@ from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
 from cluster.master import (
     abort,
-    buildchild,
     confirm,
     ending,
     finish,
@@ -75,7 +74,7 @@ from cluster.master.server import NodeServer
 from cluster.master.sweepintake import SweepIntake
 from cluster.node import buildcmd
 from cluster.queue import SWEEP, QueueFile, RunSpec
-from cluster.runtime import fsutil, logonce, proc
+from cluster.runtime import forkrun, fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.sweep import spec as sweepspec
 from cluster.triggers import auto, push
@@ -153,11 +152,11 @@ class ClusterMaster:
 
     def __init__(self, cfg: Config, priority: int, config_args: list[str] | None = None,
                  clock: Clock | None = None,
-                 job_list_main: buildchild.JobListMain | None = None) -> None:
+                 job_list_main: forkrun.Main | None = None) -> None:
         self.cfg = cfg
         self.priority = priority
         self.config_args = config_args or []
-        #: build.py's main, run in a fork (:mod:`cluster.master.buildchild`); without it,
+        #: build.py's main, run in a fork (:mod:`cluster.runtime.forkrun`); without it,
         #: build.py is run as a program of its own.
         self.job_list_main = job_list_main
         self.clock = clock or SystemClock()
@@ -620,10 +619,10 @@ class ClusterMaster:
 
     def _build_py(self, args: list[str], out: TextIO, timeout: float) -> tuple[str, str]:
         """build.py with ``args``, its stdout into ``out``: in a fork when the caller gave
-        its main (:mod:`cluster.master.buildchild`), else as a program of its own.  Returns
+        its main (:mod:`cluster.runtime.forkrun`), else as a program of its own.  Returns
         (its stderr, stripped; why it failed, '' when it did not)."""
         if self.job_list_main is not None:
-            made = buildchild.run(self.job_list_main, args, out, timeout)
+            made = forkrun.run(self.job_list_main, args, out, timeout)
             problems = made.stderr.strip()
             if made.timed_out:
                 return problems, (f"did not end within {timeout:g} s (config build_timeout); "

@@ -38,10 +38,10 @@ from cluster.config import Config
 from cluster.defaults import EXIT_FAILED, EXIT_OK
 from cluster.home import Home
 from cluster.master import ending, nextrun
-from cluster.master.buildchild import JobListMain
 from cluster.master.pidfile import PidDecision, PidFile
 from cluster.queue import QueueFile
 from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.forkrun import Main
 from cluster.triggers import discovery
 
 log = logging.getLogger("cluster.master")
@@ -146,7 +146,7 @@ class DiskWait:
 
 
 def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
-           clock: Clock | None = None, job_list_main: JobListMain | None = None) -> int:
+           clock: Clock | None = None, job_list_main: Main | None = None) -> int:
     """Phases 1 and 2 at ``priority``, then phase 3 if this invocation holds the PID file
     and has work: the end of any run whose end was cut short, then the run at the head of
     the queue (:meth:`cluster.master.clustermaster.ClusterMaster.work`).  The PID file is
@@ -155,7 +155,7 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
     On a full disk the invocation waits for room, saying so once, and then starts over
     (:class:`DiskWait`); EXIT_FAILED if the room did not come within
     :data:`DISK_WAIT_LIMIT`.  ``job_list_main``: build.py's main, which the run's master
-    then calls in a fork (:mod:`cluster.master.buildchild`) instead of starting build.py."""
+    then calls in a fork (:mod:`cluster.runtime.forkrun`) instead of starting build.py."""
     clock = clock or SystemClock()
     wait: DiskWait | None = None
     try:
@@ -183,7 +183,7 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
 
 
 def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
-                 clock: Clock, job_list_main: JobListMain | None) -> int:
+                 clock: Clock, job_list_main: Main | None) -> int:
     """One try of :func:`invoke`: phases 1, 2 and 3."""
     home = Home(cfg.home)
     home.create()

@@ -1,24 +1,29 @@
-"""build.py's job list made in a forked child of the master, not in a new interpreter.
+"""A program's ``main`` run in a forked child, not in a new interpreter.
 
-The master makes a run's job list by running build.py (seed 000: clustermaster.pl ran
-build.pl), and the run cannot start before it: a new Python interpreter with build.py's
-imports cost 0.15-0.2 s of that wait on a two-core machine, more than making the jobs of a
-small corpus.  clustermaster.py (the command line, which may import build.py's; the master's
-own modules may not) hands the master build.py's ``main``, and :func:`run` calls it in a
-``fork`` of the master: the same program with the same arguments, its stdout the jobs file,
-its stderr kept for the master's log, without the interpreter's start.
+The master runs two programs before a run can start: build.py, which makes the job list
+(seed 000: clustermaster.pl ran build.pl), and the slowest-first ordering of that list
+(:mod:`cluster.master.joborder`, a child so that its memory goes back whole when it ends).
+Each used to be a new Python interpreter with its imports: 0.1-0.2 s apiece on a two-core
+machine, more than the work itself for a small corpus.  :func:`run` calls the program's
+``main`` in a ``fork`` of the caller instead: the same code with the same arguments, its
+stdout a file the caller gives, its stderr kept for the caller's log, without the
+interpreter's start.  (The master's own modules may not import build.py's command line:
+clustermaster.py hands its ``main`` down.)
 
-The child is made fit for it before ``main`` runs: the master's signal handlers (which only
-set a stop flag) are back at their defaults, so a TERM or KILL of the master's group ends it
-too; its logging handlers (the master's log file) are dropped, so build.py logs to its
-stderr as it does when run alone; it leaves with ``os._exit`` (no ``atexit`` of the master,
-no flush of the master's buffers, which were flushed before the fork).  An exception
-escaping ``main`` is printed to its stderr and is exit status :data:`CRASHED`.  The master
-waits at most ``timeout`` seconds, then KILLs it (build_timeout).
+The child is made fit for it before ``main`` runs: the caller's signal handlers (which may
+only set a stop flag) are back at their defaults, so a TERM or KILL of the caller's group
+ends it too; ``sys.stdout`` and ``sys.stderr`` are new streams on descriptors 1 and 2, now
+the given file and the kept stderr (the caller's may be a log file's wrapper or a test
+runner's capture, with buffered text of its own); its logging handlers (the caller's log
+file) are dropped, so the program logs to its stderr as it does when run alone; it leaves
+with ``os._exit`` (no ``atexit`` of the caller, no second flush of the caller's buffers,
+which were flushed before the fork).  An exception escaping ``main`` is printed to its
+stderr and is exit status :data:`CRASHED`.  The caller waits at most ``timeout`` seconds,
+then KILLs it.
 
-Why a fork is safe here: the master forks before it serves anything; its only other thread
-is the PID file's refresher, whose locks the child never takes, and CPython re-creates the
-import and logging locks in a child after ``fork``.
+Why a fork is safe where the master uses it: it forks before it serves anything; its only
+other thread is the PID file's refresher, whose locks the child never takes, and CPython
+re-creates the import and logging locks in a child after ``fork``.
 """
 
 from __future__ import annotations
@@ -35,13 +40,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-#: build.py's ``main``: its arguments in, its exit status out.
-JobListMain = Callable[[list[str]], int]
+#: A program's ``main``: its arguments in, its exit status out.
+Main = Callable[[list[str]], int]
 #: The exit status of a child whose ``main`` raised (EX_SOFTWARE).
 CRASHED = 70
-#: The signals whose handlers the master installed: back to the default in the child.
+#: The signals whose handlers the caller may have installed: back to the default in the child.
 _RESET = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-#: How often the master looks whether the child ended: the first look, the longest [s].
+#: How often the caller looks whether the child ended: the first look, the longest [s].
 _FIRST_LOOK, _LONGEST_LOOK = 0.002, 0.05
 
 
@@ -59,9 +64,9 @@ class Made:
         return self.returncode == 0 and not self.timed_out
 
 
-def run(main: JobListMain, args: Sequence[str], out: IO[str], timeout: float) -> Made:
-    """``main(args)`` in a forked child whose stdout is ``out`` (an open file: the jobs
-    file) and whose stderr is kept; the child is KILLed after ``timeout`` seconds."""
+def run(main: Main, args: Sequence[str], out: IO[str] | IO[bytes], timeout: float) -> Made:
+    """``main(args)`` in a forked child whose stdout is ``out`` (an open file) and whose
+    stderr is kept; the child is KILLed after ``timeout`` seconds."""
     out.flush()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or odd stream: nothing to flush
@@ -76,7 +81,7 @@ def run(main: JobListMain, args: Sequence[str], out: IO[str], timeout: float) ->
     return Made(returncode, text, timed_out)
 
 
-def _child(main: JobListMain, args: list[str], out_fd: int, err_fd: int) -> None:
+def _child(main: Main, args: list[str], out_fd: int, err_fd: int) -> None:
     """The child's whole life (module docstring); never returns."""
     code = CRASHED
     try:

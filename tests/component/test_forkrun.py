@@ -1,4 +1,4 @@
-"""build.py's job list made in a forked child of the master (cluster/master/buildchild.py):
+"""A program's main in a forked child (cluster/runtime/forkrun.py), as the master runs build.py:
 the same lines as build.py run as a program, its stderr kept, its failures, crashes and
 timeouts told apart, and nothing of it written through the master's own log handlers."""
 
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from cluster.cli.clustermaster import build_main
-from cluster.master import buildchild
+from cluster.runtime import forkrun
 from tests.helpers import CORPUS, REPO
 
 
-def _run(main: buildchild.JobListMain, tmp_path: Path, timeout: float = 30.0,
-         args: tuple[str, ...] = ()) -> tuple[buildchild.Made, str]:
+def _run(main: forkrun.Main, tmp_path: Path, timeout: float = 30.0,
+         args: tuple[str, ...] = ()) -> tuple[forkrun.Made, str]:
     path = tmp_path / "jobs"
     with open(path, "w", encoding="utf-8") as out:
-        made = buildchild.run(main, list(args), out, timeout)
+        made = forkrun.run(main, list(args), out, timeout)
     return made, path.read_text(encoding="utf-8")
 
 
@@ -52,7 +52,7 @@ def test_an_exception_is_status_70_with_its_traceback(tmp_path: Path) -> None:
         raise RuntimeError("the corpus exploded")
 
     made, jobs = _run(main, tmp_path)
-    assert made.returncode == buildchild.CRASHED and jobs == ""
+    assert made.returncode == forkrun.CRASHED and jobs == ""
     assert "RuntimeError: the corpus exploded" in made.stderr
 
 
@@ -90,3 +90,27 @@ def test_the_child_logs_to_its_stderr_not_through_the_masters_handlers(
 def test_the_status_is_the_mains(tmp_path: Path, code: int) -> None:
     made, _ = _run(lambda argv: code, tmp_path)
     assert made.returncode == code
+
+
+def test_the_master_orders_a_jobs_file_in_a_fork_and_only_with_a_baseline(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """cluster.master.joborder.order_run_jobs: the ordering runs in a forked child, what
+    it did is logged; without tables/current.tab nothing is started at all."""
+    from cluster.master.joborder import order_run_jobs
+    from cluster.report.tab import TabRow, write_tab
+
+    def job(name: str) -> str:
+        return f"{name} __temp__/{name}.log true ; echo {name} | md5sum"
+
+    jobs, tables = tmp_path / "jobs", tmp_path / "tables"
+    tables.mkdir()
+    jobs.write_text("".join(job(n) + "\n" for n in "abc"))
+    caplog.set_level(logging.INFO, logger="cluster.master")
+    order_run_jobs(jobs, tables)
+    assert "no baseline" in caplog.text and jobs.read_text().startswith(job("a"))
+    write_tab(tables / "current.tab", [TabRow(n, 0, t, 0, 0, "a" * 32, "r", "gs", "n1")
+                                       for n, t in (("a", 0.1), ("b", 0.2), ("c", 3.0))])
+    caplog.clear()
+    order_run_jobs(jobs, tables)
+    assert "3 jobs, 3 with a known time; ordered slowest first" in caplog.text
+    assert jobs.read_text() == "".join(job(n) + "\n" for n in "cba")
