@@ -8,8 +8,9 @@ Usage: python3 bench/tail.py [--work 150] [--nodes 3] [--slots 2] [--slow 5]
 
 Every job sleeps a known time: a mix of ``--durations`` (shuffled, fixed seed) adding up to
 ``--work`` seconds, one job per line of a ``.cmds`` file (product shell).  A node is made
-slower by its environment: each node's processes get ``CLUSTER_SLOWDOWN=<factor>`` and every
-job sleeps ``duration x factor``.  The cases (3 nodes x 2 slots by default):
+slower by its environment: each node's processes get ``CLUSTER_SLOWDOWN=<factor>`` (and
+``CLUSTER_SLOWDOWN_PCT``, the same in percent, which the jobs use) and every job sleeps
+``duration x factor``.  The cases (3 nodes x 2 slots by default):
 
   equal        every node at full speed
   unequal      nodes slowed by --unequal (default 1, 1.5 and 2)
@@ -134,12 +135,17 @@ def durations_for(work: float, mix: list[float], seed: int) -> list[float]:
 def job_line(index: int, duration: float, starts: Path) -> str:
     """One job: log its start, sleep ``duration`` x the node's slowdown, print its index.
 
-    Plain POSIX sh (dash): awk does the floating-point product.
+    Plain POSIX sh (dash), and no process beyond ``date`` and ``sleep``: the product is
+    shell arithmetic on milliseconds and the node's slowdown in percent
+    (``CLUSTER_SLOWDOWN_PCT``), the seconds written ``<s>.<ms>`` with the milliseconds
+    zero-padded by a parameter expansion (an awk per job, as before, cost each job a fork
+    and an exec the scheduler was charged for).
     """
     log = shlex.quote(str(starts))
+    ms = round(duration * 1000)
     return (f'echo "$(date +%s.%N) ${{BENCH_NODE:-none}} {index}" >> {log}; '
-            f'sleep $(awk "BEGIN{{print {duration}*${{CLUSTER_SLOWDOWN:-1}}}}"); '
-            f'echo {index}')
+            f'ms=$(( {ms} * ${{CLUSTER_SLOWDOWN_PCT:-100}} / 100 )); f=$(( ms % 1000 + 1000 )); '
+            f'sleep $(( ms / 1000 )).${{f#1}}; echo {index}')
 
 
 class JournalWatcher(threading.Thread):
@@ -245,7 +251,8 @@ class TailRun:
         self.tree = write_demo_tree(root / "demo" / "shell", "shell", [])
 
     def node_env(self) -> dict[str, dict[str, str]]:
-        return {f"node{i}": {"CLUSTER_SLOWDOWN": f"{s:g}", "BENCH_NODE": f"node{i}"}
+        return {f"node{i}": {"CLUSTER_SLOWDOWN": f"{s:g}",
+                             "CLUSTER_SLOWDOWN_PCT": str(round(s * 100)), "BENCH_NODE": f"node{i}"}
                 for i, s in enumerate(self.case.slowdowns, 1)}
 
     def run_orders(self) -> list[Outcome]:
@@ -440,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             cases.append(Case("slow-last", [1.0] * args.nodes, orders=True))
         else:
             parser.error(f"unknown case {name!r}")
-    work = start("tail", ("awk", "date", "sleep"), args.keep)
+    work = start("tail", ("date", "sleep"), args.keep)
     if work is None:
         return 2
     durations = durations_for(args.work, mix, args.seed)

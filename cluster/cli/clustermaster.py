@@ -30,6 +30,14 @@ def priority_from_name(argv0: str) -> int:
     return int(match.group(1)) if match and match.group(1) else 0
 
 
+def build_main(argv: list[str]) -> int:
+    """build.py's main, imported only when a run's job list is made (an idle invocation,
+    nearly every one, never needs it): the master calls it in a fork of itself
+    (:mod:`cluster.runtime.forkrun`) instead of starting build.py."""
+    from cluster.cli import build
+    return build.main(argv)
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,7 +58,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return EXIT_USAGE
     common.setup_logging(cfg.home / "log" / suffixed("clustermaster.log", priority), args.verbose)
     try:
-        return invocation.invoke(cfg, priority, common.config_argv(args))
+        return invocation.invoke(cfg, priority, common.config_argv(args),
+                                 job_list_main=build_main)
     except ClusterError as exc:
         logging.getLogger("cluster.master").error("%s", exc)
         return EXIT_FAILED

@@ -57,6 +57,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cluster import config
 from cluster.cli import common, progname
@@ -74,7 +75,9 @@ from cluster.localcluster import (
     write_demo_tree,
 )
 from cluster.queue import RunSpec
-from cluster.triggers.sweeppush import SweepSubmission, prepare_sweep, previous_sweep_run
+
+if TYPE_CHECKING:
+    from cluster.triggers.sweeppush import SweepSubmission
 
 #: This command's name in its usage line and messages (see progname).
 PROG = progname.prog("localcluster.py")
@@ -126,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     sweep: SweepSubmission | None = None
     try:
         if args.sweep is not None:
+            # Here, not at the top: every run waits for this program's start.
+            from cluster.triggers.sweeppush import prepare_sweep
             sweep = prepare_sweep(args.sweep)
         overrides = parse_overrides(args.set)
         static = args.nodes
@@ -138,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                                transport=args.transport, provider=args.provider or "")
         settings = config.load(None, overrides)
         if sweep is not None and args.resume:
+            from cluster.triggers.sweeppush import previous_sweep_run
             resumed = previous_sweep_run(cluster.home, args.user, sweep.file)
             print(f"resume: the tasks without a valid result in run {resumed}", flush=True)
             args.run_option = [*args.run_option, f"resume={resumed}"]

@@ -36,6 +36,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from cluster import datatypes
 from cluster.config import Config
@@ -73,7 +74,7 @@ from cluster.master.server import NodeServer
 from cluster.master.sweepintake import SweepIntake
 from cluster.node import buildcmd
 from cluster.queue import SWEEP, QueueFile, RunSpec
-from cluster.runtime import fsutil, logonce, proc
+from cluster.runtime import forkrun, fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.sweep import spec as sweepspec
 from cluster.triggers import auto, push
@@ -150,10 +151,14 @@ class ClusterMaster:
     module at all, are :mod:`cluster.master.invocation`'s; callers use its ``invoke``."""
 
     def __init__(self, cfg: Config, priority: int, config_args: list[str] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None,
+                 job_list_main: forkrun.Main | None = None) -> None:
         self.cfg = cfg
         self.priority = priority
         self.config_args = config_args or []
+        #: build.py's main, run in a fork (:mod:`cluster.runtime.forkrun`); without it,
+        #: build.py is run as a program of its own.
+        self.job_list_main = job_list_main
         self.clock = clock or SystemClock()
         self.home = Home(cfg.home)
         self.queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
@@ -572,8 +577,7 @@ class ClusterMaster:
         """
         path = self.home.jobs(self.priority)
         if not path.exists():
-            argv = [sys.executable, str(BUILD_SCRIPT), *self.config_args,
-                    "--home", str(self.home.root)]
+            argv = [*self.config_args, "--home", str(self.home.root)]
             queued = RunSpec.parse(start.queue)
             sweep_file = queued.sweep_file
             if "bmpcmp" in start.options:
@@ -591,12 +595,8 @@ class ClusterMaster:
             # Straight into the file, fsync'ed before the rename (a takeover reuses it); a
             # failure leaves no jobs file, and the temporary file is removed.
             with fsutil.atomic_writer(path) as out:
-                done = proc.run(argv, timeout=timeout, stdout=out)
-                problems = done.text("stderr").strip()
-                if not done.ok:
-                    why = done.describe(timeout)
-                    if done.timed_out:
-                        why += " (config build_timeout); its process tree was killed"
+                problems, why = self._build_py(argv, out, timeout)
+                if why:
                     raise JobListError(f"build.py failed: {why}"
                                        + (f": {problems}" if problems else ""))
             if problems:
@@ -616,6 +616,29 @@ class ClusterMaster:
             log.warning("%s: %d more bad job lines skipped", path,
                         jobs.skipped - len(jobs.problems))
         return jobs
+
+    def _build_py(self, args: list[str], out: TextIO, timeout: float) -> tuple[str, str]:
+        """build.py with ``args``, its stdout into ``out``: in a fork when the caller gave
+        its main (:mod:`cluster.runtime.forkrun`), else as a program of its own.  Returns
+        (its stderr, stripped; why it failed, '' when it did not)."""
+        if self.job_list_main is not None:
+            made = forkrun.run(self.job_list_main, args, out, timeout)
+            problems = made.stderr.strip()
+            if made.timed_out:
+                return problems, (f"did not end within {timeout:g} s (config build_timeout); "
+                                  "it was killed")
+            if made.returncode:
+                return problems, proc.describe_status(made.returncode)
+            return problems, ""
+        done = proc.run([sys.executable, str(BUILD_SCRIPT), *args], timeout=timeout,
+                        stdout=out)
+        problems = done.text("stderr").strip()
+        if done.ok:
+            return problems, ""
+        why = done.describe(timeout)
+        if done.timed_out:
+            why += " (config build_timeout); its process tree was killed"
+        return problems, why
 
     def _serve(self, server: NodeServer, state: RunState, jrnl: journal.Journal,
                pid: PidFile, progress: RunProgress, audit: AuditLog, live: LiveStatus,

@@ -41,6 +41,7 @@ from cluster.master import ending, nextrun
 from cluster.master.pidfile import PidDecision, PidFile
 from cluster.queue import QueueFile
 from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.forkrun import Main
 from cluster.triggers import discovery
 
 log = logging.getLogger("cluster.master")
@@ -145,7 +146,7 @@ class DiskWait:
 
 
 def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
-           clock: Clock | None = None) -> int:
+           clock: Clock | None = None, job_list_main: Main | None = None) -> int:
     """Phases 1 and 2 at ``priority``, then phase 3 if this invocation holds the PID file
     and has work: the end of any run whose end was cut short, then the run at the head of
     the queue (:meth:`cluster.master.clustermaster.ClusterMaster.work`).  The PID file is
@@ -153,13 +154,14 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
 
     On a full disk the invocation waits for room, saying so once, and then starts over
     (:class:`DiskWait`); EXIT_FAILED if the room did not come within
-    :data:`DISK_WAIT_LIMIT`."""
+    :data:`DISK_WAIT_LIMIT`.  ``job_list_main``: build.py's main, which the run's master
+    then calls in a fork (:mod:`cluster.runtime.forkrun`) instead of starting build.py."""
     clock = clock or SystemClock()
     wait: DiskWait | None = None
     try:
         for _ in range(int(DISK_WAIT_LIMIT / DISK_POLL) + 2):  # each retry waited for room
             try:
-                code = _invoke_once(cfg, priority, config_args, clock)
+                code = _invoke_once(cfg, priority, config_args, clock, job_list_main)
             except OSError as exc:
                 if not disk_full(exc):
                     raise
@@ -181,7 +183,7 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
 
 
 def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
-                 clock: Clock) -> int:
+                 clock: Clock, job_list_main: Main | None) -> int:
     """One try of :func:`invoke`: phases 1, 2 and 3."""
     home = Home(cfg.home)
     home.create()
@@ -205,7 +207,7 @@ def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
                 return EXIT_OK  # nothing queued, or every queued run waits (cluster.deps)
             # Loaded only now, on purpose: see the module's docstring.
             from cluster.master.clustermaster import ClusterMaster
-            ClusterMaster(cfg, priority, config_args, clock).work(pid, pending)
+            ClusterMaster(cfg, priority, config_args, clock, job_list_main).work(pid, pending)
     finally:
         pid.release()
     return EXIT_OK
