@@ -89,12 +89,17 @@ def _child(main: Main, args: list[str], out_fd: int, err_fd: int) -> None:
             signal.signal(signum, signal.SIG_DFL)
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
-        # Fresh streams on the two descriptors: the master's may be any object (a log
+        # Fresh streams on the two descriptors: the caller's may be any object (a log
         # file's wrapper, a test runner's capture) and may hold buffered text of its own.
         sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
         logging.getLogger().handlers.clear()
-        code = main(args)
+        try:
+            code = main(args)
+        except SystemExit as exc:  # sys.exit() in main: its status, as for a program
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+            if not isinstance(exc.code, int | None):
+                print(exc.code, file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:  # noqa: BLE001 - whatever it is, it is reported, never re-raised

@@ -86,6 +86,18 @@ def test_the_child_logs_to_its_stderr_not_through_the_masters_handlers(
     assert "from the child" not in master_log.read_text()
 
 
+@pytest.mark.parametrize(("exit_with", "code", "said"), [
+    (None, 0, ""), (4, 4, ""), ("usage: no such word", 1, "usage: no such word")])
+def test_sys_exit_in_main_is_its_status_as_for_a_program(
+        tmp_path: Path, exit_with: object, code: int, said: str) -> None:
+    def main(argv: list[str]) -> int:
+        sys.exit(exit_with)
+
+    made, _ = _run(main, tmp_path)
+    assert made.returncode == code and said in made.stderr
+    assert "Traceback" not in made.stderr
+
+
 @pytest.mark.parametrize("code", [0, 1, 3])
 def test_the_status_is_the_mains(tmp_path: Path, code: int) -> None:
     made, _ = _run(lambda argv: code, tmp_path)
