@@ -14,6 +14,10 @@ The heartbeats, at most one per ``heartbeat_interval`` when nothing happens:
   asks again after the interval, as before;
 * running: a plain heartbeat every ``heartbeat_interval`` with its status, and run.py is
   reaped every :data:`REAP_POLL` seconds; when it exits the node heartbeats at once.
+* failed (the monitor not listening yet, or down): tried again after :data:`FIRST_RETRY`
+  seconds, doubling up to ``heartbeat_interval`` (an ephemeral node: ``connect_retry_delay``
+  apart), so a node started a moment before its monitor does not miss a run by a whole
+  interval.
 
 A stop request ends a held heartbeat within :data:`cluster.node.heartbeat.STOP_POLL`.
 
@@ -63,6 +67,9 @@ CHILD_STOP_WAIT = 30.0
 #: the heartbeat after run.py's exit each wait up to this.  A look is a waitpid and a clock
 #: read: 20 a second cost nothing.
 REAP_POLL = 0.05
+#: The first pause after a failed heartbeat of a resident node [seconds]; it doubles with
+#: each failure in a row, up to heartbeat_interval (ClusterPull.heartbeat_retry).
+FIRST_RETRY = 0.25
 
 
 @dataclass
@@ -98,8 +105,8 @@ class ClusterPull:
     #: Heartbeats failed in a row since the last one answered (the monitor unreachable, or
     #: this node's key unreadable): what an ephemeral node counts against connect_retries.
     failures: int = 0
-    #: The pause after a failed heartbeat [seconds]; None = the heartbeat interval (a
-    #: resident node).  An ephemeral node retries at connect_retry_delay.
+    #: The pause after a failed heartbeat [seconds]; None = a resident node's backoff
+    #: (:meth:`heartbeat_retry`).  An ephemeral node retries at connect_retry_delay.
     retry_delay: float | None = None
 
     @property
@@ -159,7 +166,7 @@ class ClusterPull:
             self.failures += 1
             log.warning("node %s: heartbeat failed (%d in a row): %s", self.name,
                         self.failures, exc)
-            return now + (interval if self.retry_delay is None else self.retry_delay)
+            return now + self.heartbeat_retry(interval)
         self.heartbeats += 1
         self.failures = 0
         self.waiting = waiting
@@ -171,6 +178,18 @@ class ClusterPull:
         if hold and self.skip_and_wait(later)[0] != skip:
             return later  # the monitor answered because of a run this node skips: re-ask
         return now + interval
+
+    def heartbeat_retry(self, interval: float) -> float:
+        """The pause after the last of :attr:`failures` failed heartbeats in a row:
+        :attr:`retry_delay` when set, else :data:`FIRST_RETRY` doubled per failure up to
+        ``interval``.  A node started a moment before its monitor listens (a machine's
+        boot, localcluster.py starting every daemon at once: the first heartbeat was
+        refused 18 ms before the monitor listened) then joins within a fraction of a
+        second, not a whole heartbeat interval (10 s) later; a master that stays down is
+        asked once an interval, as before, after a few quicker tries."""
+        if self.retry_delay is not None:
+            return self.retry_delay
+        return min(interval, FIRST_RETRY * 2 ** min(max(self.failures - 1, 0), 30))
 
     def _start_next(self, now: float) -> bool:
         """Start run.py for the most urgent waiting run this node may join; whether one
