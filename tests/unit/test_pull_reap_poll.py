@@ -17,8 +17,8 @@ from cluster.runtime.clock import FakeClock
 def test_while_run_py_runs_the_loop_looks_again_every_twentieth_of_a_second(
         tmp_path: Path) -> None:
     clock = FakeClock()
-    # No monitor on that port: the heartbeats fail (and are tried again sooner and sooner
-    # less often, from 0.25 s): the loop still looks at run.py every 0.05 s between them.
+    # No monitor on that port: the heartbeats fail (tried again from 0.25 s on, less often
+    # each time); between them the loop still looks at run.py every 0.05 s.
     cfg = Config(node_name="n1", work_dir=tmp_path / "work", heartbeat_interval=10.0,
                  monitor_port=free_port(), master_host="127.0.0.1")
     pull = ClusterPull(cfg, caps="", clock=clock)
