@@ -202,9 +202,12 @@ def test_stop_ends_a_held_heartbeat_and_the_monitor_forgets_it(server: MonitorSe
 # ----------------------------------------------------------------------------------------------
 # clusterpull's loop against a real monitor
 
+#: A run.py that says it started by its arguments in a marker file, written whole (a temp
+#: file renamed: the test reads the marker as soon as it exists, and once read it empty).
 STAND_IN = """\
-import pathlib, sys, time
-pathlib.Path({marker!r}).write_text(" ".join(sys.argv[1:]))
+import os, pathlib, sys, time
+pathlib.Path({marker!r} + ".tmp").write_text(" ".join(sys.argv[1:]))
+os.replace({marker!r} + ".tmp", {marker!r})
 time.sleep({seconds})
 sys.exit({code})
 """
