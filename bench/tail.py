@@ -8,9 +8,8 @@ Usage: python3 bench/tail.py [--work 150] [--nodes 3] [--slots 2] [--slow 5]
 
 Every job sleeps a known time: a mix of ``--durations`` (shuffled, fixed seed) adding up to
 ``--work`` seconds, one job per line of a ``.cmds`` file (product shell).  A node is made
-slower by its environment: each node's processes get ``CLUSTER_SLOWDOWN=<factor>`` (and
-``CLUSTER_SLOWDOWN_PCT``, the same in percent, which the jobs use) and every job sleeps
-``duration x factor``.  The cases (3 nodes x 2 slots by default):
+slower by its environment: each node's processes get ``CLUSTER_SLOWDOWN_PCT=<factor in
+percent>`` and every job sleeps ``duration x factor``.  The cases (3 nodes x 2 slots by default):
 
   equal        every node at full speed
   unequal      nodes slowed by --unequal (default 1, 1.5 and 2)
@@ -251,8 +250,8 @@ class TailRun:
         self.tree = write_demo_tree(root / "demo" / "shell", "shell", [])
 
     def node_env(self) -> dict[str, dict[str, str]]:
-        return {f"node{i}": {"CLUSTER_SLOWDOWN": f"{s:g}",
-                             "CLUSTER_SLOWDOWN_PCT": str(round(s * 100)), "BENCH_NODE": f"node{i}"}
+        return {f"node{i}": {"CLUSTER_SLOWDOWN_PCT": str(round(s * 100)),
+                             "BENCH_NODE": f"node{i}"}
                 for i, s in enumerate(self.case.slowdowns, 1)}
 
     def run_orders(self) -> list[Outcome]:

@@ -12,7 +12,6 @@ saying how to fetch it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import os
 import re
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import Config
+from cluster.config import DEFAULTS
 from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
 from tests.helpers import FAST, free_port
@@ -228,7 +227,7 @@ def real_cluster(root: Path, package: str, tree_name: str, corpus: Path,
     clean.rename(tree)
     key = BUILD_SETTING[package]
     settings = {**settings, key: both_nodes_build(
-        settings.get(key) or str(_default(key)), root)}
+        settings.get(key) or str(getattr(DEFAULTS, key)), root)}
     cluster = LocalCluster(home, 0, corpus, {
         **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
         "status_port": "0", **settings})
@@ -246,11 +245,6 @@ def real_cluster(root: Path, package: str, tree_name: str, corpus: Path,
 BUILD_SETTING = {"ghostscript": "build_ghostpdl", "mupdf": "build_mupdf"}
 #: Longest a node's build waits at the barrier of :func:`both_nodes_build` [s].
 BARRIER_WAIT = 300
-
-
-def _default(key: str) -> object:
-    """The embedded default of master.conf setting ``key``."""
-    return next(f.default for f in dataclasses.fields(Config) if f.name == key)
 
 
 def both_nodes_build(command: str, root: Path) -> str:

@@ -623,22 +623,18 @@ class ClusterMaster:
         (its stderr, stripped; why it failed, '' when it did not)."""
         if self.job_list_main is not None:
             made = forkrun.run(self.job_list_main, args, out, timeout)
-            problems = made.stderr.strip()
-            if made.timed_out:
-                return problems, (f"did not end within {timeout:g} s (config build_timeout); "
-                                  "it was killed")
-            if made.returncode:
-                return problems, proc.describe_status(made.returncode)
-            return problems, ""
-        done = proc.run([sys.executable, str(BUILD_SCRIPT), *args], timeout=timeout,
-                        stdout=out)
-        problems = done.text("stderr").strip()
-        if done.ok:
-            return problems, ""
-        why = done.describe(timeout)
-        if done.timed_out:
-            why += " (config build_timeout); its process tree was killed"
-        return problems, why
+            problems, ok, timed_out = made.stderr, made.ok, made.timed_out
+            why = made.describe(timeout)
+        else:
+            done = proc.run([sys.executable, str(BUILD_SCRIPT), *args], timeout=timeout,
+                            stdout=out)
+            problems, ok, timed_out = done.text("stderr"), done.ok, done.timed_out
+            why = done.describe(timeout)
+        if ok:
+            return problems.strip(), ""
+        if timed_out:
+            why += " (config build_timeout); it was killed"
+        return problems.strip(), why
 
     def _serve(self, server: NodeServer, state: RunState, jrnl: journal.Journal,
                pid: PidFile, progress: RunProgress, audit: AuditLog, live: LiveStatus,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.master.joblist import JobFile, JobList
-from cluster.runtime import forkrun, fsutil, proc
+from cluster.runtime import forkrun, fsutil
 
 log = logging.getLogger("cluster.master")
 
@@ -152,10 +152,8 @@ def order_run_jobs(path: Path, tables: Path, timeout: float = ORDER_TIMEOUT) -> 
         said.seek(0)
         text = said.read().strip()
     if not done.ok:
-        why = (f"did not end within {timeout:g} s" if done.timed_out
-               else proc.describe_status(done.returncode))
-        log.warning("%s: not ordered slowest first: the ordering %s: %s", path, why,
-                    done.stderr.strip()[-500:])
+        log.warning("%s: not ordered slowest first: the ordering %s: %s", path,
+                    done.describe(timeout), done.stderr.strip()[-500:])
         return
     log.info("%s: %s", path, text)
 

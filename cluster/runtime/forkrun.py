@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from cluster.runtime import proc
+
 #: A program's ``main``: its arguments in, its exit status out.
 Main = Callable[[list[str]], int]
 #: The exit status of a child whose ``main`` raised (EX_SOFTWARE).
@@ -62,6 +64,13 @@ class Made:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
+
+    def describe(self, timeout: float) -> str:
+        """The outcome in words, as :meth:`cluster.runtime.proc.Result.describe` gives a
+        program's ("timed out after 60 s", "exit status 2", "terminated by SIGKILL")."""
+        if self.timed_out:
+            return f"timed out after {timeout:g} s"
+        return proc.describe_status(self.returncode)
 
 
 def run(main: Main, args: Sequence[str], out: IO[str] | IO[bytes], timeout: float) -> Made:

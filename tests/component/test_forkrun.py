@@ -126,3 +126,15 @@ def test_the_master_orders_a_jobs_file_in_a_fork_and_only_with_a_baseline(
     order_run_jobs(jobs, tables)
     assert "3 jobs, 3 with a known time; ordered slowest first" in caplog.text
     assert jobs.read_text() == "".join(job(n) + "\n" for n in "cba")
+
+
+def test_the_outcome_in_words_is_a_programs(tmp_path: Path) -> None:
+    """Made.describe says what proc.Result.describe says of a program: the master's
+    messages for build.py read the same run in a fork or as a program."""
+    assert _run(lambda argv: 2, tmp_path)[0].describe(30) == "exit status 2"
+
+    def slow(argv: list[str]) -> int:
+        time.sleep(60)
+        return 0
+
+    assert _run(slow, tmp_path, timeout=0.2)[0].describe(0.2) == "timed out after 0.2 s"
