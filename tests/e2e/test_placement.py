@@ -4,11 +4,11 @@ tree, real TCP).  One cluster start for every check, in four steps:
 
 1. ``clusteradmin group ...`` against the running master's home: groups made, listed,
    changed, bad names and nodes refused;
-2. two runs at once: a priority-2 run with ``exclusive max_worker_instances=1`` and a
-   priority-0 run with ``groups=pair`` (node1, node2).  The audit logs show that only
-   node1 and node2 served the grouped run (node3 was never offered it), that no node held
-   two jobs of the capped run at once although each has 3 slots, and that no node served
-   both runs at the same time;
+2. two runs at once: a priority-0 run with ``groups=pair`` (node1, node2) and, once both
+   have joined it, a priority-2 run with ``exclusive max_worker_instances=1``.  The audit
+   logs show that only node1 and node2 served the grouped run (node3 was never offered
+   it), that node3 took the capped run meanwhile, that no node held two jobs of the capped
+   run at once although each has 3 slots, and that no node served both runs at once;
 3. a run whose group has no node up waits and says so (``clusteradmin stat`` and the status
    page's JSON), and ``clusteradmin stop --group`` stops it;
 4. an ``every_node`` run of one shell command, with node3 disabled: one row per enabled node
@@ -84,6 +84,15 @@ def most_held(rows: list[tuple[datetime.datetime, str, str]]) -> dict[str, int]:
     return most
 
 
+def live_nodes(cluster: LocalCluster, priority: int) -> set[str]:
+    """The nodes in the run the priority's master serves now, from its live status."""
+    try:
+        live = json.loads(cluster.home.live(priority).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return set()
+    return set(live.get("nodes", {}))
+
+
 def span(rows: list[tuple[datetime.datetime, str, str]], node: str
          ) -> tuple[datetime.datetime, datetime.datetime] | None:
     times = [when for when, name, _ in rows if name == node]
@@ -113,11 +122,16 @@ def test_groups_caps_exclusive_and_every_node_on_a_real_cluster(
     assert unknown.returncode == 1 and "no group 'mac'" in unknown.stderr
     assert (cluster.home_dir / "groups" / "pair").read_text() == "node1\nnode2\n"
 
-    # 2. An exclusive, capped run at priority 2 and a grouped run at priority 0, together.
-    capped = RunSpec.parse("auto nightly-capped gs exclusive max_worker_instances=1")
-    QueueFile.for_priority(cluster.home, 2).append(capped)
+    # 2. A grouped run at priority 0 and an exclusive, capped run at priority 2, together.
+    # The grouped run goes first, and the capped one is queued once node1 and node2 have
+    # joined it: a node serves one run until it ends, so a pair node that joined the capped
+    # run first would (rightly) serve nothing of the grouped one.
     tree = slow_demo_tree(cluster.home_dir / "ann" / "ghostpdl", "gs", [])
     grouped = cluster.push(tree, "ann", ["gs"], ["groups=pair"])
+    wait_for(lambda: live_nodes(cluster, 0) == {"node1", "node2"}, 120,
+             "node1 and node2 in the grouped run")
+    capped = RunSpec.parse("auto nightly-capped gs exclusive max_worker_instances=1")
+    QueueFile.for_priority(cluster.home, 2).append(capped)
     first = cluster.wait_for_run(grouped, set(), 120)
     second = cluster.wait_for_run(capped, set(), 120, priority=2)
     assert run_end(first).complete and run_end(second).complete
