@@ -60,12 +60,12 @@ from cluster.localcluster import (  # noqa: E402
     DEFAULT_CORPUS,
     SUPERVISOR_SCRIPT,
     LocalCluster,
-    free_port,  # noqa: E402
     write_demo_tree,
 )
 from cluster.queue import RunSpec  # noqa: E402
 from cluster.records import BIN, TEMP, TESTS  # noqa: E402
 from cluster.report.tab import read_tab  # noqa: E402
+from cluster.runtime.ports import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

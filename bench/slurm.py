@@ -52,10 +52,10 @@ from bench.dispatch import settle  # noqa: E402
 from cluster.localcluster import (  # noqa: E402
     DEFAULT_CORPUS,
     LocalCluster,
-    free_port,
     write_demo_tree,
 )
 from cluster.report.tab import read_tab  # noqa: E402
+from cluster.runtime.ports import free_port  # noqa: E402
 
 #: The tools the benchmark needs (Slurm's daemons and client, munge, gs).
 TOOLS = ("gs", "sbatch", "slurmctld", "slurmd", "munged")

@@ -40,10 +40,10 @@ from cluster.jobs import generate as jobgen  # noqa: E402
 from cluster.localcluster import (  # noqa: E402
     DEFAULT_CORPUS,
     LocalCluster,
-    free_port,
     write_demo_tree,
 )
 from cluster.report.tab import read_tab  # noqa: E402
+from cluster.runtime.ports import free_port  # noqa: E402
 
 #: Longest wait for one run [seconds].
 RUN_TIMEOUT = 3600.0

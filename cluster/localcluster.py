@@ -44,12 +44,10 @@ from __future__ import annotations
 import getpass
 import logging
 import os
-import random
 import signal
 import socket
 import subprocess
 import sys
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,15 +141,6 @@ def write_demo_tree(dest: Path, product: str, options: list[str]) -> Path:
     return dest
 
 
-#: Ports free_port has handed out in this process, oldest first (bounded: see free_port).
-_HANDED_OUT: deque[int] = deque(maxlen=4096)
-#: ``LOW-HIGH``: where free_port looks for ports instead of the kernel's ephemeral range.
-#: Processes that pick ports side by side (the test suite's parallel workers) each get a
-#: range of their own, so that one never picks a port another has just picked and not yet
-#: bound; a range below the ephemeral one is never offered to a connect() either.
-PORTS_ENV = "CLUSTER_FREE_PORTS"
-
-
 @dataclass(frozen=True)
 class RunEnd:
     """How an archived run ended, from its ``run.info``: ``outcome`` (ending.Outcome's word:
@@ -183,60 +172,6 @@ def run_end(archive: Path) -> RunEnd:
         elif key == "reason" and not reason:
             reason = value.strip()
     return RunEnd(outcome or "unknown", reason)
-
-
-def _port_range() -> tuple[int, int] | None:
-    """The range of :data:`PORTS_ENV`, or None when it is not set.  ValueError naming the
-    variable for a value that is not ``LOW-HIGH`` with 1024 <= LOW < HIGH <= 65535."""
-    text = os.environ.get(PORTS_ENV, "").strip()
-    if not text:
-        return None
-    low, _, high = text.partition("-")
-    try:
-        pair = int(low), int(high)
-    except ValueError:
-        pair = (0, 0)
-    if not 1024 <= pair[0] < pair[1] <= 65535:
-        raise ValueError(f"{PORTS_ENV}={text!r}: expected LOW-HIGH, two ports with "
-                         "1024 <= LOW < HIGH <= 65535")
-    return pair
-
-
-def free_port(count: int = 1) -> int:
-    """A base port such that ``count`` consecutive ports are free on loopback now.
-
-    (Free now, not reserved: good enough for a local cluster or a test, which binds at once.)
-    A range never overlaps one handed out earlier in this process (among the last 4096
-    ports): ports are picked for a whole configuration before anything binds them, so two
-    calls (``base_port`` and ``status_port``, say) must not both be given a port the kernel
-    happens to offer twice while nothing holds it.  With :data:`PORTS_ENV` set, the ports
-    are looked for in that range instead of where the kernel offers them.
-    """
-    given = set(_HANDED_OUT)
-    span = _port_range()
-    for _ in range(200):
-        if span is None:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                base = s.getsockname()[1]
-        else:
-            base = random.randrange(span[0], max(span[0] + 1, span[1] - count))
-        if base + count >= 65535 or given.intersection(range(base, base + count)):
-            continue
-        socks = []
-        try:
-            for i in range(count):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", base + i))
-            _HANDED_OUT.extend(range(base, base + count))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no free port range found")
 
 
 def port_holder(port: int) -> str | None:

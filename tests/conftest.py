@@ -1,10 +1,10 @@
 """What every tier of the suite shares: each parallel worker picks ports in its own range.
 
 The README's test command runs the suite in four worker processes (pytest-xdist).  Tests
-pick their ports with :func:`cluster.localcluster.free_port` before anything binds them;
+pick their ports with :func:`cluster.runtime.ports.free_port` before anything binds them;
 two workers asking the kernel at the same moment could be offered the same port.  So each
 worker (``PYTEST_XDIST_WORKER`` = ``gw0``, ``gw1``, ...) gets a range of its own below the
-kernel's ephemeral range (:data:`cluster.localcluster.PORTS_ENV`), inherited by the
+kernel's ephemeral range (:data:`cluster.runtime.ports.PORTS_ENV`), inherited by the
 processes the tests start.  Without xdist nothing changes.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from cluster.localcluster import PORTS_ENV
 from cluster.provision.slurmhost import PrivateSlurm
+from cluster.runtime.ports import PORTS_ENV
 
 #: The first worker's ports, and the size of each worker's range (below 32768, where the
 #: kernel's ephemeral ports begin on Linux).

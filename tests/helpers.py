@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from cluster.localcluster import free_port  # noqa: F401 -- re-exported for the tests
+from cluster.runtime.ports import free_port  # noqa: F401 -- re-exported for the tests
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpus" / "ghostpdl-examples"

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
-from cluster.localcluster import free_port
+from cluster.runtime.ports import free_port
 
 
 @dataclass

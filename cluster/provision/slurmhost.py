@@ -50,6 +50,7 @@ import psutil
 
 from cluster.errors import ClusterError
 from cluster.runtime import proc
+from cluster.runtime.ports import free_ports
 
 MUNGED = "munged"
 SLURMCTLD = "slurmctld"
@@ -87,21 +88,6 @@ def short_hostname() -> str:
     """This host's short name, as ``hostname -s`` prints it (slurmctld runs as primary only
     on the host ``SlurmctldHost`` names, and slurmd finds its node by it)."""
     return socket.gethostname().split(".", 1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on loopback now (offered by the kernel; free now,
-    not reserved: a daemon that finds one taken makes :meth:`PrivateSlurm.start` try again)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class PrivateSlurm:

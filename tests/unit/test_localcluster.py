@@ -13,10 +13,11 @@ import psutil
 import pytest
 
 from cluster.config import Config
-from cluster.localcluster import LocalCluster, LocalClusterError, cluster_ports, free_port
+from cluster.localcluster import LocalCluster, LocalClusterError, cluster_ports
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import proc as runtime_proc
 from cluster.runtime.clock import FakeClock
+from cluster.runtime.ports import free_port
 from tests.helpers import wait_for
 
 
@@ -122,13 +123,13 @@ def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_offers_it_a
     # The CI failure this guards: free_port(3) gave base_port 47373, and a later
     # free_port() for the status page was offered 47375 (base_port + 2, free since
     # nothing had bound it yet), so localcluster refused the configuration.
-    from cluster import localcluster
+    from cluster.runtime import ports
 
-    monkeypatch.delenv(localcluster.PORTS_ENV, raising=False)  # the kernel's offers
+    monkeypatch.delenv(ports.PORTS_ENV, raising=False)  # the kernel's offers
 
     offers = OfferedPorts([47373, 47375, 47374, 47390, 47373, 47391])
-    monkeypatch.setattr(localcluster, "socket", offers)
-    monkeypatch.setattr(localcluster, "_HANDED_OUT", localcluster.deque(maxlen=4096))
+    monkeypatch.setattr(ports, "socket", offers)
+    monkeypatch.setattr(ports, "_HANDED_OUT", ports.deque(maxlen=4096))
     assert free_port(3) == 47373
     assert free_port() == 47390  # 47375 and 47374 are in the range handed out first
     assert free_port() == 47391  # and 47373 is its base
@@ -138,14 +139,14 @@ def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_offers_it_a
 def test_free_port_in_a_range_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """With CLUSTER_FREE_PORTS (each parallel test worker has one), ports come from that
     range only, still free and never handed out twice; a malformed range is refused."""
-    from cluster import localcluster
+    from cluster.runtime import ports
 
-    monkeypatch.setenv(localcluster.PORTS_ENV, "21000-21040")
+    monkeypatch.setenv(ports.PORTS_ENV, "21000-21040")
     bases = [free_port(3) for _ in range(5)]
-    ports = [p for b in bases for p in range(b, b + 3)]
-    assert all(21000 <= p < 21040 for p in ports) and len(set(ports)) == 15
+    picked = [p for b in bases for p in range(b, b + 3)]
+    assert all(21000 <= p < 21040 for p in picked) and len(set(picked)) == 15
     for bad in ("21000", "9-80", "30000-20000", "a-b"):
-        monkeypatch.setenv(localcluster.PORTS_ENV, bad)
+        monkeypatch.setenv(ports.PORTS_ENV, bad)
         with pytest.raises(ValueError, match="CLUSTER_FREE_PORTS"):
             free_port()
 
@@ -157,6 +158,20 @@ def test_free_port_ranges_of_one_process_are_disjoint_on_real_sockets() -> None:
         ports = set(range(base, base + count))
         assert not ports & taken, (base, count)
         taken |= ports
+
+
+def test_a_private_slurm_takes_its_ports_from_the_workers_range(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmctld's and slurmd's ports come from free_ports, so in the suite from the
+    worker's own range, not from the kernel's ephemeral one (where another test's connect()
+    may take a port between its pick and slurmctld's bind: a CI failure)."""
+    from cluster.provision import slurmhost
+    from cluster.runtime import ports
+
+    monkeypatch.setenv(ports.PORTS_ENV, "22000-22040")
+    picked = ports.free_ports(6)
+    assert len(set(picked)) == 6 and all(22000 <= p < 22040 for p in picked)
+    assert slurmhost.free_ports is ports.free_ports
 
 
 class FakeSshd:

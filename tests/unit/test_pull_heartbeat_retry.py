@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 
 from cluster.config import Config
-from cluster.localcluster import free_port
 from cluster.node.pull import FIRST_RETRY, ClusterPull
 from cluster.runtime.clock import FakeClock
+from cluster.runtime.ports import free_port
 
 
 def _pull(tmp_path: Path, port: int) -> ClusterPull:

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 from cluster.config import Config
-from cluster.localcluster import free_port
 from cluster.node.pull import Child, ClusterPull
 from cluster.runtime.clock import FakeClock
+from cluster.runtime.ports import free_port
 
 
 def test_while_run_py_runs_the_loop_looks_again_every_twentieth_of_a_second(

@@ -18,10 +18,10 @@ from cluster.home import Home
 from cluster.localcluster import (
     LocalCluster,
     LocalClusterError,
-    free_port,
     page_url,
     status_port,
 )
+from cluster.runtime.ports import free_port
 
 LINE = "user alice gs"
 
