@@ -13,7 +13,10 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
 * every ``--interval`` seconds (default: config ``supervisor_interval``, 10 s) the repo's
   top-level ``clustermaster.py``, ``clustermaster1.py`` and ``clustermaster2.py`` are started
   with this interpreter and the same ``--config``/``--home``/``--set`` arguments; their output
-  is appended to ``<home>/log/run_clustermaster.children.log``;
+  is appended to ``<home>/log/run_clustermaster.children.log``.  A priority that surely has
+  nothing to do (no queued run, no PID file, nothing its phase 1 could find, no run end to
+  finish: :func:`cluster.master.invocation.surely_idle`) is not started at that round;
+* a priority whose queue changes is started at once, between rounds;
 * SIGTERM or SIGINT stops the loop.  Running clustermasters are left to finish their run,
   unless ``--kill-children`` is given: then they get SIGTERM (a second signal: SIGKILL).
 * every round first publishes the node side of this repo into ``<home>/node-code/`` with
@@ -22,7 +25,8 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
 * every ``resource_interval`` seconds (and at the first round) it rewrites the resource file
   (``resource_file``, default ``<home>/resources.json``) for provisioners and ephemeral
   nodes (:class:`cluster.master.resources.ResourceWriter`; docs/provisioning.md);
-* ``--once`` does one round of starts and exits (for tests and manual use);
+* ``--once`` starts each of the three once, idle or not, and exits (for tests and manual
+  use);
 * it logs to ``<home>/log/run_clustermaster.log`` and to stderr; ``--quiet`` (for crontab
   lines: cron mails whatever a job prints) prints only warnings and errors.
 
@@ -43,6 +47,7 @@ from pathlib import Path
 from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
 from cluster.errors import ClusterError, ConfigError
+from cluster.master import invocation
 from cluster.master.resources import ResourceWriter
 from cluster.master.supervisor import NodeCodePublisher, Supervisor
 from cluster.runtime.service import StopFlag, install_signal_handlers
@@ -124,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                                 kill_children=args.kill_children, wakeup=WorkWatcher(home),
                                 poll=WAKEUP_POLL,
                                 on_tick=NodeCodePublisher(REPO_ROOT, home.node_code),
+                                idle=None if args.once else (
+                                    lambda priority: invocation.surely_idle(cfg, home,
+                                                                            priority)),
                                 periodic=[(cfg.resource_interval, ResourceWriter(cfg))])
         if args.once:
             supervisor.initialize()

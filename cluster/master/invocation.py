@@ -73,6 +73,31 @@ def queue_scan(cfg: Config, home: Home, priority: int, queue: QueueFile) -> None
                           getattr(discover, "__name__", discover))
 
 
+def surely_idle(cfg: Config, home: Home, priority: int) -> bool:
+    """Whether an invocation at ``priority`` would surely find nothing to do, from a few
+    stat calls; the supervisor does not start one then (docs/deviations.md).
+
+    True only when every step of :func:`invoke` would be a no-op: phase 1 could queue
+    nothing (:func:`cluster.triggers.discovery.may_find`), the queue file (under its name
+    of today and of earlier releases) is absent or empty, no PID file exists at the
+    priority (so no run is served there, and no stale owner waits to be judged), and no
+    run's end waits to be finished at any priority (an end record under ``runs/``).
+    Anything it cannot read counts as work: a wrong True would leave work undone for a
+    whole tick, a wrong False costs one short invocation.
+    """
+    try:
+        if discovery.may_find(home, cfg, priority):
+            return False
+        for queue_path in (home.queue(priority), home.legacy_queue(priority)):
+            if os.path.exists(queue_path) and os.path.getsize(queue_path) > 0:
+                return False
+        if os.path.lexists(home.pid_file(priority)):
+            return False
+        return not any(home.runs.glob(f"*/{ending.FILE_NAME}"))
+    except OSError:
+        return False
+
+
 def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` says the file system (or the user's quota) has no room."""
     return isinstance(exc, OSError) and exc.errno in DISK_FULL

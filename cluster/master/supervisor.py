@@ -19,6 +19,15 @@ extra invocations queue new work and exit.
   process groups get SIGTERM, and a second stop request during the grace period SIGKILLs
   them (STYLE guideline 5).
 
+Idle priorities (docs/deviations.md): with ``idle`` -- run_clustermaster.py passes
+:func:`cluster.master.invocation.surely_idle` -- a tick does not start the command of a
+priority that a few stat calls show has nothing to do (no queued run, no PID file, nothing
+phase 1 could find, no run end to finish).  Such an invocation would only have started
+Python, found nothing and exited: three of those every 10 s are what a cluster at rest
+cost its master machine, and during a run the two idle priorities' invocations took CPU
+time from the jobs of a local cluster.  A priority with anything that might be work is
+started as before, and ``wakeup`` starts one as soon as its queue changes.
+
 Publishing the node code (issue 11): with ``on_tick`` -- run_clustermaster.py passes a
 :class:`NodeCodePublisher` -- each tick first makes the home's ``node-code/`` match the
 node side of the repo this master runs from (:func:`cluster.node.code.publish`: ~12 ms of
@@ -95,6 +104,10 @@ class Supervisor:
     run starts within a poll of being queued however long the interval.  It must be cheap
     (a few stat calls): it runs in the supervisor's own loop.
 
+    ``idle``, if given, is asked at each tick, for each command's index, whether that
+    command would surely find nothing to do; such a command is not started at that tick.
+    It must be cheap too; if it raises, the command is started.
+
     ``interval`` defaults to the configuration's ``supervisor_interval`` (seed 000: "every
     10 seconds"), ``poll`` to :data:`cluster.runtime.service.STOP_POLL`.
     """
@@ -106,6 +119,7 @@ class Supervisor:
                  env: dict[str, str] | None = None,
                  wakeup: Callable[[], Iterable[int]] | None = None,
                  on_tick: Callable[[], object] | None = None,
+                 idle: Callable[[int], bool] | None = None,
                  periodic: Sequence[tuple[float, Callable[[], object]]] = ()) -> None:
         if interval <= 0:
             raise ValueError(f"supervisor interval {interval!r}: expected seconds > 0")
@@ -122,6 +136,7 @@ class Supervisor:
         self.env = env
         self.wakeup = wakeup
         self.on_tick = on_tick
+        self.idle = idle
         for every, _ in periodic:
             if not every > 0:
                 raise ValueError(f"periodic hook interval {every!r}: expected seconds > 0")
@@ -139,7 +154,8 @@ class Supervisor:
             self._log = open(self.log_path, "ab")  # closed in shutdown()
 
     def tick(self, now: float) -> None:
-        """One step: reap what finished, run the hooks, then start every command once.
+        """One step: reap what finished, run the hooks, then start every command once
+        (except those ``idle`` says have nothing to do).
 
         ``now`` is the monotonic time the tick is for.  A command that cannot be started is
         logged and the others are still started.
@@ -155,8 +171,23 @@ class Supervisor:
         # Before the starts: what a hook writes (the resource file) is done before any
         # clustermaster of this tick can write its own.
         self.run_periodic(now)
-        for command in self.commands:
-            self._start(command, now)
+        for index, command in enumerate(self.commands):
+            if not self._is_idle(index):
+                self._start(command, now)
+
+    def _is_idle(self, index: int) -> bool:
+        """Whether ``idle`` says command ``index`` has nothing to do (False without it, or
+        when it fails: then the command is started, as it always was)."""
+        if self.idle is None:
+            return False
+        try:
+            idle = self.idle(index)
+        except Exception:  # its own business; starting the command is always safe
+            logger.exception("the idle check of %s failed", _short(self.commands[index]))
+            return False
+        if idle:
+            logger.debug("not starting %s: nothing to do", _short(self.commands[index]))
+        return idle
 
     def run_periodic(self, now: float) -> None:
         """Run each periodic hook that is due at monotonic time ``now``."""

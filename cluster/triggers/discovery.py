@@ -35,6 +35,22 @@ DISCOVERERS: dict[int, list[Discoverer]] = {USER_PRIORITY: [droppings.scan_user_
                                              AUTO_PRIORITY: []}
 
 
+def may_find(home: Home, cfg: Config, priority: int) -> bool:
+    """Whether phase 1 at ``priority`` could queue anything now, from a few stat calls:
+    False only when its discoverers (:data:`DISCOVERERS`) surely find nothing.
+
+    Priority 0: a clusterpush dropping waits.  Priority 1: a git repository is configured
+    (only a fetch can tell whether it has new commits, so a configured one always may).
+    Priority 2: never (it has no discoverer: cron's enqueue_auto.py writes the queue
+    itself).  Whoever gives a priority a new discoverer says here what it looks at.
+    """
+    if priority == USER_PRIORITY:
+        return bool(droppings.waiting(home))
+    if priority == COMMIT_PRIORITY:
+        return bool(cfg.repositories)
+    return priority not in DISCOVERERS or bool(DISCOVERERS[priority])
+
+
 class WorkWatcher:
     """Tells the supervisor which priorities have new work, from a few stat calls.
 

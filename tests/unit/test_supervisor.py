@@ -79,6 +79,37 @@ def test_tick_starts_one_process_per_command(tmp_path: Path) -> None:
     sup.shutdown()
 
 
+def test_a_tick_does_not_start_what_idle_says_has_nothing_to_do(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The idle check is asked per command index at each tick; a command it calls idle is
+    not started, one it fails on is (starting is always safe) and the failure is logged."""
+    out = tmp_path / "out"
+    asked: list[int] = []
+    verdicts = {0: False, 1: True}
+
+    def idle(index: int) -> bool:
+        asked.append(index)
+        if index == 2:
+            raise OSError("cannot read the queue")
+        return verdicts[index]
+
+    sup = Supervisor([_appender(out, "p0"), _appender(out, "p1"), _appender(out, "p2")],
+                     idle=idle)
+    with caplog.at_level(logging.DEBUG, logger="cluster.supervisor"):
+        sup.tick(0.0)
+    assert asked == [0, 1, 2]
+    assert wait_for(lambda: len(_lines(out)) == 2)
+    assert sorted(_lines(out)) == ["p0", "p2"]
+    assert "the idle check of" in caplog.text and "cannot read the queue" in caplog.text
+    assert "nothing to do" in caplog.text
+    verdicts[1] = False  # work came: the next tick starts it
+    assert wait_for(lambda: sup.reap() >= 0 and not sup.children)
+    sup.tick(10.0)
+    assert wait_for(lambda: len(_lines(out)) == 5)
+    assert sorted(_lines(out)) == ["p0", "p0", "p1", "p2", "p2"]
+    sup.shutdown()
+
+
 def test_finished_children_leave_no_zombies(tmp_path: Path) -> None:
     """After a reap no child of ours is left as a zombie."""
     sup = Supervisor([[sys.executable, "-c", "pass"]] * 3)
@@ -475,9 +506,45 @@ def test_cli_start_writes_the_package_bytecode_once(fake_repo: Path, tmp_path: P
     assert pyc.stat().st_mtime_ns == before
 
 
+def _queue_everywhere(home: Path) -> None:
+    """A run queued at each priority: no clustermaster is idle."""
+    for name in ("queue.lst", "queue.1.lst", "queue.2.lst"):
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text("auto nightly gs\n")
+
+
+def test_cli_daemon_starts_only_the_priorities_with_work(fake_repo: Path,
+                                                         tmp_path: Path) -> None:
+    """On a home at rest no clustermaster is started, round after round; a run queued at
+    priority 2 starts clustermaster2.py alone, at once."""
+    home = tmp_path / "home"
+    args = ("--home", str(home), "--set", "supervisor_interval=0.2")
+    first = subprocess.Popen(_cli(fake_repo, *args), stderr=subprocess.PIPE, text=True)
+    try:
+        log = home / "log" / cli.LOG_NAME
+        assert wait_for(lambda: "supervising 3 command(s)" in _text(log), 20)
+        time.sleep(1.0)  # five rounds
+        calls = fake_repo / "calls.log"
+        assert _lines(calls) == []
+        (home / "queue.2.lst").write_text("auto nightly gs\n")
+        assert wait_for(lambda: len(_lines(calls)) >= 1, 20)
+        assert {line.split()[0] for line in _lines(calls)} == {"clustermaster2.py"}
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=10)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def test_cli_second_instance_exits_at_once(fake_repo: Path, tmp_path: Path) -> None:
     """While one supervisor runs, a second one logs that and exits 0 promptly."""
     home = tmp_path / "home"
+    _queue_everywhere(home)
     args = ("--home", str(home), "--set", "supervisor_interval=3600")
     first = subprocess.Popen(_cli(fake_repo, *args), stderr=subprocess.PIPE, text=True)
     try:
