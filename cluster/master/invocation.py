@@ -73,29 +73,36 @@ def queue_scan(cfg: Config, home: Home, priority: int, queue: QueueFile) -> None
                           getattr(discover, "__name__", discover))
 
 
-def surely_idle(cfg: Config, home: Home, priority: int) -> bool:
+def surely_idle(cfg: Config, home: Home, priority: int, clock: Clock | None = None) -> bool:
     """Whether an invocation at ``priority`` would surely find nothing to do, from a few
     stat calls; the supervisor does not start one then (docs/deviations.md).
 
-    True only when every step of :func:`invoke` would be a no-op: phase 1 could queue
-    nothing (:func:`cluster.triggers.discovery.may_find`), the queue file (under its name
-    of today and of earlier releases) is absent or empty, no PID file exists at the
-    priority (so no run is served there, and no stale owner waits to be judged), and no
-    run's end waits to be finished at any priority (an end record under ``runs/``).
-    Anything it cannot read counts as work: a wrong True would leave work undone for a
-    whole tick, a wrong False costs one short invocation.
+    True only when phase 1 could queue nothing (:func:`cluster.triggers.discovery.may_find`)
+    and then either the PID file is held by a live clustermaster (:meth:`PidFile.
+    held_by_live_master`: the invocation would exit busy), or there is no PID file at all,
+    the queue file (under its name of today and of earlier releases) is absent or empty,
+    and no run's end waits to be finished at any priority (an end record under ``runs/``).
+    A PID file that is stale, names a dead process or holds garbage is work: phase 2 must
+    judge it.  Anything that cannot be read counts as work: a wrong True would leave work
+    undone until the next tick, a wrong False costs one short invocation.
     """
     try:
         if discovery.may_find(home, cfg, priority):
             return False
+        if os.path.lexists(home.pid_file(priority)):
+            return pid_file(cfg, home, priority, clock or SystemClock()).held_by_live_master()
         for queue_path in (home.queue(priority), home.legacy_queue(priority)):
             if os.path.exists(queue_path) and os.path.getsize(queue_path) > 0:
                 return False
-        if os.path.lexists(home.pid_file(priority)):
-            return False
         return not any(home.runs.glob(f"*/{ending.FILE_NAME}"))
     except OSError:
         return False
+
+
+def pid_file(cfg: Config, home: Home, priority: int, clock: Clock) -> PidFile:
+    """The PID file of ``priority``'s clustermaster, with the configuration's timings."""
+    return PidFile(home.pid_file(priority), clock, stale_after=cfg.pid_stale,
+                   wait=cfg.pid_wait, refresh_every=cfg.pid_check_interval)
 
 
 def disk_full(exc: BaseException) -> bool:
@@ -214,8 +221,7 @@ def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
     home.create()
     queue = QueueFile(home.queue(priority), home.queue_lock(priority))
     queue_scan(cfg, home, priority, queue)
-    pid = PidFile(home.pid_file(priority), clock, stale_after=cfg.pid_stale,
-                  wait=cfg.pid_wait, refresh_every=cfg.pid_check_interval)
+    pid = pid_file(cfg, home, priority, clock)
     try:
         decision = pid.acquire()
     except OSError as exc:

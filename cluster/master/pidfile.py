@@ -110,6 +110,17 @@ class PidDecision(StrEnum):
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """What a PID file means for a starting clustermaster: its ``decision``; for a
+    takeover the ``reason`` and the old owner to kill after the wait (``victim``), for
+    ``EXIT_BUSY`` the owner's pid as text."""
+
+    decision: PidDecision
+    reason: str = ""
+    victim: int | None = None
+
+
+@dataclass(frozen=True)
 class Stamp:
     """The second line of the file: when (``monotonic``) its owner last refreshed it, and on
     which boot (``boot_id``)."""
@@ -291,10 +302,33 @@ class PidFile:
             return self._judge(content, mtime)
         return self._judge(content, self._mtime_or_now())
 
+    def held_by_live_master(self) -> bool:
+        """Whether :meth:`acquire` would now answer ``EXIT_BUSY`` -- the file is fresh and
+        names a live clustermaster other than us -- judged by the same rules, without
+        writing anything.  For the supervisor, which does not start an invocation that
+        could only find this (docs/deviations.md)."""
+        try:
+            content, mtime = self._read_with_mtime()
+        except FileNotFoundError:
+            return False
+        return self._verdict(content, mtime).decision is PidDecision.EXIT_BUSY
+
     def _judge(self, content: str, mtime: float) -> PidDecision:
+        """Act on the file's :meth:`_verdict`: a takeover is done here."""
+        verdict = self._verdict(content, mtime)
+        if verdict.decision is PidDecision.TOOK_OVER:
+            return self._take_over(verdict.reason, verdict.victim)
+        if verdict.decision is PidDecision.EXIT_BUSY:
+            logger.debug("%s: clustermaster %s is running; pid %d exits",
+                         self.path, verdict.reason, self.pid)
+        return verdict.decision
+
+    def _verdict(self, content: str, mtime: float) -> Verdict:
+        """What the file's ``content`` (as read, with its ``mtime``) means for us (the table
+        in the module docstring); only reads."""
         first, stamp = parse(content)
         if first == STOP_MARKER:
-            return self._take_over("pid file holds 0 (stop marker)")
+            return Verdict(PidDecision.TOOK_OVER, "pid file holds 0 (stop marker)")
         try:
             owner = int(first)
         except ValueError:
@@ -308,17 +342,16 @@ class PidFile:
             victim = None
             if same_boot and owner > 0 and owner != self.pid and self.is_master(owner):
                 victim = owner
-            return self._take_over(stale, victim)
+            return Verdict(PidDecision.TOOK_OVER, stale, victim)
         if owner <= 0:
-            return self._take_over(f"pid file holds garbage {first[:40]!r}; expected a pid")
+            return Verdict(PidDecision.TOOK_OVER,
+                           f"pid file holds garbage {first[:40]!r}; expected a pid")
         if owner == self.pid:
             # Only we could have written our own pid (a second acquire in this process).
-            return PidDecision.RUN
+            return Verdict(PidDecision.RUN)
         if self.is_master(owner):
-            logger.debug("%s: clustermaster %d is running; pid %d exits",
-                         self.path, owner, self.pid)
-            return PidDecision.EXIT_BUSY
-        return self._take_over(f"missing clustermaster process {owner}")
+            return Verdict(PidDecision.EXIT_BUSY, str(owner))
+        return Verdict(PidDecision.TOOK_OVER, f"missing clustermaster process {owner}")
 
     def _staleness(self, first: str, stamp: Stamp | None, mtime: float) -> tuple[str, bool]:
         """Why the file is stale ("" if it is fresh), and whether its owner may be a process

@@ -20,13 +20,14 @@ extra invocations queue new work and exit.
   them (STYLE guideline 5).
 
 Idle priorities (docs/deviations.md): with ``idle`` -- run_clustermaster.py passes
-:func:`cluster.master.invocation.surely_idle` -- a tick does not start the command of a
-priority that a few stat calls show has nothing to do (no queued run, no PID file, nothing
-phase 1 could find, no run end to finish).  Such an invocation would only have started
-Python, found nothing and exited: three of those every 10 s are what a cluster at rest
-cost its master machine, and during a run the two idle priorities' invocations took CPU
-time from the jobs of a local cluster.  A priority with anything that might be work is
-started as before, and ``wakeup`` starts one as soon as its queue changes.
+:func:`cluster.master.invocation.surely_idle` -- neither a tick nor a wake starts the
+command of a priority that a few stat calls show has nothing to do: nothing phase 1 could
+find, and either a live master holds its PID file (the invocation would exit busy) or
+nothing is queued, no PID file exists and no run end waits to be finished.  Such an
+invocation would only have started Python, found nothing and exited: three every 10 s
+were what a cluster at rest cost its master machine, and during a run the idle
+priorities' copies, and the busy priority's, took CPU time from the jobs.  A priority
+with anything that might be work is started as before.
 
 Publishing the node code (issue 11): with ``on_tick`` -- run_clustermaster.py passes a
 :class:`NodeCodePublisher` -- each tick first makes the home's ``node-code/`` match the
@@ -104,9 +105,9 @@ class Supervisor:
     run starts within a poll of being queued however long the interval.  It must be cheap
     (a few stat calls): it runs in the supervisor's own loop.
 
-    ``idle``, if given, is asked at each tick, for each command's index, whether that
-    command would surely find nothing to do; such a command is not started at that tick.
-    It must be cheap too; if it raises, the command is started.
+    ``idle``, if given, is asked at each tick for each command's index, and for each index
+    ``wakeup`` gives, whether that command would surely find nothing to do; such a command
+    is not started then.  It must be cheap too; if it raises, the command is started.
 
     ``interval`` defaults to the configuration's ``supervisor_interval`` (seed 000: "every
     10 seconds"), ``poll`` to :data:`cluster.runtime.service.STOP_POLL`.
@@ -248,7 +249,8 @@ class Supervisor:
                 self.reap()  # the per-iteration housekeeping hook (STYLE guideline 4)
                 if self.wakeup is not None:
                     for index in self.wakeup():
-                        self._start(self.commands[index], now)
+                        if not self._is_idle(index):
+                            self._start(self.commands[index], now)
                 self.run_periodic(now)
                 self.clock.sleep(min(self.poll, due - now))
             logger.info("stop requested%s; supervisor stopping",

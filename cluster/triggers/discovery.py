@@ -29,6 +29,9 @@ from cluster.triggers import droppings
 from cluster.triggers.git import poll
 
 Discoverer = Callable[[Home, Config, QueueFile], list[RunSpec]]
+#: What WorkWatcher compares per priority: the (mtime, size) of the queue file and of its
+#: earlier release's name, and whether the PID file exists.
+Signature = tuple[tuple[int, int], tuple[int, int], bool]
 
 DISCOVERERS: dict[int, list[Discoverer]] = {USER_PRIORITY: [droppings.scan_user_droppings],
                                              COMMIT_PRIORITY: [poll.poll],
@@ -58,17 +61,20 @@ class WorkWatcher:
     one finished and was dequeued) and is not empty, or when another priority's queue
     changed and its own is not empty (its runs may wait for that one's), or a queue file
     of an earlier release's name (``queue``, ``queue.1``, ``queue.2``) appeared or changed
-    (the master moves it to the new name), or, for priority 0, when a clusterpush dropping
-    (``cluster_command.run``, or the legacy ``gs.run`` and ``ghostscript.run``) is new or
-    was written again.  Call it as ``wakeup()`` -> priorities to start now.
+    (the master moves it to the new name), or its PID file appeared or went away (a master
+    released it: the next queued run can start) while its queue is not empty, or, for
+    priority 0, when a clusterpush dropping (``cluster_command.run``, or the legacy
+    ``gs.run`` and ``ghostscript.run``) is new or was written again.  The droppings waiting
+    when the watcher is made are not new: the supervisor's first tick starts priority 0
+    for them.  Call it as ``wakeup()`` -> priorities to start now (the supervisor still
+    leaves out one whose master is busy and that phase 1 can give nothing).
     """
 
     def __init__(self, home: Home, priorities: tuple[int, ...] = PRIORITIES) -> None:
         self.home = home
         self.priorities = priorities
-        self.seen: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {
-            p: self._signature(p) for p in priorities}
-        self.droppings: set[tuple[str, int]] = set()
+        self.seen: dict[int, Signature] = {p: self._signature(p) for p in priorities}
+        self.droppings = self._droppings() if USER_PRIORITY in priorities else set()
 
     @staticmethod
     def _stat(path: Path) -> tuple[int, int]:
@@ -78,9 +84,14 @@ class WorkWatcher:
             return (0, 0)
         return (st.st_mtime_ns, st.st_size)
 
-    def _signature(self, priority: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    def _signature(self, priority: int) -> Signature:
+        """(the queue's (mtime, size), the old-name queue's, whether a PID file exists)."""
         return (self._stat(self.home.queue(priority)),
-                self._stat(self.home.legacy_queue(priority)))
+                self._stat(self.home.legacy_queue(priority)),
+                os.path.lexists(self.home.pid_file(priority)))
+
+    def _droppings(self) -> set[tuple[str, int]]:
+        return {(str(p), self._stat(p)[0]) for p in droppings.waiting(self.home)}
 
     def __call__(self) -> list[int]:
         woken: list[int] = []
@@ -100,7 +111,7 @@ class WorkWatcher:
         if USER_PRIORITY in self.priorities:
             # Only droppings not seen before (or written again since): one that waits for
             # phase 1 must not start a clustermaster at every poll.
-            now = {(str(p), self._stat(p)[0]) for p in droppings.waiting(self.home)}
+            now = self._droppings()
             if now - self.droppings and USER_PRIORITY not in woken:
                 woken.append(USER_PRIORITY)
             self.droppings = now

@@ -73,3 +73,37 @@ def test_work_watcher_wakes_a_priority_when_its_queue_gets_work(tmp_path: Path) 
     drop(home, "ann", "ghostpdl", "user ann gs\n")
     assert watch() == [0]
     assert watch() == []  # the same dropping, still waiting for phase 1: no new start
+
+
+def test_work_watcher_wakes_a_priority_whose_master_released_its_pid_file(
+        tmp_path: Path) -> None:
+    """A run ended (its master dequeued it, then released the PID file): the next queued
+    run must start at once, not at the next tick, so the release itself is a change."""
+    home = Home(tmp_path)
+    home.create()
+    queue = QueueFile(home.queue(2), home.queue_lock(2))
+    queue.append(RunSpec.parse("auto n-x gs"))
+    home.pid_file(2).write_text("12345\n")
+    watch = discovery.WorkWatcher(home)
+    assert watch() == []
+    home.pid_file(2).unlink()
+    assert watch() == [2]
+    assert watch() == []
+    queue.remove(RunSpec.parse("auto n-x gs"))
+    home.pid_file(2).write_text("12345\n")  # a master came; the queue is empty: no wake
+    assert watch() == []
+    home.pid_file(2).unlink()
+    assert watch() == []
+
+
+def test_work_watcher_leaves_the_droppings_it_starts_with_to_the_first_tick(
+        tmp_path: Path) -> None:
+    """The supervisor's first tick starts priority 0 for them; a wake as well would start
+    a second copy beside it."""
+    home = Home(tmp_path)
+    home.create()
+    drop(home, "ann", "ghostpdl", "user ann gs\n")
+    watch = discovery.WorkWatcher(home)
+    assert watch() == []
+    drop(home, "bob", "ghostpdl", "user bob gs\n")
+    assert watch() == [0]

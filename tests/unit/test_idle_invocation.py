@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,9 @@ from cluster.config import Config
 from cluster.defaults import PRIORITIES
 from cluster.home import Home
 from cluster.master import ending, invocation
+from cluster.master.pidfile import PidDecision, PidFile
 from cluster.queue import QueueFile, RunSpec
+from cluster.runtime.clock import SystemClock
 from cluster.triggers import discovery, droppings
 
 
@@ -64,11 +69,52 @@ def test_a_queue_under_its_old_name_is_work(tmp_path: Path) -> None:
     assert not invocation.surely_idle(cfg, home, 1)
 
 
-def test_a_pid_file_is_work_even_a_dead_owners(tmp_path: Path) -> None:
-    """A run is served there, or a stale owner waits to be judged by phase 2."""
+@pytest.fixture
+def live_master() -> Iterator[int]:
+    """The pid of a live process whose command line names a clustermaster."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                              "clustermaster2.py"])
+    try:
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_pid_file_of_a_dead_owner_or_garbage_is_work(tmp_path: Path) -> None:
+    """Phase 2 must judge it: a takeover is due."""
     cfg, home = make_home(tmp_path)
     home.pid_file(0).write_text("999999999\n")
-    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [False, True, True]
+    home.pid_file(2).write_text("not a pid\n")
+    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [False, True, False]
+
+
+def test_a_busy_priority_is_idle_unless_phase_1_may_find_work(tmp_path: Path,
+                                                              live_master: int) -> None:
+    """A live master holds the PID file: the invocation would only do phase 1 and exit
+    busy, whatever is queued behind the running run.  A dropping makes priority 0 work."""
+    cfg, home = make_home(tmp_path)
+    for priority in (0, 2):
+        QueueFile.for_priority(home, priority).append(RunSpec.parse("auto nightly gs"))
+        pid = PidFile(home.pid_file(priority), SystemClock(), pid=live_master)
+        assert pid.acquire() is PidDecision.RUN
+    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, True, True]
+    before = snapshot(home)
+    assert invocation.invoke(cfg, 2) == 0
+    assert snapshot(home) == before
+    path = home.users / "ann" / "ghostpdl" / droppings.DROPPING
+    path.parent.mkdir(parents=True)
+    path.write_text("user ann gs\n")
+    assert not invocation.surely_idle(cfg, home, 0)
+
+
+def test_a_stale_pid_file_is_work_even_of_a_live_master(tmp_path: Path,
+                                                        live_master: int) -> None:
+    """Not refreshed for pid_stale: a hung master, which phase 2 ends."""
+    cfg, home = make_home(tmp_path)
+    cfg = Config(home=cfg.home, pid_stale=0.0)
+    PidFile(home.pid_file(2), SystemClock(), pid=live_master).acquire()
+    assert not invocation.surely_idle(cfg, home, 2)
 
 
 def test_a_run_end_to_finish_is_work_at_every_priority(tmp_path: Path) -> None:

@@ -231,6 +231,33 @@ def test_run_skips_missed_periods(caplog: pytest.LogCaptureFixture) -> None:
     assert "skipping" in caplog.text
 
 
+def test_a_wake_does_not_start_what_idle_says_has_nothing_to_do(tmp_path: Path) -> None:
+    """Between ticks, the commands ``wakeup`` names go through the same idle check: a
+    queue change at a priority whose master is busy starts nothing."""
+    out = tmp_path / "out"
+    wakes = [[1], [1, 2], [], [1]]
+    asked: list[int] = []
+
+    def wakeup() -> list[int]:
+        return wakes.pop(0) if wakes else []
+
+    def idle(index: int) -> bool:
+        asked.append(index)
+        return index != 2  # 0: nothing to do, 1: its master is busy
+
+    class AfterTheWakes:
+        def is_set(self) -> bool:
+            return not wakes
+
+    sup = Supervisor([_appender(out, "p0"), _appender(out, "p1"), _appender(out, "p2")],
+                     clock=FakeClock(monotonic_start=0.0), interval=10.0, poll=1.0,
+                     wakeup=wakeup, idle=idle)
+    sup.run(AfterTheWakes())
+    assert asked == [0, 1, 2, 1, 1, 2, 1]  # the first tick's three, then each wake's
+    assert wait_for(lambda: len(_lines(out)) == 2)
+    assert _lines(out) == ["p2", "p2"]
+
+
 def test_run_sleeps_in_short_slices() -> None:
     """Between ticks the loop sleeps at most `poll` seconds at a time (to see a stop fast)."""
     clock = FakeClock()
