@@ -6,7 +6,8 @@ The priority comes from the name the script was invoked by: clustermaster.py is 
 clustermaster1.py (a symlink) is 1, clustermaster2.py is 2; --priority overrides it.
 Each invocation does phase 1 (queue scan), phase 2 (the PID-file dance) and, if it wins,
 one run from the head of its queue (seed 000), then exits.  run_clustermaster.py starts
-all three every supervisor_interval seconds.
+each every supervisor_interval seconds when it may have work, and at once when its queue
+changes.
 """
 
 from __future__ import annotations

@@ -89,7 +89,8 @@ def clustermaster_commands(root: Path, args: list[str]) -> list[list[str]]:
 def compile_package(root: Path) -> None:
     """Write the bytecode of ``root``'s cluster package now, once.
 
-    The supervisor starts three clustermaster processes every tick, all day; each would
+    The supervisor starts clustermaster processes all day (every run's, and at each tick
+    those that may have work); each would
     otherwise compile the modules it imports where PYTHONDONTWRITEBYTECODE is set (about a
     third of an idle invocation's CPU time, and a tenth of a second on a run's start).
     Python writes the same files itself on first use elsewhere; files already up to date

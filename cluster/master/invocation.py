@@ -1,14 +1,15 @@
 """One clustermaster invocation up to the point where it knows whether it has work.
 
-The supervisor starts clustermaster 0, 1 and 2 every ``supervisor_interval`` seconds
-(seed 000), and nearly every one of those invocations finds nothing to do: its queue is
-empty, or another master serves it.  :func:`invoke` does phases 1 and 2 -- the queue scan
-and the PID-file dance -- and looks for a cut-short run end and the queue's head with
-the few light modules they need.  Only when there is a run to serve or an end to finish
-does it load :mod:`cluster.master.clustermaster` (the server, the run state, the report,
-the mail, bmpcmp: about two thirds of the invocation's start-up), so an idle invocation
-costs a fraction of what one that serves a run does.  Taken together with the 10 s tick,
-that is what the master machine pays all day for a cluster at rest.
+The supervisor starts clustermaster 0, 1 and 2 every ``supervisor_interval`` seconds (seed
+000), except where :func:`surely_idle` shows, from a few stat calls, that the invocation
+would find nothing to do; many of those it does start still find nothing (a queued run waits
+for another, a commit poll finds no new commit).  :func:`invoke` does phases 1 and 2 -- the
+queue scan and the PID-file dance -- and looks for a cut-short run end and the queue's head
+with the few light modules they need.  Only when there is a run to serve or an end to finish
+does it load :mod:`cluster.master.clustermaster` (the server, the run state, the report, the
+mail, bmpcmp: about two thirds of the invocation's start-up), so an idle invocation costs a
+fraction of what one that serves a run does.  Taken together with the 10 s tick, that is
+what the master machine pays all day for a cluster at rest.
 
 The contract of an invocation is seed 000's, unchanged: at most one run, then exit; the
 exit status is EXIT_OK unless the caller's configuration was unusable.

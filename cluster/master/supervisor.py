@@ -5,7 +5,8 @@ it is it just exits.  If not it goes into an infinite loop, kicking off clusterm
 clustermaster1.pl and clustermaster2.pl every 10 seconds."  Every clustermaster invocation
 does phase 1 (queue discovery) and then the PID-file dance of phase 2, so starting each
 priority's master every tick, even while an earlier one is running a run, is the design: the
-extra invocations queue new work and exit.
+extra invocations queue new work and exit.  Ours leaves out those that surely have nothing
+to do (below).
 
 :class:`Supervisor` owns the children it starts:
 
