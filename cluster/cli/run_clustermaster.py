@@ -15,7 +15,7 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
   with this interpreter and the same ``--config``/``--home``/``--set`` arguments; their output
   is appended to ``<home>/log/run_clustermaster.children.log``.  A priority that surely has
   nothing to do (no queued run, no PID file, nothing its phase 1 could find, no run end to
-  finish: :func:`cluster.master.invocation.surely_idle`) is not started at that round;
+  finish: :func:`cluster.master.idle.surely_idle`) is not started at that round;
 * a priority whose queue changes is started at once, between rounds;
 * SIGTERM or SIGINT stops the loop.  Running clustermasters are left to finish their run,
   unless ``--kill-children`` is given: then they get SIGTERM (a second signal: SIGKILL).
@@ -47,7 +47,7 @@ from pathlib import Path
 from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
 from cluster.errors import ClusterError, ConfigError
-from cluster.master import invocation
+from cluster.master import idle
 from cluster.master.resources import ResourceWriter
 from cluster.master.supervisor import NodeCodePublisher, Supervisor
 from cluster.runtime.service import StopFlag, install_signal_handlers
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                                 poll=WAKEUP_POLL,
                                 on_tick=NodeCodePublisher(REPO_ROOT, home.node_code),
                                 idle=None if args.once else (
-                                    lambda priority: invocation.surely_idle(cfg, home,
+                                    lambda priority: idle.surely_idle(cfg, home,
                                                                             priority)),
                                 periodic=[(cfg.resource_interval, ResourceWriter(cfg))])
         if args.once:

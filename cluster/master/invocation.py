@@ -1,15 +1,14 @@
 """One clustermaster invocation up to the point where it knows whether it has work.
 
-The supervisor starts clustermaster 0, 1 and 2 every ``supervisor_interval`` seconds (seed
-000), except where :func:`surely_idle` shows, from a few stat calls, that the invocation
-would find nothing to do; many of those it does start still find nothing (a queued run waits
-for another, a commit poll finds no new commit).  :func:`invoke` does phases 1 and 2 -- the
-queue scan and the PID-file dance -- and looks for a cut-short run end and the queue's head
-with the few light modules they need.  Only when there is a run to serve or an end to finish
-does it load :mod:`cluster.master.clustermaster` (the server, the run state, the report, the
-mail, bmpcmp: about two thirds of the invocation's start-up), so an idle invocation costs a
-fraction of what one that serves a run does.  Taken together with the 10 s tick, that is
-what the master machine pays all day for a cluster at rest.
+The supervisor starts clustermaster 0, 1 and 2 every ``supervisor_interval`` seconds
+(seed 000), except where :func:`cluster.master.idle.surely_idle` shows, from a few stat
+calls, that the invocation would find nothing to do; many of those it does start still find
+nothing (a queued run waits for another, a commit poll finds no new commit).  :func:`invoke`
+does phases 1 and 2 -- the queue scan and the PID-file dance -- and looks for a cut-short
+run end and the queue's head with the few light modules they need.  Only when there is a run
+to serve or an end to finish does it load :mod:`cluster.master.clustermaster` (the server,
+the run state, the report, the mail, bmpcmp: about two thirds of the invocation's start-up),
+so an idle invocation costs a fraction of what one that serves a run does.
 
 The contract of an invocation is seed 000's, unchanged: at most one run, then exit; the
 exit status is EXIT_OK unless the caller's configuration was unusable.
@@ -38,8 +37,8 @@ from pathlib import Path
 from cluster.config import Config
 from cluster.defaults import EXIT_FAILED, EXIT_OK
 from cluster.home import Home
-from cluster.master import ending, nextrun
-from cluster.master.pidfile import PidDecision, PidFile
+from cluster.master import ending, nextrun, pidfile
+from cluster.master.pidfile import PidDecision
 from cluster.queue import QueueFile
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.forkrun import Main
@@ -72,38 +71,6 @@ def queue_scan(cfg: Config, home: Home, priority: int, queue: QueueFile) -> None
                 raise  # not the discoverer's fault: the invocation waits for room
             log.exception("priority %d: discoverer %s failed", priority,
                           getattr(discover, "__name__", discover))
-
-
-def surely_idle(cfg: Config, home: Home, priority: int, clock: Clock | None = None) -> bool:
-    """Whether an invocation at ``priority`` would surely find nothing to do, from a few
-    stat calls; the supervisor does not start one then (docs/deviations.md).
-
-    True only when phase 1 could queue nothing (:func:`cluster.triggers.discovery.may_find`)
-    and then either the PID file is held by a live clustermaster (:meth:`PidFile.
-    held_by_live_master`: the invocation would exit busy), or there is no PID file at all,
-    the queue file (under its name of today and of earlier releases) is absent or empty,
-    and no run's end waits to be finished at any priority (an end record under ``runs/``).
-    A PID file that is stale, names a dead process or holds garbage is work: phase 2 must
-    judge it.  Anything that cannot be read counts as work: a wrong True would leave work
-    undone until the next tick, a wrong False costs one short invocation.
-    """
-    try:
-        if discovery.may_find(home, cfg, priority):
-            return False
-        if os.path.lexists(home.pid_file(priority)):
-            return pid_file(cfg, home, priority, clock or SystemClock()).held_by_live_master()
-        for queue_path in (home.queue(priority), home.legacy_queue(priority)):
-            if os.path.exists(queue_path) and os.path.getsize(queue_path) > 0:
-                return False
-        return not any(home.runs.glob(f"*/{ending.FILE_NAME}"))
-    except OSError:
-        return False
-
-
-def pid_file(cfg: Config, home: Home, priority: int, clock: Clock) -> PidFile:
-    """The PID file of ``priority``'s clustermaster, with the configuration's timings."""
-    return PidFile(home.pid_file(priority), clock, stale_after=cfg.pid_stale,
-                   wait=cfg.pid_wait, refresh_every=cfg.pid_check_interval)
 
 
 def disk_full(exc: BaseException) -> bool:
@@ -222,7 +189,7 @@ def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
     home.create()
     queue = QueueFile(home.queue(priority), home.queue_lock(priority))
     queue_scan(cfg, home, priority, queue)
-    pid = pid_file(cfg, home, priority, clock)
+    pid = pidfile.for_priority(cfg, home, priority, clock)
     try:
         decision = pid.acquire()
     except OSError as exc:

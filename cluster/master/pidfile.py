@@ -74,7 +74,8 @@ from pathlib import Path
 
 import psutil
 
-from cluster.config import DEFAULTS
+from cluster.config import DEFAULTS, Config
+from cluster.home import Home
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock
 
@@ -593,3 +594,9 @@ class PidFile:
     def _write_replace(self, fsync: bool) -> None:
         """Overwrite the file with our pid and a fresh stamp atomically (temp + rename)."""
         fsutil.atomic_write(self.path, self._content(), fsync=fsync, mode=_FILE_MODE)
+
+
+def for_priority(cfg: Config, home: Home, priority: int, clock: Clock) -> PidFile:
+    """The PID file of ``priority``'s clustermaster in ``home``, with ``cfg``'s timings."""
+    return PidFile(home.pid_file(priority), clock, stale_after=cfg.pid_stale,
+                   wait=cfg.pid_wait, refresh_every=cfg.pid_check_interval)

@@ -21,7 +21,7 @@ to do (below).
   them (STYLE guideline 5).
 
 Idle priorities (docs/deviations.md): with ``idle`` -- run_clustermaster.py passes
-:func:`cluster.master.invocation.surely_idle` -- neither a tick nor a wake starts the
+:func:`cluster.master.idle.surely_idle` -- neither a tick nor a wake starts the
 command of a priority that a few stat calls show has nothing to do: nothing phase 1 could
 find, and either a live master holds its PID file (the invocation would exit busy) or
 nothing is queued, no PID file exists and no run end waits to be finished.  Such an

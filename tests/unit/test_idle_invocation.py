@@ -1,4 +1,4 @@
-"""The supervisor's idle check (cluster.master.invocation.surely_idle): a priority is judged
+"""The supervisor's idle check (cluster.master.idle.surely_idle): a priority is judged
 idle only when a real invocation there would do nothing, and anything that may be work --
 a queued run, a PID file, a waiting dropping, a configured repository, a run end to
 finish -- makes it not idle."""
@@ -17,7 +17,7 @@ import pytest
 from cluster.config import Config
 from cluster.defaults import PRIORITIES
 from cluster.home import Home
-from cluster.master import ending, invocation
+from cluster.master import ending, idle, invocation
 from cluster.master.pidfile import PidDecision, PidFile
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime.clock import SystemClock
@@ -42,7 +42,7 @@ def snapshot(home: Home) -> dict[str, str]:
 
 def test_a_fresh_home_is_idle_at_every_priority(tmp_path: Path) -> None:
     cfg, home = make_home(tmp_path)
-    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, True, True]
+    assert [idle.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, True, True]
 
 
 def test_an_invocation_judged_idle_changes_nothing(tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ def test_an_invocation_judged_idle_changes_nothing(tmp_path: Path) -> None:
     home.queue(1).write_text("")  # an emptied queue: still idle
     before = snapshot(home)
     for priority in PRIORITIES:
-        assert invocation.surely_idle(cfg, home, priority)
+        assert idle.surely_idle(cfg, home, priority)
         assert invocation.invoke(cfg, priority) == 0
         assert snapshot(home) == before, priority
 
@@ -60,13 +60,13 @@ def test_an_invocation_judged_idle_changes_nothing(tmp_path: Path) -> None:
 def test_a_queued_run_is_work_at_its_priority_only(tmp_path: Path) -> None:
     cfg, home = make_home(tmp_path)
     QueueFile(home.queue(2), home.queue_lock(2)).append(RunSpec.parse("auto nightly gs"))
-    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, True, False]
+    assert [idle.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, True, False]
 
 
 def test_a_queue_under_its_old_name_is_work(tmp_path: Path) -> None:
     cfg, home = make_home(tmp_path)
     home.legacy_queue(1).write_text("auto nightly gs\n")
-    assert not invocation.surely_idle(cfg, home, 1)
+    assert not idle.surely_idle(cfg, home, 1)
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_a_pid_file_of_a_dead_owner_or_garbage_is_work(tmp_path: Path) -> None:
     cfg, home = make_home(tmp_path)
     home.pid_file(0).write_text("999999999\n")
     home.pid_file(2).write_text("not a pid\n")
-    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [False, True, False]
+    assert [idle.surely_idle(cfg, home, p) for p in PRIORITIES] == [False, True, False]
 
 
 def test_a_busy_priority_is_idle_unless_phase_1_may_find_work(tmp_path: Path,
@@ -98,14 +98,14 @@ def test_a_busy_priority_is_idle_unless_phase_1_may_find_work(tmp_path: Path,
         QueueFile.for_priority(home, priority).append(RunSpec.parse("auto nightly gs"))
         pid = PidFile(home.pid_file(priority), SystemClock(), pid=live_master)
         assert pid.acquire() is PidDecision.RUN
-    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, True, True]
+    assert [idle.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, True, True]
     before = snapshot(home)
     assert invocation.invoke(cfg, 2) == 0
     assert snapshot(home) == before
     path = home.users / "ann" / "ghostpdl" / droppings.DROPPING
     path.parent.mkdir(parents=True)
     path.write_text("user ann gs\n")
-    assert not invocation.surely_idle(cfg, home, 0)
+    assert not idle.surely_idle(cfg, home, 0)
 
 
 def test_a_stale_pid_file_is_work_even_of_a_live_master(tmp_path: Path,
@@ -114,7 +114,7 @@ def test_a_stale_pid_file_is_work_even_of_a_live_master(tmp_path: Path,
     cfg, home = make_home(tmp_path)
     cfg = Config(home=cfg.home, pid_stale=0.0)
     PidFile(home.pid_file(2), SystemClock(), pid=live_master).acquire()
-    assert not invocation.surely_idle(cfg, home, 2)
+    assert not idle.surely_idle(cfg, home, 2)
 
 
 def test_a_run_end_to_finish_is_work_at_every_priority(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_a_run_end_to_finish_is_work_at_every_priority(tmp_path: Path) -> None:
     record = home.run_dir("20261126-120000-0") / ending.FILE_NAME
     record.parent.mkdir(parents=True)
     record.write_text("whatever it holds: the invocation reads it\n")
-    assert not any(invocation.surely_idle(cfg, home, p) for p in PRIORITIES)
+    assert not any(idle.surely_idle(cfg, home, p) for p in PRIORITIES)
 
 
 def test_a_waiting_dropping_is_work_at_priority_0(tmp_path: Path) -> None:
@@ -130,14 +130,14 @@ def test_a_waiting_dropping_is_work_at_priority_0(tmp_path: Path) -> None:
     path = home.users / "ann" / "ghostpdl" / droppings.DROPPING
     path.parent.mkdir(parents=True)
     path.write_text("user ann gs\n")
-    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [False, True, True]
+    assert [idle.surely_idle(cfg, home, p) for p in PRIORITIES] == [False, True, True]
 
 
 def test_a_configured_repository_is_work_at_priority_1(tmp_path: Path) -> None:
     """Only a fetch can tell whether a repository has new commits."""
     cfg, home = make_home(tmp_path)
     cfg = Config(home=cfg.home, repositories=("gs=/srv/git/ghostpdl.git",))
-    assert [invocation.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, False, True]
+    assert [idle.surely_idle(cfg, home, p) for p in PRIORITIES] == [True, False, True]
 
 
 def test_every_priority_with_a_discoverer_says_what_it_looks_at() -> None:
@@ -154,7 +154,7 @@ def test_what_cannot_be_read_counts_as_work(tmp_path: Path,
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(discovery, "may_find", unreadable)
-    assert not invocation.surely_idle(cfg, home, 2)
+    assert not idle.surely_idle(cfg, home, 2)
 
 
 def test_the_check_is_silent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -162,5 +162,5 @@ def test_the_check_is_silent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     cfg, home = make_home(tmp_path)
     with caplog.at_level(logging.DEBUG):
         for priority in PRIORITIES:
-            invocation.surely_idle(cfg, home, priority)
+            idle.surely_idle(cfg, home, priority)
     assert caplog.records == []
