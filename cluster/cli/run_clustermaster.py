@@ -14,8 +14,9 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
   top-level ``clustermaster.py``, ``clustermaster1.py`` and ``clustermaster2.py`` are started
   with this interpreter and the same ``--config``/``--home``/``--set`` arguments; their output
   is appended to ``<home>/log/run_clustermaster.children.log``.  A priority that surely has
-  nothing to do (no queued run, no PID file, nothing its phase 1 could find, no run end to
-  finish: :func:`cluster.master.idle.surely_idle`) is not started at that round;
+  nothing to do is not started at that round: nothing its phase 1 could find, and either a
+  live master holding its PID file, or no queued run, no PID file and no run end to finish
+  (:func:`cluster.master.idle.surely_idle`);
 * a priority whose queue changes is started at once, between rounds;
 * SIGTERM or SIGINT stops the loop.  Running clustermasters are left to finish their run,
   unless ``--kill-children`` is given: then they get SIGTERM (a second signal: SIGKILL).
@@ -124,15 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("removed %s, left by a killed process", left)
     compile_package(REPO_ROOT)
 
+    def nothing_to_do(priority: int) -> bool:
+        return idle.surely_idle(cfg, home, priority)
+
     try:
         supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args)),
                                 interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
                                 kill_children=args.kill_children, wakeup=WorkWatcher(home),
                                 poll=WAKEUP_POLL,
                                 on_tick=NodeCodePublisher(REPO_ROOT, home.node_code),
-                                idle=None if args.once else (
-                                    lambda priority: idle.surely_idle(cfg, home,
-                                                                            priority)),
+                                idle=None if args.once else nothing_to_do,
                                 periodic=[(cfg.resource_interval, ResourceWriter(cfg))])
         if args.once:
             supervisor.initialize()
