@@ -9,6 +9,7 @@ exists.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from cluster.config import Config
 from cluster.home import Home
@@ -37,9 +38,16 @@ def surely_idle(cfg: Config, home: Home, priority: int, clock: Clock | None = No
             from cluster.master import pidfile  # here: only a held PID file needs it
             owner = pidfile.for_priority(cfg, home, priority, clock or SystemClock())
             return owner.held_by_live_master()
-        for queue_path in (home.queue(priority), home.legacy_queue(priority)):
-            if os.path.exists(queue_path) and os.path.getsize(queue_path) > 0:
-                return False
+        if any(_size(q) for q in (home.queue(priority), home.legacy_queue(priority))):
+            return False
         return not any(home.runs.glob(f"*/{ending.FILE_NAME}"))
     except OSError:
         return False
+
+
+def _size(path: Path) -> int:
+    """The size of file ``path``; 0 when there is none."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0

@@ -112,9 +112,8 @@ class PidDecision(StrEnum):
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a PID file means for a starting clustermaster: its ``decision``; for a
-    takeover the ``reason`` and the old owner to kill after the wait (``victim``), for
-    ``EXIT_BUSY`` the owner's pid as text."""
+    """What a PID file means for a starting clustermaster: its ``decision``, why in words
+    (``reason``), and for a takeover the old owner to kill after the wait (``victim``)."""
 
     decision: PidDecision
     reason: str = ""
@@ -320,8 +319,7 @@ class PidFile:
         if verdict.decision is PidDecision.TOOK_OVER:
             return self._take_over(verdict.reason, verdict.victim)
         if verdict.decision is PidDecision.EXIT_BUSY:
-            logger.debug("%s: clustermaster %s is running; pid %d exits",
-                         self.path, verdict.reason, self.pid)
+            logger.debug("%s: %s; pid %d exits", self.path, verdict.reason, self.pid)
         return verdict.decision
 
     def _verdict(self, content: str, mtime: float) -> Verdict:
@@ -351,7 +349,7 @@ class PidFile:
             # Only we could have written our own pid (a second acquire in this process).
             return Verdict(PidDecision.RUN)
         if self.is_master(owner):
-            return Verdict(PidDecision.EXIT_BUSY, str(owner))
+            return Verdict(PidDecision.EXIT_BUSY, f"clustermaster {owner} is running")
         return Verdict(PidDecision.TOOK_OVER, f"missing clustermaster process {owner}")
 
     def _staleness(self, first: str, stamp: Stamp | None, mtime: float) -> tuple[str, bool]:

@@ -22,14 +22,12 @@ from collections import deque
 
 #: Ports free_port has handed out in this process, oldest first (bounded: see free_port).
 _HANDED_OUT: deque[int] = deque(maxlen=4096)
-#: ``LOW-HIGH``: where free_port looks for ports instead of the kernel's ephemeral range.
-#: Processes that pick ports side by side (the test suite's parallel workers) each get a
-#: range of their own, so that one never picks a port another has just picked and not yet
-#: bound; a range below the ephemeral one is never offered to a connect() either.
+#: ``LOW-HIGH``: where free_port looks for ports instead of the kernel's ephemeral range
+#: (why: the module docstring).
 PORTS_ENV = "CLUSTER_FREE_PORTS"
 
 
-def port_range() -> tuple[int, int] | None:
+def _port_range() -> tuple[int, int] | None:
     """The range of :data:`PORTS_ENV`, or None when it is not set.  ValueError naming the
     variable for a value that is not ``LOW-HIGH`` with 1024 <= LOW < HIGH <= 65535."""
     text = os.environ.get(PORTS_ENV, "").strip()
@@ -57,7 +55,7 @@ def free_port(count: int = 1) -> int:
     are looked for in that range instead of where the kernel offers them.
     """
     given = set(_HANDED_OUT)
-    span = port_range()
+    span = _port_range()
     for _ in range(200):
         if span is None:
             with socket.socket() as s:
