@@ -8,7 +8,10 @@ import socket
 import threading
 from pathlib import Path
 
+import pytest
+
 from cluster.config import Config
+from cluster.node import heartbeat
 from cluster.node.pull import FIRST_RETRY, ClusterPull
 from cluster.runtime.clock import FakeClock
 from cluster.runtime.ports import free_port
@@ -31,8 +34,20 @@ def test_refused_heartbeats_are_tried_again_sooner_then_once_an_interval(
     assert pull.failures == 8 and FIRST_RETRY == 0.25
 
 
-def test_an_answered_heartbeat_starts_the_backoff_afresh(tmp_path: Path) -> None:
-    pull = _pull(tmp_path, free_port())
+def test_an_answered_heartbeat_starts_the_backoff_afresh(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pull = _pull(tmp_path, free_port())  # refused, until the monitor answers below
+
+    def pause() -> float:
+        now = pull.clock.monotonic()
+        return pull.tick(now) - now
+
+    assert [pause() for _ in range(3)] == [0.25, 0.5, 1.0]
+    with monkeypatch.context() as answered:  # the monitor answers: no run waits
+        answered.setattr(heartbeat, "send_heartbeat", lambda *a, **k: [])
+        assert pause() == 10.0 and pull.failures == 0
+    assert [pause() for _ in range(2)] == [0.25, 0.5]  # refused again: from the start
+    # The formula itself, for any count of failures in a row.
     pull.failures = 5
     assert pull.heartbeat_retry(10.0) == 4.0
     pull.failures = 1
