@@ -18,6 +18,18 @@ is an error (:class:`NodeCodeError`): a set that would fail on the node is never
 The manifest (:func:`manifest`): one ``<md5>  <path>`` line per file (md5sum's format, so
 ``md5sum -c MANIFEST`` checks a copy), sorted by path.  Its own md5 names a version.
 
+The bytecode travels with the sources (:func:`bytecode_file`): :func:`publish` compiles
+each module of the package once, with the master's Python, into the published copy's
+``__pycache__`` and lists it in the manifest like any other file.  Without it each node
+compiled its fetched copy itself, a seventh of a second of CPU per node on the path from a
+new run to its first job, and on one machine the nodes of a local cluster all did it at
+once.  The bytecode is hash-checked (PEP 552, ``CHECKED_HASH``): it holds its source's hash,
+not its mtime, so it stays valid in a copy whatever times the copy's files got, and compiling
+the same source gives the same bytes, so an unchanged module keeps its md5 and a new master
+process publishes the same version.  A node whose Python has another cache tag ignores it
+(Python looks for its own file name) and compiles the copy itself
+(:func:`cluster.node.selfupdate.compile_copy`).
+
 :func:`publish` makes ``dest`` (the home's ``node-code/``) hold exactly the set and a
 ``MANIFEST`` that describes it:
 
@@ -47,8 +59,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
 import logging
 import os
+import py_compile
 import stat
 import sys
 import time
@@ -270,6 +284,24 @@ def third_party_modules(repo_root: Path, files: Iterable[str] | None = None) -> 
 # ----------------------------------------------------------------------------------------------
 # The manifest
 
+def bytecode_file(rel: str) -> str | None:
+    """The repo-relative path of the bytecode :func:`publish` ships for the node file ``rel``
+    (``cluster/a/b.py`` -> ``cluster/a/__pycache__/b.cpython-311.pyc``: this Python's cache
+    tag, no optimisation level), or None: a top-level script (Python compiles the script it
+    runs every time and never reads bytecode for it) or a Python that writes no bytecode."""
+    if not rel.startswith(PACKAGE + "/") or sys.implementation.cache_tag is None:
+        return None
+    return importlib.util.cache_from_source(rel, optimization="")
+
+
+def published_files(files: Iterable[str]) -> list[str]:
+    """What :func:`publish` puts beside MANIFEST for the node files ``files`` when every
+    module compiles: each file and its bytecode (:func:`bytecode_file`), sorted."""
+    out = set(files)
+    out.update(pyc for rel in out.copy() if (pyc := bytecode_file(rel)) is not None)
+    return sorted(out)
+
+
 def file_md5(path: Path) -> str:
     """The hex MD5 of the file ``path``'s content."""
     digest = hashlib.md5(usedforsecurity=False)
@@ -433,15 +465,54 @@ def publish(repo_root: Path, dest: Path) -> bool:
         # copy2 inside: the copy keeps the source's mtime, which the quick check compares.
         fsutil.atomic_copy(src, dst, fsync=False)
         copied.append(rel)
-    removed = _remove_stale(dest, set(files))
+    compiled = _publish_bytecode(dest, files, published, md5s)
+    removed = _remove_stale(dest, set(md5s))
     text = format_manifest(md5s)
     manifest_changed = published != md5s or not (dest / MANIFEST).is_file()
     if manifest_changed:
         dest.mkdir(parents=True, exist_ok=True)
         fsutil.fsync_dir(dest)
         fsutil.atomic_write(dest / MANIFEST, text)
-    if copied or removed or manifest_changed:
-        log.info("published node code %s into %s: %d file(s) copied, %d removed",
-                 manifest_version(text), dest, len(copied), len(removed))
+    if copied or compiled or removed or manifest_changed:
+        log.info("published node code %s into %s: %d file(s) copied, %d compiled, %d removed",
+                 manifest_version(text), dest, len(copied), len(compiled), len(removed))
         return True
     return False
+
+
+def _publish_bytecode(dest: Path, files: list[str], published: dict[str, str],
+                      md5s: dict[str, str]) -> list[str]:
+    """Give every module among ``files``, already published in ``dest`` with the md5s in
+    ``md5s``, its bytecode there (:func:`bytecode_file`), and add each bytecode file's md5
+    to ``md5s``; return the bytecode files written.
+
+    A module whose source has the md5 the current MANIFEST (``published``) lists keeps the
+    bytecode listed with it, when that file is intact: the same source compiles to the same
+    bytes.  A module that does not compile gets no bytecode (logged): the node fails where
+    it imports it, with Python's own message.  OSError if ``dest`` cannot be written."""
+    written: list[str] = []
+    for rel in files:
+        pyc = bytecode_file(rel)
+        if pyc is None:
+            continue
+        dst = dest / pyc
+        try:
+            dst_stat: os.stat_result | None = dst.lstat()
+        except FileNotFoundError:
+            dst_stat = None
+        if (dst_stat is not None and stat.S_ISREG(dst_stat.st_mode)
+                and published.get(rel) == md5s[rel] and pyc in published
+                and _published_intact(dst, dst_stat, published[pyc])):
+            md5s[pyc] = published[pyc]
+            continue
+        try:
+            # Written atomically (a temporary file renamed), as the sources are copied.
+            py_compile.compile(str(dest / rel), cfile=str(dst), dfile=rel, doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        except py_compile.PyCompileError as exc:
+            log.warning("node code: %s does not compile; published without bytecode (%s)",
+                        rel, exc.msg.strip())
+            continue
+        md5s[pyc] = file_md5(dst)
+        written.append(pyc)
+    return written

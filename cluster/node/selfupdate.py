@@ -12,8 +12,10 @@ The master publishes its node code in ``node-code/`` of its home with a ``MANIFE
    with the transport's ``fetch_tree`` (rsync over ssh, or the Python mirror), seeded with
    a copy of the last good version so that only the changed files travel; checks that the
    fetched ``MANIFEST`` is the one read in step 1 and that the files are exactly those it
-   lists, each with its md5; compiles its modules (:func:`compile_copy`); and renames the
-   staging directory to ``code/<version>/``;
+   lists, each with its md5 (the master's bytecode among them, :mod:`cluster.node.code`);
+   compiles the modules that have no bytecode for this node's Python (:func:`compile_copy`:
+   none when the node runs the master's Python); and renames the staging directory to
+   ``code/<version>/``;
 4. records the version chosen in ``work_dir/code/CURRENT``.
 
 A copy that fails the check is refused: logged (the file, the md5 expected and found) and
@@ -38,12 +40,14 @@ hand (seed 000); see docs/deviations.md.
 
 from __future__ import annotations
 
-import compileall
 import contextlib
+import importlib.util
 import logging
 import os
+import py_compile
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +71,8 @@ KEEP_VERSIONS = 2
 FETCH_TRIES = 3
 #: The manifest in the master home, as the transport names it.
 MANIFEST_REL = f"{Home.NODE_CODE}/{code.MANIFEST}"
-#: Files Python itself adds to a copy it runs from; not part of a version, not checked.
+#: Where Python keeps bytecode.  A file there that the manifest does not list is the node's
+#: own (its Python's, written by compile_copy or by Python itself): allowed, not checked.
 _BYTECODE_DIR = "__pycache__"
 _VERSION = re.compile(r"[0-9a-f]{32}")
 _STAGING = re.compile(r"\.fetch-(?P<pid>[0-9]+)")
@@ -105,8 +110,9 @@ class CodeCheckError(ClusterError):
 
 def check_copy(root: Path, manifest_text: str) -> None:
     """CodeCheckError unless ``root`` holds exactly the files ``manifest_text`` lists, each
-    with its md5, and a MANIFEST equal to ``manifest_text``.  Bytecode directories
-    (``__pycache__``, which Python writes into a copy it runs from) are ignored."""
+    with its md5, and a MANIFEST equal to ``manifest_text``.  Besides them, a bytecode
+    directory (``__pycache__``) may hold files the manifest does not list: the bytecode the
+    node's own Python wrote into a copy it runs from."""
     try:
         expected = code.parse_manifest(manifest_text, f"{root}/{code.MANIFEST}")
     except code.NodeCodeError as exc:
@@ -119,13 +125,13 @@ def check_copy(root: Path, manifest_text: str) -> None:
         raise CodeCheckError(f"{root}/{code.MANIFEST}: differs from the manifest read first "
                              "(the master published meanwhile?)")
     present: set[str] = set()
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d != _BYTECODE_DIR]
+    for folder, _dirs, names in os.walk(root):
         for name in names:
             rel = (Path(folder) / name).relative_to(root).as_posix()
             if rel != code.MANIFEST:
                 present.add(rel)
-    extra = sorted(present - set(expected))
+    extra = sorted(rel for rel in present - set(expected)
+                   if Path(rel).parent.name != _BYTECODE_DIR)
     if extra:
         raise CodeCheckError(f"{root}: {len(extra)} file(s) not in the manifest, e.g. "
                              f"{extra[0]}")
@@ -138,19 +144,36 @@ def check_copy(root: Path, manifest_text: str) -> None:
             raise CodeCheckError(f"{path}: md5 {actual}, the manifest says {md5}")
 
 
-def compile_copy(staging: Path, final: Path) -> None:
+def compile_copy(staging: Path, final: Path) -> list[Path]:
     """Write the bytecode of every module of a checked copy (``staging``, to be renamed to
-    ``final``, the name tracebacks show), once, when it is fetched.
+    ``final``, the name tracebacks show) that has none for this node's Python, once, when
+    it is fetched; return the modules compiled.
 
-    Every run.py, and every ``python3 -m cluster.bmpcmp`` of a job, starts from this copy;
-    with the bytecode there, none of them compiles the node's modules again (a tenth of a
-    second of each run.py start, on the path from job.start to the node's first call).
-    Python writes the same files itself on first use, except where PYTHONDONTWRITEBYTECODE
-    is set; the copy is the node's own, made by this code, so writing into it is no
-    surprise to anyone.  A module that does not compile is left to fail where it is
-    imported, with Python's own message; nothing here refuses the copy.
+    The master ships bytecode for its own Python (:func:`cluster.node.code.bytecode_file`),
+    so a node running the same Python compiles nothing.  Every run.py, and every ``python3
+    -m cluster.bmpcmp`` of a job, starts from this copy; with the bytecode there, none of
+    them compiles the node's modules again (a tenth of a second of each run.py start, on
+    the path from job.start to the node's first call).  Python writes the same files itself
+    on first use, except where PYTHONDONTWRITEBYTECODE is set; the copy is the node's own,
+    made by this code, so writing into it is no surprise to anyone.  A module that does not
+    compile is left to fail where it is imported, with Python's own message; nothing here
+    refuses the copy.
     """
-    compileall.compile_dir(str(staging), ddir=str(final), quiet=2, workers=1)
+    compiled: list[Path] = []
+    if sys.implementation.cache_tag is None:
+        return compiled  # a Python that reads and writes no bytecode
+    # The package's modules only: Python never reads bytecode for a script it runs.
+    for module in sorted((staging / code.PACKAGE).rglob("*.py")):
+        if module.parent.name == _BYTECODE_DIR:
+            continue
+        cfile = Path(importlib.util.cache_from_source(str(module), optimization=""))
+        if cfile.is_file():
+            continue
+        with contextlib.suppress(py_compile.PyCompileError):
+            py_compile.compile(str(module), cfile=str(cfile), doraise=True,
+                               dfile=str(final / module.relative_to(staging)))
+            compiled.append(module)
+    return compiled
 
 
 def _in_use(directory: Path) -> bool:
@@ -289,9 +312,10 @@ class SelfUpdate:
         try:
             if seed.version is not None:
                 # A copy with the files' mtimes (copy2), so the fetch's quick check
-                # (size + mtime, as rsync's) moves only what changed.
-                shutil.copytree(seed.root, staging, copy_function=shutil.copy2,
-                                ignore=shutil.ignore_patterns(_BYTECODE_DIR))
+                # (size + mtime, as rsync's) moves only what changed: the master's bytecode
+                # of an unchanged module is unchanged too.  The node's own bytecode in it
+                # goes with the fetch (the master has no such file).
+                shutil.copytree(seed.root, staging, copy_function=shutil.copy2)
             transport = self._transport_now()
             transport.fetch_tree(Home.NODE_CODE, staging)
             check_copy(staging, text)

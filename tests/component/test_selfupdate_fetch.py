@@ -93,7 +93,8 @@ def test_a_new_version_is_fetched_checked_and_kept(master: tuple[Path, Home], tm
     assert transport.fetches == 1
 
     # A module changed on the master: the next choice is a new version, and only the
-    # changed file and the manifest travelled (the fetch is seeded with the last version).
+    # changed file, its bytecode and the manifest travelled (the fetch is seeded with the
+    # last version).
     _edit(repo)
     assert code.publish(repo, home.node_code) is True
     caplog.set_level(logging.DEBUG, logger="cluster.transport")
@@ -102,17 +103,19 @@ def test_a_new_version_is_fetched_checked_and_kept(master: tuple[Path, Home], tm
     assert (second.root / "cluster/node/caps.py").read_text().endswith("# edited\n")
     assert transport.fetches == 2
     copied = [r.getMessage() for r in caplog.records if "file(s) copied" in r.getMessage()]
-    assert copied and copied[-1].endswith(": 2 file(s) copied"), copied
+    assert copied and copied[-1].endswith(": 3 file(s) copied"), copied
     # The first version stays (a run.py may use it; two are kept), untouched.
     assert (first.root / "cluster/node/caps.py").read_text() == \
         (home.node_code / "cluster/node/caps.py").read_text().removesuffix("# edited\n")
     assert not list((work / "code").glob(".fetch-*"))
 
 
-def test_a_fetched_copy_is_compiled_once_and_python_uses_its_bytecode(
+def test_a_fetched_copy_runs_the_masters_bytecode_and_compiles_nothing(
         master: tuple[Path, Home], tmp_path: Path) -> None:
-    """Every module of a fetched version has its bytecode, naming the final place; a run.py
-    started with PYTHONDONTWRITEBYTECODE=1 imports it without compiling anything."""
+    """The master ships each module's bytecode for its Python; a node running the same
+    Python compiles nothing (its copy's bytecode is the master's, byte for byte), and a
+    run.py started with PYTHONDONTWRITEBYTECODE=1 imports it without compiling anything,
+    its tracebacks naming the copy's final place."""
     repo, home = master
     code.publish(repo, home.node_code)
     updater, _ = _updater(home, tmp_path / "work")
@@ -121,9 +124,9 @@ def test_a_fetched_copy_is_compiled_once_and_python_uses_its_bytecode(
     assert modules
     for module in modules:
         pyc = module.parent / "__pycache__" / f"{module.stem}.{sys.implementation.cache_tag}.pyc"
-        assert pyc.is_file(), f"{module}: no bytecode"
-    # The bytecode is what Python loads (no source is compiled again), and a traceback
-    # names the copy's final place, not the staging directory it was compiled in.
+        rel = pyc.relative_to(copy.root)
+        assert pyc.read_bytes() == (home.node_code / rel).read_bytes(), f"{rel}: not the master's"
+    assert selfupdate.compile_copy(copy.root, copy.root) == []
     probe = "import cluster.node.noderun as n; print(n.NodeRun.run.__code__.co_filename)"
     done = subprocess.run([sys.executable, "-v", "-c", probe], cwd=copy.root,
                           env={**os.environ, **(copy.env() or {}),
@@ -135,6 +138,56 @@ def test_a_fetched_copy_is_compiled_once_and_python_uses_its_bytecode(
     assert f"matches {noderun}" in done.stderr
     assert str(noderun) in done.stdout and ".fetch-" not in done.stdout
     selfupdate.check_copy(copy.root, (home.node_code / code.MANIFEST).read_text())
+
+
+def test_a_node_of_another_python_compiles_its_copy_itself(
+        master: tuple[Path, Home], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A master whose Python has another cache tag ships bytecode this node's Python does
+    not read: the node compiles every module once when it fetches, naming the final
+    place, and its own bytecode beside the master's passes the check."""
+    repo, home = master
+    with monkeypatch.context() as m:
+        m.setattr(sys.implementation, "cache_tag", "otherpython-99")
+        code.publish(repo, home.node_code)
+    listed = code.parse_manifest((home.node_code / code.MANIFEST).read_text())
+    assert any(rel.endswith(".otherpython-99.pyc") for rel in listed)
+    assert not any(rel.endswith(f".{sys.implementation.cache_tag}.pyc") for rel in listed)
+    updater, _ = _updater(home, tmp_path / "work")
+    copy = updater.choose()
+    assert copy.version is not None
+    for module in copy.root.glob("cluster/**/*.py"):
+        own = module.parent / "__pycache__" / f"{module.stem}.{sys.implementation.cache_tag}.pyc"
+        assert own.is_file(), f"{module}: not compiled for this Python"
+    selfupdate.check_copy(copy.root, (home.node_code / code.MANIFEST).read_text())
+    probe = "import cluster.node.noderun as n; print(n.NodeRun.run.__code__.co_filename)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path,
+                          env={**os.environ, **(copy.env() or {})},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(copy.root / "cluster/node/noderun.py")
+
+
+def test_bytecode_that_differs_from_the_manifest_is_refused(
+        master: tuple[Path, Home], tmp_path: Path) -> None:
+    """The master's bytecode is checked like its sources: a fetched copy whose bytecode of
+    one module differs from the manifest is refused; a file the manifest does not list is
+    refused outside a bytecode directory only."""
+    repo, home = master
+    code.publish(repo, home.node_code)
+    manifest = (home.node_code / code.MANIFEST).read_text()
+    updater, _ = _updater(home, tmp_path / "work")
+    copy = updater.choose()
+    pyc = copy.root / str(code.bytecode_file("cluster/node/caps.py"))
+    (pyc.parent / "unlisted.cpython-311.pyc").write_bytes(b"the node's own")
+    selfupdate.check_copy(copy.root, manifest)
+    damaged = bytearray(pyc.read_bytes())
+    damaged[-1] ^= 1
+    pyc.write_bytes(bytes(damaged))
+    with pytest.raises(selfupdate.CodeCheckError, match="caps.*pyc: md5"):
+        selfupdate.check_copy(copy.root, manifest)
+    (copy.root / "cluster/unlisted.py").write_text("")
+    with pytest.raises(selfupdate.CodeCheckError, match="not in the manifest"):
+        selfupdate.check_copy(copy.root, manifest)
 
 
 def test_a_corrupt_file_is_refused_and_the_last_good_version_used(

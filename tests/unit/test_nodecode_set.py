@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import logging
 import os
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -128,10 +130,13 @@ def test_publish_changes_only_what_changed(tmp_path: Path) -> None:
     assert code.publish(repo, dest) is True
     manifest = dest / code.MANIFEST
     files = code.node_files(repo)
-    assert manifest.read_text() == code.manifest(repo, files)
+    published = code.published_files(files)
+    assert len(published) > len(files)  # the package's modules have their bytecode
+    assert manifest.read_text() == code.manifest(dest, published)
+    assert all((dest / rel).read_bytes() == (repo / rel).read_bytes() for rel in files)
     assert sorted(str(p.relative_to(dest).as_posix()) for p in dest.rglob("*")
-                  if p.is_file()) == sorted([*files, code.MANIFEST])
-    inodes = {rel: (dest / rel).stat().st_ino for rel in [*files, code.MANIFEST]}
+                  if p.is_file()) == sorted([*published, code.MANIFEST])
+    inodes = {rel: (dest / rel).stat().st_ino for rel in [*published, code.MANIFEST]}
 
     # Nothing changed: nothing is written (same inodes, same times), and it is quick.
     started = time.monotonic()
@@ -145,9 +150,10 @@ def test_publish_changes_only_what_changed(tmp_path: Path) -> None:
     target.write_text(text + "# new\n")
     assert code.publish(repo, dest) is True
     changed = {rel for rel in inodes if (dest / rel).stat().st_ino != inodes[rel]}
-    assert changed == {"cluster/node/caps.py", code.MANIFEST}
+    assert changed == {"cluster/node/caps.py", code.bytecode_file("cluster/node/caps.py"),
+                       code.MANIFEST}
     assert (dest / "cluster/node/caps.py").read_text() == text + "# new\n"
-    assert manifest.read_text() == code.manifest(repo, files)
+    assert manifest.read_text() == code.manifest(dest, published)
 
     # The same size and the same mtime, different content, written within the racy window
     # of the publish: still found (hashed, not trusted).
@@ -171,14 +177,68 @@ def test_publish_follows_new_imports_and_deletes_what_left(tmp_path: Path) -> No
     assert (dest / "cluster/queue.py").is_file()
     assert "cluster/queue.py" in code.parse_manifest((dest / code.MANIFEST).read_text())
     # It goes again: both leave node-code/, and a stray file there is removed too.
+    helper_pyc = dest / str(code.bytecode_file("cluster/node/extra_helper.py"))
+    assert helper_pyc.is_file()
     (repo / "cluster/node/extra_helper.py").unlink()
     (dest / "cluster/stray.txt").write_text("not ours")
+    (dest / "cluster/__pycache__/stray.cpython-311.pyc").write_text("not ours either")
     assert code.publish(repo, dest) is True
     assert not (dest / "cluster/node/extra_helper.py").exists()
+    assert not helper_pyc.exists()
     assert not (dest / "cluster/stray.txt").exists()
+    assert not (dest / "cluster/__pycache__/stray.cpython-311.pyc").exists()
     assert ("cluster/queue.py" in code.node_files(repo)) == (dest / "cluster/queue.py").exists()
     assert code.parse_manifest((dest / code.MANIFEST).read_text()).keys() == \
-        set(code.node_files(repo))
+        set(code.published_files(code.node_files(repo)))
+
+
+def test_the_bytecode_published_is_hash_checked_and_the_same_as_a_fresh_compile(
+        tmp_path: Path) -> None:
+    """Each module's bytecode names its source by content (PEP 552 flags: checked hash), is
+    byte for byte what compiling the source again gives (so a new master process publishes
+    the same version), and is what Python loads from the copy."""
+    repo = _copy_repo(tmp_path / "repo")
+    dest = tmp_path / "node-code"
+    assert code.publish(repo, dest) is True
+    first = (dest / code.MANIFEST).read_text()
+    rel = "cluster/node/caps.py"
+    pyc = dest / str(code.bytecode_file(rel))
+    flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
+    assert flags == 0b11, flags  # hash-based, checked
+    again = tmp_path / "again" / "caps.pyc"
+    again.parent.mkdir()
+    py_compile.compile(str(repo / rel), cfile=str(again), dfile=rel, doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    assert again.read_bytes() == pyc.read_bytes()
+    # A second home, published by this process from nothing: the same version.
+    assert code.publish(repo, tmp_path / "other") is True
+    assert (tmp_path / "other" / code.MANIFEST).read_text() == first
+    probe = "import cluster.node.caps as c; print(c.__cached__)"
+    done = subprocess.run([sys.executable, "-v", "-c", probe], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(dest),
+                               "PYTHONDONTWRITEBYTECODE": "1"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"code object from '{pyc}'" in done.stderr
+    assert code.bytecode_file("caps_script.py") is None  # scripts: Python never reads it
+
+
+def test_a_module_that_does_not_compile_is_published_without_bytecode(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A module ast parses but the compiler refuses ('return' outside a function) is still
+    published, with no bytecode and a warning naming it: the node fails where it imports
+    it, with Python's own message, as before bytecode was shipped."""
+    repo = _copy_repo(tmp_path / "repo")
+    (repo / "cluster/node/extra_helper.py").write_text("return 1\n")
+    dest = tmp_path / "node-code"
+    with caplog.at_level(logging.WARNING, logger="cluster.nodecode"):
+        assert code.publish(repo, dest) is True
+    listed = code.parse_manifest((dest / code.MANIFEST).read_text())
+    assert "cluster/node/extra_helper.py" in listed
+    assert code.bytecode_file("cluster/node/extra_helper.py") not in listed
+    assert not (dest / str(code.bytecode_file("cluster/node/extra_helper.py"))).exists()
+    assert any("cluster/node/extra_helper.py does not compile" in r.getMessage()
+               for r in caplog.records), caplog.text
 
 
 def test_an_import_of_a_missing_module_is_refused(tmp_path: Path) -> None:
