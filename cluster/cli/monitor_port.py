@@ -66,4 +66,5 @@ def main(argv: list[str] | None = None) -> int:
     # The handlers only record the request; the daemon loop sees it within its poll interval.
     stop = StopFlag()
     install_signal_handlers(stop)
-    return monitor.run(home, (cfg.listen_address, cfg.monitor_port), stop.is_set)
+    return monitor.run(home, (cfg.listen_address, cfg.monitor_port), stop.is_set,
+                       stop_flag=stop)

@@ -105,11 +105,14 @@ MAX_BUFFERED = 16 * 1024 * 1024
 #: How often held heartbeats look for a new run [seconds]: three stat() calls of the
 #: job.start files, whatever the number of held connections (see MonitorServer._poll_jobs).
 HOLD_POLL = 0.1
-#: The longest the daemon loop waits before looking at its stop flag [seconds]: a SIGTERM
-#: (localcluster.py's every exit waits for it) ends the monitor within this.  The select
-#: is not interrupted by the signal (PEP 475), and while heartbeats are held the loop
-#: wakes this often anyway (HOLD_POLL).
+#: The longest the daemon loop waits before looking at its stop flag [seconds] when it
+#: has no wakeup fd (:attr:`cluster.runtime.service.StopFlag.wakeup_fd`, which ends the
+#: wait at the signal itself): the select is not interrupted by a signal (PEP 475), and
+#: while heartbeats are held the loop wakes this often anyway (HOLD_POLL).
 STOP_SLICE = 0.1
+#: The selector data of the wakeup fd (wake_on), told apart from connections (a _Conn) and
+#: the listener (None).
+_WAKE = object()
 
 #: After an ERROR reply, input still discarded (bytes, seconds) so the reply is not lost to
 #: a TCP reset.  Also what a held client may send before it is dropped.
@@ -371,6 +374,8 @@ class MonitorServer(SelectorListener[_Conn]):
         self.max_wait = max_wait
         self.hold_poll = hold_poll
         self.held: set[_Conn] = set()
+        #: Whether the last serve_once saw the fd given to wake_on readable.
+        self.woken = False
         self.buffered = 0
         self.served = 0
         self._next_poll = 0.0
@@ -385,10 +390,16 @@ class MonitorServer(SelectorListener[_Conn]):
                          busy_reply=format_error("monitor busy, try again"), clock=clock)
 
     # -- driving it ----------------------------------------------------------------------------
+    def wake_on(self, fd: int) -> None:
+        """Also end a :meth:`serve_once` wait when ``fd`` turns readable (a stop flag's
+        wakeup fd); :attr:`woken` then says so, and the caller drains ``fd``."""
+        self.selector.register(fd, selectors.EVENT_READ, _WAKE)
+
     def serve_once(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for activity, deal with all of it, then with the
         deadlines that passed and (while heartbeats are held) with new runs."""
         now = self.clock.monotonic()
+        self.woken = False
         wait = timeout
         if self._deadlines:
             wait = min(wait, self._deadlines[0][0] - now)
@@ -397,6 +408,9 @@ class MonitorServer(SelectorListener[_Conn]):
         for key, events in self.selector.select(max(0.0, wait)):
             if key.data is None:
                 self._accept()
+                continue
+            if key.data is _WAKE:
+                self.woken = True
                 continue
             conn: _Conn = key.data
             if conn.closed:
@@ -693,11 +707,12 @@ def port_taken_message(address: tuple[str, int]) -> str:
 def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         poll: float = 0.5, clock: Clock | None = None,
         on_ready: Callable[[MonitorServer], None] | None = None, *,
-        max_buffered: int = MAX_BUFFERED) -> int:
+        max_buffered: int = MAX_BUFFERED, stop_flag: service.StopFlag | None = None) -> int:
     """Be the one monitor of ``home``: lock, listen on ``address``, serve until
     ``should_stop()`` is true (checked at least every ``poll`` seconds, and at least every
-    :data:`STOP_SLICE`; pass a ``StopFlag``'s ``is_set``).  ``on_ready`` is called once
-    the server listens (tests use it to learn the port).
+    :data:`STOP_SLICE`; pass a ``StopFlag``'s ``is_set``).  With ``stop_flag`` (that
+    StopFlag) whose wakeup fd is set, a signal ends the wait at once.  ``on_ready`` is
+    called once the server listens (tests use it to learn the port).
 
     Returns the exit code at once, never retrying: 0 after a stop or when another instance
     holds the lock (seed 000's dance); :data:`cluster.defaults.EXIT_PORT_TAKEN` when
@@ -730,10 +745,14 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         host, port = server.server_address[:2]
         log.info("listening on %s:%s for heartbeats, home %s", host, port, home.root)
         try:
+            if stop_flag is not None and stop_flag.wakeup_fd is not None:
+                server.wake_on(stop_flag.wakeup_fd)
             if on_ready is not None:
                 on_ready(server)
             while not should_stop():
                 server.serve_once(min(poll, STOP_SLICE))
+                if server.woken and stop_flag is not None:
+                    stop_flag.drain()
         finally:
             server.server_close()
             log.info("stopped")

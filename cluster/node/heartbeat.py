@@ -25,6 +25,7 @@ Usage::
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING
 from cluster.errors import ClusterError, ProtocolError
 from cluster.node.transport import read_node_key
 from cluster.node.transports import make_transport
+from cluster.runtime import service
 from cluster.wire import signing
 from cluster.wire.heartbeat import MAX_REPLY, Heartbeat, format_heartbeat, parse_reply
 from cluster.wire.protocol import valid_node_name
@@ -108,18 +110,19 @@ def forget_node_secrets() -> None:
 
 def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str = "",
                    timeout: float = 10.0, *, wait: float = 0.0, skip: Iterable[str] = (),
-                   stop: Callable[[], bool] | None = None, secret: str
-                   ) -> list[tuple[int, str]]:
+                   stop: Callable[[], bool] | None = None, wakeup_fd: int | None = None,
+                   secret: str) -> list[tuple[int, str]]:
     """Send one heartbeat; return the waiting runs as ``(priority, job id)``, by priority.
 
     Empty ``status``/``caps`` are not sent (the master keeps what it had).  ``wait`` > 0
     asks the monitor to hold the answer up to that many seconds unless a run not in
     ``skip`` waits; ``timeout`` bounds the connect, and the exchange beyond ``wait``.
-    ``stop`` is looked at every :data:`STOP_POLL` seconds while the answer is awaited: once
-    it returns true the connection is closed and HeartbeatStopped raised.  ``secret`` is the
-    text of the node's own key (64 hex digits, :func:`node_secret`): the request is signed
-    with the heartbeat key derived from it and the answer must verify under that key, else
-    HeartbeatUnverified.
+    ``stop`` is looked at every :data:`STOP_POLL` seconds while the answer is awaited, and
+    at once when ``wakeup_fd`` (a stop flag's, :mod:`cluster.runtime.service`) turns
+    readable: once it returns true the connection is closed and HeartbeatStopped raised.
+    ``secret`` is the text of the node's own key (64 hex digits, :func:`node_secret`): the
+    request is signed with the heartbeat key derived from it and the answer must verify
+    under that key, else HeartbeatUnverified.
 
     Raises HeartbeatError naming the monitor for a bad node name or skip id, a connection
     failure, a timeout, an ``ERROR`` answer or a reply that is not ``job``/``END`` lines.
@@ -144,7 +147,7 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(request)
-            data = _read_all(sock, time.monotonic() + limit, stop)
+            data = _read_all(sock, time.monotonic() + limit, stop, wakeup_fd)
     except TimeoutError:
         raise HeartbeatError(host, port, f"no answer within {limit:g} s") from None
     except ConnectionRefusedError:
@@ -168,11 +171,12 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
         raise HeartbeatError(host, port, str(exc)) from None
 
 
-def _read_all(sock: socket.socket, deadline: float, stop: Callable[[], bool] | None
-              ) -> bytes | None:
+def _read_all(sock: socket.socket, deadline: float, stop: Callable[[], bool] | None,
+              wakeup_fd: int | None = None) -> bytes | None:
     """The reply, read to EOF (the monitor closes after it) before ``deadline``
-    (monotonic); None if ``stop()`` turned true first.  Never more than MAX_REPLY bytes
-    from whatever is listening on that port."""
+    (monotonic); None if ``stop()`` turned true first (looked at every STOP_POLL, and when
+    ``wakeup_fd`` turns readable).  Never more than MAX_REPLY bytes from whatever is
+    listening on that port."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -181,6 +185,14 @@ def _read_all(sock: socket.socket, deadline: float, stop: Callable[[], bool] | N
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
+        if stop is not None and wakeup_fd is not None:
+            readable, _, _ = select.select([sock.fileno(), wakeup_fd], [], [],
+                                           min(left, STOP_POLL))
+            if wakeup_fd in readable:
+                service.drain(wakeup_fd)
+                continue  # a signal: look at stop
+            if not readable:
+                continue  # a slice ended: look at stop, then wait again
         sock.settimeout(min(left, STOP_POLL) if stop is not None else left)
         try:
             chunk = sock.recv(4096)

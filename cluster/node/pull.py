@@ -159,6 +159,7 @@ class ClusterPull:
                                                self.name, self.status(), self.caps,
                                                wait=wait, skip=skip,
                                                stop=self.stop_flag.is_set,
+                                               wakeup_fd=self.stop_flag.wakeup_fd,
                                                secret=heartbeat.node_secret(self.cfg))
         except heartbeat.HeartbeatStopped:
             return now  # the loop sees the stop flag

@@ -14,13 +14,21 @@ Contract of :class:`StopFlag`:
 * :meth:`StopFlag.is_set` and :attr:`StopFlag.hard` may be read from any thread;
 * :meth:`StopFlag.wait` sleeps in slices of at most ``poll`` seconds on the given clock and
   returns early once the flag is set, so a loop's sleep never delays a stop by more than one
-  slice.
+  slice;
+* :attr:`StopFlag.wakeup_fd`, once :func:`install_signal_handlers` set it, is a file
+  descriptor that turns readable when a signal arrives (``signal.set_wakeup_fd``'s pipe).  A
+  loop that waits in ``select`` adds it to what it waits for, and so ends its wait the moment
+  a stop is asked instead of at the end of its slice (a blocked ``select`` is resumed after
+  a signal's handler, PEP 475); it calls :meth:`StopFlag.drain` when it turns readable.
+  The daemons whose stop every ``localcluster.py`` exit waits for (the monitor, a node's
+  held heartbeat) wait this way.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
 from collections.abc import Callable, Sequence
 from types import FrameType
@@ -52,6 +60,14 @@ class StopFlag:
     def __init__(self) -> None:
         self.count = 0
         self.signum: int | None = None
+        #: Readable once a signal arrived (see the module docstring); None until
+        #: install_signal_handlers set it.
+        self.wakeup_fd: int | None = None
+
+    def drain(self) -> None:
+        """Empty :attr:`wakeup_fd` (see :func:`drain`)."""
+        if self.wakeup_fd is not None:
+            drain(self.wakeup_fd)
 
     def set(self, signum: int | None = None) -> None:
         self.count += 1
@@ -76,21 +92,43 @@ class StopFlag:
         return self.is_set()
 
 
+def drain(fd: int) -> None:
+    """Empty the non-blocking wakeup fd ``fd`` (one byte per signal), so that it turns
+    readable again only at the next signal; what a signal asked is in the flag, not in the
+    bytes."""
+    try:
+        while os.read(fd, 512):  # bounded: a pipe holds a few KiB at most
+            pass
+    except BlockingIOError:
+        pass
+
+
 def install_signal_handlers(flag: StopFlag,
                             signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)
                             ) -> Callable[[], None]:
-    """Make ``signals`` set ``flag``; return a function restoring the previous handlers.
+    """Make ``signals`` set ``flag``, and give it a :attr:`~StopFlag.wakeup_fd`; return a
+    function restoring the previous handlers and wakeup fd (and closing the pipe).
 
-    Must be called from the main thread (a rule of the signal module).
+    Must be called from the main thread (a rule of the signal module).  The process's one
+    ``signal.set_wakeup_fd`` slot is taken: the pipe's write end gets a byte per signal.
     """
     def handler(signum: int, frame: FrameType | None) -> None:
         flag.set(signum)  # record only; the loop logs and acts (STYLE guideline 5)
 
     previous = {s: signal.signal(s, handler) for s in signals}
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    flag.wakeup_fd = read_end
 
     def restore() -> None:
         for s, h in previous.items():
             signal.signal(s, h)
+        signal.set_wakeup_fd(previous_fd)
+        flag.wakeup_fd = None
+        os.close(read_end)
+        os.close(write_end)
 
     return restore
 

@@ -199,6 +199,28 @@ def test_stop_ends_a_held_heartbeat_and_the_monitor_forgets_it(server: MonitorSe
              "the monitor to drop the closed connection")
 
 
+def test_a_wakeup_fd_ends_a_held_heartbeat_before_its_stop_slice(
+        server: MonitorServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a stop flag's wakeup fd, the stop is seen when the fd turns readable, not at
+    the end of a STOP_POLL slice: with the slice made 60 s, the call still returns at once,
+    and the fd is drained."""
+    monkeypatch.setattr(node_heartbeat, "STOP_POLL", 60.0)
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    stop = threading.Event()
+    try:
+        call = _Call(_port(server), "n1", wait=120, stop=stop.is_set, wakeup_fd=read_end)
+        wait_for(lambda: len(server.held) == 1, 10, "the heartbeat to be held")
+        stop.set()
+        os.write(write_end, b"\x0f")  # what signal.set_wakeup_fd writes: the signal number
+        assert isinstance(call.join(timeout=10), HeartbeatStopped)
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 1)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 # ----------------------------------------------------------------------------------------------
 # clusterpull's loop against a real monitor
 

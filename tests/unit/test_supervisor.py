@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -422,6 +423,32 @@ def test_signal_handler_only_sets_the_flag() -> None:
     finally:
         restore()
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_signal_makes_the_flags_wakeup_fd_readable_until_drained() -> None:
+    """install_signal_handlers gives the flag a wakeup fd: readable after a signal (what a
+    select-based loop waits on besides its sockets), empty again once drained; restore()
+    gives the process its previous wakeup fd back and closes the pipe."""
+    flag = StopFlag()
+    assert flag.wakeup_fd is None
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    restore = install_signal_handlers(flag)
+    fd = flag.wakeup_fd
+    try:
+        assert fd is not None
+        assert select.select([fd], [], [], 0)[0] == []
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert select.select([fd], [], [], 5)[0] == [fd]
+        assert wait_for(flag.is_set, 2)
+        flag.drain()
+        assert select.select([fd], [], [], 0)[0] == []
+    finally:
+        restore()
+    assert flag.wakeup_fd is None
+    assert signal.set_wakeup_fd(before) == before
+    with pytest.raises(OSError):
+        os.fstat(fd)
 
 
 def test_signal_stops_a_real_run_loop_promptly() -> None:
