@@ -126,7 +126,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TextIO
 
@@ -309,6 +309,8 @@ class Background:
     error: str = ""
     exception: Exception | None = None
     done: bool = False
+    #: Set with ``done``: the node's loop waits on it, so it hears of the end at once.
+    ended: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -844,6 +846,7 @@ class NodeRun:
             bg.error = str(exc) or type(exc).__name__
             bg.exception = exc
         bg.done = True
+        bg.ended.set()
 
     def _settle_background(self) -> None:
         bg = self.background
@@ -1245,7 +1248,13 @@ class NodeRun:
     def _wait(self, timeout: float) -> None:
         """Sleep until a job ends or ``timeout`` passes, collecting what ended."""
         if not self.pool.running():
-            self.clock.sleep(max(min(timeout, 0.5), 0))
+            timeout = max(min(timeout, 0.5), 0)
+            if self.background is not None:
+                # A BUILD ends when it ends: go on at that moment, not at the next poll
+                # slice (two of them were a tenth of a second before a node's first JOBS).
+                self.clock.wait(self.background.ended, timeout)
+            else:
+                self.clock.sleep(timeout)
             return
         finished = self.pool.wait(timeout)
         self._take_back(self.pool.take_returned())

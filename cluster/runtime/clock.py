@@ -6,7 +6,9 @@ calling :mod:`time` directly, so tests can drive it with :class:`FakeClock`:
 * ``time()`` is wall-clock seconds since the epoch: use it only for timestamps that are
   written down or compared with file mtimes (the PID file's staleness, for instance);
 * ``monotonic()`` is for intervals and deadlines;
-* ``sleep(s)`` blocks for ``s`` seconds.
+* ``sleep(s)`` blocks for ``s`` seconds;
+* ``wait(event, s)`` blocks for ``s`` seconds or until ``event`` is set, whichever comes
+  first (a thread's work that ends at a moment of its own: a node's BUILD).
 
 Usage::
 
@@ -38,6 +40,10 @@ class Clock(Protocol):
         """Block for ``seconds`` (non-positive values return at once)."""
         ...
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Block for ``seconds`` or until ``event`` is set; whether it is set."""
+        ...
+
 
 class SystemClock:
     """The real clocks of the :mod:`time` module."""
@@ -51,6 +57,9 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(seconds, 0.0))
 
 
 class FakeClock:
@@ -87,3 +96,10 @@ class FakeClock:
             self.sleeps.append(seconds)
         if seconds > 0:
             self.advance(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """At once if ``event`` is set (no time passes); else as :meth:`sleep`."""
+        if event.is_set():
+            return True
+        self.sleep(seconds)
+        return event.is_set()

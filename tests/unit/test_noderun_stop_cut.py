@@ -7,7 +7,9 @@ at once (issue 24: a pilot ended by its time limit reported a held job as error 
 from __future__ import annotations
 
 import signal
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -100,3 +102,26 @@ def test_a_job_that_ended_by_itself_is_reported_at_once(tmp_path: Path) -> None:
     node._finish(Finished(JOB, 1, False))
     assert [r.name for r in node.unsent] == [JOB.name]
     assert clock.sleeps == []
+
+
+def test_the_loop_waits_on_the_build_and_not_a_slice_past_its_end(tmp_path: Path) -> None:
+    """With no job running and a BUILD in its thread, the node's wait ends when the build
+    ends (its ``ended`` event), not at the end of a poll slice: an ended build costs no
+    sleep at all, a running one the slice at most."""
+    node, clock = _node(tmp_path, None)
+    node.pool = SimpleNamespace(running=lambda: 0)  # type: ignore[assignment]  # no job yet
+    release = threading.Event()
+
+    def build() -> None:
+        release.wait(30)
+
+    node._start_background("build", build)
+    assert node.background is not None
+    bg = node.background
+    node._wait(0.05)
+    assert clock.sleeps == [0.05]  # still building: the slice
+    release.set()
+    bg.thread.join(30)
+    assert bg.done and bg.ended.is_set()
+    node._wait(0.05)
+    assert clock.sleeps == [0.05]  # ended: no sleep

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from cluster.runtime import fsutil, proc
-from cluster.runtime.clock import FakeClock
+from cluster.runtime.clock import FakeClock, SystemClock
 from cluster.runtime.service import StopFlag
 
 
@@ -170,6 +170,29 @@ def test_spawn_runs_in_its_own_session_and_kill_tree_ends_it() -> None:
         child.wait()
     assert not proc.kill_tree(child.pid)  # gone: nothing to signal
     assert proc.describe_status(-signal.SIGKILL) == "terminated by SIGKILL"
+
+
+# ----------------------------------------------------------------------------------------------
+# clock
+
+def test_a_clock_wait_ends_when_its_event_is_set() -> None:
+    """SystemClock.wait returns the moment another thread sets the event, well before its
+    60 s; FakeClock.wait is a recorded sleep unless the event is set already."""
+    event = threading.Event()
+    timer = threading.Timer(0.2, event.set)
+    timer.start()
+    waiter = threading.Thread(target=SystemClock().wait, args=(event, 60.0), daemon=True)
+    waiter.start()
+    waiter.join(10)
+    timer.join()
+    assert not waiter.is_alive(), "the wait did not end when the event was set"
+    assert SystemClock().wait(event, 60.0) is True
+
+    clock = FakeClock()
+    assert clock.wait(threading.Event(), 0.5) is False
+    assert clock.sleeps == [0.5] and clock.monotonic() == 0.5
+    assert clock.wait(event, 30.0) is True
+    assert clock.sleeps == [0.5] and clock.monotonic() == 0.5
 
 
 # ----------------------------------------------------------------------------------------------
