@@ -31,17 +31,16 @@ priorities' copies, and the busy priority's, took CPU time from the jobs.  A pri
 with anything that might be work is started as before.
 
 Publishing the node code (issue 11): with ``on_tick`` -- run_clustermaster.py passes a
-:class:`NodeCodePublisher` -- each tick, after its starts, makes the home's ``node-code/``
-match the node side of the repo this master runs from (:func:`cluster.node.code.publish`:
-~12 ms of stat calls when nothing changed; each published copy is hashed at the
-supervisor's start and again whenever its stat, ctime included, changed, so a tamper is
-undone at the next tick), so a change to a node-side module on the master reaches the
-nodes at their next clusterpull cycle.  It runs at the first tick (the supervisor's start)
-and every ``interval`` after; a failure is logged.  After the starts, not before: the first
-publish of a home compiles the node side's bytecode (a seventh of a second of CPU), which
-the clustermasters' own start-up overlaps instead of waiting for; a node that looks
-meanwhile finds the last whole version (MANIFEST is written last) or, in a new home,
-nothing, and runs its last good or installed copy (:mod:`cluster.node.selfupdate`).
+:class:`NodeCodePublisher` -- each tick first makes the home's ``node-code/`` match the
+node side of the repo this master runs from (:func:`cluster.node.code.publish`: ~12 ms of
+stat calls when nothing changed; each published copy is hashed at the supervisor's start and
+again whenever its stat, ctime included, changed, so a tamper is undone at the next tick),
+so a change to a node-side module on the master reaches the nodes at their next clusterpull
+cycle, and the run a tick starts runs the code published at that tick.  It runs at the
+first tick (the supervisor's start) and every ``interval`` after; a failure is logged and
+the tick goes on.  The first publish into a new home copies the node side's bytecode from
+the bytecode cache (:mod:`cluster.node.bytecodecache`) rather than compiling it, except the
+first time on a machine.
 
 Periodic hooks (issue 24): each ``(interval, hook)`` of ``periodic`` -- run_clustermaster.py
 passes the resource file's writer (:class:`cluster.master.resources.ResourceWriter`) every
@@ -159,8 +158,8 @@ class Supervisor:
             self._log = open(self.log_path, "ab")  # closed in shutdown()
 
     def tick(self, now: float) -> None:
-        """One step: reap what finished, run the periodic hooks, start every command once
-        (except those ``idle`` says have nothing to do), then run ``on_tick``.
+        """One step: reap what finished, run the hooks, then start every command once
+        (except those ``idle`` says have nothing to do).
 
         ``now`` is the monotonic time the tick is for.  A command that cannot be started is
         logged and the others are still started.
@@ -168,17 +167,17 @@ class Supervisor:
         self.ticks += 1
         self.last_tick = now
         self.reap()
+        if self.on_tick is not None:
+            try:
+                self.on_tick()
+            except Exception:  # its own business; the clustermasters must still start
+                logger.exception("the per-tick hook failed")
         # Before the starts: what a hook writes (the resource file) is done before any
         # clustermaster of this tick can write its own.
         self.run_periodic(now)
         for index, command in enumerate(self.commands):
             if not self._is_idle(index):
                 self._start(command, now)
-        if self.on_tick is not None:
-            try:
-                self.on_tick()
-            except Exception:  # its own business; the clustermasters have started
-                logger.exception("the per-tick hook failed")
 
     def _is_idle(self, index: int) -> bool:
         """Whether ``idle`` says command ``index`` has nothing to do (False without it, or

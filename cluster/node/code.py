@@ -26,7 +26,9 @@ new run to its first job, and on one machine the nodes of a local cluster all di
 once.  The bytecode is hash-checked (PEP 552, ``CHECKED_HASH``): it holds its source's hash,
 not its mtime, so it stays valid in a copy whatever times the copy's files got, and compiling
 the same source gives the same bytes, so an unchanged module keeps its md5 and a new master
-process publishes the same version.  A node whose Python has another cache tag ignores it
+process publishes the same version.  What a publish compiled is kept across processes
+(:mod:`cluster.node.bytecodecache`), so a new supervisor's first publish into a new home
+copies it instead of compiling again.  A node whose Python has another cache tag ignores it
 (Python looks for its own file name) and compiles the copy itself
 (:func:`cluster.node.selfupdate.compile_copy`).
 
@@ -70,7 +72,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
 from cluster.errors import ClusterError
-from cluster.node import scancache
+from cluster.node import bytecodecache, scancache
 from cluster.runtime import fsutil
 
 log = logging.getLogger("cluster.nodecode")
@@ -488,9 +490,13 @@ def _publish_bytecode(dest: Path, files: list[str], published: dict[str, str],
 
     A module whose source has the md5 the current MANIFEST (``published``) lists keeps the
     bytecode listed with it, when that file is intact: the same source compiles to the same
-    bytes.  A module that does not compile gets no bytecode (logged): the node fails where
-    it imports it, with Python's own message.  OSError if ``dest`` cannot be written."""
+    bytes.  Otherwise the bytecode comes from the bytecode cache
+    (:mod:`cluster.node.bytecodecache`: compiled by an earlier publish of the same source on
+    this machine), or is compiled and added to it.  A module that does not compile gets no
+    bytecode (logged): the node fails where it imports it, with Python's own message.
+    OSError if ``dest`` cannot be written."""
     written: list[str] = []
+    cache = bytecodecache.BytecodeCache()
     for rel in files:
         pyc = bytecode_file(rel)
         if pyc is None:
@@ -505,6 +511,11 @@ def _publish_bytecode(dest: Path, files: list[str], published: dict[str, str],
                 and _published_intact(dst, dst_stat, published[pyc])):
             md5s[pyc] = published[pyc]
             continue
+        cached = cache.fetch(rel, md5s[rel], dst)
+        if cached is not None:
+            md5s[pyc] = cached
+            written.append(pyc)
+            continue
         try:
             # Written atomically (a temporary file renamed), as the sources are copied.
             py_compile.compile(str(dest / rel), cfile=str(dst), dfile=rel, doraise=True,
@@ -514,5 +525,6 @@ def _publish_bytecode(dest: Path, files: list[str], published: dict[str, str],
                         rel, exc.msg.strip())
             continue
         md5s[pyc] = file_md5(dst)
+        cache.store(rel, md5s[rel], dst, md5s[pyc])
         written.append(pyc)
     return written
