@@ -111,14 +111,23 @@ class NodeCodeError(ClusterError):
 # ----------------------------------------------------------------------------------------------
 # The set of files
 
-def _module_file(repo_root: Path, module: str) -> str | None:
+def _module_file(repo_root: Path, module: str,
+                 memo: dict[str, str | None] | None = None) -> str | None:
     """The repo-relative POSIX path of ``module`` (``a.b`` -> ``a/b.py`` or
-    ``a/b/__init__.py``), or None if neither exists."""
-    base = PurePosixPath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if (repo_root / candidate).is_file():
-            return str(candidate)
-    return None
+    ``a/b/__init__.py``), or None if neither exists.  ``memo`` keeps the answers of one
+    scan: the same names come up in file after file (1,600 lookups for ~150 names)."""
+    if memo is not None and module in memo:
+        return memo[module]
+    base = module.replace(".", "/")
+    root = os.fspath(repo_root)
+    found = None
+    for candidate in (f"{base}.py", f"{base}/__init__.py"):
+        if os.path.isfile(os.path.join(root, candidate)):
+            found = candidate
+            break
+    if memo is not None:
+        memo[module] = found
+    return found
 
 
 def _package_of(rel: str) -> str:
@@ -136,14 +145,16 @@ _IMPORTS: dict[str, scancache.Entry] = {}
 _DISK = {"loaded": False, "dirty": False}
 
 
-def imported_modules(repo_root: Path, rel: str) -> set[str]:
+def imported_modules(repo_root: Path, rel: str,
+                     memo: dict[str, str | None] | None = None) -> set[str]:
     """The dotted names of the modules of :data:`PACKAGE` that the file ``rel`` imports,
     anywhere in it (``from a.b import c`` counts ``a.b``, and ``a.b.c`` when that is a
     module file).  NodeCodeError if the file cannot be read or does not parse.
 
     The parse is remembered per file under its inode, size, mtime and ctime, and only when
     the ctime was at least :data:`RACY_WINDOW` old when the file was read (a later write in
-    the same clock tick could otherwise keep all four)."""
+    the same clock tick could otherwise keep all four).  ``memo``: see :func:`_module_file`.
+    """
     path = repo_root / rel
     where = str(path.absolute())
     try:
@@ -160,7 +171,8 @@ def imported_modules(repo_root: Path, rel: str) -> set[str]:
                 _DISK["dirty"] = True
     except (OSError, SyntaxError, ValueError) as exc:
         raise NodeCodeError(rel, f"cannot be read as Python ({exc})") from None
-    found = set(sure) | {name for name in maybe if _module_file(repo_root, name) is not None}
+    found = set(sure) | {name for name in maybe
+                         if _module_file(repo_root, name, memo) is not None}
     return {name for name in found if name == PACKAGE or name.startswith(PACKAGE + ".")}
 
 
@@ -245,6 +257,7 @@ def _scan(repo_root: Path) -> list[str]:
             raise NodeCodeError(rel, f"missing under {repo_root}")
         start.append(rel)
     files: set[str] = set()
+    memo: dict[str, str | None] = {}
     todo = list(start)
     while todo:
         if len(files) > MAX_SCAN_FILES:
@@ -256,8 +269,8 @@ def _scan(repo_root: Path) -> list[str]:
         files.add(rel)
         todo += [init for init in _package_inits(rel)
                  if PurePosixPath(init).parts[0] == PACKAGE and init not in files]
-        for module in imported_modules(repo_root, rel):
-            target = _module_file(repo_root, module)
+        for module in imported_modules(repo_root, rel, memo):
+            target = _module_file(repo_root, module, memo)
             if target is None:
                 raise NodeCodeError(rel, f"imports {module}, which is no file under "
                                          f"{repo_root}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 from cluster.config import Config
 from cluster.defaults import AUTO_PRIORITY, COMMIT_PRIORITY, PRIORITIES, USER_PRIORITY
@@ -73,11 +72,15 @@ class WorkWatcher:
     def __init__(self, home: Home, priorities: tuple[int, ...] = PRIORITIES) -> None:
         self.home = home
         self.priorities = priorities
+        # The paths each poll looks at, as strings made once: the watcher polls 20 times a
+        # second for the life of the cluster, and building Paths was most of its cost.
+        self._paths = {p: (str(home.queue(p)), str(home.legacy_queue(p)), str(home.pid_file(p)))
+                       for p in priorities}
         self.seen: dict[int, Signature] = {p: self._signature(p) for p in priorities}
         self.droppings = self._droppings() if USER_PRIORITY in priorities else set()
 
     @staticmethod
-    def _stat(path: Path) -> tuple[int, int]:
+    def _stat(path: str) -> tuple[int, int]:
         try:
             st = os.stat(path)
         except OSError:
@@ -86,12 +89,11 @@ class WorkWatcher:
 
     def _signature(self, priority: int) -> Signature:
         """(the queue's (mtime, size), the old-name queue's, whether a PID file exists)."""
-        return (self._stat(self.home.queue(priority)),
-                self._stat(self.home.legacy_queue(priority)),
-                os.path.lexists(self.home.pid_file(priority)))
+        queue, legacy, pid_file = self._paths[priority]
+        return (self._stat(queue), self._stat(legacy), os.path.lexists(pid_file))
 
     def _droppings(self) -> set[tuple[str, int]]:
-        return {(str(p), self._stat(p)[0]) for p in droppings.waiting(self.home)}
+        return {(path, self._stat(path)[0]) for path in droppings.waiting_paths(self.home)}
 
     def __call__(self) -> list[int]:
         woken: list[int] = []

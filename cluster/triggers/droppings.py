@@ -25,7 +25,7 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +60,7 @@ class Dropping:
     tree: str | None
 
 
-def _is_dir(path: Path) -> bool:
+def _is_dir(path: str) -> bool:
     """Whether ``path`` is a directory itself (a symlink to one is not)."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
@@ -68,7 +68,15 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
-def _subdirs(path: Path) -> list[str]:
+def _is_request(path: str) -> bool:
+    """Whether something that is not a directory is at ``path`` (a dropping's name)."""
+    try:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _subdirs(path: str) -> list[str]:
     """The names of the real directories in ``path``, sorted (symlinks left out)."""
     try:
         with os.scandir(path) as it:
@@ -77,35 +85,46 @@ def _subdirs(path: Path) -> list[str]:
         return []
 
 
+def _scan(home: Home) -> Iterator[tuple[str, str, str | None]]:
+    """(path, user, tree or None) of every dropping waiting in ``home``, in :func:`found`'s
+    order; plain strings (the watcher calls it 20 times a second)."""
+    users = str(home.users)
+    if not _is_dir(users):
+        return
+    for user in _subdirs(users):
+        user_dir = os.path.join(users, user)
+        for name in LEGACY_DROPPINGS:
+            path = os.path.join(user_dir, name)
+            # A tree may be called gs.run: a directory of that name is a tree, not a request.
+            if _is_request(path):
+                yield path, user, None
+        for tree in _subdirs(user_dir):
+            for name in DROPPINGS:
+                path = os.path.join(user_dir, tree, name)
+                # A directory of that name is part of the pushed source, not a request.
+                if _is_request(path):
+                    yield path, user, tree
+
+
 def found(home: Home) -> list[Dropping]:
     """Every dropping waiting in ``home``, users and trees in name order.
 
-    A few stat calls per tree (the supervisor's watcher calls this every poll).  Only real
-    directories are descended; a dropping may be any kind of file here (the scan refuses
-    what is not a regular file).
+    One lstat per possible dropping and a directory listing per user (the supervisor's
+    watcher looks every poll, through :func:`waiting_paths`).  Only real directories are
+    descended; a dropping may be any kind of file here (the scan refuses what is not a
+    regular file).
     """
-    if not _is_dir(home.users):
-        return []
-    out: list[Dropping] = []
-    for user in _subdirs(home.users):
-        user_dir = home.user_dir(user)
-        for name in LEGACY_DROPPINGS:
-            path = user_dir / name
-            # A tree may be called gs.run: a directory of that name is a tree, not a request.
-            if os.path.lexists(path) and not _is_dir(path):
-                out.append(Dropping(path, user, None))
-        for tree in _subdirs(user_dir):
-            for name in DROPPINGS:
-                path = user_dir / tree / name
-                # A directory of that name is part of the pushed source, not a request.
-                if os.path.lexists(path) and not _is_dir(path):
-                    out.append(Dropping(path, user, tree))
-    return out
+    return [Dropping(Path(path), user, tree) for path, user, tree in _scan(home)]
 
 
 def waiting(home: Home) -> list[Path]:
     """The paths of the droppings waiting in ``home`` (see :func:`found`)."""
-    return [d.path for d in found(home)]
+    return [Path(path) for path, _, _ in _scan(home)]
+
+
+def waiting_paths(home: Home) -> list[str]:
+    """:func:`waiting` as strings, made without a Path (the watcher's poll)."""
+    return [path for path, _, _ in _scan(home)]
 
 
 def same_push(spec: RunSpec) -> Callable[[RunSpec], bool]:
