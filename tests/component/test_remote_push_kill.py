@@ -68,6 +68,14 @@ def slow_rsync(tmp_path: Path) -> Path:
     return where
 
 
+def _as_from_a_terminal() -> None:
+    """In the child: ^C's default action, as a push typed at a terminal has it.  A test run
+    started in the background by a non-interactive shell inherits SIGINT ignored (POSIX:
+    asynchronous commands), and Python keeps a signal ignored at its start: the push would
+    not be interrupted at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_push(sshd: PrivateSshd, home: Home, tree: Path,
                tmp_path: Path) -> subprocess.Popen[str]:
     """The real clusterpush.py --master, throttled; returns once its transfer runs."""
@@ -75,7 +83,8 @@ def start_push(sshd: PrivateSshd, home: Home, tree: Path,
     child = subprocess.Popen(
         [sys.executable, str(REPO / "clusterpush.py"),
          *cli(sshd, f"{sshd.address}:{home.root}", tree, "gs")],
-        cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_as_from_a_terminal)
     wait_for(lambda: receiving(home) or child.poll() is not None, 60,
              "the master's side of the push")
     assert child.poll() is None, child.communicate()
