@@ -67,7 +67,7 @@ from typing import Any, BinaryIO, Generic, TypeVar
 from urllib.parse import unquote
 
 from cluster.config import Config
-from cluster.console import archivefiles, page, status
+from cluster.console import archivefiles
 from cluster.console.archivefiles import ArchiveRefused
 from cluster.defaults import EXIT_OK
 from cluster.errors import AlreadyRunning, ClusterError
@@ -269,19 +269,45 @@ class StatusModel:
     first), a run's detail on demand.
 
     ``snapshot`` and ``run_detail`` default to cluster.console.status's; a test may pass
-    others.
+    others.  That module and the page's are loaded at the first request that needs them,
+    not at the start: clusterstatus.py starts beside the run's first clustermaster and
+    nodes (localcluster.py), and nobody may look before the run ends.
     """
 
     def __init__(self, home: Home, cfg: Config, *, ttl: float = CACHE_SECONDS,
-                 snapshot: Snapshot = status.snapshot,
-                 run_detail: RunDetail = status.run_detail) -> None:
+                 snapshot: Snapshot | None = None,
+                 run_detail: RunDetail | None = None) -> None:
         self.home = home
         self.cfg = cfg
         self.views: TtlCache[_Views] = TtlCache(ttl, max_entries=1)
         self.details: TtlCache[Answer] = TtlCache(ttl, max_entries=MAX_CACHED_RUNS)
-        self._snapshot = snapshot
-        self._run_detail = run_detail
-        self.page = Answer(200, page.render().encode("utf-8"), "text/html; charset=utf-8")
+        self._snapshot_fn = snapshot
+        self._run_detail_fn = run_detail
+        self._page: Answer | None = None
+
+    @property
+    def page(self) -> Answer:
+        """The status page's HTML, rendered at its first request."""
+        if self._page is None:
+            from cluster.console import page  # here: see the class docstring
+
+            self._page = Answer(200, page.render().encode("utf-8"),
+                                "text/html; charset=utf-8")
+        return self._page
+
+    def _snapshot(self, home: Home, cfg: Config) -> dict[str, Any]:
+        if self._snapshot_fn is None:
+            from cluster.console import status  # here: see the class docstring
+
+            self._snapshot_fn = status.snapshot
+        return self._snapshot_fn(home, cfg)
+
+    def _run_detail(self, home: Home, run_id: str) -> dict[str, Any]:
+        if self._run_detail_fn is None:
+            from cluster.console import status  # here: see the class docstring
+
+            self._run_detail_fn = status.run_detail
+        return self._run_detail_fn(home, run_id)
 
     def _make_views(self) -> _Views:
         try:
