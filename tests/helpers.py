@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import time
@@ -17,6 +18,16 @@ CORPUS = REPO / "corpus" / "ghostpdl-examples"
 
 T = TypeVar("T")
 A = TypeVar("A", str, bytes)
+
+
+def copy_code(dest: Path) -> Path:
+    """The repo's package and top-level scripts (not .git, tests, corpus, bytecode) under
+    ``dest``: a master's checkout of this code, for publishing and updating tests."""
+    shutil.copytree(REPO / "cluster", dest / "cluster",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for script in REPO.glob("*.py"):
+        shutil.copy2(script, dest / script.name)
+    return dest
 
 
 @contextmanager

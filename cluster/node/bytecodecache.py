@@ -29,6 +29,7 @@ import os
 import sys
 from pathlib import Path
 
+from cluster.node import scancache
 from cluster.runtime import fsutil
 
 log = logging.getLogger("cluster.nodecode")
@@ -44,10 +45,7 @@ SUFFIX = ".pyc"
 def cache_dir() -> Path:
     """Where the cache lives (module docstring)."""
     explicit = os.environ.get(ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "regression-cluster" / "node-bytecode"
+    return Path(explicit) if explicit else scancache.cache_root() / "node-bytecode"
 
 
 def entry_key(rel: str, source_md5: str) -> str:

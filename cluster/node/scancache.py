@@ -40,13 +40,18 @@ MAX_ENTRIES = 5000
 ENV = "CLUSTER_SCAN_CACHE"
 
 
+def cache_root() -> Path:
+    """The folder of the node code's caches on disk (this one and
+    :mod:`cluster.node.bytecodecache`): ``$XDG_CACHE_HOME/regression-cluster``, with
+    ``~/.cache`` for ``$XDG_CACHE_HOME`` when it is not set."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "regression-cluster"
+
+
 def cache_path() -> Path:
     """Where the cache lives (module docstring)."""
     explicit = os.environ.get(ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "regression-cluster" / "node-code-scan.json"
+    return Path(explicit) if explicit else cache_root() / "node-code-scan.json"
 
 
 def load(path: Path) -> dict[str, Entry]:

@@ -8,14 +8,13 @@ only through their ssh transport.
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from cluster.report.tab import read_tab
-from tests.helpers import REPO, wait_for
+from tests.helpers import copy_code, wait_for
 from tests.multihost import (
     MakeMultiHost,
     multihost_fixture,  # noqa: F401 -- the fixture make_multihost
@@ -32,11 +31,7 @@ MARKER = "node code changed on the master: v2"
 
 def master_checkout(dest: Path) -> Path:
     """A copy of this repository's code (the package and the top-level scripts)."""
-    shutil.copytree(REPO / "cluster", dest / "cluster",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for script in REPO.glob("*.py"):
-        shutil.copy2(script, dest / script.name)
-    return dest
+    return copy_code(dest)
 
 
 def current_version(work: Path) -> str:

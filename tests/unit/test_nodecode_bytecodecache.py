@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import os
 import py_compile
-import shutil
 from pathlib import Path
 
 import pytest
 
 from cluster.node import bytecodecache, code
-from tests.helpers import REPO
+from tests.helpers import copy_code
 
 
 def _copy_repo(dest: Path) -> Path:
-    shutil.copytree(REPO / "cluster", dest / "cluster",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for script in REPO.glob("*.py"):
-        shutil.copy2(script, dest / script.name)
-    return dest
+    return copy_code(dest)
 
 
 @pytest.fixture

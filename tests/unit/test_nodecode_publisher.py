@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -15,15 +14,11 @@ import pytest
 
 from cluster.master.supervisor import NodeCodePublisher, Supervisor
 from cluster.node import code
-from tests.helpers import REPO
+from tests.helpers import copy_code
 
 
 def _repo(dest: Path) -> Path:
-    shutil.copytree(REPO / "cluster", dest / "cluster",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for script in REPO.glob("*.py"):
-        shutil.copy2(script, dest / script.name)
-    return dest
+    return copy_code(dest)
 
 
 def _expected_manifest(repo: Path, dest: Path) -> str:

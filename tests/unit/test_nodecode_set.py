@@ -9,7 +9,6 @@ import hashlib
 import logging
 import os
 import py_compile
-import shutil
 import subprocess
 import sys
 import time
@@ -18,16 +17,12 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from cluster.node import code
-from tests.helpers import REPO
+from tests.helpers import REPO, copy_code
 
 
 def _copy_repo(dest: Path) -> Path:
     """The repo's package and top-level scripts (not .git, tests, corpus) under ``dest``."""
-    shutil.copytree(REPO / "cluster", dest / "cluster",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for script in REPO.glob("*.py"):
-        shutil.copy2(script, dest / script.name)
-    return dest
+    return copy_code(dest)
 
 
 def _old(path: Path, seconds: float = 60.0) -> None:
