@@ -190,17 +190,22 @@ def test_clusterpush_resume_queues_a_run_that_builds_only_the_tasks_left(
     assert (home.users / "alice" / "sweep" / DROPPING).read_text() == line + "\n"
 
     # The priority-0 master takes the dropping, snapshots the folder and asks build.py.
+    # Its log in a file the test can read while it runs: the master is killed once the
+    # job list is there, and build.py's line may be written a moment after the list.
     port = free_port(3)
-    master = subprocess.Popen(master_argv(home, port, "pid_check_interval=0.2",
-                                          priority=0),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    master_log = tmp_path / "master.err"
+    said = f"resume: 5 of 8 tasks to run, 3 valid in run {R1}"
+    with open(master_log, "w") as err:
+        master = subprocess.Popen(master_argv(home, port, "pid_check_interval=0.2",
+                                              priority=0),
+                                  stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
         wait_for(lambda: home.jobs(0).is_file() and home.job_start(0).is_file(), 60,
                  "the run's job list")
         names = [Job.parse(x).name for x in home.jobs(0).read_text().splitlines()]
         assert names == [t[i].task_id for i in (2, 3, 4, 5, 7)]
         assert JobStart.parse(home.job_start(0).read_text()).queue == line
+        wait_for(lambda: said in master_log.read_text(), 30, "build.py's resume line")
     finally:
         master.kill()
-        _out, err = master.communicate(timeout=30)
-    assert f"resume: 5 of 8 tasks to run, 3 valid in run {R1}" in err
+        master.wait(timeout=30)
