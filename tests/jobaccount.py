@@ -10,9 +10,11 @@ root, as a node that drops to job_user does.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pwd
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +26,32 @@ ACCOUNT = "rcjobtest"
 
 
 @contextlib.contextmanager
+def account_turn() -> Iterator[None]:
+    """One test at a time uses :data:`ACCOUNT`, whichever worker runs it: an exclusive lock
+    (flock on a file in the temporary folder, shared by every worker) held meanwhile.  A
+    test's end kills every process of the account, and may delete it: beside another
+    test's jobs it killed their slot shells (a job "ended" with no status before its
+    timeout, once in CI under load)."""
+    path = Path(tempfile.gettempdir()) / f"regression-cluster-tests-{os.getuid()}.jobaccount.lock"
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # bounded by the holder: one test or module
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def made_account() -> Iterator[JobAccount]:
+    """:data:`ACCOUNT`, made if missing, for the block's duration (in its turn:
+    :func:`account_turn`); its processes killed at the end, and the account removed if
+    this made it."""
+    with account_turn(), _made_account() as account:
+        yield account
+
+
+@contextlib.contextmanager
+def _made_account() -> Iterator[JobAccount]:
     made = False
     try:
         pwd.getpwnam(ACCOUNT)

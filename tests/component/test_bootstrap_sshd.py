@@ -30,7 +30,7 @@ from cluster.node.bootstrap import Bootstrap, NodeSettings
 from cluster.runtime.ssh import SshTarget
 from cluster.runtime.sshd import PrivateSshd
 from tests.helpers import REPO, free_port
-from tests.jobaccount import ACCOUNT, searchable
+from tests.jobaccount import ACCOUNT, account_turn, searchable
 
 #: One worker runs every test that writes a real crontab (xdist's loadgroup).
 pytestmark = pytest.mark.xdist_group("crontab")
@@ -228,36 +228,37 @@ def test_a_root_node_gets_its_job_account_made_once_and_named_in_node_conf(
     """As root on the node, bootstrap_node.py makes --job-user a system account with no
     login unless it exists, names it in node.conf (mode 0600), changes nothing the second
     time, and refuses a REMOTE_DIR the account cannot enter."""
-    try:
-        pwd.getpwnam(ACCOUNT)
-        existed = True
-    except KeyError:
-        existed = False
-    try:
-        with searchable(tmp_path):
-            remote = tmp_path / "node"
-            argv = _argv(sshd, remote, "--job-user", ACCOUNT)
-            first = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
-            assert first.returncode == 0, first.stdout + first.stderr
-            made = f"job account: {ACCOUNT} " + ("exists" if existed else
-                                                 "made (system account, no login)")
-            assert made in first.stdout
-            entry = pwd.getpwnam(ACCOUNT)
-            assert entry.pw_shell == jobuser.NOLOGIN and 0 < entry.pw_uid < 1000
-            assert config.load(remote / "node.conf").job_user == ACCOUNT
-            assert (remote / "node.conf").stat().st_mode & 0o777 == bootstrap.CONF_MODE
-            second = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
-            assert second.returncode == 0, second.stdout + second.stderr
-            assert f"job account: {ACCOUNT} exists" in second.stdout
-            assert second.stdout.splitlines()[-1] == ("nothing changed: the node was "
-                                                      "already set up")
-            closed = tmp_path / "closed"
-            closed.mkdir(mode=0o700)
-            third = subprocess.run(_argv(sshd, closed / "node", "--job-user", ACCOUNT),
-                                   capture_output=True, text=True, timeout=TIMEOUT)
-            assert third.returncode == 1, third.stdout + third.stderr
-            assert f"job account {ACCOUNT} cannot enter {closed / 'node'}" in third.stdout
-            assert not (closed / "node" / "node.conf").exists()
-    finally:
-        if not existed:
-            subprocess.run(["userdel", ACCOUNT], capture_output=True, timeout=60)
+    with account_turn():  # no other test makes, uses or deletes the account meanwhile
+        try:
+            pwd.getpwnam(ACCOUNT)
+            existed = True
+        except KeyError:
+            existed = False
+        try:
+            with searchable(tmp_path):
+                remote = tmp_path / "node"
+                argv = _argv(sshd, remote, "--job-user", ACCOUNT)
+                first = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+                assert first.returncode == 0, first.stdout + first.stderr
+                made = f"job account: {ACCOUNT} " + ("exists" if existed else
+                                                     "made (system account, no login)")
+                assert made in first.stdout
+                entry = pwd.getpwnam(ACCOUNT)
+                assert entry.pw_shell == jobuser.NOLOGIN and 0 < entry.pw_uid < 1000
+                assert config.load(remote / "node.conf").job_user == ACCOUNT
+                assert (remote / "node.conf").stat().st_mode & 0o777 == bootstrap.CONF_MODE
+                second = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+                assert second.returncode == 0, second.stdout + second.stderr
+                assert f"job account: {ACCOUNT} exists" in second.stdout
+                assert second.stdout.splitlines()[-1] == ("nothing changed: the node was "
+                                                          "already set up")
+                closed = tmp_path / "closed"
+                closed.mkdir(mode=0o700)
+                third = subprocess.run(_argv(sshd, closed / "node", "--job-user", ACCOUNT),
+                                       capture_output=True, text=True, timeout=TIMEOUT)
+                assert third.returncode == 1, third.stdout + third.stderr
+                assert f"job account {ACCOUNT} cannot enter {closed / 'node'}" in third.stdout
+                assert not (closed / "node" / "node.conf").exists()
+        finally:
+            if not existed:
+                subprocess.run(["userdel", ACCOUNT], capture_output=True, timeout=60)
