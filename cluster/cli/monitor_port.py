@@ -67,4 +67,4 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()
     install_signal_handlers(stop)
     return monitor.run(home, (cfg.listen_address, cfg.monitor_port), stop.is_set,
-                       stop_flag=stop)
+                       wakeup_fd=stop.wakeup_fd)

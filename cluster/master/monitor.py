@@ -376,8 +376,6 @@ class MonitorServer(SelectorListener[_Conn]):
         self.max_wait = max_wait
         self.hold_poll = hold_poll
         self.held: set[_Conn] = set()
-        #: Whether the last serve_once saw the fd given to wake_on readable.
-        self.woken = False
         self.buffered = 0
         self.served = 0
         self._next_poll = 0.0
@@ -393,15 +391,15 @@ class MonitorServer(SelectorListener[_Conn]):
 
     # -- driving it ----------------------------------------------------------------------------
     def wake_on(self, fd: int) -> None:
-        """Also end a :meth:`serve_once` wait when ``fd`` turns readable (a stop flag's
-        wakeup fd); :attr:`woken` then says so, and the caller drains ``fd``."""
+        """Also end a :meth:`serve_once` wait when ``fd`` turns readable: a stop flag's
+        wakeup fd, drained here (:func:`cluster.runtime.service.drain`), so that the loop
+        looks at its stop flag at once."""
         self.selector.register(fd, selectors.EVENT_READ, _WAKE)
 
     def serve_once(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for activity, deal with all of it, then with the
         deadlines that passed and (while heartbeats are held) with new runs."""
         now = self.clock.monotonic()
-        self.woken = False
         wait = timeout
         if self._deadlines:
             wait = min(wait, self._deadlines[0][0] - now)
@@ -412,7 +410,7 @@ class MonitorServer(SelectorListener[_Conn]):
                 self._accept()
                 continue
             if key.data is _WAKE:
-                self.woken = True
+                service.drain(key.fd)
                 continue
             conn: _Conn = key.data
             if conn.closed:
@@ -709,11 +707,11 @@ def port_taken_message(address: tuple[str, int]) -> str:
 def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         poll: float = 0.5, clock: Clock | None = None,
         on_ready: Callable[[MonitorServer], None] | None = None, *,
-        max_buffered: int = MAX_BUFFERED, stop_flag: service.StopFlag | None = None) -> int:
+        max_buffered: int = MAX_BUFFERED, wakeup_fd: int | None = None) -> int:
     """Be the one monitor of ``home``: lock, listen on ``address``, serve until
     ``should_stop()`` is true (checked at least every ``poll`` seconds, and at least every
-    :data:`STOP_SLICE`; pass a ``StopFlag``'s ``is_set``).  With ``stop_flag`` (that
-    StopFlag) whose wakeup fd is set, a signal ends the wait at once.  ``on_ready`` is
+    :data:`STOP_SLICE`; pass a ``StopFlag``'s ``is_set``), and at once when ``wakeup_fd``
+    (that StopFlag's, :mod:`cluster.runtime.service`) turns readable.  ``on_ready`` is
     called once the server listens (tests use it to learn the port).
 
     Returns the exit code at once, never retrying: 0 after a stop or when another instance
@@ -747,14 +745,12 @@ def run(home: Home, address: tuple[str, int], should_stop: Callable[[], bool],
         host, port = server.server_address[:2]
         log.info("listening on %s:%s for heartbeats, home %s", host, port, home.root)
         try:
-            if stop_flag is not None and stop_flag.wakeup_fd is not None:
-                server.wake_on(stop_flag.wakeup_fd)
+            if wakeup_fd is not None:
+                server.wake_on(wakeup_fd)
             if on_ready is not None:
                 on_ready(server)
             while not should_stop():
                 server.serve_once(min(poll, STOP_SLICE))
-                if server.woken and stop_flag is not None:
-                    stop_flag.drain()
         finally:
             server.server_close()
             log.info("stopped")

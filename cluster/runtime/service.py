@@ -19,7 +19,7 @@ Contract of :class:`StopFlag`:
   descriptor that turns readable when a signal arrives (``signal.set_wakeup_fd``'s pipe).  A
   loop that waits in ``select`` adds it to what it waits for, and so ends its wait the moment
   a stop is asked instead of at the end of its slice (a blocked ``select`` is resumed after
-  a signal's handler, PEP 475); it calls :meth:`StopFlag.drain` when it turns readable.
+  a signal's handler, PEP 475); it calls :func:`drain` when it turns readable.
   The daemons whose stop every ``localcluster.py`` exit waits for (the monitor, a node's
   held heartbeat) wait this way.
 """
@@ -63,11 +63,6 @@ class StopFlag:
         #: Readable once a signal arrived (see the module docstring); None until
         #: install_signal_handlers set it.
         self.wakeup_fd: int | None = None
-
-    def drain(self) -> None:
-        """Empty :attr:`wakeup_fd` (see :func:`drain`)."""
-        if self.wakeup_fd is not None:
-            drain(self.wakeup_fd)
 
     def set(self, signum: int | None = None) -> None:
         self.count += 1

@@ -329,11 +329,10 @@ def test_a_stop_flags_wakeup_fd_ends_the_monitors_wait_at_the_signal(
     flag = StopFlag()
     read_end, write_end = os.pipe()
     os.set_blocking(read_end, False)
-    flag.wakeup_fd = read_end
     ready: list[MonitorServer] = []
     t = threading.Thread(target=monitor.run, args=(home, ("127.0.0.1", 0), flag.is_set),
-                         kwargs={"poll": 60.0, "on_ready": ready.append, "stop_flag": flag},
-                         daemon=True)
+                         kwargs={"poll": 60.0, "on_ready": ready.append,
+                                 "wakeup_fd": read_end}, daemon=True)
     try:
         t.start()
         wait_for(lambda: bool(ready), 10, "the monitor to listen")

@@ -20,6 +20,7 @@ import pytest
 from cluster.cli import common
 from cluster.cli import run_clustermaster as cli
 from cluster.master.supervisor import Supervisor, describe_status
+from cluster.runtime import service
 from cluster.runtime.clock import FakeClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
 
@@ -441,7 +442,7 @@ def test_a_signal_makes_the_flags_wakeup_fd_readable_until_drained() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         assert select.select([fd], [], [], 5)[0] == [fd]
         assert wait_for(flag.is_set, 2)
-        flag.drain()
+        service.drain(fd)
         assert select.select([fd], [], [], 0)[0] == []
     finally:
         restore()
