@@ -164,15 +164,54 @@ def test_fetch_tree_leaves_no_temp_file_on_failure(home: Path, t: LocalTransport
     dest.mkdir()
     (dest / "a").write_text("old")
 
-    def broken_copy(src: str, dst: str) -> None:
-        Path(dst).write_text("half")
+    def broken_copy(fd_in: int, fd_out: int, size: int) -> None:
+        os.write(fd_out, b"half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(mirror_mod.shutil, "copy2", broken_copy)
+    monkeypatch.setattr(mirror_mod, "_copy_data", broken_copy)
     with pytest.raises(TransportError, match="No space left"):
         t.fetch_tree("tests", dest)
     assert sorted(p.name for p in dest.iterdir()) == ["a"]
     assert (dest / "a").read_text() == "old"
+
+
+def test_copy_file_keeps_mode_and_times_and_replaces_a_stale_temp(tmp_path: Path) -> None:
+    """The copy has the source's bytes, permission bits and mtime; a temp file of this
+    pid's name left by a dead process is replaced, and none stays behind."""
+    src = tmp_path / "tool.sh"
+    src.write_bytes(b"#!/bin/sh\necho hi\n" * 5000)
+    os.chmod(src, 0o751)
+    os.utime(src, ns=(1_600_000_000_000_000_000, 1_500_000_000_123_456_789))
+    dest_dir = tmp_path / "dest"
+    dest_dir.mkdir()
+    serial = next(mirror_mod._TEMP_SERIAL) + 1  # the name the next copy will use
+    stale = dest_dir / f"{mirror_mod.TEMP_PREFIX}{os.getpid()}.{serial}"
+    stale.write_text("left by a dead copier")
+    assert mirror_mod.copy_file(src, dest_dir / "tool.sh")
+    got = (dest_dir / "tool.sh").stat()
+    assert (dest_dir / "tool.sh").read_bytes() == src.read_bytes()
+    assert got.st_mode & 0o7777 == 0o751
+    assert got.st_mtime_ns == 1_500_000_000_123_456_789
+    assert sorted(p.name for p in dest_dir.iterdir()) == ["tool.sh"]
+
+
+def test_copy_file_without_sendfile_reads_and_writes(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel cannot sendfile between the two files, the copy is whole anyway."""
+    src = tmp_path / "big"
+    src.write_bytes(os.urandom(3 << 20))
+
+    def no_sendfile(*_args: object) -> int:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(mirror_mod.os, "sendfile", no_sendfile)
+    assert mirror_mod.copy_file(src, tmp_path / "copy")
+    assert (tmp_path / "copy").read_bytes() == src.read_bytes()
+
+
+def test_copy_file_of_a_vanished_source_is_skipped(tmp_path: Path) -> None:
+    assert mirror_mod.copy_file(tmp_path / "gone", tmp_path / "copy") is False
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fetch_tree_does_not_follow_symlinks_out_of_the_tree(home: Path, t: LocalTransport,
