@@ -164,11 +164,11 @@ def test_fetch_tree_leaves_no_temp_file_on_failure(home: Path, t: LocalTransport
     dest.mkdir()
     (dest / "a").write_text("old")
 
-    def broken_copy(fd_in: int, fd_out: int, size: int) -> None:
+    def broken_copy(fd_in: int, fd_out: int, st: os.stat_result) -> None:
         os.write(fd_out, b"half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(mirror_mod, "_copy_data", broken_copy)
+    monkeypatch.setattr(mirror_mod.fsutil, "copy_contents", broken_copy)
     with pytest.raises(TransportError, match="No space left"):
         t.fetch_tree("tests", dest)
     assert sorted(p.name for p in dest.iterdir()) == ["a"]
@@ -313,11 +313,11 @@ def test_upload_is_atomic_on_failure(home: Path, t: LocalTransport, tmp_path: Pa
     src = tmp_path / "log"
     src.write_text("new")
 
-    def broken_copy(s: str, d: str) -> None:
-        Path(d).write_text("ne")
+    def broken_copy(fd_in: int, fd_out: int, st: os.stat_result) -> None:
+        os.write(fd_out, b"ne")
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(mirror_mod.shutil, "copy2", broken_copy)
+    monkeypatch.setattr(mirror_mod.fsutil, "copy_contents", broken_copy)
     with pytest.raises(TransportError, match="upload runs/r/log: Input/output error"):
         t.upload(src, "runs/r/log")
     assert os.listdir(home / "runs/r") == ["log"]
