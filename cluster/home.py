@@ -37,6 +37,8 @@ Layout of a home::
     runs/<id>/stop       an admin asked to stop run <id> (who, and why)
     node-code/           the node side of the package, published for nodes to fetch, and
                          its MANIFEST (an md5 per file)
+    node-code.lock       held by the supervisor while a tick publishes node-code/; a run
+                         started at that tick waits for it (cluster/master/codelock.py)
     node-keys/<name>.key each node's own key (0600 in a 0700 folder; cluster/nodekeys.py)
     heartbeat.nonces     the monitor's replay guard, saved for the monitor after it
     runs/<id>/audit.log  every node connection of the run and every refusal (archived)
@@ -201,6 +203,12 @@ class Home:
         """``node-code/``: the node side of the package as the master publishes it, with its
         ``MANIFEST`` (nodes fetch it when the manifest changed)."""
         return self.root / self.NODE_CODE
+
+    @property
+    def node_code_lock(self) -> Path:
+        """``node-code.lock``: held while the supervisor publishes ``node-code/``
+        (:mod:`cluster.master.codelock`)."""
+        return self.root / "node-code.lock"
 
     def audit_log(self, run_id: str) -> Path:
         """``runs/<id>/audit.log`` while the run is served; archived as

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -128,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     def nothing_to_do(priority: int) -> bool:
         return idle.surely_idle(cfg, home, priority)
 
+    def claimed(priority: int) -> bool:
+        return os.path.lexists(home.pid_file(priority))
+
     try:
         supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args)),
                                 interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                                 poll=WAKEUP_POLL,
                                 on_tick=NodeCodePublisher(REPO_ROOT, home.node_code),
                                 idle=None if args.once else nothing_to_do,
+                                claimed=claimed, tick_lock=home.node_code_lock,
                                 periodic=[(cfg.resource_interval, ResourceWriter(cfg))])
         if args.once:
             supervisor.initialize()

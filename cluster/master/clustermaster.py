@@ -47,6 +47,7 @@ from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
 from cluster.master import (
     abort,
+    codelock,
     confirm,
     ending,
     finish,
@@ -434,6 +435,12 @@ class ClusterMaster:
                              f"{run_id} was set up")
             start = self._sweep_limits(spec, start)  # the sweep file is in place now
             start = runlimits.with_task_timeout(start, runlimits.run_options(spec, self.cfg))
+            # The nodes fetch the node code when they see job.start: the one this tick's
+            # supervisor publishes, not the one before it (cluster.master.codelock).
+            if not codelock.wait_for_publish(self.home.node_code_lock):
+                log.warning("run %s: the node code's publish still holds %s after %.0f s; "
+                            "announcing the run with what is published", run_id,
+                            self.home.node_code_lock, codelock.WAIT_LIMIT)
             write_job_start(path, start)
 
         try:

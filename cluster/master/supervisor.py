@@ -55,6 +55,7 @@ the caller's business (see :mod:`cluster.cli.run_clustermaster`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
@@ -65,6 +66,7 @@ from pathlib import Path
 from typing import IO
 
 from cluster.config import DEFAULTS
+from cluster.master import codelock
 from cluster.node import code
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
@@ -80,6 +82,9 @@ DEFAULT_KILL_GRACE = 30.0
 MAX_ALIVE_PER_COMMAND = 2
 #: Warn when a copy that is not the runner has been alive this long (a hung phase 1?) [s].
 HANG_WARNING = 60.0
+#: A wake waits at most this long for a copy of its command started that recently to claim
+#: its priority's work (see Supervisor) [seconds]; a slower phase 1 is judged as before.
+WAKE_WAIT = 5.0
 
 
 @dataclass
@@ -112,6 +117,15 @@ class Supervisor:
     ``wakeup`` gives, whether that command would surely find nothing to do; such a command
     is not started then.  It must be cheap too; if it raises, the command is started.
 
+    ``claimed``, if given, says whether command ``index``'s work is claimed (its PID file
+    exists: a copy has passed phase 1 and holds the priority).  A wake for a command of which
+    a copy started less than :data:`WAKE_WAIT` seconds ago is still alive waits while the work
+    is not claimed: that copy is in its phase 1 and will queue what woke it, as the first
+    tick's clustermaster queues the push that started a local cluster (its queueing is the
+    very change the watcher reports).  Once it is claimed, or the copy ended, or the wait is
+    over, the wake is judged by ``idle`` as any other.  Without it, each such wake started a
+    second copy that found the first busy and exited: a Python start on the path to the run.
+
     ``interval`` defaults to the configuration's ``supervisor_interval`` (seed 000: "every
     10 seconds"), ``poll`` to :data:`cluster.runtime.service.STOP_POLL`.
     """
@@ -124,6 +138,8 @@ class Supervisor:
                  wakeup: Callable[[], Iterable[int]] | None = None,
                  on_tick: Callable[[], object] | None = None,
                  idle: Callable[[int], bool] | None = None,
+                 claimed: Callable[[int], bool] | None = None,
+                 tick_lock: Path | None = None,
                  periodic: Sequence[tuple[float, Callable[[], object]]] = ()) -> None:
         if interval <= 0:
             raise ValueError(f"supervisor interval {interval!r}: expected seconds > 0")
@@ -141,6 +157,10 @@ class Supervisor:
         self.wakeup = wakeup
         self.on_tick = on_tick
         self.idle = idle
+        self.claimed = claimed
+        self.tick_lock = tick_lock
+        #: Commands woken and not judged yet (waiting for a young copy's phase 1).
+        self.waking: set[int] = set()
         for every, _ in periodic:
             if not every > 0:
                 raise ValueError(f"periodic hook interval {every!r}: expected seconds > 0")
@@ -158,23 +178,51 @@ class Supervisor:
             self._log = open(self.log_path, "ab")  # closed in shutdown()
 
     def tick(self, now: float) -> None:
-        """One step: reap what finished, run the hooks, then start every command once
-        (except those ``idle`` says have nothing to do).
+        """One step: reap what finished, run the periodic hooks, then start every command
+        once (except those ``idle`` says have nothing to do) and run ``on_tick``.
 
-        ``now`` is the monotonic time the tick is for.  A command that cannot be started is
-        logged and the others are still started.
+        With ``tick_lock`` the lock is held from before the starts until ``on_tick``
+        returned, so the hook's work (the node code's publish) overlaps the new
+        clustermasters' start and still ends before any of them announces a run
+        (:mod:`cluster.master.codelock`).  Without it, or when it cannot be taken (logged),
+        ``on_tick`` runs before the starts.  ``now`` is the monotonic time the tick is for.
+        A command that cannot be started is logged and the others are still started.
         """
         self.ticks += 1
         self.last_tick = now
         self.reap()
+        # Before the starts: what a hook writes (the resource file) is done before any
+        # clustermaster of this tick can write its own.
+        self.run_periodic(now)
+        with contextlib.ExitStack() as held:
+            locked = self._hold_tick_lock(held)
+            if not locked:
+                self._run_on_tick()
+            self._start_all(now)
+            if locked:
+                self._run_on_tick()
+
+    def _hold_tick_lock(self, stack: contextlib.ExitStack) -> bool:
+        """Take ``tick_lock`` into ``stack``; False without one or when it cannot be taken
+        (logged: then the hook runs before the starts, as it did before the lock)."""
+        if self.tick_lock is None:
+            return False
+        try:
+            stack.enter_context(codelock.publishing(self.tick_lock))
+        except OSError as exc:
+            logger.error("cannot lock %s (%s); publishing before the starts",
+                         self.tick_lock, exc)
+            return False
+        return True
+
+    def _run_on_tick(self) -> None:
         if self.on_tick is not None:
             try:
                 self.on_tick()
             except Exception:  # its own business; the clustermasters must still start
                 logger.exception("the per-tick hook failed")
-        # Before the starts: what a hook writes (the resource file) is done before any
-        # clustermaster of this tick can write its own.
-        self.run_periodic(now)
+
+    def _start_all(self, now: float) -> None:
         for index, command in enumerate(self.commands):
             if not self._is_idle(index):
                 self._start(command, now)
@@ -251,9 +299,8 @@ class Supervisor:
                     continue
                 self.reap()  # the per-iteration housekeeping hook (STYLE guideline 4)
                 if self.wakeup is not None:
-                    for index in self.wakeup():
-                        if not self._is_idle(index):
-                            self._start(self.commands[index], now)
+                    self.waking.update(self.wakeup())
+                self._judge_wakes(now)
                 self.run_periodic(now)
                 self.clock.sleep(min(self.poll, due - now))
             logger.info("stop requested%s; supervisor stopping",
@@ -262,6 +309,31 @@ class Supervisor:
             self.shutdown(stop)
 
     # --- internals -------------------------------------------------------------------------
+    def _judge_wakes(self, now: float) -> None:
+        """Start each woken command that ``idle`` does not call idle, except those whose
+        young copy has not claimed the work yet (they stay in :attr:`waking`)."""
+        for index in sorted(self.waking):
+            if self._unclaimed_young_copy(index, now):
+                continue
+            self.waking.discard(index)
+            if not self._is_idle(index):
+                self._start(self.commands[index], now)
+
+    def _unclaimed_young_copy(self, index: int, now: float) -> bool:
+        """Whether a copy of command ``index`` started less than :data:`WAKE_WAIT` ago is
+        alive and ``claimed`` says its work is not claimed yet."""
+        if self.claimed is None:
+            return False
+        command = self.commands[index]
+        if not any(c.command == command and now - c.started < WAKE_WAIT
+                   and c.proc.poll() is None for c in self.children):
+            return False
+        try:
+            return not self.claimed(index)
+        except Exception:  # its own business; judging the wake at once is always safe
+            logger.exception("the claim check of %s failed", _short(command))
+            return False
+
     def _next_due(self, due: float, now: float) -> float:
         """The tick after the one due at ``due``, skipping periods already missed."""
         nxt = due + self.interval

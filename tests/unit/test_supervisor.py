@@ -260,6 +260,111 @@ def test_a_wake_does_not_start_what_idle_says_has_nothing_to_do(tmp_path: Path) 
     assert _lines(out) == ["p2", "p2"]
 
 
+LINGERER = "import sys, time; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n'); time.sleep(60)"
+
+
+def _woken_once_while_a_copy_runs(tmp_path: Path, claimed_from: float
+                                  ) -> tuple[Supervisor, list[float], Path]:
+    """A supervisor of one command, run on a fake clock for 8 s: its first tick starts a
+    copy that stays alive; the watcher wakes the command once, at once.  ``claimed`` turns
+    True at fake time ``claimed_from``, and ``idle`` then says the priority is busy.
+    Returns the supervisor, the fake times ``idle`` was asked at, and the start log."""
+    out = tmp_path / "out"
+    clock = FakeClock(monotonic_start=0.0)
+    wakes = [[0]]
+    asked: list[float] = []
+
+    def idle(index: int) -> bool:
+        asked.append(clock.monotonic())
+        return clock.monotonic() >= claimed_from  # busy once claimed; work before
+
+    class ForEightSeconds:
+        def is_set(self) -> bool:
+            return clock.monotonic() >= 8.0
+
+    sup = Supervisor([[sys.executable, "-c", LINGERER, str(out), "copy"]], clock=clock,
+                     interval=100.0, poll=1.0, wakeup=lambda: wakes.pop(0) if wakes else [],
+                     idle=idle, claimed=lambda index: clock.monotonic() >= claimed_from)
+    sup.run(ForEightSeconds())
+    return sup, asked, out
+
+
+def _kill_copies(sup: Supervisor) -> None:
+    for child in sup.children:
+        _kill_group(child.pid)
+
+
+def test_a_wake_waits_for_the_young_copy_to_claim_the_work_and_starts_no_second(
+        tmp_path: Path) -> None:
+    """The first tick's clustermaster queues the push that woke the watcher: the wake waits
+    while that copy has not claimed the work (no PID file yet) and is then judged busy, so
+    no second copy starts."""
+    sup, asked, out = _woken_once_while_a_copy_runs(tmp_path, claimed_from=2.0)
+    try:
+        assert asked == [0.0, 2.0]  # the tick's check, then the wake's once claimed
+        assert len(sup.children) == 1 and not sup.waking
+        assert wait_for(lambda: _lines(out) == ["copy"])
+    finally:
+        _kill_copies(sup)
+
+
+def test_a_wake_that_the_young_copy_never_claims_is_judged_after_the_wait(
+        tmp_path: Path) -> None:
+    """A copy whose phase 1 takes longer than WAKE_WAIT does not hold the wake back for
+    ever: it is judged then, and (work waiting) a second copy starts."""
+    from cluster.master.supervisor import WAKE_WAIT
+
+    sup, asked, out = _woken_once_while_a_copy_runs(tmp_path, claimed_from=99.0)
+    try:
+        assert asked == [0.0, WAKE_WAIT]
+        assert len(sup.children) == 2 and not sup.waking
+        assert wait_for(lambda: _lines(out) == ["copy", "copy"])
+    finally:
+        _kill_copies(sup)
+
+
+def _hook_sees(sup: Supervisor, lock: Path, seen: list[tuple[int, bool]]) -> Callable[[], None]:
+    """An on_tick hook that records how many children were started before it ran, and
+    whether the publish lock was held while it ran."""
+    from cluster.master import codelock
+
+    def hook() -> None:
+        seen.append((len(sup.children), not codelock.wait_for_publish(lock, timeout=0)))
+    return hook
+
+
+def test_with_a_tick_lock_the_hook_runs_after_the_starts_under_the_lock(
+        tmp_path: Path) -> None:
+    """The node code's publish (the hook) overlaps the tick's clustermasters' start, with
+    the lock held from before the starts to the hook's end; then it is free."""
+    from cluster.master import codelock
+
+    out, lock, seen = tmp_path / "out", tmp_path / "node-code.lock", []
+    sup = Supervisor([_appender(out, "p0"), _appender(out, "p1")], tick_lock=lock)
+    sup.on_tick = _hook_sees(sup, lock, seen)
+    sup.tick(0.0)
+    assert seen == [(2, True)]
+    assert codelock.wait_for_publish(lock, timeout=0)
+    assert wait_for(lambda: len(_lines(out)) == 2)
+
+
+def test_without_the_lock_the_hook_runs_before_the_starts(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """No tick_lock, or one that cannot be taken (logged): the publish comes first, so a
+    run is still announced only after it."""
+    out, seen = tmp_path / "out", []
+    (tmp_path / "a-file").write_text("")
+    unlockable = tmp_path / "a-file" / "node-code.lock"
+    for lock in (None, unlockable):
+        sup = Supervisor([_appender(out, "p0")], tick_lock=lock)
+        sup.on_tick = lambda sup=sup: seen.append((len(sup.children), False))
+        with caplog.at_level(logging.ERROR, logger="cluster.supervisor"):
+            sup.tick(0.0)
+    assert seen == [(0, False), (0, False)]
+    assert "cannot lock" in caplog.text and "publishing before the starts" in caplog.text
+    assert wait_for(lambda: len(_lines(out)) == 2)
+
+
 def test_run_sleeps_in_short_slices() -> None:
     """Between ticks the loop sleeps at most `poll` seconds at a time (to see a stop fast)."""
     clock = FakeClock()
