@@ -20,9 +20,11 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
 * a priority whose queue changes is started at once, between rounds;
 * SIGTERM or SIGINT stops the loop.  Running clustermasters are left to finish their run,
   unless ``--kill-children`` is given: then they get SIGTERM (a second signal: SIGKILL).
-* every round first publishes the node side of this repo into ``<home>/node-code/`` with
-  its MANIFEST (:class:`cluster.master.supervisor.NodeCodePublisher`), which the nodes'
-  clusterpull fetches when it changed (self_update);
+* every round publishes the node side of this repo into ``<home>/node-code/`` with its
+  MANIFEST (:class:`cluster.master.supervisor.NodeCodePublisher`), which the nodes'
+  clusterpull fetches when it changed (self_update); it does so while the round's
+  clustermasters start, holding ``<home>/node-code.lock``, and a run is announced only once
+  the publish let go of it (:mod:`cluster.master.codelock`);
 * every ``resource_interval`` seconds (and at the first round) it rewrites the resource file
   (``resource_file``, default ``<home>/resources.json``) for provisioners and ephemeral
   nodes (:class:`cluster.master.resources.ResourceWriter`; docs/provisioning.md);

@@ -31,12 +31,15 @@ priorities' copies, and the busy priority's, took CPU time from the jobs.  A pri
 with anything that might be work is started as before.
 
 Publishing the node code (issue 11): with ``on_tick`` -- run_clustermaster.py passes a
-:class:`NodeCodePublisher` -- each tick first makes the home's ``node-code/`` match the
+:class:`NodeCodePublisher` -- each tick makes the home's ``node-code/`` match the
 node side of the repo this master runs from (:func:`cluster.node.code.publish`: ~12 ms of
 stat calls when nothing changed; each published copy is hashed at the supervisor's start and
 again whenever its stat, ctime included, changed, so a tamper is undone at the next tick),
 so a change to a node-side module on the master reaches the nodes at their next clusterpull
-cycle, and the run a tick starts runs the code published at that tick.  It runs at the
+cycle, and the run a tick starts runs the code published at that tick: with ``tick_lock``
+(run_clustermaster.py passes ``<home>/node-code.lock``) the publish runs right after the
+tick's starts, under the lock, while the clustermasters start Python, and each waits for the
+lock before it announces a run (:mod:`cluster.master.codelock`).  It runs at the
 first tick (the supervisor's start) and every ``interval`` after; a failure is logged and
 the tick goes on.  The first publish into a new home copies the node side's bytecode from
 the bytecode cache (:mod:`cluster.node.bytecodecache`) rather than compiling it, except the
