@@ -80,6 +80,9 @@ logger = logging.getLogger("cluster.supervisor")
 
 #: With kill_children: how long to wait for SIGTERMed clustermasters to exit [seconds].
 DEFAULT_KILL_GRACE = 30.0
+#: With kill_children: the first wait before looking whether they exited [seconds]; each
+#: later one doubles, up to the loop's poll.
+KILL_FIRST_LOOK = 0.002
 #: At most this many copies of one clustermaster alive at once: the one running a run,
 #: and one more doing phase 1 and the PID-file check (which is how a hung run is found).
 MAX_ALIVE_PER_COMMAND = 2
@@ -373,18 +376,27 @@ class Supervisor:
         logger.debug("started pid %d: %s", child.pid, _short(command))
 
     def _kill_all(self, stop: StopSignal | None) -> None:
-        """SIGTERM every child's process group; SIGKILL on a hard stop; wait out the grace."""
+        """SIGTERM every child's process group; SIGKILL on a hard stop; wait out the grace.
+
+        The looks at the children start 2 ms apart and double up to ``poll``: a
+        clustermaster told to stop usually ends within milliseconds (or had already ended:
+        a local cluster is stopped right after its run), and a whole poll slice was most of
+        the supervisor's stop.
+        """
         logger.info("sending SIGTERM to %d clustermaster(s)", len(self.children))
         self._signal_all(signal.SIGTERM)
         deadline = self.clock.monotonic() + self.kill_grace
         killed = False
+        look = KILL_FIRST_LOOK
+        self.reap()
         while self.children and self.clock.monotonic() < deadline:
             if not killed and isinstance(stop, StopFlag) and stop.hard:
                 logger.warning("second stop request: sending SIGKILL to %d clustermaster(s)",
                                len(self.children))
                 self._signal_all(signal.SIGKILL)
                 killed = True
-            self.clock.sleep(min(self.poll, max(0.0, deadline - self.clock.monotonic())))
+            self.clock.sleep(min(look, self.poll, max(0.0, deadline - self.clock.monotonic())))
+            look *= 2
             self.reap()
         if self.children:
             logger.warning("%d clustermaster(s) still running %gs after SIGTERM: %s",

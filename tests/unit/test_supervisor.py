@@ -21,7 +21,7 @@ from cluster.cli import common
 from cluster.cli import run_clustermaster as cli
 from cluster.master.supervisor import Supervisor, describe_status
 from cluster.runtime import service
-from cluster.runtime.clock import FakeClock
+from cluster.runtime.clock import FakeClock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -474,6 +474,41 @@ def test_kill_children_terminates_the_process_group(tmp_path: Path) -> None:
     finally:
         _kill_group(proc.pid)
         proc.wait()
+
+
+def test_the_stop_looks_at_its_children_soon_then_less_often(tmp_path: Path) -> None:
+    """After SIGTERM the supervisor looks whether its children ended 2 ms later, then at
+    doubling waits up to its poll; a child that had ended already is not waited for."""
+    from cluster.master.supervisor import KILL_FIRST_LOOK
+
+    class RecordingClock(SystemClock):
+        def __init__(self) -> None:
+            self.sleeps: list[float] = []
+
+        def sleep(self, seconds: float) -> None:
+            self.sleeps.append(seconds)
+            super().sleep(seconds)
+
+    ready = tmp_path / "ready"
+    clock = RecordingClock()
+    sup = Supervisor([[sys.executable, "-c", STUBBORN, str(ready)]], kill_children=True,
+                     kill_grace=0.5, poll=0.05, clock=clock)
+    sup.tick(0.0)
+    proc = sup.children[0].proc
+    try:
+        assert wait_for(ready.exists)
+        sup.shutdown(StopFlag())  # it ignores SIGTERM: the whole grace is looked through
+        assert clock.sleeps[:6] == [KILL_FIRST_LOOK * 2 ** k for k in range(5)] + [0.05]
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+
+    ended = Supervisor([_appender(tmp_path / "out", "p0")], kill_children=True, clock=clock)
+    ended.tick(0.0)
+    ended.children[0].proc.wait()
+    clock.sleeps.clear()
+    ended.shutdown(StopFlag())
+    assert clock.sleeps == [] and ended.children == []
 
 
 def test_second_stop_request_kills_hard(tmp_path: Path,
