@@ -11,21 +11,21 @@ Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree 
                       [--tree DIR] [--user NAME] [PRODUCT...] ... [abort]
 
 PRODUCT is gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf or shell (the last two
-alone); the default is
-gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree (default: the current
-directory) is mirrored to users/<user>/<ghostpdl|mupdf|shell> in the master home and the
-run is queued at priority 0.  The mirror leaves out version control, build and object
-directories (bin/, obj/, build/, ...), object files, rendered images and files over 30 MB
-(named on stderr), and deletes them from an earlier push.  It uses rsync when rsync is on
-PATH; --copy uses the built-in copy instead (same result).  Pushing again while your run
-of the same products waits replaces it (same place in the queue; it says so); while it
-runs, the new push is queued after it, and the running run keeps the tree it started
-with.  A symlink at users/<user> or users/<user>/<tree> in the master home is refused,
-never followed.  The report (mailed to you
-when the master mails) compares with the baseline and with your previous push, and ends
-with the source diff against the master's clean tree.  `bmpcmp` instead renders the tests
-that differed in your last run with your build and the clean tree's, and makes a page of
-PNG difference images.  `abort` removes your queued runs and stops the one running.
+alone); the default is gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree
+(default: the current directory) is mirrored to users/<user>/<ghostpdl|mupdf|shell> in the
+master home and the run is queued at priority 0.  The mirror leaves out version control,
+build and object directories (bin/, obj/, build/, ...), object files, rendered images and
+files over 30 MB (named on stderr), and deletes them from an earlier push.  It uses rsync
+when rsync is on PATH (a tree of at most 100 files and folders goes by the built-in copy,
+which is done before rsync has started); --copy uses the built-in copy always (same
+result).  Pushing again while your run of the same products waits replaces it (same place
+in the queue; it says so); while it runs, the new push is queued after it, and the running
+run keeps the tree it started with.  A symlink at users/<user> or users/<user>/<tree> in
+the master home is refused, never followed.  The report (mailed to you when the master
+mails) compares with the baseline and with your previous push, and ends with the source
+diff against the master's clean tree.  `bmpcmp` instead renders the tests that differed in
+your last run with your build and the clean tree's, and makes a page of PNG difference
+images.  `abort` removes your queued runs and stops the one running.
 
 --opt KEY=VALUE gives the run one of its own per-run options (docs/runoptions.md), e.g.
 --opt job_timeout=2h --opt groups=win64 --opt max_worker_instances=1, and a flag as --opt

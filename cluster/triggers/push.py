@@ -54,7 +54,7 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import fsutil, pathlock
-from cluster.runtime.mirror import TEMP_PREFIX, mirror
+from cluster.runtime.mirror import TEMP_PREFIX, auto_method, mirror
 from cluster.triggers import droppings
 from cluster.triggers.droppings import DROPPING, DROPPINGS, LEGACY_DROPPINGS, REJECTED_SUFFIX
 
@@ -235,7 +235,8 @@ def submit_push(home: Home, tree: Path, spec: RunSpec, method: str = "auto") -> 
     """Mirror ``tree`` into the user's directory and leave the dropping.
 
     ``method``: "rsync" runs rsync (ClusterError if it is not on PATH), "copy" the
-    transport's Python mirror, "auto" rsync when it is on PATH, else the copy.  Either way
+    transport's Python mirror, "auto" rsync when it is on PATH and the tree is not small
+    (:func:`cluster.runtime.mirror.auto_method`), else the copy.  Either way
     the target ends up holding exactly the tree's files less the exclusions (see the module
     docstring); then the dropping is written (atomically), so the sync can never delete it
     and the master never sees a dropping without its tree.  A failed sync (ClusterError)
@@ -253,11 +254,11 @@ def submit_push(home: Home, tree: Path, spec: RunSpec, method: str = "auto") -> 
         raise ValueError(f"clusterpush submits user runs, not {spec.kind!r}")
     if method not in METHODS:
         raise ValueError(f"push method {method!r}: expected one of {', '.join(METHODS)}")
-    rsync = shutil.which("rsync") if method != "copy" else None
-    if method == "rsync" and rsync is None:
+    if method == "rsync" and shutil.which("rsync") is None:
         raise ClusterError("rsync was asked for but is not on PATH; install it or push with "
                            "the built-in copy (clusterpush.py --copy)")
     source = tree.resolve()
+    rsync = method == "rsync" or (method == "auto" and auto_method(source) == "rsync")
 
     def sync(target: Path) -> None:
         if rsync:

@@ -219,9 +219,31 @@ def test_both_methods_give_identical_results(tmp_path: Path, tree: Path) -> None
     assert detailed(targets["rsync"]) == detailed(targets["copy"]) == by_copy
 
 
+def test_a_mode_changed_alone_is_pushed_by_both_methods(tmp_path: Path, tree: Path) -> None:
+    """chmod +x alone (same size, same mtime) reaches the pushed tree by either method, as
+    rsync -a carries it; a run's snapshot hard-linked to the old file keeps its mode."""
+    script = tree / "configure"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    for method in METHODS:
+        h = Home(tmp_path / f"home-{method}")
+        h.create()
+        pushed = push_tree(h, tree, SPEC, method=method)
+        snapshot_copy = tmp_path / f"snapshot-{method}"
+        os.link(pushed / "configure", snapshot_copy)
+        mtime = script.stat().st_mtime_ns
+        script.chmod(0o755)
+        os.utime(script, ns=(mtime, mtime))
+        push_tree(h, tree, SPEC, method=method)
+        assert stat.S_IMODE((pushed / "configure").stat().st_mode) == 0o755, method
+        assert stat.S_IMODE(snapshot_copy.stat().st_mode) == 0o644, method
+        script.chmod(0o644)
+
+
 def test_auto_uses_rsync_when_on_path(home: Home, tree: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """method="auto" runs rsync when PATH has it (and the copy is not used)."""
+    """method="auto" runs rsync when PATH has it and the tree is not small (and the copy is
+    not used)."""
     called: list[list[str]] = []
     real = proc.run
 
@@ -230,10 +252,26 @@ def test_auto_uses_rsync_when_on_path(home: Home, tree: Path,
         return real(argv, **kw)
 
     monkeypatch.setattr(proc, "run", spy)
+    monkeypatch.setattr(mirror_mod, "AUTO_COPY_ENTRIES", 2)
     push_tree(home, tree, SPEC)
     assert len(called) == 1 and Path(called[0][0]).name == "rsync"
     assert called[0][-2:] == [f"{tree.resolve()}/", f"{home.users / 'alice' / 'ghostpdl'}/"]
     assert "--delete-excluded" in called[0] and f"--max-size={MAX_PUSH_BYTES}" in called[0]
+
+
+def test_auto_copies_a_small_tree_without_starting_rsync(home: Home, tree: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """A tree of at most AUTO_COPY_ENTRIES entries is mirrored by the copy even where rsync
+    is on PATH (rsync's start costs more than such a copy), with the same result."""
+    def no_rsync(*_a: object, **_k: object) -> None:
+        raise AssertionError("a small tree must not start rsync")
+
+    assert mirror_mod._at_most(tree, mirror_mod.AUTO_COPY_ENTRIES)
+    monkeypatch.setattr(mirror_mod, "_rsync", no_rsync)
+    got = snapshot(push_tree(home, tree, SPEC))
+    got.pop(DROPPING)
+    assert got == EXPECTED
 
 
 def test_without_rsync_auto_copies_and_rsync_is_an_error(home: Home, tree: Path,

@@ -214,6 +214,15 @@ def test_copy_file_of_a_vanished_source_is_skipped(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_tree_is_small_up_to_the_limit_counting_files_and_folders(tmp_path: Path) -> None:
+    """mirror's "auto" copies a tree of at most AUTO_COPY_ENTRIES entries: files and
+    folders at any depth count, and a folder that cannot be read is not small."""
+    _tree(tmp_path / "t", {"a": "", "sub/b": "", "sub/deeper/c": ""})  # 5 entries
+    assert mirror_mod._at_most(tmp_path / "t", 5)
+    assert not mirror_mod._at_most(tmp_path / "t", 4)
+    assert not mirror_mod._at_most(tmp_path / "missing", 5)
+
+
 def test_fetch_tree_does_not_follow_symlinks_out_of_the_tree(home: Path, t: LocalTransport,
                                                              tmp_path: Path) -> None:
     """A link to a file inside the tree is copied as a file; links out or to dirs are not."""
