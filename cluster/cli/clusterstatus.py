@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     args, cfg = parsed
     home = Home(cfg.home)
     common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)
-    # The handlers only record the request; the daemon loop sees it within its poll interval.
+    # The handlers only record the request; the daemon loop sees it at once (the wakeup fd).
     stop = StopFlag()
     install_signal_handlers(stop)
-    return httpd.run(home, cfg, stop.is_set)
+    return httpd.run(home, cfg, stop.is_set, wakeup_fd=stop.wakeup_fd)

@@ -73,6 +73,7 @@ from cluster.defaults import EXIT_OK
 from cluster.errors import AlreadyRunning, ClusterError
 from cluster.home import Home
 from cluster.runtime import service
+from cluster.runtime.clock import SystemClock
 from cluster.runtime.listener import Connection, SelectorListener
 from cluster.runtime.singleton import SingleInstance
 
@@ -779,11 +780,13 @@ class StatusServer(SelectorListener[_Conn]):
 # The daemon
 
 def run(home: Home, cfg: Config, should_stop: Callable[[], bool], poll: float = POLL,
-        on_ready: Callable[[StatusServer], None] | None = None) -> int:
+        on_ready: Callable[[StatusServer], None] | None = None,
+        wakeup_fd: int | None = None) -> int:
     """Be the one status service of ``home``: lock, listen on ``status_address``:
     ``status_port``, serve until ``should_stop()`` is true (checked every ``poll`` seconds,
-    at most :data:`STOP_SLICE`; the serving loop then stops at once).  ``on_ready`` is
-    called once it listens (tests learn the port from it).
+    at most :data:`STOP_SLICE`, and at once when ``wakeup_fd``, a stop flag's wakeup fd,
+    turns readable; the serving loop then stops at once).  ``on_ready`` is called once it
+    listens (tests learn the port from it).
 
     Returns at once, never retrying: 0 after a stop, when ``status_port`` is 0 (not served)
     or when another instance holds the lock; EXIT_PORT_TAKEN when another program holds
@@ -817,8 +820,12 @@ def run(home: Home, cfg: Config, should_stop: Callable[[], bool], poll: float = 
         try:
             if on_ready is not None:
                 on_ready(server)
+            clock = SystemClock()
             while not should_stop():
-                time.sleep(min(poll, STOP_SLICE))
+                if wakeup_fd is None:
+                    clock.sleep(min(poll, STOP_SLICE))
+                elif clock.wait_readable(wakeup_fd, poll):  # a signal ends this wait
+                    service.drain(wakeup_fd)
         finally:
             server.shutdown()
             server.server_close()

@@ -74,7 +74,7 @@ from cluster.node import code
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.proc import describe_status
-from cluster.runtime.service import STOP_POLL, StopFlag, StopSignal
+from cluster.runtime.service import STOP_POLL, StopFlag, StopSignal, drain
 
 logger = logging.getLogger("cluster.supervisor")
 
@@ -308,7 +308,12 @@ class Supervisor:
                     self.waking.update(self.wakeup())
                 self._judge_wakes(now)
                 self.run_periodic(now)
-                self.clock.sleep(min(self.poll, due - now))
+                # A stop ends the wait at once where the flag has a wakeup fd: a local
+                # cluster's exit waits for the supervisor's.
+                wakeup: int | None = getattr(stop, "wakeup_fd", None)
+                if self.clock.wait_readable(wakeup, min(self.poll, due - now)) \
+                        and wakeup is not None:
+                    drain(wakeup)
             logger.info("stop requested%s; supervisor stopping",
                         _signal_text(getattr(stop, "signum", None)))
         finally:

@@ -8,7 +8,9 @@ calling :mod:`time` directly, so tests can drive it with :class:`FakeClock`:
 * ``monotonic()`` is for intervals and deadlines;
 * ``sleep(s)`` blocks for ``s`` seconds;
 * ``wait(event, s)`` blocks for ``s`` seconds or until ``event`` is set, whichever comes
-  first (a thread's work that ends at a moment of its own: a node's BUILD).
+  first (a thread's work that ends at a moment of its own: a node's BUILD);
+* ``wait_readable(fd, s)`` blocks for ``s`` seconds or until the file descriptor ``fd`` can
+  be read (a stop flag's wakeup fd: :mod:`cluster.runtime.service`), whichever comes first.
 
 Usage::
 
@@ -20,6 +22,7 @@ Usage::
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 from typing import Protocol
@@ -44,6 +47,11 @@ class Clock(Protocol):
         """Block for ``seconds`` or until ``event`` is set; whether it is set."""
         ...
 
+    def wait_readable(self, fd: int | None, seconds: float) -> bool:
+        """Block for ``seconds`` or until ``fd`` is readable; whether it is.  ``fd`` None:
+        a plain sleep (False)."""
+        ...
+
 
 class SystemClock:
     """The real clocks of the :mod:`time` module."""
@@ -60,6 +68,12 @@ class SystemClock:
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
         return event.wait(max(seconds, 0.0))
+
+    def wait_readable(self, fd: int | None, seconds: float) -> bool:
+        if fd is None:
+            self.sleep(seconds)
+            return False
+        return bool(select.select([fd], [], [], max(seconds, 0.0))[0])
 
 
 class FakeClock:
@@ -103,3 +117,10 @@ class FakeClock:
             return True
         self.sleep(seconds)
         return event.is_set()
+
+    def wait_readable(self, fd: int | None, seconds: float) -> bool:
+        """At once if ``fd`` is readable now (no time passes); else as :meth:`sleep`."""
+        if fd is not None and select.select([fd], [], [], 0)[0]:
+            return True
+        self.sleep(seconds)
+        return False

@@ -21,7 +21,8 @@ Contract of :class:`StopFlag`:
   a stop is asked instead of at the end of its slice (a blocked ``select`` is resumed after
   a signal's handler, PEP 475); it calls :func:`drain` when it turns readable.
   The daemons whose stop every ``localcluster.py`` exit waits for (the monitor, a node's
-  held heartbeat) wait this way.
+  held heartbeat, the supervisor, the status page) wait this way (``Clock.wait_readable``
+  where the loop has no select of its own).
 """
 
 from __future__ import annotations

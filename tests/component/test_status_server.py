@@ -40,6 +40,7 @@ from cluster.home import Home
 from cluster.master.journal import Journal
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import JobResult
+from cluster.runtime.service import StopFlag
 from cluster.wire import signing
 from cluster.wire.jobstart import JobStart
 from tests.helpers import REPO, free_port, reaped, wait_for
@@ -561,3 +562,32 @@ def test_a_stop_ends_the_service_at_once_whatever_its_poll(tmp_path: Path) -> No
     took = time.monotonic() - began
     assert not thread.is_alive()
     assert took < 1.0, f"the service took {took:.2f} s to stop (its poll is 5 s)"
+
+
+def test_a_stop_flags_wakeup_fd_ends_the_service_at_the_signal(tmp_path: Path) -> None:
+    """clusterstatus.py passes its StopFlag's wakeup fd: with the daemon loop's poll made
+    60 s the service still stops when the fd turns readable (a signal's byte), and the fd
+    is drained."""
+    home = Home(tmp_path / "home")
+    home.create()
+    cfg = config.load(None, {"home": str(home.root), "status_port": str(free_port())})
+    flag = StopFlag()
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    ready: list[StatusServer] = []
+    thread = threading.Thread(target=httpd.run, args=(home, cfg, flag.is_set, 60.0,
+                                                      ready.append),
+                              kwargs={"wakeup_fd": read_end}, daemon=True)
+    try:
+        thread.start()
+        wait_for(lambda: ready, 10, "the status server to listen")
+        time.sleep(0.2)  # in its wait now
+        flag.set(signal.SIGTERM)
+        os.write(write_end, bytes([signal.SIGTERM]))
+        thread.join(timeout=15)
+        assert not thread.is_alive(), "the service did not stop at the wakeup"
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 1)
+    finally:
+        os.close(read_end)
+        os.close(write_end)

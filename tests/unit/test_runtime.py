@@ -195,6 +195,37 @@ def test_a_clock_wait_ends_when_its_event_is_set() -> None:
     assert clock.sleeps == [0.5] and clock.monotonic() == 0.5
 
 
+def test_a_clock_wait_for_a_readable_fd_ends_when_a_byte_comes() -> None:
+    """SystemClock.wait_readable returns True the moment the fd can be read, well before
+    its 60 s, and False after its time when nothing came; with no fd it is a sleep.
+    FakeClock's is a recorded sleep unless the fd is readable already."""
+    read_end, write_end = os.pipe()
+    try:
+        results: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda: results.append(SystemClock().wait_readable(read_end, 60.0)),
+            daemon=True)
+        waiter.start()
+        time.sleep(0.2)
+        os.write(write_end, b"x")
+        waiter.join(10)
+        assert not waiter.is_alive() and results == [True]
+        os.read(read_end, 1)
+        assert SystemClock().wait_readable(read_end, 0.01) is False
+        assert SystemClock().wait_readable(None, 0.01) is False
+
+        clock = FakeClock()
+        assert clock.wait_readable(read_end, 0.5) is False
+        assert clock.sleeps == [0.5] and clock.monotonic() == 0.5
+        os.write(write_end, b"x")
+        assert clock.wait_readable(read_end, 30.0) is True
+        assert clock.sleeps == [0.5] and clock.monotonic() == 0.5
+        assert clock.wait_readable(None, 1.0) is False and clock.sleeps == [0.5, 1.0]
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 # ----------------------------------------------------------------------------------------------
 # service
 

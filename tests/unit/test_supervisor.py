@@ -365,6 +365,30 @@ def test_without_the_lock_the_hook_runs_before_the_starts(
     assert wait_for(lambda: len(_lines(out)) == 2)
 
 
+def test_a_stop_flags_wakeup_fd_ends_the_supervisors_wait_at_the_signal() -> None:
+    """The loop waits on its StopFlag's wakeup fd: with a poll and an interval of an hour it
+    still stops when the fd turns readable (a signal's byte), and the fd is drained."""
+    flag = StopFlag()
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    flag.wakeup_fd = read_end
+    sup = Supervisor([], interval=3600.0, poll=3600.0)
+    thread = threading.Thread(target=sup.run, args=(flag,), daemon=True)
+    try:
+        thread.start()
+        assert wait_for(lambda: sup.ticks == 1)
+        time.sleep(0.2)  # in its wait now
+        flag.set(signal.SIGTERM)
+        os.write(write_end, bytes([signal.SIGTERM]))
+        thread.join(15)
+        assert not thread.is_alive(), "the supervisor did not stop at the wakeup"
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 1)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 def test_run_sleeps_in_short_slices() -> None:
     """Between ticks the loop sleeps at most `poll` seconds at a time (to see a stop fast)."""
     clock = FakeClock()
