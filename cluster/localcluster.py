@@ -75,6 +75,10 @@ log = logging.getLogger("cluster.localcluster")
 DEFAULT_CORPUS = REPO_ROOT / "corpus" / "ghostpdl-examples"
 #: How often the waits below look again [seconds].
 _POLL = 0.05
+#: How often :meth:`LocalCluster.wait_for_run` looks for the run's end [seconds]:
+#: localcluster.py's exit waits on the look that sees it, and a look is a few stat calls
+#: (the archive folder is listed only when its mtime changed).
+_END_LOOK = 0.01
 #: The daemons whose exit ends a wait at once (a node may die and be replaced; these not).
 MONITOR_SCRIPT = "monitor_port.py"
 SUPERVISOR_SCRIPT = "run_clustermaster.py"
@@ -580,17 +584,26 @@ class LocalCluster:
         """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
         in ``before``, once the run has also left its queue.
 
-        ``on_poll`` is called at every look (each :data:`_POLL` seconds: localcluster.py's
+        ``on_poll`` is called at every look (each :data:`_END_LOOK` seconds: localcluster.py's
         exit waits on the look that sees the run's end; it must be quick).  TimeoutError
         past ``timeout``; LocalClusterError at once if a master daemon exits meanwhile
         (:meth:`check_daemons`)."""
         end = self.clock.monotonic() + timeout
         wanted = f"queue {spec.line()}\n"
-        while self.clock.monotonic() < end:
+        listed: int | None = None  # the archive folder's mtime when last listed
+        listed_at = -_POLL
+        new: set[str] = set()
+        while (now := self.clock.monotonic()) < end:
             self.check_daemons()
             if on_poll is not None:
                 on_poll()
-            for name in sorted(self.archives() - before):
+            stamp = self._archive_mtime()
+            # Listed again when its mtime moved, and every _POLL anyway: two changes in one
+            # tick of the file system's clock leave the mtime as it was.
+            if stamp != listed or now - listed_at >= _POLL:
+                listed, listed_at = stamp, now
+                new |= self.archives() - before
+            for name in sorted(new):
                 folder = self.home.archive / name
                 info = folder / "run.info"
                 if (folder / "report.txt").exists() and info.exists() and \
@@ -598,15 +611,21 @@ class LocalCluster:
                     # The report is written before run.info; both exist: the run is done.
                     self._wait_dequeued(spec, end, priority)
                     return folder
-            self.clock.sleep(_POLL)
+            self.clock.sleep(_END_LOOK)
         raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
                            f"(see {self.home.log_dir})")
+
+    def _archive_mtime(self) -> int | None:
+        try:
+            return os.stat(self.home.archive).st_mtime_ns
+        except FileNotFoundError:
+            return None
 
     def _wait_dequeued(self, spec: RunSpec, end: float, priority: int) -> None:
         queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
         while self.clock.monotonic() < end and spec in queue.read():
             self.check_daemons()
-            self.clock.sleep(_POLL)
+            self.clock.sleep(_END_LOOK)
 
     # ------------------------------------------------------------------ teardown
     def stop(self, grace: float = 20.0) -> None:
