@@ -41,7 +41,6 @@ namespace with it).
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import logging
 import os
@@ -582,7 +581,8 @@ class LocalCluster:
     def wait_for_run(self, spec: RunSpec, before: set[str], timeout: float,
                      priority: int = 0, on_poll: Callable[[], None] | None = None) -> Path:
         """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
-        in ``before``, once the run has also left its queue.
+        in ``before``, once the run has also left its queue and its master has done its end
+        steps (the run's working folder is gone), so a stop that follows cuts none short.
 
         ``on_poll`` is called at every look (each :data:`_END_LOOK` seconds: localcluster.py's
         exit waits on the look that sees the run's end; it must be quick).  TimeoutError
@@ -610,10 +610,20 @@ class LocalCluster:
                         wanted in info.read_text(encoding="utf-8"):
                     # The report is written before run.info; both exist: the run is done.
                     self._wait_dequeued(spec, end, priority)
+                    self._wait_ended(name, end)
                     return folder
             self.clock.sleep(_END_LOOK)
         raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
                            f"(see {self.home.log_dir})")
+
+    def _wait_ended(self, run_id: str, end: float) -> None:
+        """Wait (up to ``end``) until the run's working folder is gone: the master removes
+        it last at a run's end, whatever the outcome (:class:`cluster.master.endrun.
+        RunEnder`; only its status line and log line follow)."""
+        folder = self.home.run_dir(run_id)
+        while self.clock.monotonic() < end and folder.exists():
+            self.check_daemons()
+            self.clock.sleep(_END_LOOK)
 
     def _archive_mtime(self) -> int | None:
         try:
@@ -634,10 +644,9 @@ class LocalCluster:
             proc.kill_tree(child.pid, signal.SIGTERM)
         end = self.clock.monotonic() + grace
         for child in self.procs:
-            # Each waited for in turn (Popen's own short sleeps: every exit waits for the
-            # last daemon's, and a poll slice on top was up to a twentieth of a second).
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=max(0.0, end - self.clock.monotonic()))
+            # Each waited for in turn, woken by its end (proc.wait_exit): every exit waits
+            # for the last daemon's, and a poll slice on top was up to 0.05 s.
+            proc.wait_exit(child, end - self.clock.monotonic())
         for child in self.procs:
             proc.kill_tree(child.pid, signal.SIGKILL)
             try:

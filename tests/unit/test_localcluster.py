@@ -282,14 +282,19 @@ def test_stop_kills_a_pid_file_s_process_only_if_it_is_this_cluster_s(tmp_path: 
 
 class ArchivingClock(FakeClock):
     """Runs the master's end of a run at fake time ``at``: the archive folder with its
-    report and run.info appears, then, ``dequeue_after`` later, the run leaves its queue."""
+    report and run.info appears, then, ``dequeue_after`` later, the run leaves its queue,
+    and ``end_after`` after that its working folder goes (the master's last end step)."""
 
     def __init__(self, cluster: LocalCluster, spec: RunSpec, at: float,
-                 dequeue_after: float) -> None:
+                 dequeue_after: float, end_after: float = 0.0) -> None:
         super().__init__()
         self.cluster, self.spec, self.at, self.dequeue_after = cluster, spec, at, dequeue_after
+        self.end_after = end_after
         self.archived_at: float | None = None
         self.dequeued_at: float | None = None
+        self.ended_at: float | None = None
+        # The run's working folder, which the master removes as its last end step.
+        cluster.home.run_dir("20261126120000-p0-abcd").mkdir(parents=True, exist_ok=True)
 
     def sleep(self, seconds: float) -> None:
         super().sleep(seconds)
@@ -305,6 +310,10 @@ class ArchivingClock(FakeClock):
             queue = QueueFile(self.cluster.home.queue(0), self.cluster.home.queue_lock(0))
             queue.remove(self.spec)
             self.dequeued_at = now
+        elif self.dequeued_at is not None and self.ended_at is None and \
+                now >= self.dequeued_at + self.end_after:
+            shutil.rmtree(self.cluster.home.run_dir("20261126120000-p0-abcd"))
+            self.ended_at = now
 
 
 def test_wait_for_run_sees_the_end_of_a_run_within_a_hundredth_of_a_second(
@@ -320,10 +329,26 @@ def test_wait_for_run_sees_the_end_of_a_run_within_a_hundredth_of_a_second(
         folder = cluster.wait_for_run(spec, set(), timeout=60)
         assert folder.name == "20261126120000-p0-abcd"
         assert clock.archived_at is not None and clock.dequeued_at is not None
-        assert clock.monotonic() - clock.dequeued_at <= 0.01 + 1e-9
+        assert clock.ended_at is not None
+        assert clock.monotonic() - clock.ended_at <= 0.01 + 1e-9
         assert max(clock.sleeps) <= 0.01 + 1e-9
         shutil.rmtree(folder)
         QueueFile(cluster.home.queue(0), cluster.home.queue_lock(0)).append(spec)
+
+
+def test_wait_for_run_returns_only_after_the_masters_last_end_step(tmp_path: Path) -> None:
+    """The archive is there and the run dequeued, but the master still removes the run's
+    working folder: localcluster.py's stop must not cut that short, so the wait returns
+    only once the folder is gone."""
+    cluster = _cluster(tmp_path / "home", 1)
+    spec = RunSpec.parse("user local gs", source="test")
+    QueueFile(cluster.home.queue(0), cluster.home.queue_lock(0)).append(spec)
+    clock = ArchivingClock(cluster, spec, at=1.0, dequeue_after=0.0, end_after=0.3)
+    cluster.clock = clock
+    cluster.wait_for_run(spec, set(), timeout=60)
+    assert clock.dequeued_at is not None and clock.ended_at is not None
+    assert clock.ended_at - clock.dequeued_at >= 0.3 - 1e-9
+    assert 0 <= clock.monotonic() - clock.ended_at <= 0.01 + 1e-9
 
 
 def test_wait_for_run_lists_the_archive_again_though_its_mtime_stayed(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -157,6 +158,21 @@ def test_a_timeout_kills_the_whole_tree() -> None:
 def test_a_command_that_cannot_start_says_so(tmp_path: Path) -> None:
     with pytest.raises(proc.ProcessError, match="cannot start .*no-such-program"):
         proc.run([str(tmp_path / "no-such-program")], timeout=5)
+
+
+def test_wait_exit_returns_the_status_at_the_end_or_none_at_the_timeout() -> None:
+    """wait_exit is woken by the child's end (a 60 s wait ends with it), reaps it and
+    gives its status; a child still running after the timeout gives None and runs on."""
+    sleeper = proc.spawn([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert proc.wait_exit(sleeper, 0.1) is None and sleeper.poll() is None
+        threading.Timer(0.2, sleeper.terminate).start()
+        assert proc.wait_exit(sleeper, 60.0) == -signal.SIGTERM
+        assert sleeper.returncode == -signal.SIGTERM
+        assert proc.wait_exit(sleeper, 60.0) == -signal.SIGTERM  # reaped: at once
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_spawn_runs_in_its_own_session_and_kill_tree_ends_it() -> None:
