@@ -3,6 +3,7 @@ transport's node settings; the wrap hook; stop() and PID files it does not own."
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -299,6 +300,9 @@ class ArchivingClock(FakeClock):
     def sleep(self, seconds: float) -> None:
         super().sleep(seconds)
         now = self.monotonic()
+        start = self.cluster.home.job_start(0)
+        if now >= self.at - 0.5 and start.exists():
+            start.unlink()  # the master begins the run's end: nodes learn it is over
         if self.archived_at is None and now >= self.at:
             folder = self.cluster.home.archive / "20261126120000-p0-abcd"
             folder.mkdir(parents=True)
@@ -349,6 +353,22 @@ def test_wait_for_run_returns_only_after_the_masters_last_end_step(tmp_path: Pat
     assert clock.dequeued_at is not None and clock.ended_at is not None
     assert clock.ended_at - clock.dequeued_at >= 0.3 - 1e-9
     assert 0 <= clock.monotonic() - clock.ended_at <= 0.01 + 1e-9
+
+
+def test_wait_for_run_looks_seldom_while_the_run_is_served(tmp_path: Path) -> None:
+    """While the run's job.start is there the looks are _POLL apart (each takes CPU from
+    the jobs); once the master has begun the run's end, _END_LOOK apart."""
+    cluster = _cluster(tmp_path / "home", 1)
+    spec = RunSpec.parse("user local gs", source="test")
+    cluster.home.job_start(0).write_text("id 20261126120000-p0-abcd\n")
+    clock = ArchivingClock(cluster, spec, at=3.0, dequeue_after=0.0)
+    cluster.clock = clock
+    cluster.wait_for_run(spec, set(), timeout=60)
+    served = [s for s, t in zip(clock.sleeps, itertools.accumulate(clock.sleeps), strict=True)
+              if t <= 2.5 - 1e-9]
+    assert served and set(served) == {0.05}
+    assert 0.01 in clock.sleeps[len(served):]
+    assert clock.ended_at is not None and clock.monotonic() - clock.ended_at <= 0.01 + 1e-9
 
 
 def test_wait_for_run_lists_the_archive_again_though_its_mtime_stayed(
