@@ -79,6 +79,9 @@ _POLL = 0.05
 #: waits on the look that sees it.  While the run is served it looks every :data:`_POLL`:
 #: a look costs about 0.15 ms of CPU, taken from the jobs.
 _END_LOOK = 0.01
+#: wait_for_run lists the archive folder when its mtime moved, and at least this often
+#: [seconds] (an mtime can stay the same over two changes within one tick of its clock).
+_RELIST = 1.0
 #: The daemons whose exit ends a wait at once (a node may die and be replaced; these not).
 MONITOR_SCRIPT = "monitor_port.py"
 SUPERVISOR_SCRIPT = "run_clustermaster.py"
@@ -593,16 +596,16 @@ class LocalCluster:
         end = self.clock.monotonic() + timeout
         wanted = f"queue {spec.line()}\n"
         listed: int | None = None  # the archive folder's mtime when last listed
-        listed_at = -_POLL
+        listed_at = -_RELIST
         new: set[str] = set()
         while (now := self.clock.monotonic()) < end:
             self.check_daemons()
             if on_poll is not None:
                 on_poll()
             stamp = self._archive_mtime()
-            # Listed again when its mtime moved, and every _POLL anyway: two changes in one
-            # tick of the file system's clock leave the mtime as it was.
-            if stamp != listed or now - listed_at >= _POLL:
+            # Listed again when its mtime moved, and every _RELIST anyway: two changes in
+            # one tick of the file system's clock leave the mtime as it was.
+            if stamp != listed or now - listed_at >= _RELIST:
                 listed, listed_at = stamp, now
                 new |= self.archives() - before
             for name in sorted(new):

@@ -374,7 +374,7 @@ def test_wait_for_run_looks_seldom_while_the_run_is_served(tmp_path: Path) -> No
 def test_wait_for_run_lists_the_archive_again_though_its_mtime_stayed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run folder that came into the archive within the same tick of the file system's
-    clock as the last listing (its mtime unchanged) is still seen, within _POLL."""
+    clock as the last listing (its mtime unchanged) is still seen, within _RELIST."""
     cluster = _cluster(tmp_path / "home", 1)
     spec = RunSpec.parse("user local gs", source="test")
     monkeypatch.setattr(cluster, "_archive_mtime", lambda: 12345)  # never moves
@@ -383,4 +383,4 @@ def test_wait_for_run_lists_the_archive_again_though_its_mtime_stayed(
     folder = cluster.wait_for_run(spec, set(), timeout=60)
     assert folder.name == "20261126120000-p0-abcd"
     assert clock.archived_at is not None
-    assert clock.monotonic() - clock.archived_at <= 0.05 + 1e-9
+    assert clock.monotonic() - clock.archived_at <= 1.0 + 1e-9
