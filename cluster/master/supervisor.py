@@ -184,33 +184,36 @@ class Supervisor:
             self._log = open(self.log_path, "ab")  # closed in shutdown()
 
     def tick(self, now: float) -> None:
-        """One step: reap what finished, run the periodic hooks, then start every command
-        once (except those ``idle`` says have nothing to do) and run ``on_tick``.
+        """One step: reap what finished, start every command once (except those ``idle``
+        says have nothing to do), run ``on_tick`` and the periodic hooks that are due.
 
-        With ``tick_lock`` the lock is held from before the starts until ``on_tick``
-        returned, so the hook's work (the node code's publish) overlaps the new
+        With ``tick_lock`` the lock is held from before the starts until the hooks returned,
+        so their work (the node code's publish, the resource file) overlaps the new
         clustermasters' start and still ends before any of them announces a run
-        (:mod:`cluster.master.codelock`).  Without it, or when it cannot be taken (logged),
-        ``on_tick`` runs before the starts.  ``now`` is the monotonic time the tick is for.
-        A command that cannot be started is logged and the others are still started.
+        (:mod:`cluster.master.codelock`), and so before one writes its own resource file.
+        Without it, or when it cannot be taken (logged), the hooks run before the starts.
+        ``now`` is the monotonic time the tick is for.  A command that cannot be started is
+        logged and the others are still started.
         """
         self.ticks += 1
         self.last_tick = now
         self.reap()
-        # Before the starts: what a hook writes (the resource file) is done before any
-        # clustermaster of this tick can write its own.
-        self.run_periodic(now)
         with contextlib.ExitStack() as held:
             locked = self._hold_tick_lock(held)
             if not locked:
-                self._run_on_tick()
+                self._run_tick_hooks(now)
             self._start_all(now)
             if locked:
-                self._run_on_tick()
+                self._run_tick_hooks(now)
+
+    def _run_tick_hooks(self, now: float) -> None:
+        """``on_tick``, then the periodic hooks that are due."""
+        self._run_on_tick()
+        self.run_periodic(now)
 
     def _hold_tick_lock(self, stack: contextlib.ExitStack) -> bool:
         """Take ``tick_lock`` into ``stack``; False without one or when it cannot be taken
-        (logged: then the hook runs before the starts, as it did before the lock)."""
+        (logged: then the hooks run before the starts, as they did before the lock)."""
         if self.tick_lock is None:
             return False
         try:

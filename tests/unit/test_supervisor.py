@@ -19,7 +19,7 @@ import pytest
 
 from cluster.cli import common
 from cluster.cli import run_clustermaster as cli
-from cluster.master.supervisor import Supervisor, describe_status
+from cluster.master.supervisor import Periodic, Supervisor, describe_status
 from cluster.runtime import service
 from cluster.runtime.clock import FakeClock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
@@ -335,15 +335,19 @@ def _hook_sees(sup: Supervisor, lock: Path, seen: list[tuple[int, bool]]) -> Cal
 
 def test_with_a_tick_lock_the_hook_runs_after_the_starts_under_the_lock(
         tmp_path: Path) -> None:
-    """The node code's publish (the hook) overlaps the tick's clustermasters' start, with
-    the lock held from before the starts to the hook's end; then it is free."""
+    """The node code's publish (the hook) and the resource file's writer overlap the
+    tick's clustermasters' start, with the lock held from before the starts to the hooks'
+    end; then it is free."""
     from cluster.master import codelock
 
     out, lock, seen = tmp_path / "out", tmp_path / "node-code.lock", []
     sup = Supervisor([_appender(out, "p0"), _appender(out, "p1")], tick_lock=lock)
     sup.on_tick = _hook_sees(sup, lock, seen)
+    resources: list[tuple[int, bool]] = []
+    sup.periodic = [Periodic(10.0, _hook_sees(sup, lock, resources))]
     sup.tick(0.0)
     assert seen == [(2, True)]
+    assert resources == [(2, True)]  # the resource file too, before any run is announced
     assert codelock.wait_for_publish(lock, timeout=0)
     assert wait_for(lambda: len(_lines(out)) == 2)
 
