@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from cluster.runtime.ports import free_port  # noqa: F401 -- re-exported for the tests
+from cluster.runtime.service import StopFlag
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpus" / "ghostpdl-examples"
@@ -42,6 +47,48 @@ def reaped(proc: subprocess.Popen[A]) -> Iterator[subprocess.Popen[A]]:
         proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+@dataclass
+class WakeupPipe:
+    """A StopFlag with a wakeup fd as :func:`cluster.runtime.service.install_signal_handlers`
+    gives it (``read_end``, non-blocking), and the pipe's other end, which a signal's byte
+    would go to."""
+
+    flag: StopFlag
+    read_end: int
+    write_end: int
+
+
+@contextmanager
+def wakeup_pipe() -> Iterator[WakeupPipe]:
+    """A :class:`WakeupPipe`, without touching the process's signal handlers; the pipe is
+    closed after the block.  :func:`stop_as_a_signal_does` stops a loop with it."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    flag = StopFlag()
+    flag.wakeup_fd = read_end
+    try:
+        yield WakeupPipe(flag, read_end, write_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def stop_as_a_signal_does(pipe: WakeupPipe, thread: threading.Thread, what: str) -> None:
+    """Stop the loop running in ``thread`` as SIGTERM does (the flag set, a byte on the
+    wakeup pipe); assert it ended within 15 s, so its wait ended at the byte (the callers
+    make their polls far longer), and that it drained the pipe."""
+    time.sleep(0.2)  # in its wait now
+    pipe.flag.set(signal.SIGTERM)
+    os.write(pipe.write_end, bytes([signal.SIGTERM]))
+    thread.join(15)
+    assert not thread.is_alive(), f"{what} did not stop at the wakeup"
+    try:
+        os.read(pipe.read_end, 1)
+    except BlockingIOError:
+        return
+    raise AssertionError(f"{what} left the wakeup pipe undrained")
 
 
 def talk(port: int, data: bytes, timeout: float = 10.0) -> bytes:

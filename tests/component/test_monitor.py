@@ -27,7 +27,6 @@ from cluster.master import monitor
 from cluster.master.monitor import MonitorServer, acquire_lock, nodes_seen
 from cluster.node import heartbeat as node_heartbeat
 from cluster.node.heartbeat import HeartbeatError
-from cluster.runtime.service import StopFlag
 from cluster.wire import signing
 from cluster.wire.heartbeat import (
     Heartbeat,
@@ -36,7 +35,15 @@ from cluster.wire.heartbeat import (
     parse_heartbeat,
     parse_reply,
 )
-from tests.helpers import NODE_SECRET, REPO, give_key, reaped, wait_for
+from tests.helpers import (
+    NODE_SECRET,
+    REPO,
+    give_key,
+    reaped,
+    stop_as_a_signal_does,
+    wait_for,
+    wakeup_pipe,
+)
 
 JOB0 = "20190408115600"
 JOB2 = "user-alice-1"
@@ -326,26 +333,15 @@ def test_a_stop_flags_wakeup_fd_ends_the_monitors_wait_at_the_signal(
     without waiting out its slice: with STOP_SLICE and poll made 60 s it still stops at
     once, and the fd is drained."""
     monkeypatch.setattr(monitor, "STOP_SLICE", 60.0)
-    flag = StopFlag()
-    read_end, write_end = os.pipe()
-    os.set_blocking(read_end, False)
     ready: list[MonitorServer] = []
-    t = threading.Thread(target=monitor.run, args=(home, ("127.0.0.1", 0), flag.is_set),
-                         kwargs={"poll": 60.0, "on_ready": ready.append,
-                                 "wakeup_fd": read_end}, daemon=True)
-    try:
+    with wakeup_pipe() as pipe:
+        t = threading.Thread(target=monitor.run,
+                             args=(home, ("127.0.0.1", 0), pipe.flag.is_set),
+                             kwargs={"poll": 60.0, "on_ready": ready.append,
+                                     "wakeup_fd": pipe.read_end}, daemon=True)
         t.start()
         wait_for(lambda: bool(ready), 10, "the monitor to listen")
-        time.sleep(0.2)  # in its select now
-        flag.set(signal.SIGTERM)
-        os.write(write_end, bytes([signal.SIGTERM]))
-        t.join(15)
-        assert not t.is_alive(), "the monitor did not stop at the wakeup"
-        with pytest.raises(BlockingIOError):
-            os.read(read_end, 1)
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+        stop_as_a_signal_does(pipe, t, "the monitor")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -40,10 +40,9 @@ from cluster.home import Home
 from cluster.master.journal import Journal
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import JobResult
-from cluster.runtime.service import StopFlag
 from cluster.wire import signing
 from cluster.wire.jobstart import JobStart
-from tests.helpers import REPO, free_port, reaped, wait_for
+from tests.helpers import REPO, free_port, reaped, stop_as_a_signal_does, wait_for, wakeup_pipe
 
 RUNNING = "20261123160000-p0-a1b2"
 FAILED_BUILD = "20261123150000-p0-c3d4"
@@ -571,23 +570,11 @@ def test_a_stop_flags_wakeup_fd_ends_the_service_at_the_signal(tmp_path: Path) -
     home = Home(tmp_path / "home")
     home.create()
     cfg = config.load(None, {"home": str(home.root), "status_port": str(free_port())})
-    flag = StopFlag()
-    read_end, write_end = os.pipe()
-    os.set_blocking(read_end, False)
     ready: list[StatusServer] = []
-    thread = threading.Thread(target=httpd.run, args=(home, cfg, flag.is_set, 60.0,
-                                                      ready.append),
-                              kwargs={"wakeup_fd": read_end}, daemon=True)
-    try:
+    with wakeup_pipe() as pipe:
+        thread = threading.Thread(target=httpd.run, args=(home, cfg, pipe.flag.is_set, 60.0,
+                                                          ready.append),
+                                  kwargs={"wakeup_fd": pipe.read_end}, daemon=True)
         thread.start()
         wait_for(lambda: ready, 10, "the status server to listen")
-        time.sleep(0.2)  # in its wait now
-        flag.set(signal.SIGTERM)
-        os.write(write_end, bytes([signal.SIGTERM]))
-        thread.join(timeout=15)
-        assert not thread.is_alive(), "the service did not stop at the wakeup"
-        with pytest.raises(BlockingIOError):
-            os.read(read_end, 1)
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+        stop_as_a_signal_does(pipe, thread, "the status service")

@@ -6,12 +6,9 @@ import threading
 import time
 from pathlib import Path
 
-from cluster.config import DEFAULTS
-from cluster.home import Home
 from cluster.master import codelock
-from cluster.master.clustermaster import ClusterMaster
-from cluster.queue import RunSpec
 from cluster.wire.jobstart import JobStart
+from tests.unit.test_runlimits import master_with_a_queued_run
 
 
 def test_no_lock_file_means_no_publisher_and_no_wait(tmp_path: Path) -> None:
@@ -56,13 +53,7 @@ def test_a_publish_that_outlasts_the_wait_is_given_up_on(tmp_path: Path) -> None
 def test_the_master_writes_job_start_only_once_the_ticks_publish_ended(tmp_path: Path) -> None:
     """A clustermaster started at a tick sets its run up while the supervisor publishes the
     node code, and announces it (job.start) only after the publish let go of the lock."""
-    home = Home(tmp_path / "home")
-    home.create()
-    (home.root / "ghostpdl").mkdir()
-    master = ClusterMaster(DEFAULTS.with_changes(home=home.root), 1)
-    master.queue.append(RunSpec.parse("auto nightly gs"))
-    spec = master.queue.head()
-    assert spec is not None
+    home, master, spec = master_with_a_queued_run(tmp_path / "home", "auto nightly gs")
     holding, released = threading.Event(), threading.Event()
     seen_while_held: list[bool] = []
 

@@ -74,14 +74,23 @@ def test_job_start_carries_the_task_timeout_as_the_nodes_job_timeout() -> None:
         start, options("task_timeout=30d")).format()).job_timeout == 30 * 86400.0
 
 
-def test_the_master_writes_task_timeout_into_job_start(tmp_path: Path) -> None:
-    home = Home(tmp_path / "home")
+def master_with_a_queued_run(root: Path, line: str, cfg: Config = CFG
+                             ) -> tuple[Home, ClusterMaster, RunSpec]:
+    """A new home with a clean ghostpdl tree, its priority-1 master, and ``line`` queued
+    there: what ``ClusterMaster._job_start`` needs to set a run up."""
+    home = Home(root)
     home.create()
     (home.root / "ghostpdl").mkdir()
-    master = ClusterMaster(CFG.with_changes(home=home.root), 1)
-    master.queue.append(RunSpec.parse("auto nightly gs task_timeout=45"))
+    master = ClusterMaster(cfg.with_changes(home=home.root), 1)
+    master.queue.append(RunSpec.parse(line))
     spec = master.queue.head()
     assert spec is not None
+    return home, master, spec
+
+
+def test_the_master_writes_task_timeout_into_job_start(tmp_path: Path) -> None:
+    home, master, spec = master_with_a_queued_run(tmp_path / "home",
+                                                  "auto nightly gs task_timeout=45")
     start = master._job_start(spec)
     assert start.job_timeout == 45.0
     assert JobStart.parse(home.job_start(1).read_text()).job_timeout == 45.0

@@ -23,6 +23,7 @@ from cluster.master.supervisor import Periodic, Supervisor, describe_status
 from cluster.runtime import service
 from cluster.runtime.clock import FakeClock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
+from tests.helpers import stop_as_a_signal_does, wakeup_pipe
 
 REPO = Path(__file__).resolve().parents[2]
 APPEND = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
@@ -372,25 +373,12 @@ def test_without_the_lock_the_hook_runs_before_the_starts(
 def test_a_stop_flags_wakeup_fd_ends_the_supervisors_wait_at_the_signal() -> None:
     """The loop waits on its StopFlag's wakeup fd: with a poll and an interval of an hour it
     still stops when the fd turns readable (a signal's byte), and the fd is drained."""
-    flag = StopFlag()
-    read_end, write_end = os.pipe()
-    os.set_blocking(read_end, False)
-    flag.wakeup_fd = read_end
     sup = Supervisor([], interval=3600.0, poll=3600.0)
-    thread = threading.Thread(target=sup.run, args=(flag,), daemon=True)
-    try:
+    with wakeup_pipe() as pipe:
+        thread = threading.Thread(target=sup.run, args=(pipe.flag,), daemon=True)
         thread.start()
         assert wait_for(lambda: sup.ticks == 1)
-        time.sleep(0.2)  # in its wait now
-        flag.set(signal.SIGTERM)
-        os.write(write_end, bytes([signal.SIGTERM]))
-        thread.join(15)
-        assert not thread.is_alive(), "the supervisor did not stop at the wakeup"
-        with pytest.raises(BlockingIOError):
-            os.read(read_end, 1)
-    finally:
-        os.close(read_end)
-        os.close(write_end)
+        stop_as_a_signal_does(pipe, thread, "the supervisor")
 
 
 def test_run_sleeps_in_short_slices() -> None:
