@@ -8,6 +8,7 @@ does not skip, or when the wait ends; one without ``wait`` is answered at once, 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import subprocess
@@ -291,10 +292,11 @@ def test_clusterpull_learns_of_a_run_within_a_second(
 
 def test_clusterpull_with_an_old_monitor_keeps_the_interval(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Against a monitor that ignores wait (answers at once), the node still sends one
-    heartbeat per interval, not a stream."""
+    """Against a monitor that ignores wait (answers at once, unsigned: a failed call), the
+    node still sends one heartbeat per interval, not a stream: its retries back off from
+    FIRST_RETRY to the interval."""
     listener = socket.create_server(("127.0.0.1", 0))
-    count = [0]
+    calls: list[float] = []
     done = threading.Event()
 
     def old_monitor() -> None:
@@ -309,7 +311,7 @@ def test_clusterpull_with_an_old_monitor_keeps_the_interval(
                 data = b""
                 while not data.endswith(b"OK\n"):
                     data += conn.recv(4096)
-                count[0] += 1
+                calls.append(time.monotonic())
                 conn.sendall(b"END\n")
 
     server = threading.Thread(target=old_monitor, daemon=True)
@@ -317,7 +319,7 @@ def test_clusterpull_with_an_old_monitor_keeps_the_interval(
     node, _ = _pull(tmp_path, monkeypatch, listener.getsockname()[1], interval=0.5)
     thread, result = _run_in_thread(node)
     try:
-        time.sleep(2.2)
+        time.sleep(3.2)
     finally:
         node.stop_flag.set()
         thread.join(10)
@@ -325,7 +327,11 @@ def test_clusterpull_with_an_old_monitor_keeps_the_interval(
         server.join(5)
         listener.close()
     assert result == [0]
-    assert 3 <= count[0] <= 6, count[0]
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    # 0.05, 0.1, 0.2, 0.4, then the interval: about 8 calls in 3.2 s, never a stream.
+    assert 5 <= len(calls) <= 10, gaps
+    assert min(gaps) >= pull.FIRST_RETRY * 0.8, gaps
+    assert all(g >= 0.4 for g in gaps[-2:]), gaps
 
 
 def test_clusterpull_rejoins_after_its_backoff(server: MonitorServer, home: Home,
