@@ -328,10 +328,11 @@ def test_clusterpull_with_an_old_monitor_keeps_the_interval(
         listener.close()
     assert result == [0]
     gaps = [b - a for a, b in itertools.pairwise(calls)]
-    # 0.05, 0.1, 0.2, 0.4, then the interval: about 8 calls in 3.2 s, never a stream.
+    # Pauses of 0.05, 0.1, 0.2, 0.4 s, then the interval: 9 calls in 3.2 s, never a stream,
+    # and the last three a whole interval apart each (timed where the calls arrive, so one
+    # call's lateness shortens the gap after it: the three together are compared).
     assert 5 <= len(calls) <= 10, gaps
-    assert min(gaps) >= pull.FIRST_RETRY * 0.8, gaps
-    assert all(g >= 0.4 for g in gaps[-2:]), gaps
+    assert calls[-1] - calls[-4] >= 3 * 0.5 - 0.2, gaps
 
 
 def test_clusterpull_rejoins_after_its_backoff(server: MonitorServer, home: Home,
