@@ -140,13 +140,17 @@ def copy_file(src: Path, dst: Path) -> bool:
     process that had the same pid; it is replaced.
     """
     try:
-        fd_in = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+        # Non-blocking: a FIFO put in the file's place since the listing must not hang us.
+        fd_in = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         log.warning("copy %s: vanished on the master while copying; skipped", src)
         return False
     tmp = os.path.join(os.path.dirname(dst), f"{TEMP_PREFIX}{os.getpid()}.{next(_TEMP_SERIAL)}")
     try:
         st = os.fstat(fd_in)
+        if not stat.S_ISREG(st.st_mode):
+            log.warning("copy %s: no longer a regular file; skipped", src)
+            return False
         try:
             fd_out = os.open(tmp, _CREATE, 0o600)
         except FileExistsError:

@@ -209,9 +209,14 @@ def test_copy_file_without_sendfile_reads_and_writes(tmp_path: Path,
     assert (tmp_path / "copy").read_bytes() == src.read_bytes()
 
 
-def test_copy_file_of_a_vanished_source_is_skipped(tmp_path: Path) -> None:
+def test_copy_file_of_a_vanished_source_or_a_fifo_is_skipped(tmp_path: Path) -> None:
+    """A source gone since the listing, or a FIFO put in its place (which a blocking open
+    would wait on for ever), is skipped, and no temp file stays."""
     assert mirror_mod.copy_file(tmp_path / "gone", tmp_path / "copy") is False
     assert list(tmp_path.iterdir()) == []
+    os.mkfifo(tmp_path / "fifo")
+    assert mirror_mod.copy_file(tmp_path / "fifo", tmp_path / "copy") is False
+    assert [p.name for p in tmp_path.iterdir()] == ["fifo"]
 
 
 def test_a_tree_is_small_up_to_the_limit_counting_files_and_folders(tmp_path: Path) -> None:
