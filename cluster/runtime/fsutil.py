@@ -144,28 +144,48 @@ def atomic_copy(src: Path | str, dst: Path | str, *, fsync: bool = True) -> None
     is made, a missing ``src`` raises FileNotFoundError and one that is not a regular file
     (a directory, a FIFO a copy would block on) OSError EINVAL.
     """
-    # Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
-    fd_in = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd_in, st = open_regular(src)
     try:
-        st = os.fstat(fd_in)
+        replace_by_copy(fd_in, st, dst, temp_file(dst), fsync=fsync)
+    finally:
+        os.close(fd_in)
+
+
+def open_regular(src: Path | str) -> tuple[int, os.stat_result]:
+    """``src`` opened for reading, and its fstat; OSError EINVAL (nothing left open) when it
+    is not a regular file.  Opened non-blocking: a FIFO (one put in a listed file's place,
+    say) would otherwise wait for a writer."""
+    fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file (a copy would read it as a stream)",
                           str(src))
-        fd, tmp = temp_file(dst)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def replace_by_copy(fd_in: int, st: os.stat_result, dst: Path | str,
+                    temp: tuple[int, str], *, fsync: bool) -> None:
+    """Copy the open regular file ``fd_in`` (``st``: its fstat, from :func:`open_regular`)
+    into the new temporary file ``temp`` (its descriptor and path, beside ``dst``; closed
+    here) with :func:`copy_contents`, fsync it if asked, and rename it over ``dst``.  On any
+    failure the temporary file is removed and ``dst`` is as it was."""
+    fd, tmp = temp
+    try:
         try:
-            try:
-                copy_contents(fd_in, fd, st)
-                if fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, dst)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-    finally:
-        os.close(fd_in)
+            copy_contents(fd_in, fd, st)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def copy_contents(fd_in: int, fd_out: int, st: os.stat_result) -> None:

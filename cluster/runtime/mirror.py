@@ -27,7 +27,7 @@ reason.
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -78,13 +78,15 @@ def mirror(src: Path, dst: Path, *, exclude: Exclude | None = None,
     if method not in METHODS:
         raise ValueError(f"mirror method {method!r}: expected one of {', '.join(METHODS)}")
     label = label or str(src)
-    rsync = shutil.which("rsync") if method != "copy" else None
-    if method == "rsync" and rsync is None:
-        raise TransportError("mirror", label, "rsync was asked for but is not on PATH")
-    if rsync is None or (method == "auto" and auto_method(src) == "copy"):
+    if method == "auto":
+        method = auto_method(src)
+    if method == "copy":
         copy_tree(src, dst, exclude=exclude, max_size=max_size, label=label)
-    else:
-        _rsync(rsync, src, dst, exclude, max_size, label, timeout)
+        return
+    rsync = shutil.which("rsync")
+    if rsync is None:
+        raise TransportError("mirror", label, "rsync was asked for but is not on PATH")
+    _rsync(rsync, src, dst, exclude, max_size, label, timeout)
 
 
 def auto_method(src: Path) -> str:
@@ -140,33 +142,33 @@ def copy_file(src: Path, dst: Path) -> bool:
     process that had the same pid; it is replaced.
     """
     try:
-        # Non-blocking: a FIFO put in the file's place since the listing must not hang us.
-        fd_in = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd_in, st = fsutil.open_regular(src)
     except FileNotFoundError:
         log.warning("copy %s: vanished on the master while copying; skipped", src)
         return False
-    tmp = os.path.join(os.path.dirname(dst), f"{TEMP_PREFIX}{os.getpid()}.{next(_TEMP_SERIAL)}")
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        # A FIFO put in the file's place since the listing, say: never read as a stream.
+        log.warning("copy %s: no longer a regular file; skipped", src)
+        return False
     try:
-        st = os.fstat(fd_in)
-        if not stat.S_ISREG(st.st_mode):
-            log.warning("copy %s: no longer a regular file; skipped", src)
-            return False
-        try:
-            fd_out = os.open(tmp, _CREATE, 0o600)
-        except FileExistsError:
-            os.unlink(tmp)
-            fd_out = os.open(tmp, _CREATE, 0o600)
-        try:
-            fsutil.copy_contents(fd_in, fd_out, st)
-        finally:
-            os.close(fd_out)
-        os.replace(tmp, dst)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
+        fsutil.replace_by_copy(fd_in, st, dst, _new_temp(dst), fsync=False)
     finally:
         os.close(fd_in)
     return True
+
+
+def _new_temp(dst: Path) -> tuple[int, str]:
+    """A new temporary file beside ``dst`` (its descriptor and path), named
+    ``TEMP_PREFIX<pid>.<serial>``; one of that name left by a dead process that had our pid
+    is replaced."""
+    tmp = os.path.join(os.path.dirname(dst), f"{TEMP_PREFIX}{os.getpid()}.{next(_TEMP_SERIAL)}")
+    try:
+        return os.open(tmp, _CREATE, 0o600), tmp
+    except FileExistsError:
+        os.unlink(tmp)
+        return os.open(tmp, _CREATE, 0o600), tmp
 
 
 #: How copy_file creates its temp file: new, never through a link left in its place.
@@ -328,11 +330,6 @@ def _kind(entry: os.DirEntry[str], src_root: Path, label: str) -> str | os.stat_
         return None  # vanished while we looked; the next mirror settles it
     log.warning("fetch %s: skipping %s: not a regular file or directory", label, entry.path)
     return None
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
 
 
 def _remove(path: Path) -> None:
