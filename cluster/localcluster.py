@@ -614,22 +614,12 @@ class LocalCluster:
                 if (folder / "report.txt").exists() and info.exists() and \
                         wanted in info.read_text(encoding="utf-8"):
                     # The report is written before run.info; both exist: the run is done.
-                    self._wait_dequeued(spec, end, priority)
-                    self._wait_ended(name, end)
+                    self._wait_ended(spec, name, end, priority)
                     return folder
             served = os.path.lexists(self.home.job_start(priority))
             self.clock.sleep(_POLL if served else _END_LOOK)
         raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
                            f"(see {self.home.log_dir})")
-
-    def _wait_ended(self, run_id: str, end: float) -> None:
-        """Wait (up to ``end``) until the run's working folder is gone: the master removes
-        it last at a run's end, whatever the outcome (:class:`cluster.master.endrun.
-        RunEnder`; only its status line and log line follow)."""
-        folder = self.home.run_dir(run_id)
-        while self.clock.monotonic() < end and folder.exists():
-            self.check_daemons()
-            self.clock.sleep(_END_LOOK)
 
     def _archive_mtime(self) -> int | None:
         try:
@@ -637,9 +627,18 @@ class LocalCluster:
         except FileNotFoundError:
             return None
 
-    def _wait_dequeued(self, spec: RunSpec, end: float, priority: int) -> None:
+    def _wait_ended(self, spec: RunSpec, run_id: str, end: float, priority: int) -> None:
+        """Wait (up to monotonic ``end``) for the last of the master's end steps of the run
+        archived as ``run_id``: the run leaves its queue, then its working folder goes,
+        whatever the outcome (:class:`cluster.master.endrun.RunEnder`)."""
         queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
-        while self.clock.monotonic() < end and spec in queue.read():
+        self._wait_until(lambda: spec not in queue.read(), end)
+        folder = self.home.run_dir(run_id)
+        self._wait_until(lambda: not folder.exists(), end)
+
+    def _wait_until(self, done: Callable[[], bool], end: float) -> None:
+        """Look every :data:`_END_LOOK` seconds until ``done()`` or monotonic ``end``."""
+        while self.clock.monotonic() < end and not done():
             self.check_daemons()
             self.clock.sleep(_END_LOOK)
 

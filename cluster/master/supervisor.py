@@ -298,6 +298,9 @@ class Supervisor:
         """Tick every ``interval`` seconds until ``stop.is_set()``; shut down in any case."""
         self.initialize()
         logger.info("supervising %d command(s) every %gs", len(self.commands), self.interval)
+        # A stop ends the wait at once where the flag has a wakeup fd: a local cluster's
+        # exit waits for the supervisor's.
+        wakeup: int | None = getattr(stop, "wakeup_fd", None)
         try:
             due = self.clock.monotonic()
             while not stop.is_set():
@@ -311,9 +314,6 @@ class Supervisor:
                     self.waking.update(self.wakeup())
                 self._judge_wakes(now)
                 self.run_periodic(now)
-                # A stop ends the wait at once where the flag has a wakeup fd: a local
-                # cluster's exit waits for the supervisor's.
-                wakeup: int | None = getattr(stop, "wakeup_fd", None)
                 if self.clock.wait_readable(wakeup, min(self.poll, due - now)) \
                         and wakeup is not None:
                     drain(wakeup)
