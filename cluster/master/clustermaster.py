@@ -435,14 +435,16 @@ class ClusterMaster:
                              f"{run_id} was set up")
             start = self._sweep_limits(spec, start)  # the sweep file is in place now
             start = runlimits.with_task_timeout(start, runlimits.run_options(spec, self.cfg))
-            # The nodes fetch the node code when they see job.start: the one this tick's
-            # supervisor publishes, not the one before it (cluster.master.codelock).
-            if not codelock.wait_for_publish(self.home.node_code_lock):
-                log.warning("run %s: the node code's publish still holds %s after %.0f s; "
-                            "announcing the run with what is published", run_id,
-                            self.home.node_code_lock, codelock.WAIT_LIMIT)
             write_job_start(path, start)
 
+        # The nodes fetch the node code when they see job.start: the one this tick's
+        # supervisor publishes, not the one before it (cluster.master.codelock).  Waited for
+        # here, before the source is set up: a user run's job.start is written under the
+        # pushed tree's lock, which the user's next push waits for.
+        if not codelock.wait_for_publish(self.home.node_code_lock):
+            log.warning("run %s: the node code's publish still holds %s after %.0f s; "
+                        "announcing the run with what is published", run_id,
+                        self.home.node_code_lock, codelock.WAIT_LIMIT)
         try:
             self._prepare_source(spec, start, publish)
         except NotNow:

@@ -9,9 +9,10 @@ installed copies.  The supervisor used to publish first and start the clustermas
 after, which put the publish (0.06-0.15 s into a new home) on the path from a push to its
 first job.  Now it holds :func:`publishing` from before it starts the tick's
 clustermasters until the publish returned, and a clustermaster calls
-:func:`wait_for_publish` just before it writes ``job.start``: the publish runs while the
-clustermaster starts Python, queues the run and makes its job list, and a run is still
-announced only after it.
+:func:`wait_for_publish` once its run's job.start is made, before it sets up the run's
+source and writes ``job.start``: the publish runs while the clustermaster starts Python and
+queues the run, and a run is still announced only after it.  (Not later: a user run's
+job.start is written under the pushed tree's lock, which the user's next push waits for.)
 
 The lock is a plain ``flock`` on ``<home>/node-code.lock`` (:attr:`cluster.home.Home.
 node_code_lock`), exclusive for the publisher, shared for a look.  Not a
