@@ -9,7 +9,7 @@ installed copies.  The supervisor used to publish first and start the clustermas
 after, which put the publish (0.06-0.15 s into a new home) on the path from a push to its
 first job.  Now it holds :func:`publishing` from before it starts the tick's
 clustermasters until the publish returned, and a clustermaster calls
-:func:`wait_for_publish` once its run's job.start is made, before it sets up the run's
+:func:`wait_for_publish` after it has composed the run's job.start, before it sets up the run's
 source and writes ``job.start``: the publish runs while the clustermaster starts Python and
 queues the run, and a run is still announced only after it.  (Not later: a user run's
 job.start is written under the pushed tree's lock, which the user's next push waits for.)
