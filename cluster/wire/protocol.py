@@ -20,6 +20,11 @@ Request headers (node -> master)::
                               ``programs`` the build made, with its resource files (issue 26:
                               the build part of a job's key in the master's result cache;
                               :mod:`cluster.node.builddigest`); at most 32
+    keychanges <prog>=<n>:<part>[|<part>...][;...]  with ``digests``: for each program
+                              whose digest moved since this node last computed it, how
+                              many of its key's parts changed and the first few of them
+                              (percent-encoded paths, or ``os``, ``arch``, ``tree:<path>``):
+                              what the master's report names (docs/answers.md)
     instance <16 hex>         the node's instance: random, kept in its work_dir (a restart
                               of the node keeps it; another machine under the same name has
                               another one)
@@ -49,6 +54,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 from cluster.config import DEFAULTS
 
@@ -137,6 +143,69 @@ def _digests(value: str) -> tuple[tuple[tuple[str, str], ...]]:
     return (parse_digests(value),)
 
 
+#: The most changed parts a ``keychanges`` header names per program (the count says how
+#: many changed in all), and the longest part named [characters, encoded].
+MAX_KEY_PARTS = 8
+MAX_KEY_PART = 512
+#: What a part may hold once percent-encoded (:func:`format_keychanges`).
+_KEY_PART = re.compile(r"[A-Za-z0-9_.~/:@+%-]{1," + str(MAX_KEY_PART) + "}")
+
+KeyChanges = tuple[tuple[str, int, tuple[str, ...]], ...]
+
+
+def parse_keychanges(value: str) -> KeyChanges:
+    """The ``keychanges`` header as (program, parts changed in all, the parts named)
+    sorted by program; the parts decoded.  ValueError says what is wrong."""
+    out: dict[str, tuple[int, tuple[str, ...]]] = {}
+    words = value.split(";") if value.strip() else []
+    if len(words) > MAX_PROGRAMS:
+        raise ValueError(f"takes at most {MAX_PROGRAMS} <program>=<n>:<parts> words, got "
+                         f"{len(words)}")
+    for word in words:
+        name, eq, rest = word.strip().partition("=")
+        count, colon, joined = rest.partition(":")
+        parts = joined.split("|") if joined else []
+        if (not eq or not colon or not PROGRAM.fullmatch(name) or not count.isdigit()
+                or len(count) > 9 or len(parts) > MAX_KEY_PARTS
+                or not all(_KEY_PART.fullmatch(part) for part in parts)
+                or int(count) < len(parts)):
+            raise ValueError(f"takes <program>=<count>:<part>|<part>... words (at most "
+                             f"{MAX_KEY_PARTS} percent-encoded parts of at most "
+                             f"{MAX_KEY_PART} characters, no more than the count), got "
+                             f"{word[:120]!r}")
+        if name in out:
+            raise ValueError(f"program {name!r} given twice")
+        out[name] = (int(count), tuple(unquote(part, errors="surrogateescape")
+                                       for part in parts))
+    return tuple((name, count, parts) for name, (count, parts) in sorted(out.items()))
+
+
+def _encode_part(part: str) -> str:
+    """``part`` percent-encoded for a ``keychanges`` word, cut to :data:`MAX_KEY_PART`
+    characters (never inside a ``%XX`` escape)."""
+    encoded = quote(part, safe="/:@+~", errors="surrogateescape")
+    if len(encoded) <= MAX_KEY_PART:
+        return encoded
+    cut = encoded[:MAX_KEY_PART]
+    escape = cut.rfind("%", len(cut) - 2)
+    return cut[:escape] if escape >= 0 else cut
+
+
+def format_keychanges(changes: KeyChanges) -> str:
+    """The ``keychanges`` header's value (the inverse of :func:`parse_keychanges`): at most
+    :data:`MAX_KEY_PARTS` parts per program, each percent-encoded and cut to
+    :data:`MAX_KEY_PART` characters."""
+    words = []
+    for name, count, parts in changes[:MAX_PROGRAMS]:
+        encoded = [_encode_part(part) for part in parts[:MAX_KEY_PARTS] if part]
+        words.append(f"{name}={max(count, len(encoded))}:{'|'.join(encoded)}")
+    return ";".join(words)
+
+
+def _keychanges(value: str) -> tuple[KeyChanges]:
+    return (parse_keychanges(value),)
+
+
 def _failure(value: str) -> tuple[int, str]:
     code, _, reason = value.partition(" ")
     try:
@@ -157,6 +226,7 @@ REQUEST_HEADERS: dict[str, Header] = {
     "built": matching("built", JOB_ID, "takes the job id of the run the node built for"),
     "unbuilt": Header(("unbuilt",), _unbuilt),
     "digests": Header(("digests",), _digests),
+    "keychanges": Header(("keychanges",), _keychanges),
     "instance": matching("instance", INSTANCE, "takes a node instance: 16 lower-case hex "
                          "digits"),
     "failure": Header(("failure", "failure_reason"), _failure),
@@ -185,6 +255,9 @@ class Request:
     unbuilt: tuple[str, ...] = ()
     #: With ``built``: (program, sha256) of each program its build made (issue 26).
     digests: tuple[tuple[str, str], ...] = ()
+    #: With ``digests``: (program, parts changed, the first parts) of each program whose
+    #: digest moved since the node last computed it (:func:`parse_keychanges`).
+    keychanges: KeyChanges = ()
     #: The node's instance id (see :data:`INSTANCE`); "" from a node that sends none.
     instance: str = ""
     failure: int = 0
@@ -421,6 +494,8 @@ def format_request(req: Request) -> bytes:
         out.append("unbuilt " + ",".join(req.unbuilt))
     if req.digests:
         out.append("digests " + ",".join(f"{p}={d}" for p, d in req.digests))
+    if req.keychanges:
+        out.append("keychanges " + format_keychanges(req.keychanges))
     if req.instance:
         out.append(f"instance {req.instance}")
     if req.failure:

@@ -295,3 +295,25 @@ def test_framer_counts_lines_across_chunks() -> None:
     framer.feed(b"a\nb\nc\n")
     with pytest.raises(ProtocolError, match="more than 5 lines"):
         framer.feed(b"d\ne\nf\nOK\n")
+
+
+def test_keychanges_round_trip_and_refusals() -> None:
+    """A node names what moved in a program's key: paths with spaces, percent signs and
+    non-UTF-8 bytes come back as they were; a bad word is refused naming what is expected."""
+    from cluster.wire.protocol import MAX_KEY_PARTS, format_keychanges, parse_keychanges
+
+    changes = (("gs", 3, ("/usr/lib/x86_64-linux-gnu/libtiff.so.6", "tree:lib/a b%.ps",
+                          "/opt/\udcff")),
+               ("mutool", 12, tuple(f"/lib/l{n}" for n in range(MAX_KEY_PARTS))))
+    req = protocol.Request(node="n1", job_id="r1", built="r1",
+                           digests=(("gs", "a" * 64), ("mutool", "b" * 64)),
+                           keychanges=changes)
+    back = protocol.parse_request(protocol.format_request(req))
+    assert back.keychanges == changes
+    for bad in ("gs", "gs=x:/a", "gs=1:/a|/b", "gs=1:/a;gs=1:/b", "g s=1:/a",
+                "gs=99:" + "|".join(["/a"] * (MAX_KEY_PARTS + 1))):
+        with pytest.raises(ValueError, match="keychanges|given twice|takes"):
+            parse_keychanges(bad)
+    long_part = "/" + "%" * 2000
+    (name, count, parts), = parse_keychanges(format_keychanges((("gs", 1, (long_part,)),)))
+    assert (name, count) == ("gs", 1) and long_part.startswith(parts[0])
