@@ -105,6 +105,7 @@ def build_keys(tree: Path, bin_dir: Path, programs: Iterable[str], *,
     libraries cannot be known is left out (logged).  OSError when the tree cannot be
     walked, ValueError for a bad run-time list: the caller then sends no digests."""
     env = dict(os.environ if env is None else env)
+    tree, bin_dir = tree.absolute(), bin_dir.absolute()  # parts are named by absolute paths
     hashes_path = keys_path = None
     if cache_dir is not None:
         _prune(cache_dir, tree.parent)
@@ -150,9 +151,10 @@ def build_keys(tree: Path, bin_dir: Path, programs: Iterable[str], *,
         programs_new[name] = {"digest": digest, "run": run, "parts": parts,
                               "changes": [count, list(named)]}
     cache.save()
-    if keys_path is not None:
+    new_tree = {"digest": tree_digest, "files": tree_files}
+    if keys_path is not None and (programs_new != programs_old or old.get("tree") != new_tree):
         _write_keys(keys_path, {"version": KEYS_VERSION, "programs": programs_new,
-                                "tree": {"digest": tree_digest, "files": tree_files}})
+                                "tree": new_tree})
     return BuildKeys(tuple(digests), tuple(changes))
 
 

@@ -90,10 +90,14 @@ class HashCache:
         if not isinstance(files, dict):
             return out
         for name, row in files.items():
-            if (isinstance(row, list) and len(row) == 6
-                    and all(isinstance(x, int) for x in row[:4])
-                    and isinstance(row[4], str) and (row[5] is None or isinstance(row[5], str))):
-                out[name] = Entry((row[0], row[1], row[2], row[3]), row[4], row[5])
+            try:
+                size, mtime, ctime, ino, sha, note = row
+            except (TypeError, ValueError):
+                continue
+            # A key field of another type never equals a stat key: such an entry is only
+            # ever read again, never wrongly trusted; the answers must be strings.
+            if type(sha) is str and (note is None or type(note) is str):
+                out[name] = Entry((size, mtime, ctime, ino), sha, note)
         return out
 
     def lookup(self, path: str, describe: Describe | None = None) -> Entry:
@@ -138,10 +142,13 @@ class HashCache:
 
     def save(self) -> None:
         """Write the files asked for since this cache was made (only those) to
-        :attr:`path`, atomically; a failure is logged, never raised (the cache is a speed,
-        not a truth)."""
+        :attr:`path`, atomically (not at all when that is what it holds already); a
+        failure is logged, never raised (the cache is a speed, not a truth)."""
         if self.path is None:
             return
+        if not self.hashed and self._used.keys() == self._old.keys() and all(
+                self._used[name] is self._old[name] for name in self._used):
+            return  # nothing read, nothing dropped: the file on disk says the same
         files = {name: [*e.key, e.sha256, e.note] for name, e in sorted(self._used.items())}
         text = json.dumps({"version": VERSION, "files": files}, separators=(",", ":"))
         try:

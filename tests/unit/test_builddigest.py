@@ -385,3 +385,12 @@ def test_reuse_environment_setting(tmp_path: Path) -> None:
     conf.write_text("[node]\nreuse_environment = fonts\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="reuse_environment"):
         config.load(conf)
+
+
+def test_a_tree_given_by_a_relative_path_has_the_same_keys(
+        setup: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    absolute = keys(setup)
+    monkeypatch.chdir(setup["tree"].parent)
+    relative = build_keys(Path("tree"), Path("tree/bin"), ["gs", "tool"],
+                          cache_dir=setup["cache"], run="r2")
+    assert relative.digests == absolute.digests and relative.keychanges == ()
