@@ -29,7 +29,7 @@ differ, get different digests, so each keeps its own keys.
 **Fast.** File hashes are remembered per build tree in the node's work folder
 (``work_dir/keycache/<tree>.hashes``, :class:`cluster.node.hashcache.HashCache`): a file
 is read again only when its size, mtime, ctime or inode moved, so a second computation
-over an unchanged ghostpdl tree only stats its files (docs/performance.md gives the
+over an unchanged ghostpdl tree only stats its files (docs/answers.md gives the
 figures).
 
 **What changed.** Beside it, ``work_dir/keycache/<tree>.keys`` keeps each program's last
