@@ -12,6 +12,7 @@ rpath), it runs /usr/bin/gs with the option the library gives.  With the result 
 3. the library changed in place (as a distribution update does: same path, new bytes, and
    another option, so the outputs really change): every job runs again, none is reused,
    and the outputs differ from the first run's -- a reused result would have been wrong;
+   the nodes name the library as what changed in gs's key;
 4. the same push again: reused;
 5. the installed program changed in place (the wrapper and the tree unchanged): every job
    runs again.
@@ -93,6 +94,12 @@ def ran_and_reused(archive: Path) -> tuple[dict[str, str], set[str]]:
     return {n: r.md5 for n, r in rows.items() if n not in reused}, reused
 
 
+def node_logs(cluster: LocalCluster) -> str:
+    """The nodes' run.py logs, together."""
+    return "".join(log.read_text(encoding="utf-8", errors="replace")
+                   for log in sorted(cluster.home_dir.glob("node-work/*/log/run.log")))
+
+
 def test_a_changed_installed_program_or_library_is_never_reused(make_cluster: MakeCluster,
                                                                  tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
@@ -120,6 +127,8 @@ def test_a_changed_installed_program_or_library_is_never_reused(make_cluster: Ma
     ran, reused = ran_and_reused(push(cluster, tree))
     assert set(ran) == set(first) and not reused
     assert all(ran[name] != first[name] for name in first), (ran, first)
+    # The nodes named what moved (the keychanges they sent with their digests).
+    assert f"gs's key changed in 1 part(s): {installed / 'libgsopt.so'}" in node_logs(cluster)
 
     # 4. Nothing changed since: reused again.
     again, reused = ran_and_reused(push(cluster, tree))
@@ -129,3 +138,40 @@ def test_a_changed_installed_program_or_library_is_never_reused(make_cluster: Ma
     make_installed_gs(installed, installed, extra='args[n++] = "-dNOINTERPOLATE";')
     ran, reused = ran_and_reused(push(cluster, tree))
     assert set(ran) == set(first) and not reused
+    assert f"gs's key changed in 1 part(s): {installed / 'gs'}" in node_logs(cluster)
+
+
+#: A tree whose gs wrapper reads a file of the tree at run time (the paper size), by a path
+#: it builds when it runs (so only the tree part of the key can see it).
+PAPER_MAKEFILE = """\
+all:
+\tmkdir -p bin
+\tprintf '#!/bin/sh\\npaper=$$(cat "$$(dirname "$$0")/../paper")\\n' > bin/gs
+\tprintf 'exec /usr/bin/gs -sPAPERSIZE=$$paper "$$@"\\n' >> bin/gs
+\tchmod +x bin/gs
+"""
+
+
+def test_a_tree_file_read_at_run_time_is_never_reused(make_cluster: MakeCluster,
+                                                      tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in FILES:
+        shutil.copyfile(CORPUS / name, corpus / name)
+    cluster = make_cluster(corpus=corpus, gs_configs=GS_CONFIGS, result_cache="yes")
+    cluster.start()
+    tree = tmp_path / "ghostpdl"
+    tree.mkdir()
+    (tree / "Makefile").write_text(PAPER_MAKEFILE, encoding="utf-8")
+    (tree / "paper").write_text("a4\n", encoding="utf-8")
+
+    first, reused = ran_and_reused(push(cluster, tree))
+    assert len(first) == len(FILES) and not reused
+    ran, reused = ran_and_reused(push(cluster, tree))
+    assert not ran and reused == set(first)
+
+    (tree / "paper").write_text("a3\n", encoding="utf-8")
+    ran, reused = ran_and_reused(push(cluster, tree))
+    assert set(ran) == set(first) and not reused
+    assert all(ran[name] != first[name] for name in first), (ran, first)
+    assert "gs's key changed in 1 part(s): tree:paper" in node_logs(cluster)
