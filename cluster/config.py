@@ -393,6 +393,14 @@ class Config:
                            "build the least recently built beyond this many are removed "
                            "with their mirrors (work_dir/src/<tree>), never one a run is "
                            "using; 0 = keep them all", high=10_000)
+    reuse_environment: tuple[str, ...] = _opt(
+        (), NODE, "absolute paths",
+        "files or folders (space separated; ~ expanded) whose content is part of every "
+        "program's key in the master's result cache, beside what the node finds by "
+        "looking (its libraries, the programs a wrapper runs, the tree's files, the OS): "
+        "what a product reads that cannot be found so, e.g. a font folder or a licence "
+        "file; a change there makes the jobs run again rather than be reused "
+        "(docs/answers.md)")
     poll_interval: float = _opt(2.0, NODE, "seconds",
                                 "run.py calls the master at least this often (its heartbeat)",
                                 positive=True, high=HOUR)
@@ -580,6 +588,10 @@ def validate(cfg: Config) -> None:
     if cfg.job_user and not ACCOUNT_NAME.fullmatch(cfg.job_user):
         raise ConfigError("job_user", cfg.job_user, "an account name (a lower-case letter or "
                           "'_', then up to 31 of a-z 0-9 _ -), or empty")
+    for entry in cfg.reuse_environment:
+        if not os.path.isabs(os.path.expanduser(entry)):
+            raise ConfigError("reuse_environment", entry, "absolute paths (or ~/...) of "
+                              "files or folders, space separated")
     if cfg.slots < 0:
         raise ConfigError("slots", cfg.slots, "0 (CPU count) or a positive integer")
     for f in dataclasses.fields(Config):

@@ -360,9 +360,12 @@ class NodeRun:
         #: job.start's ``programs`` its build did not make (``unbuilt`` header), set once
         #: built (:meth:`_check_programs`).
         self.unbuilt: tuple[str, ...] = ()
-        #: (program, sha256) of each program the build made, with its resources (issue 26,
-        #: ``digests`` header, sent beside ``built``): set once built (_program_digests).
+        #: (program, sha256) of each program the build made, with what it loads and runs
+        #: (``digests`` header, sent beside ``built``): set once built (_program_digests).
         self.digests: tuple[tuple[str, str], ...] = ()
+        #: What changed in the key of each program whose digest moved since this node last
+        #: computed it (``keychanges`` header, beside ``digests``): set with them.
+        self.keychanges: protocol.KeyChanges = ()
         self.in_use = workdir.UseHold()  # the key of the build this run uses, held
         #: A sweep run's results waiting to be sent (set by _prepare; None in other runs).
         self.outbox: sweepresults.Outbox | None = None
@@ -608,7 +611,8 @@ class NodeRun:
             pending=len(self.queue), running=self.pool.running(), slots=self.slots, busy=busy,
             built=self.start.id if self.start and self.built else "",
             unbuilt=self.unbuilt if self.built else (),
-            digests=self.digests if self.built else (), instance=self.instance,
+            digests=self.digests if self.built else (),
+            keychanges=self.keychanges if self.built else (), instance=self.instance,
             failure=self.failure, failure_reason=self.failure_reason, status=status,
             timeouts=self.counters.timeouts, max_timeouts=self._timeout_limit(),
             results=tuple(self.unsent[:self._batch()]), leaving=leaving)
@@ -1177,23 +1181,31 @@ class NodeRun:
                 self.node_log.write(f"node {self.name}: the build made no {where}\n")
 
     def _program_digests(self, start: JobStart) -> tuple[tuple[str, str], ...]:
-        """The build digest of each of ``start``'s programs the build made
-        (:func:`cluster.node.builddigest.program_digests`), none in a sweep run (its jobs
-        are never reused).  A failure to read them is logged and sends none: the master then
-        reuses nothing for this node, never a wrong result.  ``start`` is passed, not read
-        from ``self.start``: a run.py restarted for a run already built takes them while it
-        prepares, before ``self.start`` is set."""
+        """The build digest of each of ``start``'s programs the build made, with what it
+        loads and runs (:func:`cluster.node.builddigest.build_keys`, its file hashes kept
+        in ``work_dir/keycache``), none in a sweep run (its jobs are never reused); sets
+        :attr:`keychanges` beside them.  A failure to read them is logged and sends none:
+        the master then reuses nothing for this node, never a wrong result.  ``start`` is
+        passed, not read from ``self.start``: a run.py restarted for a run already built
+        takes them while it prepares, before ``self.start`` is set."""
+        self.keychanges = ()
         programs = start.programs
         if start.max_result_bytes or not programs:
             return ()
-        tree = self.build_dir
         try:
-            kind = buildcmd.plan(tree, start, self.slots).kind
-            return builddigest.program_digests(tree, self.bin_dir, kind, programs)
+            keys = builddigest.build_keys(
+                self.build_dir, self.bin_dir, programs, run=start.id,
+                cache_dir=self.cfg.work_dir.resolve() / builddigest.KEYCACHE,
+                environment=self.cfg.reuse_environment, env=_job_environment())
         except (OSError, ValueError) as exc:
             log.warning("node %s: cannot hash the build's programs (%s); the master will "
                         "reuse no result for this node", self.name, exc)
             return ()
+        for program, count, parts in keys.keychanges:
+            log.info("node %s: %s's key changed in %d part(s): %s", self.name, program,
+                     count, ", ".join(parts))
+        self.keychanges = keys.keychanges
+        return keys.digests
 
     def _bins_present(self, job: Job) -> bool:
         """Whether every ``__bin__/<name>`` of ``job`` is an executable file of this node's

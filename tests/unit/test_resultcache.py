@@ -94,10 +94,10 @@ def test_program_digests_are_per_program(tmp_path: Path) -> None:
     (tree / "bin").mkdir(parents=True)
     (tree / "bin" / "gs").write_bytes(b"gs binary")
     (tree / "bin" / "mutool").write_bytes(b"mutool binary")
-    first = dict(program_digests(tree, tree / "bin", "other", ["gs", "mutool", "gxps"]))
+    first = dict(program_digests(tree, tree / "bin", ["gs", "mutool", "gxps"]))
     assert set(first) == {"gs", "mutool"}  # gxps was not built
     (tree / "bin" / "gs").write_bytes(b"gs binarY")
-    second = dict(program_digests(tree, tree / "bin", "other", ["gs", "mutool"]))
+    second = dict(program_digests(tree, tree / "bin", ["gs", "mutool"]))
     assert second["gs"] != first["gs"] and second["mutool"] == first["mutool"]
 
 
@@ -108,9 +108,9 @@ def test_ghostpdl_resources_are_part_of_each_program_digest(tmp_path: Path) -> N
     (tree / "bin" / "gs").write_bytes(b"gs")
     init = tree / "Resource" / "Init" / "gs_init.ps"
     init.write_bytes(b"init 1")
-    first = program_digests(tree, tree / "bin", "ghostpdl", ["gs"])
+    first = program_digests(tree, tree / "bin", ["gs"])
     init.write_bytes(b"init 2")
-    assert program_digests(tree, tree / "bin", "ghostpdl", ["gs"]) != first
+    assert program_digests(tree, tree / "bin", ["gs"]) != first
 
 
 def test_digests_travel_in_the_request() -> None:
