@@ -426,6 +426,16 @@ class Config:
                                positive=True, high=DAY)
     io_timeout: float = _opt(60.0, NODE, "seconds", "longest wait for the master's reply",
                              positive=True, high=DAY)
+    ssh_retry_time: float = _opt(60.0, NODE, "seconds",
+                                 "transport ssh: a read, upload, listing or rsync whose "
+                                 "connection is cut is tried again on a new connection after "
+                                 "0.2, 0.5, 1, 2, 5, 5, ... s for at most this long from its "
+                                 "start (and at most half of heartbeat_timeout, when the "
+                                 "node's file has the master's too), then the master counts "
+                                 "as unreachable; keep it well below the master's "
+                                 "heartbeat_timeout: a node may say nothing to its master "
+                                 "meanwhile",
+                                 positive=True, high=DAY)
 
     # ------------------------------------------------------------------------------------------
     def port_for(self, priority: int) -> int:

@@ -126,12 +126,15 @@ class _RefuseUnknown(paramiko.RejectPolicy):
 
 
 def connect(target: SshTarget, *, timeout: float = 15.0, retries: int = 1,
-            delay: float = 1.0) -> paramiko.SSHClient:
+            delay: float = 1.0, deadline: float | None = None) -> paramiko.SSHClient:
     """An open, authenticated paramiko connection to ``target``.
 
     ``timeout`` bounds each phase (TCP connect, banner, authentication) [seconds].
     ``retries`` is the number of tries (at least 1); only an "unreachable" failure is tried
     again, after ``delay`` seconds doubled on each try and capped at :data:`BACKOFF_CAP`.
+    ``deadline`` (``time.monotonic()``; None: none) ends the tries sooner: no pause is
+    begun that would end past it, so a caller's own bound on its retries (the node's
+    ``ssh_retry_time``) holds for the connects made within it too.
     Raises :class:`~cluster.errors.SshError` (see the module docstring); never a paramiko or
     socket exception.
     """
@@ -141,10 +144,11 @@ def connect(target: SshTarget, *, timeout: float = 15.0, retries: int = 1,
         try:
             return _connect_once(target, timeout)
         except SshError as exc:
-            if exc.kind != "unreachable" or attempt == tries:
-                if exc.kind == "unreachable" and tries > 1:
+            late = deadline is not None and time.monotonic() + pause > deadline
+            if exc.kind != "unreachable" or attempt == tries or late:
+                if exc.kind == "unreachable" and attempt > 1:
                     raise SshError(exc.kind, exc.where,
-                                   f"{exc.reason} (gave up after {tries} tries)") from None
+                                   f"{exc.reason} (gave up after {attempt} tries)") from None
                 raise
             log.warning("%s; try %d of %d again in %g s", exc, attempt, tries, pause)
             time.sleep(pause)
