@@ -551,6 +551,7 @@ def put_atomic(sftp: paramiko.SFTPClient, local: Path, remote: str, *,
                     break
                 dst.write(chunk)
             dst.flush()
+            _acknowledged(dst)
             _fsync(sftp, dst)
         sftp.chmod(tmp, stat.S_IMODE(st.st_mode))
         sftp.utime(tmp, (st.st_atime, st.st_mtime))
@@ -564,6 +565,19 @@ def put_atomic(sftp: paramiko.SFTPClient, local: Path, remote: str, *,
         except Exception:  # noqa: BLE001 - the connection may be gone; the first error counts
             log.debug("could not remove temporary %s after a failed upload", tmp)
         raise
+
+
+def _acknowledged(fh: paramiko.SFTPFile) -> None:
+    """Wait for the server's answer to each write of ``fh`` still in flight, in order, and
+    raise the first that is an error (OSError with the server's words: a full disk, the
+    node gate's bound).  paramiko's pipelined writes keep their requests in ``_reqs`` and
+    read the answers only when many are pending; an answer read while waiting for another
+    request (the fsync, a stat) is dropped unseen, so a refused write would surface only
+    as a later, misleading error (the file the server removed "does not exist")."""
+    pending = getattr(fh, "_reqs", None)
+    while pending:  # bounded: each pass takes one request off
+        request = pending.popleft()
+        fh.sftp._read_response(request)  # type: ignore[attr-defined]  # raises on an error
 
 
 def _fsync(sftp: paramiko.SFTPClient, fh: paramiko.SFTPFile) -> None:
