@@ -185,6 +185,14 @@ class Config:
                                  "a sweep task whose command writes more than this (its result "
                                  "files, stdout and stderr together) is failed and nothing of it "
                                  "kept (docs/sweeps.md)", positive=True, high=1 << 40)
+    max_upload_bytes: int = _opt(4 * GIB, MASTER, "bytes",
+                                 "the most one run's upload area may hold when a node "
+                                 "writes to it through the node gate (bootstrap_node.py "
+                                 "--restrict): every regular file in runs/<id>/logs, "
+                                 "runs/<id>/bmpcmp and runs/<id>/results/incoming counted by "
+                                 "its size; a write that would pass it is refused and the "
+                                 "file it was writing removed (docs/security.md)",
+                                 positive=True, high=1 << 40)
     batch_per_slot: int = _opt(2, MASTER, "jobs",
                                "a node is kept holding at least this many jobs per slot",
                                positive=True, high=10_000)
@@ -434,6 +442,16 @@ class Config:
                                positive=True, high=DAY)
     io_timeout: float = _opt(60.0, NODE, "seconds", "longest wait for the master's reply",
                              positive=True, high=DAY)
+    ssh_retry_time: float = _opt(60.0, NODE, "seconds",
+                                 "transport ssh: a read, upload, listing or rsync whose "
+                                 "connection is cut is tried again on a new connection after "
+                                 "0.2, 0.5, 1, 2, 5, 5, ... s for at most this long from its "
+                                 "start (and at most half of heartbeat_timeout, when the "
+                                 "node's file has the master's too), then the master counts "
+                                 "as unreachable; keep it well below the master's "
+                                 "heartbeat_timeout: a node may say nothing to its master "
+                                 "meanwhile",
+                                 positive=True, high=DAY)
 
     # ------------------------------------------------------------------------------------------
     def port_for(self, priority: int) -> int:

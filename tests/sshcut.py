@@ -7,6 +7,10 @@ SSH_MSG_NEWKEYS, which RFC 4253 sends unencrypted) to know which client it serve
 (``paramiko`` or ``OpenSSH``, from ``SSH-2.0-<client>``) and when the login begins: the
 client's first byte after its NEWKEYS is its encrypted ``ssh-userauth`` service request.
 A cut closes both sockets at once, as a killed sshd session or a dropped link does.
+
+:meth:`CuttingProxy.blink` makes a bad spell of the link instead: for some seconds every
+session it carries is cut every few tenths of a second, whatever it is doing, and what the
+server sends is slowed, so that no call lives from one cut to the next.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -40,10 +45,25 @@ class Cut:
         return self.after is None and self.up_after is None
 
 
+@dataclass(frozen=True)
+class Blink:
+    """A bad spell of the link (:meth:`CuttingProxy.blink`): for ``duration`` seconds from
+    its start, every ``every`` seconds every connection the proxy carries is cut, and the
+    server's bytes are forwarded at most ``rate`` a second."""
+
+    duration: float
+    every: float = 0.3
+    rate: int = 100_000
+    start: float = 0.0  # time.monotonic() when it began
+
+    def on(self) -> bool:
+        return time.monotonic() < self.start + self.duration
+
+
 @dataclass
 class Seen:
     """One connection the proxy served: its client, how it ended (``cut``: "" not cut,
-    "login" or "data") and the bytes it carried each way."""
+    "login", "data" or "blink") and the bytes it carried each way."""
 
     client: str = ""
     cut: str = ""
@@ -78,6 +98,40 @@ class CuttingProxy:
         self._listener.settimeout(0.1)
         self.port: int = self._listener.getsockname()[1]
         self._threads: list[threading.Thread] = []
+        #: The connections open now, each with its two sockets (what a blink cuts).
+        self._live: dict[int, tuple[Seen, socket.socket, socket.socket]] = {}
+        self._blink: Blink | None = None
+
+    def blink(self, duration: float, every: float = 0.3, rate: int = 100_000) -> Blink:
+        """Begin a bad spell of the link now (:class:`Blink`): for ``duration`` seconds, cut
+        every open connection every ``every`` seconds and slow the server's bytes to
+        ``rate`` a second.  The connections cut are marked "blink"."""
+        spell = Blink(duration, every, rate, time.monotonic())
+        self._blink = spell
+        thread = threading.Thread(target=self._blinking, args=(spell,), name="blink",
+                                  daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return spell
+
+    def _blinking(self, spell: Blink) -> None:
+        # Bounded: ends with the spell (or stop()).
+        while spell.on() and not self._stop.wait(spell.every):
+            if not spell.on():
+                return
+            with self._lock:
+                live = list(self._live.values())
+            for seen, down, up in live:
+                seen.cut = seen.cut or "blink"
+                for sock in (down, up):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass  # closed meanwhile
+
+    def blinked(self) -> list[Seen]:
+        """The connections a blink cut."""
+        return self.cut("blink")
 
     def start(self) -> CuttingProxy:
         thread = threading.Thread(target=self._accept, name="cutting-proxy", daemon=True)
@@ -99,7 +153,7 @@ class CuttingProxy:
         self.stop()
 
     def cut(self, what: str) -> list[Seen]:
-        """The connections cut at ``what`` ("login" or "data")."""
+        """The connections cut at ``what`` ("login", "data" or "blink")."""
         return [c for c in self.connections if c.cut == what]
 
     def known_hosts(self, sshd_known_hosts: Path, dest: Path) -> Path:
@@ -133,6 +187,8 @@ class CuttingProxy:
         except OSError:
             down.close()
             return
+        with self._lock:
+            self._live[id(seen)] = (seen, down, up)
         try:
             while not self._stop.is_set():  # bounded by the sockets closing and stop()
                 ready, _, _ = select.select([down, up], [], [], 0.1)
@@ -153,7 +209,9 @@ class CuttingProxy:
                         seen.cut = "login"
                         return
                 if up in ready:
-                    data = up.recv(65536)
+                    spell = self._blink
+                    slow = spell is not None and spell.on()
+                    data = up.recv(4096 if slow else 65536)
                     if not data:
                         return
                     rule = conn.rule
@@ -163,9 +221,13 @@ class CuttingProxy:
                         return
                     down.sendall(data)
                     seen.down += len(data)
+                    if slow and spell is not None:
+                        time.sleep(len(data) / spell.rate)
         except OSError:
             return
         finally:
+            with self._lock:
+                self._live.pop(id(seen), None)
             for sock in (down, up):
                 try:
                     sock.shutdown(socket.SHUT_RDWR)

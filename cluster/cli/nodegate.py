@@ -2,7 +2,7 @@
 
 Usage (in the master account's authorized_keys, written by ``bootstrap_node.py --restrict``)::
 
-    restrict,command="<python> <repo>/nodegate.py --home HOME --node NAME" <node's key>
+    restrict,command="<python> <repo>/nodegate.py --home HOME --node NAME [--config FILE]" <key>
 
 sshd runs it for every session of that key, with what the node asked for in
 ``SSH_ORIGINAL_COMMAND``.  It lets through only what a node does, within the node's part of
@@ -16,6 +16,10 @@ the master home ``HOME`` (cluster/master/gate.py, cluster/master/gatepolicy.py):
   (``rsync --server --sender ...``) on a folder of the home that holds none of those
   secrets.
 
+A run's upload area may hold at most ``max_upload_bytes`` (the master's setting, from
+``--config FILE`` and ``--set KEY=VALUE``; without them its default): a write past it is
+refused naming the file, the bound and the run, and the partial file removed.
+
 Anything else is refused with one line on stderr naming the command and what is allowed;
 refusals are also appended to ``HOME/log/nodegate.log``.
 
@@ -28,9 +32,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
+from cluster import config
 from cluster.datatypes import valid_node_name
 from cluster.defaults import EXIT_USAGE
+from cluster.errors import ConfigError
 from cluster.master.gate import Gate
 
 PROG = "nodegate.py"
@@ -41,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--home", required=True, help="the master home (an absolute path)")
     p.add_argument("--node", required=True, help="the node this login belongs to")
+    p.add_argument("--config", type=Path, help="the master's configuration file (INI, see "
+                                               "etc/master.conf): max_upload_bytes")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one configuration key")
     return p
 
 
@@ -57,4 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: --home {args.home!r}: expected the master home's absolute path",
               file=sys.stderr)
         return EXIT_USAGE
-    return Gate(args.home, args.node).run(os.environ.get("SSH_ORIGINAL_COMMAND"))
+    try:
+        cfg = config.load(args.config, config.parse_overrides(args.set))
+    except ConfigError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return Gate(args.home, args.node, max_upload_bytes=cfg.max_upload_bytes).run(
+        os.environ.get("SSH_ORIGINAL_COMMAND"))

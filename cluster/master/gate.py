@@ -11,7 +11,8 @@ so that sshd runs the gate for everything the node's key asks, with what was ask
 * **SFTP** (the subsystem; ``SSH_ORIGINAL_COMMAND`` is then the server's sftp command,
   ``internal-sftp`` or ``.../sftp-server``): served by the gate itself
   (:mod:`cluster.runtime.sftpserver`), each path decided by the policy: reads of the home
-  but its secrets, uploads into the node's upload area;
+  but its secrets, uploads into the node's upload area, which one run's uploads may fill
+  up to ``max_upload_bytes`` (read from the master's configuration, ``--config``);
 * **the listing** of a tree before a fetch: exactly ``python3 -c WALK_SCRIPT <dir>
   <temp prefix>`` (:data:`cluster.node.sshtransport.WALK_SCRIPT`, the script itself, not a
   look-alike) on a folder the node may fetch as a whole; run with the master's Python;
@@ -41,6 +42,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cluster.config import DEFAULTS
 from cluster.defaults import REPO_ROOT
 from cluster.master.gatepolicy import GateFileSystem, NodeArea
 from cluster.runtime import fsutil, mirror
@@ -72,10 +74,14 @@ class GateRefusal(Exception):
 
 
 def gate_command(home: Path | str, node: str, *, python: str = sys.executable,
-                 repo: Path = REPO_ROOT) -> str:
-    """The forced command for node ``node`` (a shell line, as sshd runs it)."""
-    return shlex.join([python, str(Path(repo) / "nodegate.py"), "--home", str(home),
-                       "--node", node])
+                 repo: Path = REPO_ROOT, config: Path | str | None = None) -> str:
+    """The forced command for node ``node`` (a shell line, as sshd runs it); with
+    ``config``, the master's configuration file the gate reads its bound from
+    (``max_upload_bytes``; without, the default)."""
+    argv = [python, str(Path(repo) / "nodegate.py"), "--home", str(home), "--node", node]
+    if config is not None:
+        argv += ["--config", os.path.abspath(config)]
+    return shlex.join(argv)
 
 
 def authorized_line(command: str, public_key: str) -> str:
@@ -138,9 +144,11 @@ class Gate:
 
     def __init__(self, home: Path | str, node: str, *,
                  execv: Callable[[str, list[str]], object] = os.execv,
-                 err: Callable[[str], None] | None = None) -> None:
+                 err: Callable[[str], None] | None = None,
+                 max_upload_bytes: int = DEFAULTS.max_upload_bytes) -> None:
         self.area = NodeArea(home, node)
         self.node = node
+        self.max_upload_bytes = max_upload_bytes
         self.execv = execv
         self.err = err or (lambda line: print(line, file=sys.stderr, flush=True))
 
@@ -189,7 +197,8 @@ class Gate:
     # -- SFTP --------------------------------------------------------------------------------
     def sftp(self) -> int:
         """Serve SFTP on stdin/stdout until the node closes it."""
-        server = SftpServer(GateFileSystem(self.area), 0, 1, log=self.log)
+        server = SftpServer(GateFileSystem(self.area, max_upload_bytes=self.max_upload_bytes),
+                            0, 1, log=self.log)
         try:
             server.serve()
         except ProtocolError as exc:

@@ -17,6 +17,16 @@ gate (:mod:`cluster.master.gate`), which decides every path it asks for here:
   ``results`` may be made in an existing ``runs/<id>/``, and ``incoming`` in its
   ``results/``.  A rename
   only within the upload area.  Nothing else is created, changed or removed.
+* **bounded**: what a run's upload area holds -- every regular file in ``runs/<id>/logs``,
+  ``runs/<id>/bmpcmp`` and ``runs/<id>/results/incoming``, by its size, whoever wrote it --
+  may not pass ``max_upload_bytes`` (master.conf) through a write of the gate: a WRITE that
+  would make a file grow past it is refused (``SSH_FX_PERMISSION_DENIED``, naming the file,
+  the bound and the run), the file that upload made is removed and its handle closed.
+  Checked and written under an ``flock`` on the run's folder, so two nodes' uploads into
+  one run cannot pass it together; the count is carried between writes in the run's
+  ``.gate-upload-bytes`` (:data:`LEDGER`), so a write does not walk the area each time.
+  What else the area holds is never touched: an upload goes to a temporary name first, so
+  a refused one leaves the file it would have replaced as it was.
 
 Every path is decided on where it really is (``realpath``; a write on its folder's real
 path, the name itself never followed), and the file or folder is then opened and checked
@@ -29,13 +39,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from cluster import nodekeys
+from cluster.config import DEFAULTS
 from cluster.datatypes import valid_node_name
 from cluster.defaults import BMPCMP_DIR
 from cluster.runtime import fsutil
@@ -47,6 +60,7 @@ from cluster.runtime.sftpserver import (
     FXF_WRITE,
     Refused,
     SetAttrs,
+    write_all,
 )
 
 #: Top-level entries of the home a node never reads (the node's own key excepted).
@@ -58,6 +72,17 @@ UPLOAD_DIRS = (LOGS_DIR, BMPCMP_DIR)
 BUNDLE_DIR = ("results", "incoming")
 #: Permission bits an upload may carry (no set-id, no sticky bit).
 UPLOAD_MODE_MASK = 0o777
+#: The folders of a run whose files count against ``max_upload_bytes``: the upload area.
+AREA_DIRS = ((LOGS_DIR,), (BMPCMP_DIR,), BUNDLE_DIR)
+#: Most entries of a run's upload area the bound's count looks at; past it every write
+#: into the run is refused (a bound on the count's walk, far above what a run uploads).
+MAX_AREA_ENTRIES = 200_000
+#: The gates' running count of what a run's upload area holds, in the run's folder
+#: (:class:`GateFileSystem`): a hint that spares a walk of the area at each write.
+LEDGER = ".gate-upload-bytes"
+#: A gate walks the area again after this many writes on the count alone (so files that
+#: came other ways than through the gate are not left out of it for long).
+RECOUNT_WRITES = 256
 
 
 class NodeArea:
@@ -154,6 +179,18 @@ class NodeArea:
             return "a hidden name that is not an upload's temporary file"
         return None
 
+    def run_of(self, real_dir: str) -> tuple[str, str] | None:
+        """(the run id, the run folder's real path) of the upload-area folder ``real_dir``
+        (``runs/<id>/logs``, ``runs/<id>/bmpcmp`` or ``runs/<id>/results/incoming``), or
+        None for any other folder."""
+        rel = self.home_rel(real_dir)
+        parts = rel.split("/") if rel else []
+        if len(parts) == 3 and parts[0] == "runs" and parts[2] in UPLOAD_DIRS:
+            return parts[1], os.path.dirname(real_dir)
+        if len(parts) == 4 and parts[0] == "runs" and tuple(parts[2:]) == BUNDLE_DIR:
+            return parts[1], os.path.dirname(os.path.dirname(real_dir))
+        return None
+
     def mkdir_verdict(self, real_parent: str, name: str) -> str | None:
         """Whether the node may make the folder ``name`` in the real folder
         ``real_parent``: only ``logs``, ``bmpcmp`` or ``results`` in a run's folder
@@ -169,9 +206,104 @@ class NodeArea:
                f"{'/'.join(BUNDLE_DIR)} are made)"
 
 
+def _open_new(name: str, flags: int, mode: int, dfd: int) -> tuple[int, bool]:
+    """``os.open(name, flags, mode, dir_fd=dfd)``, and whether it made the file: tried
+    with ``O_EXCL`` first when ``O_CREAT`` is asked, so the answer is the kernel's."""
+    if not flags & os.O_CREAT:
+        return os.open(name, flags, mode, dir_fd=dfd), False
+    if flags & os.O_EXCL:
+        return os.open(name, flags, mode, dir_fd=dfd), True
+    try:
+        return os.open(name, flags | os.O_EXCL, mode, dir_fd=dfd), True
+    except FileExistsError:
+        return os.open(name, flags & ~os.O_CREAT, mode, dir_fd=dfd), False
+
+
 def _inside(path: str, root: str) -> bool:
     """Whether the real path ``path`` is ``root`` or below it."""
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def area_bytes(run_dir: str) -> int:
+    """The bytes the upload area of the run folder ``run_dir`` holds: the sizes of the
+    regular files (links not followed) in its :data:`AREA_DIRS`; a folder not there counts
+    0.  Refused past :data:`MAX_AREA_ENTRIES` entries."""
+    total = entries = 0
+    for parts in AREA_DIRS:
+        try:
+            it = os.scandir(os.path.join(run_dir, *parts))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with it:
+            for entry in it:
+                entries += 1
+                if entries > MAX_AREA_ENTRIES:
+                    raise Refused(f"nodegate: the upload area of {run_dir} holds more than "
+                                  f"{MAX_AREA_ENTRIES} entries; nothing more is written")
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # renamed or removed meanwhile
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+    return total
+
+
+@contextlib.contextmanager
+def run_locked(run_dir: str) -> Iterator[int]:
+    """An exclusive ``flock`` on the run folder ``run_dir`` while the block runs (given its
+    descriptor): the bound's count and the write it allows are one step for every gate of
+    the run."""
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def read_ledger(run_fd: int) -> int | None:
+    """The count in the run folder's :data:`LEDGER`, or None (absent, or not a count: a
+    gate killed while writing it)."""
+    try:
+        fd = os.open(LEDGER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=run_fd)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    return int(text) if text.strip().isdigit() else None
+
+
+def write_ledger(run_fd: int, held: int | None) -> None:
+    """Make the run folder's :data:`LEDGER` say ``held`` (None: remove it, so the next
+    write walks the area)."""
+    if held is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(LEDGER, dir_fd=run_fd)
+        return
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=run_fd)
+    try:
+        write_all(fd, b"%d\n" % held, 0)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class _Upload:
+    """A file opened for writing in a run's upload area: the client's path, the folder's
+    real path and the name in it, the run, whether this open made the file, and the file's
+    identity (to remove that file, never another put there since under its name)."""
+
+    full: str
+    folder: str
+    name: str
+    run: str
+    run_dir: str
+    created: bool
+    ident: tuple[int, int]
 
 
 def fd_path(fd: int) -> str:
@@ -188,9 +320,17 @@ class GateFileSystem:
     FileSystem`): every request decided by ``area``; refusals name the path, the reason and
     what is allowed."""
 
-    def __init__(self, area: NodeArea, cwd: str | None = None) -> None:
+    def __init__(self, area: NodeArea, cwd: str | None = None,
+                 max_upload_bytes: int = DEFAULTS.max_upload_bytes) -> None:
         self.area = area
         self.cwd = cwd or os.getcwd()
+        self.max_upload_bytes = max_upload_bytes
+        #: The files open for writing, by descriptor (each entry replaced when open()
+        #: hands out its number again; a closed one's entry is never used).
+        self._uploads: dict[int, _Upload] = {}
+        #: Writes allowed on the ledger's count since this gate last walked an area (its
+        #: first write walks: what came into the area other ways since is counted).
+        self._on_count = RECOUNT_WRITES
 
     def _abs(self, path: bytes) -> str:
         text = os.fsdecode(path)
@@ -232,12 +372,18 @@ class GateFileSystem:
             flags |= os.O_TRUNC if pflags & FXF_TRUNC else 0
             flags |= os.O_EXCL if pflags & FXF_EXCL else 0
             flags |= os.O_APPEND if pflags & FXF_APPEND else 0
+            perm = (mode if mode is not None else 0o644) & UPLOAD_MODE_MASK
             with self._upload_dir("writing", path) as (dfd, name):
-                fd = os.open(name, flags, (mode if mode is not None else 0o644)
-                             & UPLOAD_MODE_MASK, dir_fd=dfd)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                fd, created = _open_new(name, flags, perm, dfd)
+                folder = fd_path(dfd)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 os.close(fd)
                 raise OSError(errno.EINVAL, "not a regular file")
+            run = self.area.run_of(folder)
+            assert run is not None, folder  # _upload_dir allowed only the upload area
+            self._uploads[fd] = _Upload(self._abs(path), folder, name, run[0], run[1],
+                                        created, (st.st_dev, st.st_ino))
             return fd
         full = self._abs(path)
         self._check_read("reading", full, os.path.realpath(full))
@@ -251,7 +397,64 @@ class GateFileSystem:
         except BaseException:
             os.close(fd)
             raise
+        self._uploads.pop(fd, None)
         return fd
+
+    def write(self, fd: int, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset``, unless the file would grow past what its run's
+        upload area may hold (``max_upload_bytes``, see the module): then the file this
+        upload made is removed and Refused names it, the bound and the run.
+
+        What the area holds is counted by a walk of it (:func:`area_bytes`), and carried
+        from write to write in the run's :data:`LEDGER`, each gate adding what it wrote,
+        all under the run folder's lock: a write is allowed on the ledger's count, and
+        refused only on a fresh walk's (a file removed or replaced since only makes the
+        ledger count high, never a refusal wrong).  Each gate walks at its first write, then
+        every :data:`RECOUNT_WRITES` writes, and whenever the ledger is missing."""
+        up = self._uploads.get(fd)
+        if up is None:  # every handle opened for writing is an upload: never here
+            raise OSError(errno.EBADF, "not a file opened for an upload")
+        with run_locked(up.run_dir) as run_fd:
+            grow = offset + len(data) - os.fstat(fd).st_size
+            if grow <= 0:
+                write_all(fd, data, offset)
+                return
+            held = read_ledger(run_fd) if self._on_count < RECOUNT_WRITES else None
+            if held is None or held + grow > self.max_upload_bytes:
+                held = area_bytes(up.run_dir)
+                self._on_count = 0
+            if held + grow > self.max_upload_bytes:
+                removed = self._discard(fd, up)
+                write_ledger(run_fd, None)
+                raise Refused(
+                    f"nodegate: writing {up.full} refused: run {up.run}'s uploads may "
+                    f"hold at most {self.max_upload_bytes} bytes (max_upload_bytes); "
+                    f"they hold {held}, and this write would add {grow}; "
+                    + ("the partial file was removed" if removed else
+                       "the file keeps what was written before"))
+            write_all(fd, data, offset)
+            write_ledger(run_fd, held + grow)
+            self._on_count += 1
+
+    def _discard(self, fd: int, up: _Upload) -> bool:
+        """Remove the file of the refused upload ``up`` if this upload made it and its name
+        still names it (a file that was there before is left as it is); whether it was."""
+        del self._uploads[fd]
+        if not up.created:
+            return False
+        dfd = os.open(up.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            if self.area.upload_verdict(fd_path(dfd), up.name) is not None:
+                return False  # the folder was swapped meanwhile: not ours to touch
+            st = os.lstat(up.name, dir_fd=dfd)
+            if (st.st_dev, st.st_ino) != up.ident:
+                return False  # renamed into place, or replaced: someone else's now
+            os.unlink(up.name, dir_fd=dfd)
+            return True
+        except FileNotFoundError:
+            return False
+        finally:
+            os.close(dfd)
 
     def _check_read(self, action: str, full: str, real: str) -> None:
         why = self.area.read_verdict(real)

@@ -12,6 +12,7 @@ says ``transport = ssh``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shlex
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import paramiko
 
+from cluster.config import DEFAULTS
 from cluster.errors import MasterUnreachable, SshError, TransportError
 from cluster.node.transport import check_rel
 from cluster.runtime import mirror, proc, secretfile, ssh
@@ -50,11 +52,11 @@ WALK_TIMEOUT = 180.0
 #: what a session cut at its login or mid-transfer gives, see tests/component/
 #: test_ssh_blinks.py).
 RSYNC_RETRY = frozenset({5, 10, 12, 30, 35, 255})
-#: Tries of one call (a read, an upload, a listing) whose connection broke under it, each
-#: on a new connection.  Small and fixed, not ``connect_retries``: every try begins with a
-#: connect that itself waits out an unreachable master within ``connect_retries``, so a call
-#: cut this often on fresh connections is a link that fails mid-call, not a blink.
-CALL_TRIES = 3
+#: The pauses before the second, third, ... try of one call (a read, an upload, a listing,
+#: an rsync) whose connection broke under it [seconds], each try on a new connection: short
+#: at first (a blink is over in a moment), then longer; the last pause repeats until the
+#: call's ``ssh_retry_time`` is spent (:class:`Patience`).
+RETRY_PAUSES = (0.2, 0.5, 1.0, 2.0, 5.0)
 #: ssh's words for failures a retry cannot mend (the key or the host key was refused).
 SSH_FATAL = ("Host key verification failed", "Permission denied",
              "REMOTE HOST IDENTIFICATION HAS CHANGED", "No ED25519 host key is known",
@@ -112,6 +114,49 @@ _SKIP_WHY = {"t": "another copier's temporary file", "L": "a symlink that leaves
 T = TypeVar("T")
 
 
+def retry_time(cfg: Config) -> float:
+    """How long one call of the node's ssh transport may keep trying [seconds]:
+    ``ssh_retry_time``, and at most half of ``heartbeat_timeout``.
+
+    A node's file gives ``heartbeat_timeout`` only when it holds the master's settings too
+    (localcluster's one file for both); otherwise it is the default (180 s), which the
+    default ``ssh_retry_time`` (60 s) is well below.  Half, not all: the try under way when
+    the budget runs out still takes its own time (bounded by ``io_timeout``)."""
+    return min(cfg.ssh_retry_time, cfg.heartbeat_timeout / 2)
+
+
+class Patience:
+    """How long one call of the transport keeps trying after its connection broke: pauses
+    of :data:`RETRY_PAUSES` (the last repeated), none begun that would end more than
+    ``budget`` seconds after the call began.
+
+    The bound is the node's ``ssh_retry_time``, which must stay below the master's
+    ``heartbeat_timeout``: a node uploading its result bundle says nothing to its master
+    while the upload is tried again, and it must give up (and report, or leave, as
+    before) before the master takes its silence for death.  Bounded: at most
+    ``len(RETRY_PAUSES) + budget / RETRY_PAUSES[-1]`` pauses.
+    """
+
+    def __init__(self, budget: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.budget = max(0.0, budget)
+        self.began = clock()
+        self.deadline = self.began + self.budget
+        self.pauses = 0
+
+    def next_pause(self) -> float | None:
+        """The pause before the next try, or None: the budget does not allow another."""
+        pause = RETRY_PAUSES[min(self.pauses, len(RETRY_PAUSES) - 1)]
+        if self.clock() + pause > self.deadline:
+            return None
+        self.pauses += 1
+        return pause
+
+    def spent(self) -> float:
+        """Seconds since the call began."""
+        return self.clock() - self.began
+
+
 @dataclass(frozen=True)
 class TreePlan:
     """What a fetch of one tree sends: ``skipped`` (left out for the mirror's own reasons,
@@ -138,12 +183,16 @@ class SshTransport:
       :class:`LocalTransport` would: the two give the same tree.  What rsync moved is kept in
       :attr:`last_fetch_stats`.
     * A connection lost during a call (EOF, reset, a stalled read past ``io_timeout``, a
-      remote command's channel closed without an exit status) or during the login is
-      dropped and opened again, with ``connect_retries`` tries ``connect_retry_delay``
-      seconds apart, doubling (capped); the call is then made again on the new connection
-      (:data:`CALL_TRIES` tries in all).  An rsync whose connection failed (an exit status
-      in :data:`RSYNC_RETRY`) is run again within ``connect_retries``.  A master that stays
-      out of reach is :class:`~cluster.errors.MasterUnreachable`.
+      remote command's channel closed without an exit status) is dropped and the call made
+      again on a new connection after a pause of :data:`RETRY_PAUSES` (0.2, 0.5, 1, 2, 5,
+      5, ... s), for at most ``retry_time`` seconds from the call's start (node.conf's
+      ``ssh_retry_time``, below the master's ``heartbeat_timeout``: :class:`Patience`).
+      An rsync whose connection failed (an exit status in :data:`RSYNC_RETRY`) is run again
+      on the same schedule.  A login that fails for want of a connection is tried again
+      by :func:`cluster.runtime.ssh.connect`: ``connect_retries`` tries
+      ``connect_retry_delay`` seconds apart, doubling (capped), within the same
+      ``retry_time``.  A master that stays out of reach, or a link that keeps breaking, is
+      :class:`~cluster.errors.MasterUnreachable`.
     * Every failure is a :class:`~cluster.errors.TransportError` naming the action, the path
       and the master (``user@host:port``); an unreachable master therefore makes noderun
       report failure 1 (network), never an uncaught paramiko exception.
@@ -155,7 +204,8 @@ class SshTransport:
     def __init__(self, target: ssh.SshTarget, master_home: str | PurePosixPath, *,
                  connect_retries: int = 10, connect_retry_delay: float = 5.0,
                  io_timeout: float = 60.0, connect_timeout: float = 15.0,
-                 fetch_timeout: float = FETCH_TIMEOUT) -> None:
+                 fetch_timeout: float = FETCH_TIMEOUT,
+                 retry_time: float = DEFAULTS.ssh_retry_time) -> None:
         home = str(master_home)
         if home == "~":
             home = "."
@@ -168,6 +218,7 @@ class SshTransport:
         self.io_timeout = io_timeout
         self.connect_timeout = connect_timeout
         self.fetch_timeout = fetch_timeout
+        self.retry_time = retry_time
         #: What the last successful :meth:`fetch_tree` moved (rsync's --stats).
         self.last_fetch_stats: ssh.RsyncStats | None = None
         #: The plan of the last :meth:`fetch_tree` (what it sent and left out).
@@ -181,13 +232,14 @@ class SshTransport:
     @classmethod
     def from_config(cls, cfg: Config) -> SshTransport:
         """The transport node.conf describes (``master_host``, ``ssh_*``, ``master_home``,
-        ``connect_retries``, ``connect_retry_delay``, ``io_timeout``)."""
+        ``connect_retries``, ``connect_retry_delay``, ``io_timeout``, ``ssh_retry_time``)."""
         target = ssh.SshTarget(
             host=cfg.master_host, port=cfg.ssh_port, user=cfg.ssh_user, key=cfg.ssh_key,
             known_hosts=Path(os.path.expanduser(str(cfg.ssh_known_hosts))))
         return cls(target, PurePosixPath(str(cfg.master_home)),
                    connect_retries=cfg.connect_retries,
-                   connect_retry_delay=cfg.connect_retry_delay, io_timeout=cfg.io_timeout)
+                   connect_retry_delay=cfg.connect_retry_delay, io_timeout=cfg.io_timeout,
+                   retry_time=retry_time(cfg))
 
     def __repr__(self) -> str:
         return f"SshTransport({self.target.where()}:{str(self.home)!r})"
@@ -205,8 +257,10 @@ class SshTransport:
             if client is not None and self._pid == os.getpid():
                 client.close()
 
-    def _session(self, action: str, rel: str) -> tuple[paramiko.SSHClient, paramiko.SFTPClient]:
-        """The open connection and SFTP session, opened (with retries) if need be."""
+    def _session(self, action: str, rel: str, patience: Patience | None = None
+                 ) -> tuple[paramiko.SSHClient, paramiko.SFTPClient]:
+        """The open connection and SFTP session, opened (with retries, none begun past
+        ``patience``'s deadline) if need be."""
         if self._client is not None and self._pid != os.getpid():
             # A forked child must not share its parent's ssh stream: forget it, unclosed.
             self._client = self._sftp = None
@@ -217,10 +271,13 @@ class SshTransport:
             self.close()
         try:
             client = ssh.connect(self.target, timeout=self.connect_timeout,
-                                 retries=self.connect_retries, delay=self.connect_retry_delay)
+                                 retries=self.connect_retries, delay=self.connect_retry_delay,
+                                 deadline=patience.deadline if patience else None)
         except SshError as exc:
             error = MasterUnreachable if exc.kind == "unreachable" else TransportError
-            raise error(action, rel, f"master {exc.where}: {exc.reason}") from None
+            spent = f"; {patience.spent():.1f} s of ssh_retry_time {self.retry_time:g} s " \
+                    "spent" if patience is not None and exc.kind == "unreachable" else ""
+            raise error(action, rel, f"master {exc.where}: {exc.reason}{spent}") from None
         try:
             sftp = client.open_sftp()
             # A read that waits longer than this on a dead link raises instead of hanging.
@@ -253,16 +310,19 @@ class SshTransport:
     def _call(self, action: str, rel: str,
               fn: Callable[[paramiko.SSHClient, paramiko.SFTPClient], T],
               on_retry: Callable[[paramiko.SFTPClient], None] | None = None) -> T:
-        """``fn(client, sftp)`` under the lock; again on a new connection (up to
-        :data:`CALL_TRIES` tries in all) if the connection broke, or a remote command's
-        channel closed without an exit status.  ``fn`` must be safe to repeat (a read, a
-        listing, an upload to a fresh temporary name; ``on_retry`` removes what a cut try
-        left).  ``fn`` raises TransportError for what the master refused, and OSError it
-        leaves to us is named with the master."""
+        """``fn(client, sftp)`` under the lock; again on a new connection if the connection
+        broke, or a remote command's channel closed without an exit status, after the
+        pauses of :class:`Patience` within ``retry_time``.  ``fn`` must be safe to repeat (a
+        read, a listing, an upload to a fresh temporary name; ``on_retry`` removes what a
+        cut try left).  ``fn`` raises TransportError for what the master refused, and
+        OSError it leaves to us is named with the master."""
         with self._lock:
-            for attempt in range(1, CALL_TRIES + 1):
+            patience = Patience(self.retry_time)
+            # Bounded: Patience allows a bounded number of pauses, each try ends in a
+            # return, a raise, or one of them.
+            for attempt in itertools.count(1):
                 try:
-                    client, sftp = self._session(action, rel)
+                    client, sftp = self._session(action, rel, patience)
                     if attempt > 1 and on_retry is not None:
                         on_retry(sftp)
                     return fn(client, sftp)
@@ -275,15 +335,18 @@ class SshTransport:
                         raise TransportError(action, rel, f"{why} (on the master "
                                                           f"{self.target.where()})") from None
                     self.close()
-                    if attempt == CALL_TRIES:
+                    pause = patience.next_pause()
+                    if pause is None:
                         raise MasterUnreachable(
                             action, rel, f"connection to the master {self.target.where()} "
-                                         f"lost {CALL_TRIES} times: "
+                                         f"lost {attempt} times in {patience.spent():.1f} s "
+                                         f"(ssh_retry_time {self.retry_time:g} s): "
                                          f"{exc or type(exc).__name__}") from None
-                    log.warning("%s %s: connection to %s lost (%s); try %d of %d on a new "
-                                "connection", action, rel, self.target.where(),
-                                exc or type(exc).__name__, attempt + 1, CALL_TRIES)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                    log.warning("%s %s: connection to %s lost (%s); try %d on a new "
+                                "connection in %g s", action, rel, self.target.where(),
+                                exc or type(exc).__name__, attempt + 1, pause)
+                    time.sleep(pause)
+        raise AssertionError("unreachable: the loop returns or raises")
 
     # -- read ----------------------------------------------------------------------------------
     def read_text(self, rel: str) -> str | None:
@@ -442,7 +505,11 @@ class SshTransport:
                   self.last_fetch_stats)
 
     def _rsync(self, argv: list[str], rules: bytes, rel: str) -> proc.Result:
-        pause = self.connect_retry_delay
+        """Run the fetch's rsync; again, after the pauses of :class:`Patience` within
+        ``retry_time``, while it fails for its connection (:data:`RSYNC_RETRY`, and none
+        of ssh's words for a refusal, :data:`SSH_FATAL`).  Its ssh logs in anew each time,
+        so its tries also count as connects: at most ``connect_retries`` in all."""
+        patience = Patience(self.retry_time)
         for attempt in range(1, self.connect_retries + 1):
             try:
                 done = proc.run(argv, input=rules, timeout=self.fetch_timeout)
@@ -458,17 +525,19 @@ class SshTransport:
             tail = "\n".join(err.splitlines()[-10:])
             retry = (done.returncode in RSYNC_RETRY and not done.timed_out
                      and not any(word in err for word in SSH_FATAL))
-            if not retry or attempt == self.connect_retries:
-                tries = f" after {attempt} tries" if attempt > 1 else ""
+            pause = patience.next_pause() if retry and attempt < self.connect_retries \
+                else None
+            if pause is None:
+                tries = f" after {attempt} tries in {patience.spent():.1f} s " \
+                        f"(connect_retries {self.connect_retries}, ssh_retry_time " \
+                        f"{self.retry_time:g} s)" if attempt > 1 else ""
                 error = MasterUnreachable if retry else TransportError
                 raise error("fetch", rel, f"rsync from the master {self.target.where()} "
                                           f"failed{tries} "
                                           f"({done.describe(self.fetch_timeout)}):\n{tail}")
-            log.warning("fetch %s: rsync from %s failed (%s), try %d of %d again in %g s: %s",
-                        rel, self.target.where(), done.describe(), attempt,
-                        self.connect_retries, pause, tail)
+            log.warning("fetch %s: rsync from %s failed (%s), try %d again in %g s: %s",
+                        rel, self.target.where(), done.describe(), attempt + 1, pause, tail)
             time.sleep(pause)
-            pause = min(pause * 2, ssh.BACKOFF_CAP)
         raise AssertionError("unreachable: the last try returns or raises")
 
 

@@ -20,7 +20,9 @@ stream cannot be trusted after it), a READ of at most :data:`MAX_READ` bytes, at
 
 A :class:`Refused` raised by the file system is answered ``SSH_FX_PERMISSION_DENIED`` with
 its message (paramiko raises ``PermissionError`` carrying it); an ``OSError`` is answered
-with the status its errno maps to and its strerror.
+with the status its errno maps to and its strerror.  A WRITE goes through the file system
+too (:meth:`FileSystem.write`), so that it may bound what uploads hold; a WRITE it refuses
+ends its handle (closed: nothing more is written through it).
 """
 
 from __future__ import annotations
@@ -96,6 +98,12 @@ class FileSystem(Protocol):
     def stat(self, path: bytes, follow: bool) -> os.stat_result:
         ...
 
+    def write(self, fd: int, offset: int, data: bytes) -> None:
+        """Write all of ``data`` at ``offset`` of ``fd``, a file :meth:`open` opened for
+        writing (:func:`write_all` does it); :class:`Refused` when the policy will not
+        have it (the server then closes the handle)."""
+        ...
+
     def setstat(self, path: bytes, attrs: SetAttrs) -> None:
         ...
 
@@ -113,6 +121,14 @@ class FileSystem(Protocol):
 
     def realpath(self, path: bytes) -> bytes:
         ...
+
+
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    """``pwrite`` all of ``data`` at ``offset`` of ``fd``."""
+    view = memoryview(data)
+    while view:  # bounded: each pass writes at least one byte (or raises)
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
 
 
 class ProtocolError(Exception):
@@ -253,10 +269,14 @@ class SftpServer:
                          exc.strerror or str(exc))
 
     def _handle(self, r: _Reader) -> _Handle:
-        handle = self.handles.get(r.string())
+        return self._named(r)[1]
+
+    def _named(self, r: _Reader) -> tuple[bytes, _Handle]:
+        name = r.string()
+        handle = self.handles.get(name)
         if handle is None:
             raise OSError(errno.EBADF, "no such handle")
-        return handle
+        return name, handle
 
     def _request(self, kind: int, rid: int, r: _Reader) -> None:
         fs = self.fs
@@ -285,14 +305,18 @@ class SftpServer:
             else:
                 self._send(FXP_DATA, struct.pack(">I", rid) + _string(data))
         elif kind == FXP_WRITE:
-            handle = self._handle(r)
+            name, handle = self._named(r)
             offset, data = r.u64(), r.string()
             if not handle.writable:
                 raise OSError(errno.EBADF, "the handle was not opened for writing")
-            view = memoryview(data)
-            while view:  # bounded: each pass writes at least one byte (or raises)
-                done = os.pwrite(handle.fd, view, offset)
-                view, offset = view[done:], offset + done
+            try:
+                fs.write(handle.fd, offset, data)
+            except Refused:
+                # The policy refused (a bound on what uploads hold): the handle ends, so a
+                # client that goes on writing gets "no such handle", never a byte more.
+                del self.handles[name]
+                os.close(handle.fd)
+                raise
             self._status(rid, FX_OK, "")
         elif kind in (FXP_STAT, FXP_LSTAT):
             st = fs.stat(r.string(), follow=kind == FXP_STAT)

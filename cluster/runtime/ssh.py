@@ -126,12 +126,15 @@ class _RefuseUnknown(paramiko.RejectPolicy):
 
 
 def connect(target: SshTarget, *, timeout: float = 15.0, retries: int = 1,
-            delay: float = 1.0) -> paramiko.SSHClient:
+            delay: float = 1.0, deadline: float | None = None) -> paramiko.SSHClient:
     """An open, authenticated paramiko connection to ``target``.
 
     ``timeout`` bounds each phase (TCP connect, banner, authentication) [seconds].
     ``retries`` is the number of tries (at least 1); only an "unreachable" failure is tried
     again, after ``delay`` seconds doubled on each try and capped at :data:`BACKOFF_CAP`.
+    ``deadline`` (``time.monotonic()``; None: none) ends the tries sooner: no pause is
+    begun that would end past it, so a caller's own bound on its retries (the node's
+    ``ssh_retry_time``) holds for the connects made within it too.
     Raises :class:`~cluster.errors.SshError` (see the module docstring); never a paramiko or
     socket exception.
     """
@@ -141,10 +144,11 @@ def connect(target: SshTarget, *, timeout: float = 15.0, retries: int = 1,
         try:
             return _connect_once(target, timeout)
         except SshError as exc:
-            if exc.kind != "unreachable" or attempt == tries:
-                if exc.kind == "unreachable" and tries > 1:
+            late = deadline is not None and time.monotonic() + pause > deadline
+            if exc.kind != "unreachable" or attempt == tries or late:
+                if exc.kind == "unreachable" and attempt > 1:
                     raise SshError(exc.kind, exc.where,
-                                   f"{exc.reason} (gave up after {tries} tries)") from None
+                                   f"{exc.reason} (gave up after {attempt} tries)") from None
                 raise
             log.warning("%s; try %d of %d again in %g s", exc, attempt, tries, pause)
             time.sleep(pause)
@@ -547,6 +551,7 @@ def put_atomic(sftp: paramiko.SFTPClient, local: Path, remote: str, *,
                     break
                 dst.write(chunk)
             dst.flush()
+            _acknowledged(dst)
             _fsync(sftp, dst)
         sftp.chmod(tmp, stat.S_IMODE(st.st_mode))
         sftp.utime(tmp, (st.st_atime, st.st_mtime))
@@ -560,6 +565,19 @@ def put_atomic(sftp: paramiko.SFTPClient, local: Path, remote: str, *,
         except Exception:  # noqa: BLE001 - the connection may be gone; the first error counts
             log.debug("could not remove temporary %s after a failed upload", tmp)
         raise
+
+
+def _acknowledged(fh: paramiko.SFTPFile) -> None:
+    """Wait for the server's answer to each write of ``fh`` still in flight, in order, and
+    raise the first that is an error (OSError with the server's words: a full disk, the
+    node gate's bound).  paramiko's pipelined writes keep their requests in ``_reqs`` and
+    read the answers only when many are pending; an answer read while waiting for another
+    request (the fsync, a stat) is dropped unseen, so a refused write would surface only
+    as a later, misleading error (the file the server removed "does not exist")."""
+    pending = getattr(fh, "_reqs", None)
+    while pending:  # bounded: each pass takes one request off
+        request = pending.popleft()
+        fh.sftp._read_response(request)  # type: ignore[attr-defined]  # raises on an error
 
 
 def _fsync(sftp: paramiko.SFTPClient, fh: paramiko.SFTPFile) -> None:
