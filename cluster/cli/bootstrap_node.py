@@ -208,7 +208,10 @@ def _restrict_line(args: argparse.Namespace, settings: NodeSettings) -> str:
         raise ConfigError("--restrict", str(home), "a master home on this machine (run "
                                                    "bootstrap_node.py on the master)")
     try:
-        return gate.authorized_line(gate.gate_command(home, settings.node_name),
+        # The master's configuration, so that the gate bounds uploads by its
+        # max_upload_bytes (without --config: the default).
+        return gate.authorized_line(gate.gate_command(home, settings.node_name,
+                                                      config=args.config),
                                     _public_key(args))
     except ValueError as exc:
         raise ConfigError("--node-public-key", "", str(exc)) from None

@@ -118,8 +118,10 @@ def test_a_restricted_node_runs_a_whole_run_and_reaches_nothing_else(
         assert f"restricted login: replaced in {mh.sshd.authorized_keys}" in out, out
         public = key.with_suffix(".pub").read_text().split()[1]
         lines = [x for x in mh.sshd.authorized_keys.read_text().splitlines() if public in x]
-        assert lines == [gate.authorized_line(gate.gate_command(mh.home_dir, "fresh"),
-                                              key.with_suffix(".pub").read_text())], lines
+        # The gate reads the master's configuration (its max_upload_bytes).
+        assert lines == [gate.authorized_line(
+            gate.gate_command(mh.home_dir, "fresh", config=mh.cluster.conf_path),
+            key.with_suffix(".pub").read_text())], lines
         gate_log = mh.home_dir / "log" / gate.LOG_NAME
         clusterpull = start_clusterpull(mh, node_sshd, remote_dir, log)
         archive = run_once(mh.cluster)
@@ -132,7 +134,8 @@ def test_a_restricted_node_runs_a_whole_run_and_reaches_nothing_else(
         # The run went through the gate: sshd started it for the node's sessions (SFTP,
         # the listings, the rsync fetches).
         gated = mh.sshd.log_path.read_text().count(
-            f"forced-command (key-option) '{gate.gate_command(mh.home_dir, 'fresh')}'")
+            "forced-command (key-option) "
+            f"'{gate.gate_command(mh.home_dir, 'fresh', config=mh.cluster.conf_path)}'")
         assert gated >= 3, gated
         stop(clusterpull)
         clusterpull = None
