@@ -67,6 +67,7 @@ from cluster.master.endrun import RunEnder, RunOutcome, exported_source, write_s
 from cluster.master.handler import NonceLog, RequestHandler, RunSession
 from cluster.master.joblist import JobFile
 from cluster.master.keycache import run_keys
+from cluster.master.leases import LEASES_FILE, LeaseLog, read_leases
 from cluster.master.livestatus import LiveStatus
 from cluster.master.pidfile import PidFile
 from cluster.master.progress import RunProgress
@@ -296,6 +297,13 @@ class ClusterMaster:
         if loaded:
             log.info("run %s: %d nonces of earlier masters loaded into the replay guard",
                      run_id, loaded)
+        # The leases of earlier masters: their nodes' results are taken here too.
+        lease_path = run_dir / LEASES_FILE
+        leased = state.load_leases(read_leases(lease_path, len(jobs)))
+        if leased:
+            log.info("run %s: %d leases of earlier masters loaded", run_id, leased)
+        lease_log = LeaseLog(lease_path)
+        state.lease_log = lease_log.append
         session = RunSession(run_keys(home.root, run_id, self.clock.monotonic), guard,
                              AuditLog(home.audit_log(run_id), self.clock),
                              NonceLog(nonce_path))
@@ -345,6 +353,7 @@ class ClusterMaster:
             session.audit.flush(force=True)  # complete before the end steps archive it
             if session.nonces is not None:
                 session.nonces.close()
+            lease_log.close()
         # From here on the server is not served, so its handler needs no state; the ender
         # takes the only reference left, and drops it once the report is made.
         handler.unbind()

@@ -168,7 +168,7 @@ class RequestHandler:
         intake = served.intake
         if intake is not None:
             began = self.monotonic()
-            req = intake.take(req, state)
+            req = intake.take(req, state, nonce[:signing.SESSION_HEX])
             # Judging may run check scripts: no node's silence counts that time.
             state.pause(self.monotonic() - began)
         outcome = state.handle(req, self.monotonic(), nonce[:signing.SESSION_HEX], peer)

@@ -93,6 +93,7 @@ from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
 
 if TYPE_CHECKING:
+    from cluster.master.leases import LeaseHook
     from cluster.master.reuse import RunReuse
 
 Suitability = Callable[[str], tuple[bool, str]]
@@ -274,12 +275,21 @@ class RunState:
         self.running = 0
         self.nodes: dict[str, NodeInfo] = {}
         # Who was handed each job, ever in this run (a result is taken only from them):
-        # ``lessee[i]`` is the number (``node_numbers``) of the first node given job i
-        # (-1: none yet), ``more_lessees`` the others for the few jobs handed out again.
-        # 4 bytes a job, not a set per node: sized for a million jobs.
-        self.node_numbers: dict[str, int] = {}
+        # ``lessee[i]`` is the number (``lease_numbers``) of the first node process given
+        # job i (-1: none yet), ``more_lessees`` the others for the few jobs handed out
+        # again.  A number is a (node name, session) pair's: a restarted node under the
+        # same name is another process, and holds none of its predecessor's leases.  4
+        # bytes a job, not a set per node: sized for a million jobs.  -1 is never a
+        # number, so "no lessee" never matches "no number" (:meth:`leased`).
+        self.lease_numbers: dict[tuple[str, str], int] = {}
         self.lessee = array("i", [-1]) * len(self.jobs)
         self.more_lessees: dict[int, set[int]] = {}
+        #: Told every lease as it is made (the master's :class:`~cluster.master.leases.
+        #: LeaseLog`, so that a successor knows them; None: not kept).
+        self.lease_log: LeaseHook | None = None
+        #: The nodes by number for the sweeps' retries (:attr:`tried`): a name's, whatever
+        #: its session (a node that tried a task is avoided for it after a restart too).
+        self.node_numbers: dict[str, int] = {}
         #: A sweep's retries (:meth:`retry`): job index -> the numbers of the nodes whose
         #: try of it was not taken.  Empty for every other run; consulted only for jobs
         #: handed out from ``front``, never on the usual batch's slice.
@@ -521,7 +531,7 @@ class RunState:
             if batch:
                 if node.state is NodeState.DONE:
                     node.state = NodeState.READY  # DONE -> READY: work came back after a death
-                self._lease(name, batch)
+                self._lease(node, batch)
                 return out(Reply(protocol.JOBS, tuple(self.jobs.lines(batch))))
             return out(Reply(protocol.CONTINUE))
         if self.hold_end:
@@ -551,6 +561,8 @@ class RunState:
         self.tried.setdefault(i, set()).add(
             self.node_numbers.setdefault(name, len(self.node_numbers)))
         node = self.nodes.get(name)
+        if node is not None:
+            self._unlease(i, node)  # that try is over: a result of it is refused now
         holders = self.holders
         if node is not None and node.held.pop(test, None) is not None and holders[i]:
             holders[i] -= 1
@@ -826,21 +838,20 @@ class RunState:
         ``held``: each result's job index if the node held it."""
         index, offsets, holders = self.jobs.index, self.results.offsets, self.holders
         machine = node.name
-        number = self.node_numbers.get(machine, -1)
-        lessee, more = self.lessee, self.more_lessees
+        leased = self.leased
         new_idx: list[int] = []
         new_texts: list[str] = []
         new_parts: list[tuple[str, str, str]] = []
         stray: list[str] = []
+        unknown: list[str] = []
         for text, part, i in zip(texts, parts, held, strict=True):
             name = part[0]
             if i is None:
                 i = index.get(name)
                 if i is None:
-                    self.unknown_results += 1
-                    notes.append(f"node {machine} sent a result for unknown test {name!r}")
+                    unknown.append(name)
                     continue
-                if lessee[i] != number and (number < 0 or number not in more.get(i, ())):
+                if not leased(i, node):
                     stray.append(name)
                     continue
             if offsets[i] >= 0:
@@ -857,10 +868,17 @@ class RunState:
             new_idx.append(i)
             new_texts.append(text)
             new_parts.append(part)
+        if unknown:
+            # One line per request, however many: an insider's flood is a count, not a log.
+            self.unknown_results += len(unknown)
+            notes.append(f"node {machine} sent {len(unknown)} result(s) for unknown tests, "
+                         f"not in run {self.run_id} (first: {unknown[0][:200]!r}); not "
+                         "recorded")
         if stray:
             self.refused_results += len(stray)
             notes.append(f"node {machine}: refused {len(stray)} result(s) for jobs never "
-                         f"handed to it (first: {stray[0]!r})")
+                         f"handed to it (to its process of session {node.session[:8] or '-'}"
+                         f" in run {self.run_id}; first: {stray[0][:200]!r}); not recorded")
         if not new_idx:
             return b""
         for i in new_idx:
@@ -900,9 +918,28 @@ class RunState:
             node.errors += errors
             node.timeouts += sum(map(codes.count, _TIMEOUT_DIGITS))
 
-    def _lease(self, name: str, indexes: list[int]) -> None:
-        """Remember that node ``name`` was handed the jobs ``indexes``."""
-        number = self.node_numbers.setdefault(name, len(self.node_numbers))
+    def _lease(self, node: NodeInfo, indexes: list[int]) -> None:
+        """Remember that ``node`` (its name and session) was handed the jobs ``indexes``,
+        and tell :attr:`lease_log`."""
+        numbers = self.lease_numbers
+        number = numbers.setdefault((node.name, node.session), len(numbers))
+        if self.lease_log is not None:
+            self.lease_log(node.name, node.session, indexes)
+        self._mark_leased(number, indexes)
+
+    def load_leases(self, leases: Iterable[tuple[str, str, list[int]]]) -> int:
+        """The leases an earlier master of the run made (:func:`cluster.master.leases.
+        read_leases`): their nodes' results are taken here as they were there.  How many."""
+        numbers = self.lease_numbers
+        count = 0
+        for name, session, indexes in leases:
+            if indexes:
+                self._mark_leased(numbers.setdefault((name, session), len(numbers)),
+                                  indexes)
+                count += len(indexes)
+        return count
+
+    def _mark_leased(self, number: int, indexes: list[int]) -> None:
         lessee, more = self.lessee, self.more_lessees
         first, n = indexes[0], len(indexes)
         if consecutive(indexes) and lessee[first:first + n].count(-1) == n:
@@ -916,13 +953,35 @@ class RunState:
             elif first != number:
                 more.setdefault(i, set()).add(number)
 
-    def leased_to(self, name: str, test: str) -> bool:
-        """Whether job ``test`` was ever handed to node ``name`` in this run."""
+    def leased(self, i: int, node: NodeInfo) -> bool:
+        """Whether job ``i`` was handed to ``node``'s process (its name and session) in
+        this run, and that try was not put back as not valid (:meth:`retry`)."""
+        return self._holds_lease(i, self.lease_numbers.get((node.name, node.session), -1))
+
+    def leased_to(self, name: str, test: str, session: str = "") -> bool:
+        """Whether job ``test`` was handed to the process ``session`` of node ``name`` in
+        this run (:meth:`leased`)."""
         i = self.jobs.index.get(test)
-        number = self.node_numbers.get(name, -1)
-        if i is None or number < 0:
-            return False
-        return self.lessee[i] == number or number in self.more_lessees.get(i, ())
+        return i is not None and self._holds_lease(
+            i, self.lease_numbers.get((name, session), -1))
+
+    def _holds_lease(self, i: int, number: int) -> bool:
+        # -1 (no number: never handed anything) never matches -1 (no lessee yet).
+        return number >= 0 and (self.lessee[i] == number
+                                or number in self.more_lessees.get(i, ()))
+
+    def _unlease(self, i: int, node: NodeInfo) -> None:
+        """``node``'s process no longer holds a lease of job ``i``."""
+        number = self.lease_numbers.get((node.name, node.session), -1)
+        if number < 0:
+            return
+        if self.lessee[i] == number:
+            others = self.more_lessees.pop(i, set())
+            self.lessee[i] = others.pop() if others else -1
+            if others:
+                self.more_lessees[i] = others
+        else:
+            self.more_lessees.get(i, set()).discard(number)
 
     def _drop(self, node: NodeInfo, reason: str, notes: list[str], lost: bool = True) -> None:
         """``node`` leaves the run, its unfinished jobs put back (in a ``no_reschedule``

@@ -205,10 +205,11 @@ class SweepIntake:
         return intake
 
     # ------------------------------------------------------------------ a request
-    def take(self, req: Request, state: RunState) -> Request:
+    def take(self, req: Request, state: RunState, session: str = "") -> Request:
         """``req`` as the run state is to handle it: its results judged (the module
         docstring), the withheld ones taken out, the last tries' rewritten as failures.
-        Files are in place and tries logged when it returns."""
+        Files are in place and tries logged when it returns.  ``session``: the sending
+        process's (only the results of tasks handed to that process are judged here)."""
         texts = list(req.result_lines) + [result_text(r) for r in req.results]
         if not texts:
             if req.bundle:
@@ -218,14 +219,19 @@ class SweepIntake:
         for position, text in enumerate(texts):
             task = text.partition(" ")[0]
             if (task not in mine and task in state.jobs.index and task not in state.results
-                    and state.leased_to(req.node, task)):
+                    and state.leased_to(req.node, task, session)):
                 mine[task] = position
+        if req.bundle and self.taken.get(req.node) == req.bundle:
+            # A call made again after a lost reply: its tries were counted the first time
+            # (a try put back then is no longer the node's lease, but it is not a stray).
+            again = {position for position, text in enumerate(texts)
+                     if text.partition(" ")[0] in mine
+                     or req.node in state.tried_by(text.partition(" ")[0])}
+            if again:
+                return _with_results(req, [t for p, t in enumerate(texts)
+                                           if p not in again])
         if not mine or not state.takes_results_from(req.node):
             return req
-        if req.bundle and self.taken.get(req.node) == req.bundle:
-            # A call made again after a lost reply: its tries were counted the first time.
-            again = set(mine.values())
-            return _with_results(req, [t for p, t in enumerate(texts) if p not in again])
         out = list(texts)
         withheld: set[int] = set()
         try:

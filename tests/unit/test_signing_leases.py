@@ -1,11 +1,16 @@
-"""RunState takes a result only from a node the job was handed to (issue 11)."""
+"""RunState takes a result only from the node process a job was handed to, for that try."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from cluster.master.leases import LEASES_FILE, LeaseLog, format_ranges, parse_ranges, read_leases
 from cluster.master.runstate import RunState, Settings
 from cluster.wire import protocol
 from cluster.wire.protocol import format_result
-from tests.unit.test_runstate import RUN, jobs, names, ready, req, result
+from tests.unit.test_runstate import RUN, finish, jobs, names, ready, req, result
 
 FAKE = "deadbeefdeadbeefdeadbeefdeadbeef"
 
@@ -64,3 +69,76 @@ def test_lease_memory_is_an_array_not_a_set_per_node() -> None:
     state = RunState(RUN, jobs(1000), 0)
     assert state.lessee.itemsize == 4 and len(state.lessee) == 1000
     assert not state.more_lessees
+
+
+def test_no_lessee_never_matches_a_node_never_handed_a_job() -> None:
+    """-1 (no job handed to anyone yet) and -1 (a node handed nothing) are not a match: a
+    node's first request with results for every job of the run records none of them."""
+    state = RunState(RUN, jobs(6), 0)
+    forged = tuple(result(n, "x", FAKE) for n in state.jobs.names)
+    out = state.handle(req("x", results=forged), 0.0)
+    assert out.reply.verb == protocol.BUILD
+    assert out.refused == 6 and state.results.count == 0 and not out.journal
+    assert sum("refused 6 result(s)" in n for n in out.notes) == 1  # one line per request
+    # Nor later, once it is ready and holds some jobs: only those are its own.
+    held = names(state.handle(req("x", slots=1), 1.0).reply)
+    out = state.handle(req("x", slots=1, results=forged), 2.0)
+    assert out.refused == 6 - len(held)
+    assert sorted(state.results) == sorted(held)
+
+
+def test_another_process_under_the_same_name_holds_none_of_the_leases() -> None:
+    """A node is a process: a new session under a known name is a new node, and the jobs
+    handed to the old process are not its to report."""
+    state = RunState(RUN, jobs(4), 0)
+    assert state.handle(req("n1"), 0.0, session="a" * 16).reply.verb == protocol.BUILD
+    held = names(state.handle(req("n1"), 0.0, session="a" * 16).reply)
+    assert held and state.leased_to("n1", held[0], "a" * 16)
+    assert not state.leased_to("n1", held[0], "b" * 16)
+    out = state.handle(req("n1", results=(result(held[0], "n1", FAKE),)), 1.0,
+                       session="b" * 16)
+    assert out.refused == 1 and held[0] not in state.results
+
+
+def test_a_try_put_back_is_no_longer_the_nodes() -> None:
+    """A sweep task whose try was not taken (retry) goes back; a result of that same try
+    sent again is refused, the node's later try of it (handed out again) is taken."""
+    state = RunState(RUN, jobs(2), 0, Settings(batch_per_slot=1))
+    held = names(ready(state, "n1", slots=1))
+    state.retry("n1", held[0])
+    assert not state.leased_to("n1", held[0])
+    out = state.handle(req("n1", slots=1, results=(result(held[0], "n1", FAKE),)), 1.0)
+    assert out.refused == 1 and held[0] not in state.results
+
+
+def test_a_confirm_phase_takes_only_results_of_the_jobs_it_handed_out() -> None:
+    """A confirm phase's state adopts the first phase's nodes as they are: their results
+    for confirm jobs it has not handed out (a late copy of the first phase's) are refused."""
+    first = RunState(RUN, jobs(2), 0)
+    finish(first, "n1", ready(first, "n1"))
+    confirm = RunState(RUN, jobs(2), 0)
+    confirm.confirming = True
+    confirm.adopt_nodes(first)
+    out = confirm.handle(req("n1", results=(result(confirm.jobs.names[0], "n1", FAKE),)),
+                         1.0)
+    assert out.refused == 1 and confirm.results.count == 0
+
+
+def test_the_lease_log_round_trips_and_skips_what_is_torn(tmp_path: Path) -> None:
+    path = tmp_path / LEASES_FILE
+    log = LeaseLog(path)
+    log.append("n1", "ab" * 8, [0, 1, 2, 3])
+    log.append("n2", "", [5, 7, 8, 9])
+    log.close()
+    with open(path, "ab") as fh:
+        fh.write(b"n3 zz 1\nn4 - 99\nn5 - 1-\nn6 ")  # bad session, out of range, torn
+    assert format_ranges([5, 7, 8, 9]) == "5,7-9"
+    assert list(read_leases(path, 10)) == [("n1", "ab" * 8, [0, 1, 2, 3]),
+                                           ("n2", "", [5, 7, 8, 9])]
+    state = RunState(RUN, jobs(10), 0)
+    assert state.load_leases(read_leases(path, 10)) == 8
+    assert state.leased_to("n1", state.jobs.names[3], "ab" * 8)
+    assert state.leased_to("n2", state.jobs.names[8])
+    assert not state.leased_to("n2", state.jobs.names[6])
+    with pytest.raises(ValueError, match="outside the run's 10 jobs"):
+        parse_ranges("3-12", 10)

@@ -263,8 +263,9 @@ def test_the_verdict_is_taken_when_the_building_node_fails_its_build() -> None:
 
 def test_a_result_for_a_job_marked_not_run_counts_once() -> None:
     """b's first build made gpcl6 and it was handed pcl jobs; it restarted and its new build
-    lacks gpcl6, as a's does: the pcl jobs are not run.  A result b sends for one of the
-    jobs it was handed still counts, and the job is no longer counted as not run."""
+    lacks gpcl6, as a's does: the pcl jobs are not run.  A result the first process of b
+    sends for one of the jobs it was handed still counts, and the job is no longer counted
+    as not run; the new process of b cannot report the old one's jobs."""
     state = _state()
     state.handle(_req("b", slots=1), 0, session="s1")
     first = state.handle(_req("b", slots=1), 0, session="s1").reply
@@ -276,8 +277,13 @@ def test_a_result_for_a_job_marked_not_run_counts_once() -> None:
     state.handle(_req("b", slots=1, unbuilt=("gpcl6",)), 2, session="s2")
     state.handle(_req("a", unbuilt=("gpcl6",)), 2)
     assert state.unbuilt.count == 3
-    late = state.handle(_req("b", slots=1, unbuilt=("gpcl6",),
-                             results=_results(held_pcl[:1], "b")), 3, session="s2")
+    forged = state.handle(_req("b", slots=1, unbuilt=("gpcl6",),
+                               results=_results(held_pcl[:1], "b")), 3, session="s2")
+    assert forged.refused == 1 and held_pcl[0] not in state.results
+    assert state.unbuilt.count == 3
+    # The first process, dropped when the second called, delivers its result late.
+    late = state.handle(_req("b", slots=1, results=_results(held_pcl[:1], "b")), 3.5,
+                        session="s1")
     assert late.journal and held_pcl[0] in state.results
     assert state.unbuilt.count == 2 and state.unbuilt.by_program == {"gpcl6": 2}
 
