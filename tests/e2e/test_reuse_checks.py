@@ -13,10 +13,11 @@ unsets ``GS_OPTIONS``: its outputs are right on both nodes.
 2. carol's run of the same tree, on node1 alone (``exclude=node2``): its checks
    (``reuse_verify`` left at its default, 2%: deterministic all the same, since at least
    one sample is drawn per program build and maker node, so node2's gs results are
-   always sampled, and every one of them is wrong) find node2's gs md5 wrong, withdraw that gs build, and run every gs job
-   on node1.  No gs row is reused; every gs md5 is node1's; the report has the section
-   "Reused results checked" naming the mismatch; the pcl rows that are reused name the
-   node and run that made them (``cache:<node>@<bob's run>``).
+   always sampled, and every one of them is wrong) find node2's gs md5 wrong, withdraw
+   that gs build, and run every gs job on node1.  No gs row is reused; every gs md5 is
+   node1's; the report has the section "Reused results checked" naming the mismatch; the
+   pcl rows that are reused name the node and run that made them
+   (``cache:<node>@<bob's run>``).
 """
 
 from __future__ import annotations
