@@ -218,6 +218,12 @@ class Config:
                               "(the node's build of the programs it calls, its test file's "
                               "content, its command line) is the same, instead of running it "
                               "(a run's reuse=no turns it off for that run; docs/answers.md)")
+    reuse_verify: float = _opt(0.02, MASTER, "fraction",
+                               "the share of the results a run would take from the result "
+                               "cache that it runs again as a check, at least one per "
+                               "program build and node that made them, on another node "
+                               "where there is one; a mismatch withdraws that build's "
+                               "cached results (0 = no check; docs/answers.md)", high=1.0)
     result_cache_runs: int = _opt(5, MASTER, "runs",
                                   "how many complete runs' results the result cache keeps "
                                   "(the newest; older runs' files are removed)",

@@ -57,7 +57,7 @@ from cluster.defaults import BMPCMP_DIR
 from cluster.home import Home
 from cluster.jobs.bmpcmp import BMPCMP_PRODUCTS
 from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
-from cluster.master import confirm, samebuild, sweepend
+from cluster.master import confirm, reuse, reuseverify, samebuild, sweepend
 from cluster.master.abort import STOPPED_BY
 from cluster.master.ending import Outcome
 from cluster.master.runstate import RunState
@@ -141,7 +141,8 @@ def finish(home: Home, run: FinishedRun) -> Report:
     run_tab = run.archive / f"{state.run_id}.tab"
     tab.write_tab_lines(run_tab, current.lines())
     not_run = state.not_run_names()
-    unbuilt = unbuilt_lines(state, spec.products) + reused_lines(state)
+    cached = reused_report(home, state)
+    unbuilt = unbuilt_lines(state, spec.products) + cached.lines
     facts = report.RunFacts(tests=len(current), seconds=run.elapsed,
                             nodes=len(state.machines),
                             lost_nodes=run.lost_nodes, duplicates=state.duplicates,
@@ -193,6 +194,7 @@ def finish(home: Home, run: FinishedRun) -> Report:
         stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
                      not_run)
     text = confirmed_report(home, run, text, facts.header, against, verdicts)
+    text = after_header(text, facts.header, cached.section)
     text += slower_tests(home, run, run_tab)
     return Report(text, differences=differences(against), errors=state.errors,
                   indeterminate=len(flaky) if verdicts else None)
@@ -321,13 +323,26 @@ def unbuilt_lines(state: RunState, products: tuple[str, ...]) -> list[str]:
     return lines
 
 
-def reused_lines(state: RunState) -> list[str]:
-    """The report's line on the results taken from the result cache (issue 26), if any:
-    their rows' machine column is ``cache:<node>``, the node whose build matched."""
-    if not state.reused:
-        return []
-    return [f"{state.reused} of {len(state.jobs)} tests reused from earlier complete runs "
-            "(build, test file and command unchanged; machine column cache:<node>)"]
+def reused_report(home: Home, state: RunState) -> reuseverify.ReuseReport:
+    """What the report says of the result cache (:func:`cluster.master.reuseverify.report`):
+    the reused results (their rows' machine column is ``cache:<node>@<run>``, the node and
+    run that made them), the key changes the nodes named, and the section on the checks
+    of the reused results, from the run's folder (whichever master served it)."""
+    run_dir = home.run_dir(state.run_id)
+    return reuseverify.report(state, run_dir,
+                              reuse.load_builds(run_dir / reuse.BUILDS_FILE),
+                              reuse.load_keychanges(run_dir / reuse.KEYCHANGES_FILE))
+
+
+def after_header(text: str, header: str, section: str) -> str:
+    """``text`` with ``section`` right after its ``header`` lines (at its top when the
+    text does not start with them)."""
+    if not section:
+        return text
+    head = header.rstrip("\n") + "\n\n" if header else ""
+    if not text.startswith(head):
+        head = ""
+    return head + section + text[len(head):]
 
 
 def _program_of(product: str) -> str:

@@ -17,10 +17,23 @@ names a test file that cannot be read has no key (:func:`job_inputs`): it is alw
 **The store** is a folder of the master home, ``result-cache/``, one file per complete run
 (:meth:`ResultCache.save_run`), written atomically (temp file, fsync, rename)::
 
-    result-cache 1 <run id>
+    result-cache 2 <run id>
     build <prog> <sha256>          one per (program, digest) of the run's nodes
-    <key> <test> <error> <t1> <t2> <t3> <md5> <product>     one per cached result
+    <key> <maker> <test> <error> <t1> <t2> <t3> <md5> <product>     one per cached result
     end <number of results>
+
+``<maker>`` is ``<node>@<run id>``: the node that ran the job and the run it ran in (a
+result reused and stored again keeps its maker), which the reusing run's ``.tab`` names
+and whose results the run's checks sample per maker (:mod:`cluster.master.reuseverify`).
+A file of format 1 (written before results kept their maker) is ignored with a log line:
+its results cannot be checked per maker, and the next complete runs refill the store.
+
+**Withdrawn builds**: ``result-cache/withdrawn`` lists the (program, digest) pairs whose
+cached results a check found wrong (:meth:`ResultCache.withdraw`), one
+``<prog> <sha256> <run id> <test>`` line each.  A lookup never uses a withdrawn pair
+(:meth:`ResultCache.withdrawn`: the jobs calling that build of the program get no key and
+run), and a run's results under one are not stored.  A pair is forgotten once no kept run
+file holds it any more (:meth:`ResultCache.prune`): by then no result of it is left to serve.
 
 named ``<seq>-<run id>.results`` with ``seq`` one more than the newest file's, so the
 files sort oldest first; only the newest ``result_cache_runs`` are kept.  A file that does
@@ -48,7 +61,13 @@ log = logging.getLogger("cluster.resultcache")
 #: The store's folder in the master home.
 CACHE_DIR = "result-cache"
 #: The first word and version of a run file's header.
-MAGIC = "result-cache 1"
+MAGIC = "result-cache 2"
+#: The header of the format before results kept their maker (ignored, one log line).
+OLD_MAGIC = "result-cache 1"
+#: The file of withdrawn (program, digest) pairs, in the store's folder.
+WITHDRAWN = "withdrawn"
+#: A result's maker: ``<node>@<run id>`` (no node name or run id has a space or an ``@``).
+MAKER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}@[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SUFFIX = ".results"
 KEY = re.compile(r"[0-9a-f]{64}")
 _FILE_NAME = re.compile(r"(\d{8})-(.+)" + re.escape(SUFFIX))
@@ -205,10 +224,10 @@ class ResultCache:
         return out
 
     def table(self, builds: Iterable[tuple[str, str]]) -> dict[str, str]:
-        """key -> canonical result text of every cached result of the runs that hold one
-        of ``builds`` ((program, digest) pairs); the newest run wins a key.  Runs holding
-        none are not read past their header; a run file that is not whole is ignored (one
-        log line)."""
+        """key -> ``<maker> <canonical result text>`` (:func:`split_cached`) of every
+        cached result of the runs that hold one of ``builds`` ((program, digest) pairs);
+        the newest run wins a key.  Runs holding none are not read past their header; a
+        run file that is not whole is ignored (one log line)."""
         wanted = frozenset(builds)
         table: dict[str, str] = {}
         for run in self.runs():
@@ -222,7 +241,8 @@ class ResultCache:
 
     def save_run(self, run_id: str, builds: Iterable[tuple[str, str]],
                  entries: Iterable[tuple[str, str]]) -> int:
-        """Store run ``run_id``'s results ``entries`` ((key, canonical result text) each)
+        """Store run ``run_id``'s results ``entries`` ((key, ``<maker> <canonical result
+        text>``) each)
         whose nodes' builds were ``builds``, replacing an earlier file of that run (an end
         step done again), then remove the oldest runs beyond ``keep_runs``.  Returns the
         number of results stored."""
@@ -246,13 +266,74 @@ class ResultCache:
         return count
 
     def prune(self) -> list[str]:
-        """Remove the run files beyond the newest ``keep_runs``; their run ids."""
+        """Remove the run files beyond the newest ``keep_runs``; their run ids.  Withdrawn
+        pairs no kept run file holds any more are forgotten (nothing of them is left)."""
         names = self._names()
         gone = []
         for _, run_id, path in names[:max(0, len(names) - self.keep_runs)]:
             path.unlink(missing_ok=True)
             gone.append(run_id)
+        self._forget_withdrawn()
         return gone
+
+    # ------------------------------------------------------------- withdrawn builds
+    @property
+    def withdrawn_path(self) -> Path:
+        return self.root / WITHDRAWN
+
+    def withdrawn(self) -> frozenset[tuple[str, str]]:
+        """The (program, digest) pairs whose cached results were withdrawn (a bad line is
+        logged and skipped; an unreadable file withdraws nothing more than it says, so it
+        is logged loudly)."""
+        try:
+            text = self.withdrawn_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return frozenset()
+        except (OSError, UnicodeDecodeError) as exc:
+            log.error("result cache: %s is unreadable (%s); no build is taken as withdrawn",
+                      self.withdrawn_path, exc)
+            return frozenset()
+        pairs = set()
+        for n, line in enumerate(text.splitlines(), 1):
+            words = line.split(" ")
+            if len(words) < 2 or not KEY.fullmatch(words[1]) or not words[0]:
+                log.warning("result cache: %s:%d: not '<prog> <sha256> ...': %r",
+                            self.withdrawn_path, n, line[:120])
+                continue
+            pairs.add((words[0], words[1]))
+        return frozenset(pairs)
+
+    def withdraw(self, pairs: Iterable[tuple[str, str]], run_id: str, test: str) -> None:
+        """Withdraw every cached result made with the builds ``pairs`` ((program, digest)
+        each): run ``run_id``'s check of test ``test`` found one wrong.  Written under the
+        store's lock (another priority's master may withdraw too), atomically, fsync'ed:
+        a withdrawal is never lost to a crash after the node heard back."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with fsutil.flocked(self.root / ".withdrawn.lock"):
+            lines = self._withdrawn_lines()
+            known = {tuple(line.split(" ")[:2]) for line in lines}
+            lines += [f"{p} {d} {run_id} {test}" for p, d in sorted(set(pairs))
+                      if (p, d) not in known]
+            fsutil.atomic_write(self.withdrawn_path, "".join(x + "\n" for x in lines))
+
+    def _withdrawn_lines(self) -> list[str]:
+        try:
+            return self.withdrawn_path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+
+    def _forget_withdrawn(self) -> None:
+        if not self.withdrawn_path.exists():
+            return
+        held = {pair for run in self.runs() for pair in run.builds}
+        with fsutil.flocked(self.root / ".withdrawn.lock"):
+            try:
+                lines = self._withdrawn_lines()
+            except (OSError, UnicodeDecodeError):
+                return
+            kept = [line for line in lines if tuple(line.split(" ")[:2]) in held]
+            if len(kept) != len(lines):
+                fsutil.atomic_write(self.withdrawn_path, "".join(x + "\n" for x in kept))
 
 
 def _lines(path: Path) -> Iterator[str]:
@@ -263,10 +344,19 @@ def _lines(path: Path) -> Iterator[str]:
             yield raw[:-1]
 
 
+def split_cached(value: str) -> tuple[str, str]:
+    """(maker, canonical result text) of a value of :meth:`ResultCache.table`."""
+    maker, _, text = value.partition(" ")
+    return maker, text
+
+
 def _read_header(path: Path, run_id: str) -> frozenset[tuple[str, str]]:
     builds: set[tuple[str, str]] = set()
     lines = _lines(path)
     first = next(lines, None)
+    if first == f"{OLD_MAGIC} {run_id}":
+        raise CorruptCacheFile("format 1, written before results kept their maker node "
+                               "and run: not used (the next complete runs refill the store)")
     if first != f"{MAGIC} {run_id}":
         raise CorruptCacheFile(f"expected a first line {MAGIC + ' ' + run_id!r}, got "
                                f"{(first or '')[:80]!r}")
@@ -299,8 +389,10 @@ def _read_results(path: Path) -> dict[str, str]:
             continue
         key, _, text = line.partition(" ")
         words = text.split(" ")
-        if not KEY.fullmatch(key) or len(words) != 7 or words[1] not in CACHED_ERRORS:
-            raise CorruptCacheFile(f"line {n + 1} is not '<key> <result>': {line[:120]!r}")
+        if (not KEY.fullmatch(key) or len(words) != 8 or words[2] not in CACHED_ERRORS
+                or not MAKER.fullmatch(words[0])):
+            raise CorruptCacheFile(f"line {n + 1} is not '<key> <maker> <result>': "
+                                   f"{line[:120]!r}")
         out[key] = text
         count += 1
     if not ended:

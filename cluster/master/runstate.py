@@ -77,6 +77,7 @@ from cluster.master.joblist import JobList, as_job_list, consecutive
 from cluster.master.journal import format_line, journal_result, line_prefix, result_text, split_line
 from cluster.master.placement import RunPolicy
 from cluster.master.results import Results
+from cluster.master.reuseverify import RECORD_FILE, ReuseChecks, grouped, prefix
 from cluster.master.tailplan import TailPlan
 from cluster.master.unbuilt import Unbuilt
 from cluster.records import (
@@ -235,6 +236,9 @@ class RunState:
         self.reused = 0
         #: The run's use of the result cache; None: off (the master sets it before serving).
         self.reuse: RunReuse | None = None
+        #: The checks of what it takes from the cache (:mod:`cluster.master.reuseverify`),
+        #: made at the first pass with hits when ``reuse.verify`` is not 0.
+        self.checks: ReuseChecks | None = None
         for r in done:
             if isinstance(r, str):
                 line = r
@@ -463,11 +467,18 @@ class RunState:
         refused_before = self.refused_results
         journal = self._record(node, req, notes) if carried else b""
         refused = self.refused_results - refused_before
+        if journal and self.checks is not None and self.checks.samples:
+            # Samples of the result cache's checks among them: settled before the reply is
+            # decided (the results they vouch for recorded, or run; made_results).
+            self.checks.on_results(self, journal, notes)
 
         def out(reply: Reply) -> Outcome:
             if reply.verb == protocol.ABORT:
                 node.told_abort = True
             made = self.take_made_results()  # a dropped node's jobs reported lost
+            if made and self.checks is not None and self.checks.samples:
+                self.checks.on_results(self, made, notes)  # a sample lost: unsure
+                made += self.take_made_results()
             return Outcome(reply, journal + made if made else journal, tuple(notes),
                            carried, refused)
 
@@ -503,7 +514,7 @@ class RunState:
                 return out(Reply(protocol.BUILD))
             node.state = NodeState.READY  # BUILDING -> READY: it said it built this run
             self._note_build(node, req.unbuilt, notes)
-            self._reuse_results(node, req.digests, now, notes)
+            self._reuse_results(node, req.digests, now, notes, req.keychanges)
         elif node.state is NodeState.UPLOADING:
             node.state = NodeState.DONE  # UPLOADING -> DONE: connected in without busy
         if req.pending == 0 and req.running == 0 and node.held:
@@ -651,6 +662,9 @@ class RunState:
                 continue
             if now - node.last_seen > limit:
                 self._drop(node, f"not heard from for {now - node.last_seen:.0f} s", notes)
+        if self.made_results and self.checks is not None and self.checks.samples:
+            # A sample reported lost with its node (no_reschedule) settles as unsure.
+            self.checks.on_results(self, bytes(self.made_results), notes)
         return notes
 
     # ---------------------------------------------------------------- internals
@@ -663,31 +677,83 @@ class RunState:
                          "no job calling them")
 
     def _reuse_results(self, node: NodeInfo, digests: tuple[tuple[str, str], ...],
-                       now: float, notes: list[str]) -> None:
+                       now: float, notes: list[str],
+                       keychanges: protocol.KeyChanges = ()) -> None:
         """``node`` built the run as ``digests``: the jobs without a result whose key for
-        that build the result cache holds get the cached result, as the machine
-        ``cache:<node>`` (:meth:`cluster.master.reuse.RunReuse.resolve`: one pass over the
-        jobs, once per distinct build); journaled like results (:meth:`take_made_results`).
-        A job held by a node meanwhile is settled too (its result will be a duplicate)."""
+        that build the result cache holds (:meth:`cluster.master.reuse.RunReuse.resolve`:
+        one pass over the jobs, once per distinct build) are taken from it.  With checks
+        (``reuse.verify``, :mod:`cluster.master.reuseverify`) a sample of them runs and
+        the rest are held until it agrees; without, they are recorded at once.  Recorded,
+        a result's machine is ``cache:<node>@<run>`` of the node and run that made it,
+        journaled like results (:meth:`take_made_results`).  A job a node holds
+        meanwhile is left to it.  ``keychanges``: what the node said moved in its
+        programs' keys, kept for the report."""
         if self.reuse is None or not digests or self.policy.every_node:
             return
-        indexes, texts = self.reuse.resolve(node.name, digests, self.results.offsets,
-                                            self.not_run)
+        self.reuse.note_keychanges(node.name, keychanges)
+        indexes, values = self.reuse.resolve(node.name, digests, self.results.offsets,
+                                             self.not_run)
         if not indexes:
             return
-        holders = self.holders
-        for i in indexes:
-            if holders[i]:
-                holders[i] = 0
-                self.running -= 1
-        self.made_results += self.results.add(indexes, texts,
-                                              line_prefix(CACHE_PREFIX + node.name))
-        self.reused += len(indexes)
-        self.errors += sum(1 for text in texts if text.split(" ", 2)[1] != _NO_ERROR)
+        holders, names = self.holders, self.jobs.names
+        samples = self.checks.samples if self.checks is not None else {}
+        kept = [(i, v) for i, v in zip(indexes, values, strict=True)
+                if not holders[i] and names[i] not in samples]
+        if not kept:
+            return
+        if self.reuse.verify > 0:
+            if self.checks is None:
+                self.checks = ReuseChecks(self.reuse.cache, self.reuse.withdrawn, self.run_id,
+                                          self.reuse.builds_path.with_name(RECORD_FILE),
+                                          self.reuse.verify)
+            self.checks.take(self, digests, [i for i, _ in kept], [v for _, v in kept],
+                             notes)
+            return
+        taken = self.record_cached([i for i, _ in kept], [v for _, v in kept])
         if self.all_results_in and self.all_results_at is None:
             self.all_results_at = now
-        notes.append(f"node {node.name}'s build: {len(indexes)} results taken from the "
+        notes.append(f"node {node.name}'s build: {taken} results taken from the "
                      "result cache (their keys are unchanged)")
+
+    def record_cached(self, indexes: list[int], values: list[str]) -> int:
+        """Record the cached results ``values`` (``<maker> <text>``) of jobs ``indexes``
+        (no result, held by no node) under the machine ``cache:<maker>``, into
+        :attr:`made_results`; how many."""
+        for maker, (idx, texts) in grouped(zip(indexes, values, strict=True)).items():
+            self.made_results += self.results.add(idx, texts, prefix(maker))
+            self.errors += sum(1 for text in texts if text.split(" ", 2)[1] != _NO_ERROR)
+        self.reused += len(indexes)
+        return len(indexes)
+
+    def run_first(self, first: dict[int, str]) -> None:
+        """Jobs ``first`` (index -> a node name) are handed out before the others, not to
+        that node while a live ready node that is not it is there (:meth:`_avoid`).  The
+        jobs not yet handed out move to the front list (the only place looked at for
+        that), after them; jobs held (marked) stay out of it."""
+        numbers = self.node_numbers
+        for i, name in first.items():
+            self.tried.setdefault(i, set()).add(numbers.setdefault(name, len(numbers)))
+        self._cursor_to_front(first)
+        names = self.jobs.names
+        self.front.extendleft(names[i] for i in sorted(first, reverse=True))
+
+    def run_later(self, indexes: list[int]) -> None:
+        """Jobs ``indexes`` (no longer held, no result) are to be run: to the list's end."""
+        if not indexes:
+            return
+        self._cursor_to_front(())
+        self.front.extend(self.jobs.names[i] for i in indexes)
+        if not self.all_results_in:
+            self.all_results_at = None  # settled by the hold only: not all in after all
+
+    def _cursor_to_front(self, skip: dict[int, str] | tuple[()]) -> None:
+        """The jobs not yet handed out from the cursor, but ``skip`` and those marked, go
+        to the front list (as :meth:`prefer_others` does)."""
+        names, offsets, marks = self.jobs.names, self.results.offsets, self.not_run
+        if self.cursor < len(names):
+            self.front.extend(names[i] for i in range(self.cursor, len(names))
+                              if offsets[i] < 0 and not marks[i] and i not in skip)
+            self.cursor = len(names)
 
     def _judge(self, node: NodeInfo, now: float, notes: list[str]) -> Reply | None:
         """For ``node``, whose build lacks programs: the reply when it gets no jobs now

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cluster.master import reuse
 from cluster.master.journal import split_line
-from cluster.master.resultcache import FileDigests, ResultCache, key_of
+from cluster.master.resultcache import FileDigests, ResultCache, key_of, split_cached
 from cluster.master.runstate import RunState
 from cluster.report.indeterminate import digest
 from cluster.wire.protocol import parse_result
@@ -52,12 +52,12 @@ def changed_under_same_key(state: RunState, run_dir: Path, store: Path, tests_ro
         if i is None or not state.results.has(i):
             continue
         machine, text = split_line(state.results.line(i))
-        build = keyed.get(machine)  # a reused result (cache:<node>) is not looked at
+        build = keyed.get(machine)  # a reused result (cache:<node>@<run>) is not looked at
         key = key_of(state.jobs.line(i), files, build) if build is not None else None
         stored = table.get(key) if key is not None else None
         if stored is None:
             continue
-        now, before = parse_result(text, machine), parse_result(stored, "")
+        now, before = parse_result(text, machine), parse_result(split_cached(stored)[1], "")
         if before.name != name:
             continue
         old, new = digest(before.error, before.md5), digest(now.error, now.md5)

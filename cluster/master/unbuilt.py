@@ -37,6 +37,10 @@ MAX_NOT_BUILT = 254
 #: The pseudo-program of an every_node run's jobs not run because their node is not there
 #: (never a program's name: programs are file names without '@').
 ABSENT = "@absent"
+#: The pseudo-program of the jobs whose cached results wait for their group's check
+#: (:mod:`cluster.master.reuseverify`): marked so that no node is handed them meanwhile,
+#: and always unmarked (recorded from the cache, or run) before the run's last result.
+HELD = "@held"
 #: Job lines read at once when marking.
 _CHUNK = 65536
 #: What may follow a program's name in a job line without making it another name.
@@ -164,6 +168,39 @@ class Unbuilt:
                 marks[i] = mark
                 self.by_program[ABSENT] += 1
                 self.count += 1
+
+    def hold(self, indexes: Sequence[int]) -> None:
+        """The jobs ``indexes`` (no result, held by no node) wait for a check of their
+        cached results: marked under :data:`HELD`, so no node is handed them."""
+        if HELD not in self.not_built:
+            self.not_built[HELD] = ()
+            self.by_program[HELD] = 0
+        mark = self.held_mark
+        marks = self.marks
+        for i in indexes:
+            if not marks[i]:
+                marks[i] = mark
+                self.by_program[HELD] += 1
+                self.count += 1
+
+    @property
+    def held_mark(self) -> int:
+        """The mark of the jobs held by :meth:`hold` (0: none was ever held)."""
+        return list(self.not_built).index(HELD) + 1 if HELD in self.not_built else 0
+
+    def release(self, indexes: Sequence[int]) -> list[int]:
+        """Those of ``indexes`` still held (:meth:`hold`), no longer: they are to be run, or
+        recorded by the caller; returned."""
+        mark = self.held_mark
+        if not mark:
+            return []
+        marks = self.marks
+        out = [i for i in indexes if marks[i] == mark]
+        for i in out:
+            marks[i] = 0
+        self.count -= len(out)
+        self.by_program[HELD] -= len(out)
+        return out
 
     def unmark(self, i: int) -> None:
         """Job ``i``, marked not run, has a result after all (from a node it was handed to

@@ -15,7 +15,7 @@ run, two programs) five times:
    every job runs;
 
 "Exactly" is counted from the ``.tab``:
-a reused row's machine column is ``cache:<node>``.
+a reused row's machine column is ``cache:<node>@<run>``, the node and run that made it.
 """
 
 from __future__ import annotations
@@ -93,8 +93,11 @@ def test_results_reused_when_nothing_that_matters_changed(make_cluster: MakeClus
     corpus.mkdir()
     for source, name in FILES.items():
         shutil.copyfile(CORPUS / source, corpus / name)
+    # FAST turns the cache off.  No checks of the reused results (reuse_verify 0): this
+    # test counts exactly which jobs a key makes run; a check's samples would run too
+    # (tests/e2e/test_reuse_checks.py tests those).
     cluster = make_cluster(corpus=corpus, gs_configs=GS_CONFIGS, pcl_configs=PCL_CONFIGS,
-                           result_cache="yes")  # FAST turns it off
+                           result_cache="yes", reuse_verify="0")
     tree = write_tree(tmp_path / "ghostpdl")
     cluster.start()
 
@@ -116,6 +119,8 @@ def test_results_reused_when_nothing_that_matters_changed(make_cluster: MakeClus
     assert info(second, "reused") == "6"
     assert "6 of 6 tests reused from earlier complete runs" in \
         (second / "report.txt").read_text(encoding="utf-8")
+    rows = read_tab(second / f"{second.name}.tab")
+    assert {r.machine for r in rows.values()} <= {f"cache:node{k}@{first.name}" for k in (1, 2)}
 
     # 3. One test file changed in the master's corpus: its jobs, and only they, run.
     changed = cluster.home_dir / "tests" / corpus.name / "alphabet.ps"

@@ -135,7 +135,7 @@ def test_reuse_is_a_per_run_option_and_a_setting() -> None:
 
 # ---------------------------------------------------------------------------- the store
 def entries(n: int, tag: str = "") -> list[tuple[str, str]]:
-    return [(f"{i:064x}", f"t{i}{tag} 0 0.10 0.00 0.00 {MD5} gs") for i in range(n)]
+    return [(f"{i:064x}", f"n1@r0 t{i}{tag} 0 0.10 0.00 0.00 {MD5} gs") for i in range(n)]
 
 
 def test_the_store_is_read_back_by_a_new_process_and_bounded(tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ def test_the_store_is_read_back_by_a_new_process_and_bounded(tmp_path: Path) -> 
     fresh = ResultCache(root, 3)  # as a restarted master sees it: files only
     assert [r.run_id for r in fresh.runs()] == ["run4", "run5", "run6"]
     table = fresh.table([GS])
-    assert table[f"{0:064x}"].startswith("t0r6 ")  # the newest run wins a key
+    assert table[f"{0:064x}"].startswith("n1@r0 t0r6 ")  # the newest run wins a key
     assert fresh.table([MUTOOL]) == {}  # no run holds that build
 
 
@@ -172,10 +172,10 @@ def test_a_corrupt_file_is_ignored_with_a_log_line(tmp_path: Path, damage: str,
     elif damage == "garbage":
         path.write_text(text.replace(" 0 0.10", " x 0.10", 1))
     else:
-        path.write_text(text.replace("result-cache 1 bad", "result-cache 9 bad"))
+        path.write_text(text.replace("result-cache 2 bad", "result-cache 9 bad"))
     with caplog.at_level(logging.WARNING, logger="cluster.resultcache"):
         table = cache.table([GS])
-    assert sorted(t.split()[0] for t in table.values()) == ["t0g", "t1g"]
+    assert sorted(t.split()[1] for t in table.values()) == ["t0g", "t1g"]
     assert any(path.name in r.getMessage() for r in caplog.records)
 
 
@@ -215,8 +215,9 @@ def test_a_run_stores_its_keyed_results_and_the_next_reuses_them(tmp_path: Path,
                                digests=(GS, MUTOOL)), 1)
     # a.gs and c.mu reused; b.gs (its file changed) and d.sh (no key) handed out.
     assert state.reused == 2
-    assert b"cache:n1 result a.gs 0 0.50" in out.journal
-    assert b"cache:n1 result c.mu 0" in out.journal
+    # Their machine: the node and run that made them, not the node they were served to.
+    assert b"cache:n1@run1 result a.gs 0 0.50" in out.journal
+    assert b"cache:n1@run1 result c.mu 0" in out.journal
     assert sorted(line.split()[0] for line in out.reply.jobs) == ["b.gs", "d.sh"]
     assert state.machines == set()  # the cache is not a node
     # A master taking over from the journal keeps them and their count.
@@ -227,8 +228,12 @@ def test_a_run_stores_its_keyed_results_and_the_next_reuses_them(tmp_path: Path,
     results = state.results
     results.add([1, 3], [f"b.gs 0 0.1 0 0 {MD5} gs", f"d.sh 0 0.1 0 0 {MD5} shell"],
                 "n1 result ")
-    keyed = dict(run_entries(state.jobs, results, {"n1": (GS, MUTOOL)}, FileDigests(corpus)))
+    keyed = dict(run_entries(state.jobs, results, {"n1": (GS, MUTOOL)}, FileDigests(corpus),
+                             RUN))
     assert len(keyed) == 3
+    # The reused ones keep their maker; the run's own are made by n1 in this run.
+    assert sorted(v.split(" ", 2)[0] + " " + v.split(" ", 2)[1] for v in keyed.values()) == [
+        f"n1@{RUN} b.gs", "n1@run1 a.gs", "n1@run1 c.mu"]
 
 
 def test_other_builds_keep_their_own_keys(tmp_path: Path, corpus: Path) -> None:
