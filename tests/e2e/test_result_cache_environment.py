@@ -110,7 +110,8 @@ def test_a_changed_installed_program_or_library_is_never_reused(make_cluster: Ma
     installed.mkdir()
     make_library(installed, "-dQUIET")
     make_installed_gs(installed, installed)
-    cluster = make_cluster(corpus=corpus, gs_configs=GS_CONFIGS, result_cache="yes")
+    cluster = make_cluster(corpus=corpus, gs_configs=GS_CONFIGS, result_cache="yes",
+                           reuse_verify="0")  # keys here; the checks: test_reuse_checks
     path = f"{installed}:/usr/local/bin:/usr/bin:/bin"
     cluster.start(node_env={"node1": {"PATH": path}, "node2": {"PATH": path}})
     tree = write_demo_tree(tmp_path / "ghostpdl", "gs", [])
@@ -158,7 +159,8 @@ def test_a_tree_file_read_at_run_time_is_never_reused(make_cluster: MakeCluster,
     corpus.mkdir()
     for name in FILES:
         shutil.copyfile(CORPUS / name, corpus / name)
-    cluster = make_cluster(corpus=corpus, gs_configs=GS_CONFIGS, result_cache="yes")
+    cluster = make_cluster(corpus=corpus, gs_configs=GS_CONFIGS, result_cache="yes",
+                           reuse_verify="0")  # keys here; the checks: test_reuse_checks
     cluster.start()
     tree = tmp_path / "ghostpdl"
     tree.mkdir()

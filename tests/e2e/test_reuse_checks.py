@@ -2,11 +2,12 @@
 never served to another user's run: the check of the reused results catches them.
 
 Two nodes build the same tree (the same ``bin/gs`` and ``bin/gpcl6`` bytes, so the same
-digests), but node2 misbehaves: its node process has ``GS_OPTIONS`` set to a fixed page
-size, which the installed gs reads, so every gs output it makes differs, while its build
-and its digests are node1's (the environment variable is no part of a key: a broken
-library or bad RAM looks the same from the master).  The tree's ``bin/gpcl6`` wrapper
-unsets ``GS_OPTIONS``: its outputs are right on both nodes.
+digests), but node2 misbehaves: its node process has ``MISBEHAVE`` set, and the tree's
+``bin/gs`` wrapper then gives gs a fixed page size, so every gs output it makes differs,
+while its build and its digests are node1's (the variable is no part of a key, as
+``GS_OPTIONS`` is: bad RAM or a fault nothing on disk shows looks the same from the
+master).  The tree's ``bin/gpcl6`` wrapper ignores it: its outputs are right on both
+nodes.
 
 1. bob's first run on both nodes: each job runs once, some on node2 (their gs outputs
    wrong), and every result is stored in the result cache;
@@ -44,12 +45,13 @@ WRAPPERS = """\
 set -e
 mkdir -p bin
 gs=$(command -v gs)
-printf '#!/bin/sh\\nsleep 0.3\\nexec %s "$@"\\n' "$gs" > bin/gs
-printf '#!/bin/sh\\nunset GS_OPTIONS\\nsleep 0.3\\nexec %s "$@"\\n' "$gs" > bin/gpcl6
+bad='[ -z "$MISBEHAVE" ] || set -- $MISBEHAVE "$@"'
+printf '#!/bin/sh\\nsleep 0.3\\n%s\\nexec %s "$@"\\n' "$bad" "$gs" > bin/gs
+printf '#!/bin/sh\\nsleep 0.3\\nexec %s "$@"\\n' "$gs" > bin/gpcl6
 chmod +x bin/gs bin/gpcl6
 """
 #: What makes node2's gs outputs differ: another page size, whatever the job's -r.
-MISBEHAVE = {"GS_OPTIONS": "-dDEVICEWIDTHPOINTS=400 -dDEVICEHEIGHTPOINTS=400 -dFIXEDMEDIA"}
+MISBEHAVE = {"MISBEHAVE": "-dDEVICEWIDTHPOINTS=400 -dDEVICEHEIGHTPOINTS=400 -dFIXEDMEDIA"}
 
 
 def push(cluster: LocalCluster, tree: Path, user: str, *options: str) -> Path:
