@@ -79,7 +79,7 @@ from cluster.master.placement import RunPolicy
 from cluster.master.results import Results
 from cluster.master.reuseverify import RECORD_FILE, ReuseChecks, grouped, prefix
 from cluster.master.tailplan import TailPlan
-from cluster.master.unbuilt import Unbuilt
+from cluster.master.unbuilt import HELD, Unbuilt
 from cluster.records import (
     ERROR_LOST,
     ERROR_TIMEOUT,
@@ -383,8 +383,13 @@ class RunState:
         done = len(self.results)
         total = len(self.jobs)
         pct = 100 * done // total if total else 100
+        # Jobs held for a check of their cached results (cluster.master.reuseverify) are
+        # marked as the not-run ones are, but they are not "not run".
+        held = self.unbuilt.by_program.get(HELD, 0)
+        not_run = self.unbuilt.count - held
         return (f"{done}/{total} done - {pct}% - {len(self.live_nodes())} nodes"
-                + (f" - {self.unbuilt.count} not run" if self.unbuilt.count else "")
+                + (f" - {not_run} not run" if not_run else "")
+                + (f" - {held} reused, being checked" if held else "")
                 + (f" - aborted: {self.fatal}" if self.fatal else ""))
 
     def set_disabled(self, names: Iterable[str]) -> None:

@@ -211,8 +211,9 @@ class Unbuilt:
         self.by_program[program] -= 1
 
     def names(self, jobs: JobList) -> frozenset[str]:
-        """The tests not run (empty when none: a walk over every job only then)."""
-        if not self.count:
+        """The tests not run (empty when none: a walk over every job only then); a job
+        held for a check of its cached result (:meth:`hold`) is not one of them."""
+        if self.count == self.by_program.get(HELD, 0):
             return frozenset()
-        names, marks = jobs.names, self.marks
-        return frozenset(names[i] for i in range(len(names)) if marks[i])
+        names, marks, held = jobs.names, self.marks, self.held_mark
+        return frozenset(names[i] for i in range(len(names)) if marks[i] and marks[i] != held)

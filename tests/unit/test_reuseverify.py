@@ -114,6 +114,9 @@ def test_at_least_one_sample_per_program_build_and_maker_node(tmp_path: Path,
     assert len(sent) == 3 and out.journal == b""
     assert {maker_of(n) + n[0] for n in sent} == {"n1g", "n2g", "n1m"}
     assert state.reused == 0 and not state.all_results_in
+    # Held is not "not run", neither on the status line nor in the report's list.
+    assert "13 reused, being checked" in state.status_line()
+    assert "not run" not in state.status_line() and not state.not_run_names()
     # Held jobs are not handed out, however often a node asks.
     again = state.handle(Request(node="n3", job_id=RUN, slots=64, pending=3), 1.5)
     assert again.reply.verb == protocol.CONTINUE
