@@ -43,9 +43,16 @@ Layout of a home::
     heartbeat.nonces     the monitor's replay guard, saved for the monitor after it
     runs/<id>/audit.log  every node connection of the run and every refusal (archived)
     tests/               the test corpus
-    result-cache/        the results of the last complete runs by job key (issue 26;
-                         cluster/master/resultcache.py); runs/<id>/builds: the program
-                         digests of a running run's nodes (cluster/master/reuse.py)
+    runs/<id>/leases     which node process was handed which jobs (one line per JOBS
+                         reply), for a master that takes the run over (master/leases.py)
+    runs/<id>/nonces     the nonces the run's masters accepted, for a successor's guard
+    result-cache/        the results of the last complete runs by job key, each with the
+                         node and run that made it (cluster/master/resultcache.py);
+                         result-cache/withdrawn: program builds a failed check withdrew
+                         (cluster/master/reuseverify.py); runs/<id>/builds: the program
+                         digests of a running run's nodes, runs/<id>/keychanges: what
+                         each node said moved in a program's key (cluster/master/reuse.py);
+                         runs/<id>/reuse-checks: the checks of the reused results
     log/                 logs of the master processes
     resources.json       the resource file (issue 24; cluster.wire.resources), unless
                          resource_file puts it elsewhere
@@ -148,7 +155,7 @@ class Home:
 
     @property
     def result_cache(self) -> Path:
-        """``result-cache/``: the results of the last complete runs by job key (issue 26)."""
+        """``result-cache/``: the results of the last complete runs by job key."""
         return self.root / "result-cache"
 
     @property
