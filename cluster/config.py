@@ -217,18 +217,18 @@ class Config:
                               "take a job's result from an earlier complete run when its key "
                               "(the node's build of the programs it calls, its test file's "
                               "content, its command line) is the same, instead of running it "
-                              "(a run's reuse=no turns it off for that run; docs/answers.md)")
+                              "(a run's reuse=no turns it off for that run; docs/results.md)")
     reuse_verify: float = _opt(0.02, MASTER, "fraction",
                                "the share of the results a run would take from the result "
                                "cache that it runs again as a check, at least one per "
                                "program build and node that made them, on another node "
                                "where there is one; a mismatch withdraws that build's "
-                               "cached results (0 = no check; docs/answers.md)", high=1.0)
+                               "cached results (0 = no check; docs/results.md)", high=1.0)
     result_cache_runs: int = _opt(5, MASTER, "runs",
                                   "how many complete runs' results the result cache keeps "
                                   "(the newest; older runs' files are removed)",
                                   positive=True, high=1000)
-    # --- differences confirmed, indeterminate tests (issue 26; docs/answers.md) --------
+    # --- differences confirmed, indeterminate tests (issue 26; docs/results.md) --------
     confirm_differences: bool = _opt(True, MASTER, "flag",
                                      "before a run reports a test as changed, run it again "
                                      "(on another node where there is one); a difference "
@@ -414,7 +414,7 @@ class Config:
         "looking (its libraries, the programs a wrapper runs, the tree's files, the OS): "
         "what a product reads that cannot be found so, e.g. a font folder or a licence "
         "file; a change there makes the jobs run again rather than be reused "
-        "(docs/answers.md)")
+        "(docs/results.md)")
     poll_interval: float = _opt(2.0, NODE, "seconds",
                                 "run.py calls the master at least this often (its heartbeat)",
                                 positive=True, high=HOUR)

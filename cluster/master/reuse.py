@@ -1,5 +1,5 @@
 """One run's use of the result cache (issue 26): results reused when nothing that matters
-changed, and checked (docs/answers.md, "Results reused").
+changed, and checked (docs/results.md, "Results reused").
 
 * **When a node has built** (its request says ``built`` with its ``digests``: the sha256 of
   each program its build made, :mod:`cluster.node.builddigest`), :meth:`RunReuse.resolve`

@@ -1,4 +1,4 @@
-"""Reuse that checks itself (docs/answers.md, "Results reused"): a sample of the results a
+"""Reuse that checks itself (docs/results.md, "Results reused"): a sample of the results a
 run would take from the result cache is run again, and a mismatch withdraws them.
 
 No build cache checks its hits; a cluster of real machines must, since two nodes with the

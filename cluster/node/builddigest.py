@@ -1,5 +1,5 @@
 """What made a program's output on this node, as one digest per program: the build part of
-a job's key in the master's result cache (docs/answers.md, "A job's key").
+a job's key in the master's result cache (docs/results.md, "A job's key").
 
 After a successful build the node computes, for each program of job.start's ``programs``
 that the build made (``<bin_dir>/<prog>``), a digest over the program's **parts**, each a
@@ -29,7 +29,7 @@ differ, get different digests, so each keeps its own keys.
 **Fast.** File hashes are remembered per build tree in the node's work folder
 (``work_dir/keycache/<tree>.hashes``, :class:`cluster.node.hashcache.HashCache`): a file
 is read again only when its size, mtime, ctime or inode moved, so a second computation
-over an unchanged ghostpdl tree only stats its files (docs/answers.md gives the
+over an unchanged ghostpdl tree only stats its files (docs/results.md gives the
 figures).
 
 **What changed.** Beside it, ``work_dir/keycache/<tree>.keys`` keeps each program's last

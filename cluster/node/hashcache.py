@@ -1,5 +1,5 @@
 """File hashes a node remembers between runs, so that hashing what a program loads stays
-cheap (docs/answers.md, "A job's key").
+cheap (docs/results.md, "A job's key").
 
 A :class:`HashCache` gives the sha256 of a file's content, and optionally a short *note*
 about it (what :mod:`cluster.node.loadset` needs to know of a file: ELF and its loader, or

@@ -1,5 +1,5 @@
 """What a program loads and runs on this node: the files its output can depend on besides
-the tree it was built from (docs/answers.md, "A job's key").
+the tree it was built from (docs/results.md, "A job's key").
 
 :meth:`Resolver.load_set` follows a program the way the node would run it:
 

@@ -1,5 +1,5 @@
 """The files of a build tree that its programs may read at run time: the tree part of every
-program's key (docs/answers.md, "A job's key").
+program's key (docs/results.md, "A job's key").
 
 Which files, by default: **every file of the build tree except what the build made from
 it and version control's own**, since a product can read any file of its tree at run

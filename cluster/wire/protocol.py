@@ -24,7 +24,7 @@ Request headers (node -> master)::
                               whose digest moved since this node last computed it, how
                               many of its key's parts changed and the first few of them
                               (percent-encoded paths, or ``os``, ``arch``, ``tree:<path>``):
-                              what the master's report names (docs/answers.md)
+                              what the master's report names (docs/results.md)
     instance <16 hex>         the node's instance: random, kept in its work_dir (a restart
                               of the node keeps it; another machine under the same name has
                               another one)

@@ -58,7 +58,7 @@ def write_tree(dest: Path, gpcl6_note: str = "") -> Path:
     (dest / "make_wrappers.sh").write_text(WRAPPERS, encoding="utf-8")
     (dest / "gpcl6_note").write_text(gpcl6_note + "\n", encoding="utf-8")
     # The wrappers read nothing of the tree at run time: declared, so that the rebuild of
-    # step 4 (a changed gpcl6_note) is gpcl6's alone (docs/answers.md, "A job's key").
+    # step 4 (a changed gpcl6_note) is gpcl6's alone (docs/results.md, "A job's key").
     (dest / "cluster-runtime-files").write_text("# nothing\n", encoding="utf-8")
     return dest
 

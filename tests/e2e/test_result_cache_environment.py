@@ -1,5 +1,5 @@
 """End to end: a result is reused only while what made it is unchanged, including what the
-product loads from outside its tree (docs/answers.md, "A job's key").
+product loads from outside its tree (docs/results.md, "A job's key").
 
 localcluster's demo tree, whose ``bin/gs`` is the wrapper ``exec <installed gs> "$@"``
 around the gs it finds on the node's PATH at build time.  Here that "installed gs" is a

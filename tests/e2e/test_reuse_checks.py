@@ -1,4 +1,4 @@
-"""End to end (docs/answers.md, "Results reused"): one misbehaving node's wrong outputs are
+"""End to end (docs/results.md, "Results reused"): one misbehaving node's wrong outputs are
 never served to another user's run: the check of the reused results catches them.
 
 Two nodes build the same tree (the same ``bin/gs`` and ``bin/gpcl6`` bytes, so the same

@@ -1,4 +1,4 @@
-"""A program's digest covers what it loads and runs (docs/answers.md, "A job's key"):
+"""A program's digest covers what it loads and runs (docs/results.md, "A job's key"):
 real files, a real compiler, the real dynamic loader.
 
 A tiny shared library and a program linking it are compiled with gcc (rpath into the

@@ -1,4 +1,4 @@
-"""Reuse that checks itself (docs/answers.md, "Results reused"): a sample of the results a
+"""Reuse that checks itself (docs/results.md, "Results reused"): a sample of the results a
 run would take from the result cache is run again, at least one per program build and
 maker node, away from the maker; the others are held until the sample agrees; a mismatch
 withdraws the build's cached results from the store and from the run; a master that takes
