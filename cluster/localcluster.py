@@ -37,6 +37,17 @@ removes nothing outside the home (``home/ssh/`` stays for the next start).  ``lo
 Wrapping: :attr:`LocalCluster.wrap` rewrites the command line of every process
 it starts (the multi-machine tests run the monitor and the supervisor inside a network
 namespace with it).
+
+Stopping (docs/architecture.md, "Stopping"): :meth:`~LocalCluster.wait_for_run` returns
+only once the run's clustermaster has exited (after its end steps it removes its PID file
+and exits), and :meth:`~LocalCluster.stop` first gives a clustermaster that is not serving
+a run (ending one, or looking for work) a bounded moment to exit, then stops the daemons
+with SIGTERM (the supervisor passes it on to its clustermasters, which leave their run to
+the next one, their PID files removed).  So a stop leaves no PID file behind, and the next
+local cluster in the same home starts its run at once.  Every daemon is started with the
+parent watch (:func:`cluster.runtime.proc.spawn`'s ``watch_parent``): if the process that
+started them dies, even by SIGKILL, they get SIGTERM and leave, and so do the
+clustermasters and run.py processes they started.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -87,6 +99,8 @@ MONITOR_SCRIPT = "monitor_port.py"
 SUPERVISOR_SCRIPT = "run_clustermaster.py"
 STATUS_SCRIPT = "clusterstatus.py"
 PROVISIONER_SCRIPT = "clusterscale.py"
+#: A clustermaster's script, as the supervisor starts it (its priority in the name).
+_MASTER_SCRIPT = re.compile(r"clustermaster(\d*)\.py")
 #: Where the nodes come from: started here (""), or asked of a private Slurm ("slurm").
 PROVIDERS = ("", "slurm")
 #: How many of a dead daemon's last log lines an error shows.
@@ -99,6 +113,10 @@ TRANSPORTS = ("local", "ssh")
 SSH_DIR = "ssh"
 #: How long the private sshd has to start accepting connections [seconds].
 SSHD_START_TIMEOUT = 30.0
+#: The longest :meth:`LocalCluster.wait_for_run` waits for the run's clustermaster to exit
+#: after the run's end steps (it refreshes the resource file, releases its PID file and
+#: exits: milliseconds) [seconds].
+MASTER_EXIT_WAIT = 30.0
 
 
 class LocalClusterError(ClusterError):
@@ -270,6 +288,32 @@ def page_url(address: str, port: int) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
+def master_priority(argv: list[str]) -> int | None:
+    """The priority of the clustermaster a command line runs (``clustermaster.py`` 0,
+    ``clustermaster<N>.py`` N, ``--priority N`` wins), or None when it runs none."""
+    priority = None
+    for word in argv:
+        match = _MASTER_SCRIPT.fullmatch(Path(word).name)
+        if match:
+            priority = int(match.group(1) or 0)
+    if priority is not None and "--priority" in argv[:-1]:
+        try:
+            priority = int(argv[argv.index("--priority") + 1])
+        except ValueError:
+            pass
+    return priority
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (a zombie is not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def log_tail(path: Path, since: int = 0, lines: int = LOG_TAIL_LINES) -> str:
     """The last ``lines`` lines written to ``path`` after byte offset ``since`` (what a
     process started when the file had that size wrote), at most LOG_TAIL_BYTES of them."""
@@ -392,8 +436,9 @@ class LocalCluster:
             argv = self.wrap(role or script, argv)
         with open(log_path, "ab") as out:
             log_start = out.tell()
+            # Watched: they die with this process, however it ends (module docstring).
             child = proc.spawn(argv, stdout=out, stderr=proc.STDOUT, cwd=self.home_dir,
-                               env=child_env)
+                               env=child_env, watch_parent=True)
         self.procs.append(child)
         if daemon:
             self.daemons[script] = _Daemon(child, log_path, log_start)
@@ -585,8 +630,9 @@ class LocalCluster:
     def wait_for_run(self, spec: RunSpec, before: set[str], timeout: float,
                      priority: int = 0, on_poll: Callable[[], None] | None = None) -> Path:
         """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
-        in ``before``, once the run has also left its queue and its master has done its end
-        steps (the run's working folder is gone), so a stop that follows cuts none short.
+        in ``before``, once the run has also left its queue, its master has done its end
+        steps (the run's working folder is gone) and has exited, so a stop that follows
+        cuts none short and leaves no PID file behind.
 
         ``on_poll`` is called at every look (each :data:`_POLL` seconds while the run's
         job.start is there, each :data:`_END_LOOK` seconds once it is gone: localcluster.py's
@@ -615,6 +661,8 @@ class LocalCluster:
                         wanted in info.read_text(encoding="utf-8"):
                     # The report is written before run.info; both exist: the run is done.
                     self._wait_ended(spec, name, end, priority)
+                    self.wait_masters_exit(priority, min(
+                        end, self.clock.monotonic() + MASTER_EXIT_WAIT))
                     return folder
             served = os.path.lexists(self.home.job_start(priority))
             self.clock.sleep(_POLL if served else _END_LOOK)
@@ -642,9 +690,68 @@ class LocalCluster:
             self.check_daemons()
             self.clock.sleep(_END_LOOK)
 
+    def clustermasters(self, priority: int | None = None) -> list[int]:
+        """The pids of the clustermasters the supervisor has running now (of ``priority``
+        only, when given): its children, each named for its priority as the supervisor
+        starts them (``clustermaster<N>.py``, or ``--priority N``)."""
+        import psutil  # here: only the end of a run needs it
+
+        daemon = self.daemons.get(SUPERVISOR_SCRIPT)
+        if daemon is None:
+            return []
+        try:
+            children = psutil.Process(daemon.child.pid).children()
+        except psutil.Error:
+            return []
+        found = []
+        for child in children:
+            try:
+                argv = child.cmdline()
+            except psutil.Error:  # ended meanwhile (a zombie has no command line)
+                continue
+            found_priority = master_priority(argv)
+            if found_priority is not None and priority in (None, found_priority):
+                found.append(child.pid)
+        return found
+
+    def wait_masters_exit(self, priority: int, end: float) -> bool:
+        """Wait (up to monotonic ``end``) until the clustermasters of ``priority`` running
+        now have exited (a zombie its supervisor has not reaped yet counts as exited), or a
+        run of that priority is served again (its job.start is back: a master of the next
+        run, not waited for); whether they did.  A master removes its PID file before it
+        exits (docs/architecture.md, "Stopping"), so a stop that follows leaves none."""
+        masters = self.clustermasters(priority)
+        start = self.home.job_start(priority)
+        # Not _wait_until: stop() waits here too, when a daemon may have died already.
+        while masters and self.clock.monotonic() < end and not os.path.lexists(start):
+            masters = [pid for pid in masters if _alive(pid)]
+            if masters:
+                self.clock.sleep(_END_LOOK)
+        if masters and not os.path.lexists(start):
+            log.warning("clustermaster(s) %s of priority %d still running; stopping the "
+                        "cluster anyway (told to stop, each leaves its work to the next "
+                        "one)", " ".join(map(str, masters)), priority)
+            return False
+        return True
+
+    def wait_masters_idle(self, timeout: float) -> None:
+        """Give the clustermasters of each priority that serves no run (its job.start is
+        gone: a master doing a run's end steps, or looking for work) up to ``timeout``
+        seconds in all to exit, so that a stop does not cut them short.  One that serves a
+        run is not waited for: told to stop, it leaves the run to the next clustermaster."""
+        end = self.clock.monotonic() + timeout
+        for priority in (0, 1, 2):
+            self.wait_masters_exit(priority, end)
+
     # ------------------------------------------------------------------ teardown
     def stop(self, grace: float = 20.0) -> None:
-        """TERM every process group started, wait ``grace`` seconds, then KILL."""
+        """Give a clustermaster that is not serving a run up to ``grace`` seconds to exit
+        (:meth:`wait_masters_idle`); then TERM every process group started (the supervisor
+        passes it on to its clustermasters), wait ``grace`` seconds, then KILL.  A
+        clustermaster still alive then is KILLed too (logged: its PID file stays, and the
+        next start in this home waits for it as for one that died)."""
+        if self.daemons:  # started and not stopped yet: a supervisor may have masters
+            self.wait_masters_idle(grace)
         for child in self.procs:
             proc.kill_tree(child.pid, signal.SIGTERM)
         end = self.clock.monotonic() + grace
@@ -667,6 +774,8 @@ class LocalCluster:
                 # marker, and os.kill(0) would kill our own process group.
                 pid = int(pidfile.parse(pid_file.read_text())[0])
                 if pid > 0 and self._is_ours(pid):
+                    log.warning("clustermaster %d did not leave after SIGTERM; killing it "
+                                "(its PID file stays)", pid)
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ValueError):
                 pass
