@@ -203,9 +203,8 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
             return code
         return EXIT_FAILED
     except Stopped as exc:
-        log.warning("priority %d: clustermaster %d stopped by %s; its PID file is removed "
-                    "and the next invocation goes on at once", priority, os.getpid(),
-                    signal_name(exc.signum))
+        log.warning("priority %d: clustermaster %d stopped by %s, leaving no PID file of "
+                    "its own", priority, os.getpid(), signal_name(exc.signum))
         return exc.exit_code
     finally:
         with stop.quiet():

@@ -6,11 +6,17 @@ that wait puts the file back as it found it.  Real processes, real TCP, real sig
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from cluster import config
+from cluster.config import Config
 from cluster.home import Home
+from cluster.master import invocation
 from cluster.master.pidfile import parse
 from cluster.records import Job
 from cluster.runtime import proc
@@ -100,7 +106,7 @@ def test_a_stopped_master_frees_its_pid_file_and_the_next_takes_over_at_once(
     assert home.queue(PRIORITY).read_text().strip() == "auto nightly gs"
     log = _log(home)
     assert f"run {run_id}: stop requested (SIGTERM)" in log
-    assert f"clustermaster {first.pid} stopped by SIGTERM; its PID file is removed" in log
+    assert f"clustermaster {first.pid} stopped by SIGTERM, leaving no PID file" in log
 
     second = _master(home, port, "second")
     try:
@@ -133,3 +139,49 @@ def test_a_stopped_master_frees_its_pid_file_and_the_next_takes_over_at_once(
             third.wait()
     assert _pid_line(home) == str(second.pid)
     assert f"pid {third.pid} stopped during its takeover" in _log(home)
+
+
+def _config(home: Home, port: int) -> Config:
+    """master_argv's settings, for an invocation in this process."""
+    return config.load(None, {"home": str(home.root), "base_port": str(port - PRIORITY),
+                              "gs_configs": "ppmraw.72.0 pbmraw.72.0", "pid_wait": "300",
+                              "monitor_port": str(free_port())})
+
+
+@pytest.mark.parametrize("fork_killed", [False, True],
+                         ids=["list-finished", "fork-killed-too"])
+def test_a_stop_during_the_job_list_leaves_the_run_to_the_next_master(
+        tmp_path: Path, fork_killed: bool) -> None:
+    """SIGTERM while build.py's fork makes the job list: the master finishes that step
+    (or, when the same signal killed the fork -- the supervisor signals the master's whole
+    process group -- does not take the failed step for a failed run), then exits 143
+    leaving no PID file, the run unstarted but queued, and no report: the next invocation
+    serves it.  In this process: invoke as clustermaster.py calls it, real signals."""
+    home = make_home(tmp_path / "home", priority=PRIORITY)
+    port = free_port(3) + PRIORITY
+    cfg = _config(home, port)
+
+    def job_list_main(args: list[str]) -> int:
+        # The fork of the master: the stop reaches the master while the list is made.
+        os.kill(os.getppid(), signal.SIGTERM)
+        if fork_killed:
+            os.kill(os.getpid(), signal.SIGTERM)  # as the group's signal kills the fork
+        from cluster.cli import build
+        return build.main(args)
+
+    assert invocation.invoke(cfg, PRIORITY, job_list_main=job_list_main) == \
+        128 + signal.SIGTERM
+    assert _pid_line(home) is None
+    assert home.queue(PRIORITY).read_text().strip() == "auto nightly gs"
+    assert not (home.archive.exists() and any(home.archive.iterdir()))  # not abandoned
+    assert home.job_start(PRIORITY).exists()
+    assert home.jobs(PRIORITY).exists() is not fork_killed  # finished, or left to redo
+    # The next invocation serves the run at once (pid_wait is 300 s).
+    second = _master(home, port, "second")
+    try:
+        wait_for(lambda: listening(port) and home.jobs(PRIORITY).exists(), 30,
+                 "the next master to serve the run")
+        assert "takes over, waits" not in _log(home)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=30)
