@@ -171,9 +171,10 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
     :data:`DISK_WAIT_LIMIT`.  ``job_list_main``: build.py's main, which the run's master
     then calls in a fork (:mod:`cluster.runtime.forkrun`) instead of starting build.py.
 
-    A stop request (see the module docstring) ends it with 128 + the signal's number, its
-    PID file removed.  ``stop``: the StopPoint to use; None: a new one, whose handlers are
-    installed for the invocation when it runs in the main thread (and restored after)."""
+    A stop request (see the module docstring) ends it with 128 + the signal's number,
+    leaving no PID file of its own.  ``stop``: the StopPoint to use; None: a new one, whose
+    handlers are installed for the invocation when it runs in the main thread (and
+    restored after)."""
     clock = clock or SystemClock()
     restore = None
     if stop is None:
