@@ -305,13 +305,76 @@ def master_priority(argv: list[str]) -> int | None:
 
 
 def _alive(pid: int) -> bool:
-    """Whether process ``pid`` is running (a zombie is not)."""
-    import psutil
-
+    """Whether process ``pid`` is running (a zombie is not): its /proc stat's state."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
         return False
+    # "pid (comm) S ...": the state follows the last ')' (a comm may hold one).
+    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X", b"x", b"")
+
+
+def _children(pid: int) -> list[int]:
+    """The children of process ``pid``, from /proc (every thread's ``children`` file: a
+    few reads, where psutil scans every process of the machine); [] when it is gone."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as fh:
+                found += [int(word) for word in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    """Process ``pid``'s command line ([] when it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return []
+    return [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
+
+
+def supervisor_masters(supervisor: int) -> list[tuple[int, int]]:
+    """The clustermasters supervisor ``supervisor`` has running now, as (pid, priority):
+    its children, each named for its priority as the supervisor starts them
+    (:func:`master_priority`)."""
+    found = []
+    for child in _children(supervisor):
+        priority = master_priority(_cmdline(child))
+        if priority is not None:
+            found.append((child, priority))
+    return found
+
+
+def wait_for_masters(home: Home, masters: list[tuple[int, int]], end: float,
+                     clock: Clock) -> bool:
+    """Wait (up to monotonic ``end`` on ``clock``, a look every :data:`_END_LOOK` seconds)
+    until each clustermaster of ``masters`` ((pid, priority), as
+    :func:`supervisor_masters` gives them) has exited -- a zombie its supervisor has not
+    reaped yet counts as exited -- or serves a run: its priority's job.start exists (a
+    master ending a run removed it first; one that serves is not waited for).  Whether
+    none was left; those left are logged."""
+    left = masters
+    while True:
+        left = [(pid, p) for pid, p in left
+                if _alive(pid) and not os.path.lexists(home.job_start(p))]
+        if not left or clock.monotonic() >= end:
+            break
+        clock.sleep(_END_LOOK)
+    if left:
+        log.warning("clustermaster(s) %s still running; stopping the cluster anyway (told "
+                    "to stop, each leaves its work to the next one)",
+                    " ".join(str(pid) for pid, _ in left))
+    return not left
 
 
 def log_tail(path: Path, since: int = 0, lines: int = LOG_TAIL_LINES) -> str:
@@ -690,58 +753,27 @@ class LocalCluster:
             self.check_daemons()
             self.clock.sleep(_END_LOOK)
 
-    def clustermasters(self, priority: int | None = None) -> list[int]:
-        """The pids of the clustermasters the supervisor has running now (of ``priority``
-        only, when given): its children, each named for its priority as the supervisor
-        starts them (``clustermaster<N>.py``, or ``--priority N``)."""
-        import psutil  # here: only the end of a run needs it
-
+    def clustermasters(self) -> list[tuple[int, int]]:
+        """The clustermasters the supervisor has running now, as (pid, priority)
+        (:func:`supervisor_masters`); [] when it is not running."""
         daemon = self.daemons.get(SUPERVISOR_SCRIPT)
-        if daemon is None:
-            return []
-        try:
-            children = psutil.Process(daemon.child.pid).children()
-        except psutil.Error:
-            return []
-        found = []
-        for child in children:
-            try:
-                argv = child.cmdline()
-            except psutil.Error:  # ended meanwhile (a zombie has no command line)
-                continue
-            found_priority = master_priority(argv)
-            if found_priority is not None and priority in (None, found_priority):
-                found.append(child.pid)
-        return found
+        return [] if daemon is None else supervisor_masters(daemon.child.pid)
 
     def wait_masters_exit(self, priority: int, end: float) -> bool:
         """Wait (up to monotonic ``end``) until the clustermasters of ``priority`` running
-        now have exited (a zombie its supervisor has not reaped yet counts as exited), or a
-        run of that priority is served again (its job.start is back: a master of the next
-        run, not waited for); whether they did.  A master removes its PID file before it
-        exits (docs/architecture.md, "Stopping"), so a stop that follows leaves none."""
-        masters = self.clustermasters(priority)
-        start = self.home.job_start(priority)
-        # Not _wait_until: stop() waits here too, when a daemon may have died already.
-        while masters and self.clock.monotonic() < end and not os.path.lexists(start):
-            masters = [pid for pid in masters if _alive(pid)]
-            if masters:
-                self.clock.sleep(_END_LOOK)
-        if masters and not os.path.lexists(start):
-            log.warning("clustermaster(s) %s of priority %d still running; stopping the "
-                        "cluster anyway (told to stop, each leaves its work to the next "
-                        "one)", " ".join(map(str, masters)), priority)
-            return False
-        return True
+        now have exited, or serve a run again (:func:`wait_for_masters`); whether they
+        did.  A master removes its PID file before it exits (docs/architecture.md,
+        "Stopping"), so a stop that follows leaves none."""
+        return wait_for_masters(self.home, [m for m in self.clustermasters()
+                                            if m[1] == priority], end, self.clock)
 
-    def wait_masters_idle(self, timeout: float) -> None:
-        """Give the clustermasters of each priority that serves no run (its job.start is
-        gone: a master doing a run's end steps, or looking for work) up to ``timeout``
-        seconds in all to exit, so that a stop does not cut them short.  One that serves a
-        run is not waited for: told to stop, it leaves the run to the next clustermaster."""
-        end = self.clock.monotonic() + timeout
-        for priority in (0, 1, 2):
-            self.wait_masters_exit(priority, end)
+    def wait_masters_idle(self, timeout: float) -> bool:
+        """Give the clustermasters that serve no run (a master doing a run's end steps, or
+        looking for work) up to ``timeout`` seconds in all to exit, so that a stop does not
+        cut them short (:func:`wait_for_masters`); whether they did.  One that serves a run
+        is not waited for: told to stop, it leaves the run to the next clustermaster."""
+        return wait_for_masters(self.home, self.clustermasters(),
+                                self.clock.monotonic() + timeout, self.clock)
 
     # ------------------------------------------------------------------ teardown
     def stop(self, grace: float = 20.0) -> None:

@@ -98,29 +98,13 @@ def stop_supervisor(sup: subprocess.Popen[A], home_root: Path, timeout: float = 
     each of its clustermasters that serves no run (its priority's job.start is gone: it is
     ending a run, or looking for work) to exit, then SIGTERM the supervisor (a master still
     serving leaves its run to the next one) and wait up to ``wait`` seconds for it."""
-    import psutil
-
     from cluster.home import Home
-    from cluster.localcluster import master_priority
+    from cluster.localcluster import supervisor_masters, wait_for_masters
+    from cluster.runtime.clock import SystemClock
 
-    home = Home(home_root)
-    end = time.monotonic() + timeout
-    try:
-        children = psutil.Process(sup.pid).children()
-    except psutil.Error:
-        children = []
-    for child in children:
-        try:
-            priority = master_priority(child.cmdline())
-        except psutil.Error:  # ended meanwhile
-            continue
-        if priority is None or os.path.lexists(home.job_start(priority)):
-            continue
-        try:
-            # A zombie counts until the supervisor reaps it, within its poll.
-            child.wait(timeout=max(0.0, end - time.monotonic()))
-        except (psutil.TimeoutExpired, psutil.NoSuchProcess):
-            pass
+    clock = SystemClock()
+    wait_for_masters(Home(home_root), supervisor_masters(sup.pid),
+                     clock.monotonic() + timeout, clock)
     if sup.poll() is None:
         sup.send_signal(signal.SIGTERM)
     sup.wait(timeout=wait)

@@ -389,3 +389,20 @@ def test_wait_for_run_lists_the_archive_again_though_its_mtime_stayed(
     assert folder.name == "20261126120000-p0-abcd"
     assert clock.archived_at is not None
     assert clock.monotonic() - clock.archived_at <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/usr/bin/python3", "/r/clustermaster.py", "--config", "c"], 0),
+    (["/usr/bin/python3", "/r/clustermaster2.py", "--home", "h"], 2),
+    (["python3", "/r/clustermaster.py", "--priority", "1"], 1),
+    (["python3", "/r/run_clustermaster.py", "--kill-children"], None),
+    (["python3", "/r/clusterpull.py", "--set", "node_name=clustermaster1.py"], None),
+    ([], None),
+])
+def test_master_priority_names_the_supervisor_s_clustermasters(
+        argv: list[str], expected: int | None) -> None:
+    """Which of the supervisor's children are clustermasters, and of which priority: what
+    wait_for_run and stop wait for (docs/architecture.md, "Stopping")."""
+    from cluster.localcluster import master_priority
+
+    assert master_priority(argv) == expected
