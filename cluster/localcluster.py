@@ -37,6 +37,17 @@ removes nothing outside the home (``home/ssh/`` stays for the next start).  ``lo
 Wrapping: :attr:`LocalCluster.wrap` rewrites the command line of every process
 it starts (the multi-machine tests run the monitor and the supervisor inside a network
 namespace with it).
+
+Stopping (docs/architecture.md, "Stopping"): :meth:`~LocalCluster.wait_for_run` returns
+only once the run's clustermaster has exited (after its end steps it removes its PID file
+and exits), and :meth:`~LocalCluster.stop` first gives a clustermaster that is not serving
+a run (ending one, or looking for work) a bounded moment to exit, then stops the daemons
+with SIGTERM (the supervisor passes it on to its clustermasters, which leave their run to
+the next one, their PID files removed).  So a stop leaves no PID file behind, and the next
+local cluster in the same home starts its run at once.  Every daemon is started with the
+parent watch (:func:`cluster.runtime.proc.spawn`'s ``watch_parent``): if the process that
+started them dies, even by SIGKILL, they get SIGTERM and leave, and so do the
+clustermasters and run.py processes they started.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -87,6 +99,8 @@ MONITOR_SCRIPT = "monitor_port.py"
 SUPERVISOR_SCRIPT = "run_clustermaster.py"
 STATUS_SCRIPT = "clusterstatus.py"
 PROVISIONER_SCRIPT = "clusterscale.py"
+#: A clustermaster's script, as the supervisor starts it (its priority in the name).
+_MASTER_SCRIPT = re.compile(r"clustermaster(\d*)\.py")
 #: Where the nodes come from: started here (""), or asked of a private Slurm ("slurm").
 PROVIDERS = ("", "slurm")
 #: How many of a dead daemon's last log lines an error shows.
@@ -99,6 +113,10 @@ TRANSPORTS = ("local", "ssh")
 SSH_DIR = "ssh"
 #: How long the private sshd has to start accepting connections [seconds].
 SSHD_START_TIMEOUT = 30.0
+#: The longest :meth:`LocalCluster.wait_for_run` waits for the run's clustermaster to exit
+#: after the run's end steps (it refreshes the resource file, releases its PID file and
+#: exits: milliseconds) [seconds].
+MASTER_EXIT_WAIT = 30.0
 
 
 class LocalClusterError(ClusterError):
@@ -270,6 +288,95 @@ def page_url(address: str, port: int) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
+def master_priority(argv: list[str]) -> int | None:
+    """The priority of the clustermaster a command line runs (``clustermaster.py`` 0,
+    ``clustermaster<N>.py`` N, ``--priority N`` wins), or None when it runs none."""
+    priority = None
+    for word in argv:
+        match = _MASTER_SCRIPT.fullmatch(Path(word).name)
+        if match:
+            priority = int(match.group(1) or 0)
+    if priority is not None and "--priority" in argv[:-1]:
+        try:
+            priority = int(argv[argv.index("--priority") + 1])
+        except ValueError:
+            pass
+    return priority
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (a zombie is not): its /proc stat's state."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": the state follows the last ')' (a comm may hold one).
+    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X", b"x", b"")
+
+
+def _children(pid: int) -> list[int]:
+    """The children of process ``pid``, from /proc (every thread's ``children`` file: a
+    few reads, where psutil scans every process of the machine); [] when it is gone."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as fh:
+                found += [int(word) for word in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    """Process ``pid``'s command line ([] when it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return []
+    return [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
+
+
+def supervisor_masters(supervisor: int) -> list[tuple[int, int]]:
+    """The clustermasters supervisor ``supervisor`` has running now, as (pid, priority):
+    its children, each named for its priority as the supervisor starts them
+    (:func:`master_priority`)."""
+    found = []
+    for child in _children(supervisor):
+        priority = master_priority(_cmdline(child))
+        if priority is not None:
+            found.append((child, priority))
+    return found
+
+
+def wait_for_masters(home: Home, masters: list[tuple[int, int]], end: float,
+                     clock: Clock) -> bool:
+    """Wait (up to monotonic ``end`` on ``clock``, a look every :data:`_END_LOOK` seconds)
+    until each clustermaster of ``masters`` ((pid, priority), as
+    :func:`supervisor_masters` gives them) has exited -- a zombie its supervisor has not
+    reaped yet counts as exited -- or serves a run: its priority's job.start exists (a
+    master ending a run removed it first; one that serves is not waited for).  Whether
+    none was left; those left are logged."""
+    left = masters
+    while True:
+        left = [(pid, p) for pid, p in left
+                if _alive(pid) and not os.path.lexists(home.job_start(p))]
+        if not left or clock.monotonic() >= end:
+            break
+        clock.sleep(_END_LOOK)
+    if left:
+        log.warning("clustermaster(s) %s still running; stopping the cluster anyway (told "
+                    "to stop, each leaves its work to the next one)",
+                    " ".join(str(pid) for pid, _ in left))
+    return not left
+
+
 def log_tail(path: Path, since: int = 0, lines: int = LOG_TAIL_LINES) -> str:
     """The last ``lines`` lines written to ``path`` after byte offset ``since`` (what a
     process started when the file had that size wrote), at most LOG_TAIL_BYTES of them."""
@@ -392,8 +499,9 @@ class LocalCluster:
             argv = self.wrap(role or script, argv)
         with open(log_path, "ab") as out:
             log_start = out.tell()
+            # Watched: they die with this process, however it ends (module docstring).
             child = proc.spawn(argv, stdout=out, stderr=proc.STDOUT, cwd=self.home_dir,
-                               env=child_env)
+                               env=child_env, watch_parent=True)
         self.procs.append(child)
         if daemon:
             self.daemons[script] = _Daemon(child, log_path, log_start)
@@ -585,8 +693,9 @@ class LocalCluster:
     def wait_for_run(self, spec: RunSpec, before: set[str], timeout: float,
                      priority: int = 0, on_poll: Callable[[], None] | None = None) -> Path:
         """The archive folder of the run of ``spec`` (queued at ``priority``) that was not
-        in ``before``, once the run has also left its queue and its master has done its end
-        steps (the run's working folder is gone), so a stop that follows cuts none short.
+        in ``before``, once the run has also left its queue, its master has done its end
+        steps (the run's working folder is gone) and has exited, so a stop that follows
+        cuts none short and leaves no PID file behind.
 
         ``on_poll`` is called at every look (each :data:`_POLL` seconds while the run's
         job.start is there, each :data:`_END_LOOK` seconds once it is gone: localcluster.py's
@@ -615,6 +724,8 @@ class LocalCluster:
                         wanted in info.read_text(encoding="utf-8"):
                     # The report is written before run.info; both exist: the run is done.
                     self._wait_ended(spec, name, end, priority)
+                    self.wait_masters_exit(priority, min(
+                        end, self.clock.monotonic() + MASTER_EXIT_WAIT))
                     return folder
             served = os.path.lexists(self.home.job_start(priority))
             self.clock.sleep(_POLL if served else _END_LOOK)
@@ -642,9 +753,37 @@ class LocalCluster:
             self.check_daemons()
             self.clock.sleep(_END_LOOK)
 
+    def clustermasters(self) -> list[tuple[int, int]]:
+        """The clustermasters the supervisor has running now, as (pid, priority)
+        (:func:`supervisor_masters`); [] when it is not running."""
+        daemon = self.daemons.get(SUPERVISOR_SCRIPT)
+        return [] if daemon is None else supervisor_masters(daemon.child.pid)
+
+    def wait_masters_exit(self, priority: int, end: float) -> bool:
+        """Wait (up to monotonic ``end``) until the clustermasters of ``priority`` running
+        now have exited, or serve a run again (:func:`wait_for_masters`); whether they
+        did.  A master removes its PID file before it exits (docs/architecture.md,
+        "Stopping"), so a stop that follows leaves none."""
+        return wait_for_masters(self.home, [m for m in self.clustermasters()
+                                            if m[1] == priority], end, self.clock)
+
+    def wait_masters_idle(self, timeout: float) -> bool:
+        """Give the clustermasters that serve no run (a master doing a run's end steps, or
+        looking for work) up to ``timeout`` seconds in all to exit, so that a stop does not
+        cut them short (:func:`wait_for_masters`); whether they did.  One that serves a run
+        is not waited for: told to stop, it leaves the run to the next clustermaster."""
+        return wait_for_masters(self.home, self.clustermasters(),
+                                self.clock.monotonic() + timeout, self.clock)
+
     # ------------------------------------------------------------------ teardown
     def stop(self, grace: float = 20.0) -> None:
-        """TERM every process group started, wait ``grace`` seconds, then KILL."""
+        """Give a clustermaster that is not serving a run up to ``grace`` seconds to exit
+        (:meth:`wait_masters_idle`); then TERM every process group started (the supervisor
+        passes it on to its clustermasters), wait ``grace`` seconds, then KILL.  A
+        clustermaster still alive then is KILLed too (logged: its PID file stays, and the
+        next start in this home waits for it as for one that died)."""
+        if self.daemons:  # started and not stopped yet: a supervisor may have masters
+            self.wait_masters_idle(grace)
         for child in self.procs:
             proc.kill_tree(child.pid, signal.SIGTERM)
         end = self.clock.monotonic() + grace
@@ -667,6 +806,8 @@ class LocalCluster:
                 # marker, and os.kill(0) would kill our own process group.
                 pid = int(pidfile.parse(pid_file.read_text())[0])
                 if pid > 0 and self._is_ours(pid):
+                    log.warning("clustermaster %d did not leave after SIGTERM; killing it "
+                                "(its PID file stays)", pid)
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ValueError):
                 pass

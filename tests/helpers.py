@@ -91,6 +91,25 @@ def stop_as_a_signal_does(pipe: WakeupPipe, thread: threading.Thread, what: str)
     raise AssertionError(f"{what} left the wakeup pipe undrained")
 
 
+def stop_supervisor(sup: subprocess.Popen[A], home_root: Path, timeout: float = 30.0,
+                    wait: float = 60.0) -> None:
+    """Stop a supervisor (run_clustermaster.py) a test started, as a local cluster stops
+    its own (docs/architecture.md, "Stopping"): first wait up to ``timeout`` seconds for
+    each of its clustermasters that serves no run (its priority's job.start is gone: it is
+    ending a run, or looking for work) to exit, then SIGTERM the supervisor (a master still
+    serving leaves its run to the next one) and wait up to ``wait`` seconds for it."""
+    from cluster.home import Home
+    from cluster.localcluster import supervisor_masters, wait_for_masters
+    from cluster.runtime.clock import SystemClock
+
+    clock = SystemClock()
+    wait_for_masters(Home(home_root), supervisor_masters(sup.pid),
+                     clock.monotonic() + timeout, clock)
+    if sup.poll() is None:
+        sup.send_signal(signal.SIGTERM)
+    sup.wait(timeout=wait)
+
+
 def talk(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     """Send ``data`` to the master on ``port`` and read its reply to EOF."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:

@@ -44,6 +44,12 @@ naming the port and, when it can be told, the process holding it.  If the monito
 supervisor or the status service exits while it waits, it stops at once and prints that
 process's last log lines.
 
+Everything it starts dies with it: killed even by SIGKILL, its daemons get SIGTERM and leave,
+and so do the clustermasters and node runs they started (the parent watch,
+cluster.runtime.proc); its ports are free again within moments.  A stop leaves no
+clustermaster PID file behind, so running it again in the same home starts the next run at
+once.
+
 Exit status: 0 the run completed and its report was printed; 3 the run ended without a
 complete result -- it failed (a node's build failed: the report quotes the compiler's
 error lines), was aborted or stopped, ran out of time or lost its nodes -- its report is
@@ -55,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +82,7 @@ from cluster.localcluster import (
     write_demo_tree,
 )
 from cluster.queue import RunSpec
+from cluster.runtime import proc
 
 if TYPE_CHECKING:
     from cluster.triggers.sweeppush import SweepSubmission
@@ -172,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     elif tree is None:
         tree = write_demo_tree(cluster.home_dir / "demo" / args.product, args.product,
                                args.option)
+    # Everything this process starts, through whichever module (the private sshd, a
+    # private Slurm's daemons too), is to die with it, even when it is SIGKILLed.
+    os.environ[proc.PARENT_WATCH_ENV] = "1"
     with cluster:
         try:
             cluster.start()

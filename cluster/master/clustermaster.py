@@ -15,6 +15,13 @@ lost nodes); the waiting runs past their ``queue_timeout`` leave the queue meanw
 status ``live[.p].json`` is rewritten every second meanwhile; then the end steps
 (:mod:`cluster.master.endrun`); the invocation then removes the PID file.
 
+Told to stop (:attr:`ClusterMaster.stop`, the invocation's
+:class:`~cluster.runtime.service.StopPoint`), the master finishes the step it is in when
+that step is the set-up of a run (its source, its job list) or the end steps, and leaves its
+serving loop (or its linger) within a poll, the journal synced; anywhere else it stops at
+once.  In every case the run stays as a killed master would leave it, and the invocation
+removes the PID file so that the next one takes the run over at once.
+
 The master's state survives its own death: job.start keeps the run id, the jobs file is
 reused, every accepted result is in the journal before the node hears back, and the run's
 elapsed time and lost nodes are in its folder (:mod:`cluster.master.progress`).
@@ -78,6 +85,7 @@ from cluster.node import buildcmd
 from cluster.queue import SWEEP, QueueFile, RunSpec
 from cluster.runtime import forkrun, fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
+from cluster.runtime.service import StopPoint, signal_name
 from cluster.sweep import spec as sweepspec
 from cluster.triggers import auto, push
 from cluster.triggers.git.export import export_commit
@@ -165,6 +173,9 @@ class ClusterMaster:
         self.home = Home(cfg.home)
         self.queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
         self.ender = RunEnder(cfg, self.home, priority, self.queue, self.clock)
+        #: The invocation's stop request (cluster.master.invocation sets it); this one,
+        #: never installed, is never set.
+        self.stop = StopPoint()
 
     # ------------------------------------------------------------------ phase 3
     def work(self, pid: PidFile, pending: list[EndRecord]) -> None:
@@ -229,12 +240,13 @@ class ClusterMaster:
              handler: RequestHandler) -> RunOutcome:
         home, p = self.home, self.priority
         try:
-            with pid.keep_fresh(self.cfg.pid_check_interval):
+            with self.stop.held(), pid.keep_fresh(self.cfg.pid_check_interval):
                 start = self._job_start(spec)
         except NotNow as exc:
             log.info("priority %d: %s; trying again at the next invocation", p, exc)
             return RunOutcome("", None, replaced=True)
         except RunSetupError as exc:
+            self.stop.check()  # a stop cut it short: the next master sets the run up
             log.error("run %s: %s", exc.start.id, exc)
             return self._abandon(exc.start, f"its source could not be made: {exc}")
         run_id = start.id
@@ -244,9 +256,12 @@ class ClusterMaster:
         policy = placement.RunPolicy.of(options)
         policy.set_groups(groups.all_groups(home))
         try:
-            with pid.keep_fresh(self.cfg.pid_check_interval):
+            with self.stop.held(), pid.keep_fresh(self.cfg.pid_check_interval):
                 jobs = self._jobs(start, self._every_node(policy))
         except JobListError as exc:
+            # The supervisor's SIGTERM reaches build.py's fork too (one process group):
+            # then the next master makes the job list, and the run is not abandoned.
+            self.stop.check()
             # Retrying cannot help (bad corpus, bad configuration): report and dequeue,
             # or the run would block its queue forever.
             log.error("run %s: %s", run_id, exc)
@@ -321,39 +336,48 @@ class ClusterMaster:
         resources.refresh(self.cfg, self.clock)
         # Differences run again before the run ends (issue 26): a second phase, same run.
         confirming = confirm.ConfirmPhase(self.cfg, home, spec, state, handler, session)
-        try:
-            ended = self._serve(server, state, jrnl, pid, progress, session.audit, live,
-                                spec, confirming)
-            if ended is None:
-                log.warning("run %s: the PID file is no longer ours; aborting nodes, exiting",
-                            run_id)
-                progress.save(state.lost, bool(state.machines))
-                return RunOutcome(run_id, None, replaced=True)
-            outcome, reason = ended
-            if outcome is Outcome.RETRY and \
-                    self.ender.attempts.count(spec.line()) + 1 >= self.cfg.max_tries:
-                outcome = Outcome.GAVE_UP
-                reason += f" (attempt {self.cfg.max_tries} of {self.cfg.max_tries})"
-            jrnl.sync()  # every result is on disk before the run counts as ended
-            confirming.sync()  # and every confirm result
-            record = EndRecord.create(run_dir, start, outcome, reason,
-                                      elapsed=progress.elapsed(),
-                                      lost=tuple(progress.lost + state.lost))
-            live.remove()
-            # The run is over: nodes that call in now learn it and leave.
-            self._unlink(home.job_start(p))
-            resources.refresh(self.cfg, self.clock)  # finished: no more nodes wanted
-            self._linger(server, confirming.state or state, audit=session.audit)
-        finally:
-            confirming.close()
-            if intake is not None:
-                intake.close()
-            jrnl.close()
-            server.refusals.flush()  # the bursts' counts, into the log and the audit trail
-            session.audit.flush(force=True)  # complete before the end steps archive it
-            if session.nonces is not None:
-                session.nonces.close()
-            lease_log.close()
+        # A stop ends the serving loop (or the linger) at its next look; the journal and
+        # its companions are closed below before the invocation exits.
+        with self.stop.held(then_raise=False):
+            try:
+                ended = self._serve(server, state, jrnl, pid, progress, session.audit, live,
+                                    spec, confirming)
+                if ended is None:
+                    if self.stop.is_set():
+                        log.warning("run %s: stop requested (%s); its journal is synced and "
+                                    "the next clustermaster takes it over", run_id,
+                                    signal_name(self.stop.flag.signum))
+                    else:
+                        log.warning("run %s: the PID file is no longer ours; aborting nodes, "
+                                    "exiting", run_id)
+                    progress.save(state.lost, bool(state.machines))
+                    return RunOutcome(run_id, None, replaced=True)
+                outcome, reason = ended
+                if outcome is Outcome.RETRY and \
+                        self.ender.attempts.count(spec.line()) + 1 >= self.cfg.max_tries:
+                    outcome = Outcome.GAVE_UP
+                    reason += f" (attempt {self.cfg.max_tries} of {self.cfg.max_tries})"
+                jrnl.sync()  # every result is on disk before the run counts as ended
+                confirming.sync()  # and every confirm result
+                record = EndRecord.create(run_dir, start, outcome, reason,
+                                          elapsed=progress.elapsed(),
+                                          lost=tuple(progress.lost + state.lost))
+                live.remove()
+                # The run is over: nodes that call in now learn it and leave.
+                self._unlink(home.job_start(p))
+                resources.refresh(self.cfg, self.clock)  # finished: no more nodes wanted
+                self._linger(server, confirming.state or state, audit=session.audit)
+            finally:
+                confirming.close()
+                if intake is not None:
+                    intake.close()
+                jrnl.close()
+                server.refusals.flush()  # the bursts' counts, into the log and the audit trail
+                session.audit.flush(force=True)  # complete before the end steps archive it
+                if session.nonces is not None:
+                    session.nonces.close()
+                lease_log.close()
+        self.stop.check()  # asked during the linger: the next master does the end steps
         # From here on the server is not served, so its handler needs no state; the ender
         # takes the only reference left, and drops it once the report is made.
         handler.unbind()
@@ -365,9 +389,11 @@ class ClusterMaster:
     def _end(self, record: EndRecord, held: list[RunState] | None = None) -> RunOutcome:
         """The end steps left of ``record``.  A step that fails (a full disk, a job list
         that cannot be read) is logged and leaves the record: the next clustermaster of
-        this priority tries again, and nothing done so far is done twice."""
+        this priority tries again, and nothing done so far is done twice.  A stop asked
+        meanwhile waits for the end steps (they are bounded) and is raised after them."""
         try:
-            return self.ender.end(record, held)
+            with self.stop.held():
+                return self.ender.end(record, held)
         except (OSError, ClusterError) as exc:
             log.error("run %s: its end stopped at a failed step (%s done so far): %s; the "
                       "next clustermaster finishes it", record.run_id,
@@ -659,7 +685,8 @@ class ClusterMaster:
                spec: RunSpec, confirming: confirm.ConfirmPhase | None = None
                ) -> tuple[Outcome, str] | None:
         """Serve nodes until the run ends; return how and why (None: another master
-        replaced this one, and the run goes on under it).
+        replaced this one, and the run goes on under it; or a stop was asked, and the run
+        goes on under the next).
 
         Besides every job having a result, a run ends when its user aborts it, an admin
         stops it (``runs/<id>/stop``), a node's build fails, it has run its ``job_timeout``
@@ -677,6 +704,8 @@ class ClusterMaster:
         while True:
             server.serve_once(LIVENESS_INTERVAL)
             audit.flush()  # one append per iteration, whatever the number of connections
+            if self.stop.is_set():
+                return None  # the caller says so; the journal is synced as it closes
             now = self.clock.monotonic()
             if confirming is not None:
                 state, jrnl = confirming.serving(state, jrnl, now)
@@ -768,7 +797,8 @@ class ClusterMaster:
                 audit: AuditLog | None = None) -> None:
         """Keep answering (ABORT) until every live node has been told, or ``linger`` passes."""
         deadline = self.clock.monotonic() + (self.cfg.linger if limit is None else limit)
-        while not state.everyone_told() and self.clock.monotonic() < deadline:
+        while not state.everyone_told() and self.clock.monotonic() < deadline \
+                and not self.stop.is_set():
             server.serve_once(0.25)
             if audit is not None:
                 audit.flush()

@@ -13,6 +13,16 @@ so an idle invocation costs a fraction of what one that serves a run does.
 The contract of an invocation is seed 000's, unchanged: at most one run, then exit; the
 exit status is EXIT_OK unless the caller's configuration was unusable.
 
+A stop (SIGTERM, SIGINT, SIGHUP; docs/architecture.md, "Stopping"): :func:`invoke` holds a
+:class:`cluster.runtime.service.StopPoint`.  A request raises
+:class:`~cluster.runtime.service.Stopped` in the invocation wherever it is, except in the
+steps the master finishes first (setting up a run's source and job list, the end steps) and
+its serving loop, which sees the request within a poll, syncs the journal and leaves; the
+invocation then removes its PID file -- only if it still holds its pid -- and exits with 128
++ the signal's number.  The run stays as a killed master leaves it (job.start, the job list,
+the journal, its queue line), so the next invocation, finding no PID file, takes it over at
+once: the takeover's wait is kept for a master that died without removing its file.
+
 A full disk (issue 20): an invocation that cannot write (ENOSPC or EDQUOT, from the queue
 scan, the PID file, or a run's start) does not die with a traceback at every supervisor
 tick.  It says so once -- one line naming the file it could not write, the free space on
@@ -32,6 +42,7 @@ import errno
 import fcntl
 import logging
 import os
+import threading
 from pathlib import Path
 
 from cluster.config import Config
@@ -42,6 +53,7 @@ from cluster.master.pidfile import PidDecision
 from cluster.queue import QueueFile
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.forkrun import Main
+from cluster.runtime.service import Stopped, StopPoint, signal_name
 from cluster.triggers import discovery
 
 log = logging.getLogger("cluster.master")
@@ -125,7 +137,8 @@ class DiskWait:
 
     def wait_for_room(self) -> bool:
         """Sleep until :data:`DISK_ROOM` bytes are free on the home's file system (True),
-        or until :data:`DISK_WAIT_LIMIT` has passed since :meth:`start` (False)."""
+        or until :data:`DISK_WAIT_LIMIT` has passed since :meth:`start` (False).  A stop
+        request ends the sleep (:class:`~cluster.runtime.service.Stopped`)."""
         deadline = self.since + DISK_WAIT_LIMIT
         for _ in range(int(DISK_WAIT_LIMIT / DISK_POLL) + 2):  # bounded by the deadline too
             if free_bytes(self.home.root) >= DISK_ROOM:
@@ -146,7 +159,8 @@ class DiskWait:
 
 
 def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
-           clock: Clock | None = None, job_list_main: Main | None = None) -> int:
+           clock: Clock | None = None, job_list_main: Main | None = None,
+           stop: StopPoint | None = None) -> int:
     """Phases 1 and 2 at ``priority``, then phase 3 if this invocation holds the PID file
     and has work: the end of any run whose end was cut short, then the run at the head of
     the queue (:meth:`cluster.master.clustermaster.ClusterMaster.work`).  The PID file is
@@ -155,16 +169,27 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
     On a full disk the invocation waits for room, saying so once, and then starts over
     (:class:`DiskWait`); EXIT_FAILED if the room did not come within
     :data:`DISK_WAIT_LIMIT`.  ``job_list_main``: build.py's main, which the run's master
-    then calls in a fork (:mod:`cluster.runtime.forkrun`) instead of starting build.py."""
+    then calls in a fork (:mod:`cluster.runtime.forkrun`) instead of starting build.py.
+
+    A stop request (see the module docstring) ends it with 128 + the signal's number,
+    leaving no PID file of its own.  ``stop``: the StopPoint to use; None: a new one, whose
+    handlers are installed for the invocation when it runs in the main thread (and
+    restored after)."""
     clock = clock or SystemClock()
+    restore = None
+    if stop is None:
+        stop = StopPoint()
+        if threading.current_thread() is threading.main_thread():
+            restore = stop.install()
     wait: DiskWait | None = None
     try:
         for _ in range(int(DISK_WAIT_LIMIT / DISK_POLL) + 2):  # each retry waited for room
             try:
-                code = _invoke_once(cfg, priority, config_args, clock, job_list_main)
+                code = _invoke_once(cfg, priority, config_args, clock, job_list_main, stop)
             except OSError as exc:
                 if not disk_full(exc):
                     raise
+                stop.check()  # a stop asked while the PID file was released
                 if wait is None:
                     wait = DiskWait(Home(cfg.home), clock)
                     if not wait.start(exc):
@@ -175,15 +200,23 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
             if wait is not None:
                 log.info("room again on %s after %.0f s of a full disk; went on",
                          cfg.home, clock.monotonic() - wait.since)
+            stop.check()  # asked while the PID file was released: said the same way
             return code
         return EXIT_FAILED
+    except Stopped as exc:
+        log.warning("priority %d: clustermaster %d stopped by %s, leaving no PID file of "
+                    "its own", priority, os.getpid(), signal_name(exc.signum))
+        return exc.exit_code
     finally:
-        if wait is not None:
-            wait.close()
+        with stop.quiet():
+            if wait is not None:
+                wait.close()
+            if restore is not None:
+                restore()
 
 
 def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
-                 clock: Clock, job_list_main: Main | None) -> int:
+                 clock: Clock, job_list_main: Main | None, stop: StopPoint) -> int:
     """One try of :func:`invoke`: phases 1, 2 and 3."""
     home = Home(cfg.home)
     home.create()
@@ -196,6 +229,12 @@ def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
         if disk_full(exc) and not exc.filename:
             exc.filename = str(pid.path)  # os.write names no file: the full-disk line does
         raise
+    except Stopped:
+        # Stopped between creating the file and returning: it may hold our pid (a
+        # stopped takeover put the file back as it was, and it is not ours then).
+        with stop.quiet():
+            pid.release()
+        raise
     if decision is not PidDecision.RUN:
         log.debug("priority %d: %s, exiting", priority, decision.value)
         return EXIT_OK
@@ -206,7 +245,11 @@ def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
                 return EXIT_OK  # nothing queued, or every queued run waits (cluster.deps)
             # Loaded only now, on purpose: see the module's docstring.
             from cluster.master.clustermaster import ClusterMaster
-            ClusterMaster(cfg, priority, config_args, clock, job_list_main).work(pid, pending)
+            master = ClusterMaster(cfg, priority, config_args, clock, job_list_main)
+            master.stop = stop
+            master.work(pid, pending)
     finally:
-        pid.release()
+        # Whole, whatever ends the invocation: a stop, an error or the end of the work.
+        with stop.quiet():
+            pid.release()
     return EXIT_OK

@@ -29,13 +29,22 @@ monotonic clock (same boot)                  kill the owner if it is still that 
 no stamp (an old-format or hand-written      the Perl's rule on the file's mtime (wall clock):
 file, or a stamp this clock cannot judge)    older than ``stale_after`` -> as the line above
 fresh, PID is a live clustermaster           nothing -> ``EXIT_BUSY``
-fresh, PID dead / not a clustermaster /      log it, takeover, no kill -> ``TOOK_OVER``
-garbage first line
+fresh, PID dead / not a clustermaster /      "died without removing its PID file": takeover, no
+garbage first line                           kill -> ``TOOK_OVER``
 ===========================================  =======================================================
+
+A clustermaster that ends, however it ends short of dying (its run done, nothing to do, a
+SIGTERM: :class:`cluster.runtime.service.StopPoint`), removes its own file
+(:meth:`PidFile.release`), so the next starter finds none and runs at once, taking the run
+over from its journal.  So the takeover's wait is only for a master that truly died (SIGKILL,
+a crash, the machine) or hangs, and its line says which.
 
 A *takeover* writes our PID (with a fresh stamp), waits ``wait`` seconds while refreshing
 that stamp every ``refresh_every`` (so the file stays ours however long the wait is), kills
-the old owner if due, and then removes the file if it still holds our PID.  After
+the old owner if due, and then removes the file if it still holds our PID.  A taker that is
+itself stopped during its wait (a :class:`~cluster.runtime.service.Stopped` raised in it)
+puts the file back as it found it (content and mtime), if it is still its own: the old
+owner is as dead or hung as before, and the next starter judges it anew.  After
 ``TOOK_OVER`` or ``EXIT_BUSY`` the caller exits.  While the taker waits, new starters see a
 fresh file owned by a live clustermaster and exit, and a live old runner sees at its next
 :meth:`refresh` / :meth:`still_mine` that the file is no longer its own, and stops; the kill
@@ -317,7 +326,7 @@ class PidFile:
         """Act on the file's :meth:`_verdict`: a takeover is done here."""
         verdict = self._verdict(content, mtime)
         if verdict.decision is PidDecision.TOOK_OVER:
-            return self._take_over(verdict.reason, verdict.victim)
+            return self._take_over(verdict.reason, verdict.victim, (content, mtime))
         if verdict.decision is PidDecision.EXIT_BUSY:
             logger.debug("%s: %s; pid %d exits", self.path, verdict.reason, self.pid)
         return verdict.decision
@@ -350,7 +359,9 @@ class PidFile:
             return Verdict(PidDecision.RUN)
         if self.is_master(owner):
             return Verdict(PidDecision.EXIT_BUSY, f"clustermaster {owner} is running")
-        return Verdict(PidDecision.TOOK_OVER, f"missing clustermaster process {owner}")
+        return Verdict(PidDecision.TOOK_OVER,
+                       f"clustermaster {owner} died without removing its PID file "
+                       f"(no such clustermaster process)")
 
     def _staleness(self, first: str, stamp: Stamp | None, mtime: float) -> tuple[str, bool]:
         """Why the file is stale ("" if it is fresh), and whether its owner may be a process
@@ -378,22 +389,50 @@ class PidFile:
                     f"its mtime, limit {limit:.0f}s)", True)
         return "", True
 
-    def _take_over(self, reason: str, victim: int | None = None) -> PidDecision:
+    def _take_over(self, reason: str, victim: int | None = None,
+                   found: tuple[str, float] | None = None) -> PidDecision:
         """Write our pid, wait for the old runner to notice and stop (refreshing our stamp),
-        kill ``victim`` if it is still the same clustermaster, then free the file."""
+        kill ``victim`` if it is still the same clustermaster, then free the file.
+
+        ``found``: the file's content and mtime as judged; put back if we are stopped
+        (any exception, a :class:`~cluster.runtime.service.Stopped` above all) before the
+        takeover is done."""
         logger.warning("%s: %s; pid %d takes over, waits %.0fs and frees the file",
                        self.path, reason, self.pid, self.wait)
         if self.on_takeover is not None:
             self.on_takeover(reason)
         identity = self.start_time(victim) if victim is not None else None
-        self._write_replace(fsync=True)
-        self._wait_refreshing()
-        if victim is not None:
-            self._kill_if_still_there(victim, identity)
+        try:
+            self._write_replace(fsync=True)
+            self._wait_refreshing()
+            if victim is not None:
+                self._kill_if_still_there(victim, identity)
+        except BaseException:
+            if found is not None:
+                self._put_back(*found)
+            raise
         # Only if still ours: a second taker may have written its pid meanwhile, and it
         # frees the file itself after its own wait.
         self.release()
         return PidDecision.TOOK_OVER
+
+    def _put_back(self, content: str, mtime: float) -> None:
+        """Restore the file as a takeover found it (``content``, ``mtime``), if it still
+        holds our pid; never raises (it runs while another exception unwinds)."""
+        with self._lock:
+            if not self.still_mine():
+                return
+            try:
+                fsutil.atomic_write(self.path, content + "\n", fsync=True, mode=_FILE_MODE)
+                os.utime(self.path, (mtime, mtime))
+            except OSError as exc:
+                logger.error("%s: cannot put back the file a stopped takeover found (%s); "
+                             "removing it", self.path, exc)
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+                return
+        logger.warning("%s: pid %d stopped during its takeover; the file is as it found it",
+                       self.path, self.pid)
 
     def _wait_refreshing(self) -> None:
         """Sleep ``wait`` seconds in steps of ``refresh_every``, refreshing our stamp after

@@ -17,8 +17,14 @@ to do (below).
   poll slice;
 * on stop, running clustermasters are left to finish their run (they are in their own
   sessions, so a terminal's ^C does not reach them either); with ``kill_children`` their
-  process groups get SIGTERM, and a second stop request during the grace period SIGKILLs
-  them (STYLE guideline 5).
+  process groups get SIGTERM -- each then finishes the step it is in or leaves its serving
+  loop, removes its PID file and exits, so the next invocation takes its run over at once
+  (docs/architecture.md, "Stopping") -- and a second stop request during the grace period
+  SIGKILLs them (STYLE guideline 5);
+* the clustermasters are started with :func:`cluster.runtime.proc.spawn`, so where the
+  supervisor's environment asks for the parent watch (a local cluster's supervisor) they
+  get SIGTERM when it dies, however it dies; a supervisor that cron or systemd started
+  has no such variable, and its masters outlive it as before.
 
 Idle priorities (docs/deviations.md): with ``idle`` -- run_clustermaster.py passes
 :func:`cluster.master.idle.surely_idle` -- neither a tick nor a wake starts the

@@ -23,17 +23,33 @@ Contract of :func:`run`:
 :func:`spawn` starts a long-lived child in its own session (the supervisor's clustermasters,
 a node's run.py, the local cluster's daemons); :func:`kill_tree` signals its whole group;
 :func:`wait_exit` waits for its end, woken by the end itself.
+
+The parent watch (opt-in): a child :func:`spawn` starts with ``watch_parent``, or while
+:data:`PARENT_WATCH_ENV` is set in the spawner's environment, gets SIGTERM from the kernel
+when its parent dies (``prctl(PR_SET_PDEATHSIG)``, set in the child between fork and exec),
+and inherits the variable, so what it spawns in turn is watched too.  ``localcluster.py``
+opts in: killed with SIGKILL, it takes its daemons with it, and they theirs (the supervisor
+its clustermasters, a node its run.py), each leaving as on any SIGTERM.  A supervisor that
+cron or systemd started has no such variable, and outlives the shell that launched it.
+
+The kernel sends the signal when the *thread* that forked the child ends, not only the
+process; so a child is watched only when spawned from the main thread (which lives as long
+as its process); one spawned from another thread is started unwatched.  A parent that died
+between the fork and the ``prctl`` is caught by comparing the child's parent with the
+spawner's pid after it: the child then exits before it execs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import select
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -49,6 +65,17 @@ DEVNULL = subprocess.DEVNULL
 KILL_GRACE = 5.0
 #: How much of a failed command's output a :class:`ProcessError` message keeps [characters].
 TAIL_CHARS = 2000
+
+#: Set (to "1") in a spawner's environment, it has :func:`spawn` watch the parent of every
+#: child it starts (see the module docstring).  localcluster.py sets it for what it starts.
+PARENT_WATCH_ENV = "CLUSTER_DIE_WITH_PARENT"
+#: prctl(2)'s option: the signal this process gets when its parent (thread) dies.
+PR_SET_PDEATHSIG = 1
+#: The signal a watched child gets: it leaves as on any stop request.
+PARENT_DEATH_SIGNAL = signal.SIGTERM
+#: Exit status of a watched child whose parent died before its watch was set (it never
+#: ran its program).
+ORPHANED = 125
 
 Output = IO[Any] | int | None
 
@@ -148,17 +175,74 @@ def wait_exit(child: subprocess.Popen[Any], timeout: float) -> int | None:
     return child.poll()
 
 
+def watching_parent(env: Mapping[str, str] | None = None) -> bool:
+    """Whether children spawned with ``env`` (None: this process's environment) are to be
+    watched by default: :data:`PARENT_WATCH_ENV` is set in it to something other than
+    "" or "0"."""
+    value = (os.environ if env is None else env).get(PARENT_WATCH_ENV, "")
+    return value not in ("", "0")
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    """libc's prctl, or None where there is none (not Linux, no libc found)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl: Callable[..., int] = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
+
+
+_PRCTL = _libc_prctl()
+
+
+def _parent_watch(parent: int) -> Callable[[], None]:
+    """The function the child runs between fork and exec: ask for
+    :data:`PARENT_DEATH_SIGNAL` at the parent's death, then make sure ``parent`` (the
+    spawner's pid) is still its parent -- if it died before the ``prctl``, no signal will
+    ever come, so the child exits (:data:`ORPHANED`) instead of running unwatched.
+
+    Only a C call and two system calls: no lock another thread of the parent may have held
+    at the fork is taken."""
+    prctl = _PRCTL
+
+    def watch() -> None:  # pragma: no cover - runs in the child; tested through its effects
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(ORPHANED)
+
+    return watch
+
+
 def spawn(argv: Sequence[str] | str, *, cwd: Path | str | None = None,
           env: Mapping[str, str] | None = None, stdout: Output = DEVNULL,
-          stderr: Output = DEVNULL, shell: bool = False) -> subprocess.Popen[bytes]:
+          stderr: Output = DEVNULL, shell: bool = False,
+          watch_parent: bool | None = None) -> subprocess.Popen[bytes]:
     """Start a long-lived child in its own session; the caller reaps it (``poll``/``wait``).
+
+    ``watch_parent``: the child gets SIGTERM when this process dies, and so does what it
+    spawns (see the module docstring); None (the default): as :func:`watching_parent` says
+    of this process's environment.  Ignored (the child is started unwatched) when called
+    from a thread other than the main thread, or where prctl is missing.
 
     Raises :class:`ProcessError` if it cannot start (no such program, no permission).
     """
+    if watch_parent is None:
+        watch_parent = watching_parent()
+    child_env = dict(env) if env is not None else None
+    preexec: Callable[[], None] | None = None
+    if watch_parent and _PRCTL is not None and \
+            threading.current_thread() is threading.main_thread():
+        preexec = _parent_watch(os.getpid())
+        if not watching_parent(child_env):
+            # The child's own children are watched too (they see the variable).
+            child_env = {**(os.environ if child_env is None else child_env),
+                         PARENT_WATCH_ENV: "1"}
     try:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                cwd=cwd, env=dict(env) if env is not None else None,
-                                shell=shell, start_new_session=True)
+                                cwd=cwd, env=child_env, shell=shell, start_new_session=True,
+                                preexec_fn=preexec)
     except OSError as exc:
         raise ProcessError(f"cannot start {command_text(argv)}: {exc}") from None
 

@@ -23,15 +23,22 @@ Contract of :class:`StopFlag`:
   The daemons whose stop every ``localcluster.py`` exit waits for (the monitor, a node's
   held heartbeat, the supervisor, the status page) wait this way (``Clock.wait_readable``
   where the loop has no select of its own).
+
+A program that is one piece of work rather than a loop (a clustermaster invocation: one
+run, then exit) holds a :class:`StopPoint` instead: a stop request *raises*
+:class:`Stopped` in its main thread, wherever it is, so its ``finally`` blocks (the PID
+file's release) run -- except inside the steps it marks :meth:`StopPoint.held` (finished,
+then stopped) or :meth:`StopPoint.quiet`; see :class:`StopPoint`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Protocol, TypeVar
 
@@ -86,6 +93,116 @@ class StopFlag:
                 break
             clock.sleep(min(poll, left))
         return self.is_set()
+
+
+class Stopped(BaseException):  # noqa: N818 - a request, not an error
+    """Raised in the main thread by a :class:`StopPoint` when a stop is asked (``signum``:
+    the signal).  A BaseException, as KeyboardInterrupt: no ``except Exception`` meant for a
+    step's own failures takes it for one and goes on."""
+
+    def __init__(self, signum: int | None) -> None:
+        super().__init__(f"stopped by {signal_name(signum)}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """The status a process stopped this way exits with: 128 + the signal's number, as
+        the shell reports a process the signal ended (143 for SIGTERM)."""
+        return 128 + (self.signum or signal.SIGTERM)
+
+
+class StopPoint:
+    """The stop of a program that does one piece of work and exits (a clustermaster
+    invocation), rather than a loop that can look at a flag.
+
+    Contract:
+
+    * :meth:`install` (main thread only) makes SIGTERM, SIGINT and SIGHUP record the request
+      in :attr:`flag` and raise :class:`Stopped` in the main thread at once, wherever it is
+      (a blocked ``select`` or ``sleep`` included), so the program unwinds through its
+      ``finally`` blocks.  It returns a function restoring the previous handlers.
+    * Inside a :meth:`held` block a request is only recorded: the step is finished, and the
+      block's normal end raises :class:`Stopped`.  A second request (:attr:`StopFlag.hard`)
+      raises at once even there.
+    * Inside a :meth:`quiet` block a request is only recorded, and its end raises nothing
+      (clean-up that must run whole, and may run while an exception unwinds); code after it
+      asks :meth:`check` or :meth:`is_set`.
+    * :class:`Stopped` is raised at most once: the clean-up it sets off runs undisturbed by
+      further requests.
+
+    Code may also look at :meth:`is_set` in a loop it runs inside a :meth:`held` block and
+    leave the loop cleanly (the master's serving loop does).
+    """
+
+    def __init__(self) -> None:
+        self.flag = StopFlag()
+        self._held = 0
+        self._quiet = 0
+        self._raised = False
+
+    def install(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+                ) -> Callable[[], None]:
+        """Make ``signals`` stop the program (see the class docstring); return a function
+        restoring the previous handlers.  Main thread only (a rule of the signal module)."""
+        previous = {s: signal.signal(s, self._handler) for s in signals}
+
+        def restore() -> None:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+        return restore
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.flag.set(signum)
+        if self._quiet == 0 and (self._held == 0 or self.flag.hard):
+            self._raise()
+
+    def _raise(self) -> None:
+        if not self._raised:
+            self._raised = True
+            raise Stopped(self.flag.signum)
+
+    def is_set(self) -> bool:
+        """Whether a stop was asked."""
+        return self.flag.is_set()
+
+    def check(self) -> None:
+        """Raise :class:`Stopped` if a stop was asked and not yet raised (outside
+        :meth:`held` and :meth:`quiet` blocks)."""
+        if self.flag.is_set() and self._held == 0 and self._quiet == 0:
+            self._raise()
+
+    @contextlib.contextmanager
+    def held(self, then_raise: bool = True) -> Iterator[None]:
+        """A step finished rather than cut by a stop; a request made during it is raised
+        when it ends normally (see the class docstring), unless ``then_raise`` is False
+        (the step looks at :meth:`is_set` itself and says how it ended)."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+        if then_raise:
+            self.check()  # reached only when the block ended normally
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Clean-up no request interrupts; nothing is raised at its end."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+
+def signal_name(signum: int | None) -> str:
+    """``SIGTERM`` for 15; ``a stop request`` for None."""
+    if signum is None:
+        return "a stop request"
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def drain(fd: int) -> None:

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from tests.component.scripted_nodes import (
     signed_talk,
     wait_for_run,
 )
-from tests.helpers import REPO, free_port, wait_for
+from tests.helpers import REPO, free_port, stop_supervisor, wait_for
 
 MD5 = "0123456789abcdef0123456789abcdef"
 PRIORITY = 2
@@ -51,10 +50,8 @@ def supervisor(home: Home, port: int, *settings: str) -> subprocess.Popen[bytes]
         log.close()
 
 
-def stop(sup: subprocess.Popen[bytes]) -> None:
-    if sup.poll() is None:
-        sup.send_signal(signal.SIGTERM)
-    sup.wait(timeout=60)
+def stop(sup: subprocess.Popen[bytes], home: Home) -> None:
+    stop_supervisor(sup, home.root)
 
 
 def resources_when(home: Home, check: Callable[[Resources], bool], what: str,
@@ -111,7 +108,7 @@ def test_the_file_follows_a_run_from_served_to_finished(tmp_path: Path) -> None:
                  "the run's archive")
         wait_for(lambda: not home.run_dir(run_id).exists(), 30, "the run's end steps")
     finally:
-        stop(sup)
+        stop(sup, home)
     last = read_resources(home.root / "resources.json", 0.0, 1e9)
     assert (last.priorities[PRIORITY].status, last.priorities[PRIORITY].run) == (
         "finished", run_id)
@@ -129,4 +126,4 @@ def test_the_supervisor_rewrites_the_file_every_interval(tmp_path: Path) -> None
                                "the resource file to be rewritten", timeout=10)
         assert later.master.pid == sup.pid  # the supervisor wrote it
     finally:
-        stop(sup)
+        stop(sup, home)

@@ -59,10 +59,14 @@ def test_node_env_reaches_only_that_node(tmp_path: Path,
     assert len(FakePopen.calls) == 5  # monitor, supervisor, status, node1, node2
     env = spawned("clusterpull.py", "node2")["env"]
     assert env["CLUSTER_SLOWDOWN"] == "5" and env["PATH"] == os.environ["PATH"]
-    # Everything else inherits the environment unchanged, as before.
-    assert spawned("clusterpull.py", "node1")["env"] is None
-    assert spawned("monitor_port.py")["env"] is None
-    assert spawned("run_clustermaster.py")["env"] is None
+    # Everything else inherits the environment unchanged, but for the parent watch's
+    # variable (each is watched, and watches what it starts: cluster.runtime.proc).
+    inherited = {**os.environ, runtime_proc.PARENT_WATCH_ENV: "1"}
+    assert spawned("clusterpull.py", "node1")["env"] == inherited
+    assert spawned("monitor_port.py")["env"] == inherited
+    assert spawned("run_clustermaster.py")["env"] == inherited
+    assert env[runtime_proc.PARENT_WATCH_ENV] == "1"
+    assert all(kwargs["preexec_fn"] is not None for _, kwargs in FakePopen.calls)
 
 
 def test_start_node_takes_env_and_overrides(tmp_path: Path,
@@ -75,7 +79,8 @@ def test_start_node_takes_env_and_overrides(tmp_path: Path,
     assert cluster.node_procs["node9"] is proc
     assert spawned("clusterpull.py", "node9")["env"]["CLUSTER_SLOWDOWN"] == "3"
     cluster.start_node("node10")
-    assert spawned("clusterpull.py", "node10")["env"] is None
+    assert spawned("clusterpull.py", "node10")["env"] == {
+        **os.environ, runtime_proc.PARENT_WATCH_ENV: "1"}
 
 
 def test_cluster_ports_names_each_role() -> None:
@@ -384,3 +389,20 @@ def test_wait_for_run_lists_the_archive_again_though_its_mtime_stayed(
     assert folder.name == "20261126120000-p0-abcd"
     assert clock.archived_at is not None
     assert clock.monotonic() - clock.archived_at <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/usr/bin/python3", "/r/clustermaster.py", "--config", "c"], 0),
+    (["/usr/bin/python3", "/r/clustermaster2.py", "--home", "h"], 2),
+    (["python3", "/r/clustermaster.py", "--priority", "1"], 1),
+    (["python3", "/r/run_clustermaster.py", "--kill-children"], None),
+    (["python3", "/r/clusterpull.py", "--set", "node_name=clustermaster1.py"], None),
+    ([], None),
+])
+def test_master_priority_names_the_supervisor_s_clustermasters(
+        argv: list[str], expected: int | None) -> None:
+    """Which of the supervisor's children are clustermasters, and of which priority: what
+    wait_for_run and stop wait for (docs/architecture.md, "Stopping")."""
+    from cluster.localcluster import master_priority
+
+    assert master_priority(argv) == expected

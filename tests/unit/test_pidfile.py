@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 
 from cluster.master.pidfile import PidDecision, PidFile, is_clustermaster, parse
 from cluster.runtime.clock import FakeClock
+from cluster.runtime.service import Stopped
 
 NOW = 1_700_000_000.0
 ME = 4242
@@ -140,10 +142,70 @@ def test_fresh_dead_pid_takes_over(tmp_path: Path, caplog: pytest.LogCaptureFixt
     kills: list[int] = []
     with caplog.at_level(logging.WARNING, logger="cluster.pidfile"):
         assert _pidfile(path, clock, set(), kills=kills).acquire() is PidDecision.TOOK_OVER
-    assert f"missing clustermaster process {OTHER}" in caplog.text
+    assert f"clustermaster {OTHER} died without removing its PID file" in caplog.text
     assert kills == []
     assert clock.seen_while_sleeping == [str(ME)]
     assert not path.exists()
+
+
+class StoppingClock(RecordingClock):
+    """A RecordingClock whose first sleep is cut by a stop request, as SIGTERM cuts a
+    taker's wait (a Stopped raised in it)."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        raise Stopped(signal.SIGTERM)
+
+
+def test_a_master_that_released_its_file_is_followed_at_once(tmp_path: Path) -> None:
+    """The file a master removes when it stops (release) leaves the next starter nothing
+    to wait for: it runs, without a sleep; a master that died instead left its pid, and
+    the next starter waits ``wait`` (seed 000) saying the master died."""
+    path = tmp_path / "clustermaster.pid"
+    clock = RecordingClock(path)
+    stopped = _pidfile(path, clock, pid=OTHER)
+    assert stopped.acquire() is PidDecision.RUN
+    stopped.release()
+    follower = _pidfile(path, clock, {OTHER})
+    assert follower.acquire() is PidDecision.RUN
+    assert clock.sleeps == []
+    follower.release()
+    assert _pidfile(path, clock, pid=OTHER).acquire() is PidDecision.RUN  # then it dies
+    assert _pidfile(path, clock, set()).acquire() is PidDecision.TOOK_OVER
+    assert clock.sleeps == [300]
+
+
+def test_a_taker_stopped_during_its_wait_puts_the_file_back(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Stopped in the takeover wait, the taker restores the file it found (content and
+    mtime): the master that died is judged anew by the next starter, which waits again."""
+    path = tmp_path / "clustermaster.pid"
+    _write(path, f"{OTHER}\n", age=60)
+    found = path.stat()
+    with caplog.at_level(logging.WARNING, logger="cluster.pidfile"):
+        with pytest.raises(Stopped):
+            _pidfile(path, StoppingClock(path), set()).acquire()
+    assert path.read_text() == f"{OTHER}\n"
+    assert path.stat().st_mtime == found.st_mtime
+    assert "stopped during its takeover; the file is as it found it" in caplog.text
+    clock = RecordingClock(path)
+    assert _pidfile(path, clock, set()).acquire() is PidDecision.TOOK_OVER
+    assert clock.sleeps == [300]
+
+
+def test_a_stopped_taker_leaves_a_file_it_no_longer_holds(tmp_path: Path) -> None:
+    """Another taker wrote its pid meanwhile: the stopped one leaves that file alone."""
+    path = tmp_path / "clustermaster.pid"
+    _write(path, f"{OTHER}\n", age=60)
+
+    class Overtaken(RecordingClock):
+        def sleep(self, seconds: float) -> None:
+            path.write_text("777\n")
+            raise Stopped(signal.SIGTERM)
+
+    with pytest.raises(Stopped):
+        _pidfile(path, Overtaken(path), set()).acquire()
+    assert path.read_text() == "777\n"
 
 
 @pytest.mark.parametrize("content", ["garbage", "12abc", "-5", "1.5", "\x00\x01", "007",
