@@ -104,11 +104,11 @@ def test_a_jobs_link_is_never_read_through(tmp_path: Path) -> None:
     assert noderun._read_and_remove(str(link)) == ""
     assert not link.is_symlink() and secret.read_text() == "the node's key\n"
     link.symlink_to(secret)
-    assert noderun._md5_and_remove(str(link)) is None
+    assert noderun._md5_and_remove(str(link), 1 << 20) == (None, 0)
     assert not link.is_symlink()
     fifo = tmp_path / "job.out"
     os.mkfifo(fifo)
-    assert noderun._md5_and_remove(str(fifo)) is None  # not a regular file: not read
+    assert noderun._md5_and_remove(str(fifo), 1 << 20) == (None, 0)  # not a regular file
     plain = tmp_path / "plain.log"
     plain.write_text("ok\n")
     assert noderun._read_and_remove(str(plain)) == "ok\n" and not plain.exists()
