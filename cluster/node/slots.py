@@ -99,8 +99,9 @@ def with_size_limit(command: str, blocks: int) -> str:
     built-in, so no program is started; it holds for the job's subshell and every process
     it starts, and one writing past it is stopped by SIGXFSZ (the slot shells leave that
     signal at its default).  A node whose own hard limit is lower keeps its own: the
-    ``ulimit`` fails and the command runs all the same, bounded by that one."""
-    return f"ulimit -f {blocks} 2>/dev/null ; {command}"
+    ``ulimit`` fails (its complaint goes to the slot shell's stderr, ``/dev/null``) and
+    the command runs all the same, bounded by that one."""
+    return f"ulimit -f {blocks} ; {command}"
 
 
 #: Jobs a slot holds at once: the one its shell runs and the next one in its input.
