@@ -15,6 +15,7 @@ with real slot shells running real shell-product job lines (cluster.jobs.command
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
 from tests.component.test_node_run import RUN, ScriptedMaster, make_node_home, node, write_start
 
+#: Seconds after which the scripted master ends the run, every result in or not.
+GIVE_UP = 120.0
+
 
 def shell_jobs(commands: dict[str, str]) -> tuple[str, ...]:
     """The job lines of product shell jobs ``{name: command}``, as the master hands them."""
@@ -37,10 +41,14 @@ def shell_jobs(commands: dict[str, str]) -> tuple[str, ...]:
 
 def script(lines: tuple[str, ...]) -> Callable[[Request, list[Request]], bytes]:
     """BUILD, then all the jobs at once, then CONTINUE until every result is in, then
-    ABORT (run complete)."""
+    ABORT (run complete); ABORT all the same after :data:`GIVE_UP` seconds, so a node
+    that lost a job cannot keep the test waiting."""
     given = {"done": False}
+    deadline = time.monotonic() + GIVE_UP
 
     def answer(req: Request, seen: list[Request]) -> bytes:
+        if time.monotonic() > deadline:
+            return protocol.format_reply(Reply(protocol.ABORT, reason="run complete"))
         if len(seen) == 1:
             return protocol.format_reply(Reply(protocol.BUILD))
         if req.busy:
