@@ -432,6 +432,11 @@ class Config:
                               positive=True, high=DAY)
     kill_grace: float = _opt(2.0, NODE, "seconds",
                              "between SIGHUP and SIGKILL when a test is killed", high=HOUR)
+    max_output_bytes: int = _opt(256 << 20, NODE, "bytes",
+                                 "a shell job (product shell) may write no file larger than "
+                                 "this (ulimit -f, as a sweep task's max_result_bytes): one "
+                                 "that does is stopped and fails (error 1), its output never "
+                                 "hashed (docs/runoptions.md)", positive=True, high=1 << 40)
     max_timeouts: int = _opt(20, NODE, "tests",
                              "more timeouts than max(this, 1% of started tests) fail the node",
                              high=1_000_000)

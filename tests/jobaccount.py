@@ -4,7 +4,9 @@
 is missing, and removes it afterwards only if it made it; every process of it left is
 killed first.  :func:`searchable` lets that account through a folder and those above it
 (pytest's temporary folders are 0700) and puts their modes back afterwards.  Both need
-root, as a node that drops to job_user does.
+root, as a node that drops to job_user does.  :func:`kept_deny_files` puts
+``/etc/cron.deny`` and ``/etc/at.deny`` back as they were after a test that lets
+bootstrap_node.py write them (the next test's jobs must be able to use crontab).
 """
 
 from __future__ import annotations
@@ -85,3 +87,23 @@ def searchable(folder: Path) -> Iterator[None]:
         for path, mode in changed:
             with contextlib.suppress(OSError):
                 os.chmod(path, mode)
+
+
+@contextlib.contextmanager
+def kept_deny_files() -> Iterator[None]:
+    """``/etc/cron.deny`` and ``/etc/at.deny`` as they were before the block: their texts
+    written back, or the files removed when there were none."""
+    saved: dict[str, bytes | None] = {}
+    for path in (jobuser.CRON_DENY, jobuser.AT_DENY):
+        try:
+            saved[path] = Path(path).read_bytes()
+        except FileNotFoundError:
+            saved[path] = None
+    try:
+        yield
+    finally:
+        for path, data in saved.items():
+            if data is None:
+                Path(path).unlink(missing_ok=True)
+            else:
+                Path(path).write_bytes(data)

@@ -6,7 +6,7 @@ Usage: bootstrap_node.py HOST --name NODE [--user U] [--key K] [--port P]
                          [--master-port P] [--master-key FILE | --send-master-key LOCAL]
                          [--master-known-hosts FILE | --send-master-known-hosts LOCAL]
                          [--transport ssh|local] [--node-set KEY=VALUE]...
-                         [--job-user NAME]
+                         [--job-user NAME] [--allow-job-cron]
                          [--restrict [--node-public-key FILE] [--authorized-keys FILE]]
                          [--config FILE] [--home DIR] [--set KEY=VALUE]...
 
@@ -29,7 +29,10 @@ the bootstrap makes it a system account with no login (``useradd --system
 --no-create-home --shell /usr/sbin/nologin``) unless it exists, and writes ``job_user`` into
 node.conf; the account must be able to enter REMOTE_DIR, so give a root node ``--dir
 /opt/cluster-node`` (root's home is closed to others).  ``--job-user ''`` keeps jobs as
-root.  node.conf is written mode 0600.
+root.  The job account is denied cron and at (its name added to /etc/cron.deny, and to
+/etc/at.deny where at is installed), so a job cannot schedule anything to run after its run;
+``--allow-job-cron`` leaves those files alone (the node still removes the account's crontab
+and at jobs at the start and end of each run).  node.conf is written mode 0600.
 
 Steps (cluster/node/bootstrap.py): connect and run ``true``; list missing tools (gs,
 mutool, make, md5sum, rsync, crontab, python3 and the Python modules the node code
@@ -114,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--job-user", default=bootstrap.DEFAULT_JOB_USER, metavar="NAME",
                    help="on a root node, the account its jobs run as, made if missing "
                         "(default %(default)s; '' = jobs run as root)")
+    p.add_argument("--allow-job-cron", action="store_true",
+                   help="do not deny the job account cron and at (default: its name goes "
+                        "into /etc/cron.deny and, where at is installed, /etc/at.deny)")
     p.add_argument("--node-set", action="append", default=[], metavar="KEY=VALUE",
                    help="another [node] key for node.conf")
     p.add_argument("--restrict", action="store_true", help="limit the node's key to the node "
@@ -255,5 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     job = Bootstrap(target, settings, remote_dir=args.remote_dir, python=args.python,
                     upload_key=args.send_master_key,
                     upload_known_hosts=args.send_master_known_hosts, timeout=args.timeout,
-                    out=lambda line: print(line, flush=True), job_user=args.job_user)
+                    out=lambda line: print(line, flush=True), job_user=args.job_user,
+                    deny_job_cron=not args.allow_job_cron)
     return job.run().exit_code

@@ -25,9 +25,12 @@ with dummy ssh command.  Success -> copy client to slave using scp and try to st
    (:func:`cluster.node.jobuser.ensure_command`), and node.conf names it, so every job runs
    as that account; the account must be able to enter ``REMOTE_DIR`` (its jobs use the
    node code and the work folder there: root's own home, mode 0700, is no place for it;
-   give ``--dir /opt/cluster-node``), else the step fails saying so.  ``job_user`` ''
-   makes none and writes none (jobs run as root), and a node account that is not root
-   needs none (jobs run as it);
+   give ``--dir /opt/cluster-node``), else the step fails saying so.  The account is
+   denied cron and at (:func:`cluster.node.jobuser.deny_command`: its name in
+   ``/etc/cron.deny``, and in ``/etc/at.deny`` where at is installed), so no job can
+   schedule anything to run after its run; ``--allow-job-cron`` leaves them as they are.
+   ``job_user`` '' makes none and writes none (jobs run as root), and a node account that
+   is not root needs none (jobs run as it);
 5. **``REMOTE_DIR/node.conf``** (mode 0600: only the node's account reads it; and the
    key and known_hosts file for the node's own connection to the master, when given to
    upload): written only if its text differs;
@@ -185,11 +188,13 @@ class Bootstrap:
                  python: str = "python3", upload_key: Path | None = None,
                  upload_known_hosts: Path | None = None, timeout: float = 15.0,
                  out: Callable[[str], None] = print,
-                 job_user: str = DEFAULT_JOB_USER) -> None:
+                 job_user: str = DEFAULT_JOB_USER, deny_job_cron: bool = True) -> None:
         self.target = target
         self.settings = settings
         #: The job account for a root node: a --node-set job_user wins over job_user.
         self.job_user = dict(settings.extra).get("job_user", job_user)
+        #: Whether the job account is denied cron and at (``--allow-job-cron``: not).
+        self.deny_job_cron = deny_job_cron
         self.remote_dir = remote_dir
         self.repo_root = Path(repo_root)
         self.python = python
@@ -357,8 +362,9 @@ class Bootstrap:
         return True
 
     def _job_account(self, client: paramiko.SSHClient) -> None:
-        """Step 4: on a root node, make the job account unless it exists and name it in
-        node.conf (:attr:`settings`); else say why there is none."""
+        """Step 4: on a root node, make the job account unless it exists, deny it cron and
+        at (:meth:`_deny_schedules`) and name it in node.conf (:attr:`settings`); else say
+        why there is none."""
         _, out, _ = self._run(client, "id -u", "asking for the node account's uid")
         if out.strip() != "0":
             self.out(f"job account: none; the node's account (uid {out.strip()}) is not "
@@ -391,9 +397,35 @@ class Bootstrap:
                              "need the node code and work folder there; give --dir a "
                              "folder others may enter (e.g. /opt/cluster-node), or chmod "
                              "o+x the folders above it")
+        self._deny_schedules(client, name)
         if "job_user" not in dict(self.settings.extra):
             self.settings = dataclasses.replace(
                 self.settings, extra=(*self.settings.extra, ("job_user", name)))
+
+    def _deny_schedules(self, client: paramiko.SSHClient, name: str) -> None:
+        """The job account ``name`` denied cron and at, unless told not to: its name added
+        to ``/etc/cron.deny`` (and ``/etc/at.deny`` where at is installed) where it is not
+        listed yet.  A node also removes the account's crontab and at jobs at each run's
+        start and end (:func:`cluster.node.jobuser.remove_schedules`); this keeps a job
+        from scheduling anything in the first place."""
+        if not self.deny_job_cron:
+            self.out(f"job account: {name} may use cron and at (--allow-job-cron); the node "
+                     "still removes its crontab and at jobs after each run")
+            return
+        _, out, _ = self._run(client, jobuser.deny_command(name),
+                              "denying the job account cron and at")
+        added = [line.split(" ", 1)[1] for line in out.splitlines()
+                 if line.startswith("added ")]
+        files = [line.split(" ", 1)[1] for line in out.splitlines()
+                 if line.startswith(("added ", "listed "))]
+        what = " and ".join(w for w, f in (("cron", jobuser.CRON_DENY),
+                                           ("at", jobuser.AT_DENY)) if f in files)
+        if added:
+            self.outcome.changed.append(", ".join(added))
+            self.out(f"job account: {name} denied {what} (added to {', '.join(added)}): "
+                     "its jobs cannot schedule anything to run later")
+        else:
+            self.out(f"job account: {name} already denied {what} ({', '.join(files)})")
 
     def _write_config(self, sftp: paramiko.SFTPClient) -> None:
         outcome = self.outcome

@@ -17,7 +17,13 @@ system account with no login (``bootstrap_node.py`` makes it: :func:`ensure_comm
 * at the start and the end of every run, and before its UPLOAD, every process of the
   account left is killed (:func:`kill_leftovers`): a job's ``setsid sleep 300 &`` does
   not outlive the run.  So one ``job_user`` serves one node: two nodes on one machine,
-  both root, need an account each.
+  both root, need an account each;
+* at the start and the end of every run, after those kills, what the account scheduled is
+  removed (:func:`remove_schedules`): its crontab (``crontab -r -u <account>``) and its at
+  jobs (``atrm`` of those ``atq`` lists as its own; nothing when at is not installed), so
+  nothing a job scheduled runs after its run.  ``bootstrap_node.py`` also denies the
+  account cron and at (:func:`deny_command`: ``/etc/cron.deny``, ``/etc/at.deny``), so a
+  job cannot schedule anything in the first place.
 
 ``job_user = ''`` (the default), or a node that is not root, runs jobs as the node's own
 account, as before: a job can then read whatever that account can (its node.conf, its ssh
@@ -43,6 +49,7 @@ from typing import Any
 import psutil
 
 from cluster.errors import ClusterError
+from cluster.runtime import proc
 
 #: The umask of every job: what a job makes is its own alone.
 JOB_UMASK = 0o077
@@ -52,6 +59,12 @@ NOLOGIN = "/usr/sbin/nologin"
 KILL_ROUNDS = 10
 #: Pause between those passes [seconds].
 KILL_PAUSE = 0.05
+#: Bound on each of the commands that read and remove the account's crontab and at jobs
+#: [seconds] (they answer in milliseconds; a hung one must not hold the node).
+SCHEDULE_TIMEOUT = 30.0
+#: The files that deny an account cron and at (crontab(1), at(1)).
+CRON_DENY = "/etc/cron.deny"
+AT_DENY = "/etc/at.deny"
 
 
 class JobUserError(ClusterError):
@@ -174,3 +187,70 @@ def kill_leftovers(account: JobAccount, rounds: int = KILL_ROUNDS,
                 pass  # gone meanwhile
         time.sleep(pause)
     return killed
+
+
+def at_jobs_of(atq_output: str, name: str) -> list[str]:
+    """The numbers of the at jobs of account ``name`` in root's ``atq`` listing (one job
+    a line: number, date and time, queue, owner last)."""
+    found: list[str] = []
+    for line in atq_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[0].isdigit() and fields[-1] == name:
+            found.append(fields[0])
+    return found
+
+
+def remove_schedules(account: JobAccount) -> list[str]:
+    """Remove what ``account`` scheduled to run later: its crontab and its at jobs (the
+    caller is root).  What was removed, in words, for the logs ([] when nothing was).
+
+    A program that is not installed has nothing to remove; a command that fails for
+    another reason than "no crontab" is said in the list too, so the logs show it.
+    """
+    done: list[str] = []
+    if shutil.which("crontab"):
+        result = proc.run(["crontab", "-r", "-u", account.name], timeout=SCHEDULE_TIMEOUT)
+        if result.ok:
+            done.append(f"removed the crontab of {account.name}")
+        elif "no crontab" not in result.text("stderr").lower():
+            done.append(f"could not remove the crontab of {account.name}: `crontab -r -u "
+                        f"{account.name}` {result.describe(SCHEDULE_TIMEOUT)}: "
+                        f"{result.text('stderr').strip()[:200]}")
+    if shutil.which("atq") and shutil.which("atrm"):
+        listing = proc.run(["atq"], timeout=SCHEDULE_TIMEOUT)
+        jobs = at_jobs_of(listing.text(), account.name) if listing.ok else []
+        if jobs:
+            result = proc.run(["atrm", *jobs], timeout=SCHEDULE_TIMEOUT)
+            if result.ok:
+                done.append(f"removed {len(jobs)} at job(s) of {account.name}")
+            else:
+                done.append(f"could not remove the at jobs {' '.join(jobs)} of "
+                            f"{account.name}: {result.describe(SCHEDULE_TIMEOUT)}: "
+                            f"{result.text('stderr').strip()[:200]}")
+    return done
+
+
+def deny_command(name: str, cron_deny: str = CRON_DENY, at_deny: str = AT_DENY) -> str:
+    """A shell line, run as root on a node machine, that denies account ``name`` cron
+    (``cron_deny``, ``/etc/cron.deny``) and at (``at_deny``, ``/etc/at.deny``: only where
+    at is installed or the file is there, as Debian's at package ships it): the name
+    appended to each file that does not list it yet (made mode 0644 when missing: crontab
+    and at read it as their users).  Idempotent.  It prints ``added <file>`` or ``listed
+    <file>`` for each file it looked at, and exits 1 when one cannot be written.
+
+    Where ``/etc/cron.allow`` exists cron reads it instead, and an account not in it is
+    denied already; the deny file is written all the same (it takes over if the allow
+    file goes)."""
+    quoted = shlex.quote(name)
+    deny_at = shlex.quote(at_deny)
+    return (
+        f"for f in {shlex.quote(cron_deny)} {deny_at}; do "
+        f'if [ "$f" = {deny_at} ] && [ ! -e "$f" ] && ! command -v at >/dev/null 2>&1; '
+        "then continue; fi; "
+        f'if [ -e "$f" ] && grep -qxF -- {quoted} "$f"; then echo "listed $f"; continue; fi; '
+        '[ -e "$f" ] || { : > "$f" && chmod 644 "$f"; } || exit 1; '
+        # A last line without its newline would swallow the name.
+        '[ ! -s "$f" ] || [ -z "$(tail -c 1 "$f")" ] || echo >> "$f" || exit 1; '
+        f'printf "%s\\n" {quoted} >> "$f" || exit 1; echo "added $f"; '
+        "done"
+    )

@@ -151,13 +151,15 @@ from cluster.node import (
     builddigest,
     buildlog,
     buildtree,
+    jobdirs,
     jobuser,
     readlog,
     sweepresults,
     workdir,
 )
 from cluster.node.buildcmd import BuildPlan
-from cluster.node.slots import Finished, SlotPool
+from cluster.node.jobdirs import JOBS_DIR, JobDirs
+from cluster.node.slots import Finished, SlotPool, size_limit_blocks, with_size_limit
 from cluster.node.transport import Transport, read_node_key
 from cluster.records import (
     BASELINE,
@@ -218,6 +220,10 @@ CONTINUE_LONGEST_WAIT = 0.5
 #: What a job writes in the temp folder beside its name: its log, the md5sum output of its
 #: raster, and (product shell) its raw output, whose md5 is its result.
 JOB_LOG, JOB_MD5, JOB_OUT = ".log", ".md5", ".out"
+#: How the command of a job of product shell starts (:func:`cluster.jobs.commands.
+#: shell_command`: its log's label line): such a job runs under ``ulimit -f`` of
+#: ``max_output_bytes``, and its output file is hashed by the node only within that bound.
+SHELL_JOB_START = f"echo {readlog.SHELL_PRODUCT} > {TEMP}/"
 #: The run folder's folder of the slots' own folders (their HOME and TMPDIR) when jobs run
 #: as job_user (:mod:`cluster.node.slots`).
 SLOT_HOMES = "homes"
@@ -372,6 +378,11 @@ class NodeRun:
         #: The account jobs run as (job_user, the node being root), None for the node's own
         #: (set by _prepare: :mod:`cluster.node.jobuser`).
         self.account: jobuser.JobAccount | None = None
+        #: Each job's own folder, its ``__temp__`` (set by _prepare; None in a sweep run,
+        #: whose tasks have folders of their own: :mod:`cluster.node.jobdirs`).
+        self.job_dirs: JobDirs | None = None
+        #: ``ulimit -f`` of a shell job (512-byte blocks) from ``max_output_bytes``.
+        self.output_blocks = size_limit_blocks(cfg.max_output_bytes)
 
     # ------------------------------------------------------------------ setup
     def stop(self) -> None:
@@ -399,12 +410,21 @@ class NodeRun:
         self.run_dir = work / "runs" / start.id
         self.temp = self.run_dir / "temp"
         self.temp.mkdir(parents=True, exist_ok=True)
+        sweep = bool(start.max_result_bytes)
         if self.account is not None:
-            # Where jobs write what the node collects; the run folder above stays root's.
-            jobuser.give_folder(self.temp, self.account)
+            if sweep:
+                # Where a sweep's tasks write their streams and the node makes their
+                # folders; the run folder above stays root's.
+                jobuser.give_folder(self.temp, self.account)
+            else:
+                # Root's: a job writes in its own folder below only (jobdirs).
+                os.chown(self.temp, 0, 0, follow_symlinks=False)
+                os.chmod(self.temp, 0o711, follow_symlinks=False)
             (self.run_dir / SLOT_HOMES).mkdir(exist_ok=True)
         # A node killed in this run before (it rejoins) may have left temporary files.
         fsutil.remove_dead_temps(self.run_dir, recursive=True)
+        if not sweep:
+            self.job_dirs = JobDirs(self.temp / JOBS_DIR, self.account)
         key = build_key(start)
         if not BASELINE_NAME.fullmatch(key):
             raise ClusterError(f"job.start source {start.source!r} gives the build folder name "
@@ -485,6 +505,10 @@ class NodeRun:
         if killed:
             log.warning("node %s: killed %d process(es) of %s an earlier run left",
                         self.name, killed, self.account.name)
+        # A run that ended without its own clean-up (the node was killed) may have left
+        # what its jobs scheduled.
+        for done in jobuser.remove_schedules(self.account):
+            log.warning("node %s: %s (left by an earlier run)", self.name, done)
 
     def _node_key(self) -> bytes:
         """This node's own key, read through the transport (:func:`read_node_key`)."""
@@ -534,19 +558,25 @@ class NodeRun:
                         self.name, bg.what, self.cfg.kill_grace + BACKGROUND_END_WAIT)
 
     def _end_jobs(self) -> None:
-        """Kill every process of the job account left (a job's background child, a
-        ``setsid``) and remove the slots' folders; nothing when jobs run as the node's own
-        account (then the slots' sessions, killed with the pool, were all of them)."""
-        if self.account is None:
-            return
-        killed = jobuser.kill_leftovers(self.account)
-        if killed:
-            log.warning("node %s: killed %d process(es) of %s left at the end of the run",
-                        self.name, killed, self.account.name)
-            with contextlib.suppress(OSError, ValueError):
-                self.node_log.write(f"node {self.name}: killed {killed} process(es) of "
-                                    f"{self.account.name} left by the run's jobs\n")
-        jobuser.remove_folder(self.run_dir / SLOT_HOMES)
+        """Remove the job folders; as the job account, first kill every process of it
+        left (a job's background child, a ``setsid``), then remove what it scheduled (its
+        crontab and at jobs: :func:`cluster.node.jobuser.remove_schedules`) and the slots'
+        folders.  As the node's own account, the slots' sessions, killed with the pool,
+        were all its processes, and what a job scheduled is the node's own account's."""
+        if self.account is not None:
+            killed = jobuser.kill_leftovers(self.account)
+            said = []
+            if killed:
+                said.append(f"killed {killed} process(es) of {self.account.name} left by "
+                            "the run's jobs")
+            said += jobuser.remove_schedules(self.account)
+            for line in said:
+                log.warning("node %s: %s", self.name, line)
+                with contextlib.suppress(OSError, ValueError):
+                    self.node_log.write(f"node {self.name}: {line}\n")
+            jobuser.remove_folder(self.run_dir / SLOT_HOMES)
+        if self.job_dirs is not None:
+            self.job_dirs.close()
 
     def _loop(self) -> int:
         while True:
@@ -880,10 +910,13 @@ class NodeRun:
     def _use_bins(self, start: JobStart) -> None:
         """Set the job placeholders, ``__bin__`` and ``__baseline__`` to where the builds'
         binaries are (:func:`cluster.node.buildcmd.plan` of each build folder; ``bin``
-        before anything is built)."""
-        subst = {TEMP: str(self.temp), BIN: str(self._bin_dir(self.build_dir, start)),
+        before anything is built).  ``__temp__`` is the run's temp folder in a sweep run;
+        in any other, each job's own folder, put in by :meth:`_spawn`."""
+        subst = {BIN: str(self._bin_dir(self.build_dir, start)),
                  TESTS: str(self.tests), PYTHON: shlex.quote(sys.executable),
                  TREE_DIR: str(self.build_dir)}
+        if self.job_dirs is None:
+            subst[TEMP] = str(self.temp)
         if self.baseline_dir is not None:
             subst[BASELINE] = str(self._bin_dir(self.baseline_dir, start))
         self.substitutions = tuple(subst.items())
@@ -1123,14 +1156,45 @@ class NodeRun:
             command = job.command
             if BIN in command and not self._bins_present(job):
                 return
+            if self.job_dirs is not None:
+                try:
+                    folder = self.job_dirs.take(job)
+                except OSError as exc:
+                    self.queue.appendleft(job)
+                    self._cannot_run(f"cannot make a job folder in {self.job_dirs.root}: "
+                                     f"{exc}")
+                    return
+                command = command.replace(TEMP, folder)
             for placeholder, value in self.substitutions:
                 command = command.replace(placeholder, value)
             if self.outbox is not None and not self._prepare_task(job):
                 return
+            if job.command.startswith(SHELL_JOB_START):
+                # Its output is hashed by the node: bounded as a sweep task's files are.
+                command = with_size_limit(command, self.output_blocks)
             if not pool.start(job, command, now):
                 self.queue.appendleft(job)  # a long command waits for an idle slot
+                self._release(job)
                 break
             self.counters.started += 1
+
+    def _job_temp(self, job: Job) -> str:
+        """What ``__temp__`` is in ``job``'s command: its own folder, or in a sweep run the
+        run's temp folder."""
+        if self.job_dirs is None:
+            return str(self.temp)
+        return self.job_dirs.folder(job)
+
+    def _release(self, job: Job) -> None:
+        """``job``'s folder cleared and free for a later job (:mod:`cluster.node.jobdirs`);
+        in a sweep run, what a start of its may have written beside its task folder goes."""
+        if self.job_dirs is not None:
+            self.job_dirs.release(job)
+            return
+        base = f"{self.temp}/{job.name}"
+        for suffix in (JOB_LOG, JOB_MD5, JOB_OUT):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(base + suffix)
 
     def _prepare_task(self, job: Job) -> bool:
         """Make the folder of sweep task ``job`` with the sweep folder linked into it
@@ -1281,10 +1345,7 @@ class NodeRun:
         """Jobs a slot handed back unrun (its shell had to go first): first in line again,
         in their order, with anything a start of theirs may have written removed."""
         for job in reversed(jobs):
-            base = f"{self.temp}/{job.name}"
-            for suffix in (JOB_LOG, JOB_MD5, JOB_OUT):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(base + suffix)
+            self._release(job)
             self.queue.appendleft(job)
             self.counters.started -= 1
 
@@ -1302,8 +1363,16 @@ class NodeRun:
         return self.stop_flag.is_set()
 
     def _finish(self, done: Finished) -> None:
+        try:
+            self._collect(done)
+        finally:
+            self._release(done.job)
+
+    def _collect(self, done: Finished) -> None:
+        """What the job that ended as ``done`` left in its folder (or, in a sweep run, the
+        run's temp folder), read: its result added, or the node failed."""
         name = done.job.name
-        base = f"{self.temp}/{name}"
+        base = f"{self._job_temp(done.job)}/{name}"
         if self._stopping(done):
             # The node is being stopped, and the signal that stops it (a batch system's
             # scancel signals every process of the job) may have cut this job too, even
@@ -1311,21 +1380,29 @@ class NodeRun:
             # sent: the job goes back with the node's leaving call.
             log.info("node %s: job %s ended by the node's own stop; given back", self.name,
                      name)
-            for suffix in (JOB_LOG, JOB_MD5, JOB_OUT):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(base + suffix)
             return
         if self.outbox is not None:
             self._finish_task(done)  # a sweep task's job writes no log (jobs.sweepjobs)
             return
         log_text = _read_and_remove(base + JOB_LOG)
         md5_text = _read_and_remove(base + JOB_MD5)
-        digest = _md5_and_remove(base + JOB_OUT)
-        if digest is not None:
+        limit = self.cfg.max_output_bytes
+        digest, size = _md5_and_remove(base + JOB_OUT, limit)
+        shell = done.job.command.startswith(SHELL_JOB_START)
+        over = size > limit or (shell and done.exit_status == sweepresults.XFSZ_STATUS)
+        if over:
+            # Stopped by its ulimit, or larger all the same: never hashed, never a result.
+            log_text += (f"node {self.name}: {name}'s output is over max_output_bytes "
+                         f"({limit} bytes): the job failed, its output not hashed\n")
+        elif digest is not None:
             md5_text += f"{digest}  -\n"  # the job's raw output is its result (product shell)
         result = readlog.with_wall_time(
             readlog.classify(name, log_text, md5_text, done.killed, self.name,
                              done.exit_status), done.ended - done.started)
+        if over and not done.killed:
+            result = dataclasses.replace(result, error=ERROR_READ, md5="0")
+        if self.job_dirs is not None and self.baseline_dir is not None:
+            self._collect_bmpcmp(self.job_dirs.folder(done.job), name)  # a bmpcmp run
         self.node_log.write(readlog.log_entry(name, log_text, md5_text, done.killed))
         if result.error != ERROR_NONE and not self.cannot_run:
             fault = self._infrastructure_fault(done, log_text)
@@ -1337,6 +1414,23 @@ class NodeRun:
             return  # this node cannot run jobs: no result of it after that counts
         self.counters.finished += 1
         self._add_result(result)
+
+    def _collect_bmpcmp(self, folder: str, name: str) -> None:
+        """The image sets bmpcmp job ``name`` left in ``bmpcmp/`` of its ``folder`` into
+        the run's ``temp/bmpcmp/``, where UPLOAD takes them from, after the sets an
+        earlier try of the same test left there are removed (as bmpcmp itself does in its
+        output folder).  Its temporary files, links and anything else stay behind, for
+        the folder's clearing."""
+        source = os.path.join(folder, BMPCMP_DIR)
+        if not os.path.isdir(source):
+            return
+        dest = self.temp / BMPCMP_DIR
+        with contextlib.suppress(FileNotFoundError), os.scandir(dest) as listing:
+            for entry in listing:
+                m = SET_FILE.fullmatch(entry.name)
+                if m and m.group("test") == name:
+                    os.unlink(entry.path)
+        jobdirs.move_files(source, dest, lambda entry: not fsutil.TEMP_NAME.fullmatch(entry))
 
     def _finish_task(self, done: Finished) -> None:
         """A sweep task's job ended: its results into the outbox
@@ -1387,6 +1481,8 @@ class NodeRun:
     def _kill_all(self) -> None:
         self.pool.kill_all()
         self.queue.clear()
+        if self.job_dirs is not None:
+            self.job_dirs.release_all()  # none of them runs any more
 
 
 def node_instance(work_dir: Path) -> str:
@@ -1495,15 +1591,25 @@ def _read_and_remove(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _md5_and_remove(path: str) -> str | None:
-    """The md5 of a job's raw output file, which is then removed (None if there is none,
-    or it is not a regular file: :func:`_open_job_file`)."""
+def _md5_and_remove(path: str, limit: int) -> tuple[str | None, int]:
+    """The md5 of a job's raw output file and its size; the file is then removed.  (None,
+    0) if there is none, or it is not a regular file (:func:`_open_job_file`); (None, its
+    size) when it is larger than ``limit`` bytes: such a file (a 10 GB sparse one) is not
+    read at all."""
     digest = hashlib.md5(usedforsecurity=False)
     fh = _open_job_file(path)
     if fh is None:
-        return None
+        return None, 0
     with fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
+        size = os.fstat(fh.fileno()).st_size
+        if size <= limit:
+            # Read at most one byte more than the limit: a writer left running may still
+            # be appending.
+            size = 0
+            while chunk := fh.read(min(1 << 20, limit + 1 - size)):
+                digest.update(chunk)
+                size += len(chunk)
+                if size > limit:
+                    break
     os.unlink(path)
-    return digest.hexdigest()
+    return (digest.hexdigest() if size <= limit else None), size

@@ -79,6 +79,31 @@ log = logging.getLogger("cluster.slots")
 
 _RUNNER = '( eval {cmd} ) </dev/null & p=$!; echo "S $p" >&3; wait $p; echo "E $?" >&3\n'
 
+#: ``ulimit -f`` counts blocks of this many bytes (POSIX; dash, and bash as ``sh``).
+ULIMIT_BLOCK = 512
+
+
+def size_limit_blocks(max_bytes: int) -> int:
+    """The ``ulimit -f`` that bounds a job's files by ``max_bytes``: the fewest 512-byte
+    blocks more than ``max_bytes``, so a file stopped at the limit is always larger than
+    ``max_bytes`` (and so failed by its size, whatever the writer's exit status), while a
+    file of exactly ``max_bytes`` is allowed.  The same rule as a sweep task's
+    (:func:`cluster.jobs.sweepjobs.size_limit_blocks`)."""
+    if max_bytes < 0:
+        raise ValueError(f"a file-size limit of {max_bytes} bytes: expected 0 or more")
+    return max_bytes // ULIMIT_BLOCK + 1
+
+
+def with_size_limit(command: str, blocks: int) -> str:
+    """``command`` run under ``ulimit -f blocks`` (:func:`size_limit_blocks`): a shell
+    built-in, so no program is started; it holds for the job's subshell and every process
+    it starts, and one writing past it is stopped by SIGXFSZ (the slot shells leave that
+    signal at its default).  A node whose own hard limit is lower keeps its own: the
+    ``ulimit`` fails (its complaint goes to the slot shell's stderr, ``/dev/null``) and
+    the command runs all the same, bounded by that one."""
+    return f"ulimit -f {blocks} ; {command}"
+
+
 #: Jobs a slot holds at once: the one its shell runs and the next one in its input.
 DEPTH = 2
 #: The environment variable holding a slot's number, 1-based, in its shell and so in every

@@ -30,7 +30,7 @@ from cluster.node.bootstrap import Bootstrap, NodeSettings
 from cluster.runtime.ssh import SshTarget
 from cluster.runtime.sshd import PrivateSshd
 from tests.helpers import REPO, free_port
-from tests.jobaccount import ACCOUNT, account_turn, searchable
+from tests.jobaccount import ACCOUNT, account_turn, kept_deny_files, searchable
 
 #: One worker runs every test that writes a real crontab (xdist's loadgroup).
 pytestmark = pytest.mark.xdist_group("crontab")
@@ -226,9 +226,12 @@ def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
 def test_a_root_node_gets_its_job_account_made_once_and_named_in_node_conf(
         sshd: PrivateSshd, tmp_path: Path, user_crontab: str) -> None:
     """As root on the node, bootstrap_node.py makes --job-user a system account with no
-    login unless it exists, names it in node.conf (mode 0600), changes nothing the second
-    time, and refuses a REMOTE_DIR the account cannot enter."""
-    with account_turn():  # no other test makes, uses or deletes the account meanwhile
+    login unless it exists, denies it cron (/etc/cron.deny: a real crontab run as it is
+    then refused), names it in node.conf (mode 0600), changes nothing the second time, and
+    refuses a REMOTE_DIR the account cannot enter; --allow-job-cron writes no deny file."""
+    # No other test makes, uses or deletes the account meanwhile; the deny files are put
+    # back for the next test's jobs.
+    with account_turn(), kept_deny_files():
         try:
             pwd.getpwnam(ACCOUNT)
             existed = True
@@ -243,6 +246,14 @@ def test_a_root_node_gets_its_job_account_made_once_and_named_in_node_conf(
                 made = f"job account: {ACCOUNT} " + ("exists" if existed else
                                                      "made (system account, no login)")
                 assert made in first.stdout
+                assert (f"job account: {ACCOUNT} denied cron (added to "
+                        f"{jobuser.CRON_DENY}): its jobs cannot schedule anything to run "
+                        "later") in first.stdout, first.stdout
+                assert ACCOUNT in Path(jobuser.CRON_DENY).read_text().split()
+                refused = subprocess.run(
+                    ["runuser", "-u", ACCOUNT, "--", "crontab", "-"], input="1 1 1 1 1 true\n",
+                    capture_output=True, text=True, timeout=60)
+                assert refused.returncode != 0 and "not allowed" in refused.stderr, refused
                 entry = pwd.getpwnam(ACCOUNT)
                 assert entry.pw_shell == jobuser.NOLOGIN and 0 < entry.pw_uid < 1000
                 assert config.load(remote / "node.conf").job_user == ACCOUNT
@@ -250,6 +261,8 @@ def test_a_root_node_gets_its_job_account_made_once_and_named_in_node_conf(
                 second = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
                 assert second.returncode == 0, second.stdout + second.stderr
                 assert f"job account: {ACCOUNT} exists" in second.stdout
+                assert (f"job account: {ACCOUNT} already denied cron ({jobuser.CRON_DENY})"
+                        in second.stdout), second.stdout
                 assert second.stdout.splitlines()[-1] == ("nothing changed: the node was "
                                                           "already set up")
                 closed = tmp_path / "closed"
@@ -259,6 +272,13 @@ def test_a_root_node_gets_its_job_account_made_once_and_named_in_node_conf(
                 assert third.returncode == 1, third.stdout + third.stderr
                 assert f"job account {ACCOUNT} cannot enter {closed / 'node'}" in third.stdout
                 assert not (closed / "node" / "node.conf").exists()
+                Path(jobuser.CRON_DENY).unlink()
+                allowed = subprocess.run([*argv, "--allow-job-cron"], capture_output=True,
+                                         text=True, timeout=TIMEOUT)
+                assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+                assert (f"job account: {ACCOUNT} may use cron and at (--allow-job-cron)"
+                        in allowed.stdout), allowed.stdout
+                assert not Path(jobuser.CRON_DENY).exists()
         finally:
             if not existed:
                 subprocess.run(["userdel", ACCOUNT], capture_output=True, timeout=60)

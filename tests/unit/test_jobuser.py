@@ -1,11 +1,13 @@
 """The job account's pure parts (cluster.node.jobuser): which account, or none; the
-folders it can enter; the commands that make it; the job_user setting's grammar; and the
-node reading a job's files never through a link (cluster.node.noderun)."""
+folders it can enter; the commands that make it and deny it cron and at; its at jobs in
+root's atq listing; the job_user setting's grammar; and the node reading a job's files
+never through a link (cluster.node.noderun)."""
 
 from __future__ import annotations
 
 import os
 import pwd
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -104,11 +106,11 @@ def test_a_jobs_link_is_never_read_through(tmp_path: Path) -> None:
     assert noderun._read_and_remove(str(link)) == ""
     assert not link.is_symlink() and secret.read_text() == "the node's key\n"
     link.symlink_to(secret)
-    assert noderun._md5_and_remove(str(link)) is None
+    assert noderun._md5_and_remove(str(link), 1 << 20) == (None, 0)
     assert not link.is_symlink()
     fifo = tmp_path / "job.out"
     os.mkfifo(fifo)
-    assert noderun._md5_and_remove(str(fifo)) is None  # not a regular file: not read
+    assert noderun._md5_and_remove(str(fifo), 1 << 20) == (None, 0)  # not a regular file
     plain = tmp_path / "plain.log"
     plain.write_text("ok\n")
     assert noderun._read_and_remove(str(plain)) == "ok\n" and not plain.exists()
@@ -124,3 +126,32 @@ def test_a_root_clusterpull_with_a_missing_job_user_says_so_and_exits_2(
     assert "job_user 'no-such-account-x' (node.conf) is not an account" in err
     assert "useradd --system" in err
     assert not (tmp_path / "w").exists(), "nothing started"
+
+
+def test_the_accounts_at_jobs_are_found_in_roots_atq_listing() -> None:
+    listing = ("3\tThu Nov 28 10:00:00 2026 a cluster-job\n"
+               "4\tThu Nov 28 11:00:00 2026 a root\n"
+               "12\tFri Nov 29 09:30:00 2026 = cluster-job\n"
+               "garbage line\n"
+               "5\tFri Nov 29 09:30:00 2026 b cluster-jobs\n")
+    assert jobuser.at_jobs_of(listing, "cluster-job") == ["3", "12"]
+    assert jobuser.at_jobs_of("", "cluster-job") == []
+
+
+def test_the_deny_command_adds_the_account_once_to_each_file(tmp_path: Path) -> None:
+    cron_deny, at_deny = tmp_path / "cron.deny", tmp_path / "at.deny"
+    at_deny.write_text("daemon")  # a last line without its newline
+    command = jobuser.deny_command("cluster-job", str(cron_deny), str(at_deny))
+
+    def run() -> str:
+        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert run() == f"added {cron_deny}\nadded {at_deny}\n"
+    assert cron_deny.read_text() == "cluster-job\n"
+    assert cron_deny.stat().st_mode & 0o777 == 0o644  # crontab reads it as its user
+    assert at_deny.read_text() == "daemon\ncluster-job\n"
+    assert run() == f"listed {cron_deny}\nlisted {at_deny}\n"
+    assert cron_deny.read_text() == "cluster-job\n"
