@@ -3,7 +3,7 @@
 A job line is seed 000's format ``<test> <logfile> true ; <command string>``.  The command
 string is for ``sh`` and may use the placeholders a node substitutes before running it:
 
-``__temp__``   the node's temporary directory for this run
+``__temp__``   the job's own temporary folder on the node (a sweep task's: the run's)
 ``__bin__``    the ``bin`` directory of the product the node built
 ``__tests__``  the node's mirror of the test corpus
 ``__baseline__``  the ``bin`` directory of the baseline build (job.start ``baseline``;

@@ -53,24 +53,16 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Iterator
 
+# One rule for every job's file-size limit, a sweep task's and a shell job's (the node's).
+from cluster.node.slots import size_limit_blocks as size_limit_blocks
 from cluster.records import TEMP, TREE_DIR, Job
 from cluster.sweep.expand import Task, tasks
 from cluster.sweep.spec import STDERR, STDOUT, SweepSpec
 
 #: The variable holding the sweep folder's absolute path on the node, for the command.
 SWEEP_DIR_VARIABLE = "CLUSTER_SWEEP_DIR"
-#: ``ulimit -f`` counts blocks of this many bytes (POSIX; dash, and bash as ``sh``).
-ULIMIT_BLOCK = 512
 #: What the job line makes beside ``__temp__/<id>``: the command's stdout and stderr.
 OUT_SUFFIX, ERR_SUFFIX = ".out", ".err"
-
-
-def size_limit_blocks(max_result_bytes: int) -> int:
-    """The ``ulimit -f`` of a task: the fewest 512-byte blocks more than
-    ``max_result_bytes``, so a file stopped at the limit is always larger than
-    ``max_result_bytes`` (and failed by its size, whatever the command's exit status),
-    while a file of exactly ``max_result_bytes`` is allowed."""
-    return max_result_bytes // ULIMIT_BLOCK + 1
 
 
 def node_job_timeout(timeout: float) -> float:

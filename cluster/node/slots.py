@@ -87,8 +87,8 @@ def size_limit_blocks(max_bytes: int) -> int:
     """The ``ulimit -f`` that bounds a job's files by ``max_bytes``: the fewest 512-byte
     blocks more than ``max_bytes``, so a file stopped at the limit is always larger than
     ``max_bytes`` (and so failed by its size, whatever the writer's exit status), while a
-    file of exactly ``max_bytes`` is allowed.  The same rule as a sweep task's
-    (:func:`cluster.jobs.sweepjobs.size_limit_blocks`)."""
+    file of exactly ``max_bytes`` is allowed.  The one rule: a sweep task's limit
+    (:mod:`cluster.jobs.sweepjobs`) is this too."""
     if max_bytes < 0:
         raise ValueError(f"a file-size limit of {max_bytes} bytes: expected 0 or more")
     return max_bytes // ULIMIT_BLOCK + 1
