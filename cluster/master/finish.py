@@ -228,12 +228,7 @@ def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
         for test, node, old, new in across], run.indeterminate_keep)
     added = ((top + "\n\n" if top else "") + indeterminate.section(verdicts)
              + indeterminate.same_build_section(across))
-    if not added:
-        return text
-    head = header.rstrip("\n") + "\n\n" if header else ""
-    if not text.startswith(head):
-        head = ""
-    return head + added + text[len(head):]
+    return after_header(text, header, added)
 
 
 def slower_tests(home: Home, run: FinishedRun, run_tab: Path) -> str:
