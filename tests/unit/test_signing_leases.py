@@ -142,3 +142,16 @@ def test_the_lease_log_round_trips_and_skips_what_is_torn(tmp_path: Path) -> Non
     assert not state.leased_to("n2", state.jobs.names[6])
     with pytest.raises(ValueError, match="outside the run's 10 jobs"):
         parse_ranges("3-12", 10)
+
+
+def test_results_for_unknown_tests_are_one_line_per_request_with_a_count() -> None:
+    """An insider's flood of results for tests not in the run is counted and said once per
+    request, never a line per result, and nothing is recorded."""
+    state = RunState(RUN, jobs(2), 0)
+    held = names(ready(state, "n1"))
+    flood = tuple(result(f"nosuch{i}.ps", "n1") for i in range(1000))
+    out = state.handle(req("n1", results=(result(held[0], "n1"), *flood)), 1.0)
+    assert state.unknown_results == 1000 and state.results.count == 1
+    unknown = [n for n in out.notes if "unknown tests" in n]
+    assert len(unknown) == 1 and "sent 1000 result(s) for unknown tests" in unknown[0]
+    assert len("\n".join(out.notes)) < 500
