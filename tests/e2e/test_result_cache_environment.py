@@ -20,6 +20,7 @@ rpath), it runs /usr/bin/gs with the option the library gives.  With the result 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -125,11 +126,16 @@ def test_a_changed_installed_program_or_library_is_never_reused(make_cluster: Ma
     # 3. The library the installed gs links, changed in place: every job runs again, and
     # its output did change (reusing it would have reported a wrong "no differences").
     make_library(installed, "-sPAPERSIZE=a3")
-    ran, reused = ran_and_reused(push(cluster, tree))
+    third = push(cluster, tree)
+    ran, reused = ran_and_reused(third)
     assert set(ran) == set(first) and not reused
     assert all(ran[name] != first[name] for name in first), (ran, first)
-    # The nodes named what moved (the keychanges they sent with their digests).
+    # The nodes named what moved (the keychanges they sent with their digests), and the
+    # report says it: which part, of which program, on which node, and what it cost.
     assert f"gs's key changed in 1 part(s): {installed / 'libgsopt.so'}" in node_logs(cluster)
+    report = (third / "report.txt").read_text(encoding="utf-8")
+    assert re.search(rf"gs on node\d: {re.escape(str(installed / 'libgsopt.so'))} changed; "
+                     r"\d+ jobs? run again", report), report
 
     # 4. Nothing changed since: reused again.
     again, reused = ran_and_reused(push(cluster, tree))
