@@ -91,13 +91,14 @@ def test_no_test_or_module_reads_a_path_outside_the_checkout() -> None:
     assert offenders == [], offenders
 
 
-def test_the_readme_gives_the_debian_mupdf_build_the_tests_use(tmp_path: Path) -> None:
-    """The master.conf line the README shows for Debian's MuPDF source is the command the
-    real-product tests build it with, and master.conf reads it back unchanged."""
+def test_the_manual_gives_the_debian_mupdf_build_the_tests_use(tmp_path: Path) -> None:
+    """The master.conf line docs/operating.md shows for Debian's MuPDF source ("How a node
+    builds a product tree") is the command the real-product tests build it with, and
+    master.conf reads it back unchanged."""
     from cluster import config
     from tests.realsources import MUPDF_DEBIAN_BUILD
 
     line = f"build_mupdf = {MUPDF_DEBIAN_BUILD}"
-    assert line in (REPO / "README.md").read_text(encoding="utf-8")
+    assert line in (REPO / "docs" / "operating.md").read_text(encoding="utf-8")
     (tmp_path / "master.conf").write_text(f"[master]\n{line}\n", encoding="utf-8")
     assert config.load(tmp_path / "master.conf").build_mupdf == MUPDF_DEBIAN_BUILD
