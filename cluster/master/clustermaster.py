@@ -314,11 +314,11 @@ class ClusterMaster:
                      run_id, loaded)
         # The leases of earlier masters: their nodes' results are taken here too.
         lease_path = run_dir / LEASES_FILE
-        leased = state.load_leases(read_leases(lease_path, len(jobs)))
+        leased = state.leases.load(read_leases(lease_path, len(jobs)))
         if leased:
             log.info("run %s: %d leases of earlier masters loaded", run_id, leased)
         lease_log = LeaseLog(lease_path)
-        state.lease_log = lease_log.append
+        state.leases.log = lease_log.append
         session = RunSession(run_keys(home.root, run_id, self.clock.monotonic), guard,
                              AuditLog(home.audit_log(run_id), self.clock),
                              NonceLog(nonce_path))

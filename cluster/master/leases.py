@@ -1,11 +1,13 @@
-"""Which node process was handed which jobs, kept for a master that takes the run over.
+"""Which node process was handed which jobs: in memory, and kept for a master that takes
+the run over.
 
 A result is taken only from the node process a job was handed to
-(:meth:`cluster.master.runstate.RunState.handle`): the run state keeps, per job, the
+(:meth:`cluster.master.runstate.RunState.handle`): :class:`Leases` keeps, per job, the
 numbers of the (node, session) pairs that were handed it.  A master that dies takes that
 memory with it, and its successor would refuse every result the nodes still carry for
 jobs handed out before the takeover (they would be run again: honest, but wasted).  So
-each lease is also appended here, one line per JOBS reply, before the reply goes out::
+each lease is also appended to a file (:class:`LeaseLog`, the ``log`` hook of
+:class:`Leases`), one line per JOBS reply, before the reply goes out::
 
     <node> <session> <ranges>        ranges: job indexes as ``a-b`` or ``a``, comma-joined
 
@@ -22,7 +24,8 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from cluster.master.joblist import consecutive
@@ -94,7 +97,7 @@ def read_leases(path: Path, total: int) -> Iterator[tuple[str, str, list[int]]]:
 
 
 class LeaseLog:
-    """The append side: :meth:`append` is the run state's ``lease_log`` hook."""
+    """The append side: :meth:`append` is a :class:`Leases`' ``log`` hook."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -108,5 +111,73 @@ class LeaseLog:
             os.close(self._fd)
 
 
-#: What the run state calls for each lease (node, session, job indexes).
+#: What is told each lease as it is made (node, session, job indexes).
 LeaseHook = Callable[[str, str, Sequence[int]], None]
+
+
+class Leases:
+    """Who was handed each of a run's ``total`` jobs, ever: ``lessee[i]`` is the number of
+    the first node process (a (name, session) pair) given job i, -1 for none yet, and
+    ``more[i]`` the others for the few jobs handed out again.  4 bytes a job, not a set per
+    node: sized for a million jobs.  A number is never -1, so "no lessee" never matches "a
+    process handed nothing" (:meth:`holds`); a restarted node under the same name is
+    another process and holds none of its predecessor's leases."""
+
+    def __init__(self, total: int) -> None:
+        self.numbers: dict[tuple[str, str], int] = {}
+        self.lessee = array("i", [-1]) * total
+        self.more: dict[int, set[int]] = {}
+        #: Told every lease :meth:`grant` makes (a :class:`LeaseLog`'s ``append``; None:
+        #: not kept).
+        self.log: LeaseHook | None = None
+
+    def grant(self, name: str, session: str, indexes: list[int]) -> None:
+        """Node ``name``'s process ``session`` was handed the jobs ``indexes``."""
+        if self.log is not None:
+            self.log(name, session, indexes)
+        self._mark(self.numbers.setdefault((name, session), len(self.numbers)), indexes)
+
+    def load(self, leases: Iterable[tuple[str, str, list[int]]]) -> int:
+        """The leases an earlier master of the run made (:func:`read_leases`), not logged
+        again; how many jobs they name."""
+        count = 0
+        for name, session, indexes in leases:
+            if indexes:
+                self._mark(self.numbers.setdefault((name, session), len(self.numbers)),
+                           indexes)
+                count += len(indexes)
+        return count
+
+    def holds(self, i: int, name: str, session: str) -> bool:
+        """Whether job ``i`` was handed to node ``name``'s process ``session`` (and not
+        released since)."""
+        number = self.numbers.get((name, session), -1)
+        return number >= 0 and (self.lessee[i] == number or number in self.more.get(i, ()))
+
+    def release(self, i: int, name: str, session: str) -> None:
+        """Node ``name``'s process ``session`` no longer holds a lease of job ``i`` (its
+        try was put back)."""
+        number = self.numbers.get((name, session), -1)
+        if number < 0:
+            return
+        if self.lessee[i] == number:
+            others = self.more.pop(i, set())
+            self.lessee[i] = others.pop() if others else -1
+            if others:
+                self.more[i] = others
+        else:
+            self.more.get(i, set()).discard(number)
+
+    def _mark(self, number: int, indexes: list[int]) -> None:
+        lessee, more = self.lessee, self.more
+        first, n = indexes[0], len(indexes)
+        if consecutive(indexes) and lessee[first:first + n].count(-1) == n:
+            # Jobs never handed out before, in order (the usual batch): one slice.
+            lessee[first:first + n] = array("i", [number]) * n
+            return
+        for i in indexes:
+            first = lessee[i]
+            if first < 0:
+                lessee[i] = number
+            elif first != number:
+                more.setdefault(i, set()).add(number)

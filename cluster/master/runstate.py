@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, cast
 from cluster.config import DEFAULTS, Config
 from cluster.master.joblist import JobList, as_job_list, consecutive
 from cluster.master.journal import format_line, journal_result, line_prefix, result_text, split_line
+from cluster.master.leases import Leases
 from cluster.master.placement import RunPolicy
 from cluster.master.results import Results
 from cluster.master.reuseverify import RECORD_FILE, ReuseChecks, grouped, prefix
@@ -93,7 +94,6 @@ from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
 
 if TYPE_CHECKING:
-    from cluster.master.leases import LeaseHook
     from cluster.master.reuse import RunReuse
 
 Suitability = Callable[[str], tuple[bool, str]]
@@ -274,19 +274,9 @@ class RunState:
         self.holders = array("H", [0]) * len(self.jobs)
         self.running = 0
         self.nodes: dict[str, NodeInfo] = {}
-        # Who was handed each job, ever in this run (a result is taken only from them):
-        # ``lessee[i]`` is the number (``lease_numbers``) of the first node process given
-        # job i (-1: none yet), ``more_lessees`` the others for the few jobs handed out
-        # again.  A number is a (node name, session) pair's: a restarted node under the
-        # same name is another process, and holds none of its predecessor's leases.  4
-        # bytes a job, not a set per node: sized for a million jobs.  -1 is never a
-        # number, so "no lessee" never matches "no number" (:meth:`leased`).
-        self.lease_numbers: dict[tuple[str, str], int] = {}
-        self.lessee = array("i", [-1]) * len(self.jobs)
-        self.more_lessees: dict[int, set[int]] = {}
-        #: Told every lease as it is made (the master's :class:`~cluster.master.leases.
-        #: LeaseLog`, so that a successor knows them; None: not kept).
-        self.lease_log: LeaseHook | None = None
+        # Who was handed each job, ever in this run, by node process (a result is taken
+        # only from them; a successor master learns them from the log): Leases.
+        self.leases = Leases(len(self.jobs))
         #: The nodes by number for the sweeps' retries (:attr:`tried`): a name's, whatever
         #: its session (a node that tried a task is avoided for it after a restart too).
         self.node_numbers: dict[str, int] = {}
@@ -536,7 +526,7 @@ class RunState:
             if batch:
                 if node.state is NodeState.DONE:
                     node.state = NodeState.READY  # DONE -> READY: work came back after a death
-                self._lease(node, batch)
+                self.leases.grant(node.name, node.session, batch)
                 return out(Reply(protocol.JOBS, tuple(self.jobs.lines(batch))))
             return out(Reply(protocol.CONTINUE))
         if self.hold_end:
@@ -567,7 +557,8 @@ class RunState:
             self.node_numbers.setdefault(name, len(self.node_numbers)))
         node = self.nodes.get(name)
         if node is not None:
-            self._unlease(i, node)  # that try is over: a result of it is refused now
+            # That try is over: a result of it is refused now.
+            self.leases.release(i, node.name, node.session)
         holders = self.holders
         if node is not None and node.held.pop(test, None) is not None and holders[i]:
             holders[i] -= 1
@@ -923,70 +914,16 @@ class RunState:
             node.errors += errors
             node.timeouts += sum(map(codes.count, _TIMEOUT_DIGITS))
 
-    def _lease(self, node: NodeInfo, indexes: list[int]) -> None:
-        """Remember that ``node`` (its name and session) was handed the jobs ``indexes``,
-        and tell :attr:`lease_log`."""
-        numbers = self.lease_numbers
-        number = numbers.setdefault((node.name, node.session), len(numbers))
-        if self.lease_log is not None:
-            self.lease_log(node.name, node.session, indexes)
-        self._mark_leased(number, indexes)
-
-    def load_leases(self, leases: Iterable[tuple[str, str, list[int]]]) -> int:
-        """The leases an earlier master of the run made (:func:`cluster.master.leases.
-        read_leases`): their nodes' results are taken here as they were there.  How many."""
-        numbers = self.lease_numbers
-        count = 0
-        for name, session, indexes in leases:
-            if indexes:
-                self._mark_leased(numbers.setdefault((name, session), len(numbers)),
-                                  indexes)
-                count += len(indexes)
-        return count
-
-    def _mark_leased(self, number: int, indexes: list[int]) -> None:
-        lessee, more = self.lessee, self.more_lessees
-        first, n = indexes[0], len(indexes)
-        if consecutive(indexes) and lessee[first:first + n].count(-1) == n:
-            # Jobs never handed out before, in order (the usual batch): one slice.
-            lessee[first:first + n] = array("i", [number]) * n
-            return
-        for i in indexes:
-            first = lessee[i]
-            if first < 0:
-                lessee[i] = number
-            elif first != number:
-                more.setdefault(i, set()).add(number)
-
     def leased(self, i: int, node: NodeInfo) -> bool:
         """Whether job ``i`` was handed to ``node``'s process (its name and session) in
         this run, and that try was not put back as not valid (:meth:`retry`)."""
-        return self._holds_lease(i, self.lease_numbers.get((node.name, node.session), -1))
+        return self.leases.holds(i, node.name, node.session)
 
     def leased_to(self, name: str, test: str, session: str = "") -> bool:
         """Whether job ``test`` was handed to the process ``session`` of node ``name`` in
         this run (:meth:`leased`)."""
         i = self.jobs.index.get(test)
-        return i is not None and self._holds_lease(
-            i, self.lease_numbers.get((name, session), -1))
-
-    def _holds_lease(self, i: int, number: int) -> bool:
-        # -1 (no number: never handed anything) never matches -1 (no lessee yet).
-        return number >= 0 and (self.lessee[i] == number
-                                or number in self.more_lessees.get(i, ()))
-
-    def _unlease(self, i: int, node: NodeInfo) -> None:
-        """``node``'s process no longer holds a lease of job ``i``."""
-        number = self.lease_numbers.get((node.name, node.session), -1)
-        if number < 0:
-            return
-        if self.lessee[i] == number:
-            others = self.more_lessees.pop(i, set())
-            self.lessee[i] = others.pop() if others else -1
-            if others:
-                self.more_lessees[i] = others
-        else:
-            self.more_lessees.get(i, set()).discard(number)
+        return i is not None and self.leases.holds(i, name, session)
 
     def _drop(self, node: NodeInfo, reason: str, notes: list[str], lost: bool = True) -> None:
         """``node`` leaves the run, its unfinished jobs put back (in a ``no_reschedule``

@@ -67,8 +67,8 @@ def test_jobs_handed_out_again_may_come_back_from_every_node_that_got_them() -> 
 
 def test_lease_memory_is_an_array_not_a_set_per_node() -> None:
     state = RunState(RUN, jobs(1000), 0)
-    assert state.lessee.itemsize == 4 and len(state.lessee) == 1000
-    assert not state.more_lessees
+    assert state.leases.lessee.itemsize == 4 and len(state.leases.lessee) == 1000
+    assert not state.leases.more
 
 
 def test_no_lessee_never_matches_a_node_never_handed_a_job() -> None:
@@ -136,7 +136,7 @@ def test_the_lease_log_round_trips_and_skips_what_is_torn(tmp_path: Path) -> Non
     assert list(read_leases(path, 10)) == [("n1", "ab" * 8, [0, 1, 2, 3]),
                                            ("n2", "", [5, 7, 8, 9])]
     state = RunState(RUN, jobs(10), 0)
-    assert state.load_leases(read_leases(path, 10)) == 8
+    assert state.leases.load(read_leases(path, 10)) == 8
     assert state.leased_to("n1", state.jobs.names[3], "ab" * 8)
     assert state.leased_to("n2", state.jobs.names[8])
     assert not state.leased_to("n2", state.jobs.names[6])
