@@ -4,7 +4,7 @@
 Usage: python3 bench/master_handler.py [--jobs 1000000] [--nodes 1000] [--slots 8]
                                        [--reps 3] [--stages] [--ordered] [--keep DIR]
 
-The handler (:class:`cluster.master.handler.RequestHandler`) is bound to a real run state
+The handler (:class:`cluster.master.serve.handler.RequestHandler`) is bound to a real run state
 over a jobs file of M lines, a real journal and audit trail, and called directly by K
 simulated nodes in turn, with no sockets and no other process: each call carries the
 results of every job the node was given by the call before, signed as a node signs it, and
@@ -14,7 +14,7 @@ figures compare trees, where master_load (sockets, a client process, the machine
 moves by 20% from one hour to the next.
 
 ``--ordered`` serves the jobs file as the master leaves it for a run whose baseline knows
-every test's time (issue 26: slowest first, :mod:`cluster.master.joborder`; the times spread
+every test's time (issue 26: slowest first, :mod:`cluster.master.model.joborder`; the times spread
 over 0-10 s), and prints the rewrite's seconds as ``order_s``: the handler's cost must not
 depend on it.
 
@@ -46,12 +46,13 @@ if __package__ in (None, ""):
 
 from bench.common import figures, start  # noqa: E402
 from cluster import nodekeys  # noqa: E402
-from cluster.master import joborder, journal  # noqa: E402
-from cluster.master.audit import AuditLog  # noqa: E402
-from cluster.master.handler import RequestHandler, RunSession  # noqa: E402
-from cluster.master.joblist import JobFile  # noqa: E402
-from cluster.master.keycache import run_keys  # noqa: E402
-from cluster.master.runstate import RunState, Settings  # noqa: E402
+from cluster.master.files import journal
+from cluster.master.files.audit import AuditLog  # noqa: E402
+from cluster.master.files.keycache import run_keys  # noqa: E402
+from cluster.master.model import joborder
+from cluster.master.model.joblist import JobFile  # noqa: E402
+from cluster.master.serve.handler import RequestHandler, RunSession  # noqa: E402
+from cluster.master.state.runstate import RunState, Settings  # noqa: E402
 from cluster.report.tab import write_tab_lines  # noqa: E402
 from cluster.wire import protocol, signing  # noqa: E402
 

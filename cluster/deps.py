@@ -196,7 +196,7 @@ def needs_look(spec: RunSpec) -> bool:
 
 def implicit(spec: RunSpec, priority: int, position: int, queued: Queued) -> tuple[Dep, ...]:
     """The runs a bmpcmp run waits for without naming them: it compares its user's newest
-    run (``cluster.master.finish.last_user_run``), so every other run of that user queued
+    run (``cluster.master.end.finish.last_user_run``), so every other run of that user queued
     before it in its own queue (``position``: its index there), or anywhere in another
     priority's queue, ends first.  Whether they end well does not matter."""
     if not is_bmpcmp(spec) or spec.kind != "user":

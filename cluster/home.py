@@ -38,20 +38,20 @@ Layout of a home::
     node-code/           the node side of the package, published for nodes to fetch, and
                          its MANIFEST (an md5 per file)
     node-code.lock       held by the supervisor while a tick publishes node-code/; a run
-                         started at that tick waits for it (cluster/master/codelock.py)
+                         started at that tick waits for it (cluster/master/files/codelock.py)
     node-keys/<name>.key each node's own key (0600 in a 0700 folder; cluster/nodekeys.py)
     heartbeat.nonces     the monitor's replay guard, saved for the monitor after it
     runs/<id>/audit.log  every node connection of the run and every refusal (archived)
     tests/               the test corpus
     runs/<id>/leases     which node process was handed which jobs (one line per JOBS
-                         reply), for a master that takes the run over (master/leases.py)
+                         reply), for a master that takes the run over (master/model/leases.py)
     runs/<id>/nonces     the nonces the run's masters accepted, for a successor's guard
     result-cache/        the results of the last complete runs by job key, each with the
-                         node and run that made it (cluster/master/resultcache.py);
+                         node and run that made it (cluster/master/cache/resultcache.py);
                          result-cache/withdrawn: program builds a failed check withdrew
-                         (cluster/master/reuseverify.py); runs/<id>/builds: the program
+                         (cluster/master/cache/reuseverify.py); runs/<id>/builds: the program
                          digests of a running run's nodes, runs/<id>/keychanges: what
-                         each node said moved in a program's key (cluster/master/reuse.py);
+                         each node said moved in a program's key (cluster/master/cache/reuse.py);
                          runs/<id>/reuse-checks: the checks of the reused results
     log/                 logs of the master processes
     resources.json       the resource file (issue 24; cluster.wire.resources), unless
@@ -126,7 +126,7 @@ class Home:
         return self.per_priority("status", priority)
 
     def live(self, priority: int) -> Path:
-        """``live[.p].json``: the running run's live status (see cluster.master.livestatus)."""
+        """``live[.p].json``: the running run's live status (cluster.master.state.livestatus)."""
         return self.per_priority("live.json", priority)
 
     def node_down(self, name: str) -> Path:
@@ -185,7 +185,7 @@ class Home:
     @property
     def groups(self) -> Path:
         """``groups/``: one file per node group, ``groups/<name>``, listing node names one a
-        line (issue 25; :mod:`cluster.master.groups`)."""
+        line (issue 25; :mod:`cluster.master.files.groups`)."""
         return self.root / "groups"
 
     def group(self, name: str) -> Path:
@@ -214,7 +214,7 @@ class Home:
     @property
     def node_code_lock(self) -> Path:
         """``node-code.lock``: held while the supervisor publishes ``node-code/``
-        (:mod:`cluster.master.codelock`)."""
+        (:mod:`cluster.master.files.codelock`)."""
         return self.root / "node-code.lock"
 
     def audit_log(self, run_id: str) -> Path:

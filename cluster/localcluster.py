@@ -70,7 +70,7 @@ from cluster.config import Config
 from cluster.defaults import REPO_ROOT
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master import pidfile
+from cluster.master.run import pidfile
 from cluster.node.transport import LocalTransport
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import proc
@@ -741,7 +741,7 @@ class LocalCluster:
     def _wait_ended(self, spec: RunSpec, run_id: str, end: float, priority: int) -> None:
         """Wait (up to monotonic ``end``) for the last of the master's end steps of the run
         archived as ``run_id``: the run leaves its queue, then its working folder goes,
-        whatever the outcome (:class:`cluster.master.endrun.RunEnder`)."""
+        whatever the outcome (:class:`cluster.master.end.endrun.RunEnder`)."""
         queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
         self._wait_until(lambda: spec not in queue.read(), end)
         folder = self.home.run_dir(run_id)

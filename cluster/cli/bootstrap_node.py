@@ -50,7 +50,7 @@ lines, one line in that account's ``--authorized-keys`` (default ~/.ssh/authoriz
 
 for the node's public key (``--node-public-key FILE``; default: the ``.pub`` beside
 ``--send-master-key``, or derived from it).  Through the gate (nodegate.py,
-cluster/master/gate.py) the node reads the master home over SFTP but ``cluster.secret``,
+cluster/master/gate/gate.py) the node reads the master home over SFTP but ``cluster.secret``,
 ``node-keys/`` other than its own key, and ``ssh/``; lists and fetches (rsync) folders of the
 home; writes only its upload area (``runs/<id>/logs/<name>.log``, ``.build.log``,
 ``runs/<id>/bmpcmp/``); and runs nothing else.
@@ -74,7 +74,7 @@ from cluster import config, datatypes, nodekeys
 from cluster.cli import common, progname
 from cluster.defaults import EXIT_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
-from cluster.master import gate
+from cluster.master.gate import gate
 from cluster.node import bootstrap
 from cluster.node.bootstrap import Bootstrap, NodeSettings
 from cluster.runtime import proc

@@ -75,7 +75,7 @@ from cluster.console import admin, cronlist
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
-from cluster.master import groups
+from cluster.master.files import groups
 from cluster.triggers import dag
 
 PROG = progname.prog("clusteradmin.py")

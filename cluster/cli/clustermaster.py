@@ -22,7 +22,7 @@ from cluster.cli import common
 from cluster.defaults import EXIT_FAILED, EXIT_USAGE, PRIORITIES
 from cluster.errors import ClusterError
 from cluster.home import suffixed
-from cluster.master import invocation
+from cluster.master.run import invocation
 
 
 def priority_from_name(argv0: str) -> int:

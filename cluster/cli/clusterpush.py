@@ -77,7 +77,7 @@ from cluster.datatypes import PRODUCTS
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError, SshError
 from cluster.home import Home
-from cluster.master.abort import request_abort
+from cluster.master.files.abort import request_abort
 from cluster.queue import SWEEP_ONLY_OPTIONS, RunSpec
 from cluster.runoptions import RunOptionError
 from cluster.runtime.ssh import SshTarget

@@ -52,7 +52,7 @@ from cluster.cli import common, progname
 from cluster.config import Config
 from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
-from cluster.master.resources import resource_path
+from cluster.master.files.resources import resource_path
 from cluster.provision.engine import PENDING, RUNNING, Engine
 from cluster.provision.jobkeys import JobKeys
 from cluster.provision.scaler import Demand, Provisioner, ScaleSettings, Step

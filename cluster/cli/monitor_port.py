@@ -32,7 +32,8 @@ import argparse
 from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK
 from cluster.home import Home
-from cluster.master import monitor
+from cluster.master.daemon import monitor
+from cluster.master.files import nodefiles
 from cluster.runtime.service import StopFlag, install_signal_handlers
 
 #: This command's name in its usage line and messages (see progname).
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args, cfg = parsed
     home = Home(cfg.home)
     if args.nodes:
-        for name, (age, status) in sorted(monitor.nodes_seen(home).items()):
+        for name, (age, status) in sorted(nodefiles.nodes_seen(home).items()):
             print(f"{name} {age:.0f} {status}".rstrip())
         return EXIT_OK
     common.setup_logging(home.log_dir / LOG_NAME, quiet=args.quiet)

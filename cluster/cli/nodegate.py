@@ -6,7 +6,7 @@ Usage (in the master account's authorized_keys, written by ``bootstrap_node.py -
 
 sshd runs it for every session of that key, with what the node asked for in
 ``SSH_ORIGINAL_COMMAND``.  It lets through only what a node does, within the node's part of
-the master home ``HOME`` (cluster/master/gate.py, cluster/master/gatepolicy.py):
+the master home ``HOME`` (cluster/master/gate/gate.py, cluster/master/gate/gatepolicy.py):
 
 * SFTP, served by the gate itself: reading any file of the home except ``cluster.secret``,
   ``node-keys/`` (but ``node-keys/NAME.key``) and ``ssh/``; writing only the node's upload
@@ -38,7 +38,7 @@ from cluster import config
 from cluster.datatypes import valid_node_name
 from cluster.defaults import EXIT_USAGE
 from cluster.errors import ConfigError
-from cluster.master.gate import Gate
+from cluster.master.gate.gate import Gate
 
 PROG = "nodegate.py"
 

@@ -19,7 +19,7 @@ ships the developer's own copy of the package to the master as one zip file (run
     ``{"error": ..., "aborted": ...}``) on stdout.
 ``abort --home H --user U``
     :func:`cluster.triggers.push.abort_pushes` (the user's pushes in flight and droppings
-    not yet queued), then :func:`cluster.master.abort.request_abort`; prints :data:`MARKER`
+    not yet queued), then :func:`cluster.master.files.abort.request_abort`; prints :data:`MARKER`
     and ``{"stopped": N, "removed": N, "running": ID-or-null}`` (or ``{"error": ...}``) on
     stdout.
 
@@ -44,7 +44,7 @@ from pathlib import Path
 from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master.abort import request_abort
+from cluster.master.files.abort import request_abort
 from cluster.queue import RunSpec
 from cluster.triggers.push import (
     PushAborted,

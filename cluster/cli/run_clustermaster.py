@@ -16,18 +16,18 @@ clustermaster1.pl and clustermaster2.pl every 10 seconds."  Here:
   is appended to ``<home>/log/run_clustermaster.children.log``.  A priority that surely has
   nothing to do is not started at that round: nothing its phase 1 could find, and either a
   live master holding its PID file, or no queued run, no PID file and no run end to finish
-  (:func:`cluster.master.idle.surely_idle`);
+  (:func:`cluster.master.run.idle.surely_idle`);
 * a priority whose queue changes is started at once, between rounds;
 * SIGTERM or SIGINT stops the loop.  Running clustermasters are left to finish their run,
   unless ``--kill-children`` is given: then they get SIGTERM (a second signal: SIGKILL).
 * every round publishes the node side of this repo into ``<home>/node-code/`` with its
-  MANIFEST (:class:`cluster.master.supervisor.NodeCodePublisher`), which the nodes'
+  MANIFEST (:class:`cluster.master.daemon.supervisor.NodeCodePublisher`), which the nodes'
   clusterpull fetches when it changed (self_update); it does so while the round's
   clustermasters start, holding ``<home>/node-code.lock``, and a run is announced only once
-  the publish let go of it (:mod:`cluster.master.codelock`);
+  the publish let go of it (:mod:`cluster.master.files.codelock`);
 * every ``resource_interval`` seconds (and at the first round) it rewrites the resource file
   (``resource_file``, default ``<home>/resources.json``) for provisioners and ephemeral
-  nodes (:class:`cluster.master.resources.ResourceWriter`; docs/provisioning.md);
+  nodes (:class:`cluster.master.files.resources.ResourceWriter`; docs/provisioning.md);
 * ``--once`` starts each of the three once, idle or not, and exits (for tests and manual
   use);
 * it logs to ``<home>/log/run_clustermaster.log`` and to stderr; ``--quiet`` (for crontab
@@ -51,9 +51,9 @@ from pathlib import Path
 from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
 from cluster.errors import ClusterError, ConfigError
-from cluster.master import idle
-from cluster.master.resources import ResourceWriter
-from cluster.master.supervisor import NodeCodePublisher, Supervisor
+from cluster.master.daemon.supervisor import NodeCodePublisher, Supervisor
+from cluster.master.files.resources import ResourceWriter
+from cluster.master.run import idle
 from cluster.runtime.service import StopFlag, install_signal_handlers
 from cluster.triggers.discovery import WorkWatcher
 

@@ -12,9 +12,10 @@ Reading commands return JSON-able dicts built from :mod:`cluster.console.status`
 
 Steering commands write the files the master and the monitor act on:
 
-* :func:`stop` -- a running run: ``runs/<id>/stop`` (:func:`cluster.master.abort.request_stop`;
-  the master serving it ends it as aborted, "stopped by <who>[: reason]"); a waiting run:
-  withdrawn from its queue (:meth:`cluster.queue.QueueFile.withdraw`);
+* :func:`stop` -- a running run: ``runs/<id>/stop``
+  (:func:`~cluster.master.files.abort.request_stop`; the master serving it ends it as
+  aborted, "stopped by <who>[: reason]"); a waiting run: withdrawn from its queue
+  (:meth:`cluster.queue.QueueFile.withdraw`);
 * :func:`stop_all` -- every running run and every waiting run;
 * :func:`disable_node` / :func:`enable_node` -- ``nodes/<name>.down`` (first line
   ``disabled by <who> at <ISO time>``, then the reason): the master gives a disabled node
@@ -43,7 +44,7 @@ from cluster.datatypes import valid_node_name
 from cluster.defaults import PRIORITIES
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
-from cluster.master import abort, groups
+from cluster.master.files import abort, groups
 from cluster.queue import QueueFile, RunSpec
 from cluster.report import indeterminate
 from cluster.runtime import fsutil

@@ -2,7 +2,7 @@
 aid behind ``clusteradmin history TEST``).
 
 What "changed" compares against follows how the end of a run compares tables
-(:mod:`cluster.master.finish`):
+(:mod:`cluster.master.end.finish`):
 
 * **git and auto runs** make the baseline stream (``tables/current.tab``, which each of them
   updates for the products it tested).  A run of that stream changed the test when its
@@ -37,12 +37,11 @@ from typing import Any, BinaryIO
 from cluster.console.status import parse_info, run_started
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master.ending import Outcome
-from cluster.master.finish import BASELINE_KINDS
+from cluster.master.files.ending import BASELINE_KINDS, Outcome
 
 #: Below this many bytes between the bounds, the bisection reads lines in order.
 _SCAN = 8192
-#: Where a commit run's report names the author (cluster.master.endrun.run_header's lines).
+#: Where a commit run's report names the author (cluster.master.end.endrun.run_header's lines).
 _AUTHOR = re.compile(r"^Author: (.*)$", re.MULTILINE)
 #: How much of a report is read for the author line [bytes].
 _REPORT_HEAD = 4096

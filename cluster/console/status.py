@@ -97,7 +97,7 @@ from cluster.console import provisioning, sweepdetail
 from cluster.defaults import BMPCMP_DIR, PRIORITIES
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
-from cluster.master import ending, journal
+from cluster.master.files import ending, journal
 from cluster.queue import SWEEP, QueueFile, RunSpec
 from cluster.report import indeterminate
 from cluster.wire.jobstart import JobStart
@@ -112,11 +112,11 @@ RECENT = 20
 QUEUED_REF = re.compile(r"p([0-9]+):([1-9][0-9]*)")
 #: run.info's summary lines (written by the master at the end of a run), as integers.
 SUMMARY_KEYS = ("nodes", "differences", "errors", "indeterminate")
-#: Where a bmpcmp run's page is, inside its archive folder (cluster.master.finish).
+#: Where a bmpcmp run's page is, inside its archive folder (cluster.master.end.finish).
 BMPCMP_PAGE = f"{BMPCMP_DIR}/index.html"
 #: Lines of report.txt that run_detail shows of a finished run.
 REPORT_HEAD = 40
-#: The files of nodes/ that tell of a node (cluster.master.monitor, clusteradmin).
+#: The files of nodes/ that tell of a node (cluster.master.daemon.monitor, clusteradmin).
 NODE_FILES = ("up", "status", "caps", "down")
 #: Finished runs whose per-node tables run_detail keeps (a .tab can be large).
 DETAIL_CACHE = 4

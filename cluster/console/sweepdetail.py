@@ -33,7 +33,7 @@ from cluster.sweep.attempts import read_attempts
 FAILED_LISTED = 200
 #: The largest tries file read for a running sweep's view [bytes] (about 40,000 tries).
 LIVE_READ_BYTES = 4 << 20
-#: The names the master gives them (cluster.master.sweepend).
+#: The names the master gives them (cluster.master.end.sweepend).
 RESULTS_TSV = "results.tsv"
 ATTEMPTS_FILE = "sweep-attempts.tsv"
 

@@ -26,7 +26,7 @@ The node reads job.start, then talks to the master on base_port + priority:
   binaries' folder and sends the missing ones with every call, beside ``built``
   (``unbuilt``, issue 22): the master hands it no job calling them, and decides whose fault
   the missing program is (this node's when another node's build made it, the tree's when
-  no node's did: :mod:`cluster.master.runstate`).
+  no node's did: :mod:`cluster.master.state.runstate`).
 * JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
   (:mod:`cluster.node.slots`); one running longer than ``job_timeout`` seconds is killed as a
   whole tree (SIGHUP, then SIGKILL).  A node running as root with ``job_user`` set runs

@@ -1,7 +1,7 @@
 """Differences confirmed and indeterminate tests (issue 26, items 3 and 4), as plain facts.
 
 A test whose output changed against the baseline is run a second time before the run is
-reported (:mod:`cluster.master.confirm`).  Here, with no master code:
+reported (:mod:`cluster.master.serve.confirm`).  Here, with no master code:
 
 * :func:`judge`: a test's verdict from its digests -- the baseline's, the run's first and
   the second run's (a digest is the md5, or ``error <code>`` for a test that errored):

@@ -376,8 +376,8 @@ def merged_lines(old: Previous, new: Mapping[str, TabRow],
 
     A merge of two name-ordered streams: *old* (a :class:`TabFile` is read as it goes) and
     the names of *new*.  For a *new* of a million rows made on demand
-    (:class:`cluster.master.results.ResultTable`) a table with a ``line(name)`` method gives its
-    lines without TabRows.  Neither table is ever held whole.
+    (:class:`cluster.master.model.results.ResultTable`) a table with a ``line(name)``
+    method gives its lines without TabRows.  Neither table is ever held whole.
     """
     tested = product_columns(tested_products)
     line_of = getattr(new, "line", None)

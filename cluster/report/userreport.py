@@ -107,7 +107,7 @@ def render_user_report(current: Mapping[str, TabRow], vs_baseline: Comparison,
 
     *vs_baseline* compares *current* with the baseline (a baseline comparison when there is
     none), *vs_push* with the user's previous push (None: the first push).
-    ``facts.header`` (the run header, :func:`cluster.master.endrun.run_header`) comes
+    ``facts.header`` (the run header, :func:`cluster.master.end.endrun.run_header`) comes
     first, once; lost nodes and late duplicates are reported once, in the first comparison.
     *clean* is the master's clean tree of the pushed product (None: there is none), *pushed*
     the tree the user pushed.

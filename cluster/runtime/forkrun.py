@@ -2,7 +2,7 @@
 
 The master runs two programs before a run can start: build.py, which makes the job list
 (seed 000: clustermaster.pl ran build.pl), and the slowest-first ordering of that list
-(:mod:`cluster.master.joborder`, a child so that its memory goes back whole when it ends).
+(:mod:`cluster.master.model.joborder`, a child so that its memory goes back whole when it ends).
 Each used to be a new Python interpreter with its imports: 0.1-0.2 s apiece on a two-core
 machine, more than the work itself for a small corpus.  :func:`run` calls the program's
 ``main`` in a ``fork`` of the caller instead: the same code with the same arguments, its

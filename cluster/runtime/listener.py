@@ -1,7 +1,7 @@
 """The skeleton of the cluster's three listeners: one thread, non-blocking sockets.
 
-The master's node port (:class:`cluster.master.server.NodeServer`), the monitor's heartbeat
-port (:class:`cluster.master.monitor.MonitorServer`) and the status page
+The master's node port (:class:`cluster.master.serve.server.NodeServer`), the monitor's heartbeat
+port (:class:`cluster.master.daemon.monitor.MonitorServer`) and the status page
 (:class:`cluster.console.httpd.StatusServer`) serve many short connections from one thread
 over a selector, so that a slow or silent client costs a socket and a small record, never a
 thread or another client's turn (issues 10 and 20).  What they share is written here once,

@@ -1,7 +1,7 @@
 """A small SFTP (version 3) server over a pair of file descriptors, with a pluggable file system.
 
 OpenSSH's ``sftp-server`` cannot limit which paths a client reaches; a program run as an
-ssh forced command (the node gate, :mod:`cluster.master.gate`) serves SFTP itself with this
+ssh forced command (the node gate, :mod:`cluster.master.gate.gate`) serves SFTP itself with this
 module instead, deciding every path through a :class:`FileSystem` of its own.
 
 Only the requests a client needs to read small files and upload files atomically are

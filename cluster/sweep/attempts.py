@@ -1,6 +1,6 @@
 """``runs/<id>/sweep-attempts.tsv``: one line per try of a sweep task, as the master judged it.
 
-The master (:mod:`cluster.master.sweepintake`) appends a line for every result of a sweep
+The master (:mod:`cluster.master.serve.sweepintake`) appends a line for every result of a sweep
 task it takes, valid or not; a master that takes the run over reads the file back for the
 tries made so far, and the end of the run (the report room, which never imports the
 master) reads each task's last line for ``results.tsv``.  This module is the format, so

@@ -147,7 +147,7 @@ class Running:
     unknown: bool = False
 
 
-#: The end record of a run (cluster.master.ending: ``runs/<id>/end``), read here by its
+#: The end record of a run (cluster.master.files.ending: ``runs/<id>/end``), read here by its
 #: documented format: ``start <job.start line>`` lines, and ``done dequeue`` once the run's
 #: line has left the queue.
 END_RECORD = "end"

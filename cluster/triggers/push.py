@@ -3,7 +3,7 @@
 The tree is mirrored to ``users/<user>/<tree>`` in the master home (``tree`` is ``ghostpdl``
 for gs, pdfwrite and ps2write, ``mupdf`` for mupdf), then a ``cluster_command.run``
 dropping holding the run's queue line is left beside it.  Priority-0 clustermasters pick
-droppings up in phase 1.  ``abort`` is :mod:`cluster.master.abort`.
+droppings up in phase 1.  ``abort`` is :mod:`cluster.master.files.abort`.
 
 What is sent (ARTIFEX §6.1/§6.2): the whole tree except what :func:`is_excluded` names
 (version control, build outputs, rendered images, the cluster's own droppings) and files

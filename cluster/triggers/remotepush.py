@@ -186,7 +186,7 @@ class RemotePushed:
 
 @dataclass(frozen=True)
 class RemoteAborted:
-    """What a remote abort did (as :class:`cluster.master.abort.AbortOutcome`), and how
+    """What a remote abort did (as :class:`cluster.master.files.abort.AbortOutcome`), and how
     many pushes in flight or not yet queued it stopped
     (:func:`cluster.triggers.push.abort_pushes`)."""
 
@@ -521,7 +521,7 @@ def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "pyth
                  connect_timeout: float = 15.0, retries: int = 1,
                  cache: str = REMOTE_CACHE) -> RemoteAborted:
     """``clusterpush.py --master ... abort``: on the master, what a local abort does
-    (:func:`cluster.master.abort.request_abort`, by the shipped code).  SshError when the
+    (:func:`cluster.master.files.abort.request_abort`, by the shipped code).  SshError when the
     master cannot be reached or refuses us, ClusterError when the abort failed there."""
     where = target.where()
     status, out, err = _run_shipped(target, python, ["abort", f"--home={home}",

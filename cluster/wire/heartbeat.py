@@ -34,7 +34,7 @@ signature ...``, ``ERROR replayed nonce ...``, unsigned) and records nothing of 
 signs and verifies.
 
 The request is bounded: :data:`MAX_LINES` lines of at most :data:`MAX_LINE` bytes, at most
-:data:`MAX_SKIP` skip ids in all.  The server is :mod:`cluster.master.monitor`, the client
+:data:`MAX_SKIP` skip ids in all.  The server is :mod:`cluster.master.daemon.monitor`, the client
 :mod:`cluster.node.heartbeat`.
 """
 

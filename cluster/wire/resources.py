@@ -2,7 +2,7 @@
 
 CL-MW (seed 004) keeps a *resource file* that says whether the master is alive, whether its
 computation runs or is finished, how many workers it wants and how to start one.  This is
-that file's format: a JSON object, written by the master (:mod:`cluster.master.resources`)
+that file's format: a JSON object, written by the master (:mod:`cluster.master.files.resources`)
 and read by ephemeral nodes and the provisioner.  It never holds a secret.  The fields are
 described in docs/provisioning.md ("The resource file").
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import pytest
 
-from cluster.master.server import NodeServer
+from cluster.master.serve.server import NodeServer
 
 
 class Handler(Protocol):

@@ -21,8 +21,8 @@ import pytest
 
 from cluster.defaults import EXIT_PORT_TAKEN
 from cluster.home import Home
-from cluster.master import monitor
-from cluster.master.monitor import MonitorServer
+from cluster.master.daemon import monitor
+from cluster.master.daemon.monitor import MonitorServer
 from cluster.node import heartbeat as node_heartbeat
 from tests.helpers import REPO, give_key, wait_for
 

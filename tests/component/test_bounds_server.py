@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.master.server import NodeServer
+from cluster.master.serve.server import NodeServer
 from cluster.runtime.peers import connection_limit
 from tests.helpers import REPO, talk, wait_for
 
@@ -29,7 +29,7 @@ HONEST = b"node good\nid run-1\nOK\n"
 SERVER = """\
 import logging, sys
 sys.path.insert(0, {repo!r})
-from cluster.master.server import NodeServer
+from cluster.master.serve.server import NodeServer
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
 # The node protocol's own line limits (64 KiB lines, 200,000 lines) let ~13 GB through;
 # only max_request and max_buffered stand between a hostile peer and the master's memory.

@@ -106,9 +106,9 @@ def test_the_status_is_the_mains(tmp_path: Path, code: int) -> None:
 
 def test_the_master_orders_a_jobs_file_in_a_fork_and_only_with_a_baseline(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """cluster.master.joborder.order_run_jobs: the ordering runs in a forked child, what
+    """cluster.master.model.joborder.order_run_jobs: the ordering runs in a forked child, what
     it did is logged; without tables/current.tab nothing is started at all."""
-    from cluster.master.joborder import order_run_jobs
+    from cluster.master.model.joborder import order_run_jobs
     from cluster.report.tab import TabRow, write_tab
 
     def job(name: str) -> str:

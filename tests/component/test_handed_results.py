@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cluster.home import Home
-from cluster.master.leases import LEASES_FILE
+from cluster.master.model.leases import LEASES_FILE
 from cluster.records import Job
 from cluster.report.tab import read_tab
 from cluster.wire import protocol, signing

@@ -20,7 +20,7 @@ import pytest
 
 from cluster.home import Home
 from cluster.localcluster import LocalCluster, LocalClusterError
-from cluster.master import monitor
+from cluster.master.daemon import monitor
 from tests.helpers import REPO, free_port
 
 #: What "at once" means here, generously [seconds]; the scripts' own timeouts are 600 s.

@@ -23,7 +23,7 @@ import pytest
 
 from cluster.config import Config
 from cluster.home import Home
-from cluster.master.monitor import MonitorServer
+from cluster.master.daemon.monitor import MonitorServer
 from cluster.node import heartbeat as node_heartbeat
 from cluster.node import pull
 from cluster.node.heartbeat import HeartbeatStopped

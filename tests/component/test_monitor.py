@@ -1,6 +1,6 @@
 """Component tests of the heartbeat monitor: a real server on 127.0.0.1 port 0, real clients.
 
-Covers cluster.wire.heartbeat (the format), cluster.master.monitor (the server),
+Covers cluster.wire.heartbeat (the format), cluster.master.daemon.monitor (the server),
 cluster.node.heartbeat (the client) and the heartbeat.py / monitor_port.py scripts.
 """
 
@@ -23,8 +23,9 @@ import pytest
 
 from cluster.errors import AlreadyRunning, ProtocolError
 from cluster.home import Home
-from cluster.master import monitor
-from cluster.master.monitor import MonitorServer, acquire_lock, nodes_seen
+from cluster.master.daemon import monitor
+from cluster.master.daemon.monitor import MonitorServer, acquire_lock
+from cluster.master.files.nodefiles import nodes_seen
 from cluster.node import heartbeat as node_heartbeat
 from cluster.node.heartbeat import HeartbeatError
 from cluster.wire import signing

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from cluster.defaults import NODE_EXIT_ABORTED, REPO_ROOT
 from cluster.localcluster import LocalCluster, write_demo_tree
-from cluster.master import pidfile
+from cluster.master.run import pidfile
 from cluster.queue import QueueFile, RunSpec
 from cluster.report.tab import read_tab
 from cluster.runtime import proc

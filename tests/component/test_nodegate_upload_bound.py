@@ -25,7 +25,7 @@ import pytest
 from cluster import nodekeys
 from cluster.defaults import REPO_ROOT
 from cluster.errors import TransportError
-from cluster.master import gate
+from cluster.master.gate import gate
 from cluster.node.sshtransport import SshTransport
 from cluster.runtime import ssh
 from cluster.runtime.sshd import PrivateSshd

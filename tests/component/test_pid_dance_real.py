@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from cluster.defaults import REPO_ROOT
-from cluster.master.pidfile import PidDecision, PidFile, is_clustermaster, parse
+from cluster.master.run.pidfile import PidDecision, PidFile, is_clustermaster, parse
 from cluster.runtime.clock import SystemClock
 
 #: The taker's stale_after and wait [seconds]: small, yet 20 refreshes of the holder long.
@@ -30,7 +30,7 @@ WAIT = 1.0
 HOLDER = """\
 import signal, sys, time
 from pathlib import Path
-from cluster.master.pidfile import PidDecision, PidFile
+from cluster.master.run.pidfile import PidDecision, PidFile
 from cluster.runtime.clock import SystemClock
 
 path, hang = Path(sys.argv[1]), sys.argv[2] == "hang"

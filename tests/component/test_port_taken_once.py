@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from cluster.home import suffixed
-from cluster.master import clustermaster
+from cluster.master.run import clustermaster
 from tests.component.scripted_nodes import make_home, master_argv
 from tests.helpers import free_port
 

@@ -22,7 +22,7 @@ import pytest
 from cluster.cli import clusterpush
 from cluster.errors import ClusterError, SshError
 from cluster.home import Home
-from cluster.master import abort
+from cluster.master.files import abort
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime import pathlock
 from cluster.runtime.ssh import SshTarget

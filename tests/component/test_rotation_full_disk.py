@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master import ending, invocation
+from cluster.master.files import ending
+from cluster.master.run import invocation
 from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.report.tab import read_tab

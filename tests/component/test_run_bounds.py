@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from cluster.home import Home
-from cluster.master.attempts import Attempts
+from cluster.master.files.attempts import Attempts
 from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.wire import protocol

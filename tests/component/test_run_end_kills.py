@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cluster.home import Home
-from cluster.master import ending
+from cluster.master.files import ending
 from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.report.tab import read_tab
@@ -42,7 +42,7 @@ OLD_MD5 = "fedcba9876543210fedcba9876543210"
 #: Runs clustermaster.py with EndRecord.create/mark patched to SIGKILL the process.
 KILLER = """
 import os, signal, sys
-from cluster.master import ending
+from cluster.master.files import ending
 point, when = os.environ["KILL_AT"], os.environ["KILL_WHEN"]
 create, mark = ending.EndRecord.create, ending.EndRecord.mark
 

@@ -20,8 +20,8 @@ from cluster import nodekeys
 from cluster.config import DEFAULTS
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master.keycache import NodeKeyCache
-from cluster.master.monitor import MonitorServer
+from cluster.master.daemon.monitor import MonitorServer
+from cluster.master.files.keycache import NodeKeyCache
 from cluster.node import heartbeat
 from cluster.node.sshtransport import SshTransport
 from cluster.node.transport import LocalTransport, read_node_key

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from cluster.home import Home
-from cluster.master.monitor import MonitorServer
+from cluster.master.daemon.monitor import MonitorServer
 from cluster.node import code
 from cluster.wire.jobstart import JobStart
 from tests.helpers import REPO, free_port, wait_for

@@ -21,8 +21,8 @@ import pytest
 from cluster import nodekeys
 from cluster.config import DEFAULTS
 from cluster.home import Home
-from cluster.master.keycache import NodeKeyCache
-from cluster.master.monitor import GUARD_FILE, MonitorServer
+from cluster.master.daemon.monitor import GUARD_FILE, MonitorServer
+from cluster.master.files.keycache import NodeKeyCache
 from cluster.node import heartbeat as node_heartbeat
 from cluster.wire import signing
 from cluster.wire.heartbeat import Heartbeat, format_heartbeat

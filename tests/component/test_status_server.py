@@ -2,7 +2,7 @@
 
 A real :func:`cluster.console.httpd.run` (in a thread of this process, so the tests see its
 port at once) or the real ``clusterstatus.py`` (a process), reading homes written the way the
-master writes them: job.start, live.json, the results journal (cluster.master.journal), the
+master writes them: job.start, live.json, the results journal (cluster.master.files.journal), the
 queue (cluster.queue), nodes/ files with their mtimes, and archived runs (run.info, report,
 .tab from JobResult.tab_line, a bmpcmp page).  States: no run, a run under way, a node down
 and one disabled, a failed build, a finished run with failures.  Then what a hostile client
@@ -37,7 +37,7 @@ from cluster.console import httpd, status
 from cluster.console.httpd import StatusModel, StatusServer
 from cluster.defaults import EXIT_PORT_TAKEN
 from cluster.home import Home
-from cluster.master.journal import Journal
+from cluster.master.files.journal import Journal
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import JobResult
 from cluster.wire import signing

@@ -2,7 +2,7 @@
 
 A sweep folder with a table (in the run's snapshot), the tries as lines of
 ``runs/<id>/sweep-attempts.tsv``, the task folders in ``runs/<id>/results/``; then the
-real end step (:func:`cluster.master.sweepend.end_sweep`) and the sweep report, checked
+real end step (:func:`cluster.master.end.sweepend.end_sweep`) and the sweep report, checked
 against what each task's lines and files say: ``results.tsv`` parsed back row by row, the
 collected files byte for byte, a ``resume`` run merging its predecessor's rows and folders,
 a redo after a kill giving the same archive, and the report's sections.
@@ -17,7 +17,7 @@ import pytest
 
 from cluster.console import status, sweepdetail
 from cluster.home import Home
-from cluster.master import sweepend
+from cluster.master.end import sweepend
 from cluster.queue import RunSpec
 from cluster.report import sweepreport
 from cluster.sweep import outcomes, spec

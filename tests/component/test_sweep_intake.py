@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master import journal
-from cluster.master.audit import AuditLog
-from cluster.master.handler import RequestHandler, RunSession
-from cluster.master.keycache import run_keys
-from cluster.master.runstate import RunState, Settings
-from cluster.master.sweepintake import (
+from cluster.master.files import journal
+from cluster.master.files.audit import AuditLog
+from cluster.master.files.keycache import run_keys
+from cluster.master.serve.handler import RequestHandler, RunSession
+from cluster.master.serve.sweepintake import (
     ATTEMPTS_FILE,
     FILES_MISSING,
     SweepIntake,
     files_md5,
     own_bundle,
 )
+from cluster.master.state.runstate import RunState, Settings
 from cluster.records import Job
 from cluster.sweep import spec as sweepspec
 from cluster.sweep.attempts import Attempt, read_attempts

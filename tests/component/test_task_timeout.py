@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE
-from cluster.master import runlimits
+from cluster.master.model import runlimits
 from cluster.queue import RunSpec
 from cluster.records import ERROR_TIMEOUT
 from cluster.wire.jobstart import JobStart

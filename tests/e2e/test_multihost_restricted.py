@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from cluster import nodekeys
-from cluster.master import gate
+from cluster.master.gate import gate
 from cluster.report.tab import read_tab
 from cluster.runtime import proc
 from tests import netns

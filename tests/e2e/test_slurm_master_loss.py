@@ -41,8 +41,8 @@ from cluster.localcluster import (
     LocalCluster,
     write_demo_tree,
 )
-from cluster.master import pidfile
-from cluster.master.resources import resource_path
+from cluster.master.files.resources import resource_path
+from cluster.master.run import pidfile
 from cluster.provision.slurm import SlurmEngine
 from cluster.report.tab import read_tab
 from cluster.runtime import proc

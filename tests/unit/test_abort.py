@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cluster.home import Home
-from cluster.master import abort
+from cluster.master.files import abort
 from cluster.queue import QueueFile, RunSpec
 from cluster.wire.jobstart import JobStart
 

@@ -1,4 +1,4 @@
-"""cluster.master.audit: the run's audit lines, buffered and appended once per flush."""
+"""cluster.master.files.audit: the run's audit lines, buffered and appended once per flush."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master import audit
-from cluster.master.audit import AuditLog
+from cluster.master.files import audit
+from cluster.master.files.audit import AuditLog
 from cluster.runtime.clock import FakeClock
 from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request

@@ -158,8 +158,8 @@ def test_the_failure_report_quotes_the_failing_nodes_error_lines(tmp_path: Path)
     """finish.failure_report over real make and gcc output in an archive's logs folder: the
     failing node first, its words quoted, the other logs only named; a log without an
     error line is quoted by its tail."""
-    from cluster.master import finish
-    from cluster.master.runstate import RunState
+    from cluster.master.end import finish
+    from cluster.master.state.runstate import RunState
 
     status, log = build(tmp_path, "all:\n\tgcc -c broken.c\n", {"broken.c": BROKEN_C})
     logs = tmp_path / "logs"
@@ -186,8 +186,8 @@ def test_the_failure_report_quotes_the_failing_nodes_error_lines(tmp_path: Path)
 def test_the_failure_report_names_the_command_the_node_ran(tmp_path: Path) -> None:
     """A ghostpdl tree is built with build_ghostpdl and the node's slots, not with
     job.start's ``build``: the report names what the build log says ran."""
-    from cluster.master import finish
-    from cluster.master.runstate import RunState
+    from cluster.master.end import finish
+    from cluster.master.state.runstate import RunState
 
     logs = tmp_path / "logs"
     logs.mkdir()

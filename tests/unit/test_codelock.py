@@ -1,4 +1,4 @@
-"""cluster.master.codelock: a run is announced only after its tick's node code publish."""
+"""cluster.master.files.codelock: a run is announced only after its tick's node code publish."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from cluster.master import codelock
+from cluster.master.files import codelock
 from cluster.triggers import push
 from cluster.triggers.push import push_tree
 from cluster.wire.jobstart import JobStart

@@ -12,10 +12,11 @@ import pytest
 
 from cluster.config import Config
 from cluster.home import Home
-from cluster.master import confirm
-from cluster.master.handler import RequestHandler, RunSession
-from cluster.master.journal import Journal
-from cluster.master.runstate import RunState
+from cluster.master.files import confirmplan
+from cluster.master.files.journal import Journal
+from cluster.master.serve import confirm
+from cluster.master.serve.handler import RequestHandler, RunSession
+from cluster.master.state.runstate import RunState
 from cluster.queue import RunSpec
 from cluster.records import Job, JobResult
 from cluster.report import compare, indeterminate
@@ -31,9 +32,9 @@ OLD, NEW, OTHER = "a" * 32, "b" * 32, "c" * 32
 
 # ---------------------------------------------------------------- the pure decisions
 def test_choose_runs_again_the_first_tests_up_to_the_cap() -> None:
-    assert confirm.choose(["a", "b", "c"], 2) == (["a", "b"], ["c"])
-    assert confirm.choose(["a"], 50) == (["a"], [])
-    assert confirm.choose([], 50) == ([], [])
+    assert confirmplan.choose(["a", "b", "c"], 2) == (["a", "b"], ["c"])
+    assert confirmplan.choose(["a"], 50) == (["a"], [])
+    assert confirmplan.choose([], 50) == ([], [])
 
 
 def test_the_same_new_md5_twice_is_a_confirmed_change() -> None:
@@ -180,7 +181,7 @@ def test_the_changed_tests_are_run_again_on_the_other_node_and_judged(
     assert state.handle(req("a"), 5.0).reply.verb == protocol.UPLOAD  # now they upload
     confirming.close()
     main.close()
-    verdicts = {v.test: v for v in confirm.verdicts(home.run_dir(RUN), RUN)}
+    verdicts = {v.test: v for v in confirmplan.verdicts(home.run_dir(RUN), RUN)}
     assert verdicts["t0.ps"].kind is Kind.CONFIRMED and verdicts["t0.ps"].nodes == ("a", "b")
     assert verdicts["t2.ps"].kind is Kind.INDETERMINATE
     assert verdicts["t2.ps"].digests == (OLD, NEW, OTHER)
@@ -212,7 +213,7 @@ def test_no_baseline_or_nothing_changed_means_no_confirm_phase(tmp_path: Path) -
     main = Journal(home.results(0), RUN)
     assert confirming.serving(first, main, 2.0) == (first, main)
     assert not first.hold_end and first.handle(req("a"), 3.0).reply.verb == protocol.UPLOAD
-    assert confirm.verdicts(home.run_dir(RUN), RUN) == []
+    assert confirmplan.verdicts(home.run_dir(RUN), RUN) == []
     (home.tables / "user-alice.tab").unlink()
     fresh = RunState(RUN, jobs(), 0.0)
     assert phase(home, fresh).phase is confirm.Phase.OFF and not fresh.hold_end
@@ -233,7 +234,7 @@ def test_over_the_cap_and_a_phase_given_up_leave_changes_unconfirmed(
     assert state.all_results_in and confirming.phase is confirm.Phase.OVER
     confirming.close()
     main.close()
-    verdicts = confirm.verdicts(home.run_dir(RUN), RUN)
+    verdicts = confirmplan.verdicts(home.run_dir(RUN), RUN)
     assert [v.kind for v in verdicts] == [Kind.UNCONFIRMED] * 3
     assert "ran out of time" in verdicts[0].why
     assert verdicts[2].why == "over confirm_max (2 tests run again)"

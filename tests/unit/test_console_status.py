@@ -17,8 +17,8 @@ from cluster.console import status
 from cluster.console.status import StatusReader
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master import ending, journal
-from cluster.master.ending import EndRecord, Outcome
+from cluster.master.files import ending, journal
+from cluster.master.files.ending import EndRecord, Outcome
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import JobResult
 from cluster.wire.jobstart import JobStart

@@ -1,4 +1,4 @@
-"""The supervisor's idle check (cluster.master.idle.surely_idle): a priority is judged
+"""The supervisor's idle check (cluster.master.run.idle.surely_idle): a priority is judged
 idle only when a real invocation there would do nothing, and anything that may be work --
 a queued run, a PID file, a waiting dropping, a configured repository, a run end to
 finish -- makes it not idle."""
@@ -17,8 +17,9 @@ import pytest
 from cluster.config import Config
 from cluster.defaults import PRIORITIES
 from cluster.home import Home
-from cluster.master import ending, idle, invocation
-from cluster.master.pidfile import PidDecision, PidFile
+from cluster.master.files import ending
+from cluster.master.run import idle, invocation
+from cluster.master.run.pidfile import PidDecision, PidFile
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime.clock import SystemClock
 from cluster.triggers import discovery, droppings

@@ -358,7 +358,7 @@ def test_the_changed_list_keeps_pcl_and_xps_two_stage_tests_theirs() -> None:
     """The changed list of a run names a test's product by its .tab column: gs's two-stage
     columns are the products pdfwrite/ps2write/xpswrite; gpcl6's and gxps's stay pcl and xps
     (not pdfwrite, which bmpcmp would render with gs); every word is one bmpcmp knows."""
-    from cluster.master.finish import product_word
+    from cluster.master.end.finish import product_word
 
     assert [product_word(c) for c in ("gs", "gs pdfwrite", "gs ps2write", "gs xpswrite",
                                       "pcl", "pcl pdfwrite", "xps ps2write", "xps xpswrite",

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from cluster.config import Config
-from cluster.master import clustermaster, joblist
-from cluster.master.clustermaster import ClusterMaster, JobListError
-from cluster.master.joblist import JobFile, MemoryJobList
+from cluster.master.model import joblist
+from cluster.master.model.joblist import JobFile, MemoryJobList
+from cluster.master.run import clustermaster
+from cluster.master.run.clustermaster import ClusterMaster, JobListError
 from cluster.records import Job
 from cluster.wire.jobstart import JobStart
 

@@ -1,12 +1,12 @@
-"""Slowest tests first (cluster.master.joborder): the order, and the jobs file rewritten in
+"""Slowest tests first (cluster.master.model.joborder): the order, and the jobs file rewritten in
 it from the baseline's times, which the master then hands out from its head."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.master.joblist import JobFile
-from cluster.master.joborder import UNKNOWN, order_jobs_file, slowest_first
+from cluster.master.model.joblist import JobFile
+from cluster.master.model.joborder import UNKNOWN, order_jobs_file, slowest_first
 from cluster.report.tab import TabRow, write_tab
 
 

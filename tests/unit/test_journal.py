@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master import journal
+from cluster.master.files import journal
 from cluster.records import JobResult
 
 MD5 = "0123456789abcdef0123456789abcdef"

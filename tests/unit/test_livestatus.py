@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master.livestatus import (
+from cluster.master.state.livestatus import (
     RATE_WINDOW,
     VERSION,
     LiveStatus,
@@ -17,7 +17,7 @@ from cluster.master.livestatus import (
     rate,
     remove_if_run,
 )
-from cluster.master.runstate import RunState
+from cluster.master.state.runstate import RunState
 from cluster.records import Job, JobResult
 from cluster.runtime.clock import FakeClock
 from cluster.wire import protocol

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from cluster.home import Home
-from cluster.master import abort, finish
-from cluster.master.ending import EndRecord, Outcome
-from cluster.master.endrun import run_info
-from cluster.master.monitor import disabled_nodes, is_disabled, jobs_for
-from cluster.master.runstate import NodeState, RunState, Settings, disabled_reason
+from cluster.master.daemon.offers import jobs_for
+from cluster.master.end import finish
+from cluster.master.end.endrun import run_info
+from cluster.master.files import abort
+from cluster.master.files.ending import EndRecord, Outcome
+from cluster.master.files.nodefiles import disabled_nodes, is_disabled
+from cluster.master.state.runstate import NodeState, RunState, Settings, disabled_reason
 from cluster.node.noderun import is_final_abort
 from cluster.records import Job, JobResult
 from cluster.wire import protocol

@@ -1,4 +1,4 @@
-"""The supervisor publishes the node code at every tick (master/supervisor.py's on_tick and
+"""The supervisor publishes the node code at every tick (master/daemon/supervisor.py's on_tick and
 NodeCodePublisher): a change in the checkout is in node-code/ after the next tick, a
 failure is logged once and never stops the clustermasters from starting."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master.supervisor import NodeCodePublisher, Supervisor
+from cluster.master.daemon.supervisor import NodeCodePublisher, Supervisor
 from cluster.node import code
 from tests.helpers import copy_code
 

@@ -46,7 +46,7 @@ def test_the_set_is_closed_under_imports() -> None:
                  "cluster/node/pull.py", "cluster/wire/protocol.py", "cluster/runtime/proc.py",
                  "cluster/__init__.py", "cluster/config.py"):
         assert must in files, must
-    for master_side in ("cluster/master/clustermaster.py", "cluster/report/tab.py",
+    for master_side in ("cluster/master/run/clustermaster.py", "cluster/report/tab.py",
                         "cluster/jobs/generate.py", "cluster/triggers/push.py",
                         "cluster/cli/clustermaster.py", "clustermaster.py"):
         assert master_side not in files, master_side

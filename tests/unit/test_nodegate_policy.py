@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cluster import nodekeys
-from cluster.master import gate
-from cluster.master.gatepolicy import NodeArea
+from cluster.master.gate import gate
+from cluster.master.gate.gatepolicy import NodeArea
 from cluster.node.sshtransport import WALK_SCRIPT
 from cluster.runtime import mirror
 

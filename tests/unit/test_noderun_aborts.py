@@ -10,8 +10,8 @@ import pytest
 
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_ABORTED, NODE_EXIT_DONE, NODE_EXIT_FAILED
-from cluster.master.clustermaster import REPLACED, USER_ABORT
-from cluster.master.runstate import RunState
+from cluster.master.run.clustermaster import REPLACED, USER_ABORT
+from cluster.master.state.runstate import RunState
 from cluster.node.noderun import FINAL_ABORTS, REJOIN_ABORTS, NodeRun, is_final_abort
 from cluster.node.transport import LocalTransport
 from cluster.records import Job

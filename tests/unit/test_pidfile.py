@@ -1,4 +1,4 @@
-"""Unit tests of cluster.master.pidfile: the clustermaster PID-file dance of ARTIFEX.md §2.6."""
+"""Unit tests of cluster.master.run.pidfile: the clustermaster PID-file dance of ARTIFEX.md §2.6."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from cluster.master.pidfile import PidDecision, PidFile, is_clustermaster, parse
+from cluster.master.run.pidfile import PidDecision, PidFile, is_clustermaster, parse
 from cluster.runtime.clock import FakeClock
 from cluster.runtime.service import Stopped
 
@@ -397,7 +397,7 @@ def test_is_clustermaster_by_command_line(tmp_path: Path, name: str, expected: b
 
 def test_is_clustermaster_module_form() -> None:
     """python -m cluster.cli.clustermaster matches the pattern too."""
-    from cluster.master.pidfile import _MASTER_WORD
+    from cluster.master.run.pidfile import _MASTER_WORD
 
     assert _MASTER_WORD.fullmatch("cluster.cli.clustermaster")
     assert not _MASTER_WORD.fullmatch("cluster.cli.run_clustermaster")

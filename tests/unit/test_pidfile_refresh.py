@@ -1,5 +1,5 @@
 """Unit tests of the PID file's refresh stamp, its staleness on the monotonic clock, the kill
-of the old master after a takeover, and keep_fresh (cluster.master.pidfile, issue 10)."""
+of the old master after a takeover, and keep_fresh (cluster.master.run.pidfile, issue 10)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master.pidfile import PidDecision, PidFile, Stamp, parse
+from cluster.master.run.pidfile import PidDecision, PidFile, Stamp, parse
 from cluster.runtime.clock import Clock, FakeClock
 
 NOW = 1_700_000_000.0

@@ -1,6 +1,6 @@
 """Issue 25's placement, as pure decisions: groups and exclude, the waiting reason, the
 monitor's offer, every_node's pinned jobs, the per-node and per-cluster caps; and the group
-files (cluster/master/groups.py) in a temporary home."""
+files (cluster/master/files/groups.py) in a temporary home."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import pytest
 from cluster.config import DEFAULTS
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master import groups
-from cluster.master.placement import (
+from cluster.master.files import groups
+from cluster.master.model.placement import (
     Placement,
     RunPolicy,
     expand_every_node,
     offered,
     waiting_reason,
 )
-from cluster.master.runstate import RunState, Settings
+from cluster.master.state.runstate import RunState, Settings
 from cluster.runoptions import RunOptions
 from cluster.wire import protocol
 from tests.unit.test_runstate import RUN, finish, jobs, names, ready, req, result
@@ -94,7 +94,7 @@ def test_every_node_jobs_go_only_to_their_node() -> None:
     assert [line.split(" ")[0] for line in lines] == ["t0.sh@a", "t0.sh@b", "t1.sh@a",
                                                       "t1.sh@b"]
     assert "__temp__/t0.sh@b.out" in lines[1] and "__temp__/t0.sh.out" not in lines[1]
-    from cluster.master.joblist import MemoryJobList
+    from cluster.master.model.joblist import MemoryJobList
     from cluster.records import Job
     job_list = MemoryJobList([Job.parse(line.rstrip("\n")) for line in lines])
     state = RunState(RUN, job_list, 0, Settings(speculate_tail=True),

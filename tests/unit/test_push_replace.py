@@ -17,8 +17,8 @@ import pytest
 
 from cluster.config import Config
 from cluster.home import Home
-from cluster.master import ending
-from cluster.master.ending import EndRecord, Outcome
+from cluster.master.files import ending
+from cluster.master.files.ending import EndRecord, Outcome
 from cluster.queue import QueueFile, RunSpec
 from cluster.triggers import droppings, push
 from cluster.wire.jobstart import JobStart

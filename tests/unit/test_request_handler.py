@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from cluster import nodekeys
-from cluster.master import journal
-from cluster.master.audit import AuditLog
-from cluster.master.handler import NonceLog, RequestHandler, RunSession
-from cluster.master.keycache import run_keys
-from cluster.master.runstate import RunState
+from cluster.master.files import journal
+from cluster.master.files.audit import AuditLog
+from cluster.master.files.keycache import run_keys
+from cluster.master.serve.handler import NonceLog, RequestHandler, RunSession
+from cluster.master.state.runstate import RunState
 from cluster.wire import protocol, signing
 from tests.helpers import node_run_key
 from tests.unit.test_runstate import RUN, jobs

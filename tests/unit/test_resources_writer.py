@@ -1,4 +1,4 @@
-"""The master's writer of the resource file (cluster.master.resources), from a home's files:
+"""The master's writer of the resource file (cluster.master.files.resources), from a home's files:
 idle, a queued run, a starting run, a served run's counts, a run being ended, finished; the
 file is world-readable, holds no secret, and max_nodes bounds what it wants."""
 
@@ -14,8 +14,8 @@ import pytest
 from cluster.cli import common
 from cluster.config import Config, load
 from cluster.home import Home
-from cluster.master import resources as writer
-from cluster.master.ending import EndRecord, Outcome
+from cluster.master.files import resources as writer
+from cluster.master.files.ending import EndRecord, Outcome
 from cluster.queue import QueueFile, RunSpec
 from cluster.runtime.clock import FakeClock
 from cluster.wire.jobstart import JobStart

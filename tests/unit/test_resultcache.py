@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from cluster import config
-from cluster.master import reuse, runstate
-from cluster.master.joblist import MemoryJobList
-from cluster.master.resultcache import FileDigests, ResultCache, job_inputs, key_of
-from cluster.master.results import Results
-from cluster.master.reuse import RunReuse, load_builds, run_entries, store_run
-from cluster.master.runstate import RunState
+from cluster.master.cache import reuse
+from cluster.master.cache.resultcache import FileDigests, ResultCache, job_inputs, key_of
+from cluster.master.cache.reuse import RunReuse, load_builds, run_entries, store_run
+from cluster.master.model.joblist import MemoryJobList
+from cluster.master.model.results import Results
+from cluster.master.state import runstate
+from cluster.master.state.runstate import RunState
 from cluster.node.builddigest import program_digests
 from cluster.records import Job
 from cluster.runoptions import RunOptionError, RunOptions, check_word

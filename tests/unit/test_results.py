@@ -1,10 +1,10 @@
-"""A run's results as journal lines by job index (cluster.master.results)."""
+"""A run's results as journal lines by job index (cluster.master.model.results)."""
 
 from __future__ import annotations
 
-from cluster.master.joblist import MemoryJobList
-from cluster.master.journal import line_prefix
-from cluster.master.results import Results
+from cluster.master.files.journal import line_prefix
+from cluster.master.model.joblist import MemoryJobList
+from cluster.master.model.results import Results
 from cluster.records import Job
 
 MD5 = "0123456789abcdef0123456789abcdef"

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master import reuse, reuseverify
-from cluster.master.joblist import MemoryJobList
-from cluster.master.resultcache import FileDigests, ResultCache
-from cluster.master.results import Results
-from cluster.master.reuse import RunReuse, store_run
-from cluster.master.reuseverify import RECORD_FILE, ReuseChecks, read_record
-from cluster.master.runstate import Outcome, RunState
+from cluster.master.cache import reuse, reuseverify
+from cluster.master.cache.resultcache import FileDigests, ResultCache
+from cluster.master.cache.reuse import RunReuse, store_run
+from cluster.master.cache.reuseverify import RECORD_FILE, ReuseChecks, read_record
+from cluster.master.model.joblist import MemoryJobList
+from cluster.master.model.results import Results
+from cluster.master.state.runstate import Outcome, RunState
 from cluster.records import Job
 from cluster.wire import protocol
 from cluster.wire.protocol import Request

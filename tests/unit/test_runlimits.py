@@ -14,11 +14,11 @@ import pytest
 
 from cluster.config import Config
 from cluster.home import Home
-from cluster.master import runlimits
-from cluster.master.clustermaster import ClusterMaster
-from cluster.master.ending import Outcome
-from cluster.master.journal import journal_result
-from cluster.master.runstate import RunState, Settings
+from cluster.master.files.ending import Outcome
+from cluster.master.files.journal import journal_result
+from cluster.master.model import runlimits
+from cluster.master.run.clustermaster import ClusterMaster
+from cluster.master.state.runstate import RunState, Settings
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import ERROR_LOST, ERROR_NAMES, LOST_PRODUCT
 from cluster.runoptions import RunOptions

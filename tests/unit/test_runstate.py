@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.master.runstate import NodeState, RunState, Settings
+from cluster.master.state.runstate import NodeState, RunState, Settings
 from cluster.records import Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.protocol import Request

@@ -3,7 +3,7 @@ the node that tried it is not given it again while a live ready node that has no
 
 from __future__ import annotations
 
-from cluster.master.runstate import PAUSE_FORGIVEN, NodeState, RunState, Settings
+from cluster.master.state.runstate import PAUSE_FORGIVEN, NodeState, RunState, Settings
 from cluster.records import Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.protocol import Request

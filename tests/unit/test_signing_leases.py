@@ -6,8 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master.leases import LEASES_FILE, LeaseLog, format_ranges, parse_ranges, read_leases
-from cluster.master.runstate import RunState, Settings
+from cluster.master.model.leases import (
+    LEASES_FILE,
+    LeaseLog,
+    format_ranges,
+    parse_ranges,
+    read_leases,
+)
+from cluster.master.state.runstate import RunState, Settings
 from cluster.wire import protocol
 from cluster.wire.protocol import format_result
 from tests.unit.test_runstate import RUN, finish, jobs, names, ready, req, result

@@ -1,4 +1,5 @@
-"""Tests of cluster.master.supervisor and run_clustermaster.py (the port of runClustermaster.sh)."""
+"""Tests of cluster.master.daemon.supervisor and run_clustermaster.py (the port of
+runClustermaster.sh)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from cluster.cli import common
 from cluster.cli import run_clustermaster as cli
-from cluster.master.supervisor import Periodic, Supervisor, describe_status
+from cluster.master.daemon.supervisor import Periodic, Supervisor, describe_status
 from cluster.runtime import service
 from cluster.runtime.clock import FakeClock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
@@ -313,7 +314,7 @@ def test_a_wake_that_the_young_copy_never_claims_is_judged_after_the_wait(
         tmp_path: Path) -> None:
     """A copy whose phase 1 takes longer than WAKE_WAIT does not hold the wake back for
     ever: it is judged then, and (work waiting) a second copy starts."""
-    from cluster.master.supervisor import WAKE_WAIT
+    from cluster.master.daemon.supervisor import WAKE_WAIT
 
     sup, asked, out = _woken_once_while_a_copy_runs(tmp_path, claimed_from=99.0)
     try:
@@ -327,7 +328,7 @@ def test_a_wake_that_the_young_copy_never_claims_is_judged_after_the_wait(
 def _hook_sees(sup: Supervisor, lock: Path, seen: list[tuple[int, bool]]) -> Callable[[], None]:
     """An on_tick hook that records how many children were started before it ran, and
     whether the publish lock was held while it ran."""
-    from cluster.master import codelock
+    from cluster.master.files import codelock
 
     def hook() -> None:
         seen.append((len(sup.children), not codelock.wait_for_publish(lock, timeout=0)))
@@ -339,7 +340,7 @@ def test_with_a_tick_lock_the_hook_runs_after_the_starts_under_the_lock(
     """The node code's publish (the hook) and the resource file's writer overlap the
     tick's clustermasters' start, with the lock held from before the starts to the hooks'
     end; then it is free."""
-    from cluster.master import codelock
+    from cluster.master.files import codelock
 
     out, lock, seen = tmp_path / "out", tmp_path / "node-code.lock", []
     sup = Supervisor([_appender(out, "p0"), _appender(out, "p1")], tick_lock=lock)
@@ -495,7 +496,7 @@ def test_kill_children_terminates_the_process_group(tmp_path: Path) -> None:
 def test_the_stop_looks_at_its_children_soon_then_less_often(tmp_path: Path) -> None:
     """After SIGTERM the supervisor looks whether its children ended 2 ms later, then at
     doubling waits up to its poll; a child that had ended already is not waited for."""
-    from cluster.master.supervisor import KILL_FIRST_LOOK
+    from cluster.master.daemon.supervisor import KILL_FIRST_LOOK
 
     class RecordingClock(SystemClock):
         def __init__(self) -> None:
@@ -709,7 +710,7 @@ def test_cli_start_writes_the_package_bytecode_once(fake_repo: Path, tmp_path: P
                if not (m.parent / "__pycache__" / f"{m.stem}.{tag}.pyc").is_file()]
     assert modules and missing == []
     # A second start finds them up to date and leaves them as they are.
-    pyc = fake_repo / "cluster" / "master" / "__pycache__" / f"invocation.{tag}.pyc"
+    pyc = fake_repo / "cluster" / "master" / "run" / "__pycache__" / f"invocation.{tag}.pyc"
     before = pyc.stat().st_mtime_ns
     res = subprocess.run(_cli(fake_repo, "--home", str(tmp_path / "home"), "--once"),
                          capture_output=True, text=True, timeout=60, env=env)
@@ -796,7 +797,7 @@ def test_cli_second_instance_exits_at_once(fake_repo: Path, tmp_path: Path) -> N
 
 def test_at_most_two_copies_of_a_command_are_alive(tmp_path: Path) -> None:
     """The runner and one checker: slow invocations never pile up on a loaded machine."""
-    from cluster.master.supervisor import MAX_ALIVE_PER_COMMAND, Supervisor
+    from cluster.master.daemon.supervisor import MAX_ALIVE_PER_COMMAND, Supervisor
 
     slow = (sys.executable, "-c", "import time; time.sleep(30)")
     sup = Supervisor([list(slow)], interval=1.0)

@@ -21,7 +21,7 @@ from cluster.jobs.sweepjobs import (
     task_command,
     task_job,
 )
-from cluster.master.clustermaster import ClusterMaster
+from cluster.master.run.clustermaster import ClusterMaster
 from cluster.node import readlog, slots
 from cluster.queue import RunSpec
 from cluster.records import ERROR_NONE, ERROR_READ, ERROR_TIMEOUT, Job

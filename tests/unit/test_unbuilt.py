@@ -12,8 +12,8 @@ import pytest
 
 from cluster.config import Config
 from cluster.errors import ProtocolError
-from cluster.master import finish
-from cluster.master.runstate import NodeState, RunState, Settings
+from cluster.master.end import finish
+from cluster.master.state.runstate import NodeState, RunState, Settings
 from cluster.node.noderun import NodeRun
 from cluster.node.transport import LocalTransport
 from cluster.records import Job, JobResult

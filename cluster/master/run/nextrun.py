@@ -1,0 +1,30 @@
+"""Which queued run a priority's master serves next (issue 25, :mod:`cluster.deps`).
+
+Seed 000's master served the head of its queue.  It still does, at the cost of one read of
+its queue, when the head waits for nothing (no ``after=``, no bmpcmp) or is already
+running (``job[.p].start`` exists: a successor master takes it over, whatever its
+dependencies say now).  Otherwise every priority's queue is read and the first run whose
+dependencies are met is served (:func:`cluster.deps.choose`); it is moved to the head of
+its queue first (:meth:`cluster.queue.QueueFile.promote`), so the head is the running run
+as everything else expects.  The runs before it whose dependency failed leave the queue
+with a report (:meth:`cluster.master.run.clustermaster.ClusterMaster.work`).
+"""
+
+from __future__ import annotations
+
+from cluster import deps
+from cluster.defaults import PRIORITIES
+from cluster.home import Home
+from cluster.queue import QueueFile
+
+
+def look(home: Home, priority: int, queue: QueueFile) -> deps.Choice:
+    """What ``priority``'s master does next (see the module docstring)."""
+    runs = queue.read()
+    if not runs:
+        return deps.Choice()
+    if not deps.needs_look(runs[0]) or home.job_start(priority).exists():
+        return deps.Choice(serve=runs[0])
+    queued = {p: runs if p == priority else QueueFile.for_priority(home, p).read()
+              for p in PRIORITIES}
+    return deps.choose(priority, queued, deps.Resolver(home, queued))
