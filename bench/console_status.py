@@ -16,9 +16,9 @@ way (job.start, live.json naming every node, a journal) and a few queued runs, t
   relist_ms     median of --reps snapshots that list nodes/ again (nodes_ttl = 0)
   p95_steady_ms, p95_live_ms, p95_relist_ms   their 95th percentiles
 
-The target (issue 12): a snapshot well under 20 ms.  steady_ms is what a page poll costs;
-relist_ms is the worst case, once per nodes_ttl (1 s).  Prints the machine, then one line
-of figures; exit status 0 when steady_ms < 20.
+The target (docs/operating.md, "Watching and steering the cluster"): a snapshot well under
+20 ms.  steady_ms is what a page poll costs; relist_ms is the worst case, once per nodes_ttl
+(1 s).  Prints the machine, then one line of figures; exit status 0 when steady_ms < 20.
 """
 
 from __future__ import annotations

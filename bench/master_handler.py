@@ -14,9 +14,9 @@ figures compare trees, where master_load (sockets, a client process, the machine
 moves by 20% from one hour to the next.
 
 ``--ordered`` serves the jobs file as the master leaves it for a run whose baseline knows
-every test's time (issue 26: slowest first, :mod:`cluster.master.model.joborder`; the times spread
-over 0-10 s), and prints the rewrite's seconds as ``order_s``: the handler's cost must not
-depend on it.
+every test's time (docs/results.md, "Slowest tests first, and slowdowns named"; slowest
+first, :mod:`cluster.master.model.joborder`; the times spread over 0-10 s), and prints the
+rewrite's seconds as ``order_s``: the handler's cost must not depend on it.
 
 Only the time inside the handler is counted.  ``--stages`` also times its steps one by one
 (job id, signature check, parse, replay guard, the run state, journal, audit, reply,
@@ -71,9 +71,9 @@ def write_jobs(path: Path, jobs: int) -> None:
 
 
 def order_jobs(jobs_path: Path, work: Path, jobs: int) -> float:
-    """``--ordered``: the jobs file rewritten slowest first (issue 26) by a baseline whose
-    times spread over 0-10 s, as the master does when it makes a run's jobs file; the
-    seconds it took."""
+    """``--ordered``: the jobs file rewritten slowest first (docs/results.md, "Slowest tests
+    first, and slowdowns named") by a baseline whose times spread over 0-10 s, as the master
+    does when it makes a run's jobs file; the seconds it took."""
     baseline = work / "current.tab"
     write_tab_lines(baseline, sorted(
         f"{STEM}{i}\t0\t{(i * 7919) % 1000 / 100:.2f}\t0.00\t0.00\t0\t{'0' * 32}\tr\tshell\tn1"
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep the jobs file, journal and audit here")
     parser.add_argument("--ordered", action="store_true",
                         help="serve the jobs file as the master orders it, slowest first "
-                             "(issue 26), not in build.py's order")
+                             "(docs/results.md), not in build.py's order")
     args = parser.parse_args(argv)
     if min(args.jobs, args.nodes, args.slots, args.reps) < 1:
         parser.error("--jobs, --nodes, --slots and --reps must be at least 1")

@@ -12,9 +12,9 @@ as usual).  K simulated nodes with S slots each speak the node protocol to it ov
 loopback: first call -> BUILD, a call without ``busy`` -> JOBS, every job "finishes" at once
 and its result (error 0, the md5 of the test name, product ``shell``) goes back with the
 next call, UPLOAD is answered by calling again, and ABORT ends the node.  They sign as real
-nodes do (issue 11): every request carries a nonce (a session per node and a counter) and
-the HMAC-SHA256 ``sig`` line under each node's run key (from its own key in the home's
-``node-keys/``, made before the master starts), and every reply's
+nodes do (docs/protocol.md, "Signed messages"): every request carries a nonce (a session per
+node and a counter) and the HMAC-SHA256 ``sig`` line under each node's run key (from its own
+key in the home's ``node-keys/``, made before the master starts), and every reply's
 signature is verified before it is read.  The nodes run in
 ``--procs`` client processes (default: 1), each a single-threaded selector loop; the
 master is alone on its core.
@@ -86,8 +86,9 @@ from cluster.wire.jobstart import JobStart  # noqa: E402
 
 STEM = b"load__load.cmds."  # test ids are <file id>.<line number> (jobgen.shell_jobs)
 CAPS = "os=Linux arch=x86_64 bits=64 cc=none cpus=8 ram_mb=16000 tools=md5sum,make"
-#: The build digests every node sends beside ``built`` (issue 26: real nodes do), so the
-#: master learns each node's build and looks it up in the result cache once per build.
+#: The build digests every node sends beside ``built`` (docs/results.md, "Results reused";
+#: real nodes do), so the master learns each node's build and looks it up in the result
+#: cache once per build.
 DIGESTS = f"digests gs={'5a' * 32}\n"
 #: How long a simulated node waits after CONTINUE before it calls again.
 IDLE_DELAY = 0.02
@@ -404,7 +405,8 @@ def seed_history(home: Home, jobs: int) -> None:
             name = test_name(i)
             digest = md5_of(name + b"!") if i % every == 0 else md5_of(name)
             # Times spread over 0-10 s, as a real stream's are: the master orders the run
-            # slowest first by them (issue 26), a rewrite of the whole jobs file.
+            # slowest first by them (docs/results.md, "Slowest tests first, and slowdowns
+            # named"), a rewrite of the whole jobs file.
             rows.append(b"%s\t0\t%.2f\t0.01\t0.01\t0\t%s\t%s\tshell\tn00000"
                         % (name, (i * 7919) % 1000 / 100, digest, rev))
         rows.extend(b"%sgone%d\t0\t0.01\t0.01\t0.01\t0\t%s\t%s\tshell\tn00000"

@@ -11,7 +11,7 @@ started afresh for its repetition and stopped after it:
   static   a master and ``--nodes`` static local nodes of ``--slots`` slots each, up and
            heartbeating before the clock starts (as a site's nodes are)
   slurm    a master, a private single-host Slurm (its controller up before the clock
-           starts, issue 24's "controller already up") and the provisioner; no node at all:
+           starts, as a site's controller is) and the provisioner; no node at all:
            every node is an ephemeral one, started by ``sbatch`` once the run waits, at most
            ``--nodes`` (``max_nodes``) of ``--slots`` slots (``node_slots``)
 
@@ -30,7 +30,7 @@ run starts, which the provisioner sees at its next look.
 
 Prints the machine, one line per repetition and a summary:
   contender=slurm first_job_s=... run_s=... median_run_s=... ratio=1.07 ...
-where ``ratio`` is the median slurm run_s over the median static run_s (issue 24's goal:
+where ``ratio`` is the median slurm run_s over the median static run_s (goal:
 at most 1.15) and ``first_job_s`` the median of the slurm repetitions (goal: at most 3 s).
 """
 

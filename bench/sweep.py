@@ -22,7 +22,7 @@ cluster that is ``archive/<run>/results/<task id>/out`` for every task, and
 
 Prints the machine, then one line per contender:
   contender=xargs median_s=9.80 ratio=1.00 runs=3 ok=yes
-The issue's goal (docs/performance.md) is cluster / xargs <= 1.3.  The exit status is 0
+The goal (docs/performance.md, "sweep") is cluster / xargs <= 1.3.  The exit status is 0
 when every output was right, whatever the times.
 """
 

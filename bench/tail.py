@@ -20,7 +20,7 @@ percent>`` and every job sleeps ``duration x factor``.  The cases (3 nodes x 2 s
   slow-last    equal speeds; --slow-tests (3) more jobs of --slow-factor (10) times the
                longest duration, last in the corpus; two nightly runs (``auto tail
                shell``) on one cluster: the first has no baseline and goes in the corpus's
-               order (as every run did before issue 26): ``slow-last-corpus-order``; the
+               order (as every run did before slowest first): ``slow-last-corpus-order``; the
                second is ordered slowest first by the first's times:
                ``slow-last-slowest-first`` (goal: ratio <= 1.05).  ``slow_started_s``:
                from the first job start to the last start of a slow test
@@ -87,11 +87,11 @@ from cluster.runtime.ports import free_port  # noqa: E402
 
 CORPUS_NAME = "tail"
 CMDS = "tail.cmds"
-MAX_RATIO = 1.15     # issue 3: makespan <= 1.15 x ideal with one node 5x slower
+MAX_RATIO = 1.15     # makespan <= 1.15 x ideal with one node 5x slower
 KILL_AT = 0.4        # dead-node: kill node1 when this share of the results is in
 SLOWEST_FIRST = "slowest-first"
 ORDERS = ("corpus-order", SLOWEST_FIRST)  # slow-last's two runs, in the order run
-ORDER_RATIO = 1.05   # issue 26: slowest first, makespan <= 1.05 x ideal
+ORDER_RATIO = 1.05   # slowest first, makespan <= 1.05 x ideal
 AUTO_PRIORITY = 2    # the nightly runs of case slow-last
 
 
@@ -258,7 +258,7 @@ class TailRun:
     def run_orders(self) -> list[Outcome]:
         """Case slow-last: two nightly runs (``auto tail shell``, priority 2) of the same
         corpus on one cluster.  The first has no baseline: its jobs go out in the corpus's
-        order, the slow tests last, as every run did before issue 26.  The second is
+        order, the slow tests last, as every run did before slowest first.  The second is
         ordered slowest first by the first run's times."""
         cluster = self.cluster
         write_demo_tree(cluster.home_dir / "shell", "shell", [])  # the tree auto runs build
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     if work is None:
         return 2
     durations = durations_for(args.work, mix, args.seed)
-    # slow-last: a few tests ten times the longest, last in the corpus (issue 26).
+    # slow-last: a few tests ten times the longest, last in the corpus (docs/results.md).
     slow_last = durations + [max(mix) * args.slow_factor] * args.slow_tests
     slow_ids = set(range(len(durations) + 1, len(slow_last) + 1))  # their job indexes
     shown: list[Case] = []  # a line each; slow-last gives two, one per order

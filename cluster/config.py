@@ -148,7 +148,7 @@ class Config:
     upload_timeout: float = _opt(300.0, MASTER, "seconds",
                                  "longest wait for nodes' log uploads after the last result",
                                  high=DAY)
-    # --- nodes on demand from a batch system (issue 24; docs/provisioning.md) ----------
+    # --- nodes on demand from a batch system (docs/provisioning.md) ----------
     resource_file: str = _opt("", MASTER, "path",
                               "the resource file the master rewrites for provisioners and "
                               "ephemeral nodes ('' = <home>/resources.json)")
@@ -228,7 +228,7 @@ class Config:
                                   "how many complete runs' results the result cache keeps "
                                   "(the newest; older runs' files are removed)",
                                   positive=True, high=1000)
-    # --- differences confirmed, indeterminate tests (issue 26; docs/results.md) --------
+    # --- differences confirmed, indeterminate tests (docs/results.md) -------------
     confirm_differences: bool = _opt(True, MASTER, "flag",
                                      "before a run reports a test as changed, run it again "
                                      "(on another node where there is one); a difference "

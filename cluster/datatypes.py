@@ -28,7 +28,7 @@ from cluster.errors import ConfigError
 #: Every product a run may test, in canonical order (what build.py generates jobs for,
 #: cluster.jobs.generate).  pcl (gpcl6), xps (gxps) and xpswrite (gs writes XPS, gxps
 #: rasterises it) are built from the same ghostpdl tree as gs.
-#: ``sweep`` runs a user's program over a parameter table (issue 23, docs/sweeps.md): its
+#: ``sweep`` runs a user's program over a parameter table (docs/sweeps.md): its
 #: "tree" is the sweep folder.
 PRODUCTS = ("gs", "pdfwrite", "ps2write", "xpswrite", "pcl", "xps", "mupdf", "shell",
             "sweep")

@@ -1,4 +1,4 @@
-"""Dependencies between runs (issue 25, docs/runoptions.md section 5): which queued run may
+"""Dependencies between runs (docs/runoptions.md section 5): which queued run may
 start, which must leave its queue because a run it waits for ended badly, and whether a
 graph of new runs (a ``.dag`` file) may be queued.
 

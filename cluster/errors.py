@@ -60,7 +60,7 @@ class QueueLineError(ClusterError):
 
 
 class SweepError(ClusterError):
-    """A sweep file, its parameter table or a task made from them is not usable (issue 23);
+    """A sweep file, its parameter table or a task made from them is not usable (docs/sweeps.md);
     nothing of the sweep is submitted.
 
     ``where`` names the file, with ``:<line>`` for a line of a table; ``key`` is the sweep

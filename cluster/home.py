@@ -33,7 +33,8 @@ Layout of a home::
     users/<user>/.<tree>.lock   the tree's lock: a push's sync, a run's snapshot of it
     nodes/<name>.up|.status|.caps   what the monitor learnt of each node
     nodes/<name>.down    a node disabled by clusteradmin (the Perl's $m.down): no work
-    groups/<name>        a node group: node names, one a line (issue 25; runs' groups=)
+    groups/<name>        a node group: node names, one a line (docs/runoptions.md,
+                         section 4; runs' groups=)
     runs/<id>/stop       an admin asked to stop run <id> (who, and why)
     node-code/           the node side of the package, published for nodes to fetch, and
                          its MANIFEST (an md5 per file)
@@ -54,8 +55,8 @@ Layout of a home::
                          each node said moved in a program's key (cluster/master/cache/reuse.py);
                          runs/<id>/reuse-checks: the checks of the reused results
     log/                 logs of the master processes
-    resources.json       the resource file (issue 24; cluster.wire.resources), unless
-                         resource_file puts it elsewhere
+    resources.json       the resource file (docs/provisioning.md, "The resource file";
+                         cluster.wire.resources), unless resource_file puts it elsewhere
     provision.json       the provisioner's last look (clusterscale.py; cluster.wire.provision)
 """
 
@@ -185,7 +186,7 @@ class Home:
     @property
     def groups(self) -> Path:
         """``groups/``: one file per node group, ``groups/<name>``, listing node names one a
-        line (issue 25; :mod:`cluster.master.files.groups`)."""
+        line (docs/runoptions.md, section 4; :mod:`cluster.master.files.groups`)."""
         return self.root / "groups"
 
     def group(self, name: str) -> Path:
@@ -202,7 +203,7 @@ class Home:
         by clusterscale.py, read by the console."""
         return self.root / "provision.json"
 
-    #: Names in the home that issue 11's pieces share (see the layout above).
+    #: Names in the home that the master's pieces share (see the layout above).
     NODE_CODE = "node-code"
 
     @property

@@ -433,8 +433,8 @@ class LocalCluster:
     transport: str = "local"
     wrap: Wrap | None = None
     #: "slurm": no node is started here; a private single-host Slurm and the provisioner
-    #: (clusterscale.py) start ephemeral nodes as runs wait (issue 24), at most
-    #: ``max_nodes`` of them.
+    #: (clusterscale.py) start ephemeral nodes as runs wait (docs/provisioning.md,
+    #: "Ephemeral nodes"), at most ``max_nodes`` of them.
     provider: str = ""
     #: The private Slurm of ``provider="slurm"``, while it runs.
     slurm: PrivateSlurm | None = None

@@ -1,4 +1,5 @@
-"""Each node's own key: ``node-keys/<name>.key`` in the master home (issue 20).
+"""Each node's own key: ``node-keys/<name>.key`` in the master home (docs/protocol.md,
+"Signed messages").
 
 A node signs its requests with a key of its own, never with one that every node holds, so
 that one node (or anyone with a node's login) cannot speak for another name.  The key is

@@ -21,7 +21,7 @@ and the first line is the current or next run (ARTIFEX.md §2.1/§2.2)::
 ``option``
     a flag (``lowres``, ``highres``, ``relaxtimeout``, ``bmpcmp``; ``lowres`` and ``highres``
     exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``,
-    ``tree``, ``sweep`` or ``resume``; or a per-run option (issue 25, the flags
+    ``tree``, ``sweep`` or ``resume``; or a per-run option (docs/runoptions.md; the flags
     ``exclusive``, ``no_reschedule``, ``every_node`` and the keys ``job_timeout``,
     ``queue_timeout``, ``task_timeout``, ``max_failed_nodes``, ``max_worker_instances``,
     ``max_cluster_instances``, ``groups``, ``exclude``, ``name``, ``after``: their grammar
@@ -44,10 +44,11 @@ a reader never sees a torn file.  The lock file itself is never written or repla
 queue's directory is locked with it (:mod:`cluster.runtime.pathlock`), so deleting the lock
 file while it is held does not let a second writer in.
 
-The enqueue time of each queued run with a ``queue_timeout`` (issue 25) is kept beside the
-queue in ``<queue>.times`` (:data:`TIMES_SUFFIX`), keyed by the digest of the run's line and
-updated by every rewrite under the same lock (:meth:`QueueFile.waiting_since`): the queue
-line itself is unchanged, so the same line queued twice is still one run.
+The enqueue time of each queued run with a ``queue_timeout`` (docs/runoptions.md, section 3)
+is kept beside the queue in ``<queue>.times`` (:data:`TIMES_SUFFIX`), keyed by the digest of
+the run's line and updated by every rewrite under the same lock
+(:meth:`QueueFile.waiting_since`): the queue line itself is unchanged, so the same line
+queued twice is still one run.
 
 A bad line (not a run) is skipped, kept byte for byte, and logged once across processes
 (see :class:`QueueFile`); a line of any length costs a bounded amount of memory.  The queue

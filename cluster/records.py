@@ -11,7 +11,7 @@ string is for ``sh`` and may use the placeholders a node substitutes before runn
 ``__python__`` the node's own Python interpreter, shell-quoted; the node puts the project
                on ``PYTHONPATH`` so ``__python__ -m cluster.bmpcmp`` works from any directory
 ``__tree__``   the node's build folder of the run's tree (the fetched tree, built there):
-               for a sweep run, the sweep folder (issue 23)
+               for a sweep run, the sweep folder (docs/sweeps.md)
 
 A result carries what the 10-column ``.tab`` of ARTIFEX.md §2.5 needs, less the run's
 revision, which the master adds.
@@ -48,7 +48,8 @@ ERROR_SEGFAULT = 8
 ERROR_SEGFAULT_STAGE2 = 9
 ERROR_INTERNAL = 10
 #: Not from a node: the master's row for a job whose node was lost in a run with
-#: ``no_reschedule`` (issue 25): the job is never handed out again (machine: the lost node).
+#: ``no_reschedule`` (docs/runoptions.md, section 3): the job is never handed out again
+#: (machine: the lost node).
 ERROR_LOST = -1
 #: The product column of such a row (the master does not know what the job would have run).
 LOST_PRODUCT = "lost"

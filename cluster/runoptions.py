@@ -1,5 +1,6 @@
-"""Per-run options (issue 25; prun's job file keys): the words a queue line may carry to give
-one run its own limits, placement and order, and each run's effective settings.
+"""Per-run options (docs/runoptions.md; prun's job file keys): the words a queue line may
+carry to give one run its own limits, placement and order, and each run's effective
+settings.
 
 docs/runoptions.md is the user's page.  The grammar, one word each on the queue line after
 the products (``cluster.queue`` checks every word with :func:`check_word`)::
@@ -19,7 +20,7 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     after=REF[,REF...]            start only once these runs have ended well (a run id or name)
     reuse=yes|no                  take results of earlier complete runs for jobs whose key is
                                   unchanged (default: master.conf's ``result_cache``)
-    confirm=yes|no                run changed tests again before reporting (issue 26), or not
+    confirm=yes|no                run changed tests again before reporting (docs/results.md), or not
 
 ``DURATION`` is a number of seconds with at most one suffix ``s``, ``m``, ``h`` or ``d``
 (``90``, ``90s``, ``15m``, ``1.5h``, ``2d``), more than 0 and at most 30 days.  Names
@@ -186,7 +187,8 @@ class RunOptions:
     #: Whether the run may take results from the result cache (``reuse=``, else
     #: master.conf's ``result_cache``).
     reuse: bool = True
-    #: ``confirm=yes|no`` (issue 26); None: master.conf's ``confirm_differences``.
+    #: ``confirm=yes|no`` (docs/results.md, "Differences confirmed, indeterminate tests
+    #: named"); None: master.conf's ``confirm_differences``.
     confirm: bool | None = None
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
     given: tuple[str, ...] = field(default=())

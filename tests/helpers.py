@@ -137,13 +137,13 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str,
 #: (discovery.WorkWatcher), the tick only paces takeovers, commit polls and node code
 #: publishing, and each tick started three clustermaster processes (about 0.14 CPU seconds
 #: each; now only those that may have work). At 3 s those spawns were a quarter of the
-#: whole suite's CPU (issue 21: 356 s instead of 435 s for the README's test command); at
+#: whole suite's CPU (356 s instead of 435 s for the README's test command); at
 #: 1 s they took nearly half of this 2-core machine from every test.
 FAST = {
     "supervisor_interval": "10", "heartbeat_interval": "0.5", "poll_interval": "0.5",
     "pid_wait": "1", "pid_check_interval": "0.5", "connect_retry_delay": "0.5",
     "connect_retries": "60", "linger": "3", "heartbeat_timeout": "6",
-    # Issue 26's result cache is off in the e2e tests unless one turns it on (as
+    # The result cache (docs/results.md) is off in the e2e tests unless one turns it on (as
     # test_result_cache does): many push the same tree twice to act in the middle of the
     # second run, or count the nodes that ran each row, and a reused run has no middle.
     "result_cache": "no",

@@ -1,4 +1,5 @@
-"""The sweep the end-to-end sweep tests run (issue 23's "Done when"), and how to run it by hand.
+"""The sweep the end-to-end sweep tests run (docs/sweeps.md), and how to run it by
+hand.
 
 :func:`write_sweep` writes a sweep folder holding a small real program, ``prog.py``, a
 table of ``rows`` rows, a check script and the sweep file that ties them together:

@@ -169,10 +169,10 @@ def _check_conf(text: str) -> None:
 
 
 def _node_key(settings: NodeSettings) -> str:
-    """Make the node's own key in the master home (issue 20: each node signs with a key of
-    its own), when that home is on this machine, as it is when bootstrap_node.py runs on
-    the master; the line saying so.  A home that is not here: a line saying where the key
-    must be made.  ClusterError if it cannot be made."""
+    """Make the node's own key in the master home (docs/protocol.md, "Signed messages"; each
+    node signs with a key of its own), when that home is on this machine, as it is when
+    bootstrap_node.py runs on the master; the line saying so.  A home that is not here: a
+    line saying where the key must be made.  ClusterError if it cannot be made."""
     home = Path(settings.master_home)
     rel = nodekeys.key_rel(settings.node_name)
     if not home.is_dir():

@@ -23,7 +23,7 @@ The bmpcmp form (ARTIFEX.md §5.7) prints the bmpcmp jobs
 <product>`` per line (the master writes it from the previous run's differences), in FILE's
 order, at most 1000.  Tests that cannot be used are skipped with a warning on stderr.
 
-The sweep form (issue 23, docs/sweeps.md) prints one job per task of the sweep file FILE
+The sweep form (docs/sweeps.md) prints one job per task of the sweep file FILE
 (:mod:`cluster.jobs.sweepjobs`), in table order, streamed as the table is read: the job's
 test name is the task id.  A bad sweep file, table row or task stops it with exit status 2
 and one line naming the file, the line and the key (the master then keeps no job list).

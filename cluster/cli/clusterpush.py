@@ -34,7 +34,7 @@ anything is sent or queued: an unknown key, a bad value or an option given twice
 line naming it and what was expected, exit status 2.  The option becomes a word of the
 run's queue line (the same words may also be given as words: job_timeout=2h).
 
---sweep submits a sweep instead (issue 23, docs/sweeps.md): the sweep file and every
+--sweep submits a sweep instead (docs/sweeps.md): the sweep file and every
 task of its table are checked first (a problem is one line naming the file and the key,
 exit status 2, nothing pushed or queued), then the folder holding the sweep file is the
 tree, pushed to users/<user>/sweep, and the run is queued at priority 0 as

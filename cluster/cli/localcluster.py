@@ -17,7 +17,7 @@ While it waits, a terminal shows one progress line, rewritten in place: jobs don
 nodes, results per second and the estimated end.  When stdout is not a terminal (a pipe, a
 file) nothing of it is printed.
 
-With --sweep FILE it runs that sweep (issue 23, docs/sweeps.md) instead of the demo push:
+With --sweep FILE it runs that sweep (docs/sweeps.md) instead of the demo push:
 the sweep is checked first as clusterpush.py --sweep checks it (a problem: one line naming
 the file and the key, exit status 2, nothing started), then its folder is pushed and run
 as product sweep, with the per-run options of its [run] table (docs/runoptions.md);

@@ -457,7 +457,8 @@ def _one_line(text: str) -> str:
 # ---------------------------------------------------------------------------------- history
 def history(home: Home, test: str) -> JSON:
     """The runs in which ``test`` changed (:func:`cluster.console.history.history`), and
-    those in which it was found indeterminate (issue 26: ``tables/indeterminate.tsv``)."""
+    those in which it was found indeterminate (docs/results.md, "Differences confirmed,
+    indeterminate tests named"; ``tables/indeterminate.tsv``)."""
     changes = test_history.history(home, test)
     name = test_history.test_id(test)
     return {"test": name, "changes": [c.to_json() for c in changes],
@@ -466,8 +467,9 @@ def history(home: Home, test: str) -> JSON:
 
 
 def flaky(home: Home) -> JSON:
-    """The tests found indeterminate (issue 26), newest first: when, in which run, on
-    which nodes, with which digests (``tables/indeterminate.tsv``)."""
+    """The tests found indeterminate (docs/results.md, "Differences confirmed, indeterminate
+    tests named"), newest first: when, in which run, on which nodes, with which digests
+    (``tables/indeterminate.tsv``)."""
     return {"flaky": [f.to_json() for f in indeterminate.read(home.tables)]}
 
 
@@ -516,7 +518,7 @@ def format_history(data: JSON) -> list[str]:
         if before is None:
             line += f"  new: error {after['error']} md5 {after['md5']}"
         else:
-            # Only what changed: "error 0 -> 0" says nothing (issue 21).
+            # Only what changed: "error 0 -> 0" says nothing.
             parts = [f"{key} {before[key]} -> {after[key]}" for key in ("error", "md5")
                      if before[key] != after[key]]
             line += f"  {c['change']}: {', '.join(parts)} (against {c['against']})"

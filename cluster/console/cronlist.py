@@ -1,4 +1,4 @@
-"""``clusteradmin cron`` (issue 25; prun's ``cron``): every scheduled entry of the cluster
+"""``clusteradmin cron`` (docs/runoptions.md; prun's ``cron``): every scheduled entry of the cluster
 in the crontab of the user running it, with when it next fires.
 
 The entries are the ones the cluster's scripts install (:mod:`cluster.cron`: each carries

@@ -161,7 +161,7 @@ class Timing:
 
 def times(home: Home, test: str) -> list[Timing]:
     """``test``'s times in every complete archived run whose table has it, newest first
-    (issue 26).  ClusterError as :func:`history`'s when no archived run's table has it."""
+    (docs/results.md).  ClusterError as :func:`history`'s when no archived run's table has it."""
     name, key = _test_key(test)
     found: list[Timing] = []
     searched = 0

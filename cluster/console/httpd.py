@@ -26,7 +26,7 @@ Contract:
   detail is made on demand; concurrent requests for it wait for the one making it.  The
   page itself is made once.  The JSON answers are also kept gzipped and sent so to
   clients that accept it (a thousand nodes make 300 KB of JSON, under 10 KB gzipped).
-* **Bounded, also against slow clients** (issue 20: a per-read timeout let 80 connections
+* **Bounded, also against slow clients** (a per-read timeout let 80 connections
   trickling a byte every 2 s make every honest request a 503 for 40 s).  A waiting client
   holds no thread, only a socket.  At most :data:`MAX_CLIENTS` connections are open, at most
   a quarter of them (:func:`~cluster.runtime.peers.per_peer_limit`) from one host (more get
@@ -543,7 +543,7 @@ class StatusServer(SelectorListener[_Conn]):
     One thread (:meth:`serve_forever`) accepts, reads each request head over non-blocking
     sockets and writes each answer; :data:`WORKERS` threads make the answers (a home read,
     a run's detail), so no thread ever waits on a client.  A client costs a socket until
-    its deadline, however slowly it sends (issue 20: the threaded server's per-read timeout
+    its deadline, however slowly it sends (the threaded server's per-read timeout
     let 80 connections trickling a byte every 2 s make 37 of 37 honest requests a 503 for
     40 s).  Bounds, each answered at once with a JSON error and logged through a
     :class:`~cluster.runtime.peers.RefusalLog` (a few lines per client host, then a summary

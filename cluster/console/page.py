@@ -499,7 +499,7 @@ function drawDetail(d) {
   }
   if (d.sweep) parts.push(drawSweep(d.sweep));
   if (d.confirm && d.confirm.length) {
-    /* Issue 26: the changed tests run twice, each confirmed, indeterminate or unconfirmed. */
+    /* The changed tests run twice, each confirmed, indeterminate or unconfirmed. */
     parts.push(el("h3", {text: "Differences run twice (" + d.confirm.length + ")"}),
       el("table", {}, el("tbody", {}, ...d.confirm.map((v) => el("tr",
         {class: "confirm", "data-test": v.test, "data-kind": v.kind},

@@ -49,15 +49,15 @@ Where the facts come from, and the decisions made:
   ``.up`` mtime; a node not heard from for ``node_down_after`` seconds (300) is down since
   ``last_heard + node_down_after`` (``down_since``, and ``down`` true).  ``run``, ``done``,
   ``errors``, ``timeouts`` come from the live file of the run the node takes part in.
-* ``provision``: the provisioner's status file ``provision.json`` (issue 24), None when
-  there is none; its schema and its lines are :mod:`cluster.console.provisioning`'s.  A
-  node that a batch job of it runs (the job's ``node`` is the node's name) carries
-  ``batch_job``: ``{"engine", "id"}``.
+* ``provision``: the provisioner's status file ``provision.json`` (docs/provisioning.md,
+  "The provisioner's status file"), None when there is none; its schema and its lines are
+  :mod:`cluster.console.provisioning`'s.  A node that a batch job of it runs (the job's
+  ``node`` is the node's name) carries ``batch_job``: ``{"engine", "id"}``.
 * ``recent``: the 20 newest folders of ``archive/`` that hold a ``run.info`` (run ids start
   with their UTC start time, so the name order is the time order).  ``ended`` is
   run.info's mtime (it is written last), ``elapsed`` and ``outcome`` its lines, and
   ``nodes``, ``differences``, ``errors``, ``indeterminate`` (tests whose second run gave
-  another output, issue 26) its summary lines when the master wrote them
+  another output; docs/results.md) its summary lines when the master wrote them
   (None otherwise: the .tab is never read for the list).  ``bmpcmp`` links the bmpcmp page
   (``bmpcmp/index.html``) of a bmpcmp run, ``tab`` the run's table when it has one.
 
@@ -837,9 +837,9 @@ def _finished(folder: Path, run_id: str) -> JSON:
 
 
 def _verdicts(folder: Path) -> list[JSON]:
-    """The verdicts of the tests an archived run ran twice (issue 26: ``confirm.tsv``,
-    at most ``confirm_max`` lines): test, kind (confirmed, indeterminate, unconfirmed),
-    nodes, digests and why."""
+    """The verdicts of the tests an archived run ran twice (docs/results.md, "Differences
+    confirmed, indeterminate tests named"; ``confirm.tsv``, at most ``confirm_max`` lines):
+    test, kind (confirmed, indeterminate, unconfirmed), nodes, digests and why."""
     found: list[JSON] = []
     for line in (_read_text(folder / indeterminate.VERDICTS_NAME) or "").splitlines():
         try:

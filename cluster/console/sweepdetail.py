@@ -1,5 +1,5 @@
 """What the per-run view shows of a sweep run: its tasks by status and its failed
-parameter sets (issue 23), as JSON for :func:`cluster.console.status.run_detail`.
+parameter sets (docs/sweeps.md), as JSON for :func:`cluster.console.status.run_detail`.
 
 * **An archived sweep run**: from ``archive/<run>/results.tsv``
   (:func:`cluster.report.sweepreport.tally`, streamed): the counts and the first

@@ -10,10 +10,10 @@ ANSI codes.  This view shows the same from :func:`cluster.console.status.snapsho
   ``node_down_after`` seconds, ``--DISABLED--`` for a disabled node, else its run, jobs done
   in it and its status text;
 * every queued run per priority, then the newest runs;
-* when a provisioner runs (issue 24), its last look before the nodes: "from Slurm: wanted
-  W, pending P, running R", each job with its node and a pending job's reason, the last
-  failed call's message, or that the provisioner is not running; a node a batch job runs
-  shows its job id after its name.
+* when a provisioner runs (docs/provisioning.md), its last look before the nodes: "from
+  Slurm: wanted W, pending P, running R", each job with its node and a pending job's reason,
+  the last failed call's message, or that the provisioner is not running; a node a batch job
+  runs shows its job id after its name.
 
 :func:`render` is a pure function of the snapshot (the tests call it with made-up ones);
 :func:`watch` redraws it every ``interval`` seconds (clear screen + cursor home) until

@@ -1,4 +1,4 @@
-"""The jobs of a sweep run (product ``sweep``, issue 23; the user's side is docs/sweeps.md).
+"""The jobs of a sweep run (product ``sweep``; the user's side is docs/sweeps.md).
 
 One job per task of the sweep (:mod:`cluster.sweep.expand`), made while the table is
 streamed (:func:`sweep_jobs` yields them: a table of a million rows is never a list).  The

@@ -19,9 +19,9 @@ with dummy ssh command.  Success -> copy client to slave using scp and try to st
    Python, size and mtime are compared, as rsync does) are uploaded with
    :func:`cluster.runtime.ssh.put_atomic` (a reader never sees a part; times and modes
    kept), and modules under ``REMOTE_DIR/cluster`` that left the set are deleted;
-4. **the job account** (issue 25): when the node's account is root, ``job_user`` (default
-   :data:`DEFAULT_JOB_USER`, ``--job-user``; a ``--node-set job_user=...`` wins) is made a
-   system account with no login unless it exists
+4. **the job account** (docs/runoptions.md, section 6): when the node's account is root,
+   ``job_user`` (default :data:`DEFAULT_JOB_USER`, ``--job-user``; a ``--node-set
+   job_user=...`` wins) is made a system account with no login unless it exists
    (:func:`cluster.node.jobuser.ensure_command`), and node.conf names it, so every job runs
    as that account; the account must be able to enter ``REMOTE_DIR`` (its jobs use the
    node code and the work folder there: root's own home, mode 0700, is no place for it;

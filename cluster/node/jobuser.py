@@ -1,4 +1,4 @@
-"""The account a node's jobs run as (issue 25, prun's prexec): ``job_user``.
+"""The account a node's jobs run as (docs/runoptions.md, section 6; prun's prexec): ``job_user``.
 
 A node process that runs as root runs every job as the node setting ``job_user``, a
 system account with no login (``bootstrap_node.py`` makes it: :func:`ensure_command`):

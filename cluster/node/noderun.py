@@ -24,7 +24,7 @@ The node reads job.start, then talks to the master on base_port + priority:
   run with ``CC='ccache gcc'`` and ``CCACHE_DIR``.
   After a successful build the node looks for job.start's ``programs`` in its build's
   binaries' folder and sends the missing ones with every call, beside ``built``
-  (``unbuilt``, issue 22): the master hands it no job calling them, and decides whose fault
+  (``unbuilt``): the master hands it no job calling them, and decides whose fault
   the missing program is (this node's when another node's build made it, the tree's when
   no node's did: :mod:`cluster.master.state.runstate`).
 * JOBS: jobs go into a local queue and run in ``slots`` persistent slot shells
@@ -264,7 +264,7 @@ class BuildFailed(ClusterError):
 class CannotRunJobs(ClusterError):
     """This node cannot run the run's jobs (its build lacks the product's binary, its corpus
     lacks a test's input, a job's program could not be started): the node is at fault, not
-    the test, so it reports failure 1 and no result of it reaches the table (issue 20)."""
+    the test, so it reports failure 1 and no result of it reaches the table."""
 
 
 class BuildCannotRunHere(ClusterError):
@@ -1225,7 +1225,7 @@ class NodeRun:
         """After a successful build: which of ``programs`` (job.start's) the build did not
         make (not an executable file in its binaries' folder, :attr:`bin_dir`), into
         :attr:`unbuilt`, sent with every request from now on (beside ``built``).  The master
-        hands this node no job calling them and decides whose fault that is (issue 22):
+        hands this node no job calling them and decides whose fault that is:
         this node's when another node's build made the program (it is dropped as failure 1,
         as it would be on its first such job), the tree's when no node's build did (the
         program's tests are not run, and the report says so once).  The programs found are
@@ -1353,8 +1353,8 @@ class NodeRun:
         """Whether the node is being stopped.  A job :func:`cut_from_outside` may have been
         signalled a moment before this process (a batch system signals every process of
         its job, in no set order): then the node waits up to :data:`STOP_SETTLE` for its
-        own stop signal before the job's end counts as a result (issue 24: a pilot ended by
-        its time limit reported its cut job as error 10)."""
+        own stop signal before the job's end counts as a result (docs/provisioning.md; a
+        pilot ended by its time limit reported its cut job as error 10)."""
         if self.stop_flag.is_set() or not cut_from_outside(done):
             return self.stop_flag.is_set()
         deadline = self.clock.monotonic() + STOP_SETTLE
@@ -1408,7 +1408,7 @@ class NodeRun:
             fault = self._infrastructure_fault(done, log_text)
             if fault is not None:
                 # Not a test result: withheld, and the node fails so that the job and the
-                # others it holds are run by a node that can (issue 20).
+                # others it holds are run by a node that can.
                 self._cannot_run(fault)
         if self.cannot_run:
             return  # this node cannot run jobs: no result of it after that counts

@@ -9,7 +9,7 @@ The heartbeats, at most one per ``heartbeat_interval`` when nothing happens:
 * idle (no run.py): a long-poll -- the heartbeat asks the monitor to hold its answer up to
   ``heartbeat_interval`` (``wait``), naming the waiting runs it will not join (``skip``:
   finished, or in their rejoin backoff), so it learns of a new run within a fraction of a
-  second instead of at its next heartbeat (issue 10: that wait was most of a local run's
+  second instead of at its next heartbeat (that wait was most of a local run's
   start-up).  A monitor that predates the long-poll answers at once; then the node simply
   asks again after the interval, as before;
 * running: a plain heartbeat every ``heartbeat_interval`` with its status, and run.py is

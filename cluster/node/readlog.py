@@ -103,7 +103,7 @@ _CODES = {  # (kind, stage) -> code; stage 1 of a two-stage test crashing is 7
 
 UNKNOWN_PRODUCT = "unknown"
 SHELL_PRODUCT = "shell"
-#: The label of a sweep task's log (issue 23): the rest of its log is the command's stderr,
+#: The label of a sweep task's log (docs/sweeps.md): the rest of its log is the command's stderr,
 #: which says nothing in gs's words, so only the exit status, a timeout and the md5 count.
 SWEEP_PRODUCT = "sweep"
 
@@ -233,7 +233,7 @@ def log_entry(name: str, log_text: str | bytes | None, md5_text: str | bytes | N
 
 
 def with_wall_time(result: JobResult, seconds: float) -> JobResult:
-    """A ``shell`` job's result with its wall seconds as ``time1`` (issue 26).
+    """A ``shell`` job's result with its wall seconds as ``time1`` (docs/results.md).
 
     A shell command runs under no ``/usr/bin/time``, so its log has no time line and its
     times were all 0: the master could neither order such tests slowest first nor notice

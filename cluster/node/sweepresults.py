@@ -170,8 +170,9 @@ def make_read_only(tree: Path) -> None:
     """Clear the write bits of every regular file under the sweep folder ``tree``: the
     tasks get its files as hard links, which share a file's mode, so a command run as any
     user but root cannot change the sweep folder for the tasks after it (root is bound by
-    no mode bits: issue 25 runs jobs as an unprivileged user).  The node's next update of
-    its build folder replaces files by renaming, which the folders' own modes allow."""
+    no mode bits: a node with ``job_user`` runs jobs as an unprivileged user).  The node's
+    next update of its build folder replaces files by renaming, which the folders' own modes
+    allow."""
     for dirpath, _dirs, files in os.walk(tree):  # bounded by the tree
         for name in files:
             path = os.path.join(dirpath, name)

@@ -2,7 +2,7 @@
 
 The only module that knows both implementations.  :mod:`cluster.node.transport` (the
 interface and :class:`~cluster.node.transport.LocalTransport`) does not import the ssh one,
-and :mod:`cluster.node.sshtransport` imports the interface: no circle (issue 21).
+and :mod:`cluster.node.sshtransport` imports the interface: no circle.
 """
 
 from __future__ import annotations

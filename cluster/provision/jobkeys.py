@@ -1,11 +1,11 @@
 """The keys of the provisioner's ephemeral nodes: ``node-keys/<prefix>-<job id>.key``.
 
 docs/provisioning.md, "Its key".  An ephemeral node is named ``<prefix>-<batch job id>``
-and signs with its own key in the master home, as every node does (issue 20).  A node with
-``transport = local`` can make its key itself; one that logs in over ssh cannot, so the
-provisioner, which runs beside the master home, makes it: for each job it submits, as soon
-as the batch system has given the id, and for each job of its prefix it finds (a restarted
-provisioner adopting jobs submitted before) whose key is missing.
+and signs with its own key in the master home, as every node does (docs/protocol.md, "Signed
+messages").  A node with ``transport = local`` can make its key itself; one that logs in
+over ssh cannot, so the provisioner, which runs beside the master home, makes it: for each
+job it submits, as soon as the batch system has given the id, and for each job of its prefix
+it finds (a restarted provisioner adopting jobs submitted before) whose key is missing.
 
 :class:`JobKeys` is the hook :class:`cluster.provision.scaler.Provisioner` calls with those
 job ids.  It never raises: a key that cannot be made is a WARNING naming the node and the

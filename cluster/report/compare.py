@@ -220,7 +220,7 @@ def analyse(current: Mapping[str, TabRow], previous: Previous | None,
     tests, as compare.pl's ``products`` argument does; None counts every current test.
     *seen* is the md5 cache: a test whose md5 changed to a digest it holds goes to
     ``archive_matches`` (None: no cache, nothing matches).  *not_run* names tests of the
-    run that were not run (their program was not built, issue 22): absent from *current*,
+    run that were not run (their program was not built): absent from *current*,
     they are not listed as removed.
     """
     differences: dict[str, list[str]] = {g: [] for g in GROUPS}

@@ -1,4 +1,5 @@
-"""Differences confirmed and indeterminate tests (issue 26, items 3 and 4), as plain facts.
+"""Differences confirmed and indeterminate tests (docs/results.md, "Differences confirmed,
+indeterminate tests named"), as plain facts.
 
 A test whose output changed against the baseline is run a second time before the run is
 reported (:mod:`cluster.master.serve.confirm`).  Here, with no master code:

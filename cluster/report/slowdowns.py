@@ -1,4 +1,5 @@
-"""Slowdowns named (issue 26, Perfherder's alerts): the tests a run made slower.
+"""Slowdowns named (docs/results.md, "Slowest tests first, and slowdowns named";
+Perfherder's alerts): the tests a run made slower.
 
 A test is **slower** when its time in this run is more than ``factor`` times its median
 time over the last ``runs`` baseline runs that have it, and at least ``min_seconds`` more

@@ -1,4 +1,4 @@
-"""The report of a sweep run (issue 23): what its tasks gave, read from its archive.
+"""The report of a sweep run (docs/sweeps.md): what its tasks gave, read from its archive.
 
 A sweep run's report is not a test report: its tasks are parameter sets, its results files.
 :func:`render` makes the text from the archive's files (all streamed) and a few facts the

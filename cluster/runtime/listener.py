@@ -4,7 +4,7 @@ The master's node port (:class:`cluster.master.serve.server.NodeServer`), the mo
 port (:class:`cluster.master.daemon.monitor.MonitorServer`) and the status page
 (:class:`cluster.console.httpd.StatusServer`) serve many short connections from one thread
 over a selector, so that a slow or silent client costs a socket and a small record, never a
-thread or another client's turn (issues 10 and 20).  What they share is written here once,
+thread or another client's turn.  What they share is written here once,
 in :class:`SelectorListener`; each server keeps only what is its own: how a request is
 framed and answered, and what a connection's states are.
 

@@ -1,7 +1,7 @@
 """What a daemon's listener keeps per peer: its open connections under a cap, and its
 refusals, logged one line per burst.
 
-Issue 20: one unauthenticated process opening and closing connections to the monitor wrote
+Once, one unauthenticated process opening and closing connections to the monitor wrote
 34,150 log lines (4.2 MB) in 25 s, one per refused connection, and about 11,000 of its
 sockets took the monitor's whole connection budget, so honest heartbeats were answered
 "busy".  Every listener of the cluster (the master's port, the monitor, the status page)

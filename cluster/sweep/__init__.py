@@ -1,4 +1,4 @@
-"""Sweeps: any program over a table of parameters (issue 23).
+"""Sweeps: any program over a table of parameters (docs/sweeps.md).
 
 A sweep file (TOML) names a command pattern, a parameter table or axes, the inputs written
 into each task's folder, the result files brought home, how a result is validated and what

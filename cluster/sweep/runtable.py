@@ -1,4 +1,4 @@
-"""A sweep file's ``[run]`` table (issue 25): the sweep run's per-run options, written as
+"""A sweep file's ``[run]`` table (docs/runoptions.md): the sweep run's per-run options, written as
 TOML values, turned into the option words of its queue line.
 
 Each key is a per-run option of :mod:`cluster.runoptions` (docs/runoptions.md); its value

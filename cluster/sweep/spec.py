@@ -95,7 +95,7 @@ class SweepSpec:
     """A checked sweep file.  ``folder`` is the sweep folder (the file's own); ``table``
     is the table's path relative to it ('' when the rows come from ``axes``);
     ``run`` holds the ``[run]`` table's per-run options as queue-line words, checked and
-    sorted (:mod:`.runtable`; issue 25)."""
+    sorted (:mod:`.runtable`; docs/runoptions.md)."""
 
     path: Path
     folder: Path

@@ -7,7 +7,7 @@ of the ClusterWork TWiki page).  Its first non-comment line is
 already queued is not queued twice).  An auto run builds the master's own tree of its
 product (``<home>/ghostpdl`` or ``<home>/mupdf``).
 
-A nightly or weekly sweep (issue 23, docs/sweeps.md section 8) is the line
+A nightly or weekly sweep (docs/sweeps.md section 8) is the line
 ``sweep <path> [option ...]``: ``<path>`` is the sweep folder (its sweep file is
 ``sweep.toml``) or a sweep file in the top of its folder, absolute or relative to the
 jobdef's own folder (``auto/<schedule>/<name>/``), never through ``~``; the line is split

@@ -9,8 +9,8 @@ like ``cluster_command.run``'s; an empty one means "all products" (ARTIFEX §2.7
 ``gs,pdfwrite,ps2write`` of the ghostpdl tree.
 
 :func:`scan_user_droppings` (priority 0's discoverer, see :mod:`cluster.triggers.discovery`)
-turns each into a queued run and removes it, or sets a bad one aside.  No push is lost
-(issue 10): a push of the same user, products and tree as a run that *waits* replaces that
+turns each into a queued run and removes it, or sets a bad one aside.  No push is lost:
+a push of the same user, products and tree as a run that *waits* replaces that
 run in place (same position, the new line if its options differ); one that matches the run
 *running* (the queue line of ``job.start``, or of a run whose end steps are not done yet:
 see :func:`running`) is queued after it.

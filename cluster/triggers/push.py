@@ -23,7 +23,7 @@ master's side (:mod:`cluster.triggers.remotepush`): the same lock, checks and dr
 module therefore imports nothing beyond the standard library (the master's ``python3`` runs
 it without the package's dependencies).
 
-Pushes never get lost or mixed up (issue 10): the sync and the dropping happen under the
+Pushes never get lost or mixed up: the sync and the dropping happen under the
 tree's lock (``users/<user>/.<tree>.lock``); :func:`snapshot_push` copies a pushed tree for
 the run that builds it under the same lock, so a later push never changes what a running run
 builds and diffs; a push of the same user and products as a waiting run replaces it

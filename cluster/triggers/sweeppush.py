@@ -1,4 +1,4 @@
-"""Submitting a sweep (issue 23): the checks ``clusterpush.py --sweep`` and
+"""Submitting a sweep (docs/sweeps.md): the checks ``clusterpush.py --sweep`` and
 ``localcluster.py --sweep`` make before a sweep folder is pushed and queued.
 
 A sweep run is a user run of product ``sweep`` whose tree is the sweep folder (the folder

@@ -24,13 +24,13 @@ not among the ``skip`` ids, or until the wait ends; either way the answer is the
 of every waiting run (skipped ones included).  A node thus learns of a new run within a
 fraction of a second while sending no more heartbeats than one per wait.
 
-Signed (issue 11): a heartbeat carries ``nonce`` and, last before ``OK``, ``sig`` lines, and
-the monitor's answer ends with a ``sig`` line, as the node protocol's messages
-(:mod:`cluster.wire.signing`), keyed by the node's heartbeat key (derived from its own
-key, ``node-keys/<name>.key`` in the master home).  The monitor refuses an unsigned,
-wrongly signed or replayed heartbeat (``ERROR unsigned request ...``, ``ERROR bad
-signature ...``, ``ERROR replayed nonce ...``, unsigned) and records nothing of it;
-:func:`format_heartbeat` and :func:`parse_reply` deal with the plain message, the caller
+Signed (docs/protocol.md, "Signed messages"): a heartbeat carries ``nonce`` and, last before
+``OK``, ``sig`` lines, and the monitor's answer ends with a ``sig`` line, as the node
+protocol's messages (:mod:`cluster.wire.signing`), keyed by the node's heartbeat key
+(derived from its own key, ``node-keys/<name>.key`` in the master home).  The monitor
+refuses an unsigned, wrongly signed or replayed heartbeat (``ERROR unsigned request ...``,
+``ERROR bad signature ...``, ``ERROR replayed nonce ...``, unsigned) and records nothing of
+it; :func:`format_heartbeat` and :func:`parse_reply` deal with the plain message, the caller
 signs and verifies.
 
 The request is bounded: :data:`MAX_LINES` lines of at most :data:`MAX_LINE` bytes, at most

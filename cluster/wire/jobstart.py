@@ -16,29 +16,29 @@ a bmpcmp run renders as its reference.  Nodes fetch and build it besides ``sourc
 the build between runs, and substitute ``__baseline__`` with its ``bin``.  Empty or absent:
 no baseline, and the line is not written, so job.start files of other runs are unchanged.
 
-``secret`` (issue 11): 64 hex digits, fresh for each run, the key of the run's signed node
-messages (:mod:`cluster.wire.signing`).  Only job.start itself carries it (written mode
-0600, ``format(with_secret=True)``); every other copy of the run's description (the end
-record, ``run.info`` in the archive) is written by :meth:`JobStart.format` without it.
-Optional when parsing, so a job.start of an older master still parses; a node refuses to
-join a run without one.
+``secret`` (docs/protocol.md, "Signed messages"): 64 hex digits, fresh for each run, the key
+of the run's signed node messages (:mod:`cluster.wire.signing`).  Only job.start itself
+carries it (written mode 0600, ``format(with_secret=True)``); every other copy of the run's
+description (the end record, ``run.info`` in the archive) is written by
+:meth:`JobStart.format` without it.  Optional when parsing, so a job.start of an older master
+still parses; a node refuses to join a run without one.
 
-``programs`` (issue 22): the programs the run's jobs call as ``__bin__/<name>``, comma
+``programs``: the programs the run's jobs call as ``__bin__/<name>``, comma
 list (:data:`PROGRAM`), e.g. ``gpcl6,gs``.  A node checks them right after its build and
 tells the master which its build did not make (the ``unbuilt`` request header of
 :mod:`cluster.wire.protocol`).  Optional: empty or absent, the line is not written and
 nothing is checked after the build (job.start files of other runs are unchanged).
 
-``max_result_bytes`` (issue 23, sweep runs only; absent or 0 in other runs, and then not
+``max_result_bytes`` (docs/sweeps.md; sweep runs only; absent or 0 in other runs, and then not
 written): the bytes of result files one sweep task may send (master.conf's
 ``max_result_bytes``: the node fails a task over it, :mod:`cluster.node.sweepresults`).
 ``job_timeout`` (absent or 0: not written): the seconds a node lets one job of this run
 run before it kills it, instead of its own ``job_timeout``: the run's ``task_timeout``
-(issue 25, any run), else, in a sweep run, the sweep's ``timeout`` plus GNU timeout's grace
-and a margin (:func:`cluster.jobs.sweepjobs.node_job_timeout`), so a node never cuts a task
-before the sweep's own timeout does.
+(docs/runoptions.md, section 3; any run), else, in a sweep run, the sweep's ``timeout`` plus
+GNU timeout's grace and a margin (:func:`cluster.jobs.sweepjobs.node_job_timeout`), so a
+node never cuts a task before the sweep's own timeout does.
 
-``sweep_results`` (issue 23, sweep runs only): the sweep's ``[results]``, which the node
+``sweep_results`` (docs/sweeps.md; sweep runs only): the sweep's ``[results]``, which the node
 takes from each task's folder when its job has ended (:mod:`cluster.node.sweepresults`):
 space-separated ``<result name>=<source>`` words in the sweep file's order, the source
 ``stdout``, ``stderr`` or a relative path in the task's folder, percent-encoded
@@ -69,7 +69,7 @@ STREAM_SOURCES = ("stdout", "stderr")
 #: The most results a sweep run may name.
 MAX_SWEEP_RESULTS = 256
 #: The largest ``job_timeout`` a job.start may give: a sweep's timeout is at most 7 days, a
-#: run's ``task_timeout`` (issue 25) at most 30.
+#: run's ``task_timeout`` (docs/runoptions.md, section 3) at most 30.
 MAX_JOB_TIMEOUT = 31 * 24 * 3600.0
 #: A program a job calls as ``__bin__/<name>`` (what cluster.node.noderun finds in a job).
 PROGRAM = re.compile(r"[A-Za-z0-9_.+-]{1,64}")

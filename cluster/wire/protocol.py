@@ -17,8 +17,8 @@ Request headers (node -> master)::
                               that its build did not make (``bin/<prog>`` missing or not
                               executable); at most 32 names of 1-64 [A-Za-z0-9_.+-]
     digests <prog>=<64 hex>[,...]  with ``built``: the sha256 of each program of job.start's
-                              ``programs`` the build made, with its resource files (issue 26:
-                              the build part of a job's key in the master's result cache;
+                              ``programs`` the build made, with its resource files (the
+                              build part of a job's key in the master's result cache;
                               :mod:`cluster.node.builddigest`); at most 32
     keychanges <prog>=<n>:<part>[|<part>...][;...]  with ``digests``: for each program
                               whose digest moved since this node last computed it, how
@@ -40,13 +40,13 @@ error.  Replies (master -> node)::
 
     ABORT [reason] | BUILD | UPLOAD | CONTINUE | JOBS\\n<count>\\n<job line>...
 
-Signed (issue 11, :mod:`cluster.wire.signing`): a node adds ``nonce <32 hex>`` and, last
-before ``OK``/``ABORT``, ``sig <64 hex>`` (HMAC-SHA256 under the run's secret from
-job.start); the master verifies before it parses, and its reply ends with a ``sig`` line
-bound to the request's nonce, which the node verifies before it acts on any line.  The
-functions here deal with the plain message: to the parser ``nonce`` and ``sig`` are
-unknown headers, and :func:`parse_reply` takes the reply without its ``sig`` line
-(:func:`~cluster.wire.signing.verify_reply` returns it so).
+Signed (docs/protocol.md, "Signed messages"; :mod:`cluster.wire.signing`): a node adds
+``nonce <32 hex>`` and, last before ``OK``/``ABORT``, ``sig <64 hex>`` (HMAC-SHA256 under
+the run's secret from job.start); the master verifies before it parses, and its reply ends
+with a ``sig`` line bound to the request's nonce, which the node verifies before it acts on
+any line.  The functions here deal with the plain message: to the parser ``nonce`` and
+``sig`` are unknown headers, and :func:`parse_reply` takes the reply without its ``sig``
+line (:func:`~cluster.wire.signing.verify_reply` returns it so).
 """
 
 from __future__ import annotations
@@ -253,7 +253,8 @@ class Request:
     built: str = ""
     #: With ``built``: the programs of job.start's ``programs`` its build did not make.
     unbuilt: tuple[str, ...] = ()
-    #: With ``built``: (program, sha256) of each program its build made (issue 26).
+    #: With ``built``: (program, sha256) of each program its build made (docs/results.md,
+    #: "Results reused").
     digests: tuple[tuple[str, str], ...] = ()
     #: With ``digests``: (program, parts changed, the first parts) of each program whose
     #: digest moved since the node last computed it (:func:`parse_keychanges`).

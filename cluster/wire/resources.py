@@ -1,4 +1,5 @@
-"""The resource file: what the master tells provisioners and ephemeral nodes (issue 24).
+"""The resource file: what the master tells provisioners and ephemeral nodes
+(docs/provisioning.md, "The resource file").
 
 CL-MW (seed 004) keeps a *resource file* that says whether the master is alive, whether its
 computation runs or is finished, how many workers it wants and how to start one.  This is

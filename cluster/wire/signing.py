@@ -1,9 +1,9 @@
 """Signed messages: HMAC-SHA256 over a request and over its reply, and the replay guard.
 
 Pure code: no sockets, no files (the keys' files are :mod:`cluster.nodekeys`'s).  Both
-socket protocols use it, keyed by the sending node's own key (issue 20): the node protocol
-(:mod:`cluster.wire.protocol`) with :func:`run_key`, the heartbeat protocol
-(:mod:`cluster.wire.heartbeat`) with :func:`heartbeat_key`.
+socket protocols use it, keyed by the sending node's own key (docs/protocol.md, "Signed
+messages"): the node protocol (:mod:`cluster.wire.protocol`) with :func:`run_key`, the
+heartbeat protocol (:mod:`cluster.wire.heartbeat`) with :func:`heartbeat_key`.
 
 The secret is 32 random bytes written as 64 lower-case hex digits (:func:`new_secret`);
 :func:`parse_secret` turns that text into the key the functions below take.

@@ -3,11 +3,11 @@
 For tests of the master's run loop that need nodes doing exact things at exact times
 (finishing, going silent, holding jobs) rather than running gs.
 
-They sign as real nodes do (issue 11): :func:`known_run` (and :func:`wait_for_run`) read a
-run's id and home from its job.start, and :func:`signed_talk` signs a request of a known run
-with the run key of the node it names (its own key in the home, made if missing),
-sends it and returns the reply without its ``sig`` line once that verified (a reply with no
-``sig`` line, a refusal, comes back as it is).
+They sign as real nodes do (docs/protocol.md, "Signed messages"): :func:`known_run` (and
+:func:`wait_for_run`) read a run's id and home from its job.start, and :func:`signed_talk`
+signs a request of a known run with the run key of the node it names (its own key in the
+home, made if missing), sends it and returns the reply without its ``sig`` line once that
+verified (a reply with no ``sig`` line, a refusal, comes back as it is).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The monitor under hostile clients (issue 10): silent sockets cost only a socket (about 64
+"""The monitor under hostile clients: silent sockets cost only a socket (about 64
 once made the thread-capped monitor refuse 29 of 32 honest heartbeats), unfinished requests
 are bounded in total, and a port already taken is reported at once.  Real sockets, a real
 monitor_port.py process.

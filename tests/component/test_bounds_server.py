@@ -1,4 +1,4 @@
-"""The master's NodeServer bounds memory (issue 10: one 480 MB request once took the master
+"""The master's NodeServer bounds memory (one 480 MB request once took the master
 from 27 MB to 1.86 GB): a request over ``max_request`` bytes, or data that would make all
 connections hold more than ``max_buffered``, is refused with one log line while honest
 requests keep being served.  Real sockets; the memory test runs the server in its own
@@ -232,7 +232,7 @@ def _from(source: str, port: int) -> socket.socket:
 
 def test_one_host_floods_neither_the_log_nor_the_audit_trail_nor_the_others_place(
         caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 20: a stranger's 2,000 connections, opened and closed at once, are a few log
+    """A stranger's 2,000 connections, opened and closed at once, are a few log
     lines and audit entries (not one each); its silent sockets stop at the per-peer limit,
     and another host's requests are served meanwhile."""
     caplog.set_level(logging.INFO, logger="cluster.server")

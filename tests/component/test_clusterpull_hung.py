@@ -1,5 +1,5 @@
 """A second clusterpull takes the node over from a hung one, and leaves a live one alone
-(issue 21: clusterpull.sh "checks for timeouts"; cluster.node.liveness).
+(clusterpull.sh "checks for timeouts"; cluster.node.liveness).
 
 Real clusterpull.py processes against a monitor port where nothing listens (their
 heartbeats fail and are retried, as when the master is down): the loop goes on, and so does

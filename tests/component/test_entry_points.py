@@ -1,5 +1,5 @@
 """The commands ``pip install`` puts on PATH work from any directory and call themselves
-by the name that was typed (issue 21)."""
+by the name that was typed."""
 
 from __future__ import annotations
 

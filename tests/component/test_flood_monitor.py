@@ -1,4 +1,4 @@
-"""The monitor under a stranger's connection flood (issue 20): one unauthenticated process
+"""The monitor under a stranger's connection flood: one unauthenticated process
 looping connections at a real monitor_port.py once wrote 34,150 log lines (4.2 MB) in 25 s,
 and its open sockets took the monitor's whole connection budget, so honest heartbeats were
 answered "busy".  Here the flooder (127.0.0.2) opens and closes connections as fast as it can
@@ -21,7 +21,7 @@ from tests.helpers import REPO, free_port, give_key, reaped, wait_for
 
 RUN = "20261126000000"
 FLOOD_SECONDS = 20.0
-#: What a 20 s flood may add to the monitor's log at most (issue 20's bound).
+#: What a 20 s flood may add to the monitor's log at most.
 LOG_BOUND = 100_000
 
 #: One process, one source address, as fast as it can: half the connections closed at

@@ -1,4 +1,4 @@
-"""Temporary files left by killed processes are cleaned at the next start (issue 10, point 5).
+"""Temporary files left by killed processes are cleaned at the next start (point 5).
 
 Real writers in child processes: ``fsutil.atomic_write`` of a big file killed with SIGKILL in
 the middle, a node's upload killed in the middle, the real ``clusterpull.py`` and ``run.py``

@@ -1,4 +1,4 @@
-"""The long-poll heartbeat (issue 10, fast start): a real monitor on loopback, real clients,
+"""The long-poll heartbeat (fast start): a real monitor on loopback, real clients,
 real job.start files, and a real clusterpull loop with a stand-in run.py.
 
 A heartbeat with ``wait`` is recorded at once and answered as soon as a run waits that it

@@ -169,7 +169,7 @@ def test_a_run_whose_job_list_cannot_be_made_is_reported_and_dequeued(tmp_path: 
 
 
 def test_a_huge_request_is_refused_and_memory_stays_flat(tmp_path: Path) -> None:
-    """Issue 10: one 480 MB request took the master from 27 MB to 1.86 GB.  With
+    """One 480 MB request once took the master from 27 MB to 1.86 GB.  With
     max_request_bytes at 1 MiB, senders of 100 MB each are refused after about 1 MiB with
     one log line each, the master's memory barely moves, and nodes are still served."""
     with _master(tmp_path, f"max_request_bytes={1024 * 1024}",

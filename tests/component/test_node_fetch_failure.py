@@ -1,4 +1,4 @@
-"""A node that cannot fetch the corpus or the source reports failure 1, not -1 (issue 10):
+"""A node that cannot fetch the corpus or the source reports failure 1, not -1:
 -1 ends the run for every node, so only a build command that fails may send it.  Real node
 runs (NodeRun, slot shells, a real transport) against a master on loopback."""
 

@@ -1,5 +1,5 @@
 """A node told "run aborted: clustermaster replaced" rejoins the successor master, and the run
-completes -- with real processes only (issue 10, "the PID dance": nodes told that the master
+completes -- with real processes only ("the PID dance": nodes told that the master
 was replaced come back and join the successor; seed 001: a node may start again from
 scratch and rejoin).
 

@@ -1,6 +1,6 @@
-"""The resource file with real processes (issue 24, item 1): a real supervisor
-(run_clustermaster.py) and the clustermasters it starts, and a scripted node over real TCP
-(tests/component/scripted_nodes.py).
+"""The resource file with real processes (docs/provisioning.md, "The resource file"): a real
+supervisor (run_clustermaster.py) and the clustermasters it starts, and a scripted node over
+real TCP (tests/component/scripted_nodes.py).
 
 * With ``resource_interval`` an hour, every change after the supervisor's first write is the
   clustermaster's own: the file says ``running`` with the run's id, its jobs left and the

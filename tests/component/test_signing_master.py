@@ -1,4 +1,4 @@
-"""Signed node messages against real processes on loopback (issue 11, items 5 and 6).
+"""Signed node messages against real processes on loopback (docs/protocol.md, "Signed messages").
 
 * A real clustermaster: a client that knows the run id but not the secret gets no jobs and
   puts nothing in the .tab (its forged results and its ``failure -1`` are refused, logged
@@ -117,7 +117,7 @@ def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
     # the rest of its request (its first contact) goes on.
     stray = [f"result {name} 0 0.10 0.00 0.00 {FAKE} gs" for name in held[:2]]
     assert signed_talk(port, request("n2", run_id, *stray)) == b"BUILD\n"
-    # Issue 20: a holder of n1's key cannot speak for n2 (nor abort the run in its name),
+    # A holder of n1's key cannot speak for n2 (nor abort the run in its name),
     # and a signed failure -1 from a node that is not building in this run is refused.
     posing = talk(port, signing.sign_request(
         request("n2", run_id, "failure -1 posing as n2", *stray), n1_key, NONCES.next()))
@@ -144,7 +144,7 @@ def test_a_client_without_the_secret_gets_no_jobs_and_puts_nothing_in_the_tab(
 
     # The refusals of one host: the first PEER_LINES logged in full, naming the peer and
     # the node it claimed; the rest (the replay, n1's key posing as n2) counted in one
-    # summary line (issue 20: a host's refusals are bounded in the log).
+    # summary line (a host's refusals are bounded in the log).
     refused = [ln for ln in err.splitlines()
                if "): refused:" in ln and "more refusals" not in ln]
     # (The server's own refusals of the host, such as a probe's connection closed early,

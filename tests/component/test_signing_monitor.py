@@ -1,4 +1,5 @@
-"""Signed heartbeats against a real monitor on loopback (issues 11 and 20): each node signs
+"""Signed heartbeats against a real monitor on loopback (docs/protocol.md,
+"Signed messages"): each node signs
 with the heartbeat key of its own key (``node-keys/<name>.key``); an unsigned, wrongly
 signed or replayed heartbeat, one signed with another node's key, or one from a name the
 master holds no key for is refused with one log line and not recorded; the replay guard

@@ -1,4 +1,4 @@
-"""The ssh transport rides out blinks of the link (issue 20, item 4), against a real sshd on
+"""The ssh transport rides out blinks of the link, against a real sshd on
 loopback behind a proxy that cuts chosen connections (tests/sshcut.py):
 
 * a connection cut during the login is "unreachable" and retried, never a refused key; a

@@ -1,4 +1,4 @@
-"""The status page's provisioner block in a real headless Chromium (issue 24).
+"""The status page's provisioner block in a real headless Chromium (docs/provisioning.md).
 
 The real status service (:func:`cluster.console.httpd.run`, in a thread) serves a home with
 a ``provision.json`` as clusterscale writes it, a node that Slurm job 41 runs, and hostile

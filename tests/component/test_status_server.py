@@ -402,7 +402,7 @@ def test_a_request_must_be_whole_within_its_deadline(tmp_path: Path) -> None:
 
 
 def test_trickling_connections_do_not_delay_honest_requests(tmp_path: Path) -> None:
-    """Issue 20's slowloris on the real clusterstatus.py: 80 connections from another host
+    """A slowloris on the real clusterstatus.py: 80 connections from another host
     trickling a byte every 2 s; honest requests meanwhile are each answered 200 within 1 s
     (on the threaded server they all got a 503 for 40 s)."""
     home = Home(tmp_path / "home")

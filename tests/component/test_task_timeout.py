@@ -1,6 +1,7 @@
-"""A run's ``task_timeout`` (issue 25) reaches the node in job.start and is each job's
-timeout there: a real node (run.py's engine) against a scripted master on loopback kills a
-job of the run after the run's task_timeout, not after its own, longer job_timeout."""
+"""A run's ``task_timeout`` (docs/runoptions.md, section 3) reaches the node in job.start
+and is each job's timeout there: a real node (run.py's engine) against a scripted master on
+loopback kills a job of the run after the run's task_timeout, not after its own, longer
+job_timeout."""
 
 from __future__ import annotations
 

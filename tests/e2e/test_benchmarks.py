@@ -91,7 +91,7 @@ def test_tail_small() -> None:
 
 
 def test_tail_slow_last_small() -> None:
-    """bench/tail.py's slow-last case (issue 26), small: two nightly runs of one cluster,
+    """bench/tail.py's slow-last case (docs/results.md), small: two nightly runs of one cluster,
     the second ordered slowest first, both with every job once and the right md5.  Their
     times are the benchmark's figures, not asserted here (a loaded CI machine moves them:
     the slow tests were once seen to start later in the ordered run); the order itself is

@@ -1,4 +1,5 @@
-"""Differences confirmed, indeterminate tests named (issue 26, items 3 and 4), end to end.
+"""Differences confirmed, indeterminate tests named (docs/results.md, "Differences
+confirmed, indeterminate tests named"), end to end.
 
 A local cluster of two nodes running real gs over a corpus of three PostScript files
 written here: one draws a rectangle whose size comes from ``realtime``, ``srand`` and

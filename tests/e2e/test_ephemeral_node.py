@@ -1,4 +1,5 @@
-"""Ephemeral nodes (issue 24, ``clusterpull.py --ephemeral``) on a real local cluster.
+"""Ephemeral nodes (docs/provisioning.md, "Ephemeral nodes"; ``clusterpull.py --ephemeral``)
+on a real local cluster.
 
 Real processes throughout: the monitor, the supervisor and the clustermaster of a
 localcluster with no static node, and an ephemeral node started by hand as a batch job

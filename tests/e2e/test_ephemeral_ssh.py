@@ -1,4 +1,4 @@
-"""An ephemeral node that logs in over ssh (issue 24, docs/provisioning.md "Its key").
+"""An ephemeral node that logs in over ssh (docs/provisioning.md "Its key").
 
 Real processes: a localcluster's monitor and supervisor with no node, its private sshd on
 loopback, and ``clusterpull.py --ephemeral`` started with the very ``node.command`` the

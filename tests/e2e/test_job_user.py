@@ -1,4 +1,4 @@
-"""End to end (issue 25): a node running as root runs its jobs as ``job_user``.
+"""End to end (docs/runoptions.md, section 6): a node running as root runs its jobs as ``job_user``.
 
 A real local cluster, its node root (the tests run as root) with ``job_user`` a real
 system account (tests/jobaccount.py), runs one small product shell run whose one job is

@@ -1,9 +1,9 @@
-"""``localcluster.py --provider slurm`` (issue 24): no node is started by hand; a private
-single-host Slurm (Debian's munged, slurmctld and slurmd) and the provisioner start
-ephemeral nodes as the run waits.  The run completes with the same table, test by test,
-as a run of the same corpus on a static local cluster, every result from a Slurm-started
-node, ``clusteradmin stat`` shows the Slurm jobs of those nodes (the provisioner's
-``provision.json``), and nothing of Slurm is left running afterwards."""
+"""``localcluster.py --provider slurm`` (docs/provisioning.md): no node is started by hand;
+a private single-host Slurm (Debian's munged, slurmctld and slurmd) and the provisioner
+start ephemeral nodes as the run waits.  The run completes with the same table, test by
+test, as a run of the same corpus on a static local cluster, every result from a
+Slurm-started node, ``clusteradmin stat`` shows the Slurm jobs of those nodes (the
+provisioner's ``provision.json``), and nothing of Slurm is left running afterwards."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Faults that must never reach the table (issue 20): a node restarted mid-build, two
+"""Faults that must never reach the table: a node restarted mid-build, two
 processes under one node name, a node whose build lacks the product's binary.
 
 One real local cluster (monitor, supervisor, clustermasters) serves every case, on real gs

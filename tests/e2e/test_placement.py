@@ -1,6 +1,7 @@
-"""End to end: issue 25's placement options on one real local cluster of three nodes (real
-clustermasters, monitor, clusterpull and run.py processes, real gs jobs from a slowed demo
-tree, real TCP).  One cluster start for every check, in four steps:
+"""End to end: the placement options (docs/runoptions.md, section 4) on one real local
+cluster of three nodes (real clustermasters, monitor, clusterpull and run.py processes, real
+gs jobs from a slowed demo tree, real TCP).  One cluster start for every check, in four
+steps:
 
 1. ``clusteradmin group ...`` against the running master's home: groups made, listed,
    changed, bad names and nodes refused;

@@ -1,4 +1,4 @@
-"""End to end: a developer pushes again while the first push runs (issue 10, "no push is
+"""End to end: a developer pushes again while the first push runs ("no push is
 lost").  A real local cluster, the real clusterpush.py, real gs jobs.
 
 The break: the second push's dropping matched the running run, was taken as already queued

@@ -1,4 +1,4 @@
-"""End to end with the real product (issue 22): Debian's ghostpdl 10.0.0 tree, pushed by a
+"""End to end with the real product: Debian's ghostpdl 10.0.0 tree, pushed by a
 developer to a local cluster of two nodes, built by each node with its own build system and
 tested with the gs it built.
 

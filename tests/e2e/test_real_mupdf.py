@@ -1,4 +1,4 @@
-"""End to end with the real product (issue 22): Debian's MuPDF 1.21.1 tree, pushed by a
+"""End to end with the real product: Debian's MuPDF 1.21.1 tree, pushed by a
 developer to a local cluster of two nodes, built by each node with MuPDF's own Makefile and
 tested with the mutool it built.
 

@@ -1,4 +1,4 @@
-"""End to end (issue 26 item 2): results reused when nothing that matters changed.
+"""End to end (docs/results.md, "Results reused"): results reused when nothing that matters changed.
 
 A pushed tree that builds both ``bin/gs`` and ``bin/gpcl6`` (wrappers around the installed
 gs that sleep before each job, so a run that runs its jobs is measurably longer than one

@@ -1,4 +1,4 @@
-"""End to end: dependencies between runs (issue 25 item 3) on a real local cluster.
+"""End to end: dependencies between runs (docs/runoptions.md, section 5) on a real local cluster.
 
 * A graph of three runs queued by ``clusteradmin dag`` -- A (priority 1); B after A
   (priority 2); C after A and B (priority 1, queued right behind A) -- runs in that order;

@@ -1,4 +1,4 @@
-"""End to end: a run's own limits on a real local cluster (issue 25, docs/runoptions.md §3).
+"""End to end: a run's own limits on a real local cluster (docs/runoptions.md §3).
 
 One cluster of two one-slot nodes serves both cases, on slow demo trees (each job waits a
 stated delay before real gs renders it):

@@ -1,4 +1,5 @@
-"""Slowest tests first, and slowdowns named (issue 26), on a real local cluster.
+"""Slowest tests first, and slowdowns named (docs/results.md, "Slowest tests first, and
+slowdowns named"), on a real local cluster.
 
 One node of one slot runs two nightly (``auto``) runs of product shell, whose tests sleep
 given times and log their start.  The first run has no baseline: its jobs go out in the

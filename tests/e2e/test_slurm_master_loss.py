@@ -1,5 +1,6 @@
 """Slurm-started nodes when the master goes, when a pilot hits its time limit, and when the
-queue empties (issue 24's "Done when"), on one real single-host Slurm, in one cluster:
+queue empties (docs/provisioning.md, "The provisioner"), on one real single-host Slurm, in
+one cluster:
 
 a. the clustermaster SIGKILLed mid-run: the supervisor's successor takes the run over and
    the same ephemeral nodes (the same Slurm jobs, no new sbatch) finish it with it: every

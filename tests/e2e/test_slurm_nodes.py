@@ -1,4 +1,4 @@
-"""Nodes from a real single-host Slurm during runs (issue 24): a Slurm job scancelled
+"""Nodes from a real single-host Slurm during runs (docs/provisioning.md): a Slurm job scancelled
 mid-run has its jobs handed out again (every test once, none with an error: the jobs its
 stop cut are given back, not reported); a second run queued while ephemeral nodes are idle
 is served by them (the provisioner asks only for the nodes missing); the provisioner killed

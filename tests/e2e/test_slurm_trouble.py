@@ -1,4 +1,4 @@
-"""Bad cases of the batch system (issue 24): Slurm absent, or its controller down.
+"""Bad cases of the batch system (docs/provisioning.md): Slurm absent, or its controller down.
 
 A localcluster with one static node (no provider) and, beside it, the provisioner
 (``clusterscale.py --config <the cluster's>``) started as cron would, but against a

@@ -1,5 +1,5 @@
 """A whole run over the ssh transport whose ssh sessions are cut: at the node's first
-logins and during BUILD's fetches (issue 20, item 4).
+logins and during BUILD's fetches.
 
 A real local cluster (monitor, supervisor, clustermasters, its private sshd) and one real
 node, clusterpull/run.py, whose ssh connections go through a cutting proxy

@@ -1,4 +1,4 @@
-"""Issue 23's "Done when", on a real cluster on this machine: a master and two real nodes.
+"""Sweeps (docs/sweeps.md) on a real cluster on this machine: a master and two real nodes.
 
 One cluster (``max_result_bytes`` 1 MiB) serves the module, its cases in order:
 

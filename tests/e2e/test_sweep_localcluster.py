@@ -1,4 +1,4 @@
-"""A sweep end to end (issue 23): ``localcluster.py --sweep`` with the repository's example
+"""A sweep end to end (docs/sweeps.md): ``localcluster.py --sweep`` with the repository's example
 sweep on a real master and two real nodes; the run's .tab has one row per task, named by
 its task id, each md5 that of the task's results (cluster.node.sweepresults.result_md5)
 when its expanded command is run by hand in a folder of its own beside the sweep folder's

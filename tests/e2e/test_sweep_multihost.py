@@ -1,4 +1,4 @@
-"""Issue 23's "Done when" over a network: the sweep of :mod:`tests.sweepcase` on a master in
+"""Sweeps (docs/sweeps.md) over a network: the sweep of :mod:`tests.sweepcase` on a master in
 one network namespace and two nodes each in their own, with transport ssh; the nodes cannot
 see the master home (tests/multihost.py hides it), so the sweep folder reached them through
 rsync over ssh and every result file came home in bundles over sftp.

@@ -1,6 +1,6 @@
-"""End to end (issue 22): a product whose program no node's build made is reported as not
+"""End to end: a product whose program no node's build made is reported as not
 tested, once, while the run's other products are tested as usual and no node is lost.
-(One node lacking a program another node's build made is that node's fault, issue 20:
+(One node lacking a program another node's build made is that node's fault:
 tests/e2e/test_node_faults.py.)"""
 
 from __future__ import annotations

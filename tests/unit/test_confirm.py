@@ -1,7 +1,7 @@
-"""Differences confirmed and indeterminate tests (issue 26, items 3 and 4): the pure
-decisions (which tests are run again, the verdict from md5s, the report's section and top
-line, the record of indeterminate tests) and the confirm phase over a real run state,
-plan and journal files."""
+"""Differences confirmed and indeterminate tests (docs/results.md, "Differences confirmed,
+indeterminate tests named"): the pure decisions (which tests are run again, the verdict from
+md5s, the report's section and top line, the record of indeterminate tests) and the confirm
+phase over a real run state, plan and journal files."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def test_an_unknown_test_is_an_error_naming_it(tmp_path: Path) -> None:
 
 
 def test_the_history_text_names_only_what_changed() -> None:
-    """Issue 21: a change of md5 alone printed "error 0 -> 0"."""
+    """A change of md5 alone once printed "error 0 -> 0"."""
     from cluster.console.admin import format_history
 
     change = {"run": "20270101000000-p2-0001", "kind": "auto", "who": "nightly",

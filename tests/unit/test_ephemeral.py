@@ -183,7 +183,7 @@ def test_a_run_on_that_the_node_finished_does_not_keep_it() -> None:
 
 
 def test_a_node_that_worked_waits_out_ephemeral_idle_when_every_run_is_over() -> None:
-    # A run queued while it waits takes it without a new batch job (issue 24).
+    # A run queued while it waits takes it without a new batch job (docs/provisioning.md).
     s = Session()
     s.session.worked = True
     s.resources = _resources(**{"0": "finished", "1": "idle"})

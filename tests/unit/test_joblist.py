@@ -138,7 +138,7 @@ def test_build_py_output_becomes_the_jobs_file(tmp_path: Path,
 
 def test_the_jobs_file_is_made_slowest_first_and_a_takeover_keeps_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 26: ordered once, by the baseline's times, when the file is made; a master
+    """Slowest first: ordered once, by the baseline's times, when the file is made; a master
     that takes the run over reuses the file, so it hands out the same order."""
     master, start = _master_with_build_script(
         tmp_path, monkeypatch,

@@ -1,4 +1,4 @@
-"""Which ABORTs end a run for a node for good, and which let it rejoin (issue 10): a node told
+"""Which ABORTs end a run for a node for good, and which let it rejoin: a node told
 that its master was replaced exits NODE_EXIT_ABORTED, so clusterpull brings it back to the
 successor; a user's abort, a failed run and a finished one stay final."""
 

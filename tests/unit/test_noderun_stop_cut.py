@@ -2,7 +2,7 @@
 signals every process of the Slurm job, the node's jobs first as often as not) is given
 back, not reported, even when its end is read a moment before the node's own signal
 arrives: the node waits up to STOP_SETTLE for it.  A job that ended by itself is reported
-at once (issue 24: a pilot ended by its time limit reported a held job as error 10)."""
+at once (docs/provisioning.md; a pilot ended by its time limit reported a held job as error 10)."""
 
 from __future__ import annotations
 

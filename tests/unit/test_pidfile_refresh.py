@@ -1,5 +1,5 @@
 """Unit tests of the PID file's refresh stamp, its staleness on the monotonic clock, the kill
-of the old master after a takeover, and keep_fresh (cluster.master.run.pidfile, issue 10)."""
+of the old master after a takeover, and keep_fresh (cluster.master.run.pidfile)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue 25's placement, as pure decisions: groups and exclude, the waiting reason, the
-monitor's offer, every_node's pinned jobs, the per-node and per-cluster caps; and the group
-files (cluster/master/files/groups.py) in a temporary home."""
+"""A run's placement (docs/runoptions.md, section 4), as pure decisions: groups and exclude,
+the waiting reason, the monitor's offer, every_node's pinned jobs, the per-node and
+per-cluster caps; and the group files (cluster/master/groups.py) in a temporary home."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""No push is lost (issue 10): a push replaces a waiting run of the same push, and waits for
+"""No push is lost: a push replaces a waiting run of the same push, and waits for
 a running one; clusterpush says which.  Pushes are made by the real clusterpush.py.
 
 The break: pushing again while the first push ran, the new dropping matched the running

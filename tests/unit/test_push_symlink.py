@@ -1,4 +1,4 @@
-"""clusterpush never follows a symlink at users/<user>/... (issue 10).
+"""clusterpush never follows a symlink at users/<user>/....
 
 The break: a symlink planted at users/<user>/<tree> made that user's push run
 `rsync --delete` through it and delete files outside the home.  Each test plants a link to

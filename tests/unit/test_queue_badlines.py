@@ -1,6 +1,6 @@
 """A bad queue line is logged once, ever, cut to a readable length, and kept byte for byte.
 
-The break (issue 10): a 100 MB corrupt line was logged in full, twice, by every
+The break: a 100 MB corrupt line was logged in full, twice, by every
 clustermaster invocation.  Here real processes read a queue holding such a line, as masters
 do, and their whole output is measured.
 """

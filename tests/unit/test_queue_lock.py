@@ -1,4 +1,4 @@
-"""The queue lock cannot be defeated by deleting a file (issue 10), with real processes.
+"""The queue lock cannot be defeated by deleting a file, with real processes.
 
 The break: queue.lck removed while held let a second writer lock a new file of the same
 name, and an append made meanwhile was lost.  cluster.runtime.pathlock locks the queue's

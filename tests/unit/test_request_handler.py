@@ -1,4 +1,5 @@
-"""The master's request handler: signature, parse, replay, then the run (issue 11)."""
+"""The master's request handler: signature, parse, replay, then the run (docs/protocol.md,
+"Signed messages")."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_the_servers_own_refusals_reach_the_audit_trail_and_an_unbound_handler_s
         served.handler(b"node n1\nOK\n", "10.0.0.7:1")
 
 
-# ------------------------------------------------------------------ node keys (issue 20)
+# ------------------------------------------------------------------ node keys
 
 def test_a_node_key_signs_for_its_own_name_only(tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:

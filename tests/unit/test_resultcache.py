@@ -1,5 +1,6 @@
-"""The result cache (issue 26 item 2): a job's key, the store (bounded, read back by a new
-process, a corrupt file ignored), the node's build digests and the run state's one pass."""
+"""The result cache (docs/results.md, "Results reused"): a job's key, the store (bounded,
+read back by a new process, a corrupt file ignored), the node's build digests and the run
+state's one pass."""
 
 from __future__ import annotations
 

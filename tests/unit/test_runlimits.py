@@ -1,4 +1,4 @@
-"""A run's own limits (issue 25, docs/runoptions.md section 3): the pure parts.
+"""A run's own limits (docs/runoptions.md section 3): the pure parts.
 
 job_timeout and max_failed_nodes ending a run, task_timeout in job.start, the queue's
 enqueue times and the runs past their queue_timeout, and no_reschedule in the run state.

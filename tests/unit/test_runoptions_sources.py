@@ -1,4 +1,4 @@
-"""Where a run's per-run options come from (issue 25, docs/runoptions.md section 2) and
+"""Where a run's per-run options come from (docs/runoptions.md section 2) and
 where they are shown: clusterpush.py --opt (checked before anything is pushed), a
 jobdef.txt's line and a sweep file's [run] table (both into the auto run's queue line), and
 ``clusteradmin info`` / the status snapshot of the queued run.

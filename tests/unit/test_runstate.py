@@ -513,7 +513,7 @@ def test_holder_counts_stay_true_through_deaths_rejoins_copies_and_stray_results
     assert state.running == 0
 
 
-# ------------------------------------------------------------------ a node is a process (issue 20)
+# ------------------------------------------------------------------ a node is a process
 
 def test_a_call_without_busy_or_built_is_told_build_again_never_given_jobs() -> None:
     """Ready only on the positive signal: ``built <this run>``, not a missing ``busy``."""

@@ -1,4 +1,4 @@
-"""The README's set-up and CI install one list of system packages (issue 21), and the
+"""The README's set-up and CI install one list of system packages, and the
 commands the README tells people to type are entry points pip puts on PATH."""
 
 from __future__ import annotations

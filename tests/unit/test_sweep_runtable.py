@@ -1,4 +1,4 @@
-"""A sweep file's [run] table (issue 25): each key a per-run option, its TOML value turned
+"""A sweep file's [run] table (docs/runoptions.md): each key a per-run option, its TOML value turned
 into the option word of the sweep run's queue line, every problem refused naming
 ``run.<key>`` and what was expected (cluster.sweep.runtable, through the sweep file's
 loader as a submission reads it)."""

@@ -109,7 +109,7 @@ def test_clustermonitor_prints_once_when_its_output_is_not_a_terminal(tmp_path: 
 
 def test_a_node_in_no_run_is_idle_and_a_stale_running_status_is_said_as_its_last_words(
         ) -> None:
-    """Issue 21: a node whose run ended or was stopped showed "idle  running run <id>"."""
+    """Once a node whose run ended or was stopped showed "idle  running run <id>"."""
     base = {"last_heard": NOW - 2, "down_since": None, "disabled": None, "run": None,
             "done": 0, "errors": 0, "timeouts": 0}
     stale = terminal.node_line({**base, "name": "n4",

@@ -1,4 +1,4 @@
-"""Programs a node's build did not make (issue 22): job.start's ``programs``, the ``unbuilt``
+"""Programs a node's build did not make: job.start's ``programs``, the ``unbuilt``
 header, the node's check, the master's verdict (the node's fault when another node's build
 made the program, the tree's when none did), the jobs not run, and what the report and
 tables say."""
@@ -195,7 +195,7 @@ def test_no_node_built_it_and_none_is_building_the_jobs_are_not_run_and_settle_t
 
 
 def test_a_node_lacking_what_another_node_built_is_dropped_as_failure_1() -> None:
-    """Issue 20's case: b's build made every program, a's made no gs: a is dropped (its own
+    """b's build made every program, a's made no gs: a is dropped (its own
     fault, failure 1 'cannot run jobs'), nothing is marked not run, b runs every job."""
     state = _state()
     state.handle(_req("b"), 0)

@@ -1,5 +1,5 @@
-"""The result cache (issue 26, Bazel's action cache): the results of the last complete runs,
-by the key of what each job depended on.
+"""The result cache (docs/results.md, "Results reused"; Bazel's action cache): the results
+of the last complete runs, by the key of what each job depended on.
 
 **A job's key** (:func:`job_key`) is the sha256 of
 

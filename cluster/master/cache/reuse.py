@@ -1,4 +1,4 @@
-"""One run's use of the result cache (issue 26): results reused when nothing that matters
+"""One run's use of the result cache: results reused when nothing that matters
 changed, and checked (docs/results.md, "Results reused").
 
 * **When a node has built** (its request says ``built`` with its ``digests``: the sha256 of
@@ -26,8 +26,8 @@ changed, and checked (docs/results.md, "Results reused").
   on reusing them); none made with a withdrawn build.
 
 The bypass: a job whose name is in :attr:`RunReuse.bypass` is never taken from the cache
-(a test known to be indeterminate: :func:`for_run` puts them all there; issue 26 item 3's
-confirmation runs must run: add the test's name before the job is put back; a lookup
+(a test known to be indeterminate: :func:`for_run` puts them all there; the confirm
+phase's runs must run: add the test's name before the job is put back; a lookup
 happens only when a node's build is first learnt, so a job put back later is served from
 the cache only by a node with a new build, and never when bypassed).  A run
 with master.conf's ``result_cache = no`` has no RunReuse at all (``RunState.reuse`` is
@@ -312,7 +312,8 @@ def for_run(cfg: Config, home: Home, spec: RunSpec, start: JobStart, options: Ru
                      home.run_dir(start.id) / BUILDS_FILE, verify=cfg.reuse_verify)
     # reuse=no: nothing is looked up, but the nodes' builds are learnt, so that the run's
     # results are stored with their keys, and compared with the stored ones of the same
-    # key at its end (issue 26 item 4, cluster.master.end.samebuild).
+    # key at its end (docs/results.md, "Differences confirmed, indeterminate tests named";
+    # cluster.master.end.samebuild).
     found.lookups = options.reuse
     # A test known to change by itself (tables/indeterminate.tsv) always runs: a result
     # served from the cache would hide it.  Its results are still stored, so that the

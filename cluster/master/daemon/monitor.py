@@ -22,7 +22,7 @@ Deviations from the seed, and why:
 * a disabled node (``nodes/<name>.down``, clusteradmin's ``node disable``; the Perl's
   ``$m.down``) is answered with no run, held or not, so its clusterpull starts no run.py;
   its heartbeat is still recorded (it is not down, only disabled);
-* the answer may be held (long-poll, issue 10): a heartbeat with ``wait <seconds>`` is
+* the answer may be held (long-poll): a heartbeat with ``wait <seconds>`` is
   recorded at once and answered as soon as a run waits that it does not ``skip``, or when
   the wait ends, so an idle node learns of a new run within :data:`HOLD_POLL` seconds
   instead of at its next heartbeat.
@@ -30,26 +30,26 @@ Deviations from the seed, and why:
 The server is one thread over non-blocking sockets (like the master's
 :class:`~cluster.master.serve.server.NodeServer`), not a thread per connection: a silent or held
 client costs a socket and a small buffer, so hundreds of silent sockets cannot crowd out
-honest heartbeats (issue 10: 64 of them once made the thread-capped monitor refuse 29 of 32).
+honest heartbeats (64 of them once made the thread-capped monitor refuse 29 of 32).
 Its bounds: :data:`DEADLINE` to deliver a request, ``MAX_LINE``/``MAX_LINES`` of
 :mod:`cluster.wire.heartbeat` per request, :data:`MAX_BUFFERED` bytes of unfinished requests
 over all connections, and as many connections as the open-file limit allows (at most
 :data:`~cluster.runtime.peers.MAX_CONNECTIONS`), of which one host may hold a quarter
-(:func:`~cluster.runtime.peers.per_peer_limit`; issue 20: about 11,000 sockets of one
-stranger once got 16 of 35 honest heartbeats answered "busy").  Refusals are logged through a
+(:func:`~cluster.runtime.peers.per_peer_limit`; about 11,000 sockets of one stranger
+once got 16 of 35 honest heartbeats answered "busy").  Refusals are logged through a
 :class:`~cluster.runtime.peers.RefusalLog`: a few lines per host in full, then one summary
-line per burst, at most a few lines a second in all (issue 20: a stranger looping
+line per burst, at most a few lines a second in all (a stranger looping
 connections once wrote 34,150 lines in 25 s).
 
-Signed heartbeats (issues 11 and 20): each node signs with the heartbeat key derived from
-its own key, ``node-keys/<name>.key`` (:mod:`cluster.master.files.keycache`), so no node can
-heartbeat in another's name.  A heartbeat is verified before anything in it is parsed or
-recorded: an unsigned, wrongly signed or replayed one, or one from a name the master holds
-no key for, is answered ``ERROR <reason>`` (unsigned), logged once naming the peer and the
-node it claimed, and nothing is written in ``nodes/``.  The replay guard is saved in
-``heartbeat.nonces`` (at most every :data:`GUARD_SAVE_INTERVAL` seconds when it changed,
-and when the monitor stops) and loaded at start: a heartbeat recorded before a restart is
-still refused.  Every
+Signed heartbeats (docs/protocol.md, "Signed messages"): each node signs with the heartbeat
+key derived from its own key, ``node-keys/<name>.key`` (:mod:`cluster.master.files.keycache`), so
+no node can heartbeat in another's name.  A heartbeat is verified before anything in it is
+parsed or recorded: an unsigned, wrongly signed or replayed one, or one from a name the
+master holds no key for, is answered ``ERROR <reason>`` (unsigned), logged once naming the
+peer and the node it claimed, and nothing is written in ``nodes/``.  The replay guard is
+saved in ``heartbeat.nonces`` (at most every :data:`GUARD_SAVE_INTERVAL` seconds when it
+changed, and when the monitor stops) and loaded at start: a heartbeat recorded before a
+restart is still refused.  Every
 answer to a verified heartbeat ends with the ``sig`` line of its request's nonce
 (:mod:`cluster.wire.signing`).
 
@@ -124,7 +124,7 @@ DRAIN_SECONDS = 0.5
 
 
 LOCK_NAME = "monitor_port.lock"
-#: The monitor's replay guard, saved in the home for the monitor after it (issue 20), and
+#: The monitor's replay guard, saved in the home for the monitor after it, and
 #: how often at most it is written while heartbeats come in [seconds].
 GUARD_FILE = "heartbeat.nonces"
 GUARD_SAVE_INTERVAL = 2.0

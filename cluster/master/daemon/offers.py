@@ -54,7 +54,7 @@ def _read_start(path: Path) -> tuple[str | None, str]:
 
 def waiting_runs(home: Home) -> list[tuple[int, str, Placement]]:
     """``(priority, id, placement)`` of every run whose job[.p].start exists, by priority:
-    its ``groups=``/``exclude=`` from job.start's ``options`` (issue 25)."""
+    its ``groups=``/``exclude=`` from job.start's ``options`` (docs/runoptions.md)."""
     runs = []
     for p in PRIORITIES:
         job_id, options = _read_start(home.job_start(p))
@@ -74,7 +74,7 @@ def waiting_jobs(home: Home) -> list[tuple[int, str]]:
 
 def offer(home: Home, node: str, runs: list[tuple[int, str, Placement]]
           ) -> list[tuple[int, str]]:
-    """The runs of ``runs`` that ``node`` may take (issue 25: a run with ``groups=`` or
+    """The runs of ``runs`` that ``node`` may take (a run with ``groups=`` or
     ``exclude=`` is not offered to a node it may not take; the groups are read only
     then)."""
     if not any(where.restricted for _, _, where in runs):

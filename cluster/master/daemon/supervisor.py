@@ -36,7 +36,7 @@ were what a cluster at rest cost its master machine, and during a run the idle
 priorities' copies, and the busy priority's, took CPU time from the jobs.  A priority
 with anything that might be work is started as before.
 
-Publishing the node code (issue 11): with ``on_tick`` -- run_clustermaster.py passes a
+Publishing the node code: with ``on_tick`` -- run_clustermaster.py passes a
 :class:`NodeCodePublisher` -- each tick makes the home's ``node-code/`` match the
 node side of the repo this master runs from (:func:`cluster.node.code.publish`: ~12 ms of
 stat calls when nothing changed; each published copy is hashed at the supervisor's start and
@@ -51,11 +51,12 @@ the tick goes on.  The first publish into a new home copies the node side's byte
 the bytecode cache (:mod:`cluster.node.bytecodecache`) rather than compiling it, except the
 first time on a machine.
 
-Periodic hooks (issue 24): each ``(interval, hook)`` of ``periodic`` -- run_clustermaster.py
-passes the resource file's writer (:class:`cluster.master.files.resources.ResourceWriter`) every
-``resource_interval`` -- runs at the first tick and then whenever ``interval`` seconds have
-passed, checked every ``poll``, between ticks too; a failure is logged and the loop goes
-on.  Periods missed (a long tick) are skipped, never run in a burst.
+Periodic hooks (docs/provisioning.md): each ``(interval, hook)`` of ``periodic`` --
+run_clustermaster.py passes the resource file's writer
+(:class:`cluster.master.files.resources.ResourceWriter`) every ``resource_interval`` -- runs at
+the first tick and then whenever ``interval`` seconds have passed, checked every ``poll``,
+between ticks too; a failure is logged and the loop goes on.  Periods missed (a long tick)
+are skipped, never run in a burst.
 
 Signal handlers (:func:`install_signal_handlers`) only record the request in a
 :class:`StopFlag`; the loop sees it within ``poll`` seconds.  The single-instance lock is

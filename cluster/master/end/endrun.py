@@ -188,7 +188,7 @@ class RunEnder:
         if logs.is_dir():
             shutil.copytree(logs, archive / "logs", dirs_exist_ok=True)
         audit = home.audit_log(start.id)
-        if audit.exists():  # every node connection and refusal (issue 11)
+        if audit.exists():  # every node connection and refusal (docs/protocol.md)
             fsutil.atomic_copy(audit, archive / audit.name)
         header = self._header(spec, start.id)
         if state is None:
@@ -213,8 +213,8 @@ class RunEnder:
             start, record, nodes, made, state.reused if state is not None else None))
 
     def _store_results(self, start: JobStart, state: RunState) -> None:
-        """A complete run's keyed results into the result cache (issue 26), the oldest
-        runs beyond ``result_cache_runs`` removed."""
+        """A complete run's keyed results into the result cache (docs/results.md, "Results
+        reused"), the oldest runs beyond ``result_cache_runs`` removed."""
         stored = reuse.store_run(
             ResultCache(self.home.result_cache, self.cfg.result_cache_runs),
             start.id, state.jobs, state.results, self.home.run_dir(start.id),
@@ -306,10 +306,10 @@ def run_info(start: JobStart, record: EndRecord, nodes: int, made: finish.Report
              reused: int | None = None) -> str:
     """The text of ``archive/<id>/run.info``: job.start without its secret, then ``elapsed``,
     ``outcome``, ``reason`` (why a run that is not done ended so, on one line; only when
-    there is one), ``nodes``, ``reused`` (results taken from the result cache, issue 26;
-    for a run that had jobs) and the report's ``differences``, ``errors`` and
-    ``indeterminate`` (each only when the report states it).  JobStart.parse reads it (it
-    skips keys it does not know)."""
+    there is one), ``nodes``, ``reused`` (results taken from the result cache,
+    docs/results.md, "Results reused"; for a run that had jobs) and the report's
+    ``differences``, ``errors`` and ``indeterminate`` (each only when the report states it).
+    JobStart.parse reads it (it skips keys it does not know)."""
     lines = [f"elapsed {record.elapsed:.1f}", f"outcome {record.outcome.value}"]
     reason = " ".join(record.reason.split())
     if reason:

@@ -15,7 +15,7 @@ fatal failure stopped the run).  By kind of run:
   master's clean tree (:mod:`cluster.report.userreport`).  ``changed.lst`` in the archive lists
   the tests that differ (from the baseline, or from the previous push when there is no
   baseline): a later ``bmpcmp`` run of that user renders them.
-* ``sweep`` runs (product sweep, issue 23) get a sweep report instead
+* ``sweep`` runs (product sweep; docs/sweeps.md) get a sweep report instead
   (:mod:`cluster.report.sweepreport`): their tasks by status, the failed parameter sets,
   the tries per node, the collected files and the tasks whose results changed since the
   previous run of the same sweep: the same comparison with the sweep's own table
@@ -27,8 +27,8 @@ fatal failure stopped the run).  By kind of run:
   archived whatever the outcome (:mod:`cluster.master.end.sweepend`).
 * ``bmpcmp`` user runs compare no tables: the difference images the nodes uploaded are
   put on one HTML page in the archive (:mod:`cluster.bmpcmp`), and the report says where.
-* Tests not run because no node's build made their program (issue 22,
-  :attr:`RunState.not_run`): the report says so once per program, near its top
+* Tests not run because no node's build made their program
+  (:attr:`RunState.not_run`): the report says so once per program, near its top
   (:func:`unbuilt_lines`); their lines of the baseline (and of the user's previous push)
   are kept as they were, and they are neither changed nor removed.
 * A run stopped by a node's failure (a build failure) gets the failure report with the
@@ -168,7 +168,8 @@ def finish(home: Home, run: FinishedRun) -> Report:
         changed = vs_push.changed() if vs_push is not None else None
         return Report(text, differences=None if changed is None else len(changed),
                       errors=counted.not_ok)
-    # The changed tests run a second time (issue 26): the indeterminate ones are no change.
+    # The changed tests run a second time (docs/results.md, "Differences confirmed,
+    # indeterminate tests named"): the indeterminate ones are no change.
     verdicts = confirmplan.verdicts(home.run_dir(state.run_id), state.run_id)
     flaky = indeterminate.indeterminate(verdicts)
     if spec.kind == "user":
@@ -203,12 +204,12 @@ def finish(home: Home, run: FinishedRun) -> Report:
 def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
                      against: report.Comparison | None,
                      verdicts: list[indeterminate.Verdict]) -> str:
-    """``text`` with what the confirm phase found (issue 26): after its header, the line
-    saying the run differs only in tests known to be indeterminate (when it does), then
-    the section on the tests run twice, then the tests whose output differs from an earlier
-    run's of the same job (:mod:`cluster.master.end.samebuild`).  The indeterminate ones (both
-    kinds) are added to the record
-    ``tables/indeterminate.tsv``, and every verdict is kept in the archive's
+    """``text`` with what the confirm phase found (docs/results.md, "Differences confirmed,
+    indeterminate tests named"): after its header, the line saying the run differs only in
+    tests known to be indeterminate (when it does), then the section on the tests run twice,
+    then the tests whose output differs from an earlier run's of the same job
+    (:mod:`cluster.master.end.samebuild`).  The indeterminate ones (both kinds) are added to the
+    record ``tables/indeterminate.tsv``, and every verdict is kept in the archive's
     ``confirm.tsv`` (the status page and ``clusteradmin history`` read it)."""
     known = indeterminate.known(home.tables)
     top = indeterminate.known_only_line(against, known) if against is not None else ""
@@ -232,9 +233,10 @@ def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
 
 
 def slower_tests(home: Home, run: FinishedRun, run_tab: Path) -> str:
-    """The report's ``Slower tests`` section (issue 26, :mod:`cluster.report.slowdowns`):
-    the run's table against the newest ``slowdown_runs`` archived baseline runs (this
-    run's own archive left out: a redone end step finds it there)."""
+    """The report's ``Slower tests`` section (docs/results.md, "Slowest tests first, and
+    slowdowns named"; :mod:`cluster.report.slowdowns`): the run's table against the newest
+    ``slowdown_runs`` archived baseline runs (this run's own archive left out: a redone end
+    step finds it there)."""
     rule = run.slowdown
     if rule.runs <= 0:
         return ""

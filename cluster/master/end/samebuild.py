@@ -1,4 +1,5 @@
-"""Indeterminate tests found across runs (issue 26, item 4): the same job, another output.
+"""Indeterminate tests found across runs (docs/results.md, "Differences confirmed,
+indeterminate tests named"): the same job, another output.
 
 A job's result-cache key (:func:`cluster.master.cache.resultcache.key_of`) is the digest of what
 its output may depend on: the node's build of the programs it calls, its test file's

@@ -1,6 +1,7 @@
-"""Node groups (issue 25; prun's groups, Slurm's partitions): ``groups/<name>`` in the master
-home lists node names, one a line.  A node may be in several groups; a run that names
-``groups=a,b`` is served only by nodes of those groups (:mod:`cluster.master.model.placement`).
+"""Node groups (docs/runoptions.md, section 4; prun's groups, Slurm's partitions):
+``groups/<name>`` in the master home lists node names, one a line.  A node may be in several
+groups; a run that names ``groups=a,b`` is served only by nodes of those groups
+(:mod:`cluster.master.model.placement`).
 
 The file format: one node name a line; blank lines and lines starting with ``#`` are
 ignored, and so is a line that is no node name (it is logged).  Every change is an atomic

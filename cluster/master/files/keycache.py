@@ -1,4 +1,4 @@
-"""The keys of the nodes as the master's servers need them (issue 20).
+"""The keys of the nodes as the master's servers need them (docs/protocol.md, "Signed messages").
 
 Each node signs with a key derived from its own key ``node-keys/<name>.key``
 (:mod:`cluster.nodekeys`): its run requests with :func:`~cluster.wire.signing.run_key`,

@@ -1,4 +1,5 @@
-"""The master's writer of the resource file (issue 24; the format: cluster.wire.resources).
+"""The master's writer of the resource file (docs/provisioning.md, "The resource file"; the
+format: cluster.wire.resources).
 
 :func:`write_resources` gathers, for each priority, what the master home already records and
 writes the file atomically at ``resource_file`` (default ``<home>/resources.json``).  The

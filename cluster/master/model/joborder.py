@@ -1,4 +1,5 @@
-"""Slowest tests first (issue 26): a run's jobs file put in the order the nodes get them.
+"""Slowest tests first (docs/results.md, "Slowest tests first, and slowdowns named"): a
+run's jobs file put in the order the nodes get them.
 
 The master hands jobs out from the head of its job list (:mod:`cluster.master.state.runstate`),
 so the order of the jobs file is the order of the run.  A slow test handed out last binds

@@ -1,4 +1,5 @@
-"""Where a run's jobs may go, and how many at once (issue 25's placement options), as pure
+"""Where a run's jobs may go, and how many at once (the placement options of
+docs/runoptions.md, section 4), as pure
 decisions: :class:`RunPolicy` is what :class:`~cluster.master.state.runstate.RunState` asks.
 
 * **groups / exclude**: a node may take the run when ``RunOptions.placed`` says so, from the

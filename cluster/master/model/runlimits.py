@@ -1,4 +1,4 @@
-"""A run's own limits, enforced by the master (issue 25, docs/runoptions.md section 3).
+"""A run's own limits, enforced by the master (docs/runoptions.md section 3).
 
 * :func:`run_options`: a run's effective options, made once when its serving starts and
   kept as ``RunState.options`` (the one place the master's parts read them from);

@@ -1,10 +1,10 @@
-"""Programs the nodes' builds did not make (issue 22): whose fault, and the jobs not run.
+"""Programs the nodes' builds did not make: whose fault, and the jobs not run.
 
 After its build a node says which of job.start's ``programs`` its build did not make (the
 ``unbuilt`` request header).  :class:`Unbuilt` keeps what each node's build lacked and
 judges a node that lacks a program (:meth:`Unbuilt.judge`):
 
-* another node's build in this run made the program: the node is at fault (issue 20's
+* another node's build in this run made the program: the node is at fault (it
   "cannot run jobs", failure 1): the caller drops it and its jobs go to the others;
 * no node's build made it yet, but a live node is still building, or the run is younger
   than ``heartbeat_timeout`` (a node of the cluster may not have called yet): the verdict
@@ -154,7 +154,7 @@ class Unbuilt:
 
     def mark_absent(self, node: str, indexes: Sequence[int]) -> None:
         """The jobs ``indexes`` of an every_node run, pinned to node ``node``, are not run:
-        the node is not there to run them (issue 25).  They are kept under the one
+        the node is not there to run them (docs/runoptions.md).  They are kept under the one
         pseudo-program :data:`ABSENT`, whose "nodes" are the absent nodes (the report
         names them, :func:`cluster.master.end.finish.unbuilt_lines`)."""
         if ABSENT not in self.not_built:

@@ -279,7 +279,7 @@ class ClusterMaster:
         state = RunState(run_id, jobs, self.clock.monotonic(), settings, suitable,
                          done=jrnl.lines, policy=policy)
         state.options = options  # the run's own, once
-        state.reuse = reuse.for_run(self.cfg, home, spec, start, options, jobs)  # issue 26
+        state.reuse = reuse.for_run(self.cfg, home, spec, start, options, jobs)
         jrnl.lines = []  # the state has them now
         intake = None
         if sweep is not None:
@@ -294,8 +294,8 @@ class ClusterMaster:
             # A run with results had nodes, whoever served them; another attempt of a run
             # that lost its nodes waits no_node_timeout for one, then gives up.
             progress.had_nodes = True
-        # Each node signs with its own key (issue 20); the nonces accepted by the masters
-        # before this one are refused as replays here too.
+        # Each node signs with its own key (docs/protocol.md, "Signed messages"); the nonces
+        # accepted by the masters before this one are refused as replays here too.
         guard = signing.ReplayGuard()
         nonce_path = run_dir / NONCES_FILE
         loaded = NonceLog.load(nonce_path, guard)
@@ -324,7 +324,8 @@ class ClusterMaster:
         # file saying so at once (provisioners start nodes for it).
         live.update(state, progress.lost + state.lost)
         resources.refresh(self.cfg, self.clock)
-        # Differences run again before the run ends (issue 26): a second phase, same run.
+        # Differences run again before the run ends (docs/results.md, "Differences
+        # confirmed, indeterminate tests named"): a second phase, same run.
         confirming = confirm.ConfirmPhase(self.cfg, home, spec, state, handler, session)
         # A stop ends the serving loop (or the linger) at its next look; the journal and
         # its companions are closed below before the invocation exits.
@@ -432,7 +433,7 @@ class ClusterMaster:
             log.warning("%s is unreadable (%s); starting the run afresh", path, exc)
         run_id = new_run_id(self.priority, self.clock)
         # The programs the run's jobs call (``__bin__/<name>``): the build's make targets,
-        # and job.start's ``programs`` each node checks after its build (issue 22).
+        # and job.start's ``programs`` each node checks after its build.
         programs = tuple(required_programs(self.cfg, spec.products))
         start = JobStart(
             id=run_id, priority=self.priority,
@@ -639,7 +640,7 @@ class ClusterMaster:
                 with open(path, encoding="utf-8") as made, fsutil.atomic_writer(path) as out:
                     out.writelines(placement.expand_every_node(made, every_node))
             elif sweep_file is None:
-                joborder.order_run_jobs(path, self.home.tables)  # slowest first, issue 26
+                joborder.order_run_jobs(path, self.home.tables)  # slowest first
         try:
             jobs = JobFile(path)
         except ValueError as exc:

@@ -23,7 +23,7 @@ invocation then removes its PID file -- only if it still holds its pid -- and ex
 the journal, its queue line), so the next invocation, finding no PID file, takes it over at
 once: the takeover's wait is kept for a master that died without removing its file.
 
-A full disk (issue 20): an invocation that cannot write (ENOSPC or EDQUOT, from the queue
+A full disk: an invocation that cannot write (ENOSPC or EDQUOT, from the queue
 scan, the PID file, or a run's start) does not die with a traceback at every supervisor
 tick.  It says so once -- one line naming the file it could not write, the free space on
 that file system and the room it waits for (:data:`DISK_ROOM`) -- and waits, looking at the

@@ -1,4 +1,5 @@
-"""Which queued run a priority's master serves next (issue 25, :mod:`cluster.deps`).
+"""Which queued run a priority's master serves next (docs/runoptions.md, section 5;
+:mod:`cluster.deps`).
 
 Seed 000's master served the head of its queue.  It still does, at the cost of one read of
 its queue, when the head waits for nothing (no ``after=``, no bmpcmp) or is already

@@ -1,4 +1,5 @@
-"""The confirm phase of a run (issue 26, item 3): differences run a second time.
+"""The confirm phase of a run (docs/results.md, "Differences confirmed, indeterminate tests
+named"): differences run a second time.
 
 When the last result of a run is in, and before any node is told to upload, the master
 compares the run's results with the baseline the report will use (:func:`baseline_table`:

@@ -1,4 +1,4 @@
-"""What the master does with one node request's bytes: the checks of issue 11, then the run.
+"""What the master does with one node request's bytes: signature, replay, then the run.
 
 :class:`RequestHandler` is the :class:`~cluster.master.serve.server.NodeServer`'s handler.  For
 each complete request it:
@@ -142,8 +142,9 @@ class RequestHandler:
         if signing.header_value(data, b"id") != state.run_id:
             # Another run's node (or none): remember nothing, as RunState would.
             return self._refuse(session, peer, data, f"wrong job id, running {state.run_id}")
-        # Verified before anything in it is parsed or believed (issue 11), under the key of
-        # the node it claims to be (issue 20): one node's key signs for no other name.
+        # Verified before anything in it is parsed or believed (docs/protocol.md, "Signed
+        # messages"), under the key of the node it claims to be: one node's key signs for no
+        # other name.
         claimed = signing.header_value(data, b"node")
         try:
             key, nonce = keycache.verify(session.keys, claimed, data)
@@ -186,7 +187,7 @@ class RequestHandler:
         # One log line naming the peer and the node it claimed (read only now: a refusal
         # is rare, a request is not); nothing it carried is recorded.  Unsigned: a node
         # treats it as a failed call.  Through the server's RefusalLog when there is one
-        # (issue 20: a stranger's stream of well-formed unsigned requests is a few lines
+        # (a stranger's stream of well-formed unsigned requests is a few lines
         # and one summary per burst, in the log and in the audit trail alike).
         # ``logged``: what the log and the audit trail say when it is more than the peer is
         # told.

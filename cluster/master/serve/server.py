@@ -14,7 +14,7 @@ each request and signs its reply (:mod:`cluster.wire.signing`); the ABORTs the s
 itself sends are unsigned, which a node treats as a failed call and retries.  Every such
 refusal is also handed to ``on_refusal(peer, reason)`` (the run's audit trail).
 
-Memory is bounded twice, as bytes arrive (issue 10: one 480 MB request once took the master
+Memory is bounded twice, as bytes arrive (one 480 MB request once took the master
 from 27 MB to 1.86 GB): one request may hold at most ``max_request`` bytes, and all open
 connections together at most ``max_buffered``.  Data that would pass either bound is
 refused: the buffer is dropped at once, the peer gets ``ABORT <reason>`` (one non-blocking
@@ -24,12 +24,12 @@ bounded too (:func:`~cluster.runtime.peers.connection_limit`): beyond it a new c
 answered ``ABORT`` and closed at once, so a flood of silent sockets cannot use up the file
 descriptors; and one host may hold at most ``max_per_peer`` of them (a quarter, see
 :func:`~cluster.runtime.peers.per_peer_limit`), so one host's flood cannot take the others'
-place (issue 20).
+place.
 
 Refusals are logged through a :class:`~cluster.runtime.peers.RefusalLog`: a few per host in
 full, the rest as one summary line per burst, at most a few lines a second in all; the
 audit trail (``on_refusal``) gets the same lines, so a stranger looping connections at the
-port fills neither (issue 20: one line per slow socket).
+port fills neither (one line per slow socket).
 """
 
 from __future__ import annotations

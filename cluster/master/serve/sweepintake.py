@@ -1,4 +1,4 @@
-"""Taking a sweep run's results with their files (issue 23; docs/sweeps.md section 9).
+"""Taking a sweep run's results with their files (docs/sweeps.md section 9).
 
 A node that sends a sweep task's result has uploaded the task's result files first, in one
 *bundle* per call: ``runs/<id>/results/incoming/<node>.<instance>.<n>.tar`` named by the

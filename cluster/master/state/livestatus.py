@@ -117,8 +117,8 @@ class LiveStatus:
         self.meter = RateMeter(window)
         #: Set when an admin's stop request was seen (``stopped by <who>[: reason]``).
         self.stopping = ""
-        #: Why no node serves the run, when none may (issue 25: "no node of group win64
-        #: is up"); set by the master's placement tick.
+        #: Why no node serves the run, when none may (docs/runoptions.md, section 4; "no
+        #: node of group win64 is up"); set by the master's placement tick.
         self.waiting = ""
         self.failing = False  # the last write failed (logged once)
 

@@ -22,20 +22,21 @@ The rules are seed 001's "normal course of events":
   result);
 * a node not heard from for ``heartbeat_timeout`` seconds is dead: its unfinished jobs go to
   the front of the list.  If it comes back it is treated as a new node;
-* in a run with ``no_reschedule`` (issue 25, :attr:`RunState.options`) the unfinished jobs
-  of a node that leaves the run (dead, failed, restarted, disabled) are never handed out
-  again: each gets the result :data:`~cluster.records.ERROR_LOST` from that node (journaled
-  like a node's: :meth:`RunState.take_made_results`), and the tail makes no copies;
+* in a run with ``no_reschedule`` (docs/runoptions.md, section 3; :attr:`RunState.options`)
+  the unfinished jobs of a node that leaves the run (dead, failed, restarted, disabled) are
+  never handed out again: each gets the result :data:`~cluster.records.ERROR_LOST` from that
+  node (journaled like a node's: :meth:`RunState.take_made_results`), and the tail makes no
+  copies;
 * a result is taken only for a job that was handed to the node sending it (at any time in
   this run: a job put back after its lease lapsed, or copied in the tail, may still come
   back from each node that got it).  Any other result is refused, counted in
-  :attr:`Outcome.refused` and logged; the rest of the request goes on (issue 11: a node
+  :attr:`Outcome.refused` and logged; the rest of the request goes on (a node
   must not put results into the table for jobs it was never given).
 
 A node that built the run says which of job.start's ``programs`` its build did not make
-(``unbuilt``, issue 22); :mod:`cluster.master.model.unbuilt` judges it.  Such a node is given no
+(``unbuilt``); :mod:`cluster.master.model.unbuilt` judges it.  Such a node is given no
 job until a verdict: when another node's build made the program the node is dropped as
-failure 1 (issue 20's "cannot run jobs": its jobs go to the others); when no node's build
+failure 1 (it "cannot run jobs": its jobs go to the others); when no node's build
 made it, no live node is still building and the run is older than ``heartbeat_timeout``
 (nodes that had not called by then are not waited for), the jobs calling it are marked not
 run
@@ -103,8 +104,8 @@ if TYPE_CHECKING:
     from cluster.master.cache.reuse import RunReuse
 
 Suitability = Callable[[str], tuple[bool, str]]
-#: The machine column's prefix of a result taken from the result cache (issue 26;
-#: :data:`cluster.master.cache.reuse.CACHE_PREFIX`, kept equal by a unit test).
+#: The machine column's prefix of a result taken from the result cache
+#: (:data:`cluster.master.cache.reuse.CACHE_PREFIX`, kept equal by a unit test).
 CACHE_PREFIX = "cache:"
 
 #: The most jobs a node is kept holding, however fast it is.
@@ -153,7 +154,7 @@ class NodeInfo:
     results: int = 0            # first results it delivered
     errors: int = 0             # of those, results with an error code (not 0)
     timeouts: int = 0           # of those, results that timed out (error 3 or 4)
-    #: The programs of job.start its build did not make (``unbuilt``, issue 22).
+    #: The programs of job.start its build did not make (``unbuilt``).
     lacks: frozenset[str] = frozenset()
 
     def job_seconds(self, now: float) -> float | None:
@@ -221,8 +222,8 @@ class RunState:
                  done: Iterable[JobResult | str] = (),
                  policy: RunPolicy | None = None) -> None:
         """``done``: results already journaled, as JobResults or journal lines.
-        ``policy``: the run's placement and caps (issue 25; :mod:`cluster.master.model.placement`),
-        none by default."""
+        ``policy``: the run's placement and caps (docs/runoptions.md, section 4;
+        :mod:`cluster.master.model.placement`), none by default."""
         self.run_id = run_id
         self.settings = settings or Settings()
         self.suitable = suitable
@@ -238,7 +239,8 @@ class RunState:
         self.machines: set[str] = set()
         #: Results with an error code (not 0), the earlier masters' included.
         self.errors = 0
-        #: Results taken from the result cache (issue 26), the earlier masters' included.
+        #: Results taken from the result cache (docs/results.md, "Results reused"), the
+        #: earlier masters' included.
         self.reused = 0
         #: The run's use of the result cache; None: off (the master sets it before serving).
         self.reuse: RunReuse | None = None
@@ -308,7 +310,7 @@ class RunState:
         self.not_run = self.unbuilt.marks  # per job: not 0 when the job is not run
         self.started = now
         self.all_results_at: float | None = now if self.all_results_in else None
-        #: The run's effective per-run options (issue 25): the master sets them from its
+        #: The run's effective per-run options (docs/runoptions.md): the master sets them from its
         #: queue line (:func:`cluster.master.model.runlimits.run_options`) before serving; the
         #: global defaults until then.
         self.options = RunOptions(job_timeout=DEFAULTS.max_run_time,
@@ -316,8 +318,8 @@ class RunState:
         #: Journal lines of results the state made itself (a lost node's jobs in a
         #: ``no_reschedule`` run), not yet journaled: :meth:`take_made_results`.
         self.made_results = bytearray()
-        #: Set by the master while it may still run a confirm phase (issue 26,
-        #: :mod:`cluster.master.serve.confirm`): once every job has a result, nodes are told
+        #: Set by the master while it may still run a confirm phase
+        #: (:mod:`cluster.master.serve.confirm`): once every job has a result, nodes are told
         #: CONTINUE, not UPLOAD, and the run is not finished, until the master decides.
         self.hold_end = False
         #: True for a confirm phase's state: its jobs run again tests whose output changed,
@@ -422,7 +424,7 @@ class RunState:
         if (req.failure < 0 and (node is None or node.state is not NodeState.BUILDING
                                  or node.session != session)):
             # Failure -1 ends everyone's run: taken only from this run's node that was told
-            # BUILD and is building, in the session that was told so (issue 20).
+            # BUILD and is building, in the session that was told so.
             why = (f"failure {req.failure} refused: node {name} is not building in run "
                    f"{self.run_id}")
             if node is None or node.state is NodeState.GONE or node.session != session:
@@ -576,10 +578,11 @@ class RunState:
             self.front.appendleft(test)
 
     def adopt_nodes(self, other: RunState) -> None:
-        """A confirm phase's state (issue 26) takes over the nodes of the run's first state
-        ``other`` that have not left it, as they are (built, building), holding nothing of
-        its jobs; its culled and disabled nodes too.  A node adopted keeps its session, so
-        it is not told BUILD again."""
+        """A confirm phase's state (docs/results.md, "Differences confirmed, indeterminate
+        tests named") takes over the nodes of the run's first state ``other`` that have not
+        left it, as they are (built, building), holding nothing of its jobs; its culled and
+        disabled nodes too.  A node adopted keeps its session, so it is not told BUILD
+        again."""
         for name, node in other.nodes.items():
             if node.state is NodeState.GONE or node.told_abort:
                 continue
@@ -1098,7 +1101,7 @@ class RunState:
                              or marks[cursor:end].count(0) == end - cursor)):
                     # The usual batch: the next jobs of the list, none with a result yet
                     # (only a journal taken over gives results ahead of the cursor) and
-                    # none not run (issue 22: only after a program was not built).  Taken
+                    # none not run (only after a program was not built).  Taken
                     # as one slice; the node's held jobs and the holder counts filled in C:
                     # no Python step per job.
                     taken = range(cursor, end)
