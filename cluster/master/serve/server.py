@@ -55,7 +55,7 @@ RefusalHook = Callable[[str, str], None]
 _READ_SIZE = 262144
 #: Connections accepted (and, when their request is there, served) per listener event.
 _ACCEPT_BATCH = 256
-_BUSY = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="master busy, try again"))
+_BUSY = protocol.format_reply(protocol.Reply(protocol.ABORT, reason=protocol.ABORT_BUSY))
 
 
 class _Conn(Connection):
@@ -193,7 +193,8 @@ class NodeServer(SelectorListener[_Conn]):
             reply = self.handler(request, conn.peer)
         except Exception:  # the handler's bug must not take the master down
             log.exception("peer %s: handler failed", conn.peer)
-            reply = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="master error"))
+            reply = protocol.format_reply(
+                protocol.Reply(protocol.ABORT, reason=protocol.ABORT_MASTER_ERROR))
         self.served += 1
         self._start_reply(conn, reply)
 
@@ -215,7 +216,7 @@ class NodeServer(SelectorListener[_Conn]):
             self._tell(conn.peer, f"after {size} bytes: {bound}")
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
-            protocol.Reply(protocol.ABORT, reason=f"refused: {bound}")))
+            protocol.Reply(protocol.ABORT, reason=f"{protocol.ABORT_REFUSED}: {bound}")))
 
     def _reject(self, conn: _Conn, problem: str) -> None:
         self._release(conn)
@@ -223,7 +224,7 @@ class NodeServer(SelectorListener[_Conn]):
             self._tell(conn.peer, f"bad request: {problem}")
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
-            protocol.Reply(protocol.ABORT, reason=f"bad request: {problem}")))
+            protocol.Reply(protocol.ABORT, reason=f"{protocol.ABORT_BAD_REQUEST}: {problem}")))
 
     def _tell(self, peer: str, reason: str) -> None:
         if self.on_refusal is not None:
