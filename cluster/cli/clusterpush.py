@@ -161,11 +161,9 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--master-cache", default=REMOTE_CACHE,
                         help="where on the master clusterpush keeps the code it ships there "
                         f"(default: {REMOTE_CACHE} in the ssh account's home)")
-    parser.add_argument("--sweep", type=Path, metavar="FILE",
-                        help="submit the sweep of this sweep file (its folder is the tree)")
-    parser.add_argument("--resume", action="store_true",
-                        help="with --sweep: run only the tasks without a valid result in "
-                        "your previous run of the same sweep")
+    common.add_sweep_arguments(
+        parser, sweep_help="submit the sweep of this sweep file (its folder is the tree)",
+        previous_run="your previous run of the same sweep")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="a per-run option of the run (repeatable; a flag as --opt "
                         "exclusive): job_timeout=2h, groups=win64, max_worker_instances=1, "

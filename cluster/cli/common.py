@@ -75,6 +75,19 @@ def config_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def add_sweep_arguments(parser: argparse.ArgumentParser, *, sweep_help: str,
+                        previous_run: str) -> None:
+    """--sweep FILE and --resume, the same two options of every command that runs a sweep
+    (localcluster, clusterpush): ``args.sweep`` is the sweep file's Path or None,
+    ``args.resume`` a flag. ``sweep_help`` says what the command does with the file;
+    ``previous_run`` names the run --resume continues, as the command knows it (e.g. "your
+    previous run of the same sweep")."""
+    parser.add_argument("--sweep", type=Path, metavar="FILE", help=sweep_help)
+    parser.add_argument("--resume", action="store_true",
+                        help="with --sweep: run only the tasks without a valid result in "
+                        f"{previous_run}")
+
+
 def add_quiet_option(parser: argparse.ArgumentParser) -> None:
     """-q/--quiet, for the programs cron starts: cron mails whatever a job prints."""
     parser.add_argument("-q", "--quiet", action="store_true",

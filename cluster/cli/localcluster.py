@@ -99,11 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--product", choices=PRODUCTS, default="gs")
     parser.add_argument("--tree", type=Path, help="your product tree instead of the demo one")
-    parser.add_argument("--sweep", type=Path, metavar="FILE",
-                        help="run the sweep of this sweep file instead of a product tree")
-    parser.add_argument("--resume", action="store_true",
-                        help="with --sweep: run only the tasks without a valid result in "
-                        "the previous run of the same sweep in this home")
+    common.add_sweep_arguments(
+        parser, sweep_help="run the sweep of this sweep file instead of a product tree",
+        previous_run="the previous run of the same sweep in this home")
     parser.add_argument("--option", action="append", default=[], metavar="OPT",
                         help="add OPT to the demo product's command line (repeatable; write "
                         "--option=-dFoo so it is not taken for an option)")

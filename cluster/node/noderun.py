@@ -198,7 +198,7 @@ STOP_SETTLE = 1.0
 #: How often that wait looks at the stop flag [seconds].
 STOP_SETTLE_POLL = 0.05
 #: ABORT reasons (prefixes) after which this node must not join the same run again.
-FINAL_ABORTS = ("run complete", "unsuitable", "wrong job id", "run aborted", "dropped")
+FINAL_ABORTS = protocol.FINAL_ABORTS
 #: ABORT reasons, matched whole, that are *not* final although they start with one of
 #: FINAL_ABORTS: the run goes on elsewhere and this node should come back to it.  The master
 #: answers ``run aborted: <RunState.fatal>``, and a master that finds the PID file no longer
@@ -207,7 +207,7 @@ FINAL_ABORTS = ("run complete", "unsuitable", "wrong job id", "run aborted", "dr
 #: scratch and rejoin), so the node exits NODE_EXIT_ABORTED and clusterpull rejoins it after
 #: its rejoin_delay.  A user's abort ("run aborted: aborted by its user ..."), a failed or
 #: stopped run and a finished one stay final.
-REJOIN_ABORTS = (f"{protocol.RUN_ABORTED}: {protocol.REPLACED}",)
+REJOIN_ABORTS = protocol.REJOIN_ABORTS
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,@%=:-]+")
 #: A baseline tree's folder name under work_dir/baseline (``/`` written as ``__``); it
 #: starts with a letter or digit, so it never clashes with the dot files beside it.

@@ -25,6 +25,9 @@ Because the writer's pid is part of the name, :func:`remove_dead_temps` can tell
 leftover from a write in progress: it removes the files named like ours whose writer is no
 longer a live process, and nothing else.  The daemons call it on their directories at start.
 
+:func:`swap_dir` puts a folder made under a temporary name at its final name, replacing
+what is there, with its own crash contract (in its docstring).
+
 :func:`flocked` holds an exclusive (or shared) ``flock`` on a lock file for the length of a
 ``with`` block; the lock file is created if missing and never written or unlinked (unlinking
 a flock'ed file lets two processes lock two inodes of one name).
@@ -38,6 +41,7 @@ import fcntl
 import logging
 import os
 import re
+import shutil
 import stat
 import tempfile
 import time
@@ -328,6 +332,51 @@ def fsync_dir(directory: Path | str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def swap_dir(new: Path | str, dest: Path | str, *, aside: Path | str | None = None) -> None:
+    """Put the folder ``new`` at ``dest``: rename what is at ``dest`` (a folder, a file, a
+    link) aside, rename ``new`` in, remove the old.  ``new``, ``dest`` and ``aside`` are on
+    one file system (renames); ``aside`` defaults to ``.<dest name>.old.<our pid>`` beside
+    ``dest`` (a leftover there is removed first), and a caller that cleans up after a crash
+    names its own.
+
+    Contract:
+
+    * nothing at ``dest``: one rename, ``new`` is ``dest``;
+    * a reader of ``dest`` sees the old tree or the new one, or for an instant between the
+      two renames nothing; never a mixture;
+    * renaming ``new`` in fails (OSError): the old is renamed back and the error raised;
+      ``dest`` is as it was and ``new`` is left to the caller;
+    * what a crash (SIGKILL, a power cut) leaves: before the first rename, ``dest`` old and
+      ``new`` whole; between the renames, nothing at ``dest``, the old tree at ``aside`` and
+      ``new`` whole; after the second, ``dest`` new and the old at ``aside`` until removed.
+      Nothing is ever half old and half new, and no tree is lost but the old one's removal.
+    """
+    new, dest = Path(new), Path(dest)
+    if not os.path.lexists(dest):
+        os.replace(new, dest)
+        return
+    if aside is None:
+        aside = dest.with_name(f".{dest.name}.old.{os.getpid()}")
+        _remove_any(aside)
+    os.replace(dest, aside)
+    try:
+        os.replace(new, dest)
+    except OSError:
+        os.replace(aside, dest)  # the tree as it was: never none
+        raise
+    _remove_any(aside)
+
+
+def _remove_any(path: Path | str) -> None:
+    """Remove ``path`` whatever it is (a folder, whole; a file; a link, not its target);
+    nothing when there is none.  Errors inside a folder are ignored (best effort)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 @contextlib.contextmanager

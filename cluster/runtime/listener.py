@@ -48,6 +48,26 @@ request usually arrives with the connection), :meth:`_expired`, the refusal it s
 :meth:`_tell` hears of the refusals logged in full and of the summaries (the master's audit
 trail).  The accept path adds no call per connection to what a server did on its own: the
 record's constructor and :meth:`_read` are called directly.
+
+Reading is shared too.  :meth:`SelectorListener._recv` is the one non-blocking read: the
+bytes, ``b""`` at the peer's end, or None when there is nothing yet (the connection is then
+watched for reading) or the read failed (logged by :meth:`_read_failed`; closed).  The two
+listeners of line protocols (master, monitor) read one request per connection through
+:class:`FramedListener`, whose :meth:`FramedListener._read` is the whole read path:
+
+* each chunk is checked against the bounds *before* it joins the buffer, so no bound is
+  ever passed, even by one chunk: ``max_request`` bytes a request (when set) and
+  ``max_buffered`` bytes of unfinished requests over all connections (:attr:`buffered`);
+  over either, the buffer is dropped (:meth:`_release`) by the server's
+  :meth:`~FramedListener._over_bound` and nothing more joins it;
+* the bytes go to the connection's framer (its line bounds; a ``ProtocolError`` goes to
+  :meth:`~FramedListener._bad_request`); an incomplete request is watched for more;
+* the peer's end before the request is complete goes to
+  :meth:`~FramedListener._ended_early`; input after it (the request complete, refused or
+  answered) to :meth:`~FramedListener._read_after` (default: ignored);
+* a complete request releases its buffer and goes to :meth:`~FramedListener._request`.
+
+Each server keeps only what differs: its messages, its answers and what follows a request.
 """
 
 from __future__ import annotations
@@ -59,8 +79,9 @@ import selectors
 import socket
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
+from cluster.errors import ProtocolError
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.peers import PeerSlots, RefusalLog, host_of, per_peer_limit, send_and_close
 
@@ -172,6 +193,28 @@ class SelectorListener(Generic[C]):
 
     def _tell(self, peer: str, reason: str) -> None:
         """Told of each refusal logged in full and of each summary (default: nothing)."""
+
+    def _read_failed(self, conn: C, exc: OSError) -> None:
+        """A read of ``conn`` failed (a reset): logged, a line per host at most as the
+        RefusalLog allows; the connection is closed after this."""
+        self.refusals.note(conn.host, "%s %s: read failed: %s", self.party, conn.peer, exc,
+                           level=logging.INFO)
+
+    # -- reading -------------------------------------------------------------------------------
+    def _recv(self, conn: C) -> bytes | None:
+        """One non-blocking read of at most :attr:`read_size` bytes of ``conn``: the bytes,
+        ``b""`` when the peer has ended its side, or None when there is nothing to read yet
+        (``conn`` is then watched for reading) or the read failed (:meth:`_read_failed`;
+        ``conn`` is then closed)."""
+        try:
+            return conn.sock.recv(self.read_size)
+        except (BlockingIOError, InterruptedError):
+            self._watch(conn, selectors.EVENT_READ)
+            return None
+        except OSError as exc:
+            self._read_failed(conn, exc)
+            self._close(conn)
+            return None
 
     # -- driving it ----------------------------------------------------------------------------
     def serve_forever(self, poll_interval: float = 0.5) -> None:
@@ -307,3 +350,121 @@ class SelectorListener(Generic[C]):
             deadline, _, conn = heapq.heappop(heap)
             if deadline == conn.deadline and not conn.closed:
                 self._expired(conn)
+
+
+class Framer(Protocol):
+    """What frames a request from a byte stream (:class:`cluster.wire.framing.LineFramer`):
+    ``feed`` returns the whole request once it is complete, None before; ProtocolError when
+    the bytes break the framing or its bounds."""
+
+    def feed(self, chunk: bytes) -> bytes | None: ...
+
+
+class FramedConnection(Connection):
+    """A connection that sends one request, read through ``framer`` (None once the request
+    is complete or refused, or the connection closed); ``held`` is the request bytes it
+    holds, counted in its server's :attr:`FramedListener.buffered`.  A subclass's
+    ``__init__`` may set the fields itself, as :class:`Connection`'s may."""
+
+    __slots__ = ("framer", "held")
+
+    def __init__(self, sock: socket.socket, peer: str, host: str, deadline: float,
+                 framer: Framer) -> None:
+        super().__init__(sock, peer, host, deadline)
+        self.framer: Framer | None = framer
+        self.held = 0
+
+
+F = TypeVar("F", bound=FramedConnection)
+
+
+class FramedListener(SelectorListener[F]):
+    """A :class:`SelectorListener` whose connections each send one framed request, read
+    with bounded memory: see "Reading is shared too" in the module's docstring.
+
+    ``max_buffered`` bytes of unfinished requests over all connections together (>= 1),
+    ``max_request`` bytes a request (None: no bound but the framer's lines); the other
+    arguments are :class:`SelectorListener`'s.  :attr:`buffered` is the bytes held now.
+    The bound passed is named to :meth:`_over_bound` as :attr:`request_bound` or
+    :attr:`buffered_bound` with ``{limit}`` filled in.
+    """
+
+    #: What :meth:`_over_bound` is told of each bound ("{limit}": the bound's bytes).
+    request_bound = "request larger than {limit} bytes"
+    buffered_bound = "open connections would hold more than {limit} bytes"
+
+    def __init__(self, address: tuple[str, int], logger: logging.Logger, *,
+                 max_buffered: int, max_request: int | None = None, backlog: int,
+                 max_connections: int, max_per_peer: int | None, busy_reply: bytes,
+                 clock: Clock | None = None, nodelay: bool = False) -> None:
+        self.max_buffered = max_buffered
+        self.max_request = max_request
+        self.buffered = 0
+        super().__init__(address, logger, backlog=backlog, max_connections=max_connections,
+                         max_per_peer=max_per_peer, busy_reply=busy_reply, clock=clock,
+                         nodelay=nodelay)
+
+    # -- what a server provides ----------------------------------------------------------------
+    def _request(self, conn: F, request: bytes) -> None:
+        """``request`` is complete (its buffer already released): answer it."""
+        raise NotImplementedError
+
+    def _ended_early(self, conn: F) -> None:
+        """The peer ended its side before its request was complete: refuse or close."""
+        raise NotImplementedError
+
+    def _over_bound(self, conn: F, bound: str) -> None:
+        """``conn``'s next bytes would pass ``bound`` (a phrase naming it): refuse.  Must
+        :meth:`_release` the buffer (nothing more is framed after it)."""
+        raise NotImplementedError
+
+    def _bad_request(self, conn: F, problem: str) -> None:
+        """The framer refused the bytes (``problem``, the ProtocolError's text): refuse.
+        Must :meth:`_release` the buffer."""
+        raise NotImplementedError
+
+    def _read_after(self, conn: F, chunk: bytes) -> None:
+        """Input after the request was done with (``b""``: the peer's end).  Default:
+        ignored; the answer in progress decides the connection's end."""
+
+    # -- reading -------------------------------------------------------------------------------
+    def _read(self, conn: F) -> None:
+        """Read what ``conn`` sent and frame it; a complete request goes to :meth:`_request`."""
+        chunk = self._recv(conn)
+        if chunk is None:
+            return
+        framer = conn.framer
+        if framer is None:  # the request is done with: what follows is the server's
+            self._read_after(conn, chunk)
+            return
+        if not chunk:
+            self._ended_early(conn)
+            return
+        size = len(chunk)
+        # The bounds are checked before the chunk joins the buffer, so neither is ever
+        # passed, even by one chunk.
+        if self.max_request is not None and conn.held + size > self.max_request:
+            self._over_bound(conn, self.request_bound.format(limit=self.max_request))
+            return
+        if self.buffered + size > self.max_buffered:
+            self._over_bound(conn, self.buffered_bound.format(limit=self.max_buffered))
+            return
+        conn.held += size
+        self.buffered += size
+        try:
+            request = framer.feed(chunk)
+        except ProtocolError as exc:
+            self._bad_request(conn, str(exc))
+            return
+        if request is None:
+            self._watch(conn, selectors.EVENT_READ)
+            return
+        self._release(conn)
+        self._request(conn, request)
+
+    def _release(self, conn: F) -> None:
+        """Forget the connection's request buffer (complete, refused or closed); a server
+        that holds more calls this from its own."""
+        self.buffered -= conn.held
+        conn.held = 0
+        conn.framer = None

@@ -546,13 +546,7 @@ def commit_push(home: Home, spec: RunSpec, token: str) -> Pushed:
         if not stat.S_ISDIR(st.st_mode):
             raise SymlinkInHome(staged, "something other than a directory")
         unqueued = [name for name in DROPPINGS if os.path.lexists(target / name)]
-        os.rename(target, old)
-        try:
-            os.rename(staged, target)
-        except OSError:
-            os.rename(old, target)  # the tree as it was: never none
-            raise
-        shutil.rmtree(old, ignore_errors=True)
+        fsutil.swap_dir(staged, target, aside=old)  # "old": _remove_stale's after a crash
         note = queue_note(home, spec, replaces_dropping=bool(unqueued))
         fsutil.atomic_write(target / DROPPING, spec.line() + "\n")
     log.info("queueing %s (tree pushed from another machine -> %s)", spec.line(), target)

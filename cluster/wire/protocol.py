@@ -101,11 +101,41 @@ CONTINUE = "CONTINUE"
 JOBS = "JOBS"
 VERBS = (ABORT, BUILD, UPLOAD, CONTINUE, JOBS)
 
+# ABORT reasons: the master answers ``ABORT <reason>``, and a node decides by the reason's
+# first words whether the run is over for it (FINAL_ABORTS) or only for now.  Both sides use
+# these names, so a reason the master writes is the one a node compares.  A reason with
+# details is ``<name>: <details>`` (``<name> ...`` for the few noted).
+#: The ABORT reason of a run that stopped (``run aborted: <why>``, or bare).
+RUN_ABORTED = "run aborted"
 #: Why a master that finds the PID file no longer its own stops its run: a successor goes on
 #: with the same run, so its nodes come back and join it (seed 001).
 REPLACED = "clustermaster replaced"
-#: The ABORT reason of a run that stopped (``run aborted: <why>``).
-RUN_ABORTED = "run aborted"
+#: The run has no more work for the node.
+ABORT_RUN_COMPLETE = "run complete"
+#: The node may not take part in this run (placement, or its build): ``unsuitable: <why>``.
+ABORT_UNSUITABLE = "unsuitable"
+#: The node asked about another run: ``wrong job id, running <run id>``.
+ABORT_WRONG_JOB_ID = "wrong job id"
+#: The node reported a failure and is out of the run: ``dropped after failure <n>`` (then,
+#: when the master knows more, ``: <why>``).
+ABORT_DROPPED = "dropped"
+#: The node said ABORT itself (it is leaving); the master's answer.
+ABORT_GOODBYE = "goodbye"
+#: The master's listener is at its connection cap; the node asks again later.
+ABORT_BUSY = "master busy, try again"
+#: The master failed answering the request (a bug, logged there).
+ABORT_MASTER_ERROR = "master error"
+#: The request broke a bound of the listener: ``refused: <bound>``.
+ABORT_REFUSED = "refused"
+#: The request could not be parsed, or failed its signature: ``bad request: <problem>``.
+ABORT_BAD_REQUEST = "bad request"
+#: ABORT reasons (prefixes) after which a node must not join the same run again; those
+#: matched whole by REJOIN_ABORTS are the exception.
+FINAL_ABORTS = (ABORT_RUN_COMPLETE, ABORT_UNSUITABLE, ABORT_WRONG_JOB_ID, RUN_ABORTED,
+                ABORT_DROPPED)
+#: ABORT reasons, matched whole, that start like a final one but after which a node comes
+#: back to the run: its master was replaced by one that goes on with the same run.
+REJOIN_ABORTS = (f"{RUN_ABORTED}: {REPLACED}",)
 
 
 def _unbuilt(value: str) -> tuple[tuple[str, ...]]:

@@ -34,7 +34,8 @@ import pytest
 from cluster import config
 from cluster.config import Config
 from cluster.console import httpd, status
-from cluster.console.httpd import StatusModel, StatusServer
+from cluster.console.answers import StatusModel
+from cluster.console.httpd import StatusServer
 from cluster.defaults import EXIT_PORT_TAKEN
 from cluster.home import Home
 from cluster.master.files.journal import Journal

@@ -55,3 +55,31 @@ def test_quiet_option_parses_both_spellings() -> None:
     common.add_quiet_option(parser)
     assert parser.parse_args(["-q"]).quiet and parser.parse_args(["--quiet"]).quiet
     assert not parser.parse_args([]).quiet
+
+
+def test_sweep_arguments_parse_a_file_and_a_flag() -> None:
+    """--sweep FILE is a Path (None without it); --resume a flag; the help says both."""
+    parser = argparse.ArgumentParser()
+    common.add_sweep_arguments(parser, sweep_help="run this sweep",
+                               previous_run="the previous run here")
+    args = parser.parse_args(["--sweep", "s/sweep.txt", "--resume"])
+    assert args.sweep == Path("s/sweep.txt") and args.resume is True
+    args = parser.parse_args([])
+    assert args.sweep is None and args.resume is False
+    text = " ".join(parser.format_help().split())
+    assert "run this sweep" in text
+    assert "with --sweep: run only the tasks without a valid result in the previous run here" \
+        in text
+
+
+def test_localcluster_and_clusterpush_keep_their_sweep_help(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Both commands declare --sweep/--resume through add_sweep_arguments, each with its
+    own words for the file and the run resumed."""
+    from cluster.cli import clusterpush, localcluster
+    for main, words in ((localcluster.main, "in this home"),
+                        (clusterpush.main, "your previous run of the same sweep")):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "--sweep FILE" in text and "--resume" in text and words in text

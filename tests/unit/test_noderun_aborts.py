@@ -97,3 +97,20 @@ def test_exit_codes(tmp_path: Path, reason: str, code: int) -> None:
 
 def test_a_failed_node_exits_failed_even_when_the_master_was_replaced(tmp_path: Path) -> None:
     assert _obey(tmp_path, f"run aborted: {REPLACED}", failure=1) == NODE_EXIT_FAILED
+
+
+def test_the_named_reasons_keep_their_wire_text_and_their_meaning() -> None:
+    """Master and node share the ABORT reasons of cluster.wire.protocol: their text on the
+    wire is unchanged, the final ones end the run for a node, the others do not."""
+    assert protocol.FINAL_ABORTS == ("run complete", "unsuitable", "wrong job id",
+                                     "run aborted", "dropped")
+    assert protocol.REJOIN_ABORTS == ("run aborted: clustermaster replaced",)
+    assert FINAL_ABORTS is protocol.FINAL_ABORTS and REJOIN_ABORTS is protocol.REJOIN_ABORTS
+    for final in protocol.FINAL_ABORTS:
+        assert is_final_abort(final) and is_final_abort(f"{final}: why")
+    for passing in (protocol.ABORT_GOODBYE, protocol.ABORT_BUSY, protocol.ABORT_MASTER_ERROR,
+                    f"{protocol.ABORT_REFUSED}: line too long",
+                    f"{protocol.ABORT_BAD_REQUEST}: no node header"):
+        assert not is_final_abort(passing)
+    assert (protocol.ABORT_BUSY, protocol.ABORT_MASTER_ERROR, protocol.ABORT_GOODBYE) == (
+        "master busy, try again", "master error", "goodbye")

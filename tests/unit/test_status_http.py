@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.console import archivefiles, httpd, page
+from cluster.console import answers, archivefiles, httpd, page
+from cluster.console.answers import Answer, TtlCache
 from cluster.console.archivefiles import ArchiveRefused
-from cluster.console.httpd import Answer, TtlCache
 from cluster.home import Home
 
 RUN = "20261123120000-p0-ab12"
@@ -150,13 +150,13 @@ def test_a_failing_background_refresh_keeps_the_stale_value() -> None:
 
 
 def test_big_answers_are_also_kept_gzipped() -> None:
-    small = httpd.json_answer({"a": 1}, compress=True)
+    small = answers.json_answer({"a": 1}, compress=True)
     assert small.gzipped is None
     value = {"nodes": [{"name": f"n{i}", "caps": "os=Linux cpus=8"} for i in range(200)]}
-    big = httpd.json_answer(value, compress=True)
+    big = answers.json_answer(value, compress=True)
     assert big.gzipped is not None and len(big.gzipped) < len(big.body) / 5
     assert gzip.decompress(big.gzipped) == big.body
-    assert httpd.json_answer(value).gzipped is None
+    assert answers.json_answer(value).gzipped is None
 
 
 # ------------------------------------------------------------------------------ archive files

@@ -79,11 +79,10 @@ from cluster.master.files.nodefiles import is_disabled, record_heartbeat
 from cluster.master.model.placement import offered
 from cluster.runtime import fsutil, service
 from cluster.runtime.clock import Clock, SystemClock
-from cluster.runtime.listener import Connection, SelectorListener
+from cluster.runtime.listener import FramedConnection, FramedListener
 from cluster.runtime.peers import connection_limit
 from cluster.runtime.singleton import SingleInstance
 from cluster.wire import signing
-from cluster.wire.framing import LineFramer
 from cluster.wire.heartbeat import (
     MAX_LINE,
     MAX_LINES,
@@ -176,17 +175,15 @@ _WRITING = "writing"    # the answer is being sent
 _DRAINING = "draining"  # after ERROR: half-closed, input discarded so the ERROR is not reset
 
 
-class _Conn(Connection):
-    __slots__ = ("framer", "held", "state", "out", "sent", "then_drain", "skip", "node",
+class _Conn(FramedConnection):
+    __slots__ = ("state", "out", "sent", "then_drain", "skip", "node",
                  "discarded", "nonce", "key")
 
     def __init__(self, server: MonitorServer, sock: socket.socket, peer: str, host: str,
                  now: float) -> None:
         # The deadline is the current state's: it moves on with the state.
-        super().__init__(sock, peer, host, now + server.deadline)
-        # None once the request is complete.
-        self.framer: LineFramer | None = framer(server.max_line, server.max_lines)
-        self.held = 0  # request bytes held (counted in MonitorServer.buffered)
+        super().__init__(sock, peer, host, now + server.deadline,
+                         framer(server.max_line, server.max_lines))
         self.state = _READING
         self.out = b""
         self.sent = 0
@@ -198,7 +195,7 @@ class _Conn(Connection):
         self.key = b""  # the heartbeat key of the node it claims to be
 
 
-class MonitorServer(SelectorListener[_Conn]):
+class MonitorServer(FramedListener[_Conn]):
     """The heartbeat listener: one thread, non-blocking sockets, one request per connection.
 
     Callers drive it with :meth:`serve_once` in their own loop, or with
@@ -212,14 +209,15 @@ class MonitorServer(SelectorListener[_Conn]):
     (default: :func:`~cluster.runtime.peers.per_peer_limit`); more are answered ``ERROR
     monitor busy`` at once.  Unfinished requests hold at most ``max_buffered`` bytes together; a
     connection whose data would pass that is answered ``ERROR`` and logged once.  Accepting,
-    the caps, the deadlines, closing and stopping are
-    :class:`~cluster.runtime.listener.SelectorListener`'s.
+    the caps, the deadlines, closing, stopping and reading within the bounds are
+    :class:`~cluster.runtime.listener.FramedListener`'s.
     """
 
     name = "monitor"
     accept_batch = _ACCEPT_BATCH
     read_size = _READ_SIZE
     connection = _Conn
+    buffered_bound = "monitor busy: open connections would hold more than {limit} bytes"
 
     def __init__(self, home: Home, address: tuple[str, int] = ("127.0.0.1", 0), *,
                  deadline: float = DEADLINE, max_line: int = MAX_LINE,
@@ -240,18 +238,16 @@ class MonitorServer(SelectorListener[_Conn]):
         self.deadline = deadline
         self.max_line = max_line
         self.max_lines = max_lines
-        self.max_buffered = max_buffered
         self.max_wait = max_wait
         self.hold_poll = hold_poll
         self.held: set[_Conn] = set()
-        self.buffered = 0
         self.served = 0
         self._next_poll = 0.0
         self._job_files: tuple[tuple[int, int, int] | None, ...] | None = None
         # Last, so that nothing above can fail with the port bound.  create_server sets
         # SO_REUSEADDR: a restart does not wait out TIME_WAIT, while a port another program
         # listens on still fails with EADDRINUSE.
-        super().__init__(address, log, backlog=1024,
+        super().__init__(address, log, max_buffered=max_buffered, backlog=1024,
                          max_connections=(connection_limit() if max_connections is None
                                           else max_connections),
                          max_per_peer=max_per_peer,
@@ -329,40 +325,17 @@ class MonitorServer(SelectorListener[_Conn]):
     def _peer_reply(self, host: str) -> bytes:
         return format_error("monitor busy: too many connections from your host, try again")
 
-    def _read(self, conn: _Conn) -> None:
-        try:
-            chunk = conn.sock.recv(_READ_SIZE)
-        except (BlockingIOError, InterruptedError):
-            self._watch(conn, selectors.EVENT_READ)
-            return
-        except OSError as exc:
-            self.refusals.note(conn.host, "peer %s: read failed: %s", conn.peer, exc,
-                               level=logging.INFO)
-            self._close(conn)
-            return
-        if conn.state != _READING:
-            self._discard(conn, chunk)
-            return
-        if not chunk:
-            self._error(conn, "connection closed before the OK line")
-            return
-        assert conn.framer is not None  # reading: the request is not complete yet
-        # Checked before the chunk joins the buffer, so the bound is never passed.
-        if self.buffered + len(chunk) > self.max_buffered:
-            self._error(conn, f"monitor busy: open connections would hold more than "
-                              f"{self.max_buffered} bytes")
-            return
-        conn.held += len(chunk)
-        self.buffered += len(chunk)
-        try:
-            request = conn.framer.feed(chunk)
-        except ProtocolError as exc:
-            self._error(conn, str(exc))
-            return
-        if request is None:
-            self._watch(conn, selectors.EVENT_READ)
-            return
-        self._release(conn)
+    def _ended_early(self, conn: _Conn) -> None:
+        self._error(conn, "connection closed before the OK line")
+
+    def _over_bound(self, conn: _Conn, bound: str) -> None:
+        self._error(conn, bound)
+
+    def _bad_request(self, conn: _Conn, problem: str) -> None:
+        self._error(conn, problem)
+
+    def _request(self, conn: _Conn, request: bytes) -> None:
+        """Verify the heartbeat, then record and answer it (:meth:`_heartbeat`)."""
         claimed = signing.header_value(request, b"node")
         try:
             key, nonce = keycache.verify(self.keys, claimed, request)
@@ -384,7 +357,7 @@ class MonitorServer(SelectorListener[_Conn]):
         self.guard_changed = True
         self._heartbeat(conn, hb)
 
-    def _discard(self, conn: _Conn, chunk: bytes) -> None:
+    def _read_after(self, conn: _Conn, chunk: bytes) -> None:
         """Input while held (a node sends nothing more) or draining: thrown away, bounded.
         An empty chunk means the peer closed: a held node went away, or the drain is done."""
         if not chunk:
@@ -535,12 +508,6 @@ class MonitorServer(SelectorListener[_Conn]):
             self._close(conn)
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _release(self, conn: _Conn) -> None:
-        """Forget the connection's request buffer (complete, refused or closed)."""
-        self.buffered -= conn.held
-        conn.held = 0
-        conn.framer = None
-
     def _close(self, conn: _Conn) -> None:
         self.held.discard(conn)
         super()._close(conn)

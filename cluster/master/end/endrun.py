@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -283,11 +282,7 @@ class RunEnder:
         if not exported.is_dir():
             return
         clean = self.home.root / spec.tree
-        old = clean.with_name(f".{clean.name}.old.{os.getpid()}")
-        if clean.exists():
-            os.replace(clean, old)
-        os.replace(exported, clean)
-        shutil.rmtree(old, ignore_errors=True)
+        fsutil.swap_dir(exported, clean)
         log.info("clean tree %s is now commit %s", clean, spec.ref)
 
     def _dequeue(self, record: EndRecord, spec: RunSpec) -> None:

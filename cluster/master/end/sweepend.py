@@ -203,7 +203,7 @@ def _link_folder(source: Path, dest: Path) -> None:
     temp = dest.with_name(f"{_LINKING}{os.getpid()}.{dest.name}")
     shutil.rmtree(temp, ignore_errors=True)
     shutil.copytree(source, temp, symlinks=True, copy_function=_link_or_copy)
-    os.replace(temp, dest)
+    fsutil.swap_dir(temp, dest)
 
 
 def _link_or_copy(source: str, dest: str) -> None:

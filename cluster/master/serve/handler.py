@@ -141,7 +141,8 @@ class RequestHandler:
         state, session = served.state, served.session
         if signing.header_value(data, b"id") != state.run_id:
             # Another run's node (or none): remember nothing, as RunState would.
-            return self._refuse(session, peer, data, f"wrong job id, running {state.run_id}")
+            return self._refuse(session, peer, data,
+                                f"{protocol.ABORT_WRONG_JOB_ID}, running {state.run_id}")
         # Verified before anything in it is parsed or believed (docs/protocol.md, "Signed
         # messages"), under the key of the node it claims to be: one node's key signs for no
         # other name.
@@ -157,7 +158,7 @@ class RequestHandler:
             session.audit.refusal(peer, signing.header_value(data, b"node"),
                                   f"bad request: {exc}")
             return signing.sign_reply(protocol.format_reply(
-                protocol.Reply(protocol.ABORT, reason=f"bad request: {exc}")),
+                protocol.Reply(protocol.ABORT, reason=f"{protocol.ABORT_BAD_REQUEST}: {exc}")),
                 key, nonce)
         if req.node != claimed:
             # header_value read the first node header, the parser keeps the last.

@@ -41,9 +41,8 @@ import socket
 from collections.abc import Callable
 
 from cluster.config import DEFAULTS
-from cluster.errors import ProtocolError
 from cluster.runtime.clock import Clock
-from cluster.runtime.listener import Connection, SelectorListener
+from cluster.runtime.listener import FramedConnection, FramedListener
 from cluster.runtime.peers import connection_limit
 from cluster.wire import protocol
 
@@ -55,11 +54,11 @@ RefusalHook = Callable[[str, str], None]
 _READ_SIZE = 262144
 #: Connections accepted (and, when their request is there, served) per listener event.
 _ACCEPT_BATCH = 256
-_BUSY = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="master busy, try again"))
+_BUSY = protocol.format_reply(protocol.Reply(protocol.ABORT, reason=protocol.ABORT_BUSY))
 
 
-class _Conn(Connection):
-    __slots__ = ("framer", "held", "out", "sent")
+class _Conn(FramedConnection):
+    __slots__ = ("out", "sent")
 
     def __init__(self, server: NodeServer, sock: socket.socket, peer: str, host: str,
                  now: float) -> None:
@@ -78,7 +77,7 @@ class _Conn(Connection):
         self.sent = 0
 
 
-class NodeServer(SelectorListener[_Conn]):
+class NodeServer(FramedListener[_Conn]):
     """Listens on ``address`` and answers node requests through ``handler``.
 
     Callers use :meth:`serve_once` in their own loop (the master interleaves it with its
@@ -90,8 +89,8 @@ class NodeServer(SelectorListener[_Conn]):
     allows, at most :data:`~cluster.runtime.peers.MAX_CONNECTIONS`), ``max_per_peer`` of them
     from one host (default: :func:`~cluster.runtime.peers.per_peer_limit`), ``deadline``
     seconds for a connection to deliver its request and read its reply.  :attr:`buffered` is
-    the bytes held right now.  Accepting, the caps, the deadlines and closing are
-    :class:`~cluster.runtime.listener.SelectorListener`'s.
+    the bytes held right now.  Accepting, the caps, the deadlines, closing and reading
+    within those bounds are :class:`~cluster.runtime.listener.FramedListener`'s.
     """
 
     name = "master"
@@ -100,6 +99,8 @@ class NodeServer(SelectorListener[_Conn]):
     # One deadline per connection, set at accept: the connections are in deadline order.
     deadlines_in_order = True
     connection = _Conn
+    request_bound = "request larger than {limit} bytes (max_request_bytes)"
+    buffered_bound = "open connections would hold more than {limit} bytes (max_buffered_bytes)"
 
     def __init__(self, address: tuple[str, int], handler: Handler, *,
                  max_line: int = protocol.DEFAULT_MAX_LINE,
@@ -116,12 +117,10 @@ class NodeServer(SelectorListener[_Conn]):
         self.on_refusal = on_refusal
         self.max_line = max_line
         self.max_lines = max_lines
-        self.max_request = max_request
-        self.max_buffered = max_buffered
         self.deadline = deadline
-        self.buffered = 0
         self.served = 0
-        super().__init__(address, log, backlog=1024,
+        super().__init__(address, log, max_buffered=max_buffered, max_request=max_request,
+                         backlog=1024,
                          max_connections=(connection_limit() if max_connections is None
                                           else max_connections),
                          max_per_peer=max_per_peer, busy_reply=_BUSY, clock=clock,
@@ -147,63 +146,24 @@ class NodeServer(SelectorListener[_Conn]):
         self.server_close()
 
     # ------------------------------------------------------------------ internals
-    def _read(self, conn: _Conn) -> None:
-        try:
-            chunk = conn.sock.recv(_READ_SIZE)
-        except (BlockingIOError, InterruptedError):
-            self._watch(conn, selectors.EVENT_READ)
-            return
-        except OSError as exc:
-            self.refusals.note(conn.host, "peer %s: read failed: %s", conn.peer, exc,
-                               level=logging.INFO)
-            self._close(conn)
-            return
-        if not chunk:
-            if self.refusals.note(conn.host, "peer %s: closed the connection before OK or "
-                                  "ABORT", conn.peer):
-                self._tell(conn.peer, "closed the connection before OK or ABORT")
-            self.rejected += 1
-            self._close(conn)
-            return
-        framer = conn.framer
-        if framer is None:  # the request is complete: what follows it is ignored
-            return
-        # The bounds are checked before the chunk joins the buffer, so neither is ever
-        # passed, even by one chunk.
-        if conn.held + len(chunk) > self.max_request:
-            self._refuse(conn, f"request larger than {self.max_request} bytes "
-                               "(max_request_bytes)")
-            return
-        if self.buffered + len(chunk) > self.max_buffered:
-            self._refuse(conn, f"open connections would hold more than {self.max_buffered} "
-                               "bytes (max_buffered_bytes)")
-            return
-        conn.held += len(chunk)
-        self.buffered += len(chunk)
-        try:
-            request = framer.feed(chunk)
-        except ProtocolError as exc:
-            self._reject(conn, str(exc))
-            return
-        if request is None:
-            self._watch(conn, selectors.EVENT_READ)
-            return
-        self._release(conn)
+    def _ended_early(self, conn: _Conn) -> None:
+        if self.refusals.note(conn.host, "peer %s: closed the connection before OK or "
+                              "ABORT", conn.peer):
+            self._tell(conn.peer, "closed the connection before OK or ABORT")
+        self.rejected += 1
+        self._close(conn)
+
+    def _request(self, conn: _Conn, request: bytes) -> None:
         try:
             reply = self.handler(request, conn.peer)
         except Exception:  # the handler's bug must not take the master down
             log.exception("peer %s: handler failed", conn.peer)
-            reply = protocol.format_reply(protocol.Reply(protocol.ABORT, reason="master error"))
+            reply = protocol.format_reply(
+                protocol.Reply(protocol.ABORT, reason=protocol.ABORT_MASTER_ERROR))
         self.served += 1
         self._start_reply(conn, reply)
 
-    def _release(self, conn: _Conn) -> None:
-        """Forget the connection's request buffer (done, refused or closed)."""
-        self.buffered -= conn.held
-        conn.held = 0
-        conn.framer = None
-
-    def _refuse(self, conn: _Conn, bound: str) -> None:
+    def _over_bound(self, conn: _Conn, bound: str) -> None:
         """Over a memory bound: drop the buffer now, log once, answer ABORT and close.
 
         Nothing more is read from the connection (a reply in progress is never read from),
@@ -215,15 +175,15 @@ class NodeServer(SelectorListener[_Conn]):
             self._tell(conn.peer, f"after {size} bytes: {bound}")
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
-            protocol.Reply(protocol.ABORT, reason=f"refused: {bound}")))
+            protocol.Reply(protocol.ABORT, reason=f"{protocol.ABORT_REFUSED}: {bound}")))
 
-    def _reject(self, conn: _Conn, problem: str) -> None:
+    def _bad_request(self, conn: _Conn, problem: str) -> None:
         self._release(conn)
         if self.refusals.note(conn.host, "peer %s: bad request: %s", conn.peer, problem):
             self._tell(conn.peer, f"bad request: {problem}")
         self.rejected += 1
         self._start_reply(conn, protocol.format_reply(
-            protocol.Reply(protocol.ABORT, reason=f"bad request: {problem}")))
+            protocol.Reply(protocol.ABORT, reason=f"{protocol.ABORT_BAD_REQUEST}: {problem}")))
 
     def _tell(self, peer: str, reason: str) -> None:
         if self.on_refusal is not None:
@@ -260,6 +220,6 @@ class NodeServer(SelectorListener[_Conn]):
                                conn.peer, self.deadline)
             self._close(conn)
         else:
-            self._reject(conn, f"no complete request within {self.deadline:.0f} s")
+            self._bad_request(conn, f"no complete request within {self.deadline:.0f} s")
             if conn.sock.fileno() >= 0:
                 self._close(conn)

@@ -81,6 +81,7 @@ from typing import IO, Any
 from cluster.master.files.journal import result_text
 from cluster.master.state.runstate import RunState
 from cluster.records import ERROR_READ, ERROR_TIMEOUT
+from cluster.runtime import fsutil
 from cluster.sweep import checks
 from cluster.sweep.attempts import Attempt, AttemptsError, AttemptsWriter, read_attempts
 from cluster.sweep.spec import RESULT_NAME, SweepSpec
@@ -327,12 +328,12 @@ class SweepIntake:
         """The task's files into ``results/<task id>/``, a stale folder replaced (an
         empty folder when none came)."""
         final = self.results_dir / task
-        if final.exists() or final.is_symlink():
-            _remove(final)
         if staged is None:
+            if final.exists() or final.is_symlink():
+                _remove(final)
             final.mkdir()
         else:
-            os.rename(staged.folder, final)
+            fsutil.swap_dir(staged.folder, final)
 
     # ------------------------------------------------------------------ the bundle
     def _unpack(self, req: Request, tasks: set[str]

@@ -407,10 +407,12 @@ class RunState:
         """
         if req.job_id != self.run_id:
             # Wrong id: the node runs an old job (or none).  Remember nothing.
-            return Outcome(Reply(protocol.ABORT, reason=f"wrong job id, running {self.run_id}"))
+            return Outcome(Reply(protocol.ABORT,
+                                 reason=f"{protocol.ABORT_WRONG_JOB_ID}, running {self.run_id}"))
         name = req.node
         if name in self.culled:
-            return Outcome(Reply(protocol.ABORT, reason=f"unsuitable: {self.culled[name]}"))
+            return Outcome(Reply(protocol.ABORT,
+                                 reason=f"{protocol.ABORT_UNSUITABLE}: {self.culled[name]}"))
         notes: list[str] = []
         node = self.nodes.get(name)
         if (node is not None and session and node.session and session != node.session
@@ -444,7 +446,7 @@ class RunState:
             if not ok:
                 self.culled[name] = why
                 notes.append(f"node {name} culled for this run: {why}")
-                return Outcome(Reply(protocol.ABORT, reason=f"unsuitable: {why}"),
+                return Outcome(Reply(protocol.ABORT, reason=f"{protocol.ABORT_UNSUITABLE}: {why}"),
                                notes=tuple(notes))
             if node is not None:
                 notes.append(f"node {name} rejoined the run")
@@ -497,15 +499,16 @@ class RunState:
                           f"{req.failure_reason}").rstrip()
             notes.append(self.fatal)
             self._drop(node, f"failure {req.failure}", notes)
-            return out(Reply(protocol.ABORT, reason="run aborted"))
+            return out(Reply(protocol.ABORT, reason=protocol.RUN_ABORTED))
         if req.failure > 0:
             if node.state is NodeState.UPLOADING:
                 return out(Reply(protocol.UPLOAD))  # seed 000: upload failed -> try again
             self._drop(node, f"failure {req.failure} {req.failure_reason}".rstrip(), notes)
-            return out(Reply(protocol.ABORT, reason=f"dropped after failure {req.failure}"))
+            return out(Reply(protocol.ABORT,
+                             reason=f"{protocol.ABORT_DROPPED} after failure {req.failure}"))
         if req.leaving:
             self._drop(node, "left the run", notes)
-            return out(Reply(protocol.ABORT, reason="goodbye"))
+            return out(Reply(protocol.ABORT, reason=protocol.ABORT_GOODBYE))
         if fresh:
             return out(Reply(protocol.BUILD))  # BUILDING: first contact
         if req.busy:
@@ -544,7 +547,7 @@ class RunState:
             return out(Reply(protocol.UPLOAD))
         if node.state is NodeState.UPLOADING:
             return out(Reply(protocol.CONTINUE))
-        return out(Reply(protocol.ABORT, reason="run complete"))
+        return out(Reply(protocol.ABORT, reason=protocol.ABORT_RUN_COMPLETE))
 
     def retry(self, name: str, test: str) -> None:
         """Node ``name``'s result for job ``test`` was not taken: the job is to be tried
@@ -775,7 +778,7 @@ class RunState:
         if verdict.fault:
             why = f"cannot run jobs: {verdict.fault}"
             self._drop(node, f"failure 1 {why}", notes)
-            return Reply(protocol.ABORT, reason=f"dropped after failure 1: {why}")
+            return Reply(protocol.ABORT, reason=f"{protocol.ABORT_DROPPED} after failure 1: {why}")
         if verdict.wait:
             return Reply(protocol.CONTINUE)
         if verdict.decide:

@@ -50,7 +50,7 @@ def _clone(tree: str, url: str, files: RepoFiles) -> None:
     tmp = tempfile.mkdtemp(prefix=f".{tree}.", suffix=".clone", dir=files.clone.parent)
     try:
         git(None, ["clone", "--bare", "--quiet", "--", url, tmp], CLONE_TIMEOUT)
-        os.replace(tmp, files.clone)
+        fsutil.swap_dir(tmp, files.clone)
     except GitFailed as exc:
         raise CommitError(tree, "", f"cannot clone {url}: {exc}") from None
     finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cluster.config import Config
 from cluster.home import Home
+from cluster.runtime import fsutil
 from cluster.triggers.git.clone import configured_url, ensure_commit
 from cluster.triggers.git.errors import CommitError, check_sha
 from cluster.triggers.git.gitcmd import EXPORT_TIMEOUT, GitFailed, git
@@ -54,7 +55,7 @@ def export_commit(home: Home, cfg: Config, tree: str, sha: str, dest: Path) -> N
         git(files.clone, [*work, "checkout-index", "--all", "--force"], EXPORT_TIMEOUT,
             cwd=tmp, env=env)
         os.chmod(tmp, EXPORT_MODE)
-        replace_dir(tmp, dest)
+        fsutil.swap_dir(tmp, dest)
     except (GitFailed, OSError) as exc:
         raise CommitError(tree, sha, f"cannot export to {dest}: {exc}") from None
     finally:
@@ -64,16 +65,3 @@ def export_commit(home: Home, cfg: Config, tree: str, sha: str, dest: Path) -> N
     log.info("tree %s: exported commit %s to %s", tree, full[:12], dest)
 
 
-def replace_dir(new: Path, dest: Path) -> None:
-    """Rename ``new`` to ``dest``, moving an old ``dest`` aside first and removing it after.
-
-    ``new`` and ``dest`` are in one directory.  A reader sees the old tree or the new one at
-    ``dest``, or for an instant none; never a mixture.
-    """
-    if not dest.exists() and not dest.is_symlink():
-        os.replace(new, dest)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-    os.replace(dest, old / "tree")
-    os.replace(new, dest)
-    shutil.rmtree(old, ignore_errors=True)
