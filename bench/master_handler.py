@@ -52,7 +52,8 @@ from cluster.master.files.keycache import run_keys  # noqa: E402
 from cluster.master.model import joborder
 from cluster.master.model.joblist import JobFile  # noqa: E402
 from cluster.master.serve.handler import RequestHandler, RunSession  # noqa: E402
-from cluster.master.state.runstate import RunState, Settings  # noqa: E402
+from cluster.master.state.runcore import Settings  # noqa: E402
+from cluster.master.state.runstate import RunState  # noqa: E402
 from cluster.report.tab import write_tab_lines  # noqa: E402
 from cluster.wire import protocol, signing  # noqa: E402
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from cluster.defaults import NODE_EXIT_ABORTED, NODE_EXIT_FAILED
-from cluster.master.state.runstate import NodeState, RunState
+from cluster.master.state.nodeinfo import NodeState
+from cluster.master.state.runstate import RunState
 from cluster.records import Job
 from cluster.wire import protocol, signing
 from cluster.wire.protocol import Request

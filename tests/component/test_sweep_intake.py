@@ -24,7 +24,8 @@ from cluster.master.serve.sweepintake import (
     files_md5,
     own_bundle,
 )
-from cluster.master.state.runstate import RunState, Settings
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.records import Job
 from cluster.sweep import spec as sweepspec
 from cluster.sweep.attempts import Attempt, read_attempts

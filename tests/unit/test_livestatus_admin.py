@@ -14,7 +14,10 @@ from cluster.master.end.endrun import run_info
 from cluster.master.files import abort
 from cluster.master.files.ending import EndRecord, Outcome
 from cluster.master.files.nodefiles import disabled_nodes, is_disabled
-from cluster.master.state.runstate import NodeState, RunState, Settings, disabled_reason
+from cluster.master.state.admission import disabled_reason
+from cluster.master.state.nodeinfo import NodeState
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.node.noderun import is_final_abort
 from cluster.records import Job, JobResult
 from cluster.wire import protocol

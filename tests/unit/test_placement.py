@@ -17,7 +17,8 @@ from cluster.master.model.placement import (
     offered,
     waiting_reason,
 )
-from cluster.master.state.runstate import RunState, Settings
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.runoptions import RunOptions
 from cluster.wire import protocol
 from tests.unit.test_runstate import RUN, finish, jobs, names, ready, req, result

@@ -16,7 +16,7 @@ from cluster.master.cache.resultcache import FileDigests, ResultCache, job_input
 from cluster.master.cache.reuse import RunReuse, load_builds, run_entries, store_run
 from cluster.master.model.joblist import MemoryJobList
 from cluster.master.model.results import Results
-from cluster.master.state import runstate
+from cluster.master.state import runcore
 from cluster.master.state.runstate import RunState
 from cluster.node.builddigest import program_digests
 from cluster.records import Job
@@ -287,7 +287,7 @@ def test_bypassed_jobs_and_reuse_off_are_never_served(tmp_path: Path, corpus: Pa
 
 
 def test_the_prefixes_agree() -> None:
-    assert reuse.CACHE_PREFIX == runstate.CACHE_PREFIX
+    assert reuse.CACHE_PREFIX == runcore.CACHE_PREFIX
 
 
 @pytest.mark.parametrize(("line", "settings", "programs", "on"), [

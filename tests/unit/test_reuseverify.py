@@ -17,7 +17,8 @@ from cluster.master.cache.reuse import RunReuse, store_run
 from cluster.master.cache.reuseverify import RECORD_FILE, ReuseChecks, read_record
 from cluster.master.model.joblist import MemoryJobList
 from cluster.master.model.results import Results
-from cluster.master.state.runstate import Outcome, RunState
+from cluster.master.state.runcore import Outcome
+from cluster.master.state.runstate import RunState
 from cluster.records import Job
 from cluster.wire import protocol
 from cluster.wire.protocol import Request

@@ -18,7 +18,8 @@ from cluster.master.files.ending import Outcome
 from cluster.master.files.journal import journal_result
 from cluster.master.model import runlimits
 from cluster.master.run.clustermaster import ClusterMaster
-from cluster.master.state.runstate import RunState, Settings
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.queue import QueueFile, RunSpec
 from cluster.records import ERROR_LOST, ERROR_NAMES, LOST_PRODUCT
 from cluster.runoptions import RunOptions

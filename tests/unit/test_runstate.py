@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from cluster.master.state.runstate import NodeState, RunState, Settings
+from cluster.master.state.nodeinfo import NodeState
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.records import Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.protocol import Request

@@ -3,7 +3,9 @@ the node that tried it is not given it again while a live ready node that has no
 
 from __future__ import annotations
 
-from cluster.master.state.runstate import PAUSE_FORGIVEN, NodeState, RunState, Settings
+from cluster.master.state.nodeinfo import NodeState
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import PAUSE_FORGIVEN, RunState
 from cluster.records import Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.protocol import Request

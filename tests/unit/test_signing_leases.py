@@ -13,7 +13,8 @@ from cluster.master.model.leases import (
     parse_ranges,
     read_leases,
 )
-from cluster.master.state.runstate import RunState, Settings
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.wire import protocol
 from cluster.wire.protocol import format_result
 from tests.unit.test_runstate import RUN, finish, jobs, names, ready, req, result

@@ -13,7 +13,9 @@ import pytest
 from cluster.config import Config
 from cluster.errors import ProtocolError
 from cluster.master.end import finish
-from cluster.master.state.runstate import NodeState, RunState, Settings
+from cluster.master.state.nodeinfo import NodeState
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.node.noderun import NodeRun
 from cluster.node.transport import LocalTransport
 from cluster.records import Job, JobResult

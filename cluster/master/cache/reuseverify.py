@@ -11,7 +11,7 @@ the programs each job calls and by the result's maker node (the node that ran it
 run it ran in).  Of each group ``reuse_verify`` (a share, rounded up) and at least one job
 is a *sample*: it is not taken from the cache but run, first in the list, and not given to
 its maker node while a ready node that is not its maker is there
-(:meth:`cluster.master.state.runstate.RunState._avoid`, the retry machinery).  The group's other
+(:meth:`cluster.master.state.handout.Handout._avoid`, the retry machinery).  The group's other
 hits are *held*: marked (:meth:`cluster.master.model.unbuilt.Unbuilt.hold`) so no node is
 handed them, and not recorded.
 

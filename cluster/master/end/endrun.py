@@ -49,7 +49,8 @@ from cluster.master.files.attempts import Attempts
 from cluster.master.files.ending import EndRecord, Outcome
 from cluster.master.model.joblist import JobFile
 from cluster.master.state.livestatus import remove_if_run
-from cluster.master.state.runstate import RunState, Settings
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.queue import QueueFile, RunSpec
 from cluster.report import mail
 from cluster.report.slowdowns import SlowdownRule

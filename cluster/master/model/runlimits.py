@@ -13,7 +13,7 @@
   if the master dies meanwhile.  The enqueue times are the queue's own
   (:meth:`cluster.queue.QueueFile.waiting_since`).
 
-``no_reschedule`` is the run state's (:meth:`cluster.master.state.runstate.RunState._requeue`).
+``no_reschedule`` is the run state's (:meth:`cluster.master.state.runcore.RunCore._requeue`).
 """
 
 from __future__ import annotations

@@ -70,7 +70,9 @@ from cluster.master.serve.handler import NonceLog, RequestHandler, RunSession
 from cluster.master.serve.server import NodeServer
 from cluster.master.serve.sweepintake import SweepIntake
 from cluster.master.state.livestatus import LiveStatus
-from cluster.master.state.runstate import NodeState, RunState, Settings
+from cluster.master.state.nodeinfo import NodeState
+from cluster.master.state.runcore import Settings
+from cluster.master.state.runstate import RunState
 from cluster.node import buildcmd
 from cluster.queue import SWEEP, QueueFile, RunSpec
 from cluster.runtime import forkrun, fsutil, logonce, proc
