@@ -134,23 +134,7 @@ class RunSetup:
         except ValueError as exc:
             log.warning("%s is unreadable (%s); starting the run afresh", path, exc)
         run_id = new_run_id(self.priority, self.clock)
-        # The programs the run's jobs call (``__bin__/<name>``): the build's make targets,
-        # and job.start's ``programs`` each node checks after its build.
-        programs = tuple(required_programs(self.cfg, spec.products))
-        start = JobStart(
-            id=run_id, priority=self.priority,
-            queue=spec.line(), kind=spec.kind, ref=spec.ref, products=spec.products,
-            tree=spec.tree, source=self.source_for(spec, run_id),
-            # A sweep folder needs no build unless it brings its own (cluster-build).
-            build=SWEEP_BUILD if spec.sweep_file is not None else self.cfg.build_command,
-            build_ghostpdl=self.cfg.build_ghostpdl.replace(
-                buildcmd.TARGETS, buildcmd.ghostpdl_targets(programs)),
-            build_mupdf=self.cfg.build_mupdf,
-            tests=self.cfg.tests_dir.as_posix() if not self.cfg.tests_dir.is_absolute()
-            else os.path.relpath(self.cfg.tests_dir, self.home.root),
-            options=spec.options,
-            baseline=spec.tree if finish.is_bmpcmp(spec) else "",
-            programs=programs)
+        start = self.new_start(spec, run_id)
         for stale in (self.home.jobs(self.priority), self.home.results(self.priority)):
             stale.unlink(missing_ok=True)
 
@@ -179,6 +163,27 @@ class RunSetup:
             shutil.rmtree(self.home.run_dir(run_id), ignore_errors=True)
             raise
         return start
+
+    def new_start(self, spec: RunSpec, run_id: str) -> JobStart:
+        """The job.start of a new run ``run_id`` of queue line ``spec``, before its sweep
+        limits and task timeout are known (they are once its source is in place)."""
+        # The programs the run's jobs call (``__bin__/<name>``): the build's make targets,
+        # and job.start's ``programs`` each node checks after its build.
+        programs = tuple(required_programs(self.cfg, spec.products))
+        return JobStart(
+            id=run_id, priority=self.priority,
+            queue=spec.line(), kind=spec.kind, ref=spec.ref, products=spec.products,
+            tree=spec.tree, source=self.source_for(spec, run_id),
+            # A sweep folder needs no build unless it brings its own (cluster-build).
+            build=SWEEP_BUILD if spec.sweep_file is not None else self.cfg.build_command,
+            build_ghostpdl=self.cfg.build_ghostpdl.replace(
+                buildcmd.TARGETS, buildcmd.ghostpdl_targets(programs)),
+            build_mupdf=self.cfg.build_mupdf,
+            tests=self.cfg.tests_dir.as_posix() if not self.cfg.tests_dir.is_absolute()
+            else os.path.relpath(self.cfg.tests_dir, self.home.root),
+            options=spec.options,
+            baseline=spec.tree if finish.is_bmpcmp(spec) else "",
+            programs=programs)
 
     def sweep_limits(self, spec: RunSpec, start: JobStart) -> JobStart:
         """A sweep run's ``start`` with ``max_result_bytes`` (master.conf), the nodes'
