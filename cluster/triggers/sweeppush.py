@@ -18,7 +18,7 @@ raise :class:`~cluster.errors.SweepError` naming the file and the key.
 :func:`previous_sweep_run` finds the run a ``resume`` submission resumes: the user's
 newest archived run of product ``sweep`` with the same sweep file name (the queue line's
 ``sweep=``) whose archive folder holds a ``results.tsv``.  Newest is by run id, which
-starts with the run's UTC start time (:func:`cluster.master.run.clustermaster.new_run_id`), as
+starts with the run's UTC start time (:func:`cluster.master.run.runsetup.new_run_id`), as
 the master's own search for a user's last run goes; who the run's user is and its sweep
 file come from the run's ``run.info`` (its job.start, with the queue line).  A run that
 ended before writing its ``results.tsv`` (stopped while serving, a build that failed) is

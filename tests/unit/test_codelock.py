@@ -70,7 +70,7 @@ def test_the_master_writes_job_start_only_once_the_ticks_publish_ended(tmp_path:
     thread.start()
     try:
         assert holding.wait(10)
-        start = master._job_start(spec)
+        start = master.setup.job_start(spec)
         assert released.is_set() and seen_while_held == [False]
         assert JobStart.parse(home.job_start(1).read_text()).id == start.id
     finally:
@@ -87,7 +87,7 @@ def test_a_user_run_waits_for_the_publish_without_holding_its_pushed_tree(
     (dev / "a.c").write_text("int a;\n")
     push_tree(home, dev, spec, method="copy")
     starts: list[JobStart] = []
-    thread = threading.Thread(target=lambda: starts.append(master._job_start(spec)))
+    thread = threading.Thread(target=lambda: starts.append(master.setup.job_start(spec)))
     with codelock.publishing(home.node_code_lock):
         thread.start()
         time.sleep(0.3)  # the master waits for the publish now

@@ -11,8 +11,9 @@ import pytest
 from cluster.config import Config
 from cluster.master.model import joblist
 from cluster.master.model.joblist import JobFile, MemoryJobList
-from cluster.master.run import clustermaster
-from cluster.master.run.clustermaster import ClusterMaster, JobListError
+from cluster.master.run import runsetup
+from cluster.master.run.clustermaster import ClusterMaster
+from cluster.master.run.runsetup import JobListError
 from cluster.records import Job
 from cluster.wire.jobstart import JobStart
 
@@ -101,7 +102,7 @@ def _master_with_build_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, b
     """A master whose build.py is ``body``, and the job.start of a run to make jobs for."""
     script = tmp_path / "build.py"
     script.write_text(body)
-    monkeypatch.setattr(clustermaster, "BUILD_SCRIPT", script)
+    monkeypatch.setattr(runsetup, "BUILD_SCRIPT", script)
     cfg = Config().with_changes(home=tmp_path / "home", build_timeout=build_timeout)
     master = ClusterMaster(cfg, 0)
     master.home.create()
@@ -120,7 +121,7 @@ def test_build_py_past_build_timeout_is_a_job_list_error(tmp_path: Path,
         build_timeout=0.5)
     began = time.monotonic()
     with pytest.raises(JobListError, match=r"build\.py failed: timed out after 0\.5 s"):
-        master._jobs(start)
+        master.setup.jobs(start)
     assert time.monotonic() - began < 30
     assert list(master.home.jobs(0).parent.glob(f"*{master.home.jobs(0).name}*")) == []
 
@@ -130,7 +131,7 @@ def test_build_py_output_becomes_the_jobs_file(tmp_path: Path,
     master, start = _master_with_build_script(
         tmp_path, monkeypatch, "print('t1 log true ; echo 1')\nprint('t2 log true ; echo 2')\n",
         build_timeout=60)
-    jobs = master._jobs(start)
+    jobs = master.setup.jobs(start)
     assert jobs.names == ["t1", "t2"]
     jobs.close()
     assert master.home.jobs(0).read_text() == "t1 log true ; echo 1\nt2 log true ; echo 2\n"
@@ -148,11 +149,11 @@ def test_the_jobs_file_is_made_slowest_first_and_a_takeover_keeps_it(
     (master.home.tables / "current.tab").write_text(
         "".join(f"t{i}\t0\t{t}\t0.00\t0.00\t0\t{'a' * 32}\tr\tgs\tn1\n"
                 for i, t in ((1, "0.50"), (2, "9.00"), (3, "2.00"))))
-    jobs = master._jobs(start)
+    jobs = master.setup.jobs(start)
     assert jobs.names == ["t4", "t2", "t3", "t1"]  # t4 unknown, then the longest first
     jobs.close()
     (master.home.tables / "current.tab").unlink()  # a successor sees another baseline
-    again = master._jobs(start)
+    again = master.setup.jobs(start)
     assert again.names == ["t4", "t2", "t3", "t1"]
     again.close()
 
@@ -161,7 +162,7 @@ def test_failing_build_py_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     master, start = _master_with_build_script(
         tmp_path, monkeypatch, "import sys\nsys.exit('no corpus here')\n", build_timeout=60)
     with pytest.raises(JobListError, match=r"build\.py failed: exit status 1: no corpus here"):
-        master._jobs(start)
+        master.setup.jobs(start)
     assert not master.home.jobs(0).exists()
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_ABORTED, NODE_EXIT_DONE, NODE_EXIT_FAILED
-from cluster.master.run.clustermaster import REPLACED, USER_ABORT
+from cluster.master.run.servedrun import REPLACED, USER_ABORT
 from cluster.master.state.runstate import RunState
 from cluster.node.noderun import FINAL_ABORTS, REJOIN_ABORTS, NodeRun, is_final_abort
 from cluster.node.transport import LocalTransport

@@ -78,7 +78,7 @@ def test_job_start_carries_the_task_timeout_as_the_nodes_job_timeout() -> None:
 def master_with_a_queued_run(root: Path, line: str, cfg: Config = CFG
                              ) -> tuple[Home, ClusterMaster, RunSpec]:
     """A new home with a clean ghostpdl tree, its priority-1 master, and ``line`` queued
-    there: what ``ClusterMaster._job_start`` needs to set a run up."""
+    there: what ``RunSetup.job_start`` needs to set a run up."""
     home = Home(root)
     home.create()
     (home.root / "ghostpdl").mkdir()
@@ -92,7 +92,7 @@ def master_with_a_queued_run(root: Path, line: str, cfg: Config = CFG
 def test_the_master_writes_task_timeout_into_job_start(tmp_path: Path) -> None:
     home, master, spec = master_with_a_queued_run(tmp_path / "home",
                                                   "auto nightly gs task_timeout=45")
-    start = master._job_start(spec)
+    start = master.setup.job_start(spec)
     assert start.job_timeout == 45.0
     assert JobStart.parse(home.job_start(1).read_text()).job_timeout == 45.0
 

@@ -227,7 +227,7 @@ def test_a_sweep_runs_job_start_carries_its_limits_from_the_runs_snapshot(
     master.queue.append(RunSpec.parse("user alice sweep sweep=sweep.toml"))  # as discovered
     spec = master.queue.head()
     assert spec is not None and spec.sweep_file == "sweep.toml"
-    start = master._job_start(spec)
+    start = master.setup.job_start(spec)
     assert (start.max_result_bytes, start.job_timeout) == (12345, node_job_timeout(9))
     written = JobStart.parse(home.job_start(0).read_text())
     assert (written.id, written.max_result_bytes, written.job_timeout) == (
@@ -235,4 +235,4 @@ def test_a_sweep_runs_job_start_carries_its_limits_from_the_runs_snapshot(
     # Another run's job.start has neither.
     plain = dataclasses.replace(start, queue="user alice gs", max_result_bytes=0,
                                 job_timeout=0.0)
-    assert master._sweep_limits(RunSpec.parse("user alice gs"), plain) == plain
+    assert master.setup.sweep_limits(RunSpec.parse("user alice gs"), plain) == plain
