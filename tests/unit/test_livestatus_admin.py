@@ -15,7 +15,7 @@ from cluster.master.files import abort
 from cluster.master.files.ending import EndRecord, Outcome
 from cluster.master.files.nodefiles import disabled_nodes, is_disabled
 from cluster.master.state.runstate import NodeState, RunState, Settings, disabled_reason
-from cluster.node.noderun import is_final_abort
+from cluster.node.mastercontact import is_final_abort
 from cluster.records import Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart
