@@ -52,7 +52,7 @@ HEARTBEAT_EXIT_ERROR = 2
 # Failure codes a node reports for a whole run (run.pl's "failure" header).
 
 #: The build failed or timed out (``build_timeout``) and not for the node's own reasons
-#: (noderun.build_failure); the report quotes the build log's error lines.
+#: (nodebuild.build_failure); the report quotes the build log's error lines.
 FAILURE_BUILD = -1
 #: The node cannot take part: it could not reach the master, upload its logs or fetch the
 #: corpus or source, or its build failed on the node around the build command.

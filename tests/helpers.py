@@ -13,10 +13,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from cluster.runtime.ports import free_port  # noqa: F401 -- re-exported for the tests
 from cluster.runtime.service import StopFlag
+
+if TYPE_CHECKING:
+    from cluster.config import Config
+    from cluster.node.runcontext import RunContext
+    from cluster.runtime.clock import Clock
+    from cluster.wire.jobstart import JobStart
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpus" / "ghostpdl-examples"
@@ -215,3 +221,25 @@ def node_run_key(home_root: Path, node: str, run_id: str) -> bytes:
     text = nodekeys.read_node_key(home_root, node)
     assert text is not None
     return signing.run_key(signing.parse_secret(text), run_id)
+
+
+def open_test_run(home_root: Path, cfg: Config, start: JobStart | None = None,
+                  clock: Clock | None = None) -> RunContext:
+    """A node's run opened as run.py opens it (:func:`cluster.node.runcontext.open_run`,
+    priority 0) from a master home ``home_root`` holding ``start`` as its job.start (by
+    default a user run of the tree ``src``) and the node's own key; no slot shell started.
+    The caller closes its ``node_log``."""
+    from cluster.node import workdir
+    from cluster.node.runcontext import open_run
+    from cluster.node.transport import LocalTransport
+    from cluster.runtime.clock import SystemClock
+    from cluster.wire.jobstart import JobStart
+
+    start = start or JobStart(id="run-1", priority=0, queue="user t gs", kind="user", ref="t",
+                              products=("gs",), tree="ghostpdl", source="src", build="true",
+                              tests="tests")
+    home_root.mkdir(parents=True, exist_ok=True)
+    (home_root / "job.start").write_text(start.format())
+    give_key(home_root, cfg.effective_node_name())
+    return open_run(cfg, LocalTransport(home_root), 0, clock or SystemClock(), StopFlag(),
+                    workdir.UseHold())

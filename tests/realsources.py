@@ -207,7 +207,7 @@ class RealCluster:
 #: The developer who pushes the real trees.
 USER = "tester"
 NODES = ("node1", "node2")
-#: A node's build log line giving the build command's wall time (cluster/node/noderun.py).
+#: A node's build log line giving the build command's wall time (cluster/node/nodebuild.py).
 BUILD_ENDED = re.compile(r"build command ended after ([0-9.]+) s")
 
 

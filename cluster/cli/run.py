@@ -23,7 +23,8 @@ from cluster.cli import common
 from cluster.defaults import EXIT_USAGE, PRIORITIES
 from cluster.errors import ClusterError
 from cluster.node import caps
-from cluster.node.noderun import STOP_SIGNALS, NodeRun
+from cluster.node.noderun import NodeRun
+from cluster.node.runcontext import STOP_SIGNALS
 from cluster.node.transports import make_transport
 from cluster.runtime import fsutil
 from cluster.runtime.service import install_signal_handlers

@@ -13,7 +13,7 @@ build failed, in the log's order:
   directory``; the shell's ``sh: 1: make: not found``; ``configure: error: ...``.
 
 Each line is also sorted by whose fault it shows (:class:`Fault`).  The rule that decides
-a failed build's failure code (noderun.build_failure) is :attr:`Diagnosis.local`:
+a failed build's failure code (nodebuild.build_failure) is :attr:`Diagnosis.local`:
 
 * **the node's own** (``Fault.NODE``): a program looked up in ``PATH`` that could not be
   started (``sh: 1: gcc: not found``, ``make: gcc: No such file or directory``),

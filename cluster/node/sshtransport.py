@@ -194,7 +194,7 @@ class SshTransport:
       ``retry_time``.  A master that stays out of reach, or a link that keeps breaking, is
       :class:`~cluster.errors.MasterUnreachable`.
     * Every failure is a :class:`~cluster.errors.TransportError` naming the action, the path
-      and the master (``user@host:port``); an unreachable master therefore makes noderun
+      and the master (``user@host:port``); an unreachable master therefore makes the node
       report failure 1 (network), never an uncaught paramiko exception.
 
     Paths: ``master_home / rel``, where a relative ``master_home`` is relative to the ssh

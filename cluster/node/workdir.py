@@ -1,7 +1,7 @@
 """A node's work folder kept in bounds: the build folders of the trees it built, and what
 earlier layouts of the folder left behind.
 
-The layout (:mod:`cluster.node.noderun`): ``work_dir/src/<key>`` is the mirror of a tree,
+The layout (:mod:`cluster.node.runcontext`): ``work_dir/src/<key>`` is the mirror of a tree,
 ``work_dir/build/<key>`` its kept build folder (:mod:`cluster.node.buildtree`), and beside
 the latter ``build/.<key>.manifest`` (the overlay's record, rewritten by every build of the
 key), ``build/.<key>.lock`` (held while the folder is updated and built) and

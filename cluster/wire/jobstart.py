@@ -71,7 +71,7 @@ MAX_SWEEP_RESULTS = 256
 #: The largest ``job_timeout`` a job.start may give: a sweep's timeout is at most 7 days, a
 #: run's ``task_timeout`` (docs/runoptions.md, section 3) at most 30.
 MAX_JOB_TIMEOUT = 31 * 24 * 3600.0
-#: A program a job calls as ``__bin__/<name>`` (what cluster.node.noderun finds in a job).
+#: A program a job calls as ``__bin__/<name>`` (what cluster.node.nodejobs finds in a job).
 PROGRAM = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 #: The most programs a run may name (a run of every product names four).
 MAX_PROGRAMS = 32

@@ -23,7 +23,7 @@ import pytest
 
 from cluster.defaults import NODE_EXIT_DONE
 from cluster.jobs.commands import shell_command
-from cluster.node import noderun
+from cluster.node import nodejobs
 from cluster.records import ERROR_NONE, ERROR_READ, TEMP, Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
@@ -141,4 +141,4 @@ def test_a_shell_job_past_max_output_bytes_fails_unhashed(
 def test_the_node_recognises_a_shell_jobs_command() -> None:
     """The node knows a shell job by the start of its command (the node side imports no
     job code): the form cluster.jobs.commands makes."""
-    assert shell_command("t1", "true").startswith(noderun.SHELL_JOB_START)
+    assert shell_command("t1", "true").startswith(nodejobs.SHELL_JOB_START)

@@ -22,7 +22,7 @@ import pytest
 
 from cluster.config import Config
 from cluster.jobs.generate import generate
-from cluster.node.noderun import _CANNOT_RUN
+from cluster.node.nodejobs import CANNOT_RUN
 from cluster.node.readlog import classify
 from cluster.records import BIN, TEMP, TESTS, Job, JobResult
 from tests.helpers import REPO
@@ -132,5 +132,5 @@ def test_without_gxps_stage_1_still_runs_and_the_node_sees_a_missing_program(
     log, result = _run(_job(corpus), bin_dir, corpus, temp)
     xps_md5 = hashlib.md5(_reference_xps(tmp_path).read_bytes()).hexdigest()
     assert f"{xps_md5}  {temp / TEST}.xps" in log
-    assert _CANNOT_RUN.search(log) is not None, log
+    assert CANNOT_RUN.search(log) is not None, log
     assert result.error != 0

@@ -13,7 +13,7 @@ import pytest
 from cluster import bmpcmp
 from cluster.defaults import NODE_EXIT_DONE as EXIT_DONE
 from cluster.defaults import NODE_EXIT_FAILED as EXIT_FAILED
-from cluster.node import noderun as node_mod
+from cluster.node import nodeupload
 from cluster.records import Job
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart
@@ -159,7 +159,7 @@ def test_a_failed_baseline_build_fails_the_node_and_is_retried(
 def test_bmpcmp_uploads_stop_at_the_limit_and_say_what_was_dropped(
         home: Path, tmp_path: Path, serve: Callable[[ScriptedMaster], int],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_mod, "BMPCMP_UPLOAD_LIMIT", 1000)
+    monkeypatch.setattr(nodeupload, "BMPCMP_UPLOAD_LIMIT", 1000)
     name = "t__f.ps.ppmraw.72.0"
     # Three sets of 4 x 100 bytes: two fit in 1000 bytes, the third does not.
     files = " ; ".join(f"head -c 100 /dev/zero > __temp__/bmpcmp/{name}.0000{n}.{kind}"

@@ -330,17 +330,16 @@ def test_a_node_whose_master_has_gone_leaves_only_once_job_start_is_gone(
     home = node_home(tmp_path / "home", signing.new_secret())
     cfg = Config(node_name="victim", work_dir=tmp_path / "work", master_host="127.0.0.1",
                  base_port=free_port(), connect_retries=3, slots=1)
-    node = NodeRun(cfg, LocalTransport(home), 0, "tools=md5sum")
-    node.start = node._prepare()
+    node = NodeRun(cfg, LocalTransport(home), 0, "tools=md5sum").open()
     try:
         if job_start == "gone":
             (home / "job.start").unlink()
-            assert node._contact(0.0) == NODE_EXIT_DONE
-            assert node.consecutive_failures == 0
+            assert node.contact.call(0.0) == NODE_EXIT_DONE
+            assert node.contact.consecutive_failures == 0
         else:
-            assert node._contact(0.0) is None  # retried later
-            assert node.consecutive_failures == 1
-            assert node.next_contact == cfg.connect_retry_delay
+            assert node.contact.call(0.0) is None  # retried later
+            assert node.contact.consecutive_failures == 1
+            assert node.ctx.status.next_contact == cfg.connect_retry_delay
     finally:
-        node.pool.close()
-        node.node_log.close()
+        node.jobs.pool.close()
+        node.ctx.node_log.close()

@@ -370,9 +370,9 @@ def test_unreachable_master_is_a_transport_error_after_bounded_retries(
         sshd: PrivateSshd, home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
         ) -> None:
     """Nobody listening: connect_retries tries with a doubling pause, then TransportError
-    naming the master and the cause (noderun turns it into failure 1)."""
+    naming the master and the cause (nodebuild.build_failure turns it into failure 1)."""
     from cluster.defaults import FAILURE_NETWORK
-    from cluster.node.noderun import build_failure
+    from cluster.node.nodebuild import build_failure
 
     port = sshd.port + 1 if sshd.port < 65535 else sshd.port - 1
     tr = SshTransport(_target(sshd, port=port), str(home), connect_retries=4,

@@ -22,7 +22,7 @@ from cluster.errors import ConfigError
 from cluster.jobs import bmpcmp as bmpcmp_jobgen
 from cluster.jobs import generate as jobgen
 from cluster.jobs.generate import JobOptions, generate
-from cluster.node.noderun import _BIN_NAME
+from cluster.node.nodejobs import BIN_NAME
 from cluster.queue import RunSpec
 from cluster.records import Job
 
@@ -235,10 +235,10 @@ def test_lowres_and_highres_select_the_pcl_resolutions(tree: Path) -> None:
     ("gs", {"gs"}),
 ])
 def test_the_binaries_a_node_checks(tree: Path, product: str, binaries: set[str]) -> None:
-    """The names the node reads out of ``__bin__/<name>`` (noderun's own pattern) are the
+    """The names the node reads out of ``__bin__/<name>`` (nodejobs's own pattern) are the
     programs ghostpdl's ``make gpcl6 gxps gs`` puts in bin/."""
     found = {name for job in _jobs(tree, [product]).values()
-             for name in _BIN_NAME.findall(job.command)}
+             for name in BIN_NAME.findall(job.command)}
     assert found == binaries
 
 
@@ -254,7 +254,7 @@ def test_required_programs_are_the_binaries_the_jobs_name(tmp_path: Path,
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("echo 1\n")
     named = {name for job in generate(CFG, products, root)
-             for name in _BIN_NAME.findall(job.command)}
+             for name in BIN_NAME.findall(job.command)}
     assert jobgen.required_programs(CFG, products) == sorted(named)
 
 

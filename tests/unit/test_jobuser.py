@@ -1,7 +1,7 @@
 """The job account's pure parts (cluster.node.jobuser): which account, or none; the
 folders it can enter; the commands that make it and deny it cron and at; its at jobs in
 root's atq listing; the job_user setting's grammar; and the node reading a job's files
-never through a link (cluster.node.noderun)."""
+never through a link (cluster.node.jobfiles)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from cluster import config
 from cluster.cli import clusterpull
 from cluster.errors import ConfigError
-from cluster.node import jobuser, noderun
+from cluster.node import jobfiles, jobuser
 from cluster.node.jobuser import JobAccount, JobUserError
 from tests.jobaccount import searchable
 
@@ -103,17 +103,17 @@ def test_a_jobs_link_is_never_read_through(tmp_path: Path) -> None:
     secret.write_text("the node's key\n")
     link = tmp_path / "job.log"
     link.symlink_to(secret)
-    assert noderun._read_and_remove(str(link)) == ""
+    assert jobfiles.read_and_remove(str(link)) == ""
     assert not link.is_symlink() and secret.read_text() == "the node's key\n"
     link.symlink_to(secret)
-    assert noderun._md5_and_remove(str(link), 1 << 20) == (None, 0)
+    assert jobfiles.md5_and_remove(str(link), 1 << 20) == (None, 0)
     assert not link.is_symlink()
     fifo = tmp_path / "job.out"
     os.mkfifo(fifo)
-    assert noderun._md5_and_remove(str(fifo), 1 << 20) == (None, 0)  # not a regular file
+    assert jobfiles.md5_and_remove(str(fifo), 1 << 20) == (None, 0)  # not a regular file
     plain = tmp_path / "plain.log"
     plain.write_text("ok\n")
-    assert noderun._read_and_remove(str(plain)) == "ok\n" and not plain.exists()
+    assert jobfiles.read_and_remove(str(plain)) == "ok\n" and not plain.exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root node looks its job_user up")

@@ -18,7 +18,7 @@ from cluster.master.state.admission import disabled_reason
 from cluster.master.state.nodeinfo import NodeState
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
-from cluster.node.noderun import is_final_abort
+from cluster.node.mastercontact import is_final_abort
 from cluster.records import Job, JobResult
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart

@@ -16,14 +16,14 @@ from cluster.master.end import finish
 from cluster.master.state.nodeinfo import NodeState
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
-from cluster.node.noderun import NodeRun
-from cluster.node.transport import LocalTransport
+from cluster.node.noderun import RunLoop
 from cluster.records import Job, JobResult
 from cluster.report import compare as report
 from cluster.report.tab import TabRow, merged_lines
 from cluster.wire import protocol
 from cluster.wire.jobstart import MAX_PROGRAMS, JobStart
 from cluster.wire.protocol import Request
+from tests.helpers import open_test_run
 
 RUN = "run-1"
 MD5 = "0123456789abcdef0123456789abcdef"
@@ -92,25 +92,24 @@ def test_a_bad_unbuilt_header_is_refused_naming_it_and_what_it_takes(value: str,
 # ------------------------------------------------------------------ the node's check
 def test_the_node_reports_the_programs_its_build_did_not_make(tmp_path: Path) -> None:
     cfg = Config(node_name="n1", work_dir=tmp_path / "work")
-    node = NodeRun(cfg, LocalTransport(tmp_path), 0, "tools=md5sum")
+    ctx = open_test_run(tmp_path / "home", cfg, _start(programs=("gpcl6", "gs", "gxps")))
+    node = RunLoop(ctx, "tools=md5sum", _IdlePool())  # type: ignore[arg-type]
     bin_dir = tmp_path / "src" / "bin"
     bin_dir.mkdir(parents=True)
     for name, mode in (("gs", 0o755), ("gxps", 0o644)):  # gxps: there, not executable
         (bin_dir / name).write_text("#!/bin/sh\n")
         os.chmod(bin_dir / name, mode)
-    node.bin_dir = bin_dir
-    node.start = _start(programs=("gpcl6", "gs", "gxps"))
-    node.built = True
-    with open(tmp_path / "node.log", "a", encoding="utf-8") as node.node_log:
-        node._check_programs(node.start.programs)
-    assert node.unbuilt == ("gpcl6", "gxps")
-    assert node.bins_checked == {"gs"}
+    node.build.bin_dir = bin_dir
+    node.build.built = True
+    with ctx.node_log:
+        node.build.check_programs(ctx.start.programs)
+    assert node.build.unbuilt == ("gpcl6", "gxps")
+    assert node.build.bins_checked == {"gs"}
     assert (f"the build made no {bin_dir / 'gpcl6'}, {bin_dir / 'gxps'}"
-            in (tmp_path / "node.log").read_text())
-    node.pool = _IdlePool()  # type: ignore[assignment]
-    assert node._request(False).unbuilt == ("gpcl6", "gxps")
-    node.built = False  # not built (yet): nothing said about programs
-    assert node._request(False).unbuilt == ()
+            in ctx.node_log_path.read_text())
+    assert node.contact.request(False).unbuilt == ("gpcl6", "gxps")
+    node.build.built = False  # not built (yet): nothing said about programs
+    assert node.contact.request(False).unbuilt == ()
 
 
 class _IdlePool:

@@ -592,7 +592,7 @@ def failure_report(header: str, state: RunState, logs: Path, command: str = "") 
     return "\n".join(lines) + "\n"
 
 
-#: The name a node's build log has in the run's logs (noderun: ``<node>.build.log``).
+#: The name a node's build log has in the run's logs (runcontext: ``<node>.build.log``).
 BUILD_LOG_SUFFIX = ".build.log"
 
 

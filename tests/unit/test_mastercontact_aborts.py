@@ -12,11 +12,12 @@ from cluster.config import Config
 from cluster.defaults import NODE_EXIT_ABORTED, NODE_EXIT_DONE, NODE_EXIT_FAILED
 from cluster.master.run.servedrun import REPLACED, USER_ABORT
 from cluster.master.state.runstate import RunState
-from cluster.node.noderun import FINAL_ABORTS, REJOIN_ABORTS, NodeRun, is_final_abort
-from cluster.node.transport import LocalTransport
+from cluster.node.mastercontact import FINAL_ABORTS, REJOIN_ABORTS, is_final_abort
+from cluster.node.noderun import RunLoop
 from cluster.records import Job
 from cluster.wire import protocol
 from cluster.wire.protocol import Reply, Request
+from tests.helpers import open_test_run
 
 RUN = "run-1"
 
@@ -76,11 +77,14 @@ class _Pool:
 
 def _obey(tmp_path: Path, reason: str, failure: int = 0) -> int | None:
     cfg = Config(node_name="n1", work_dir=tmp_path / "work")
-    node = NodeRun(cfg, LocalTransport(tmp_path), 0, "tools=md5sum")
+    ctx = open_test_run(tmp_path / "home", cfg)
     pool = _Pool()
-    node.pool = pool  # type: ignore[assignment]
-    node.failure = failure
-    code = node._obey(Reply(protocol.ABORT, reason=reason))
+    loop = RunLoop(ctx, "tools=md5sum", pool)  # type: ignore[arg-type]
+    ctx.status.failure = failure
+    try:
+        code = loop.contact._obey(Reply(protocol.ABORT, reason=reason))
+    finally:
+        ctx.node_log.close()
     assert pool.killed == 1  # every ABORT kills what runs
     return code
 
