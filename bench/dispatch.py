@@ -63,9 +63,9 @@ from cluster.localcluster import (  # noqa: E402
     write_demo_tree,
 )
 from cluster.node import code  # noqa: E402
-from cluster.queue import RunSpec  # noqa: E402
 from cluster.records import BIN, TEMP, TESTS  # noqa: E402
 from cluster.report.tab import read_tab  # noqa: E402
+from cluster.runspec import RunSpec  # noqa: E402
 from cluster.runtime.ports import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -72,7 +72,8 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.run import pidfile
 from cluster.node.transport import LocalTransport
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers.push import push_tree

@@ -81,7 +81,7 @@ from cluster.localcluster import (
     run_end,
     write_demo_tree,
 )
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.files.abort import request_abort
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.triggers.push import (
     PushAborted,
     abort_pushes,

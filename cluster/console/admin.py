@@ -45,8 +45,9 @@ from cluster.defaults import PRIORITIES
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
 from cluster.master.files import abort, groups
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.report import indeterminate
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 

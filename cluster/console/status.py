@@ -98,8 +98,9 @@ from cluster.defaults import BMPCMP_DIR, PRIORITIES
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
 from cluster.master.files import ending, journal
-from cluster.queue import SWEEP, QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.report import indeterminate
+from cluster.runspec import SWEEP, RunSpec
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import JOB_ID
 

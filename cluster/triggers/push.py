@@ -52,7 +52,8 @@ from pathlib import Path
 from cluster.defaults import USER_PRIORITY
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil, pathlock
 from cluster.runtime.mirror import TEMP_PREFIX, auto_method, mirror
 from cluster.triggers import droppings

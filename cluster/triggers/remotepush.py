@@ -81,7 +81,7 @@ import paramiko
 
 import cluster
 from cluster.errors import ClusterError, SshError
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 from cluster.runtime.mirror import _walk, anchored
 from cluster.runtime.ssh import SshTarget, connect, exec_bytes, put_atomic, remote_spec, rsync_argv

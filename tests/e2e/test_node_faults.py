@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from cluster.localcluster import WRAPPER_SCRIPT, LocalCluster
-from cluster.queue import RunSpec
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 from tests.helpers import CORPUS, FAST, free_port, wait_for
 

@@ -16,7 +16,8 @@ import pytest
 
 from cluster.config import Config
 from cluster.localcluster import LocalCluster, LocalClusterError, cluster_ports
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import proc as runtime_proc
 from cluster.runtime.clock import FakeClock
 from cluster.runtime.ports import free_port

@@ -15,7 +15,7 @@ import pytest
 
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.triggers import push
 from cluster.triggers.droppings import DROPPING
 from cluster.triggers.push import PushAborted, abort_pushes, commit_push, staged_tree

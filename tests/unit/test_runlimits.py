@@ -19,9 +19,10 @@ from cluster.master.files.journal import journal_result
 from cluster.master.model import runlimits
 from cluster.master.run.clustermaster import ClusterMaster
 from cluster.master.state.runstate import RunState, Settings
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import ERROR_LOST, ERROR_NAMES, LOST_PRODUCT
 from cluster.runoptions import RunOptions
+from cluster.runspec import RunSpec
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart
 from tests.unit.test_runstate import RUN, finish, jobs, names, ready, req

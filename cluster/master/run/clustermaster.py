@@ -72,7 +72,8 @@ from cluster.master.serve.sweepintake import SweepIntake
 from cluster.master.state.livestatus import LiveStatus
 from cluster.master.state.runstate import NodeState, RunState, Settings
 from cluster.node import buildcmd
-from cluster.queue import SWEEP, QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import SWEEP, RunSpec
 from cluster.runtime import forkrun, fsutil, logonce, proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopPoint, signal_name
