@@ -13,9 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cluster.demotree import write_demo_tree
 from cluster.home import Home
 from cluster.jobs import generate as jobgen
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.node import readlog
 from cluster.records import BIN, TEMP, TESTS
 from cluster.report import compare as report

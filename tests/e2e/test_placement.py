@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import LocalCluster, run_end, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster, run_end
 from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
 from cluster.runspec import RunSpec

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
 from cluster.runspec import RunSpec
