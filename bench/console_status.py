@@ -38,7 +38,8 @@ from bench.common import figures, median, start  # noqa: E402
 from cluster import config  # noqa: E402
 from cluster.console.status import StatusReader  # noqa: E402
 from cluster.home import Home  # noqa: E402
-from cluster.queue import QueueFile, RunSpec  # noqa: E402
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec  # noqa: E402
 from cluster.wire.jobstart import JobStart  # noqa: E402
 
 RUN = "20270115080000-p1-beef"

@@ -55,17 +55,13 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import figures, median, start  # noqa: E402
+from cluster.demotree import write_demo_tree
 from cluster.jobs import generate as jobgen  # noqa: E402
-from cluster.localcluster import (  # noqa: E402
-    DEFAULT_CORPUS,
-    SUPERVISOR_SCRIPT,
-    LocalCluster,
-    write_demo_tree,
-)
+from cluster.localcluster import DEFAULT_CORPUS, SUPERVISOR_SCRIPT, LocalCluster
 from cluster.node import code  # noqa: E402
-from cluster.queue import RunSpec  # noqa: E402
 from cluster.records import BIN, TEMP, TESTS  # noqa: E402
 from cluster.report.tab import read_tab  # noqa: E402
+from cluster.runspec import RunSpec  # noqa: E402
 from cluster.runtime.ports import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

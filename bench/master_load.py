@@ -79,7 +79,8 @@ import psutil  # noqa: E402
 from bench.common import REPO, figures, start  # noqa: E402
 from cluster import nodekeys  # noqa: E402
 from cluster.home import Home  # noqa: E402
-from cluster.queue import QueueFile, RunSpec  # noqa: E402
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec  # noqa: E402
 from cluster.runtime.ports import free_port  # noqa: E402
 from cluster.wire import signing  # noqa: E402
 from cluster.wire.jobstart import JobStart  # noqa: E402

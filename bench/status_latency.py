@@ -56,7 +56,8 @@ if __package__ in (None, ""):
 
 from bench.common import REPO, figures, median, start  # noqa: E402
 from cluster.home import Home  # noqa: E402
-from cluster.queue import QueueFile, RunSpec  # noqa: E402
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec  # noqa: E402
 from cluster.runtime.ports import free_port  # noqa: E402
 from cluster.wire.jobstart import JobStart  # noqa: E402
 

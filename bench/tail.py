@@ -80,9 +80,11 @@ if __package__ in (None, ""):
 
 from bench.common import figures, median, start  # noqa: E402
 from bench.dispatch import QUICK  # noqa: E402
-from cluster.localcluster import LocalCluster, write_demo_tree  # noqa: E402
-from cluster.queue import QueueFile, RunSpec  # noqa: E402
+from cluster.demotree import write_demo_tree  # noqa: E402
+from cluster.localcluster import LocalCluster
+from cluster.queue import QueueFile
 from cluster.report.tab import read_tab  # noqa: E402
+from cluster.runspec import RunSpec  # noqa: E402
 from cluster.runtime.ports import free_port  # noqa: E402
 
 CORPUS_NAME = "tail"

@@ -36,12 +36,9 @@ if __package__ in (None, ""):
 
 from bench.common import start  # noqa: E402
 from bench.dispatch import QUICK, report  # noqa: E402
+from cluster.demotree import write_demo_tree
 from cluster.jobs import generate as jobgen  # noqa: E402
-from cluster.localcluster import (  # noqa: E402
-    DEFAULT_CORPUS,
-    LocalCluster,
-    write_demo_tree,
-)
+from cluster.localcluster import DEFAULT_CORPUS, LocalCluster
 from cluster.report.tab import read_tab  # noqa: E402
 from cluster.runtime.ports import free_port  # noqa: E402
 

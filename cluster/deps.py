@@ -32,8 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster.home import Home
-from cluster.queue import RunSpec
 from cluster.runoptions import NAME, parse_names
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 
 log = logging.getLogger("cluster.deps")

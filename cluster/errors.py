@@ -136,3 +136,8 @@ class SshError(ClusterError):
 
     def __str__(self) -> str:
         return f"ssh {self.where}: {self.reason}"
+
+
+class LocalClusterError(ClusterError):
+    """The local cluster cannot go on: a port it needs is taken, or a daemon it started
+    (the monitor, the supervisor) has exited.  The message says which and why."""

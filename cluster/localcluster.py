@@ -55,7 +55,6 @@ from __future__ import annotations
 import getpass
 import logging
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -68,11 +67,15 @@ from typing import TYPE_CHECKING
 from cluster import config, nodekeys
 from cluster.config import Config
 from cluster.defaults import REPO_ROOT
-from cluster.errors import ClusterError
+from cluster.demotree import write_demo_tree
+from cluster.errors import ClusterError, LocalClusterError
 from cluster.home import Home
+from cluster.localports import check_port, cluster_ports, page_url, status_port
+from cluster.localprocs import END_LOOK, supervisor_masters, wait_for_masters
 from cluster.master.run import pidfile
 from cluster.node.transport import LocalTransport
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers.push import push_tree
@@ -86,11 +89,6 @@ log = logging.getLogger("cluster.localcluster")
 DEFAULT_CORPUS = REPO_ROOT / "corpus" / "ghostpdl-examples"
 #: How often the waits below look again [seconds].
 _POLL = 0.05
-#: How often :meth:`LocalCluster.wait_for_run` looks for the run's end once it may come
-#: (the run's job.start is gone: its master is ending it) [seconds]: localcluster.py's exit
-#: waits on the look that sees it.  While the run is served it looks every :data:`_POLL`:
-#: a look costs about 0.15 ms of CPU, taken from the jobs.
-_END_LOOK = 0.01
 #: wait_for_run lists the archive folder when its mtime moved, and at least this often
 #: [seconds] (an mtime can stay the same over two changes within one tick of its clock).
 _RELIST = 1.0
@@ -100,7 +98,6 @@ SUPERVISOR_SCRIPT = "run_clustermaster.py"
 STATUS_SCRIPT = "clusterstatus.py"
 PROVISIONER_SCRIPT = "clusterscale.py"
 #: A clustermaster's script, as the supervisor starts it (its priority in the name).
-_MASTER_SCRIPT = re.compile(r"clustermaster(\d*)\.py")
 #: Where the nodes come from: started here (""), or asked of a private Slurm ("slurm").
 PROVIDERS = ("", "slurm")
 #: How many of a dead daemon's last log lines an error shows.
@@ -117,54 +114,6 @@ SSHD_START_TIMEOUT = 30.0
 #: after the run's end steps (it refreshes the resource file, releases its PID file and
 #: exits: milliseconds) [seconds].
 MASTER_EXIT_WAIT = 30.0
-
-
-class LocalClusterError(ClusterError):
-    """The local cluster cannot go on: a port it needs is taken, or a daemon it started
-    (the monitor, the supervisor) has exited.  The message says which and why."""
-
-MAKEFILE = """\
-# Demo product tree made by localcluster.py: `make` writes bin/<program>, a wrapper around
-# the installed program that adds the options listed in ./options.
-all:
-\tsh ./make_wrapper.sh
-"""
-
-WRAPPER_SCRIPT = {
-    "gs": """\
-set -e
-real=$(command -v gs)
-mkdir -p bin
-opts=$(cat options 2>/dev/null | tr '\\n' ' ')
-printf '#!/bin/sh\\nexec %s %s "$@"\\n' "$real" "$opts" > bin/gs
-chmod +x bin/gs
-""",
-    "mutool": """\
-set -e
-real=$(command -v mutool)
-mkdir -p bin
-opts=$(cat options 2>/dev/null | tr '\\n' ' ')
-printf '#!/bin/sh\\nsub=$1; shift\\nexec %s "$sub" %s "$@"\\n' "$real" "$opts" > bin/mutool
-chmod +x bin/mutool
-""",
-}
-
-
-def write_demo_tree(dest: Path, product: str, options: list[str]) -> Path:
-    """Write the demo product tree for ``product`` into ``dest`` and return it.
-
-    Product shell runs the corpus's own commands: its tree only has a Makefile that does
-    nothing.
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    if product == "shell":
-        (dest / "Makefile").write_text("all:\n\t@true\n", encoding="utf-8")
-        return dest
-    program = "mutool" if product == "mupdf" else "gs"
-    (dest / "Makefile").write_text(MAKEFILE, encoding="utf-8")
-    (dest / "make_wrapper.sh").write_text(WRAPPER_SCRIPT[program], encoding="utf-8")
-    (dest / "options").write_text("".join(o + "\n" for o in options), encoding="utf-8")
-    return dest
 
 
 @dataclass(frozen=True)
@@ -198,183 +147,6 @@ def run_end(archive: Path) -> RunEnd:
         elif key == "reason" and not reason:
             reason = value.strip()
     return RunEnd(outcome or "unknown", reason)
-
-
-def port_holder(port: int) -> str | None:
-    """Who listens on TCP ``port`` on this machine, as "pid N (command line)", or None when
-    psutil cannot tell (no listener found, or another user's process it may not see)."""
-    import psutil  # here: only the error path needs it
-
-    try:
-        conns = psutil.net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return None
-    for conn in conns:
-        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
-            if conn.pid is None:
-                return None
-            try:
-                argv = psutil.Process(conn.pid).cmdline()
-            except psutil.Error:
-                return f"pid {conn.pid}"
-            command = " ".join(argv)
-            if len(command) > 160:
-                command = command[:157] + "..."
-            return f"pid {conn.pid} ({command})" if command else f"pid {conn.pid}"
-    return None
-
-
-def check_port(address: str, port: int, role: str) -> None:
-    """Raise LocalClusterError unless TCP ``port`` can be bound on ``address`` now.
-
-    Bound as the servers bind (``SO_REUSEADDR``, so a port in TIME_WAIT after an earlier
-    run counts as free, as it is for them) and released at once.  The message names the
-    port, ``role`` (what would listen there) and, when psutil can tell, the process holding
-    it.
-    """
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((address, port))
-        except OSError as exc:
-            holder = port_holder(port)
-            by = f"; held by {holder}" if holder else ""
-            raise LocalClusterError(
-                f"port {port} on {address} ({role}) cannot be bound: "
-                f"{exc.strerror or exc}{by}. Stop what holds it, or choose other ports "
-                f"with --set base_port=N (uses N, N+1, N+2), --set monitor_port=M and "
-                f"--set status_port=S (0: no status page)"
-            ) from None
-
-
-def cluster_ports(cfg: Config) -> dict[int, str]:
-    """The ports a cluster with ``cfg`` listens on, each with its role; LocalClusterError
-    when two roles share one port (one of them could never bind it)."""
-    roles = [(cfg.port_for(p), f"clustermaster of priority {p}: base_port + {p}")
-             for p in (0, 1, 2)]
-    roles.append((cfg.monitor_port, "monitor: monitor_port"))
-    ports: dict[int, str] = {}
-    for port, role in roles:
-        if port in ports:
-            raise LocalClusterError(f"port {port} is both the {ports[port]} and the {role}; "
-                                    f"each needs its own port")
-        if not 0 < port < 65536:
-            raise LocalClusterError(f"port {port} ({role}) is not a TCP port (1-65535)")
-        ports[port] = role
-    return ports
-
-
-def status_port(cfg: Config) -> tuple[int, str] | None:
-    """The status page's port and role, or None when ``status_port`` is 0 (not served);
-    LocalClusterError when it is also one of :func:`cluster_ports` on the same address."""
-    if cfg.status_port == 0:
-        return None
-    role = "status page: status_port"
-    if not 0 < cfg.status_port < 65536:
-        raise LocalClusterError(f"port {cfg.status_port} ({role}) is not a TCP port "
-                                f"(1-65535, or 0 for no status page)")
-    other = cluster_ports(cfg).get(cfg.status_port)
-    if other is not None and cfg.status_address in (cfg.listen_address, "0.0.0.0", "::"):
-        raise LocalClusterError(f"port {cfg.status_port} is both the {other} and the {role}; "
-                                f"each needs its own port")
-    return cfg.status_port, role
-
-
-def page_url(address: str, port: int) -> str:
-    """The URL of a server listening on ``address``:``port`` (a wildcard address: this
-    machine's name)."""
-    host = socket.gethostname() if address in ("0.0.0.0", "::", "") else address
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
-
-
-def master_priority(argv: list[str]) -> int | None:
-    """The priority of the clustermaster a command line runs (``clustermaster.py`` 0,
-    ``clustermaster<N>.py`` N, ``--priority N`` wins), or None when it runs none."""
-    priority = None
-    for word in argv:
-        match = _MASTER_SCRIPT.fullmatch(Path(word).name)
-        if match:
-            priority = int(match.group(1) or 0)
-    if priority is not None and "--priority" in argv[:-1]:
-        try:
-            priority = int(argv[argv.index("--priority") + 1])
-        except ValueError:
-            pass
-    return priority
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` is running (a zombie is not): its /proc stat's state."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    # "pid (comm) S ...": the state follows the last ')' (a comm may hold one).
-    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
-    return state not in (b"Z", b"X", b"x", b"")
-
-
-def _children(pid: int) -> list[int]:
-    """The children of process ``pid``, from /proc (every thread's ``children`` file: a
-    few reads, where psutil scans every process of the machine); [] when it is gone."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as fh:
-                found += [int(word) for word in fh.read().split()]
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def _cmdline(pid: int) -> list[str]:
-    """Process ``pid``'s command line ([] when it is gone or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return []
-    return [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
-
-
-def supervisor_masters(supervisor: int) -> list[tuple[int, int]]:
-    """The clustermasters supervisor ``supervisor`` has running now, as (pid, priority):
-    its children, each named for its priority as the supervisor starts them
-    (:func:`master_priority`)."""
-    found = []
-    for child in _children(supervisor):
-        priority = master_priority(_cmdline(child))
-        if priority is not None:
-            found.append((child, priority))
-    return found
-
-
-def wait_for_masters(home: Home, masters: list[tuple[int, int]], end: float,
-                     clock: Clock) -> bool:
-    """Wait (up to monotonic ``end`` on ``clock``, a look every :data:`_END_LOOK` seconds)
-    until each clustermaster of ``masters`` ((pid, priority), as
-    :func:`supervisor_masters` gives them) has exited -- a zombie its supervisor has not
-    reaped yet counts as exited -- or serves a run: its priority's job.start exists (a
-    master ending a run removed it first; one that serves is not waited for).  Whether
-    none was left; those left are logged."""
-    left = masters
-    while True:
-        left = [(pid, p) for pid, p in left
-                if _alive(pid) and not os.path.lexists(home.job_start(p))]
-        if not left or clock.monotonic() >= end:
-            break
-        clock.sleep(_END_LOOK)
-    if left:
-        log.warning("clustermaster(s) %s still running; stopping the cluster anyway (told "
-                    "to stop, each leaves its work to the next one)",
-                    " ".join(str(pid) for pid, _ in left))
-    return not left
 
 
 def log_tail(path: Path, since: int = 0, lines: int = LOG_TAIL_LINES) -> str:
@@ -698,7 +470,7 @@ class LocalCluster:
         cuts none short and leaves no PID file behind.
 
         ``on_poll`` is called at every look (each :data:`_POLL` seconds while the run's
-        job.start is there, each :data:`_END_LOOK` seconds once it is gone: localcluster.py's
+        job.start is there, each :data:`END_LOOK` seconds once it is gone: localcluster.py's
         exit waits on the look that sees the run's end; it must be quick).  TimeoutError
         past ``timeout``; LocalClusterError at once if a master daemon exits meanwhile
         (:meth:`check_daemons`)."""
@@ -728,7 +500,7 @@ class LocalCluster:
                         end, self.clock.monotonic() + MASTER_EXIT_WAIT))
                     return folder
             served = os.path.lexists(self.home.job_start(priority))
-            self.clock.sleep(_POLL if served else _END_LOOK)
+            self.clock.sleep(_POLL if served else END_LOOK)
         raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
                            f"(see {self.home.log_dir})")
 
@@ -748,10 +520,10 @@ class LocalCluster:
         self._wait_until(lambda: not folder.exists(), end)
 
     def _wait_until(self, done: Callable[[], bool], end: float) -> None:
-        """Look every :data:`_END_LOOK` seconds until ``done()`` or monotonic ``end``."""
+        """Look every :data:`END_LOOK` seconds until ``done()`` or monotonic ``end``."""
         while self.clock.monotonic() < end and not done():
             self.check_daemons()
-            self.clock.sleep(_END_LOOK)
+            self.clock.sleep(END_LOOK)
 
     def clustermasters(self) -> list[tuple[int, int]]:
         """The clustermasters the supervisor has running now, as (pid, priority)

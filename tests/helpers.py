@@ -105,7 +105,7 @@ def stop_supervisor(sup: subprocess.Popen[A], home_root: Path, timeout: float = 
     ending a run, or looking for work) to exit, then SIGTERM the supervisor (a master still
     serving leaves its run to the next one) and wait up to ``wait`` seconds for it."""
     from cluster.home import Home
-    from cluster.localcluster import supervisor_masters, wait_for_masters
+    from cluster.localprocs import supervisor_masters, wait_for_masters
     from cluster.runtime.clock import SystemClock
 
     clock = SystemClock()
@@ -162,11 +162,11 @@ JOB_DELAY = 0.1
 
 def slow_demo_tree(dest: Path, product: str, options: list[str],
                    delay: float = JOB_DELAY) -> Path:
-    """:func:`~cluster.localcluster.write_demo_tree`, whose built program sleeps ``delay``
+    """:func:`~cluster.demotree.write_demo_tree`, whose built program sleeps ``delay``
     seconds before each run: a run that lasts long enough for a test to act in its middle
     (kill a node, push again, abort) by a stated margin, whatever the speed of gs and of
     the machine (300 dpi renders did it before, by how slow gs happened to be)."""
-    from cluster.localcluster import write_demo_tree
+    from cluster.demotree import write_demo_tree
 
     tree = write_demo_tree(dest, product, options)
     script = tree / "make_wrapper.sh"

@@ -38,8 +38,9 @@ import pytest
 
 from cluster import nodekeys
 from cluster.config import Config
+from cluster.demotree import write_demo_tree
 from cluster.home import Home
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.runtime import proc
 from cluster.runtime.sshd import PrivateSshd
 from tests import netns

@@ -78,10 +78,11 @@ from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError, SshError
 from cluster.home import Home
 from cluster.master.files.abort import request_abort
-from cluster.queue import SWEEP_ONLY_OPTIONS, RunSpec
 from cluster.runoptions import RunOptionError
+from cluster.runspec import SWEEP_ONLY_OPTIONS, RunSpec
 from cluster.runtime.ssh import SshTarget
-from cluster.triggers.push import abort_pushes, submit_push
+from cluster.triggers.push import submit_push
+from cluster.triggers.pushreceive import abort_pushes
 from cluster.triggers.remotepush import (
     REMOTE_CACHE,
     CommitInterrupted,

@@ -72,16 +72,10 @@ from cluster.config import parse_overrides
 from cluster.console.progress import ProgressLine
 from cluster.datatypes import PRODUCTS
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
-from cluster.errors import ClusterError
-from cluster.localcluster import (
-    DEFAULT_CORPUS,
-    TRANSPORTS,
-    LocalCluster,
-    LocalClusterError,
-    run_end,
-    write_demo_tree,
-)
-from cluster.queue import RunSpec
+from cluster.demotree import write_demo_tree
+from cluster.errors import ClusterError, LocalClusterError
+from cluster.localcluster import DEFAULT_CORPUS, TRANSPORTS, LocalCluster, run_end
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 
 if TYPE_CHECKING:

@@ -5,20 +5,20 @@ ships the developer's own copy of the package to the master as one zip file (run
 ``python3 FILE.pyz``, whose ``__main__`` calls :func:`main`) and runs it there:
 
 ``receive --home H --line LINE --token T [--modes FILE] -- --server ...``
-    as rsync's ``--rsync-path``: :func:`cluster.triggers.push.receive_push` stages the
+    as rsync's ``--rsync-path``: :func:`cluster.triggers.pushreceive.receive_push` stages the
     transfer in ``users/<user>/.<tree>.incoming.<T>`` (rsync's server, the rest of the
     arguments, receives there) and queues nothing.  Its stdout belongs to rsync's
     protocol, so the outcome is one line on stderr: :data:`MARKER` and a JSON object,
     ``{"staged": ...}`` or ``{"error": ..., "aborted": true|false}``.  ``--modes`` names a
     file (uploaded beside the zip, removed here once read) of the developer's file modes
-    (:func:`cluster.triggers.push.read_modes`).
+    (:func:`cluster.triggers.pushreceive.read_modes`).
 ``commit --home H --line LINE --token T``
     sent by the client only after its transfer ended well:
-    :func:`cluster.triggers.push.commit_push` puts the staged tree in place and writes the
+    :func:`cluster.triggers.pushreceive.commit_push` puts the staged tree in place and writes the
     dropping holding LINE; prints :data:`MARKER` and ``{"target": ..., "note": ...}`` (or
     ``{"error": ..., "aborted": ...}``) on stdout.
 ``abort --home H --user U``
-    :func:`cluster.triggers.push.abort_pushes` (the user's pushes in flight and droppings
+    :func:`cluster.triggers.pushreceive.abort_pushes` (the user's pushes in flight and droppings
     not yet queued), then :func:`cluster.master.files.abort.request_abort`; prints :data:`MARKER`
     and ``{"stopped": N, "removed": N, "running": ID-or-null}`` (or ``{"error": ...}``) on
     stdout.
@@ -45,8 +45,8 @@ from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.files.abort import request_abort
-from cluster.queue import RunSpec
-from cluster.triggers.push import (
+from cluster.runspec import RunSpec
+from cluster.triggers.pushreceive import (
     PushAborted,
     abort_pushes,
     commit_push,

@@ -39,14 +39,15 @@ from typing import Any
 
 from cluster.config import Config
 from cluster.console import history as test_history
-from cluster.console import provisioning, status
+from cluster.console import nodelist, provisioning, runinfo, status
 from cluster.datatypes import valid_node_name
 from cluster.defaults import PRIORITIES
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
 from cluster.master.files import abort, groups
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.report import indeterminate
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
@@ -258,7 +259,7 @@ class Stopped:
 def _running(home: Home) -> dict[int, JobStart]:
     found = {}
     for p in PRIORITIES:
-        start = status.job_start(home, p)
+        start = runinfo.job_start(home, p)
         if start is not None:
             found[p] = start
     return found
@@ -276,7 +277,7 @@ def resolve_queued(home: Home, ref: str) -> str | None:
     for p in PRIORITIES:
         for position, queued in enumerate(QueueFile.for_priority(home, p).read(), start=1):
             if queued == spec:
-                return status.queue_ref(p, position)
+                return runinfo.queue_ref(p, position)
     raise ClusterError(f"no run {spec.line()!r} is queued (see clusteradmin stat)")
 
 
@@ -292,8 +293,8 @@ def stop(home: Home, run: str, who: str, reason: str = "") -> Stopped:
             if start.id == ref:
                 abort.request_stop(home, start.id, who, reason)
                 return Stopped("stop requested", start.id, p, start.queue)
-        if status.is_run_id(ref) and (home.archive / ref / "run.info").is_file():
-            outcome = status.parse_info((home.archive / ref / "run.info").read_text(
+        if runinfo.is_run_id(ref) and (home.archive / ref / "run.info").is_file():
+            outcome = runinfo.parse_info((home.archive / ref / "run.info").read_text(
                 encoding="utf-8", errors="replace")).get("outcome", "?")
             raise ClusterError(f"run {ref} has already finished (outcome {outcome}); "
                                f"nothing to stop")
@@ -381,7 +382,7 @@ def wait_finished(home: Home, run_id: str, timeout: float,
     info = home.archive / run_id / "run.info"
     while True:
         with contextlib.suppress(FileNotFoundError):
-            return status.parse_info(info.read_text(encoding="utf-8",
+            return runinfo.parse_info(info.read_text(encoding="utf-8",
                                                     errors="replace")).get("outcome", "?")
         if time.monotonic() >= end:
             return None
@@ -391,7 +392,7 @@ def wait_finished(home: Home, run_id: str, timeout: float,
 # ---------------------------------------------------------------------------------- nodes
 def known_node(home: Home, name: str) -> bool:
     """Whether ``name`` was ever seen: a file of it in nodes/, or a running run names it."""
-    if any((home.nodes / f"{name}.{ext}").exists() for ext in status.NODE_FILES):
+    if any((home.nodes / f"{name}.{ext}").exists() for ext in nodelist.NODE_FILES):
         return True
     for p in PRIORITIES:
         live = status.live_status(home, p)
@@ -414,7 +415,7 @@ def disable_node(home: Home, name: str, who: str, reason: str = "") -> str:
     _check_node(home, name)
     path = home.node_down(name)
     if path.exists():
-        first = status.small_text(str(path)).partition("\n")[0]
+        first = runinfo.small_text(str(path)).partition("\n")[0]
         return f"node {name} is already disabled ({first})"
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     text = f"disabled by {_one_line(who)} at {stamp}\n"

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from cluster.console.status import parse_info, run_started
+from cluster.console.runinfo import parse_info, run_started
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.files.ending import BASELINE_KINDS, Outcome

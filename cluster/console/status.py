@@ -76,7 +76,6 @@ with them, so callers serialize it and never change it.
 
 from __future__ import annotations
 
-import calendar
 import dataclasses
 import json
 import logging
@@ -86,22 +85,33 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from cluster import deps, runoptions
+from cluster import deps
 from cluster.config import Config
-from cluster.console import provisioning, sweepdetail
-from cluster.defaults import BMPCMP_DIR, PRIORITIES
-from cluster.errors import ClusterError, QueueLineError
+from cluster.console import nodelist, provisioning, sweepdetail
+from cluster.console.runinfo import (
+    first_line,
+    given_options,
+    is_run_id,
+    job_start,
+    queue_ref,
+    queued_info,
+    run_options,
+    small_text,
+    start_info,
+    with_run_options,
+)
+from cluster.console.runrecords import Journal, archive_entry, finished, read_journal
+from cluster.defaults import PRIORITIES
+from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master.files import ending, journal
-from cluster.queue import SWEEP, QueueFile, RunSpec
-from cluster.report import indeterminate
+from cluster.master.files import ending
+from cluster.queue import QueueFile
+from cluster.runspec import SWEEP, RunSpec
 from cluster.wire.jobstart import JobStart
-from cluster.wire.protocol import JOB_ID
 
 log = logging.getLogger("cluster.console")
 
@@ -110,14 +120,6 @@ VERSION = 1
 RECENT = 20
 #: A waiting run's name: ``p<priority>:<position in its queue, from 1>``.
 QUEUED_REF = re.compile(r"p([0-9]+):([1-9][0-9]*)")
-#: run.info's summary lines (written by the master at the end of a run), as integers.
-SUMMARY_KEYS = ("nodes", "differences", "errors", "indeterminate")
-#: Where a bmpcmp run's page is, inside its archive folder (cluster.master.end.finish).
-BMPCMP_PAGE = f"{BMPCMP_DIR}/index.html"
-#: Lines of report.txt that run_detail shows of a finished run.
-REPORT_HEAD = 40
-#: The files of nodes/ that tell of a node (cluster.master.daemon.monitor, clusteradmin).
-NODE_FILES = ("up", "status", "caps", "down")
 #: Finished runs whose per-node tables run_detail keeps (a .tab can be large).
 DETAIL_CACHE = 4
 
@@ -129,131 +131,7 @@ JSON = dict[str, Any]
 T = TypeVar("T")
 
 
-# ---------------------------------------------------------------------------------- helpers
-def parse_info(text: str) -> dict[str, str]:
-    """``key value`` lines (run.info, job.start) as a dict; the first of a key wins."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key and key not in values:
-            values[key] = value.strip()
-    return values
-
-
-def run_options(line: str) -> list[str]:
-    """The per-run options (docs/runoptions.md) of the queue line ``line``, as its words
-    (:attr:`cluster.runoptions.RunOptions.given`'s order); [] for none or a line that does
-    not parse (a record of an older release)."""
-    try:
-        return given_options(RunSpec.parse(line).options)
-    except QueueLineError:
-        return []
-
-
-def given_options(words: Iterable[str]) -> list[str]:
-    """The per-run options among a queue line's option ``words``, sorted."""
-    return sorted(w for w in words if w.partition("=")[0] in runoptions.KEYS)
-
-
-def with_run_options(info: dict[str, Any]) -> dict[str, Any]:
-    """``info`` (a run's ``key: value`` record with its ``queue`` or ``line``) with
-    ``run_options``, its per-run options in one string, when it has any; ``info`` itself."""
-    given = run_options(str(info.get("queue") or info.get("line") or ""))
-    if given:
-        info["run_options"] = " ".join(given)
-    return info
-
-
-def small_text(path: str) -> str:
-    """The text of a small file (at most 64 KiB), stripped; "" if unreadable."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(65536).strip()
-    except OSError:
-        return ""
-
-
-def _int_or_none(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _float_or_none(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def run_started(run_id: str) -> float | None:
-    """The start time a run id carries (``YYYYmmddHHMMSS-...``, UTC), or None."""
-    try:
-        return float(calendar.timegm(time.strptime(run_id[:14], "%Y%m%d%H%M%S")))
-    except ValueError:
-        return None
-
-
-def _first_line(path: Path) -> str | None:
-    """The first line of a small file, or None if it does not exist."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.readline(4096).strip()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        log.warning("cannot read %s: %s", path, exc)
-        return None
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        log.warning("cannot read %s: %s", path, exc)
-        return None
-
-
-def job_start(home: Home, priority: int) -> JobStart | None:
-    """The running run of ``priority`` (its job.start), or None."""
-    text = _read_text(home.job_start(priority))
-    if text is None:
-        return None
-    try:
-        return JobStart.parse(text)
-    except ValueError as exc:
-        log.warning("%s: %s", home.job_start(priority), exc)
-        return None
-
-
-def start_info(start: JobStart) -> dict[str, str]:
-    """A job.start as ``key: value`` strings, never its secret."""
-    return parse_info(start.format())
-
-
-def is_run_id(text: str) -> bool:
-    """Whether ``text`` can name a run (a job id: no slash, no leading dot)."""
-    return JOB_ID.fullmatch(text) is not None
-
-
-def queue_ref(priority: int, position: int) -> str:
-    return f"p{priority}:{position}"
-
-
 # ---------------------------------------------------------------------------------- caches
-@dataclass
-class _Journal:
-    """What was read so far of one results journal (read on from ``offset``)."""
-
-    identity: tuple[int, int]
-    run_id: str | None = None
-    offset: int = 0
-    by_node: dict[str, list[str]] = field(default_factory=dict)
-    failed: list[JSON] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
 
 
 class StatusReader:
@@ -268,15 +146,15 @@ class StatusReader:
                                                  tuple[str, str]]] = {}
         #: (queue file, line, occurrence) -> the time it was first seen
         self._queued: dict[tuple[Path, str, int], float | None] = {}
-        self._journals: dict[Path, _Journal] = {}
+        self._journals: dict[Path, Journal] = {}
         #: archive folder and its (inode, mtime_ns) -> its run_detail (a few, newest used)
         self._details: OrderedDict[tuple[Path, tuple[int, int]], JSON] = OrderedDict()
         #: file -> ((inode, mtime_ns, size), what it parsed to): job.start, live.json, ...
         self._parses: dict[Path, tuple[tuple[int, int, int], object]] = {}
         #: nodes folder -> (when it was listed [monotonic], its listing)
-        self._listings: dict[str, tuple[float, _Listing]] = {}
+        self._listings: dict[str, tuple[float, nodelist.Listing]] = {}
         #: nodes folder -> the nodes list made last
-        self._made: dict[str, _Made] = {}
+        self._made: dict[str, nodelist.Made] = {}
         self.nodes_ttl = nodes_ttl
         self.archive_reads = 0  # how many archive folders were read (the cache's test)
         self.host = socket.gethostname()
@@ -315,7 +193,7 @@ class StatusReader:
                                                  provision),
                 "recent": self._recent(home),
                 "status": [{"priority": p, "line": line} for p in PRIORITIES
-                           if (line := self._parsed(home.status(p), _first_line))],
+                           if (line := self._parsed(home.status(p), first_line))],
                 "provision": provision,
             }
 
@@ -346,8 +224,8 @@ class StatusReader:
             started = live.get("started")
             live["elapsed"] = max(0.0, now - started) if isinstance(started, int | float) \
                 else None
-            live["stop_requested"] = _first_line(home.stop_request(start.id))
-            live["status"] = self._parsed(home.status(p), _first_line) or ""
+            live["stop_requested"] = first_line(home.stop_request(start.id))
+            live["status"] = self._parsed(home.status(p), first_line) or ""
             live["run_options"] = run_options(start.queue)
             running.append(live)
         return running, starts
@@ -436,24 +314,24 @@ class StatusReader:
                 and all(a is b for a, b in zip(made.lives, lives, strict=True)) \
                 and made.valid_from <= now < made.valid_until:
             return made.nodes
-        nodes, valid_from, valid_until = _node_list(listed[1], running, after, now)
-        self._made[folder] = _Made(listed[1], lives, after, valid_from, valid_until, nodes)
+        nodes, valid_from, valid_until = nodelist.node_list(listed[1], running, after, now)
+        self._made[folder] = nodelist.Made(listed[1], lives, after, valid_from, valid_until, nodes)
         # Forget nodes that are gone (the cache stays the size of nodes/).
         if len(self._files) > len(listed[1]) + 64:
             for key in [k for k in self._files if k[0] == folder and k[1] not in listed[1]]:
                 del self._files[key]
         return nodes
 
-    def _list(self, folder: str) -> _Listing:
+    def _list(self, folder: str) -> nodelist.Listing:
         """nodes/ now: each node's files, heartbeat time, status, caps and down file."""
-        listing: _Listing = {}
-        found = _list_nodes(folder)
+        listing: nodelist.Listing = {}
+        found = nodelist.list_nodes(folder)
         for name in sorted(found):  # the listing's order is the snapshot's
             has, mtime, mtime_ns = found[name]
             status, caps = self._node_files(folder, name, mtime_ns, has)
             down = small_text(os.path.join(folder, name + ".down")) if "down" in has else None
-            files = _NodeFiles(has, mtime, status, caps, down)
-            listing[name] = dataclasses.replace(files, base=_base(name, files))
+            files = nodelist.NodeFiles(has, mtime, status, caps, down)
+            listing[name] = dataclasses.replace(files, base=nodelist.base_entry(name, files))
         return listing
 
     def _recent(self, home: Home) -> list[JSON]:
@@ -484,7 +362,7 @@ class StatusReader:
         if hit is not None and hit[0] == key:
             return None if hit[1] is None else dict(hit[1])
         self.archive_reads += 1
-        entry = _archive_entry(folder, run_id)
+        entry = archive_entry(folder, run_id)
         self._archives[folder] = (key, entry)
         return None if entry is None else dict(entry)
 
@@ -551,7 +429,7 @@ class StatusReader:
         if start.products == (SWEEP,):
             detail["sweep"] = sweepdetail.running(home.run_dir(start.id))
         return {"run": start.id, "state": "running", "info": info, "live": live,
-                "stop_requested": _first_line(home.stop_request(start.id)), **detail}
+                "stop_requested": first_line(home.stop_request(start.id)), **detail}
 
     def _journal_detail(self, home: Home, priority: int, run_id: str) -> JSON:
         """by_node, failed and counts of a run from its results journal (read on from where
@@ -565,9 +443,9 @@ class StatusReader:
         state = self._journals.get(path)
         if state is None or state.identity != (st.st_ino, st.st_dev) or st.st_size < \
                 state.offset:
-            state = _Journal((st.st_ino, st.st_dev))
+            state = Journal((st.st_ino, st.st_dev))
             self._journals[path] = state
-        _read_journal(path, state)
+        read_journal(path, state)
         if state.run_id != run_id:
             by_node: dict[str, list[str]] = {}
             failed: list[JSON] = []
@@ -584,133 +462,13 @@ class StatusReader:
         key = (folder, (st.st_ino, st.st_mtime_ns))
         cached = self._details.get(key)
         if cached is None:
-            cached = _finished(folder, run_id)
+            cached = finished(folder, run_id)
             self._details[key] = cached
             while len(self._details) > DETAIL_CACHE:
                 self._details.popitem(last=False)
         else:
             self._details.move_to_end(key)
         return json.loads(json.dumps(cached))  # a copy the caller may change
-
-
-@dataclass(frozen=True)
-class _NodeFiles:
-    """What nodes/ says of one node, and its snapshot entry made of that alone."""
-
-    has: frozenset[str]  # which of NODE_FILES exist
-    last_heard: float | None  # .up's mtime
-    status: str
-    caps: str
-    down: str | None  # the .down file's text, None if the node is not disabled
-    base: JSON = field(default_factory=dict)
-
-
-_Listing = dict[str, _NodeFiles]
-_NO_FILES = _NodeFiles(frozenset(), None, "", "", None)
-
-
-@dataclass(frozen=True)
-class _Made:
-    """A nodes list and what it was made of (:meth:`StatusReader._nodes`)."""
-
-    listing: _Listing
-    lives: tuple[object, ...]
-    after: float
-    valid_from: float  # the list holds for ``now`` in [valid_from, valid_until)
-    valid_until: float
-    nodes: list[JSON]
-
-
-def _list_nodes(folder: str) -> dict[str, tuple[frozenset[str], float | None, int | None]]:
-    """Each node named by a file of ``folder`` (nodes/): which of its files exist and its
-    heartbeat time in s and ns (one stat per node)."""
-    kinds: dict[str, set[str]] = {}
-    ups: dict[str, os.DirEntry[str]] = {}
-    try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:
-        entries = []
-    for entry in entries:
-        name, dot, ext = entry.name.rpartition(".")
-        if not dot or ext not in NODE_FILES or entry.name.startswith("."):
-            continue
-        kinds.setdefault(name, set()).add(ext)
-        if ext == "up":
-            ups[name] = entry
-    found: dict[str, tuple[frozenset[str], float | None, int | None]] = {}
-    for name, exts in kinds.items():
-        mtime: float | None = None
-        mtime_ns: int | None = None
-        up = ups.get(name)
-        if up is not None:
-            try:
-                st = up.stat()
-                mtime, mtime_ns = st.st_mtime, st.st_mtime_ns
-            except FileNotFoundError:
-                pass
-        found[name] = (frozenset(exts), mtime, mtime_ns)
-    return found
-
-
-def _node_list(listing: _Listing, running: list[JSON], after: float, now: float
-               ) -> tuple[list[JSON], float, float]:
-    """The snapshot's nodes, and the span of ``now`` in which no node's down state
-    changes.  Each node's entry is a copy of its listing's ``base`` with the run's facts
-    and the down state filled in (a copy of a small dict is the cheap part)."""
-    in_run: dict[str, tuple[str, JSON]] = {}
-    for live in running:
-        for name, facts in (live.get("nodes") or {}).items():
-            if isinstance(facts, dict):
-                in_run.setdefault(name, (str(live.get("run")), facts))
-    valid_from, valid_until = float("-inf"), float("inf")
-    nodes: list[JSON] = []
-    names: Iterable[str] = listing.keys()  # sorted when listed
-    if not in_run.keys() <= listing.keys():
-        names = sorted(listing.keys() | in_run.keys())
-    for name in names:
-        files = listing.get(name)
-        entry = (files.base if files is not None else _base(name, _NO_FILES)).copy()
-        last_heard = entry["last_heard"]
-        joined = in_run.get(name)
-        if joined is not None:
-            run, facts = joined
-            entry["run"] = run
-            for key in ("done", "errors", "timeouts"):
-                value = facts.get(key)
-                entry[key] = value if type(value) is int else int(value or 0)
-            if last_heard is None and isinstance(facts.get("last_seen"), int | float):
-                last_heard = entry["last_heard"] = float(facts["last_seen"])
-            has = files.has if files is not None else frozenset()
-            if "caps" not in has:
-                entry["caps"] = str(facts.get("caps", ""))
-            if "status" not in has:
-                entry["status"] = str(facts.get("status", ""))
-        if last_heard is not None:
-            flip = last_heard + after
-            if now > flip:  # "not heard from for node_down_after seconds"
-                entry["down_since"] = flip
-                entry["down"] = True
-                if flip > valid_from:
-                    valid_from = flip
-            else:
-                entry["down"] = False
-                if flip < valid_until:
-                    valid_until = flip
-        nodes.append(entry)
-    return nodes, valid_from, valid_until
-
-
-def _base(name: str, files: _NodeFiles) -> JSON:
-    """A node's entry from its files alone: not in a run, down if never heard from."""
-    disabled = reason = None
-    if files.down is not None:
-        first, _, rest = files.down.partition("\n")
-        disabled = first.strip() or "disabled"
-        reason = rest.strip() or None
-    return {"name": name, "caps": files.caps, "status": files.status,
-            "last_heard": files.last_heard, "down_since": None, "down": True,
-            "disabled": disabled, "disabled_reason": reason, "run": None, "done": 0,
-            "errors": 0, "timeouts": 0}
 
 
 def _job_start(path: Path) -> JobStart | None:
@@ -736,137 +494,6 @@ def _queue_reader(queue: QueueFile) -> Callable[[Path], tuple[list[RunSpec], flo
     def read(path: Path) -> tuple[list[RunSpec], float]:
         return queue.read(), path.stat().st_mtime
     return read
-
-
-def queued_info(spec: RunSpec, priority: int, position: int) -> dict[str, Any]:
-    return with_run_options({"line": spec.line(), "kind": spec.kind, "who": spec.ref,
-                             "products": list(spec.products), "options": list(spec.options),
-                             "priority": priority, "position": position})
-
-
-def _read_journal(path: Path, state: _Journal) -> None:
-    """Read the lines appended to ``path`` since ``state.offset`` (whole lines only)."""
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        return
-    with fh:
-        fh.seek(state.offset)
-        data = fh.read()
-    end = data.rfind(b"\n") + 1  # a line being written is read next time
-    for raw in data[:end].splitlines():
-        line = raw.decode("utf-8", errors="replace")
-        if state.run_id is None:
-            word, _, rest = line.partition(" ")
-            state.run_id = rest.strip() if word == "run" else ""
-            continue
-        try:
-            result = journal.journal_result(line)
-        except ValueError:
-            continue
-        if result.name in state.seen:
-            continue  # a late copy: the first result counts, as in the run's table
-        state.seen.add(result.name)
-        machine = result.machine or "-"
-        state.by_node.setdefault(machine, []).append(result.name)
-        if result.error:
-            state.failed.append({"test": result.name, "error": result.error,
-                                 "machine": machine})
-    state.offset += end
-
-
-def _archive_entry(folder: Path, run_id: str) -> JSON | None:
-    """The recent-runs entry of one archive folder, or None while it has no run.info."""
-    info_path = folder / "run.info"
-    try:
-        st = info_path.stat()
-        text = info_path.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        log.warning("cannot read %s: %s", info_path, exc)
-        return None
-    info = parse_info(text)
-    base = f"/archive/{run_id}"
-    entry: JSON = {
-        "run": run_id, "kind": info.get("kind", ""), "what": info.get("queue", ""),
-        "who": info.get("ref", ""), "priority": _int_or_none(info.get("priority")),
-        "started": run_started(run_id), "ended": st.st_mtime,
-        "elapsed": _float_or_none(info.get("elapsed")), "outcome": info.get("outcome", ""),
-        "links": {"report": f"{base}/report.txt",
-                  "tab": f"{base}/{run_id}.tab" if (folder / f"{run_id}.tab").is_file()
-                  else None,
-                  "bmpcmp": f"{base}/{BMPCMP_PAGE}" if (folder / BMPCMP_PAGE).is_file()
-                  else None},
-    }
-    for key in SUMMARY_KEYS:
-        entry[key] = _int_or_none(info.get(key))
-    return entry
-
-
-def _finished(folder: Path, run_id: str) -> JSON:
-    """run_detail of an archived run: run.info, and per node and failed from its .tab."""
-    info: dict[str, Any] = with_run_options(parse_info(_read_text(folder / "run.info")
-                                                       or ""))
-    by_node: dict[str, list[str]] = {}
-    failed: list[JSON] = []
-    table = folder / f"{run_id}.tab"
-    tests = 0
-    for name, error, machine in _tab_rows(table):
-        tests += 1
-        machine = machine or "-"
-        by_node.setdefault(machine, []).append(name)
-        if error:
-            failed.append({"test": name, "error": error, "machine": machine})
-    report = _read_text(folder / "report.txt") or ""
-    entry = _archive_entry(folder, run_id) or {}
-    counts: JSON = {"tests": tests, "failed": len(failed), "nodes": len(by_node)}
-    for key in SUMMARY_KEYS:
-        counts[f"summary_{key}"] = _int_or_none(info.get(key))
-    detail: JSON = {"run": run_id, "state": "finished", "info": info,
-                    "by_node": dict(sorted(by_node.items())), "failed": failed,
-                    "counts": counts, "links": entry.get("links", {}),
-                    "report_head": report.splitlines()[:REPORT_HEAD]}
-    sweep = sweepdetail.archived(folder)
-    if sweep is not None:
-        detail["sweep"] = sweep
-    confirmed = _verdicts(folder)
-    if confirmed:
-        detail["confirm"] = confirmed
-    return detail
-
-
-def _verdicts(folder: Path) -> list[JSON]:
-    """The verdicts of the tests an archived run ran twice (docs/results.md, "Differences
-    confirmed, indeterminate tests named"; ``confirm.tsv``, at most ``confirm_max`` lines):
-    test, kind (confirmed, indeterminate, unconfirmed), nodes, digests and why."""
-    found: list[JSON] = []
-    for line in (_read_text(folder / indeterminate.VERDICTS_NAME) or "").splitlines():
-        try:
-            v = indeterminate.Verdict.parse(line)
-        except ValueError:
-            continue
-        found.append({"test": v.test, "kind": v.kind.value, "nodes": list(v.nodes),
-                      "digests": list(v.digests), "why": v.why})
-    return found
-
-
-def _tab_rows(path: Path) -> Iterator[tuple[str, int, str]]:
-    """(name, error, machine) of each row of a .tab (bad lines skipped)."""
-    try:
-        fh = open(path, encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return
-    with fh:
-        for line in fh:
-            fields = line.rstrip("\r\n").split("\t")
-            if len(fields) < 9:
-                continue
-            try:
-                error = int(fields[1])
-            except ValueError:
-                continue
-            yield fields[0], error, fields[9] if len(fields) > 9 else ""
 
 
 #: The reader :func:`snapshot` and :func:`run_detail` use (one per process).

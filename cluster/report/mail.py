@@ -30,7 +30,7 @@ from typing import NamedTuple
 from cluster.config import Config
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import KINDS
+from cluster.runspec import KINDS
 
 log = logging.getLogger("cluster.mail")
 

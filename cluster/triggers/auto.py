@@ -33,7 +33,8 @@ from pathlib import Path
 from cluster.defaults import AUTO_PRIORITY
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
-from cluster.queue import DEFAULT_SWEEP_FILE, SWEEP, QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import DEFAULT_SWEEP_FILE, SWEEP, RunSpec
 from cluster.runtime import fsutil
 from cluster.runtime.mirror import mirror
 from cluster.triggers.push import MAX_PUSH_BYTES, is_excluded

@@ -25,7 +25,8 @@ from cluster import deps
 from cluster.defaults import AUTO_PRIORITY, COMMIT_PRIORITY, PRIORITIES, USER_PRIORITY
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec, holding_all
+from cluster.queue import QueueFile, holding_all
+from cluster.runspec import RunSpec
 
 #: The largest .dag file read [bytes], and the most runs in one.
 MAX_DAG_BYTES = 1 << 20

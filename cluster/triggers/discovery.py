@@ -23,7 +23,8 @@ from collections.abc import Callable
 from cluster.config import Config
 from cluster.defaults import AUTO_PRIORITY, COMMIT_PRIORITY, PRIORITIES, USER_PRIORITY
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers import droppings
 from cluster.triggers.git import poll
 

@@ -33,7 +33,8 @@ from cluster.config import Config
 from cluster.defaults import USER_PRIORITY
 from cluster.errors import QueueLineError
 from cluster.home import Home
-from cluster.queue import QUEUED, REPLACED, QueueFile, RunSpec, Submitted
+from cluster.queue import QUEUED, REPLACED, QueueFile, Submitted
+from cluster.runspec import RunSpec
 from cluster.runtime import pathlock
 from cluster.wire.jobstart import JobStart
 

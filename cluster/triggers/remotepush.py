@@ -24,7 +24,8 @@ same Python code as a local push*, on the master:
   that writes the master home is the code a local push on a shared file system runs, as
   before;
 * a push is two steps, and only a living client makes the second
-  (:func:`cluster.triggers.push.receive_push`, :func:`cluster.triggers.push.commit_push`).
+  (:func:`cluster.triggers.pushreceive.receive_push`,
+  :func:`cluster.triggers.pushreceive.commit_push`).
   The transfer: that program is rsync's ``--rsync-path``; it checks the way to
   ``users/<user>/<tree>``, stages a copy of hard links to it
   (``users/<user>/.<tree>.incoming.<token>``) under the tree's lock, and runs rsync's
@@ -38,10 +39,10 @@ same Python code as a local push*, on the master:
   group stopped on ^C or SIGTERM), so a push whose client is gone never reaches the
   commit; the master's side, whose rsync server then fails, removes the staged tree;
 * ``abort`` (:func:`remote_abort`) renames the user's staged trees, which stops their
-  transfers and makes their commits refuse (:func:`cluster.triggers.push.abort_pushes`);
+  transfers and makes their commits refuse (:func:`cluster.triggers.pushreceive.abort_pushes`);
 * a run's snapshot shares files with the pushed tree by hard links, and so does a staged
   tree; rsync chmods in place a file whose mode alone changed, so the developer's file
-  modes go up first (one small file, :func:`cluster.triggers.push.write_modes`) and such
+  modes go up first (one small file, :func:`cluster.triggers.pushreceive.write_modes`) and such
   shared files are unlinked in the staged tree before rsync runs (what ``_unshare`` does
   for a local push);
 * owner and group are not carried (``--no-owner --no-group``): the files on the master
@@ -81,17 +82,12 @@ import paramiko
 
 import cluster
 from cluster.errors import ClusterError, SshError
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 from cluster.runtime.mirror import _walk, anchored
 from cluster.runtime.ssh import SshTarget, connect, exec_bytes, put_atomic, remote_spec, rsync_argv
-from cluster.triggers.push import (
-    MAX_PUSH_BYTES,
-    PUSH_LOCK_WAIT,
-    is_excluded,
-    source_modes,
-    write_modes,
-)
+from cluster.triggers.push import MAX_PUSH_BYTES, PUSH_LOCK_WAIT, is_excluded
+from cluster.triggers.pushreceive import source_modes, write_modes
 
 log = logging.getLogger("cluster.push")
 
@@ -109,7 +105,7 @@ PRUNE_AGE = 7 * 86400
 #: A modes list left by a push killed before rsync's server ran is removed after [s].
 STALE_MODES_AGE = 86400
 #: The remote abort's time limit [s]: the queue's lock, a few small files, and each of the
-#: user's trees' lock (:data:`cluster.triggers.push.ABORT_LOCK_WAIT`).
+#: user's trees' lock (:data:`cluster.triggers.pushreceive.ABORT_LOCK_WAIT`).
 ABORT_TIMEOUT = 300.0
 #: The commit's time limit [s]: the tree's lock (a run's snapshot holds it for seconds, a
 #: local push of the same tree for as long as it syncs), two renames, the old tree's
@@ -188,7 +184,7 @@ class RemotePushed:
 class RemoteAborted:
     """What a remote abort did (as :class:`cluster.master.files.abort.AbortOutcome`), and how
     many pushes in flight or not yet queued it stopped
-    (:func:`cluster.triggers.push.abort_pushes`)."""
+    (:func:`cluster.triggers.pushreceive.abort_pushes`)."""
 
     removed: int
     running: str | None

@@ -4,7 +4,7 @@
 A sweep run is a user run of product ``sweep`` whose tree is the sweep folder (the folder
 holding the sweep file): it is pushed like any tree (:mod:`cluster.triggers.push`) to
 ``users/<user>/sweep`` and queued at priority 0 as ``user <user> sweep sweep=<file>``; the
-``sweep=`` option names the sweep file in the folder's top (:data:`cluster.queue.SWEEP_FILE`).
+``sweep=`` option names the sweep file in the folder's top (:data:`cluster.runspec.SWEEP_FILE`).
 build.py on the master later reads that file in the run's snapshot of the folder.
 
 :func:`prepare_sweep` checks everything first, so that nothing is pushed or queued for a
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from cluster.errors import ClusterError, QueueLineError, SweepError
 from cluster.home import Home
-from cluster.queue import SWEEP, SWEEP_FILE, RunSpec
+from cluster.runspec import SWEEP, SWEEP_FILE, RunSpec
 from cluster.sweep.expand import tasks
 from cluster.sweep.resume import RESULTS_TSV
 from cluster.sweep.spec import SweepSpec, load

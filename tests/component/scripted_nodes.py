@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import Job
+from cluster.runspec import RunSpec
 from cluster.wire import protocol, signing
 from cluster.wire.jobstart import JobStart
 from tests import helpers

@@ -14,8 +14,8 @@ import pytest
 
 from cluster import bmpcmp
 from cluster.config import Config
+from cluster.demotree import write_demo_tree
 from cluster.jobs import bmpcmp as bmpcmp_jobgen
-from cluster.localcluster import write_demo_tree
 from cluster.node import readlog
 from cluster.records import BASELINE, BIN, PYTHON, TEMP, TESTS, Job
 from tests.helpers import REPO

@@ -23,8 +23,9 @@ import pytest
 from cluster import config
 from cluster.console.status import StatusReader
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import Job
+from cluster.runspec import RunSpec
 from cluster.wire import protocol
 from tests.component.scripted_nodes import (
     make_home,

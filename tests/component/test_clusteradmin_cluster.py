@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
 from tests.helpers import CORPUS, FAST, REPO, free_port
 

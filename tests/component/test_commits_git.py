@@ -14,7 +14,8 @@ import pytest
 from cluster.cli import commits as commits_cli
 from cluster.config import Config
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers.git import export as git_export
 from cluster.triggers.git import hook as git_hook
 from cluster.triggers.git import info as git_info

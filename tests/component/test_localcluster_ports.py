@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster.errors import LocalClusterError
 from cluster.home import Home
-from cluster.localcluster import LocalCluster, LocalClusterError
+from cluster.localcluster import LocalCluster
 from cluster.master.daemon import monitor
 from tests.helpers import REPO, free_port
 

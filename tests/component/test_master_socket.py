@@ -15,9 +15,10 @@ import psutil
 import pytest
 
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import Job
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from cluster.wire import protocol, signing
 from tests.component.scripted_nodes import (
     NONCES,

@@ -31,10 +31,12 @@ from collections import Counter
 from pathlib import Path
 
 from cluster.defaults import NODE_EXIT_ABORTED, REPO_ROOT
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.master.run import pidfile
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart

@@ -23,7 +23,8 @@ from cluster.cli import clusterpush
 from cluster.errors import ClusterError, SshError
 from cluster.home import Home
 from cluster.master.files import abort
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import pathlock
 from cluster.runtime.ssh import SshTarget
 from cluster.runtime.sshd import PrivateSshd

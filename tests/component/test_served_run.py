@@ -24,8 +24,9 @@ from cluster.master.run.runsetup import write_job_start
 from cluster.master.run.servedrun import LEFT, Ended, RunHost, ServedRun
 from cluster.master.serve.handler import RequestHandler
 from cluster.master.serve.server import NodeServer
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import Job
+from cluster.runspec import RunSpec
 from cluster.runtime.clock import FakeClock
 from cluster.runtime.service import StopPoint
 from cluster.wire import protocol

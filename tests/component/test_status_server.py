@@ -39,8 +39,9 @@ from cluster.console.httpd import StatusServer
 from cluster.defaults import EXIT_PORT_TAKEN
 from cluster.home import Home
 from cluster.master.files.journal import Journal
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import JobResult
+from cluster.runspec import RunSpec
 from cluster.wire import signing
 from cluster.wire.jobstart import JobStart
 from tests.helpers import REPO, free_port, reaped, stop_as_a_signal_does, wait_for, wakeup_pipe

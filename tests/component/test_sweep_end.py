@@ -18,8 +18,8 @@ import pytest
 from cluster.console import status, sweepdetail
 from cluster.home import Home
 from cluster.master.end import sweepend
-from cluster.queue import RunSpec
 from cluster.report import sweepreport
+from cluster.runspec import RunSpec
 from cluster.sweep import outcomes, spec
 from cluster.sweep.attempts import Attempt, AttemptsWriter
 from cluster.sweep.expand import Task, tasks

@@ -20,8 +20,9 @@ import tarfile
 from pathlib import Path
 
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import Job
+from cluster.runspec import RunSpec
 from cluster.sweep import spec
 from cluster.sweep.expand import tasks
 from cluster.sweep.joblog import read_joblog

@@ -12,8 +12,8 @@ from pathlib import Path
 from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE
 from cluster.master.model import runlimits
-from cluster.queue import RunSpec
 from cluster.records import ERROR_TIMEOUT
+from cluster.runspec import RunSpec
 from cluster.wire.jobstart import JobStart
 from tests.component.test_node_run import (
     RUN,

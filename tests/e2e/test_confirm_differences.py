@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from cluster.console.status import run_detail
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.report.compare import display_name
 from cluster.report.tab import read_tab
 from tests.helpers import FAST, REPO, free_port

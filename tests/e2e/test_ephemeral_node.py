@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from cluster.defaults import PRIORITIES, REPO_ROOT
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
 from cluster.runtime import proc
 from cluster.wire.resources import (

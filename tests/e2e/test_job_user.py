@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.localcluster import write_demo_tree
+from cluster.demotree import write_demo_tree
 from cluster.node import jobuser
 from tests.jobaccount import ACCOUNT, made_account, searchable
 

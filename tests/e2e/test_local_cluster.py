@@ -13,14 +13,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cluster.demotree import write_demo_tree
 from cluster.home import Home
 from cluster.jobs import generate as jobgen
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.node import readlog
-from cluster.queue import RunSpec
 from cluster.records import BIN, TEMP, TESTS
 from cluster.report import compare as report
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.helpers import FAST, REPO, free_port, slow_demo_tree, wait_for
 
 pytestmark = pytest.mark.e2e

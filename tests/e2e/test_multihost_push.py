@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import write_demo_tree
-from cluster.queue import RunSpec
+from cluster.demotree import write_demo_tree
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.helpers import REPO, command
 from tests.multihost import (
     RUN_TIMEOUT,

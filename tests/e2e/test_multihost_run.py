@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
 from tests.helpers import REPO, wait_for
 from tests.multihost import (

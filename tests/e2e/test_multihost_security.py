@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import write_demo_tree
+from cluster.demotree import write_demo_tree
 from cluster.report.tab import read_tab
 from cluster.runtime.sshd import fingerprint
 from cluster.wire.jobstart import JobStart

@@ -20,9 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.localcluster import WRAPPER_SCRIPT, LocalCluster
-from cluster.queue import RunSpec
+from cluster.demotree import WRAPPER_SCRIPT
+from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 from tests.helpers import CORPUS, FAST, free_port, wait_for
 

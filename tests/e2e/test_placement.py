@@ -30,9 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import LocalCluster, run_end, write_demo_tree
-from cluster.queue import QueueFile, RunSpec
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster, run_end
+from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import CORPUS, REPO, free_port, slow_demo_tree, wait_for
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from cluster.localcluster import LocalCluster
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import REPO, slow_demo_tree, wait_for
 

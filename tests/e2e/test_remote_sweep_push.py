@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from cluster.localcluster import LocalCluster
-from cluster.queue import RunSpec
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from cluster.runtime.sshd import PrivateSshd
 from cluster.sweep.expand import tasks
 from cluster.sweep.spec import load

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import LocalCluster, write_demo_tree
-from cluster.queue import QueueFile, RunSpec
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
+from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.e2e.conftest import MakeCluster
 
 pytestmark = pytest.mark.e2e

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import LocalCluster, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import CORPUS

@@ -25,9 +25,10 @@ import psutil
 import pytest
 
 from cluster.localcluster import LocalCluster
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import ERROR_LOST, LOST_PRODUCT
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.helpers import CORPUS, FAST, free_port, slow_demo_tree, wait_for
 
 pytestmark = pytest.mark.e2e

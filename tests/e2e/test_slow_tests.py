@@ -17,9 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cluster.localcluster import write_demo_tree
-from cluster.queue import QueueFile, RunSpec
+from cluster.demotree import write_demo_tree
+from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import REPO
 

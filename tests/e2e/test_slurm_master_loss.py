@@ -35,13 +35,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.localcluster import (
-    MONITOR_SCRIPT,
-    PROVISIONER_SCRIPT,
-    SUPERVISOR_SCRIPT,
-    LocalCluster,
-    write_demo_tree,
-)
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import MONITOR_SCRIPT, PROVISIONER_SCRIPT, SUPERVISOR_SCRIPT, LocalCluster
 from cluster.master.files.resources import resource_path
 from cluster.master.run import pidfile
 from cluster.provision.slurm import SlurmEngine

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from cluster.defaults import REPO_ROOT
-from cluster.localcluster import PROVISIONER_SCRIPT, LocalCluster, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import PROVISIONER_SCRIPT, LocalCluster
 from cluster.provision.slurmhost import PrivateSlurm
 from cluster.report.tab import read_tab
 from cluster.runtime import proc

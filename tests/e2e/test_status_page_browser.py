@@ -36,7 +36,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from cluster.localcluster import write_demo_tree
+from cluster.demotree import write_demo_tree
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import free_port
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from cluster.localcluster import LocalCluster
-from cluster.queue import RunSpec
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from cluster.sweep.attempts import Attempt, read_attempts
 from cluster.sweep.expand import Task, tasks
 from cluster.sweep.joblog import JoblogRow, read_joblog

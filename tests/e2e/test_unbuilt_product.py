@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.localcluster import run_end, write_demo_tree
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import run_end
 from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import CORPUS

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from cluster import bmpcmp
-from cluster.localcluster import LocalCluster, write_demo_tree
-from cluster.queue import QueueFile, RunSpec
+from cluster.demotree import write_demo_tree
+from cluster.localcluster import LocalCluster
+from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import REPO, slow_demo_tree, wait_for
 from tests.smtp import smtp_server

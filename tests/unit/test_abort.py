@@ -6,7 +6,8 @@ from pathlib import Path
 
 from cluster.home import Home
 from cluster.master.files import abort
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.wire.jobstart import JobStart
 
 

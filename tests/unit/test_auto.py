@@ -10,7 +10,8 @@ import pytest
 
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers import auto
 from tests.helpers import REPO
 

@@ -17,12 +17,12 @@ from cluster.master.files.journal import Journal
 from cluster.master.serve import confirm
 from cluster.master.serve.handler import RequestHandler, RunSession
 from cluster.master.state.runstate import RunState
-from cluster.queue import RunSpec
 from cluster.records import Job, JobResult
 from cluster.report import compare, indeterminate
 from cluster.report.indeterminate import Flaky, Kind, Verdict, judge
 from cluster.report.tab import TabRow, write_tab
 from cluster.runoptions import RunOptionError, RunOptions
+from cluster.runspec import RunSpec
 from cluster.wire import protocol
 from cluster.wire.protocol import Request
 

@@ -19,8 +19,9 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.files import ending, journal
 from cluster.master.files.ending import EndRecord, Outcome
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import JobResult
+from cluster.runspec import RunSpec
 from cluster.wire.jobstart import JobStart
 
 NOW = 1_800_000_000.0

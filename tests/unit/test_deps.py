@@ -11,7 +11,8 @@ import pytest
 
 from cluster import deps
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec, holding_all
+from cluster.queue import QueueFile, holding_all
+from cluster.runspec import RunSpec
 from cluster.triggers import dag
 
 

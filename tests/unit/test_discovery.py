@@ -7,7 +7,8 @@ from pathlib import Path
 from cluster.cli.clustermaster import priority_from_name
 from cluster.config import Config
 from cluster.home import Home, suffixed
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers import discovery, droppings
 
 

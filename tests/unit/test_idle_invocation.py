@@ -20,7 +20,8 @@ from cluster.home import Home
 from cluster.master.files import ending
 from cluster.master.run import idle, invocation
 from cluster.master.run.pidfile import PidDecision, PidFile
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime.clock import SystemClock
 from cluster.triggers import discovery, droppings
 

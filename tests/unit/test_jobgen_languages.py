@@ -23,8 +23,8 @@ from cluster.jobs import bmpcmp as bmpcmp_jobgen
 from cluster.jobs import generate as jobgen
 from cluster.jobs.generate import JobOptions, generate
 from cluster.node.nodejobs import BIN_NAME
-from cluster.queue import RunSpec
 from cluster.records import Job
+from cluster.runspec import RunSpec
 
 CFG = Config()
 TIME = '/usr/bin/time -f "%U %S %E %P"'

@@ -15,8 +15,11 @@ import psutil
 import pytest
 
 from cluster.config import Config
-from cluster.localcluster import LocalCluster, LocalClusterError, cluster_ports
-from cluster.queue import QueueFile, RunSpec
+from cluster.errors import LocalClusterError
+from cluster.localcluster import LocalCluster
+from cluster.localports import cluster_ports
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import proc as runtime_proc
 from cluster.runtime.clock import FakeClock
 from cluster.runtime.ports import free_port
@@ -403,6 +406,6 @@ def test_master_priority_names_the_supervisor_s_clustermasters(
         argv: list[str], expected: int | None) -> None:
     """Which of the supervisor's children are clustermasters, and of which priority: what
     wait_for_run and stop wait for (docs/architecture.md, "Stopping")."""
-    from cluster.localcluster import master_priority
+    from cluster.localprocs import master_priority
 
     assert master_priority(argv) == expected

@@ -143,7 +143,8 @@ def test_group_files(tmp_path) -> None:
 
 def test_stop_group_withdraws_the_waiting_runs_placed_on_it(tmp_path) -> None:
     from cluster.console import admin
-    from cluster.queue import QueueFile, RunSpec
+    from cluster.queue import QueueFile
+    from cluster.runspec import RunSpec
 
     home = Home(tmp_path)
     home.create()

@@ -20,7 +20,7 @@ import cluster.triggers.push as push_mod
 from cluster.cli import clusterpush
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.runtime import proc
 from cluster.triggers.droppings import DROPPING
 from cluster.triggers.push import MAX_PUSH_BYTES, is_excluded, push_tree, rsync_excludes

@@ -10,7 +10,8 @@ import pytest
 
 from cluster.config import Config
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers import discovery, droppings
 from cluster.triggers.push import is_excluded, push_tree
 

@@ -19,7 +19,8 @@ from cluster.config import Config
 from cluster.home import Home
 from cluster.master.files import ending
 from cluster.master.files.ending import EndRecord, Outcome
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers import droppings, push
 from cluster.wire.jobstart import JobStart
 from tests.helpers import REPO

@@ -18,7 +18,7 @@ import pytest
 
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.runtime.mirror import TEMP_PREFIX
 from cluster.triggers import push
 from cluster.triggers.droppings import DROPPING

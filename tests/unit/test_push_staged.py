@@ -15,10 +15,10 @@ import pytest
 
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import RunSpec
-from cluster.triggers import push
+from cluster.runspec import RunSpec
+from cluster.triggers import pushreceive
 from cluster.triggers.droppings import DROPPING
-from cluster.triggers.push import PushAborted, abort_pushes, commit_push, staged_tree
+from cluster.triggers.pushreceive import PushAborted, abort_pushes, commit_push, staged_tree
 
 SPEC = RunSpec.parse("user alice gs", source="test")
 TOKEN = "0123456789abcdef"
@@ -76,10 +76,10 @@ def test_stale_staged_trees_go_unless_a_transfer_holds_them(
     fd = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        push._remove_stale(home, "alice", "ghostpdl")  # young: kept
+        pushreceive._remove_stale(home, "alice", "ghostpdl")  # young: kept
         assert staged.exists() and held.exists()
-        monkeypatch.setattr(push, "STALE_STAGED_AGE", 0.0)
-        push._remove_stale(home, "alice", "ghostpdl")
+        monkeypatch.setattr(pushreceive, "STALE_STAGED_AGE", 0.0)
+        pushreceive._remove_stale(home, "alice", "ghostpdl")
         assert not staged.exists()  # abandoned: its client never committed
         assert held.exists()  # its transfer runs
         assert other.exists()  # another tree's

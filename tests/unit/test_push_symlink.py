@@ -18,7 +18,8 @@ import pytest
 
 from cluster.config import Config
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers import droppings
 from cluster.triggers.push import SymlinkInHome, push_tree, snapshot_push
 from tests.helpers import REPO

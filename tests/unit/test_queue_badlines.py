@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from cluster.home import Home
-from cluster.queue import EXCERPT_CHARS, MAX_REPORTED, REPORTED_SUFFIX, QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.queuebadlines import EXCERPT_CHARS, MAX_REPORTED, REPORTED_SUFFIX
+from cluster.runspec import RunSpec
 from tests.helpers import REPO
 
 BIG = 100 * 1024 * 1024
@@ -28,7 +30,8 @@ READER = textwrap.dedent("""
     import logging, sys
     from pathlib import Path
     from cluster.home import Home
-    from cluster.queue import QueueFile, RunSpec
+    from cluster.queue import QueueFile
+    from cluster.runspec import RunSpec
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     q = QueueFile.for_priority(Home(Path(sys.argv[1])), 0)
     q.read()

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import pathlock
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from cluster.home import Home, legacy_queue_name, suffixed
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers import discovery
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from cluster.errors import QueueLineError
 from cluster.home import Home
-from cluster.queue import MAX_LINE, QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import MAX_LINE, RunSpec
 
 # ----------------------------------------------------------------------------------------------
 # Grammar

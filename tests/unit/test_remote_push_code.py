@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import ClusterError
-from cluster.triggers.push import read_modes, source_modes, write_modes
+from cluster.triggers.pushreceive import read_modes, source_modes, write_modes
 from cluster.triggers.remotepush import build_zip, code_zip
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,8 @@ from cluster.config import Config, load
 from cluster.home import Home
 from cluster.master.files import resources as writer
 from cluster.master.files.ending import EndRecord, Outcome
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime.clock import FakeClock
 from cluster.wire.jobstart import JobStart
 from cluster.wire.resources import Resources, read_resources

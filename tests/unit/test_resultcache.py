@@ -300,7 +300,7 @@ def test_the_prefixes_agree() -> None:
 def test_which_runs_reuse(tmp_path: Path, line: str, settings: dict[str, bool],
                           programs: tuple[str, ...], on: bool) -> None:
     from cluster.home import Home
-    from cluster.queue import RunSpec
+    from cluster.runspec import RunSpec
     from cluster.wire.jobstart import JobStart
 
     cfg = config.Config(**settings)  # type: ignore[arg-type]
@@ -320,8 +320,8 @@ def test_a_test_known_to_be_indeterminate_is_never_served_from_the_cache(
     """A test in tables/indeterminate.tsv always runs (a cached output would hide that it
     changes by itself); its results are still stored (the next run's same-build check)."""
     from cluster.home import Home
-    from cluster.queue import RunSpec
     from cluster.report import indeterminate
+    from cluster.runspec import RunSpec
     from cluster.wire.jobstart import JobStart
 
     indeterminate.record(tmp_path / "tables", [

@@ -20,9 +20,10 @@ from cluster.master.model import runlimits
 from cluster.master.run.clustermaster import ClusterMaster
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.records import ERROR_LOST, ERROR_NAMES, LOST_PRODUCT
 from cluster.runoptions import RunOptions
+from cluster.runspec import RunSpec
 from cluster.wire import protocol
 from cluster.wire.jobstart import JobStart
 from tests.unit.test_runstate import RUN, finish, jobs, names, ready, req

@@ -7,8 +7,8 @@ import pytest
 
 from cluster.config import Config
 from cluster.errors import QueueLineError
-from cluster.queue import RunSpec
 from cluster.runoptions import RunOptionError, RunOptions, check_words, parse_duration
+from cluster.runspec import RunSpec
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

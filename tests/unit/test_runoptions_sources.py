@@ -14,9 +14,10 @@ import pytest
 
 from cluster.cli import clusteradmin, clusterpush
 from cluster.config import Config
-from cluster.console import status
+from cluster.console import runinfo, status
 from cluster.home import Home
 from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.triggers import auto, droppings
 
 SWEEP_TOML = ('command = "echo {a}"\n[axes]\na = [1, 2]\n'
@@ -162,9 +163,9 @@ def test_a_run_without_options_shows_none(home: Home, tree: Path,
     capsys.readouterr()
     assert clusteradmin.main(["--home", str(home.root), "info", "p0:1"]) == 0
     assert "run_options" not in capsys.readouterr().out
-    assert status.run_options("user alice gs lowres") == []
-    assert status.run_options("not a queue line") == []
-    assert status.run_options("git 0123abc gs every_node exclude=n1") == [
+    assert runinfo.run_options("user alice gs lowres") == []
+    assert runinfo.run_options("not a queue line") == []
+    assert runinfo.run_options("git 0123abc gs every_node exclude=n1") == [
         "every_node", "exclude=n1"]
 
 
@@ -175,7 +176,7 @@ def test_the_running_run_and_an_archived_one_show_their_options(tmp_path: Path) 
 
     home, cfg = make_home(tmp_path)
     line = "git 0123abcd gs job_timeout=2h max_cluster_instances=4"
-    QueueFile.for_priority(home, 1).append(status.RunSpec.parse(line))
+    QueueFile.for_priority(home, 1).append(RunSpec.parse(line))
     home.job_start(1).write_text(start_of(RUN, line, 1).format(with_secret=True))
     reader = status.StatusReader()
     [run] = reader.snapshot(home, cfg, NOW)["running"]

@@ -14,13 +14,10 @@ import pytest
 from cluster import config
 from cluster.config import Config
 from cluster.console.progress import ProgressLine, progress_line
+from cluster.errors import LocalClusterError
 from cluster.home import Home
-from cluster.localcluster import (
-    LocalCluster,
-    LocalClusterError,
-    page_url,
-    status_port,
-)
+from cluster.localcluster import LocalCluster
+from cluster.localports import page_url, status_port
 from cluster.runtime.ports import free_port
 
 LINE = "user alice gs"

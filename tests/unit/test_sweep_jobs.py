@@ -23,8 +23,8 @@ from cluster.jobs.sweepjobs import (
 )
 from cluster.master.run.clustermaster import ClusterMaster
 from cluster.node import readlog, slots
-from cluster.queue import RunSpec
 from cluster.records import ERROR_NONE, ERROR_READ, ERROR_TIMEOUT, Job
+from cluster.runspec import RunSpec
 from cluster.sweep import expand
 from cluster.sweep.expand import Task
 from cluster.sweep.spec import load

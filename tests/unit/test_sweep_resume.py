@@ -12,7 +12,7 @@ import pytest
 from cluster.cli import clusterpush
 from cluster.errors import QueueLineError
 from cluster.home import Home
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.sweep.resume import row_key
 
 RUN = "20261126081143-p0-ab12"

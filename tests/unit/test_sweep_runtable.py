@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import SweepError
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.sweep.spec import load
 from cluster.triggers.sweeppush import prepare_sweep
 

@@ -55,9 +55,9 @@ from cluster.master.cache.resultcache import (
 from cluster.master.files.journal import split_line
 from cluster.master.model.joblist import JobList
 from cluster.master.model.results import Results
-from cluster.queue import RunSpec
 from cluster.report import indeterminate
 from cluster.runoptions import RunOptions
+from cluster.runspec import RunSpec
 from cluster.wire.jobstart import JobStart
 from cluster.wire.protocol import KeyChanges, format_keychanges, parse_digests, parse_keychanges
 

@@ -51,9 +51,10 @@ from cluster.master.model.joblist import JobFile
 from cluster.master.state.livestatus import remove_if_run
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.report import mail
 from cluster.report.slowdowns import SlowdownRule
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock
 from cluster.triggers.git.info import commit_info

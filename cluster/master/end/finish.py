@@ -65,9 +65,9 @@ from cluster.master.files.ending import BASELINE_KINDS, Outcome
 from cluster.master.model.unbuilt import ABSENT
 from cluster.master.state.runstate import RunState
 from cluster.node import buildlog
-from cluster.queue import SWEEP, RunSpec
 from cluster.report import compare as report
 from cluster.report import indeterminate, md5cache, slowdowns, sweepreport, tab, userreport
+from cluster.runspec import SWEEP, RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 from cluster.sweep import collect, outcomes, spec
 from cluster.sweep.expand import ID_HEX_DIGITS, tasks

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from cluster.defaults import USER_PRIORITY
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 

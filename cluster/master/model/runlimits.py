@@ -27,8 +27,9 @@ from cluster.config import Config
 from cluster.home import Home
 from cluster.master.files import ending
 from cluster.master.files.ending import EndRecord, Outcome
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
 from cluster.runoptions import RunOptionError, RunOptions
+from cluster.runspec import RunSpec
 from cluster.wire.jobstart import MAX_JOB_TIMEOUT, JobStart
 
 log = logging.getLogger("cluster.master")

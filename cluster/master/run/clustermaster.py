@@ -57,7 +57,8 @@ from cluster.master.run.servedrun import Ended, RunHost, ServedRun
 from cluster.master.serve.handler import RequestHandler
 from cluster.master.serve.server import NodeServer
 from cluster.master.state.runstate import RunState
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import forkrun, logonce
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopPoint

@@ -35,7 +35,8 @@ from cluster.master.files import codelock, nodefiles
 from cluster.master.model import joborder, placement, runlimits
 from cluster.master.model.joblist import JobFile
 from cluster.node import buildcmd
-from cluster.queue import SWEEP, QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import SWEEP, RunSpec
 from cluster.runtime import forkrun, fsutil, proc
 from cluster.runtime.clock import Clock
 from cluster.sweep import spec as sweepspec

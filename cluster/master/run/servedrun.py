@@ -47,8 +47,8 @@ from cluster.master.state.livestatus import LiveStatus
 from cluster.master.state.nodeinfo import NodeState
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
-from cluster.queue import RunSpec
 from cluster.runoptions import RunOptions
+from cluster.runspec import RunSpec
 from cluster.runtime.clock import Clock
 from cluster.runtime.service import StopPoint, signal_name
 from cluster.sweep.spec import SweepSpec

@@ -39,11 +39,11 @@ from cluster.master.files import journal
 from cluster.master.files.confirmplan import END_FILE, JOURNAL_FILE, PLAN_FILE, Plan, choose
 from cluster.master.serve.handler import RequestHandler, RunSession
 from cluster.master.state.runstate import RunState
-from cluster.queue import RunSpec
 from cluster.records import Job
 from cluster.report import compare as report
 from cluster.report import md5cache, tab
 from cluster.report.indeterminate import digest
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 
 log = logging.getLogger("cluster.master")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from cluster.datatypes import ALONE, PRODUCTS, PathRule
-from cluster.queue import RunSpec
+from cluster.runspec import RunSpec
 from cluster.triggers.git.info import CommitInfo
 
 #: A commit whose message contains this is never tested (the Artifex convention).

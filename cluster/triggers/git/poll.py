@@ -18,7 +18,8 @@ from cluster.datatypes import PathRule
 from cluster.defaults import COMMIT_PRIORITY
 from cluster.errors import ConfigError, QueueLineError
 from cluster.home import Home
-from cluster.queue import QueueFile, RunSpec
+from cluster.queue import QueueFile
+from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 from cluster.triggers.git.clone import configured_url, update_clone
 from cluster.triggers.git.decide import UNTESTED, UNTESTED_MARK, decide
