@@ -72,6 +72,7 @@ Each server keeps only what differs: its messages, its answers and what follows 
 
 from __future__ import annotations
 
+import errno
 import heapq
 import itertools
 import logging
@@ -363,16 +364,19 @@ class Framer(Protocol):
 class FramedConnection(Connection):
     """A connection that sends one request, read through ``framer`` (None once the request
     is complete or refused, or the connection closed); ``held`` is the request bytes it
-    holds, counted in its server's :attr:`FramedListener.buffered`.  A subclass's
-    ``__init__`` may set the fields itself, as :class:`Connection`'s may."""
+    holds, counted in its server's :attr:`FramedListener.buffered`; ``out`` is its answer
+    and ``sent`` how many bytes of it went out (:meth:`FramedListener._send`).  A
+    subclass's ``__init__`` may set the fields itself, as :class:`Connection`'s may."""
 
-    __slots__ = ("framer", "held")
+    __slots__ = ("framer", "held", "out", "sent")
 
     def __init__(self, sock: socket.socket, peer: str, host: str, deadline: float,
                  framer: Framer) -> None:
         super().__init__(sock, peer, host, deadline)
         self.framer: Framer | None = framer
         self.held = 0
+        self.out = b""
+        self.sent = 0
 
 
 F = TypeVar("F", bound=FramedConnection)
@@ -428,6 +432,24 @@ class FramedListener(SelectorListener[F]):
         ignored; the answer in progress decides the connection's end."""
 
     # -- reading -------------------------------------------------------------------------------
+    def _send(self, conn: F) -> bool:
+        """Send what is left of ``conn.out``: True once all of it went out; False when the
+        socket would block (the caller watches it for writing) or the send failed, in
+        which case ``conn`` is closed (a peer that hung up is not logged; another failure
+        is, through :attr:`refusals`, at INFO)."""
+        try:
+            while conn.sent < len(conn.out):
+                conn.sent += conn.sock.send(memoryview(conn.out)[conn.sent:])
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                self.refusals.note(conn.host, "peer %s: write failed: %s", conn.peer, exc,
+                                   level=logging.INFO)
+            self._close(conn)
+            return False
+        return True
+
     def _read(self, conn: F) -> None:
         """Read what ``conn`` sent and frame it; a complete request goes to :meth:`_request`."""
         chunk = self._recv(conn)

@@ -61,7 +61,6 @@ the address.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import selectors
@@ -176,8 +175,7 @@ _DRAINING = "draining"  # after ERROR: half-closed, input discarded so the ERROR
 
 
 class _Conn(FramedConnection):
-    __slots__ = ("state", "out", "sent", "then_drain", "skip", "node",
-                 "discarded", "nonce", "key")
+    __slots__ = ("state", "then_drain", "skip", "node", "discarded", "nonce", "key")
 
     def __init__(self, server: MonitorServer, sock: socket.socket, peer: str, host: str,
                  now: float) -> None:
@@ -185,8 +183,6 @@ class _Conn(FramedConnection):
         super().__init__(sock, peer, host, now + server.deadline,
                          framer(server.max_line, server.max_lines))
         self.state = _READING
-        self.out = b""
-        self.sent = 0
         self.then_drain = False  # an ERROR answer: half-close and drain after sending it
         self.skip: frozenset[str] = frozenset()
         self.node = ""
@@ -467,16 +463,7 @@ class MonitorServer(FramedListener[_Conn]):
             self._watch(conn, selectors.EVENT_WRITE)
 
     def _write(self, conn: _Conn) -> None:
-        try:
-            while conn.sent < len(conn.out):
-                conn.sent += conn.sock.send(memoryview(conn.out)[conn.sent:])
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
-                self.refusals.note(conn.host, "peer %s: write failed: %s", conn.peer, exc,
-                                   level=logging.INFO)
-            self._close(conn)
+        if not self._send(conn):
             return
         if not conn.then_drain:
             self._close(conn)

@@ -34,7 +34,6 @@ port fills neither (one line per slow socket).
 
 from __future__ import annotations
 
-import errno
 import logging
 import selectors
 import socket
@@ -58,7 +57,7 @@ _BUSY = protocol.format_reply(protocol.Reply(protocol.ABORT, reason=protocol.ABO
 
 
 class _Conn(FramedConnection):
-    __slots__ = ("out", "sent")
+    __slots__ = ()
 
     def __init__(self, server: NodeServer, sock: socket.socket, peer: str, host: str,
                  now: float) -> None:
@@ -200,19 +199,8 @@ class NodeServer(FramedListener[_Conn]):
             self._watch(conn, selectors.EVENT_WRITE)
 
     def _write(self, conn: _Conn) -> None:
-        try:
-            while conn.sent < len(conn.out):
-                n = conn.sock.send(memoryview(conn.out)[conn.sent:])
-                conn.sent += n
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
-                self.refusals.note(conn.host, "peer %s: write failed: %s", conn.peer, exc,
-                                   level=logging.INFO)
+        if self._send(conn):
             self._close(conn)
-            return
-        self._close(conn)
 
     def _expired(self, conn: _Conn) -> None:
         if conn.out:
