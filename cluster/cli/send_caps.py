@@ -8,7 +8,7 @@ Prints one line of key=value words (see cluster.wire.caps), e.g.
 
 Deviation from sendCaps.pl, which sent the line to the master itself: in the protocol of
 seed 001 the caps travel in the ``caps`` header of every node request, so run.py and
-clusterpull.py call cluster.caps.detect() directly and this script only prints the line
+clusterpull.py call cluster.node.caps.detect() directly and this script only prints the line
 (to send it with a heartbeat: ``heartbeat.py --caps "$(send_caps.py)"``).
 
 Exit status: 0, or 2 for a bad option or configuration.

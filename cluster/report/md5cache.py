@@ -3,7 +3,7 @@
 After a run that moves the baseline, the master rebuilds the cache from the newest
 ``window`` (50) archived ``.tab`` files, newest first.  For every (test, digest) pair that
 occurs in an older table but not in the newest one, it records the newest run the pair was
-seen in, that run's product and machine, and the pair's age.  :func:`cluster.report.analyse`
+seen in, that run's product and machine, and the pair's age.  :func:`cluster.report.compare.analyse`
 looks up a test whose md5 changed: a hit means the new output is not new at all (a flaky
 test, or a change that was reverted), and the report lists it under "had differences but
 matched at least once in the previous 50 runs" instead of under Differences (§2.9).

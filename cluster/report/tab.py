@@ -206,7 +206,7 @@ class TabFile:
     test: a million of them as TabRows would take about 400 MB of the master's 500 MB
     budget.  The comparison and the stream merge only need one pass in name order, which
     the file already has (:func:`write_tab` sorts), so they take a TabFile and merge it
-    with the run's names (:func:`cluster.report.analyse`, :func:`merged_lines`).
+    with the run's names (:func:`cluster.report.compare.analyse`, :func:`merged_lines`).
 
     Each pass re-reads the file.  The first pass over a file (one inode: a table replaced
     by a rename is a new file) checks every line first, as :func:`read_tab` does, logging

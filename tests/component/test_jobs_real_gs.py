@@ -3,7 +3,7 @@
 Each job's placeholders are replaced the way a node does it (``__bin__`` -> a directory of
 symlinks to /usr/bin/gs and /usr/bin/mutool, ``__tests__`` -> a copy of the corpus,
 ``__temp__`` -> a temp directory), the command runs with ``sh -c``, and
-:func:`cluster.readlog.classify` must report error 0 and the md5 of the same rendering done
+:func:`cluster.node.readlog.classify` must report error 0 and the md5 of the same rendering done
 directly, outside the job machinery.  Broken, missing and crashing cases must give their
 error codes.
 """

@@ -4,7 +4,7 @@ The master keeps a bare clone of each configured repository (``repositories``, e
 ``tree=url``).  Two paths find new commits of the branch ``git_branch``:
 
 * :func:`cluster.triggers.git.poll.poll`, the priority-1 discoverer
-  (``cluster.triggers.droppings.DISCOVERERS[1]``), run in phase 1 of every clustermaster1
+  (``cluster.triggers.discovery.DISCOVERERS[1]``), run in phase 1 of every clustermaster1
   invocation: fetch, list the commits since the tip it processed last, oldest first;
 * the hook ``etc/git-hook`` (post-receive or post-commit, installed with ``install-hook``),
   which calls :func:`cluster.triggers.git.poll.enqueue_commits` with the commits just
