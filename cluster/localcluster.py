@@ -72,7 +72,7 @@ from cluster.errors import ClusterError, LocalClusterError
 from cluster.home import Home
 from cluster.localports import check_port, cluster_ports, page_url, status_port
 from cluster.localprocs import END_LOOK, supervisor_masters, wait_for_masters
-from cluster.master.run import pidfile
+from cluster.master.files import pidformat
 from cluster.node.transport import LocalTransport
 from cluster.queue import QueueFile
 from cluster.runspec import RunSpec
@@ -576,7 +576,7 @@ class LocalCluster:
             try:
                 # The PID file's first line (a refresh stamp follows); 0 is the stop
                 # marker, and os.kill(0) would kill our own process group.
-                pid = int(pidfile.parse(pid_file.read_text())[0])
+                pid = int(pidformat.parse(pid_file.read_text())[0])
                 if pid > 0 and self._is_ours(pid):
                     log.warning("clustermaster %d did not leave after SIGTERM; killing it "
                                 "(its PID file stays)", pid)
