@@ -72,7 +72,7 @@ from cluster.errors import ClusterError, LocalClusterError
 from cluster.home import Home
 from cluster.localports import check_port, cluster_ports, page_url, status_port
 from cluster.localprocs import END_LOOK, supervisor_masters, wait_for_masters
-from cluster.master.run import pidfile
+from cluster.master.files import pidformat
 from cluster.node.transport import LocalTransport
 from cluster.queue import QueueFile
 from cluster.runspec import RunSpec
@@ -114,39 +114,6 @@ SSHD_START_TIMEOUT = 30.0
 #: after the run's end steps (it refreshes the resource file, releases its PID file and
 #: exits: milliseconds) [seconds].
 MASTER_EXIT_WAIT = 30.0
-
-
-@dataclass(frozen=True)
-class RunEnd:
-    """How an archived run ended, from its ``run.info``: ``outcome`` (ending.Outcome's word:
-    done, aborted, failed, timed-out, gave-up, ...) and ``reason`` (why, for a run that is
-    not done; '' when run.info gives none)."""
-
-    outcome: str
-    reason: str = ""
-
-    @property
-    def complete(self) -> bool:
-        """Whether every job of the run has a result (the only good end of a run)."""
-        return self.outcome == "done"
-
-    def describe(self) -> str:
-        """``failed: node node1 failed with code -1: ...``: the outcome and why."""
-        return f"{self.outcome}: {self.reason}" if self.reason else self.outcome
-
-
-def run_end(archive: Path) -> RunEnd:
-    """How the run archived in ``archive`` ended (its run.info's ``outcome`` and ``reason``
-    lines); outcome "unknown" when run.info has no outcome line.  OSError if unreadable."""
-    outcome = reason = ""
-    for line in (archive / "run.info").read_text(encoding="utf-8",
-                                                 errors="replace").splitlines():
-        key, _, value = line.partition(" ")
-        if key == "outcome" and not outcome:
-            outcome = value.strip()
-        elif key == "reason" and not reason:
-            reason = value.strip()
-    return RunEnd(outcome or "unknown", reason)
 
 
 def log_tail(path: Path, since: int = 0, lines: int = LOG_TAIL_LINES) -> str:
@@ -576,7 +543,7 @@ class LocalCluster:
             try:
                 # The PID file's first line (a refresh stamp follows); 0 is the stop
                 # marker, and os.kill(0) would kill our own process group.
-                pid = int(pidfile.parse(pid_file.read_text())[0])
+                pid = int(pidformat.parse(pid_file.read_text())[0])
                 if pid > 0 and self._is_ours(pid):
                     log.warning("clustermaster %d did not leave after SIGTERM; killing it "
                                 "(its PID file stays)", pid)

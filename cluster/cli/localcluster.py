@@ -74,7 +74,8 @@ from cluster.datatypes import PRODUCTS
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.demotree import write_demo_tree
 from cluster.errors import ClusterError, LocalClusterError
-from cluster.localcluster import DEFAULT_CORPUS, TRANSPORTS, LocalCluster, run_end
+from cluster.localcluster import DEFAULT_CORPUS, TRANSPORTS, LocalCluster
+from cluster.localrunend import run_end
 from cluster.runspec import RunSpec
 from cluster.runtime import proc
 

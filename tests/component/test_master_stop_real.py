@@ -16,8 +16,8 @@ import pytest
 from cluster import config
 from cluster.config import Config
 from cluster.home import Home
+from cluster.master.files.pidformat import parse
 from cluster.master.run import invocation
-from cluster.master.run.pidfile import parse
 from cluster.records import Job
 from cluster.runtime import proc
 from cluster.wire import protocol

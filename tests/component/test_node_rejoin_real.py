@@ -33,7 +33,8 @@ from pathlib import Path
 from cluster.defaults import NODE_EXIT_ABORTED, REPO_ROOT
 from cluster.demotree import write_demo_tree
 from cluster.localcluster import LocalCluster
-from cluster.master.run import pidfile
+from cluster.master.files import pidformat
+from cluster.master.run import oldmaster
 from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
 from cluster.runspec import RunSpec
@@ -67,7 +68,7 @@ NODE = "rejoiner"
 def _pid_owner(path: Path) -> int | None:
     """The PID file's first line as a pid (None: no file, or not a pid)."""
     try:
-        first = pidfile.parse(path.read_text(encoding="utf-8"))[0]
+        first = pidformat.parse(path.read_text(encoding="utf-8"))[0]
     except FileNotFoundError:
         return None
     return int(first) if first.isdigit() else None
@@ -118,7 +119,7 @@ def test_a_node_told_the_master_was_replaced_rejoins_the_successor(tmp_path: Pat
         wait_for(lambda: _journaled(home.results(PRIORITY)) >= FREEZE_AFTER, 30,
                  f"{FREEZE_AFTER} results journaled")
         old = _pid_owner(home.pid_file(PRIORITY))
-        assert old is not None and pidfile.is_clustermaster(old)
+        assert old is not None and oldmaster.is_clustermaster(old)
 
         # Freeze its master: the PID file goes stale, a successor takes it over.
         os.kill(old, signal.SIGSTOP)
@@ -130,7 +131,7 @@ def test_a_node_told_the_master_was_replaced_rejoins_the_successor(tmp_path: Pat
         # tells its node ABORT (clustermaster replaced) and leaves, before it could be killed.
         os.kill(old, signal.SIGCONT)
         frozen = None
-        wait_for(lambda: not pidfile.is_clustermaster(old), PID_WAIT + 10,
+        wait_for(lambda: not oldmaster.is_clustermaster(old), PID_WAIT + 10,
                  "the replaced master to leave")
 
         # The successor resumes the run, the node rejoins it, the run completes.

@@ -17,7 +17,9 @@ import psutil
 import pytest
 
 from cluster.defaults import REPO_ROOT
-from cluster.master.run.pidfile import PidDecision, PidFile, is_clustermaster, parse
+from cluster.master.files.pidformat import parse
+from cluster.master.run.oldmaster import is_clustermaster
+from cluster.master.run.pidfile import PidDecision, PidFile
 from cluster.runtime.clock import SystemClock
 
 #: The taker's stale_after and wait [seconds]: small, yet 20 refreshes of the holder long.

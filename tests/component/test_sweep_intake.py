@@ -17,12 +17,12 @@ from cluster.master.files import journal
 from cluster.master.files.audit import AuditLog
 from cluster.master.files.keycache import run_keys
 from cluster.master.serve.handler import RequestHandler, RunSession
+from cluster.master.serve.sweepbundle import own_bundle
 from cluster.master.serve.sweepintake import (
     ATTEMPTS_FILE,
     FILES_MISSING,
     SweepIntake,
     files_md5,
-    own_bundle,
 )
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState

@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from cluster.demotree import write_demo_tree
-from cluster.localcluster import LocalCluster, run_end
+from cluster.localcluster import LocalCluster
+from cluster.localrunend import run_end
 from cluster.queue import QueueFile
 from cluster.report.tab import read_tab
 from cluster.runspec import RunSpec

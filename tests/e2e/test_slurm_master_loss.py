@@ -37,8 +37,8 @@ import pytest
 
 from cluster.demotree import write_demo_tree
 from cluster.localcluster import MONITOR_SCRIPT, PROVISIONER_SCRIPT, SUPERVISOR_SCRIPT, LocalCluster
+from cluster.master.files import pidformat
 from cluster.master.files.resources import resource_path
-from cluster.master.run import pidfile
 from cluster.provision.slurm import SlurmEngine
 from cluster.report.tab import read_tab
 from cluster.runtime import proc
@@ -150,7 +150,7 @@ def _table_of(archive: Path) -> dict[str, tuple[int, str]]:
 def _master_pid(cluster: LocalCluster) -> int:
     """The PID priority 0's PID file names; 0 when there is none (or it is being written)."""
     try:
-        return int(pidfile.parse(cluster.home.pid_file(0).read_text())[0])
+        return int(pidformat.parse(cluster.home.pid_file(0).read_text())[0])
     except (OSError, ValueError):
         return 0
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cluster.demotree import write_demo_tree
-from cluster.localcluster import run_end
+from cluster.localrunend import run_end
 from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import CORPUS

@@ -155,10 +155,10 @@ def test_one_line_forms(line: str) -> None:
 
 
 def test_the_failure_report_quotes_the_failing_nodes_error_lines(tmp_path: Path) -> None:
-    """finish.failure_report over real make and gcc output in an archive's logs folder: the
-    failing node first, its words quoted, the other logs only named; a log without an
-    error line is quoted by its tail."""
-    from cluster.master.end import finish
+    """buildfailure.failure_report over real make and gcc output in an archive's logs
+    folder: the failing node first, its words quoted, the other logs only named; a log
+    without an error line is quoted by its tail."""
+    from cluster.master.end import buildfailure
     from cluster.master.state.runstate import RunState
 
     status, log = build(tmp_path, "all:\n\tgcc -c broken.c\n", {"broken.c": BROKEN_C})
@@ -172,7 +172,7 @@ def test_the_failure_report_quotes_the_failing_nodes_error_lines(tmp_path: Path)
     (logs / "n2.log").write_text("whatever\n")
     state = RunState("r1", [], 0.0)
     state.fatal = "node n2 failed with code -1: build failed: 'make' exited with status 2"
-    text = finish.failure_report("HEADER", state, logs, "make")
+    text = buildfailure.failure_report("HEADER", state, logs, "make")
     n2 = text.index("The build failed on node n2:\n  command: make\n"
                     f"  result:  'make' exited with status {status}\n"
                     f"  whole log: {logs / 'n2.build.log'}\n  error lines:\n"
@@ -186,7 +186,7 @@ def test_the_failure_report_quotes_the_failing_nodes_error_lines(tmp_path: Path)
 def test_the_failure_report_names_the_command_the_node_ran(tmp_path: Path) -> None:
     """A ghostpdl tree is built with build_ghostpdl and the node's slots, not with
     job.start's ``build``: the report names what the build log says ran."""
-    from cluster.master.end import finish
+    from cluster.master.end import buildfailure
     from cluster.master.state.runstate import RunState
 
     logs = tmp_path / "logs"
@@ -196,6 +196,6 @@ def test_the_failure_report_names_the_command_the_node_ran(tmp_path: Path) -> No
         "gdevx.c:1:1: error: expected ';'\nnode n1: 'sh' exited with status 2\n")
     state = RunState("r1", [], 0.0)
     state.fatal = "node n1 failed with code -1: build failed: 'sh' exited with status 2"
-    text = finish.failure_report("HEADER", state, logs, "make")
+    text = buildfailure.failure_report("HEADER", state, logs, "make")
     assert "  command: test -f Makefile || ./configure && make -j2 gs\n" in text
     assert "command: make\n" not in text

@@ -166,8 +166,8 @@ def test_run_info_ends_with_the_summary_and_still_parses(tmp_path: Path) -> None
 
 
 def test_run_info_says_why_a_run_that_is_not_done_ended(tmp_path: Path) -> None:
-    """localcluster.py's exit line reads it (cluster.localcluster.run_end)."""
-    from cluster.localcluster import run_end
+    """localcluster.py's exit line reads it (cluster.localrunend.run_end)."""
+    from cluster.localrunend import run_end
 
     start = JobStart(id=RUN, priority=0, queue="user alice gs", kind="user", ref="alice",
                      products=("gs",), tree="ghostpdl", source="ghostpdl", build="b",

@@ -15,7 +15,9 @@ from typing import Any
 import psutil
 import pytest
 
-from cluster.master.run.pidfile import PidDecision, PidFile, is_clustermaster, parse
+from cluster.master.files.pidformat import parse
+from cluster.master.run.oldmaster import is_clustermaster
+from cluster.master.run.pidfile import PidDecision, PidFile
 from cluster.runtime.clock import FakeClock
 from cluster.runtime.service import Stopped
 
@@ -397,7 +399,7 @@ def test_is_clustermaster_by_command_line(tmp_path: Path, name: str, expected: b
 
 def test_is_clustermaster_module_form() -> None:
     """python -m cluster.cli.clustermaster matches the pattern too."""
-    from cluster.master.run.pidfile import _MASTER_WORD
+    from cluster.master.run.oldmaster import MASTER_WORD
 
-    assert _MASTER_WORD.fullmatch("cluster.cli.clustermaster")
-    assert not _MASTER_WORD.fullmatch("cluster.cli.run_clustermaster")
+    assert MASTER_WORD.fullmatch("cluster.cli.clustermaster")
+    assert not MASTER_WORD.fullmatch("cluster.cli.run_clustermaster")

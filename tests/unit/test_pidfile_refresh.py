@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.master.run.pidfile import PidDecision, PidFile, Stamp, parse
+from cluster.master.files.pidformat import Stamp, parse
+from cluster.master.run.pidfile import PidDecision, PidFile
 from cluster.runtime.clock import Clock, FakeClock
 
 NOW = 1_700_000_000.0

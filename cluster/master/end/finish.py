@@ -32,8 +32,8 @@ fatal failure stopped the run).  By kind of run:
   (:func:`unbuilt_lines`); their lines of the baseline (and of the user's previous push)
   are kept as they were, and they are neither changed nor removed.
 * A run stopped by a node's failure (a build failure) gets the failure report with the
-  failing nodes' log excerpts; one its user aborted says so, and one an admin stopped
-  names who (and why).  No table is touched.
+  failing nodes' log excerpts (:mod:`cluster.master.end.buildfailure`); one its user
+  aborted says so, and one an admin stopped names who (and why).  No table is touched.
 
 Everything is written into ``archive/<run id>/``: ``report.txt``, ``<id>.tab`` and the
 node logs.  :func:`finish` also returns the counts the report states (:class:`Report`),
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterator, Mapping
@@ -59,12 +58,12 @@ from cluster.jobs.bmpcmp import BMPCMP_PRODUCTS
 from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
 from cluster.master.cache import reuse, reuseverify
 from cluster.master.end import samebuild, sweepend
+from cluster.master.end.buildfailure import failure_report
 from cluster.master.files import confirmplan
 from cluster.master.files.abort import STOPPED_BY
 from cluster.master.files.ending import BASELINE_KINDS, Outcome
 from cluster.master.model.unbuilt import ABSENT
 from cluster.master.state.runstate import RunState
-from cluster.node import buildlog
 from cluster.report import compare as report
 from cluster.report import indeterminate, md5cache, slowdowns, sweepreport, tab, userreport
 from cluster.runspec import SWEEP, RunSpec
@@ -541,78 +540,3 @@ def incomplete_report(run: FinishedRun, state: RunState) -> str:
     if len(missing) > MAX_LISTED:
         lines.append(f"  ... and {len(missing) - MAX_LISTED} more")
     return "\n".join(lines) + "\n"
-
-
-#: How many failing nodes' build logs a failure report quotes (the others are listed).
-QUOTED_NODES = 3
-#: The node named by RunState.fatal ("node <name> failed with code <n>: <reason>").
-_FATAL_NODE = re.compile(r"^node (?P<node>\S+) failed with code -?\d+")
-
-
-def failure_report(header: str, state: RunState, logs: Path, command: str = "") -> str:
-    """The report of a run that a node's fatal failure stopped (build failure).
-
-    It quotes, from the failing node's build log (``<node>.build.log`` in ``logs``, the
-    archive's copy), the compiler's and make's error lines (:mod:`cluster.node.buildlog`:
-    the first 20, each cut to a sane width; the last 20 lines when none is recognised),
-    with the node's name, the build ``command``, what became of it (its exit status, the
-    node's last line in the log) and where the whole log is.  Other nodes whose build log
-    ends with a failed build are quoted alike (up to QUOTED_NODES in all); every other log
-    in ``logs`` is only named.
-    """
-    lines = [header, "",
-             "An error occurred that prevented the local cluster run from finishing:",
-             f"  {state.fatal}", ""]
-    paths = sorted(logs.glob("*")) if logs.is_dir() else []
-    named = _FATAL_NODE.match(state.fatal)
-    first = named.group("node") if named else ""
-    build_logs = sorted((p for p in paths if p.name.endswith(BUILD_LOG_SUFFIX)),
-                        key=lambda p: (p.name != f"{first}{BUILD_LOG_SUFFIX}", p.name))
-    quoted: set[Path] = set()
-    for path in build_logs:
-        node = path.name[:-len(BUILD_LOG_SUFFIX)]
-        text = path.read_text(encoding="utf-8", errors="replace")
-        ended = _build_end(text, node)
-        if len(quoted) >= QUOTED_NODES or (node != first and not ended):
-            continue
-        quoted.add(path)
-        lines += [f"The build failed on node {node}:",
-                  f"  command: {_ran_command(text) or command or '(unknown)'}",
-                  f"  result:  {ended or '(the log does not say)'}",
-                  f"  whole log: {path}"]
-        title, *quoted_lines = buildlog.diagnose(text).quote()
-        lines.append(f"  {title}")
-        lines += [f"    {line}" for line in quoted_lines]
-        lines.append("")
-    others = [p for p in paths if p not in quoted]
-    if others:
-        lines.append("Other logs of the run:")
-        lines += [f"  {p}" for p in others]
-        lines.append("")
-    return "\n".join(lines) + "\n"
-
-
-#: The name a node's build log has in the run's logs (runcontext: ``<node>.build.log``).
-BUILD_LOG_SUFFIX = ".build.log"
-
-
-def _ran_command(text: str) -> str:
-    """The last build command a node's build log says it ran (its ``$ <command>`` line), or
-    '': the command of the tree's kind (``build_ghostpdl``, ``build_mupdf``, a tree's
-    ``cluster-build``) with the node's slots filled in, which job.start's ``build`` is not."""
-    for line in reversed(text.splitlines()[:200]):
-        if line.startswith("$ "):
-            return line[2:].strip()
-    return ""
-
-
-def _build_end(text: str, node: str) -> str:
-    """The node's own last line of its build log when it says the build failed ('' if not):
-    ``'make' exited with status 2``, ``... timed out after ...``, ``... was killed ...``."""
-    prefix = f"node {node}: "
-    for line in reversed(text.splitlines()[-200:]):
-        if line.startswith(prefix):
-            said = line[len(prefix):]
-            return said if re.search(r" (?:exited with status|timed out after|was) ",
-                                     said) else ""
-    return ""

@@ -1,17 +1,11 @@
 """The PID-file semaphore of the clustermaster (seed 000 phase 2, ARTIFEX.md §2.6).
 
-``clustermaster[.p].pid`` holds the PID of the clustermaster doing a run.  Other tools read
-its *first line* (the bare PID, or ``0``, the stop marker), so that line is ported as
-written, not replaced by flock (STYLE guideline 12).  A second line, written by this port,
-says when the owner last showed it is alive::
-
-    4242
-    refreshed 81234.517 0e7c8a4c-3f1d-4c2b-9b7e-5d1f3a0c2e11
-
-The number is the owner's ``CLOCK_MONOTONIC`` (system-wide on Linux, so another process can
-compare it with its own) and the word after it the kernel's boot id.  Staleness is judged on
-that clock, so a wall-clock step (NTP, an operator's ``date -s``) can neither evict a healthy
-run nor keep a dead one alive.  The running master calls :meth:`PidFile.refresh` every
+``clustermaster[.p].pid`` holds the PID of the clustermaster doing a run, its first line
+ported as written, not replaced by flock (STYLE guideline 12), and a second line stamping
+when the owner last showed it is alive, on the monotonic clock of its boot (the content:
+:mod:`cluster.master.files.pidformat`).  Staleness is judged on that clock, so a
+wall-clock step (NTP, an operator's ``date -s``) can neither evict a healthy run nor keep
+a dead one alive.  The running master calls :meth:`PidFile.refresh` every
 ``pid_check_interval`` and wraps its blocking steps (build.py, the end of a run) in
 :meth:`PidFile.keep_fresh`; a frozen (SIGSTOP) or hung master refreshes nothing and goes stale.
 
@@ -49,9 +43,10 @@ owner is as dead or hung as before, and the next starter judges it anew.  After
 fresh file owned by a live clustermaster and exit, and a live old runner sees at its next
 :meth:`refresh` / :meth:`still_mine` that the file is no longer its own, and stops; the kill
 after the wait (seed 000: "it kills the old version") ends an old runner that could not stop
-(frozen, hung): SIGTERM, SIGCONT, :data:`KILL_GRACE` seconds, SIGKILL.  The kill happens only
-if the owner was a clustermaster when judged and is the *same* process (same start time)
-after the wait, so a PID reused meanwhile is never killed.
+(frozen, hung): SIGTERM, SIGCONT, :data:`~cluster.master.run.oldmaster.KILL_GRACE` seconds,
+SIGKILL.  The kill happens only if the owner was a clustermaster when judged and is the
+*same* process (same start time) after the wait, so a PID reused meanwhile is never killed
+(the owner's process: :mod:`cluster.master.run.oldmaster`).
 
 Creating the file is atomic *with its content* (a temporary file hard-linked into place), so
 of two masters starting at once exactly one wins, and the loser never reads a half-written
@@ -72,43 +67,30 @@ import errno
 import logging
 import math
 import os
-import re
-import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-import psutil
-
 from cluster.config import DEFAULTS, Config
 from cluster.home import Home
+from cluster.master.files.pidformat import (
+    FILE_MODE,
+    STOP_MARKER,
+    Stamp,
+    parse,
+    read_boot_id,
+    render,
+)
+from cluster.master.run.oldmaster import is_clustermaster, kill_master, process_start_time
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock
 
 logger = logging.getLogger("cluster.pidfile")
 
-#: Permission bits of the PID file: other users' tools read it.
-_FILE_MODE = 0o644
-#: The content that tells the running master to stop (ARTIFEX.md §2.6).
-STOP_MARKER = "0"
 #: How often acquire() re-evaluates when the file vanishes or changes under it.
 _MAX_ATTEMPTS = 5
-#: Where the kernel says which boot this is (a new random UUID at every boot).
-BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
-#: Seconds an old master has to end after SIGTERM (and again after SIGKILL) when killed.
-KILL_GRACE = 5.0
-#: How often the kill looks whether the old master has ended [seconds].
-_KILL_POLL = 0.05
-
-# An argv word naming a clustermaster: clustermaster.py, /x/clustermaster2.pl,
-# cluster.cli.clustermaster (python -m) -- but not run_clustermaster.py, the supervisor, whose
-# command line also "mentions" clustermaster.
-_MASTER_WORD = re.compile(r"(?:.*\.)?clustermaster\d*(?:\.py|\.pl)?")
-# The second line: "refreshed <CLOCK_MONOTONIC seconds> <boot id>".
-_STAMP = re.compile(r"refreshed (-?\d+(?:\.\d+)?) ([A-Za-z0-9-]{1,64})")
 
 
 class PidDecision(StrEnum):
@@ -129,121 +111,6 @@ class Verdict:
     victim: int | None = None
 
 
-@dataclass(frozen=True)
-class Stamp:
-    """The second line of the file: when (``monotonic``) its owner last refreshed it, and on
-    which boot (``boot_id``)."""
-
-    monotonic: float
-    boot_id: str
-
-
-def read_boot_id() -> str:
-    """This boot's id (Linux), or "" when the kernel does not say (then no stamp is written
-    and staleness falls back to the file's mtime)."""
-    try:
-        text = BOOT_ID_PATH.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
-    return text if _STAMP.fullmatch(f"refreshed 0 {text}") else ""
-
-
-def parse(content: str) -> tuple[str, Stamp | None]:
-    """The first line (the PID word, stripped) and the stamp of a PID file's ``content``.
-
-    The stamp is None when there is no second line or it is not a stamp: such a file is
-    judged by its mtime, as the Perl did.
-    """
-    lines = content.splitlines()
-    first = lines[0].strip() if lines else ""
-    stamp = None
-    if len(lines) > 1:
-        match = _STAMP.fullmatch(lines[1].strip())
-        if match:
-            stamp = Stamp(float(match.group(1)), match.group(2))
-    return first, stamp
-
-
-def is_clustermaster(pid: int) -> bool:
-    """Whether ``pid`` is a live process whose command line runs a clustermaster.
-
-    The port of the Perl's ``ps -p <pid>`` check.  A zombie counts as dead; a stopped
-    (frozen) process counts as alive.  When the command line cannot be read (another user's
-    process), we assume it *is* a clustermaster: wrongly evicting a live run is worse than
-    waiting for the file to go stale.
-    """
-    if pid <= 0:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        argv = proc.cmdline()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:
-        return True
-    return any(_MASTER_WORD.fullmatch(word.rsplit("/", 1)[-1]) for word in argv)
-
-
-def process_start_time(pid: int) -> float | None:
-    """When process ``pid`` started (an identity: a reused PID has another), None if gone."""
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ValueError):
-        return None
-
-
-def kill_master(pid: int) -> None:
-    """End the old clustermaster ``pid``: SIGTERM, then SIGCONT (a stopped process acts on
-    TERM only once continued), up to :data:`KILL_GRACE` seconds for it to end, then SIGKILL
-    (which ends a stopped process too) and up to :data:`KILL_GRACE` seconds more.
-
-    Never raises: a process that is gone already is fine, one we may not signal (another
-    user's) or that outlives SIGKILL (stuck in the kernel) is logged as an error.  A zombie
-    counts as ended: its parent, not us, must reap it.
-    """
-    try:
-        proc = psutil.Process(pid)
-        proc.send_signal(signal.SIGTERM)  # send_signal checks the PID was not reused
-        proc.send_signal(signal.SIGCONT)
-    except psutil.NoSuchProcess:
-        return
-    except psutil.AccessDenied as exc:
-        logger.error("clustermaster %d: may not signal it (%s); it keeps running", pid, exc)
-        return
-    if _ended_within(proc, KILL_GRACE):
-        logger.warning("clustermaster %d: ended after SIGTERM", pid)
-        return
-    logger.warning("clustermaster %d: still running %.0fs after SIGTERM; sending SIGKILL",
-                   pid, KILL_GRACE)
-    try:
-        proc.kill()
-    except psutil.NoSuchProcess:
-        return
-    except psutil.AccessDenied as exc:
-        logger.error("clustermaster %d: may not SIGKILL it (%s); it keeps running", pid, exc)
-        return
-    if not _ended_within(proc, KILL_GRACE):
-        logger.error("clustermaster %d: still there %.0fs after SIGKILL (stuck in the "
-                     "kernel?)", pid, KILL_GRACE)
-
-
-def _ended_within(proc: psutil.Process, seconds: float) -> bool:
-    """Whether ``proc`` is gone or a zombie within ``seconds`` (real time: only the real
-    kill, never a test's fake clock, waits here)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
-                return True
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(_KILL_POLL)
-
-
 class PidFile:
     """The clustermaster PID file.
 
@@ -254,7 +121,8 @@ class PidFile:
     Seams for tests: ``clock`` (staleness on ``clock.monotonic()``, the old-format rule on
     ``clock.time()``, the takeover wait on ``clock.sleep()``), ``is_master`` (is that PID a
     live clustermaster), ``start_time`` (a process's identity, so a reused PID is not
-    killed), ``kill`` (ends an old master; the default :func:`kill_master` sends real
+    killed), ``kill`` (ends an old master; the default
+    :func:`~cluster.master.run.oldmaster.kill_master` sends real
     signals) and ``boot_id`` (None: read it from the kernel; "": unknown, write no stamp).
     ``on_takeover(reason)`` is called before the takeover wait, so the master can write the
     Perl's status line ("Regression terminated due to timeout") while it waits.
@@ -423,7 +291,7 @@ class PidFile:
             if not self.still_mine():
                 return
             try:
-                fsutil.atomic_write(self.path, content + "\n", fsync=True, mode=_FILE_MODE)
+                fsutil.atomic_write(self.path, content + "\n", fsync=True, mode=FILE_MODE)
                 os.utime(self.path, (mtime, mtime))
             except OSError as exc:
                 logger.error("%s: cannot put back the file a stopped takeover found (%s); "
@@ -559,9 +427,7 @@ class PidFile:
     # --- file operations -----------------------------------------------------------------
     def _content(self) -> str:
         """Our pid, and the stamp when this boot has an id."""
-        if not self.boot_id:
-            return f"{self.pid}\n"
-        return f"{self.pid}\nrefreshed {self.clock.monotonic():.3f} {self.boot_id}\n"
+        return render(self.pid, self.clock.monotonic(), self.boot_id)
 
     def _first_line(self) -> str:
         with open(self.path, "rb") as fh:
@@ -588,7 +454,7 @@ class PidFile:
         """
         fd, tmp = fsutil.temp_file(self.path)
         try:
-            os.fchmod(fd, _FILE_MODE)
+            os.fchmod(fd, FILE_MODE)
             os.write(fd, self._content().encode())
             os.fsync(fd)
         except BaseException:
@@ -618,7 +484,7 @@ class PidFile:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         except FileExistsError:
             return False
         try:
@@ -630,7 +496,7 @@ class PidFile:
 
     def _write_replace(self, fsync: bool) -> None:
         """Overwrite the file with our pid and a fresh stamp atomically (temp + rename)."""
-        fsutil.atomic_write(self.path, self._content(), fsync=fsync, mode=_FILE_MODE)
+        fsutil.atomic_write(self.path, self._content(), fsync=fsync, mode=FILE_MODE)
 
 
 def for_priority(cfg: Config, home: Home, priority: int, clock: Clock) -> PidFile:
