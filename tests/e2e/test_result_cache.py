@@ -109,13 +109,14 @@ def test_results_reused_when_nothing_that_matters_changed(make_cluster: MakeClus
     assert len(gs_jobs) == 4 and len(pcl_jobs) == 2 and not reused
     assert info(first, "reused") == "0"
 
-    # 2. The same push again: everything reused, in a fraction of the time.
+    # 2. The same push again: everything reused.  How much sooner it ends is a benchmark's
+    # figure (bench/reuse.py, docs/performance.md "reuse"), not this test's: on a loaded
+    # machine a wall-time ratio fails for reasons that are not the cache's.
     second, second_wall = push(cluster, tree)
     ran, reused = ran_and_reused(second)
     assert reused == everything and not ran
     assert len(reused) >= 0.95 * len(everything)
     print(f"wall time: first run {first_wall:.1f} s, the same push again {second_wall:.1f} s")
-    assert second_wall <= 0.2 * first_wall, (second_wall, first_wall)
     assert info(second, "reused") == "6"
     assert "6 of 6 tests reused from earlier complete runs" in \
         (second / "report.txt").read_text(encoding="utf-8")
