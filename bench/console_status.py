@@ -35,7 +35,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import figures, median, start  # noqa: E402
-from cluster import config  # noqa: E402
+from cluster import (
+    config,  # noqa: E402
+    configfile,
+)
 from cluster.console.status import StatusReader  # noqa: E402
 from cluster.home import Home  # noqa: E402
 from cluster.queue import QueueFile
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         home = build(work / "home", args.archives, args.nodes)
-        cfg = config.load(None, {"home": str(home.root)})
+        cfg = configfile.load(None, {"home": str(home.root)})
         reader = StatusReader(nodes_ttl=3600.0)
         t = time.perf_counter()
         reader.snapshot(home, cfg)

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster import config, nodekeys
+from cluster import configfile, nodekeys
 from cluster.config import Config
 from cluster.defaults import REPO_ROOT
 from cluster.demotree import write_demo_tree
@@ -219,7 +219,7 @@ class LocalCluster:
         return self.config()
 
     def config(self) -> Config:
-        return config.load(self.conf_path, self.overrides)
+        return configfile.load(self.conf_path, self.overrides)
 
     def config_args(self) -> list[str]:
         """The --config and --set arguments that give a script this cluster's settings."""

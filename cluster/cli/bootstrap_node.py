@@ -70,7 +70,7 @@ import socket
 import sys
 from pathlib import Path
 
-from cluster import config, datatypes, nodekeys
+from cluster import config, configfile, datatypes, nodekeys
 from cluster.cli import common, progname
 from cluster.defaults import EXIT_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
@@ -144,7 +144,7 @@ def _settings(args: argparse.Namespace) -> NodeSettings:
     if args.job_user and not config.ACCOUNT_NAME.fullmatch(args.job_user):
         raise ConfigError("--job-user", args.job_user, "an account name (a lower-case letter "
                           "or '_', then up to 31 of a-z 0-9 _ -), or ''")
-    extra = config.parse_overrides(args.node_set)
+    extra = configfile.parse_overrides(args.node_set)
     table = {name for name, _ in config.Config.__dataclass_fields__.items()}
     for name in extra:
         if name not in table:
@@ -165,7 +165,7 @@ def _check_conf(text: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "node.conf"
         path.write_text(text, encoding="utf-8")
-        config.load(path)
+        configfile.load(path)
 
 
 def _node_key(settings: NodeSettings) -> str:

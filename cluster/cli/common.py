@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cluster import config, cron
+from cluster import configfile, cron
 from cluster.config import Config
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import AlreadyRunning, ClusterError, ConfigError
@@ -40,10 +40,10 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
 
 def load_config(args: argparse.Namespace) -> Config:
     """Build the frozen Config from parsed options (raises ConfigError)."""
-    overrides = config.parse_overrides(args.set)
+    overrides = configfile.parse_overrides(args.set)
     if args.home is not None:
         overrides["home"] = str(args.home)
-    return config.load(args.config, overrides)
+    return configfile.load(args.config, overrides)
 
 
 def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cluster import config
+from cluster import config, configfile
 from cluster.defaults import EXIT_OK
 
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("section", nargs="?", choices=(config.MASTER, config.NODE),
                         default=config.MASTER)
     args = parser.parse_args(argv)
-    sys.stdout.write(config.example(args.section))
+    sys.stdout.write(configfile.example(args.section))
     return EXIT_OK
 
 

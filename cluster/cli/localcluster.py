@@ -66,9 +66,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster import config
+from cluster import configfile
 from cluster.cli import common, progname
-from cluster.config import parse_overrides
+from cluster.configfile import parse_overrides
 from cluster.console.progress import ProgressLine
 from cluster.datatypes import PRODUCTS
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             static = 0
         cluster = LocalCluster(args.home, static, args.corpus, overrides,
                                transport=args.transport, provider=args.provider or "")
-        settings = config.load(None, overrides)
+        settings = configfile.load(None, overrides)
         if sweep is not None and args.resume:
             from cluster.triggers.sweeppush import previous_sweep_run
             resumed = previous_sweep_run(cluster.home, args.user, sweep.file)

@@ -34,7 +34,7 @@ import os
 import sys
 from pathlib import Path
 
-from cluster import config
+from cluster import configfile
 from cluster.datatypes import valid_node_name
 from cluster.defaults import EXIT_USAGE
 from cluster.errors import ConfigError
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     try:
-        cfg = config.load(args.config, config.parse_overrides(args.set))
+        cfg = configfile.load(args.config, configfile.parse_overrides(args.set))
     except ConfigError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
+from cluster import configfile
 from cluster.cron import TAG_PREFIX
 from cluster.node import bootstrap, code, jobuser
 from cluster.node.bootstrap import Bootstrap, NodeSettings
@@ -113,7 +113,7 @@ def test_bootstrap_sets_up_a_node_and_a_second_call_changes_nothing(
 
     # The copy is the node code, byte for byte; node.conf loads and says what was asked.
     assert code.manifest(remote, files) == code.manifest(REPO, files)
-    cfg = config.load(remote / "node.conf")
+    cfg = configfile.load(remote / "node.conf")
     assert (cfg.node_name, cfg.transport, cfg.master_host, str(cfg.master_home),
             cfg.ssh_user, cfg.ssh_port) == ("node7", "ssh", "master.example",
                                             "/srv/cluster home", "regression", 22)
@@ -139,7 +139,7 @@ def test_bootstrap_sets_up_a_node_and_a_second_call_changes_nothing(
                            timeout=TIMEOUT)
     assert third.returncode == 0, third.stdout + third.stderr
     assert third.stdout.splitlines()[-1] == "changed: node.conf"
-    assert config.load(remote / "node.conf").slots == 3
+    assert configfile.load(remote / "node.conf").slots == 3
     assert crontab_l() == crontab
 
 
@@ -256,7 +256,7 @@ def test_a_root_node_gets_its_job_account_made_once_and_named_in_node_conf(
                 assert refused.returncode != 0 and "not allowed" in refused.stderr, refused
                 entry = pwd.getpwnam(ACCOUNT)
                 assert entry.pw_shell == jobuser.NOLOGIN and 0 < entry.pw_uid < 1000
-                assert config.load(remote / "node.conf").job_user == ACCOUNT
+                assert configfile.load(remote / "node.conf").job_user == ACCOUNT
                 assert (remote / "node.conf").stat().st_mode & 0o777 == bootstrap.CONF_MODE
                 second = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
                 assert second.returncode == 0, second.stdout + second.stderr

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cluster import config
+from cluster import configfile
 from cluster.console.status import StatusReader
 from cluster.home import Home
 from cluster.queue import QueueFile
@@ -181,7 +181,7 @@ def test_a_failed_build_as_the_status_model_and_info_show_it(
         "Error 2")))
     assert reply.verb == protocol.ABORT
     assert proc.wait(timeout=60) == 0
-    cfg = config.load(None, {"home": str(home.root)})
+    cfg = configfile.load(None, {"home": str(home.root)})
     snap = StatusReader().snapshot(home, cfg)
     assert snap["running"] == []
     failed = snap["recent"][0]

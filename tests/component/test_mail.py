@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from cluster import config
+from cluster import configfile
 from cluster.config import Config
 from cluster.home import Home
 from cluster.report import mail
@@ -43,7 +43,7 @@ def home(tmp_path: Path) -> Home:
 
 
 def _cfg(port: int) -> Config:
-    return config.load(None, {"smtp_host": "127.0.0.1", "smtp_port": str(port)})
+    return configfile.load(None, {"smtp_host": "127.0.0.1", "smtp_port": str(port)})
 
 
 def test_user_run_goes_to_the_user_with_cc_the_maintainer(smtp: tuple[Collector, int],

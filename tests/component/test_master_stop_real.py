@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
+from cluster import configfile
 from cluster.config import Config
 from cluster.home import Home
 from cluster.master.files.pidformat import parse
@@ -143,7 +143,7 @@ def test_a_stopped_master_frees_its_pid_file_and_the_next_takes_over_at_once(
 
 def _config(home: Home, port: int) -> Config:
     """master_argv's settings, for an invocation in this process."""
-    return config.load(None, {"home": str(home.root), "base_port": str(port - PRIORITY),
+    return configfile.load(None, {"home": str(home.root), "base_port": str(port - PRIORITY),
                               "gs_configs": "ppmraw.72.0 pbmraw.72.0", "pid_wait": "300",
                               "monitor_port": str(free_port())})
 

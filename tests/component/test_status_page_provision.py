@@ -21,7 +21,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from cluster import config
+from cluster import configfile
 from cluster.console import httpd
 from cluster.console.httpd import StatusServer
 from cluster.home import Home
@@ -53,7 +53,7 @@ def page(tmp_path: Path) -> Iterator[tuple[Home, str]]:
     home.create()
     heartbeat(home, "slurm-41", time.time())
     home.provision_status.write_text(format_status(look(time.time())), encoding="utf-8")
-    cfg = config.load(None, {"home": str(home.root), "status_port": str(free_port())})
+    cfg = configfile.load(None, {"home": str(home.root), "status_port": str(free_port())})
     stop = threading.Event()
     ready: list[StatusServer] = []
     thread = threading.Thread(target=httpd.run, args=(home, cfg, stop.is_set, 0.05,

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from cluster import config
+from cluster import configfile
 from cluster.config import Config
 from cluster.console import httpd, status
 from cluster.console.answers import StatusModel
@@ -90,7 +90,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     """httpd.run on a new home (made empty) on a free port; stopped afterwards."""
     home = Home(tmp_path / "home")
     home.create()
-    cfg = config.load(None, {"home": str(home.root), "status_port": str(free_port())})
+    cfg = configfile.load(None, {"home": str(home.root), "status_port": str(free_port())})
     stop = threading.Event()
     ready: list[StatusServer] = []
     thread = threading.Thread(target=httpd.run, args=(home, cfg, stop.is_set, 0.05,
@@ -345,7 +345,7 @@ def test_connections_beyond_the_bounds_get_503_at_once(tmp_path: Path) -> None:
     is answered 503 at once; when they close, honest requests are served again."""
     home = Home(tmp_path / "home")
     home.create()
-    cfg = config.load(None, {"home": str(home.root)})
+    cfg = configfile.load(None, {"home": str(home.root)})
     server = StatusServer(("127.0.0.1", 0), StatusModel(home, cfg), max_connections=4,
                           max_per_peer=2)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
@@ -377,7 +377,7 @@ def test_a_request_must_be_whole_within_its_deadline(tmp_path: Path) -> None:
     every 0.2 s is answered 408 once it passes, however often it sends."""
     home = Home(tmp_path / "home")
     home.create()
-    cfg = config.load(None, {"home": str(home.root)})
+    cfg = configfile.load(None, {"home": str(home.root)})
     server = StatusServer(("127.0.0.1", 0), StatusModel(home, cfg), request_deadline=1.0)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -439,7 +439,7 @@ def test_many_clients_cost_one_snapshot(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     home.create()
     run_under_way(home)
-    cfg = config.load(None, {"home": str(home.root)})
+    cfg = configfile.load(None, {"home": str(home.root)})
     calls = 0
     lock = threading.Lock()
 
@@ -549,7 +549,7 @@ def test_a_stop_ends_the_service_at_once_whatever_its_poll(tmp_path: Path) -> No
     serving loop's select (``poll``, here 5 s) nor a slice of the daemon loop's sleep."""
     home = Home(tmp_path / "home")
     home.create()
-    cfg = config.load(None, {"home": str(home.root), "status_port": str(free_port())})
+    cfg = configfile.load(None, {"home": str(home.root), "status_port": str(free_port())})
     stop = threading.Event()
     ready: list[StatusServer] = []
     thread = threading.Thread(target=httpd.run, args=(home, cfg, stop.is_set, 5.0,
@@ -571,7 +571,7 @@ def test_a_stop_flags_wakeup_fd_ends_the_service_at_the_signal(tmp_path: Path) -
     is drained."""
     home = Home(tmp_path / "home")
     home.create()
-    cfg = config.load(None, {"home": str(home.root), "status_port": str(free_port())})
+    cfg = configfile.load(None, {"home": str(home.root), "status_port": str(free_port())})
     ready: list[StatusServer] = []
     with wakeup_pipe() as pipe:
         thread = threading.Thread(target=httpd.run, args=(home, cfg, pipe.flag.is_set, 60.0,

@@ -43,8 +43,9 @@ ATTEMPTS = r"""
 import json, sys, tempfile
 from pathlib import Path
 from cluster import config
+from cluster import configfile
 from cluster.node.transports import make_transport
-cfg = config.load(Path(sys.argv[1]))
+cfg = configfile.load(Path(sys.argv[1]))
 t = make_transport(cfg)
 payload = Path(tempfile.mkdtemp()) / "payload"
 payload.write_text("written by the node\n")

@@ -113,8 +113,9 @@ FETCH_PROBE = """
 import json, sys
 from pathlib import Path
 from cluster import config
+from cluster import configfile
 from cluster.node.sshtransport import SshTransport
-cfg = config.load(Path(sys.argv[1]), config.parse_overrides(sys.argv[3:]))
+cfg = configfile.load(Path(sys.argv[1]), configfile.parse_overrides(sys.argv[3:]))
 t = SshTransport.from_config(cfg)
 t.fetch_tree("tests", Path(sys.argv[2]))
 s = t.last_fetch_stats

@@ -18,7 +18,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from cluster import config
+from cluster import configfile
 from cluster.console import httpd
 from cluster.console.httpd import StatusServer
 from cluster.home import Home
@@ -35,7 +35,7 @@ def served_sweep(tmp_path: Path) -> Iterator[int]:
     home = Home(tmp_path / "home")
     home.create()
     archived_run(home)
-    cfg = config.load(None, {"home": str(home.root), "status_port": str(free_port())})
+    cfg = configfile.load(None, {"home": str(home.root), "status_port": str(free_port())})
     stop = threading.Event()
     ready: list[StatusServer] = []
     thread = threading.Thread(target=httpd.run, args=(home, cfg, stop.is_set, 0.05,

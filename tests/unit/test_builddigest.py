@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
+from cluster import configfile
 from cluster.errors import ConfigError
 from cluster.node import builddigest, loadset, treefiles
 from cluster.node.builddigest import BuildKeys, build_keys
@@ -381,10 +381,10 @@ def test_reuse_environment_setting(tmp_path: Path) -> None:
     conf = tmp_path / "node.conf"
     conf.write_text("[node]\nreuse_environment = /usr/share/fonts ~/licence.key\n",
                     encoding="utf-8")
-    assert config.load(conf).reuse_environment == ("/usr/share/fonts", "~/licence.key")
+    assert configfile.load(conf).reuse_environment == ("/usr/share/fonts", "~/licence.key")
     conf.write_text("[node]\nreuse_environment = fonts\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="reuse_environment"):
-        config.load(conf)
+        configfile.load(conf)
 
 
 def test_a_tree_given_by_a_relative_path_has_the_same_keys(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config, datatypes
+from cluster import configfile, datatypes
 from cluster.config import Config
 from cluster.datatypes import PathRule
 from cluster.errors import ConfigError
@@ -169,7 +169,7 @@ def test_the_config_is_checked_at_load(tmp_path: Path, text: str, message: str) 
     conf = tmp_path / "c.conf"
     conf.write_text(f"[master]\n{text}\n")
     with pytest.raises(ConfigError, match=message):
-        config.load(conf)
+        configfile.load(conf)
 
 
 def test_a_good_config_loads(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
     conf.write_text("[master]\nrepositories = ghostpdl=/srv/ghostpdl.git "
                     "mupdf=https://example.org/mupdf.git\ngit_branch = main\n"
                     "path_products = doc/= mupdf:docs/= =gs\n")
-    cfg = config.load(conf)
+    cfg = configfile.load(conf)
     assert cfg.repositories == ("ghostpdl=/srv/ghostpdl.git", "mupdf=https://example.org/mupdf.git")
     assert cfg.git_branch == "main" and cfg.path_products == ("doc/=", "mupdf:docs/=", "=gs")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
+from cluster import config, configfile
 from cluster.cli import config_example
 from cluster.errors import ConfigError
 from tests.helpers import REPO
@@ -16,17 +16,17 @@ from tests.helpers import REPO
 @pytest.mark.parametrize("section", ["master", "node"])
 def test_etc_examples_are_generated_from_the_table(section: str) -> None:
     """etc/*.conf document every default once; regenerate them if this fails."""
-    assert (REPO / "etc" / f"{section}.conf").read_text() == config.example(section)
+    assert (REPO / "etc" / f"{section}.conf").read_text() == configfile.example(section)
 
 
 def test_examples_load_as_the_defaults() -> None:
     for section in ("master", "node"):
-        assert config.load(REPO / "etc" / f"{section}.conf") == config.Config()
+        assert configfile.load(REPO / "etc" / f"{section}.conf") == config.Config()
 
 
 def test_the_defaults_pass_validation() -> None:
-    assert config.load(None) == config.Config()
-    config.validate(config.Config())
+    assert configfile.load(None) == config.Config()
+    configfile.validate(config.Config())
 
 
 def test_values_are_converted_and_paths_are_relative_to_the_file(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_values_are_converted_and_paths_are_relative_to_the_file(tmp_path: Path)
     conf.write_text("[master]\nhome = h\nbase_port = 9100\nspeculate_tail = no\n"
                     "gs_configs = ppmraw.72.0 pbmraw.300.1\n[node]\nslots = 3\n"
                     "monitor_port = 9200\n")
-    cfg = config.load(conf, {"poll_interval": "0.5"})
+    cfg = configfile.load(conf, {"poll_interval": "0.5"})
     assert cfg.home == tmp_path / "h" and cfg.port_for(2) == 9102
     assert cfg.speculate_tail is False and cfg.gs_configs == ("ppmraw.72.0", "pbmraw.300.1")
     assert cfg.effective_slots() == 3 and cfg.poll_interval == 0.5
@@ -57,14 +57,14 @@ def test_errors_name_the_key_and_what_was_expected(tmp_path: Path, text: str,
     conf = tmp_path / "c.conf"
     conf.write_text(text)
     with pytest.raises(ConfigError) as exc:
-        config.load(conf, overrides)
+        configfile.load(conf, overrides)
     assert message in str(exc.value)
 
 
 def test_override_pairs_must_have_an_equals_sign() -> None:
-    assert config.parse_overrides(["a=1", "b=x=y"]) == {"a": "1", "b": "x=y"}
+    assert configfile.parse_overrides(["a=1", "b=x=y"]) == {"a": "1", "b": "x=y"}
     with pytest.raises(ConfigError, match="key=value"):
-        config.parse_overrides(["novalue"])
+        configfile.parse_overrides(["novalue"])
 
 
 CRON_EXPECTED = "a cron schedule of five fields such as '0 1 * * *' or an @special"
@@ -87,7 +87,7 @@ def test_a_bad_cron_schedule_is_refused_at_load(tmp_path: Path, key: str, value:
     conf.write_text(f"[{section}]\n{key} = {value}\n")
     for path, overrides in ((conf, {}), (None, {key: value})):
         with pytest.raises(ConfigError) as exc:
-            config.load(path, overrides)
+            configfile.load(path, overrides)
         assert exc.value.key == key
         assert f"config key {key!r}" in str(exc.value) and CRON_EXPECTED in str(exc.value)
 
@@ -96,7 +96,7 @@ def test_a_bad_cron_schedule_is_refused_at_load(tmp_path: Path, key: str, value:
 @pytest.mark.parametrize("value", ["30 2 * * *", "*/5 1-3 * * mon-fri", "0 0 1 jan *",
                                    "@daily", "@weekly", "@hourly"])
 def test_good_cron_schedules_load_unchanged(key: str, value: str) -> None:
-    assert getattr(config.load(None, {key: value}), key) == value
+    assert getattr(configfile.load(None, {key: value}), key) == value
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
@@ -132,7 +132,7 @@ def test_good_cron_schedules_load_unchanged(key: str, value: str) -> None:
 def test_numbers_out_of_range_are_refused_naming_key_and_form(key: str, value: str,
                                                               expected: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        config.load(None, {key: value})
+        configfile.load(None, {key: value})
     assert exc.value.key == key and exc.value.expected == expected
     assert f"config key {key!r}" in str(exc.value) and expected in str(exc.value)
 
@@ -146,7 +146,7 @@ def test_numbers_out_of_range_are_refused_naming_key_and_form(key: str, value: s
 ])
 def test_in_range_values_load_including_a_meaningful_zero(key: str, value: str) -> None:
     """0 means 'no limit', 'at once', 'do not wait' ... for these; and small values are fine."""
-    cfg = config.load(None, {key: value})
+    cfg = configfile.load(None, {key: value})
     assert getattr(cfg, key) == type(getattr(config.Config(), key))(value)
 
 
@@ -168,14 +168,14 @@ def test_every_number_takes_its_bound_and_refuses_past_it(key: str) -> None:
     f = {f.name: f for f in dataclasses.fields(config.Config)}[key]
     high = f.metadata["high"]
     shown = str(int(high)) if f.type == "int" else repr(float(high))
-    assert getattr(config.load(None, {key: shown}), key) == high
+    assert getattr(configfile.load(None, {key: shown}), key) == high
     past = str(int(high) + 1) if f.type == "int" else repr(float(high) * 1.0001)
     for value in (past, "1e308" if f.type == "float" else "9" * 40):
         with pytest.raises(ConfigError) as exc:
-            config.load(None, {key: value})
+            configfile.load(None, {key: value})
         assert exc.value.key == key, value
         text = str(exc.value)
-        assert f"config key {key!r}" in text and config.range_text(f) in text, text
+        assert f"config key {key!r}" in text and configfile.range_text(f) in text, text
 
 
 @pytest.mark.parametrize("section", ["master", "node"])
@@ -189,10 +189,10 @@ def test_the_example_command_prints_the_etc_file(section: str,
 def test_master_home_of_an_ssh_node_is_kept_as_written(tmp_path: Path) -> None:
     conf = tmp_path / "node.conf"
     conf.write_text("[node]\ntransport = ssh\nmaster_home = cluster-home\n")
-    assert config.load(conf).master_home == Path("cluster-home")
+    assert configfile.load(conf).master_home == Path("cluster-home")
     conf.write_text("[node]\ntransport = ssh\nmaster_home = ~/homes/cluster\n")
-    assert config.load(conf).master_home == Path("~/homes/cluster")
+    assert configfile.load(conf).master_home == Path("~/homes/cluster")
     # A local node's home is a local path: expanded, and made absolute against the file.
     conf.write_text("[node]\nmaster_home = cluster-home\n")
-    assert config.load(conf).master_home == tmp_path / "cluster-home"
-    assert config.load(None, {"transport": "ssh", "master_home": "h"}).master_home == Path("h")
+    assert configfile.load(conf).master_home == tmp_path / "cluster-home"
+    assert configfile.load(None, {"transport": "ssh", "master_home": "h"}).master_home == Path("h")

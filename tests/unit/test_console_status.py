@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
+from cluster import configfile
 from cluster.config import Config
 from cluster.console import status
 from cluster.console.status import StatusReader
@@ -32,7 +32,7 @@ SECRET = "ab" * 32
 def make_home(tmp_path: Path) -> tuple[Home, Config]:
     home = Home(tmp_path / "home")
     home.create()
-    return home, config.load(None, {"home": str(home.root)})
+    return home, configfile.load(None, {"home": str(home.root)})
 
 
 def start_of(run_id: str, line: str, priority: int) -> JobStart:
@@ -91,7 +91,7 @@ def test_a_home_with_no_run_shows_empty_queues_no_run_no_node(tmp_path: Path) ->
 
 
 def test_a_home_that_is_not_there_yet_gives_an_empty_snapshot(tmp_path: Path) -> None:
-    cfg = config.load(None, {"home": str(tmp_path / "none")})
+    cfg = configfile.load(None, {"home": str(tmp_path / "none")})
     snap = StatusReader().snapshot(Home(tmp_path / "none"), cfg, NOW)
     assert snap["running"] == [] and snap["nodes"] == [] and snap["recent"] == []
 
@@ -164,7 +164,7 @@ def test_a_node_not_heard_from_for_300_s_is_down_since_its_last_heartbeat_plus_3
     n3 = {n["name"]: n for n in fresh(home, cfg, NOW - 101)["nodes"]}["n3"]
     assert not n3["down"] and n3["down_since"] is None
     # node_down_after is the threshold.
-    cfg2 = config.load(None, {"home": str(home.root), "node_down_after": "500"})
+    cfg2 = configfile.load(None, {"home": str(home.root), "node_down_after": "500"})
     assert {n["name"]: n for n in fresh(home, cfg2)["nodes"]}["n3"]["down_since"] is None
 
 

@@ -50,7 +50,7 @@ def test_specials_and_names_still_go_through_crontab() -> None:
 
 
 def test_loading_the_default_configuration_does_not_import_crontab() -> None:
-    code = ("import sys, cluster.config as c; c.validate(c.load()); "
+    code = ("import sys, cluster.configfile as c; c.validate(c.load()); "
             "print('crontab' in sys.modules, 'asyncio' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                          text=True, check=True, timeout=60).stdout.split()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
+from cluster import config, configfile
 from cluster.cli import clusterpull
 from cluster.errors import ConfigError
 from cluster.node import jobfiles, jobuser
@@ -88,14 +88,14 @@ def test_job_user_must_be_an_account_name(tmp_path: Path, name: str) -> None:
     conf = tmp_path / "node.conf"
     conf.write_text(f"[node]\njob_user = {name}\n")
     with pytest.raises(ConfigError, match="job_user"):
-        config.load(conf)
+        configfile.load(conf)
 
 
 def test_job_user_defaults_to_none_and_takes_a_name(tmp_path: Path) -> None:
     assert config.DEFAULTS.job_user == ""
     conf = tmp_path / "node.conf"
     conf.write_text("[node]\njob_user = cluster-job\n")
-    assert config.load(conf).job_user == "cluster-job"
+    assert configfile.load(conf).job_user == "cluster-job"
 
 
 def test_a_jobs_link_is_never_read_through(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import config
+from cluster import configfile
 from cluster.node.nodejobs import JOB_LOG, JOB_MD5, STOP_SETTLE, cut_from_outside
 from cluster.node.noderun import RunLoop
 from cluster.node.slots import Finished
@@ -63,7 +63,7 @@ class _IdlePool:
 def _node(tmp_path: Path, delay: float | None) -> tuple[RunLoop, Path, SignalAfter]:
     """A node in a run, its job JOB ended with its log and md5 files in its job folder
     (returned)."""
-    cfg = config.load(None, {"node_name": "n1", "work_dir": str(tmp_path / "work"),
+    cfg = configfile.load(None, {"node_name": "n1", "work_dir": str(tmp_path / "work"),
                              "master_home": str(tmp_path / "home")})
     holder: list[StopFlag] = []
     clock = SignalAfter(holder, delay)

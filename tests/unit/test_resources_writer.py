@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from cluster.cli import common
-from cluster.config import Config, load
+from cluster.config import Config
+from cluster.configfile import load
 from cluster.home import Home
 from cluster.master.files import resources as writer
 from cluster.master.files.ending import EndRecord, Outcome

@@ -95,10 +95,10 @@ def test_the_manual_gives_the_debian_mupdf_build_the_tests_use(tmp_path: Path) -
     """The master.conf line docs/operating.md shows for Debian's MuPDF source ("How a node
     builds a product tree") is the command the real-product tests build it with, and
     master.conf reads it back unchanged."""
-    from cluster import config
+    from cluster import configfile
     from tests.realsources import MUPDF_DEBIAN_BUILD
 
     line = f"build_mupdf = {MUPDF_DEBIAN_BUILD}"
     assert line in (REPO / "docs" / "operating.md").read_text(encoding="utf-8")
     (tmp_path / "master.conf").write_text(f"[master]\n{line}\n", encoding="utf-8")
-    assert config.load(tmp_path / "master.conf").build_mupdf == MUPDF_DEBIAN_BUILD
+    assert configfile.load(tmp_path / "master.conf").build_mupdf == MUPDF_DEBIAN_BUILD

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cluster import config
+from cluster import configfile
 from cluster.config import Config
 from cluster.console.progress import ProgressLine, progress_line
 from cluster.errors import LocalClusterError
@@ -124,7 +124,7 @@ def test_a_taken_status_port_stops_the_start_naming_it(tmp_path: Path) -> None:
         holder.listen()
         port = holder.getsockname()[1]
         cluster = LocalCluster(tmp_path / "home", 1)
-        cfg = config.load(None, {"base_port": str(free_port(3)),
+        cfg = configfile.load(None, {"base_port": str(free_port(3)),
                                  "monitor_port": str(free_port()), "status_port": str(port)})
         with pytest.raises(LocalClusterError, match=rf"port {port} on 127.0.0.1 \(status "
                                                     rf"page: status_port\) cannot be bound"):
