@@ -1,6 +1,6 @@
 """``python3 -m cluster.cli.config_example [master|node]``: print an example configuration.
 
-Writes to stdout the commented INI text of :func:`cluster.config.example` for the section
+Writes to stdout the commented INI text of :func:`cluster.configfile.example` for the section
 (default master): every key of that section with its meaning, unit and default.  That is
 how ``etc/master.conf`` and ``etc/node.conf`` are made::
 
