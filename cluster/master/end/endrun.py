@@ -53,6 +53,7 @@ from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
 from cluster.queue import QueueFile
 from cluster.report import mail
+from cluster.report.ciresult import incomplete_result
 from cluster.report.slowdowns import SlowdownRule
 from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
@@ -210,6 +211,13 @@ class RunEnder:
             if record.outcome is Outcome.DONE and reuse.stores(self.cfg, spec, start):
                 self._store_results(start, state)
         fsutil.atomic_write(archive / "report.txt", made.text)
+        ci = made.ci
+        if ci is None and record.outcome is not Outcome.DONE:
+            ci = incomplete_result(start.id, record.elapsed, f"{record.outcome.value}: "
+                                   f"{record.reason}" if record.reason
+                                   else record.outcome.value)
+        if ci is not None:  # before run.info: a waiter takes run.info for the end
+            finish.write_ci_files(archive, ci)
         fsutil.atomic_write(archive / "run.info", run_info(
             start, record, nodes, made, state.reused if state is not None else None))
 

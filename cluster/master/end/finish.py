@@ -64,8 +64,16 @@ from cluster.master.files.abort import STOPPED_BY
 from cluster.master.files.ending import BASELINE_KINDS, Outcome
 from cluster.master.model.unbuilt import ABSENT
 from cluster.master.state.runstate import RunState
+from cluster.report import (
+    ciresult,
+    indeterminate,
+    md5cache,
+    slowdowns,
+    sweepreport,
+    tab,
+    userreport,
+)
 from cluster.report import compare as report
-from cluster.report import indeterminate, md5cache, slowdowns, sweepreport, tab, userreport
 from cluster.runspec import SWEEP, RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
@@ -110,6 +118,7 @@ class Report:
     differences: int | None = None
     errors: int | None = None
     indeterminate: int | None = None  # tests whose second run differed (None: none run)
+    ci: ciresult.CiResult | None = None  # the CI files' facts (None: no CI files)
 
 
 def is_bmpcmp(spec: RunSpec) -> bool:
@@ -195,9 +204,26 @@ def finish(home: Home, run: FinishedRun) -> Report:
                      not_run)
     text = confirmed_report(home, run, text, facts.header, against, verdicts)
     text = after_header(text, facts.header, cached.section)
-    text += slower_tests(home, run, run_tab)
+    slower, runs = find_slower(home, run, run_tab)
+    if runs is not None:
+        text += slowdowns.section(slower, run.slowdown, runs)
     return Report(text, differences=differences(against), errors=state.errors,
-                  indeterminate=len(flaky) if verdicts else None)
+                  indeterminate=len(flaky) if verdicts else None,
+                  ci=ci_facts(run, against, verdicts, slower))
+
+
+def ci_facts(run: FinishedRun, against: report.Comparison | None,
+             verdicts: list[indeterminate.Verdict],
+             slower: list[slowdowns.Slowdown]) -> ciresult.CiResult:
+    """What the CI files say of a complete run (:mod:`cluster.report.ciresult`): the
+    tests the report lists as differing or as having started to error fail; a run
+    compared with nothing has none that fail."""
+    if against is None or against.baseline:
+        return ciresult.ci_result(run.state.run_id, run.elapsed, {}, (), (), verdicts,
+                                  slower)
+    previous = {name: against.previous_row(name) for name in against.listed}
+    return ciresult.ci_result(run.state.run_id, run.elapsed, previous, against.differing(),
+                              against.started_errors, verdicts, slower)
 
 
 def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
@@ -231,17 +257,40 @@ def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
     return after_header(text, header, added)
 
 
-def slower_tests(home: Home, run: FinishedRun, run_tab: Path) -> str:
-    """The report's ``Slower tests`` section (docs/results.md, "Slowest tests first, and
-    slowdowns named"; :mod:`cluster.report.slowdowns`): the run's table against the newest
+def write_ci_files(archive: Path, ci: ciresult.CiResult) -> None:
+    """The run's JUnit XML and JSON (:mod:`cluster.report.ciresult`) into ``archive``, the
+    rows read from the run's ``.tab`` there as they are written (twice: the count comes
+    first in both files); a line that does not parse is left out of both."""
+    table = archive / f"{ci.run_id}.tab"
+
+    def rows() -> Iterator[tab.TabRow]:
+        if not ci.complete or not table.exists():
+            return
+        with open(table, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    yield tab.TabRow.parse(line)
+                except ValueError:
+                    continue
+
+    count = sum(1 for _ in rows())
+    fsutil.atomic_write(archive / ciresult.JUNIT_NAME, ciresult.junit_chunks(ci, rows(), count))
+    fsutil.atomic_write(archive / ciresult.JSON_NAME, ciresult.json_chunks(ci, rows(), count))
+
+
+def find_slower(home: Home, run: FinishedRun, run_tab: Path
+                ) -> tuple[list[slowdowns.Slowdown], int | None]:
+    """The slower tests of the report's ``Slower tests`` section (docs/results.md, "Slowest
+    tests first, and slowdowns named"; :mod:`cluster.report.slowdowns`) and how many runs
+    they were compared with (None: the rule is off): the run's table against the newest
     ``slowdown_runs`` archived baseline runs (this run's own archive left out: a redone end
     step finds it there)."""
     rule = run.slowdown
     if rule.runs <= 0:
-        return ""
+        return [], None
     previous = [table for run_id, table in baseline_tabs(home, rule.runs + 1)
                 if run_id != run.state.run_id][:rule.runs]
-    return slowdowns.section(slowdowns.find(run_tab, previous, rule), rule, len(previous))
+    return slowdowns.find(run_tab, previous, rule), len(previous)
 
 
 def sweep_table(spec: RunSpec) -> str:
