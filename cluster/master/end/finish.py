@@ -417,6 +417,8 @@ def aborted_report(run: FinishedRun, state: RunState) -> str:
 #: The order in which staged tables replace the old ones: the oldest first, so every
 #: moment's set of tables is a consistent rotation (or the old one).
 INSTALL_ORDER = ("previous2.tab", "previous.tab", "current.tab")
+#: The name suffix of a staged table's base: the stream's table it was made from.
+BASE_SUFFIX = ".base"
 
 
 def stage_stream(stage: Path, stream: Path, previous: tab.Previous | None,
@@ -431,6 +433,9 @@ def stage_stream(stage: Path, stream: Path, previous: tab.Previous | None,
     The tests ``not_run`` keep their lines of the previous table.
     """
     staged = stage / stream.name
+    if stream.exists():
+        # What the staged table was made from: install_tables rebases on a rewrite since.
+        _link(stream, stage / (stream.name + BASE_SUFFIX))
     if previous is not None:
         tab.write_tab_lines(staged, tab.merged_lines(previous, current, products, not_run))
     else:
@@ -457,18 +462,44 @@ def install_tables(stage: Path, tables: Path) -> list[str]:
 
     Idempotent: a table already moved is no longer in ``stage``, so a master killed half
     way and started again moves only the rest, and the baseline rotates exactly once.
+
+    Under ``tables/``'s lock (:data:`cluster.report.tab.TABLES_LOCK`).  A table rewritten
+    since it was staged (``clusteradmin bless``: docs/operating.md, "Accepting an
+    intended change") keeps that rewrite: the staged table is rebased on it
+    (:func:`_rebase`), so a blessing made while a run ended is not undone by it.
     """
     if not stage.is_dir():
         return []
     tables.mkdir(parents=True, exist_ok=True)
-    names = sorted((p.name for p in stage.iterdir() if p.name.endswith(".tab")),
-                   key=lambda n: (INSTALL_ORDER.index(n) if n in INSTALL_ORDER
-                                  else len(INSTALL_ORDER), n))
-    for name in names:
-        os.replace(stage / name, tables / name)
-    if names:
-        fsutil.fsync_dir(tables)
+    with fsutil.flocked(tables / tab.TABLES_LOCK):
+        names = sorted((p.name for p in stage.iterdir() if p.name.endswith(".tab")),
+                       key=lambda n: (INSTALL_ORDER.index(n) if n in INSTALL_ORDER
+                                      else len(INSTALL_ORDER), n))
+        for name in names:
+            _rebase(stage, name, tables / name)
+        for name in names:
+            os.replace(stage / name, tables / name)
+        if names:
+            fsutil.fsync_dir(tables)
     return names
+
+
+def _rebase(stage: Path, name: str, live: Path) -> None:
+    """Rebase the staged table ``name`` on ``live`` if ``live`` is no longer the table it
+    was staged from (its base link): the run's rows win, the rewrite keeps the others
+    (:func:`cluster.report.tab.rebased_lines`).  The baseline's rotation then keeps the
+    rewritten table as ``previous.tab``."""
+    base = stage / (name + BASE_SUFFIX)
+    staged = stage / name
+    if not base.exists() or not live.exists() or os.path.samefile(base, live):
+        return
+    log.info("%s was rewritten since the run's tables were staged: rebasing on it", live)
+    tab.write_tab_lines(staged, tab.rebased_lines(tab.TabFile(base), tab.TabFile(staged),
+                                                  tab.TabFile(live)))
+    if name == "current.tab" and (stage / "previous.tab").exists():
+        (stage / "previous.tab").unlink()
+        _link(live, stage / "previous.tab")
+    base.unlink()
 
 
 def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],
