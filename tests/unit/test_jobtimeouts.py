@@ -14,7 +14,7 @@ from cluster.master.model import jobtimeouts
 from cluster.master.model.joblist import MemoryJobList
 from cluster.master.model.jobtimeouts import fitted_timeout, median
 from cluster.records import Job, timed_line
-from cluster.runoptions import RunOptions
+from cluster.runoptions import RunOptionError, RunOptions
 from cluster.wire.jobstart import JobStart
 
 NAN = math.nan
@@ -124,3 +124,20 @@ def test_the_job_list_hands_out_lines_with_their_timeouts() -> None:
     jobs.timeouts = array("f", [0.0, 12.0])
     assert jobs.wire_lines([1, 0]) == ["b __temp__/b.log timeout=12 ; echo b",
                                        "a __temp__/a.log true ; echo a"]
+
+
+@pytest.mark.parametrize("word", ["adaptive_timeout=x", "adaptive_timeout=-1",
+                                  "adaptive_timeout=1.5", "adaptive_timeout"])
+def test_a_bad_run_option_is_refused(word: str) -> None:
+    with pytest.raises(RunOptionError):
+        RunOptions.of((word,), Config())
+
+
+def test_a_fast_test_in_every_table_gets_the_floor_and_a_slow_one_its_multiple(
+        tmp_path: Path) -> None:
+    jobs = MemoryJobList(Job(n, f"__temp__/{n}.log", "true") for n in ("a", "b", "c"))
+    tables = [tab(tmp_path / name, {"a": 0.1, "b": 9.0, "c": 0.1 if name != "previous.tab"
+                                    else 30.0}) for name in jobtimeouts.TABLES]
+    timeouts = jobtimeouts.job_timeouts(jobs, tables, multiple=10, floor=60, limit=450)
+    assert timeouts is not None
+    assert list(timeouts) == [60.0, 90.0, 60.0]  # c: median of 0.1, 30, 0.1 is 0.1

@@ -75,7 +75,7 @@ def fitted_timeout(recorded: Sequence[float], multiple: float, floor: float,
 
 def recorded_times(jobs: JobList, tables: Sequence[Path]) -> array[float]:
     """Each job's time in each of ``tables``: ``len(tables)`` entries per job, job *i*'s at
-    ``i * len(tables) + k`` for table *k`, :data:`NONE` where the table has no row of it.
+    ``i * len(tables) + k`` for table *k*, :data:`NONE` where the table has no row of it.
     A missing table records nothing; a malformed row is passed over."""
     width = len(tables)
     times = array("d", [NONE]) * (len(jobs) * width)
@@ -87,13 +87,12 @@ def recorded_times(jobs: JobList, tables: Sequence[Path]) -> array[float]:
             continue
         with fh:
             for line in fh:
-                name, _, rest = line.partition(b"\t")
-                i = index.get(name.decode("utf-8", errors="replace"))
+                fields = line.split(b"\t", 5)
+                i = index.get(fields[0].decode("utf-8", errors="replace"))
                 if i is None:
                     continue
-                fields = rest.split(b"\t", 4)
                 try:
-                    times[i * width + k] = float(fields[1]) + float(fields[2]) + float(fields[3])
+                    times[i * width + k] = float(fields[2]) + float(fields[3]) + float(fields[4])
                 except (ValueError, IndexError):
                     continue
     return times
@@ -109,8 +108,16 @@ def job_timeouts(jobs: JobList, tables: Sequence[Path], multiple: float, floor: 
     width = len(tables)
     timeouts = array("f", bytes(4 * len(jobs)))
     any_set = False
+    # A time below this fits under the floor whatever the others: no median needed (the
+    # most of a million jobs are such fast tests).
+    quick = floor / multiple
+    at_floor = fitted_timeout((0.0,), multiple, floor, limit)
     for i in range(len(jobs)):
-        seconds = fitted_timeout(times[i * width:(i + 1) * width], multiple, floor, limit)
+        row = times[i * width:(i + 1) * width]
+        if all(t <= quick for t in row):  # False for an unrecorded (NaN) entry
+            seconds = at_floor
+        else:
+            seconds = fitted_timeout(row, multiple, floor, limit)
         if seconds:
             timeouts[i] = seconds
             any_set = True
