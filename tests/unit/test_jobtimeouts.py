@@ -13,6 +13,7 @@ from cluster.config import Config
 from cluster.master.model import jobtimeouts
 from cluster.master.model.joblist import MemoryJobList
 from cluster.master.model.jobtimeouts import fitted_timeout, median
+from cluster.node.slots import SlotPool
 from cluster.records import Job, timed_line
 from cluster.runoptions import RunOptionError, RunOptions
 from cluster.wire.jobstart import JobStart
@@ -141,3 +142,11 @@ def test_a_fast_test_in_every_table_gets_the_floor_and_a_slow_one_its_multiple(
     timeouts = jobtimeouts.job_timeouts(jobs, tables, multiple=10, floor=60, limit=450)
     assert timeouts is not None
     assert list(timeouts) == [60.0, 90.0, 60.0]  # c: median of 0.1, 30, 0.1 is 0.1
+
+
+def test_the_node_takes_the_shorter_of_the_jobs_own_timeout_and_its_limit() -> None:
+    pool = SlotPool(0, {}, timeout=450.0, kill_grace=1.0)
+    assert pool.limit_of(Job("a", "__temp__/a.log", "true")) == 450.0
+    assert pool.limit_of(Job("a", "__temp__/a.log", "true", 2.0)) == 2.0
+    # An own timeout never lengthens the node's limit.
+    assert pool.limit_of(Job("a", "__temp__/a.log", "true", 900.0)) == 450.0
