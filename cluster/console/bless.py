@@ -13,7 +13,7 @@ difference, and one that differs from them is reported again:
 The tables are rewritten atomically under ``tables/``'s lock
 (:data:`cluster.report.tab.TABLES_LOCK`), which the end of a run also takes to install
 its tables; a run that ended meanwhile rebases on the rewrite
-(:func:`cluster.master.end.finish.install_tables`).  Each blessed test gets a line in the
+(:func:`cluster.master.end.streamtables.install_tables`).  Each blessed test gets a line in the
 append-only audit record ``tables/blessings.tsv`` (:class:`Blessing`): when, who, which
 run, which test and result, which tables, why.  ``clusteradmin history TEST`` shows a
 test's blessings, and counts from each one on against the blessed result.

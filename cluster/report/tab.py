@@ -38,9 +38,9 @@ logger = logging.getLogger("cluster.tab")
 COLUMNS = 10
 
 #: The lock, in the home's ``tables/``, held while a stream table there is replaced: by the
-#: end of a run installing its staged tables (:func:`cluster.master.end.finish.install_tables`)
-#: and by ``clusteradmin bless`` rewriting rows (:mod:`cluster.console.bless`), so neither
-#: undoes the other's write.
+#: end of a run installing its staged tables
+#: (:func:`cluster.master.end.streamtables.install_tables`) and by ``clusteradmin bless``
+#: rewriting rows (:mod:`cluster.console.bless`), so neither undoes the other's write.
 TABLES_LOCK = "tables.lock"
 
 #: Malformed lines logged one by one per file; the rest are counted in one summary line, so

@@ -16,7 +16,7 @@ from cluster.console import admin, bless
 from cluster.console.bless import Blessing
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master.end import finish
+from cluster.master.end import streamtables
 from cluster.report import compare, tab
 from cluster.report.tab import TabFile, TabRow, read_tab, write_tab
 from tests.unit.test_console_status import archive
@@ -189,8 +189,8 @@ def test_a_run_ending_meanwhile_keeps_the_blessing(tmp_path: Path) -> None:
     new = rows(line(U, C))  # the ending run has only U
     write_tab(run_tab, new.values())
     current = home.tables / "current.tab"
-    finish.stage_stream(stage, current, TabFile(current), new, ("pdfwrite",), run_tab)
+    streamtables.stage_stream(stage, current, TabFile(current), new, ("pdfwrite",), run_tab)
     bless.bless(home, "20270101000002-p1-0002", [T, U], "B and A", "ann@host")
-    assert finish.install_tables(stage, home.tables) == ["previous.tab", "current.tab"]
+    assert streamtables.install_tables(stage, home.tables) == ["previous.tab", "current.tab"]
     assert read_tab(current) == rows(line(T, B), line(U, C))
     assert read_tab(home.tables / "previous.tab") == rows(line(T, B), line(U, A))

@@ -43,7 +43,7 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.cache import reuse
 from cluster.master.cache.resultcache import FileDigests, ResultCache
-from cluster.master.end import finish, sweepend
+from cluster.master.end import finish, streamtables, sweepend
 from cluster.master.files import abort, ending, journal
 from cluster.master.files.attempts import Attempts
 from cluster.master.files.ending import EndRecord, Outcome
@@ -132,7 +132,7 @@ class RunEnder:
             record.mark(ending.REPORT)
         if not record.is_done(ending.TABLES):
             if outcome.changes_tables:
-                moved = finish.install_tables(home.run_dir(run_id) / STAGE_DIR, home.tables)
+                moved = streamtables.install_tables(home.run_dir(run_id) / STAGE_DIR, home.tables)
                 if moved:
                     log.info("run %s: tables %s installed", run_id, ", ".join(moved))
             record.mark(ending.TABLES)

@@ -43,11 +43,9 @@ which the master adds to ``run.info`` so the console need not read the ``.tab``.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +55,7 @@ from cluster.home import Home
 from cluster.jobs.bmpcmp import BMPCMP_PRODUCTS
 from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
 from cluster.master.cache import reuse, reuseverify
-from cluster.master.end import samebuild, sweepend
+from cluster.master.end import samebuild, streamtables, sweepend
 from cluster.master.end.buildfailure import failure_report
 from cluster.master.files import confirmplan
 from cluster.master.files.abort import STOPPED_BY
@@ -96,7 +94,7 @@ class FinishedRun:
     elapsed: float  # the whole run's, across takeovers
     archive: Path
     header: str  # the report's first lines (run_header, or the commit header)
-    stage: Path  # where the stream tables are staged (install_tables moves them in)
+    stage: Path  # where the stream tables are staged (streamtables.install_tables moves them in)
     outcome: Outcome = Outcome.DONE
     reason: str = ""  # why a run that is not DONE ended so
     lost_nodes: tuple[str, ...] = ()  # every node the run lost, across takeovers
@@ -130,8 +128,9 @@ def finish(home: Home, run: FinishedRun) -> Report:
     report.txt, by the caller).
 
     Tables are not changed here: a complete run's new stream tables are written into
-    ``run.stage``, whole and fsync'ed, and :func:`install_tables` moves them in, so a full
-    disk or a kill leaves the old tables whole and a redo rotates the baseline once.
+    ``run.stage``, whole and fsync'ed, and
+    :func:`~cluster.master.end.streamtables.install_tables` moves them in, so a full disk or
+    a kill leaves the old tables whole and a redo rotates the baseline once.
     """
     state, spec = run.state, run.spec
     if run.outcome is Outcome.ABORTED:
@@ -171,8 +170,8 @@ def finish(home: Home, run: FinishedRun) -> Report:
         text, counted = sweep_report(run, facts, vs_push, len(current))
         # A resume run ran only some tasks: the others keep their rows of the table.
         tested = () if spec.option("resume") else spec.products
-        stage_stream(run.stage, push_path, previous_push, current, tested, run_tab,
-                     not_run)
+        streamtables.stage_stream(run.stage, push_path, previous_push, current,
+                                  tested, run_tab, not_run)
         changed = vs_push.changed() if vs_push is not None else None
         return Report(text, differences=None if changed is None else len(changed),
                       errors=counted.not_ok)
@@ -194,14 +193,14 @@ def finish(home: Home, run: FinishedRun) -> Report:
                                              home.root / run.start.source)
         against = vs_baseline if baseline is not None else vs_push
         write_changed_list(run.archive / CHANGED_LIST, current, against)
-        stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab,
-                     not_run)
+        streamtables.stage_stream(run.stage, push_path, previous_push, current,
+                                  spec.products, run_tab, not_run)
     else:
         against = indeterminate.without(
             report.analyse(current, baseline, seen=seen, not_run=not_run), flaky)
         text = report.render(against, current, facts)  # what report.compare does
-        stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
-                     not_run)
+        streamtables.stage_stream(run.stage, baseline_path, baseline, current,
+                                  spec.products, run_tab, not_run)
     text = confirmed_report(home, run, text, facts.header, against, verdicts)
     text = after_header(text, facts.header, cached.section)
     slower, runs = find_slower(home, run, run_tab)
@@ -411,95 +410,6 @@ def aborted_report(run: FinishedRun, state: RunState) -> str:
                 f"no table was changed.\n")
     return (f"{run.header}\n\nThe run was aborted by its user (clusterpush abort) after "
             f"{done}; no table was changed.\n")
-
-
-# ---------------------------------------------------------------------------- tables
-#: The order in which staged tables replace the old ones: the oldest first, so every
-#: moment's set of tables is a consistent rotation (or the old one).
-INSTALL_ORDER = ("previous2.tab", "previous.tab", "current.tab")
-#: The name suffix of a staged table's base: the stream's table it was made from.
-BASE_SUFFIX = ".base"
-
-
-def stage_stream(stage: Path, stream: Path, previous: tab.Previous | None,
-                 current: Mapping[str, tab.TabRow], products: tuple[str, ...],
-                 run_tab: Path, not_run: AbstractSet[str] = frozenset()) -> None:
-    """Write into ``stage`` the stream's new table(s) after the run (tab.merged_lines).
-
-    The baseline (``current.tab``) rotates: current -> previous -> previous2 (ARTIFEX
-    §2.8); the two older ones are staged as hard links of the present files (no data is
-    copied, so a full disk cannot cut them).  With no previous table the merge is the
-    run's own table.  Nothing outside ``stage`` is changed: :func:`install_tables` does.
-    The tests ``not_run`` keep their lines of the previous table.
-    """
-    staged = stage / stream.name
-    if stream.exists():
-        # What the staged table was made from: install_tables rebases on a rewrite since.
-        _link(stream, stage / (stream.name + BASE_SUFFIX))
-    if previous is not None:
-        tab.write_tab_lines(staged, tab.merged_lines(previous, current, products, not_run))
-    else:
-        with open(run_tab, encoding="utf-8") as fh:
-            tab.write_tab_lines(staged, (line.rstrip("\n") for line in fh))
-    if stream.name == "current.tab" and stream.exists():
-        _link(stream, stage / "previous.tab")
-        older = stream.with_name("previous.tab")
-        if older.exists():
-            _link(older, stage / "previous2.tab")
-
-
-def _link(source: Path, dest: Path) -> None:
-    """``dest`` becomes another name of ``source``'s file (a copy across devices)."""
-    try:
-        os.link(source, dest)
-    except OSError:
-        tab.write_tab_lines(dest, (line.rstrip("\n") for line in
-                                   open(source, encoding="utf-8", errors="replace")))
-
-
-def install_tables(stage: Path, tables: Path) -> list[str]:
-    """Move the staged tables into ``tables``; return the names moved.
-
-    Idempotent: a table already moved is no longer in ``stage``, so a master killed half
-    way and started again moves only the rest, and the baseline rotates exactly once.
-
-    Under ``tables/``'s lock (:data:`cluster.report.tab.TABLES_LOCK`).  A table rewritten
-    since it was staged (``clusteradmin bless``: docs/operating.md, "Accepting an
-    intended change") keeps that rewrite: the staged table is rebased on it
-    (:func:`_rebase`), so a blessing made while a run ended is not undone by it.
-    """
-    if not stage.is_dir():
-        return []
-    tables.mkdir(parents=True, exist_ok=True)
-    with fsutil.flocked(tables / tab.TABLES_LOCK):
-        names = sorted((p.name for p in stage.iterdir() if p.name.endswith(".tab")),
-                       key=lambda n: (INSTALL_ORDER.index(n) if n in INSTALL_ORDER
-                                      else len(INSTALL_ORDER), n))
-        for name in names:
-            _rebase(stage, name, tables / name)
-        for name in names:
-            os.replace(stage / name, tables / name)
-        if names:
-            fsutil.fsync_dir(tables)
-    return names
-
-
-def _rebase(stage: Path, name: str, live: Path) -> None:
-    """Rebase the staged table ``name`` on ``live`` if ``live`` is no longer the table it
-    was staged from (its base link): the run's rows win, the rewrite keeps the others
-    (:func:`cluster.report.tab.rebased_lines`).  The baseline's rotation then keeps the
-    rewritten table as ``previous.tab``."""
-    base = stage / (name + BASE_SUFFIX)
-    staged = stage / name
-    if not base.exists() or not live.exists() or os.path.samefile(base, live):
-        return
-    log.info("%s was rewritten since the run's tables were staged: rebasing on it", live)
-    tab.write_tab_lines(staged, tab.rebased_lines(tab.TabFile(base), tab.TabFile(staged),
-                                                  tab.TabFile(live)))
-    if name == "current.tab" and (stage / "previous.tab").exists():
-        (stage / "previous.tab").unlink()
-        _link(live, stage / "previous.tab")
-    base.unlink()
 
 
 def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],
