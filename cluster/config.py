@@ -104,6 +104,16 @@ class Config:
                                "a run still unfinished after this long (counted across "
                                "takeovers) ends with a report listing the tests not run",
                                positive=True, high=30 * DAY)
+    adaptive_timeout: float = _opt(10.0, MASTER, "times",
+                                   "each job with recorded times is killed after this many "
+                                   "times its median recorded time (at least "
+                                   "adaptive_timeout_floor, never past the node's "
+                                   "job_timeout); 0 = every job gets the node's job_timeout "
+                                   "(a run's adaptive_timeout=N overrides; docs/results.md, "
+                                   "\"Timeouts that fit each test\")", high=1000)
+    adaptive_timeout_floor: float = _opt(60.0, MASTER, "seconds",
+                                         "the shortest timeout adaptive_timeout gives a job",
+                                         positive=True, high=DAY)
     no_node_timeout: float = _opt(600.0, MASTER, "seconds",
                                   "a run that had nodes and has had none alive for this long "
                                   "is queued again (see max_tries)", positive=True, high=WEEK)

@@ -13,6 +13,11 @@ string is for ``sh`` and may use the placeholders a node substitutes before runn
 ``__tree__``   the node's build folder of the run's tree (the fetched tree, built there):
                for a sweep run, the sweep folder (docs/sweeps.md)
 
+In a JOBS reply (never in the run's jobs file) the master may put the job's own timeout in
+place of ``true``: ``<test> <logfile> timeout=<seconds> ; <command string>`` (docs/results.md,
+"Timeouts that fit each test"); the node kills that job after the shorter of it and its own
+limit.  :data:`JOB_TIMEOUT_WORD` is the word's prefix, :func:`timed_line` writes it.
+
 A result carries what the 10-column ``.tab`` of ARTIFEX.md §2.5 needs, less the run's
 revision, which the master adds.
 """
@@ -34,6 +39,22 @@ PLACEHOLDERS = (TEMP, BIN, TESTS, BASELINE, PYTHON, TREE_DIR)
 #: Test ids: no whitespace, no control characters, nothing a shell would expand unquoted.
 TEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400}")
 MD5 = re.compile(r"[0-9a-f]{32}")
+
+#: How the third word of a job line starts when it carries the job's own timeout.
+JOB_TIMEOUT_WORD = "timeout="
+#: The largest own timeout a job line may carry [s] (a day: the node's ``job_timeout``'s
+#: bound).
+MAX_OWN_TIMEOUT = 86400.0
+
+
+def timed_line(line: str, seconds: float) -> str:
+    """The job line ``line`` (``<test> <logfile> true ; <command>``) carrying its own timeout
+    ``seconds`` in place of ``true``; unchanged when ``seconds`` is 0 (no own timeout)."""
+    if not seconds:
+        return line
+    name, logfile, rest = line.split(" ", 2)
+    return f"{name} {logfile} {JOB_TIMEOUT_WORD}{seconds:.6g} {rest[len('true '):]}"
+
 
 #: Error codes of ARTIFEX.md §2.5 (readlog.pl).
 ERROR_NONE = 0
@@ -76,28 +97,42 @@ SEGFAULTS = frozenset({7, 8, 9})
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One line of a jobs file."""
+    """One line of a jobs file; ``timeout``: the job's own timeout in seconds, 0 for none
+    (the node's limit; only a JOBS reply's line carries one: :func:`timed_line`)."""
 
     name: str
     logfile: str
     command: str
+    timeout: float = 0.0
 
     @property
     def line(self) -> str:
-        return f"{self.name} {self.logfile} true ; {self.command}"
+        return timed_line(f"{self.name} {self.logfile} true ; {self.command}", self.timeout)
 
     @classmethod
     def parse(cls, line: str) -> Job:
-        """Parse ``<test> <logfile> true ; <command>``; ValueError names what is wrong."""
+        """Parse ``<test> <logfile> true ; <command>`` (or ``timeout=<seconds>`` in place of
+        ``true``, a number more than 0 and at most :data:`MAX_OWN_TIMEOUT`); ValueError
+        names what is wrong."""
         parts = line.rstrip("\n").split(" ", 4)
-        if len(parts) < 5 or parts[2] != "true" or parts[3] != ";":
+        if len(parts) < 5 or parts[3] != ";" or not (
+                parts[2] == "true" or parts[2].startswith(JOB_TIMEOUT_WORD)):
             raise ValueError("expected '<test> <logfile> true ; <command>'")
-        name, logfile, _, _, command = parts
+        name, logfile, third, _, command = parts
         if not TEST_ID.fullmatch(name):
             raise ValueError(f"test id {name!r} has characters outside [A-Za-z0-9_.+,@%=-]")
         if not command.strip():
             raise ValueError("empty command")
-        return cls(name, logfile, command)
+        timeout = 0.0
+        if third != "true":
+            try:
+                timeout = float(third[len(JOB_TIMEOUT_WORD):])
+            except ValueError:
+                timeout = -1.0
+            if not 0 < timeout <= MAX_OWN_TIMEOUT:  # also false for nan
+                raise ValueError(f"job timeout {third[:40]!r}: expected timeout=<seconds>, "
+                                 f"more than 0 and at most {MAX_OWN_TIMEOUT:g}")
+        return cls(name, logfile, command, timeout)
 
 
 @dataclass(frozen=True, slots=True)

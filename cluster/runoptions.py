@@ -8,6 +8,7 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     job_timeout=DURATION          the run's whole wall time, over every master that served it
     queue_timeout=DURATION        the longest a run may wait in its queue before it starts
     task_timeout=DURATION         each job's timeout on the node
+    adaptive_timeout=N            each job's timeout N times its median recorded time (0: off)
     max_failed_nodes=N            nodes lost or failed before the run is stopped (N >= 0)
     max_worker_instances=N        at most N of the run's jobs at once on one node (N >= 1)
     max_cluster_instances=N       at most N of the run's jobs in flight in all (N >= 1)
@@ -31,9 +32,9 @@ run may not be ``after`` its own name.
 
 :class:`RunOptions` is a run's effective settings: each option given, else the global
 setting it overrides (``job_timeout`` <- master.conf's ``max_run_time``, ``task_timeout`` <-
-the node's ``job_timeout``, ``max_failed_nodes`` <- master.conf's ``max_failed_nodes``),
-else "no limit".  Every error is a :class:`RunOptionError` (a ``ValueError``) naming the
-option and what was expected.
+the node's ``job_timeout``, ``max_failed_nodes`` <- master.conf's ``max_failed_nodes``,
+``adaptive_timeout`` <- master.conf's ``adaptive_timeout``), else "no limit".  Every error
+is a :class:`RunOptionError` (a ``ValueError``) naming the option and what was expected.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from cluster.config import Config
 
 #: Options with a value (``key=value``).
 DURATION_KEYS = ("job_timeout", "queue_timeout", "task_timeout")
-COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances")
+COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances",
+              "adaptive_timeout")
 LIST_KEYS = ("groups", "exclude", "after")
 NAME_KEYS = ("name",)
 #: Options whose value is ``yes`` or ``no``.
@@ -66,7 +68,8 @@ MAX_COUNT = 100_000
 #: The most entries of a list option.
 MAX_LIST = 64
 #: The smallest value of each count option.
-COUNT_LOW = {"max_failed_nodes": 0, "max_worker_instances": 1, "max_cluster_instances": 1}
+COUNT_LOW = {"max_failed_nodes": 0, "max_worker_instances": 1, "max_cluster_instances": 1,
+             "adaptive_timeout": 0}
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
@@ -190,6 +193,10 @@ class RunOptions:
     #: ``confirm=yes|no`` (docs/results.md, "Differences confirmed, indeterminate tests
     #: named"); None: master.conf's ``confirm_differences``.
     confirm: bool | None = None
+    #: ``adaptive_timeout=N`` (docs/results.md, "Timeouts that fit each test"), else
+    #: master.conf's ``adaptive_timeout``: each job's timeout as a multiple of its median
+    #: recorded time; 0: the node's limit for every job.
+    adaptive_timeout: float = 0.0
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
     given: tuple[str, ...] = field(default=())
 
@@ -227,6 +234,8 @@ class RunOptions:
                    reuse=SWITCH_VALUES[values["reuse"]] if "reuse" in values
                    else cfg.result_cache,
                    confirm=SWITCH_VALUES[values["confirm"]] if "confirm" in values else None,
+                   adaptive_timeout=cfg.adaptive_timeout if "adaptive_timeout" not in values
+                   else float(parse_count("adaptive_timeout", values["adaptive_timeout"])),
                    given=tuple(sorted(words)))
 
     def placed(self, node: str, node_groups: Iterable[str]) -> bool:

@@ -30,6 +30,12 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   groups=G is served only by its nodes)
   history TEST [--json]           every archived run in which TEST's md5 or error code
                                   changed, newest first, with its commit, user or schedule
+  bless RUN [TEST...] --reason R  accept an intended change once: the md5s and error
+                                  codes of TEST (default: every test RUN reported as
+                                  changed) in archived run RUN become the rows of the
+                                  tables RUN was compared with (the baseline; a user
+                                  run's previous push too); audited in
+                                  tables/blessings.tsv and shown by history
   flaky [--json]                  the tests found indeterminate (a second run gave
                                   another output), newest first: when, run, nodes, md5s
   history TEST --times [--json]   TEST's times (time1..3 and their sum) in every archived
@@ -53,8 +59,8 @@ reports show it (tests/ex/golfer.eps.ppmraw.72.0).  The options before COMMAND m
 follow it.
 
 Exit status: 0 done (for stop --wait: the run ended as stopped, or completed first);
-1 an unknown run, node or test, a crontab that could not be read, or a stop --wait that
-timed out (the message names it);
+1 an unknown run, node or test, a run or test that cannot be blessed, a crontab that
+could not be read, or a stop --wait that timed out (the message names it);
 2 bad usage or configuration, or a refused .dag file (nothing queued); 3 stop --wait: the
 run ended otherwise before the stop took effect (failed, timed out, lost its nodes), which
 its last line says.
@@ -71,7 +77,7 @@ from typing import Any
 
 from cluster.cli import common, progname
 from cluster.config import Config
-from cluster.console import admin, cronlist
+from cluster.console import admin, bless, cronlist
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
@@ -134,6 +140,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("test", metavar="TEST")
     p.add_argument("--times", action="store_true",
                    help="the test's times in every archived run instead")
+    p = command("bless", "accept a run's outputs as the baseline's (audited)")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("tests", metavar="TEST", nargs="*")
+    p.add_argument("--reason", default="", help="why (recorded, shown by history)")
     command("cron", "the scheduled entries and their next times", json_option=True)
     command("flaky", "the tests found indeterminate, newest first", json_option=True)
     command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
@@ -209,6 +219,17 @@ def _stop(home: Home, args: argparse.Namespace) -> int:
     return EXIT_OK if outcome in ("aborted", "done") else EXIT_RUN_FAILED
 
 
+def _bless(home: Home, args: argparse.Namespace) -> int:
+    if not args.reason.strip():
+        raise UsageError("bless needs --reason R: every blessing is audited")
+    done = bless.bless(home, args.run, args.tests, args.reason, admin.who_am_i())
+    tables = ", ".join(done[0].tables)
+    print(f"blessed {len(done)} test(s) of run {args.run} into {tables}:")
+    for b in done:
+        print(f"  {b.test}  error {b.error} md5 {b.md5}")
+    return EXIT_OK
+
+
 def run_command(cfg: Config, args: argparse.Namespace) -> int:
     home = Home(cfg.home)
     if not home.root.is_dir():
@@ -228,6 +249,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
                        admin.format_history_times)
             else:
                 _print(admin.history(home, args.test), as_json, admin.format_history)
+        case "bless":
+            return _bless(home, args)
         case "cron":
             _print(cronlist.listing(home), as_json, cronlist.format_listing)
         case "flaky":

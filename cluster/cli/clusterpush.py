@@ -59,6 +59,14 @@ clusterpush ships its own code there (see cluster.triggers.remotepush), so the m
 of the push is the same code as a local push.  Exit status: 0 queued or aborted, 1 the
 master could not be reached, 2 refused (a bad argument, a refused key or host key, a failed
 transfer or an aborted push: nothing was queued), 130 interrupted, 143 terminated.
+
+--wait (a local push) follows the run until it ends -- a one-line progress on a terminal,
+nothing when stdout is not one -- prints its report and its archive folder, and exits 0
+when nothing changed, 1 when tests changed (confirmed differences or new errors), 3 when
+the run did not complete (a last line on stderr says how) or did not end within
+--wait-timeout SECONDS (default a day; the run goes on).  --junit FILE and --json FILE
+copy the run's JUnit XML and JSON result (archived beside report.txt) to FILE
+(docs/operating.md, "Waiting for a run from CI").
 """
 
 from __future__ import annotations
@@ -66,18 +74,23 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
 from pathlib import Path
 
 from cluster import runoptions
-from cluster.cli import common, progname
+from cluster.cli import common, progname, pushwait
+from cluster.config import Config
+from cluster.console.progress import ProgressLine
 from cluster.datatypes import PRODUCTS
-from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, SshError
 from cluster.home import Home
+from cluster.localrunend import run_end
 from cluster.master.files.abort import request_abort
+from cluster.report import ciresult
 from cluster.runoptions import RunOptionError
 from cluster.runspec import SWEEP_ONLY_OPTIONS, RunSpec
 from cluster.runtime.ssh import SshTarget
@@ -95,6 +108,9 @@ from cluster.triggers.sweeppush import prepare_sweep, previous_sweep_run
 
 #: This command's name in its usage line and messages (see progname).
 PROG = progname.prog("clusterpush.py")
+
+#: How long --wait waits for the run by default [seconds]: generous, a full run's day.
+DEFAULT_WAIT_TIMEOUT = 24 * 3600.0
 
 #: The exit status after ^C (SIGINT), and after SIGTERM: 128 + the signal, as a shell says.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -169,6 +185,16 @@ def _main(argv: list[str] | None) -> int:
                         help="a per-run option of the run (repeatable; a flag as --opt "
                         "exclusive): job_timeout=2h, groups=win64, max_worker_instances=1, "
                         "... (docs/runoptions.md)")
+    parser.add_argument("--wait", action="store_true",
+                        help="follow the run to its end, print its report; exit 0 nothing "
+                        "changed, 1 tests changed, 3 the run did not complete")
+    parser.add_argument("--wait-timeout", type=float, default=DEFAULT_WAIT_TIMEOUT,
+                        metavar="SECONDS", help="with --wait: give up after this long, exit "
+                        f"3 (default {DEFAULT_WAIT_TIMEOUT:.0f})")
+    parser.add_argument("--junit", type=Path, metavar="FILE",
+                        help="with --wait: write the run's JUnit XML to FILE")
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="with --wait: write the run's result as JSON to FILE")
     parser.add_argument("words", nargs="*")
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
@@ -182,6 +208,7 @@ def _main(argv: list[str] | None) -> int:
         if args.resume and args.sweep is None:
             raise ClusterError("--resume resumes a sweep: it goes with --sweep FILE")
         args.words = [*args.words, *check_opts(args.opt, args.words)]
+        _check_wait(args)
         if args.sweep is not None:
             _use_sweep(args)
         elif args.tree is None:
@@ -190,7 +217,7 @@ def _main(argv: list[str] | None) -> int:
             if args.ssh_port is not None or args.ssh_key is not None \
                     or args.known_hosts is not None:
                 raise ClusterError("--ssh-port, --ssh-key and --known-hosts go with --master")
-            return _local(Home(cfg.home), args)
+            return _local(Home(cfg.home), cfg, args)
         return _remote(args, cfg.ssh_port, cfg.ssh_key, cfg.ssh_known_hosts)
     except SshError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -198,6 +225,24 @@ def _main(argv: list[str] | None) -> int:
     except ClusterError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _check_wait(args: argparse.Namespace) -> None:
+    """--wait's options: --junit, --json and --wait-timeout go with it; not with abort,
+    not (yet) with --master."""
+    if not args.wait:
+        if args.junit is not None or args.json is not None:
+            raise ClusterError("--junit and --json write the result of the run: they go "
+                               "with --wait")
+        return
+    if "abort" in args.words:
+        raise ClusterError("abort removes your runs; there is no run to --wait for")
+    if args.master is not None:
+        raise ClusterError("--wait follows the run in a master home this machine sees; "
+                           "it does not go with --master yet")
+    if args.wait_timeout <= 0:
+        raise ClusterError(f"--wait-timeout {args.wait_timeout:g}: expected a number of "
+                           "seconds above 0")
 
 
 def check_opts(opts: list[str], words: list[str]) -> list[str]:
@@ -261,7 +306,7 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                          source="command line")
 
 
-def _local(home: Home, args: argparse.Namespace) -> int:
+def _local(home: Home, cfg: Config, args: argparse.Namespace) -> int:
     """A push (or abort) into a master home this machine sees."""
     if "abort" in args.words:
         stopped = abort_pushes(home, args.user)
@@ -277,11 +322,47 @@ def _local(home: Home, args: argparse.Namespace) -> int:
     spec = _spec(args)
     if not args.tree.is_dir():
         raise ClusterError(f"tree {args.tree} is not a directory")
+    before = pushwait.archived(home) if args.wait else set()
     pushed = submit_push(home, args.tree, spec, method="copy" if args.copy else "auto")
-    print(f"queueing: {spec.line()}")
+    print(f"queueing: {spec.line()}", flush=True)
     if pushed.note:
-        print(pushed.note)
-    return EXIT_OK
+        print(pushed.note, flush=True)
+    if not args.wait:
+        return EXIT_OK
+    return _wait(home, cfg, spec, before, args)
+
+
+def _wait(home: Home, cfg: Config, spec: RunSpec, before: set[str],
+          args: argparse.Namespace) -> int:
+    """--wait: follow the run to its end (a progress line on a terminal), print its report,
+    copy its CI files to --junit and --json; the exit status of :func:`pushwait.verdict`,
+    or 3 when it did not end within --wait-timeout."""
+    progress = ProgressLine(sys.stdout, home, cfg, spec.line())
+    try:
+        archive = pushwait.wait_for_archive(home, spec.line(), before, args.wait_timeout,
+                                            on_poll=progress.update)
+    finally:
+        progress.clear()
+    if archive is None:
+        print(f"{PROG}: the run {spec.line()!r} did not end within --wait-timeout "
+              f"{args.wait_timeout:g} s; it goes on (clusterpush abort stops it)",
+              file=sys.stderr)
+        return EXIT_RUN_FAILED
+    sys.stdout.write((archive / "report.txt").read_text(encoding="utf-8", errors="replace"))
+    print(archive, flush=True)
+    for wanted, name in ((args.junit, ciresult.JUNIT_NAME), (args.json, ciresult.JSON_NAME)):
+        if wanted is None:
+            continue
+        if not (archive / name).is_file():
+            print(f"{PROG}: the run has no {name} (a sweep or bmpcmp run): {wanted} not "
+                  "written", file=sys.stderr)
+            continue
+        shutil.copyfile(archive / name, wanted)
+    status = pushwait.verdict(archive)
+    if status == EXIT_RUN_FAILED:
+        print(f"{PROG}: the run did not complete: {run_end(archive).describe()} (report: "
+              f"{archive / 'report.txt'})", file=sys.stderr)
+    return status
 
 
 def _remote(args: argparse.Namespace, port: int, key: str, known_hosts: Path) -> int:

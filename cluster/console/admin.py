@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.config import Config
+from cluster.console import bless as blessed
 from cluster.console import history as test_history
 from cluster.console import nodelist, provisioning, runinfo, status
 from cluster.datatypes import valid_node_name
@@ -457,12 +458,17 @@ def _one_line(text: str) -> str:
 
 # ---------------------------------------------------------------------------------- history
 def history(home: Home, test: str) -> JSON:
-    """The runs in which ``test`` changed (:func:`cluster.console.history.history`), and
-    those in which it was found indeterminate (docs/results.md, "Differences confirmed,
+    """The runs in which ``test`` changed (:func:`cluster.console.history.history`, each
+    blessing of it counted: :mod:`cluster.console.bless`), its blessings newest first, and
+    the runs in which it was found indeterminate (docs/results.md, "Differences confirmed,
     indeterminate tests named"; ``tables/indeterminate.tsv``)."""
-    changes = test_history.history(home, test)
     name = test_history.test_id(test)
+    blessings = blessed.of_test(home.tables, name)
+    changes = test_history.history(home, test, [
+        test_history.Blessed(b.when, b.run, test_history.Result(b.error, b.md5, "", ""),
+                             b.tables) for b in blessings])
     return {"test": name, "changes": [c.to_json() for c in changes],
+            "blessings": [b.to_json() for b in reversed(blessings)],
             "indeterminate": [f.to_json() for f in indeterminate.read(home.tables)
                               if f.test == name]}
 
@@ -524,6 +530,8 @@ def format_history(data: JSON) -> list[str]:
                      if before[key] != after[key]]
             line += f"  {c['change']}: {', '.join(parts)} (against {c['against']})"
         lines.append(line)
+    for b in data.get("blessings", []):
+        lines.append(f"  blessed by {b['who']} at {b['when']}: {b['reason']} (run {b['run']})")
     for f in data.get("indeterminate", []):
         lines.append(f"  {f['run']}  indeterminate ({f['when']}): md5s "
                      f"{', '.join(f['digests'])} on {', '.join(f['nodes'])}")

@@ -10,7 +10,8 @@ Contract of :func:`resolve`:
 * the run id is a job id of the node protocol (1-64 letters, digits, ``.``, ``_``, ``:`` and
   ``-``, starting with a letter or a digit: ``20261123120000-p0-ab12``), one path component
   that is never ``.`` or ``..``;
-* only :data:`SERVED` files are served: ``report.txt``, ``<id>.tab``, and anything below
+* only :data:`SERVED` files are served: ``report.txt``, ``<id>.tab``, the CI files
+  ``junit.xml`` and ``result.json`` (:mod:`cluster.report.ciresult`), and anything below
   ``bmpcmp/`` (the bmpcmp page, ``bmpcmp/index.html``, and its images); anything else of
   the archive (node logs, the audit trail, run.info) is a 404;
 * every component of the rest is checked before the file system is touched: not empty, not
@@ -32,6 +33,7 @@ from pathlib import Path
 from cluster.defaults import BMPCMP_DIR
 from cluster.errors import ClusterError
 from cluster.home import Home
+from cluster.report import ciresult
 from cluster.wire.protocol import JOB_ID
 
 #: A run id in a URL: the node protocol's job id, one harmless path component.
@@ -42,7 +44,7 @@ MAX_PATH = 1024
 #: and the control characters (no file the cluster writes has them).
 _BAD_CHARS = re.compile(r"[\\\x00-\x1f\x7f]")
 #: What :func:`resolve` serves, for the messages: the report, the table, the bmpcmp page.
-SERVED = "report.txt, <id>.tab and the bmpcmp/ page and its images"
+SERVED = "report.txt, <id>.tab, junit.xml, result.json and the bmpcmp/ page and its images"
 
 #: Content types by file name suffix; anything else is served as bytes.
 CONTENT_TYPES = {
@@ -51,6 +53,7 @@ CONTENT_TYPES = {
     ".log": "text/plain; charset=utf-8",
     ".meta": "text/plain; charset=utf-8",
     ".html": "text/html; charset=utf-8",
+    ".xml": "application/xml",
     ".json": "application/json",
     ".png": "image/png",
     ".gif": "image/gif",
@@ -109,6 +112,7 @@ def resolve(home: Home, rest: str) -> Path:
     for part in parts:
         _check_component(part, rest)
     if not (parts == ["report.txt"] or parts == [f"{run_id}.tab"]
+            or parts in ([ciresult.JUNIT_NAME], [ciresult.JSON_NAME])
             or (parts[0] == BMPCMP_DIR and len(parts) > 1)):
         raise ArchiveRefused(404, f"archive/{rest}: not served (the status page serves a "
                                   f"finished run's {SERVED})")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -95,20 +95,42 @@ def test_id(test: str) -> str:
     return test.strip().replace("/", "__")
 
 
-def history(home: Home, test: str) -> list[Change]:
+@dataclass(frozen=True)
+class Blessed:
+    """A blessing of the test (``clusteradmin bless``): from ``when`` (epoch seconds) on,
+    the tables ``tables`` hold ``result``, the test's of run ``run``."""
+
+    when: float
+    run: str
+    result: Result
+    tables: tuple[str, ...]
+
+
+def history(home: Home, test: str, blessings: Iterable[Blessed] = ()) -> list[Change]:
     """Every archived run in which ``test``'s md5 or error code changed, newest first.
 
     ``test``: a test id (``tests__ex__golfer.eps.ppmraw.72.0``) or its report form
     (``tests/ex/golfer.eps.ppmraw.72.0``).  ClusterError naming the test when no archived
-    run's table has it.
+    run's table has it.  ``blessings``: the test's, oldest first; a run that started after
+    one is compared with the blessed result in the tables it rewrote (the baseline
+    ``current.tab``, a user's ``user-<name>.tab``), as the end of that run was.
     """
     name, key = _test_key(test)
     baseline: tuple[Result, str] | None = None
     users: dict[str, tuple[Result, str]] = {}
     changes: list[Change] = []
+    pending = list(blessings)
     searched = 0
     for run in complete_runs(home):
         searched += 1
+        started = run_started(run.run_id)
+        while pending and started is not None and pending[0].when <= started:
+            blessed = pending.pop(0)
+            for table in blessed.tables:
+                if table == "current.tab":
+                    baseline = (blessed.result, blessed.run)
+                elif table.startswith("user-") and table.endswith(".tab"):
+                    users[table[len("user-"):-len(".tab")]] = (blessed.result, blessed.run)
         found = lookup(run.table, key)
         if found is None:
             continue

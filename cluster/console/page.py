@@ -23,8 +23,8 @@ Hooks for scripts and tests (stable; keep them when restyling):
 * ``#provision[data-state=ok|trouble|stale|error]`` (hidden when the home has no
   ``provision.json``: no provisioner), its ``[data-field=summary|trouble|stale|error]``
   and its ``li.provision-job[data-job=<id>][data-state=<state>]``;
-* ``#recent tr.recent[data-run=<id>]``, its ``a.link-report``, ``a.link-tab`` and
-  ``a.link-bmpcmp``;
+* ``#recent tr.recent[data-run=<id>]``, its ``a.link-report``, ``a.link-tab``,
+  ``a.link-bmpcmp``, ``a.link-junit`` and ``a.link-json``;
 * ``#detail[data-run=<id>][data-state=queued|running|finished]``, its
   ``.detail-node[data-node=<name>]`` (``[data-field=count]``) and ``tr.failed``; a sweep
   run's ``#sweep-failed`` (``[data-field=not-ok]``) and its ``tr.sweep-failed[data-seq=<n>]``
@@ -377,7 +377,9 @@ function drawRecent(recent) {
       td(num(r.errors), {class: "num"}),
       td(r.outcome || "", {class: bad ? "outcome-bad" : ""}),
       el("td", {}, link(links.report, "report", "link-report"), " ",
-         link(links.tab, ".tab", "link-tab"), " ", link(links.bmpcmp, "bmpcmp", "link-bmpcmp")));
+         link(links.tab, ".tab", "link-tab"), " ", link(links.bmpcmp, "bmpcmp", "link-bmpcmp"),
+         " ", link(links.junit, "junit", "link-junit"), " ",
+         link(links.json, "json", "link-json")));
   });
   document.getElementById("recent-count").textContent =
     recent.length ? "(newest " + recent.length + ")" : "";
@@ -509,7 +511,9 @@ function drawDetail(d) {
   const links = d.links || {};
   const fileLinks = [link(links.report, "report", "link-report"),
                      link(links.tab, ".tab", "link-tab"),
-                     link(links.bmpcmp, "bmpcmp page", "link-bmpcmp")].filter((x) => x);
+                     link(links.bmpcmp, "bmpcmp page", "link-bmpcmp"),
+                     link(links.junit, "JUnit XML", "link-junit"),
+                     link(links.json, "result JSON", "link-json")].filter((x) => x);
   if (fileLinks.length) parts.push(el("p", {}, "Files: ", ...fileLinks.flatMap((a) => [a, " "])));
   if (d.report_head && d.report_head.length) {
     parts.push(el("details", {}, el("summary", {text: "start of the report"}),

@@ -33,7 +33,7 @@ from cluster.console.runinfo import (
 )
 from cluster.defaults import BMPCMP_DIR
 from cluster.master.files import journal
-from cluster.report import indeterminate
+from cluster.report import ciresult, indeterminate
 
 log = logging.getLogger("cluster.console")
 
@@ -117,7 +117,11 @@ def archive_entry(folder: Path, run_id: str) -> JSON | None:
                   "tab": f"{base}/{run_id}.tab" if (folder / f"{run_id}.tab").is_file()
                   else None,
                   "bmpcmp": f"{base}/{BMPCMP_PAGE}" if (folder / BMPCMP_PAGE).is_file()
-                  else None},
+                  else None,
+                  "junit": f"{base}/{ciresult.JUNIT_NAME}"
+                  if (folder / ciresult.JUNIT_NAME).is_file() else None,
+                  "json": f"{base}/{ciresult.JSON_NAME}"
+                  if (folder / ciresult.JSON_NAME).is_file() else None},
     }
     for key in SUMMARY_KEYS:
         entry[key] = int_or_none(info.get(key))

@@ -1,8 +1,9 @@
 """A node's JOBS: the jobs the master handed it run in its slots, and their results read.
 
 Jobs go into a local queue and run in ``slots`` persistent slot shells
-(:mod:`cluster.node.slots`); one running longer than ``job_timeout`` seconds is killed as a
-whole tree (SIGHUP, then SIGKILL).  A node running as root with ``job_user`` set runs them
+(:mod:`cluster.node.slots`); one running longer than ``job_timeout`` seconds (or its own,
+shorter timeout from the master: docs/results.md, "Timeouts that fit each test") is killed as
+a whole tree (SIGHUP, then SIGKILL).  A node running as root with ``job_user`` set runs them
 as that account (:mod:`cluster.node.jobuser`), and every process of the account is killed
 at the end of the run.  The node reads what a job wrote never through a link
 (:mod:`cluster.node.jobfiles`), as it may be root.

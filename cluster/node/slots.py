@@ -17,7 +17,9 @@ A slot holds up to :data:`DEPTH` jobs: the one its shell runs and the next, alre
 input, so the shell starts the next the moment one ends instead of waiting for the node to
 notice (on a busy machine the node's turn can come a millisecond later, as long as the
 whole job when jobs are as small as ``echo 17 | md5sum``).  A job's timeout runs from
-when it starts: when it was sent to an idle slot, or when the job before it ended.  A job
+when it starts: when it was sent to an idle slot, or when the job before it ended.  It is
+the pool's, or the job's own when that is shorter (``Job.timeout``: docs/results.md,
+"Timeouts that fit each test"; :meth:`SlotPool.limit_of`).  A job
 still waiting in a shell's input when that shell has to go (its running job timed out,
 or the shell died) never ran: it is handed back (:meth:`SlotPool.take_returned`) for the
 node to run again.  A command longer than ``PIPE_BUF`` is only sent to an idle slot, so
@@ -168,8 +170,10 @@ class Slot:
         os.set_blocking(status_r, False)
         self.buf = b""
         self.sent: deque[Job] = deque()
-        # Of the first job in ``sent``: its process (from "S"), deadline, when HUP was sent.
+        # Of the first job in ``sent``: its process (from "S"), when it started, its
+        # deadline, when HUP was sent.
         self.job_pid = 0
+        self.started = 0.0
         self.deadline = 0.0
         self.hup_sent = 0.0
 
@@ -183,21 +187,23 @@ class Slot:
         """The line a slot's shell is given to run ``command``."""
         return _RUNNER.format(cmd=shlex.quote(command)).encode()
 
-    def send(self, job: Job, line: bytes, deadline: float) -> None:
-        """Give the shell ``line`` (see :meth:`runner`) for ``job``; ``deadline`` counts
-        if the slot was idle (the job starts now), else it is set when the one before
-        ends.  BrokenPipeError if the shell has gone (nothing is then recorded)."""
+    def send(self, job: Job, line: bytes, now: float, limit: float) -> None:
+        """Give the shell ``line`` (see :meth:`runner`) for ``job``, whose timeout is
+        ``limit`` seconds; if the slot was idle the job starts ``now``, else when the one
+        before ends.  BrokenPipeError if the shell has gone (nothing is then recorded)."""
         view = memoryview(line)
         while view:  # a pipe takes 64 KiB at once; longer commands need more writes
             view = view[os.write(self.cmd_fd, view):]
-        if not self.sent:
-            self._next(deadline)
         self.sent.append(job)
+        if len(self.sent) == 1:
+            self._next(now, limit)
 
-    def _next(self, deadline: float) -> None:
-        """The first job in ``sent`` changed: its timing starts afresh."""
+    def _next(self, now: float, limit: float) -> None:
+        """The first job in ``sent`` changed: it started ``now`` and may run ``limit``
+        seconds."""
         self.job_pid = 0
-        self.deadline = deadline
+        self.started = now
+        self.deadline = now + limit
         self.hup_sent = 0.0
 
     def read_events(self) -> tuple[list[bytes], bool]:
@@ -292,6 +298,11 @@ class SlotPool:
         self.by_fd = {s.status_fd: s for s in self.slots}
         self.returned: list[Job] = []
 
+    def limit_of(self, job: Job) -> float:
+        """How long ``job`` may run: its own timeout when it has one shorter than the
+        pool's, else the pool's (a job's own timeout never lengthens the node's limit)."""
+        return min(job.timeout, self.timeout) if job.timeout > 0 else self.timeout
+
     def _new_slot(self, index: int) -> Slot:
         return Slot(index, self.env, self.account, self.homes)
 
@@ -314,13 +325,13 @@ class SlotPool:
             return False
         for slot in sorted(candidates, key=lambda s: len(s.sent)):
             try:
-                slot.send(job, line, now + self.timeout)
+                slot.send(job, line, now, self.limit_of(job))
                 return True
             except BrokenPipeError:
                 if slot.sent:
                     continue  # died running a job: wait() sees its end and retires it
                 self._replace(slot)  # died while idle: a fresh shell, and try again
-                self.slots[slot.index].send(job, line, now + self.timeout)
+                self.slots[slot.index].send(job, line, now, self.limit_of(job))
                 return True
         return False
 
@@ -349,8 +360,9 @@ class SlotPool:
                 elif kind == b"E" and slot.sent:
                     killed = slot.hup_sent > 0
                     done.append(Finished(slot.sent.popleft(), int(value), killed,
-                                         slot.deadline - self.timeout, now))
-                    slot._next(now + self.timeout)  # the next one started just now
+                                         slot.started, now))
+                    if slot.sent:  # the next one started just now
+                        slot._next(now, self.limit_of(slot.sent[0]))
                     if killed:
                         # It ended after SIGHUP, but a descendant may ignore HUP: kill the
                         # slot's whole group (and with it any job started after it) and
@@ -377,8 +389,10 @@ class SlotPool:
             if not slot.hup_sent and now >= slot.deadline:
                 new += 1
                 slot.hup_sent = now
-                log.warning("%s timed out after %.0f s; killing its process tree",
-                            job.name, self.timeout)
+                log.warning("%s timed out after %.0f s%s; killing its process tree",
+                            job.name, self.limit_of(job),
+                            " (its own timeout)" if self.limit_of(job) < self.timeout
+                            else "")
                 if slot.job_pid:
                     _signal_tree(slot.job_pid, signal.SIGHUP)
                 else:
@@ -411,7 +425,7 @@ class SlotPool:
         handed back (:meth:`take_returned`); a fresh shell takes the slot."""
         if slot.sent and not head_ended:
             done.append(Finished(slot.sent.popleft(), None, slot.hup_sent > 0,
-                                 slot.deadline - self.timeout, now))
+                                 slot.started, now))
         self.returned.extend(slot.sent)
         slot.sent.clear()
         self._replace(slot)

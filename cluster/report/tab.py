@@ -37,6 +37,12 @@ logger = logging.getLogger("cluster.tab")
 #: Number of TAB-separated columns of a line.
 COLUMNS = 10
 
+#: The lock, in the home's ``tables/``, held while a stream table there is replaced: by the
+#: end of a run installing its staged tables
+#: (:func:`cluster.master.end.streamtables.install_tables`) and by ``clusteradmin bless``
+#: rewriting rows (:mod:`cluster.console.bless`), so neither undoes the other's write.
+TABLES_LOCK = "tables.lock"
+
 #: Malformed lines logged one by one per file; the rest are counted in one summary line, so
 #: a mangled table of a million lines does not flood the master's log.
 MAX_LOGGED = 20
@@ -392,3 +398,33 @@ def merged_lines(old: Previous, new: Mapping[str, TabRow],
     while pending is not None:
         yield pending.line()
         pending = next(kept, None)
+
+
+def with_rows(old: Previous | None, rows: Mapping[str, TabRow]) -> Iterator[str]:
+    """The lines of *old* with the tests of *rows* replaced by (or added as) those rows,
+    in name order: what ``clusteradmin bless`` makes of a stream table.  *old* is streamed
+    (a :class:`TabFile`); None is an empty table."""
+    return merged_lines(old if old is not None else {}, rows, ())
+
+
+def rebased_lines(base: Previous, ours: Previous, theirs: Previous) -> Iterator[str]:
+    """A three-way merge of name-ordered tables, in name order: each test's line of
+    *ours* where *ours* changed it from *base*, else its line of *theirs*.
+
+    The end of a run stages its new stream table (*ours*) from the table as it was
+    (*base*); when the table was rewritten meanwhile (*theirs*, by ``clusteradmin
+    bless``), the run's own rows win and the rewrite is kept for every other test.  A test
+    absent from a table counts as a line of its own (so a removal is a change too).
+    """
+    streams = [entries(base), entries(ours), entries(theirs)]
+    heads: list[Entry | None] = [next(s, None) for s in streams]
+    while any(h is not None for h in heads):
+        name = min(h.name for h in heads if h is not None)
+        line: list[str | None] = [None, None, None]
+        for i, head in enumerate(heads):
+            if head is not None and head.name == name:
+                line[i] = head.line()
+                heads[i] = next(streams[i], None)
+        chosen = line[1] if line[1] != line[0] else line[2]
+        if chosen is not None:
+            yield chosen

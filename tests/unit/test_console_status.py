@@ -256,10 +256,16 @@ def test_recent_runs_newest_first_with_counts_links_and_failed_builds(tmp_path: 
     assert nightly["started"] == calendar.timegm((2027, 1, 1, 0, 0, 0))
     assert nightly["links"] == {
         "report": "/archive/20270101000000-p2-0001/report.txt",
-        "tab": "/archive/20270101000000-p2-0001/20270101000000-p2-0001.tab", "bmpcmp": None}
+        "tab": "/archive/20270101000000-p2-0001/20270101000000-p2-0001.tab", "bmpcmp": None,
+        "junit": None, "json": None}
     assert failed["outcome"] == "failed" and failed["links"]["tab"] is None
     assert (failed["nodes"], failed["differences"], failed["errors"]) == (1, None, None)
     assert bmp["links"]["bmpcmp"] == "/archive/20270103000000-p0-0003/bmpcmp/index.html"
+    (done / "junit.xml").write_text("<testsuites/>")  # the CI files, once archived
+    (done / "result.json").write_text("{}")
+    links = fresh(home, cfg)["recent"][2]["links"]
+    assert (links["junit"], links["json"]) == ("/archive/20270101000000-p2-0001/junit.xml",
+                                               "/archive/20270101000000-p2-0001/result.json")
     assert bmp["who"] == "alice"
     assert (old["nodes"], old["differences"], old["errors"]) == (None, None, None)
 

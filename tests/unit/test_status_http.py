@@ -172,6 +172,8 @@ def home(tmp_path: Path) -> Home:
     (folder / "run.info").write_text(f"id {RUN}\n")
     (folder / "logs" / "node1.log").write_text("log\n")
     (folder / "bmpcmp" / "index.html").write_text("<html></html>")
+    (folder / "junit.xml").write_text("<testsuites/>")
+    (folder / "result.json").write_text("{}")
     (folder / "bmpcmp" / "set1" / "a.diff.png").write_bytes(b"\x89PNG")
     (tmp_path / "outside.txt").write_text("secret\n")
     (home.root / "cluster.secret").write_text("key\n")
@@ -180,7 +182,7 @@ def home(tmp_path: Path) -> Home:
 
 @pytest.mark.parametrize("rest", [
     f"{RUN}/report.txt", f"{RUN}/{RUN}.tab", f"{RUN}/bmpcmp/index.html",
-    f"{RUN}/bmpcmp/set1/a.diff.png"])
+    f"{RUN}/bmpcmp/set1/a.diff.png", f"{RUN}/junit.xml", f"{RUN}/result.json"])
 def test_the_report_table_and_bmpcmp_files_are_served(home: Home, rest: str) -> None:
     assert archivefiles.resolve(home, rest) == (home.archive / rest).resolve()
 

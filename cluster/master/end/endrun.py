@@ -43,7 +43,7 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.cache import reuse
 from cluster.master.cache.resultcache import FileDigests, ResultCache
-from cluster.master.end import finish, sweepend
+from cluster.master.end import finish, streamtables, sweepend
 from cluster.master.files import abort, ending, journal
 from cluster.master.files.attempts import Attempts
 from cluster.master.files.ending import EndRecord, Outcome
@@ -53,6 +53,7 @@ from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
 from cluster.queue import QueueFile
 from cluster.report import mail
+from cluster.report.ciresult import incomplete_result
 from cluster.report.slowdowns import SlowdownRule
 from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
@@ -131,7 +132,7 @@ class RunEnder:
             record.mark(ending.REPORT)
         if not record.is_done(ending.TABLES):
             if outcome.changes_tables:
-                moved = finish.install_tables(home.run_dir(run_id) / STAGE_DIR, home.tables)
+                moved = streamtables.install_tables(home.run_dir(run_id) / STAGE_DIR, home.tables)
                 if moved:
                     log.info("run %s: tables %s installed", run_id, ", ".join(moved))
             record.mark(ending.TABLES)
@@ -210,6 +211,13 @@ class RunEnder:
             if record.outcome is Outcome.DONE and reuse.stores(self.cfg, spec, start):
                 self._store_results(start, state)
         fsutil.atomic_write(archive / "report.txt", made.text)
+        ci = made.ci
+        if ci is None and record.outcome is not Outcome.DONE:
+            ci = incomplete_result(start.id, record.elapsed, f"{record.outcome.value}: "
+                                   f"{record.reason}" if record.reason
+                                   else record.outcome.value)
+        if ci is not None:  # before run.info: a waiter takes run.info for the end
+            finish.write_ci_files(archive, ci)
         fsutil.atomic_write(archive / "run.info", run_info(
             start, record, nodes, made, state.reused if state is not None else None))
 

@@ -43,11 +43,9 @@ which the master adds to ``run.info`` so the console need not read the ``.tab``.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,15 +55,23 @@ from cluster.home import Home
 from cluster.jobs.bmpcmp import BMPCMP_PRODUCTS
 from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
 from cluster.master.cache import reuse, reuseverify
-from cluster.master.end import samebuild, sweepend
+from cluster.master.end import samebuild, streamtables, sweepend
 from cluster.master.end.buildfailure import failure_report
 from cluster.master.files import confirmplan
 from cluster.master.files.abort import STOPPED_BY
 from cluster.master.files.ending import BASELINE_KINDS, Outcome
 from cluster.master.model.unbuilt import ABSENT
 from cluster.master.state.runstate import RunState
+from cluster.report import (
+    ciresult,
+    indeterminate,
+    md5cache,
+    slowdowns,
+    sweepreport,
+    tab,
+    userreport,
+)
 from cluster.report import compare as report
-from cluster.report import indeterminate, md5cache, slowdowns, sweepreport, tab, userreport
 from cluster.runspec import SWEEP, RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
@@ -88,7 +94,7 @@ class FinishedRun:
     elapsed: float  # the whole run's, across takeovers
     archive: Path
     header: str  # the report's first lines (run_header, or the commit header)
-    stage: Path  # where the stream tables are staged (install_tables moves them in)
+    stage: Path  # where the stream tables are staged (streamtables.install_tables moves them in)
     outcome: Outcome = Outcome.DONE
     reason: str = ""  # why a run that is not DONE ended so
     lost_nodes: tuple[str, ...] = ()  # every node the run lost, across takeovers
@@ -110,6 +116,7 @@ class Report:
     differences: int | None = None
     errors: int | None = None
     indeterminate: int | None = None  # tests whose second run differed (None: none run)
+    ci: ciresult.CiResult | None = None  # the CI files' facts (None: no CI files)
 
 
 def is_bmpcmp(spec: RunSpec) -> bool:
@@ -121,8 +128,9 @@ def finish(home: Home, run: FinishedRun) -> Report:
     report.txt, by the caller).
 
     Tables are not changed here: a complete run's new stream tables are written into
-    ``run.stage``, whole and fsync'ed, and :func:`install_tables` moves them in, so a full
-    disk or a kill leaves the old tables whole and a redo rotates the baseline once.
+    ``run.stage``, whole and fsync'ed, and
+    :func:`~cluster.master.end.streamtables.install_tables` moves them in, so a full disk or
+    a kill leaves the old tables whole and a redo rotates the baseline once.
     """
     state, spec = run.state, run.spec
     if run.outcome is Outcome.ABORTED:
@@ -162,8 +170,8 @@ def finish(home: Home, run: FinishedRun) -> Report:
         text, counted = sweep_report(run, facts, vs_push, len(current))
         # A resume run ran only some tasks: the others keep their rows of the table.
         tested = () if spec.option("resume") else spec.products
-        stage_stream(run.stage, push_path, previous_push, current, tested, run_tab,
-                     not_run)
+        streamtables.stage_stream(run.stage, push_path, previous_push, current,
+                                  tested, run_tab, not_run)
         changed = vs_push.changed() if vs_push is not None else None
         return Report(text, differences=None if changed is None else len(changed),
                       errors=counted.not_ok)
@@ -185,19 +193,36 @@ def finish(home: Home, run: FinishedRun) -> Report:
                                              home.root / run.start.source)
         against = vs_baseline if baseline is not None else vs_push
         write_changed_list(run.archive / CHANGED_LIST, current, against)
-        stage_stream(run.stage, push_path, previous_push, current, spec.products, run_tab,
-                     not_run)
+        streamtables.stage_stream(run.stage, push_path, previous_push, current,
+                                  spec.products, run_tab, not_run)
     else:
         against = indeterminate.without(
             report.analyse(current, baseline, seen=seen, not_run=not_run), flaky)
         text = report.render(against, current, facts)  # what report.compare does
-        stage_stream(run.stage, baseline_path, baseline, current, spec.products, run_tab,
-                     not_run)
+        streamtables.stage_stream(run.stage, baseline_path, baseline, current,
+                                  spec.products, run_tab, not_run)
     text = confirmed_report(home, run, text, facts.header, against, verdicts)
     text = after_header(text, facts.header, cached.section)
-    text += slower_tests(home, run, run_tab)
+    slower, runs = find_slower(home, run, run_tab)
+    if runs is not None:
+        text += slowdowns.section(slower, run.slowdown, runs)
     return Report(text, differences=differences(against), errors=state.errors,
-                  indeterminate=len(flaky) if verdicts else None)
+                  indeterminate=len(flaky) if verdicts else None,
+                  ci=ci_facts(run, against, verdicts, slower))
+
+
+def ci_facts(run: FinishedRun, against: report.Comparison | None,
+             verdicts: list[indeterminate.Verdict],
+             slower: list[slowdowns.Slowdown]) -> ciresult.CiResult:
+    """What the CI files say of a complete run (:mod:`cluster.report.ciresult`): the
+    tests the report lists as differing or as having started to error fail; a run
+    compared with nothing has none that fail."""
+    if against is None or against.baseline:
+        return ciresult.ci_result(run.state.run_id, run.elapsed, {}, (), (), verdicts,
+                                  slower)
+    previous = {name: against.previous_row(name) for name in against.listed}
+    return ciresult.ci_result(run.state.run_id, run.elapsed, previous, against.differing(),
+                              against.started_errors, verdicts, slower)
 
 
 def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
@@ -231,17 +256,40 @@ def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
     return after_header(text, header, added)
 
 
-def slower_tests(home: Home, run: FinishedRun, run_tab: Path) -> str:
-    """The report's ``Slower tests`` section (docs/results.md, "Slowest tests first, and
-    slowdowns named"; :mod:`cluster.report.slowdowns`): the run's table against the newest
+def write_ci_files(archive: Path, ci: ciresult.CiResult) -> None:
+    """The run's JUnit XML and JSON (:mod:`cluster.report.ciresult`) into ``archive``, the
+    rows read from the run's ``.tab`` there as they are written (twice: the count comes
+    first in both files); a line that does not parse is left out of both."""
+    table = archive / f"{ci.run_id}.tab"
+
+    def rows() -> Iterator[tab.TabRow]:
+        if not ci.complete or not table.exists():
+            return
+        with open(table, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    yield tab.TabRow.parse(line)
+                except ValueError:
+                    continue
+
+    count = sum(1 for _ in rows())
+    fsutil.atomic_write(archive / ciresult.JUNIT_NAME, ciresult.junit_chunks(ci, rows(), count))
+    fsutil.atomic_write(archive / ciresult.JSON_NAME, ciresult.json_chunks(ci, rows(), count))
+
+
+def find_slower(home: Home, run: FinishedRun, run_tab: Path
+                ) -> tuple[list[slowdowns.Slowdown], int | None]:
+    """The slower tests of the report's ``Slower tests`` section (docs/results.md, "Slowest
+    tests first, and slowdowns named"; :mod:`cluster.report.slowdowns`) and how many runs
+    they were compared with (None: the rule is off): the run's table against the newest
     ``slowdown_runs`` archived baseline runs (this run's own archive left out: a redone end
     step finds it there)."""
     rule = run.slowdown
     if rule.runs <= 0:
-        return ""
+        return [], None
     previous = [table for run_id, table in baseline_tabs(home, rule.runs + 1)
                 if run_id != run.state.run_id][:rule.runs]
-    return slowdowns.section(slowdowns.find(run_tab, previous, rule), rule, len(previous))
+    return slowdowns.find(run_tab, previous, rule), len(previous)
 
 
 def sweep_table(spec: RunSpec) -> str:
@@ -362,64 +410,6 @@ def aborted_report(run: FinishedRun, state: RunState) -> str:
                 f"no table was changed.\n")
     return (f"{run.header}\n\nThe run was aborted by its user (clusterpush abort) after "
             f"{done}; no table was changed.\n")
-
-
-# ---------------------------------------------------------------------------- tables
-#: The order in which staged tables replace the old ones: the oldest first, so every
-#: moment's set of tables is a consistent rotation (or the old one).
-INSTALL_ORDER = ("previous2.tab", "previous.tab", "current.tab")
-
-
-def stage_stream(stage: Path, stream: Path, previous: tab.Previous | None,
-                 current: Mapping[str, tab.TabRow], products: tuple[str, ...],
-                 run_tab: Path, not_run: AbstractSet[str] = frozenset()) -> None:
-    """Write into ``stage`` the stream's new table(s) after the run (tab.merged_lines).
-
-    The baseline (``current.tab``) rotates: current -> previous -> previous2 (ARTIFEX
-    §2.8); the two older ones are staged as hard links of the present files (no data is
-    copied, so a full disk cannot cut them).  With no previous table the merge is the
-    run's own table.  Nothing outside ``stage`` is changed: :func:`install_tables` does.
-    The tests ``not_run`` keep their lines of the previous table.
-    """
-    staged = stage / stream.name
-    if previous is not None:
-        tab.write_tab_lines(staged, tab.merged_lines(previous, current, products, not_run))
-    else:
-        with open(run_tab, encoding="utf-8") as fh:
-            tab.write_tab_lines(staged, (line.rstrip("\n") for line in fh))
-    if stream.name == "current.tab" and stream.exists():
-        _link(stream, stage / "previous.tab")
-        older = stream.with_name("previous.tab")
-        if older.exists():
-            _link(older, stage / "previous2.tab")
-
-
-def _link(source: Path, dest: Path) -> None:
-    """``dest`` becomes another name of ``source``'s file (a copy across devices)."""
-    try:
-        os.link(source, dest)
-    except OSError:
-        tab.write_tab_lines(dest, (line.rstrip("\n") for line in
-                                   open(source, encoding="utf-8", errors="replace")))
-
-
-def install_tables(stage: Path, tables: Path) -> list[str]:
-    """Move the staged tables into ``tables``; return the names moved.
-
-    Idempotent: a table already moved is no longer in ``stage``, so a master killed half
-    way and started again moves only the rest, and the baseline rotates exactly once.
-    """
-    if not stage.is_dir():
-        return []
-    tables.mkdir(parents=True, exist_ok=True)
-    names = sorted((p.name for p in stage.iterdir() if p.name.endswith(".tab")),
-                   key=lambda n: (INSTALL_ORDER.index(n) if n in INSTALL_ORDER
-                                  else len(INSTALL_ORDER), n))
-    for name in names:
-        os.replace(stage / name, tables / name)
-    if names:
-        fsutil.fsync_dir(tables)
-    return names
 
 
 def write_changed_list(path: Path, current: Mapping[str, tab.TabRow],

@@ -32,7 +32,7 @@ from cluster.jobs.sweepjobs import node_job_timeout
 from cluster.master.end import finish
 from cluster.master.end.endrun import exported_source
 from cluster.master.files import codelock, nodefiles
-from cluster.master.model import joborder, placement, runlimits
+from cluster.master.model import joborder, jobtimeouts, placement, runlimits
 from cluster.master.model.joblist import JobFile
 from cluster.node import buildcmd
 from cluster.queue import QueueFile
@@ -332,6 +332,10 @@ class RunSetup:
         if jobs.skipped > len(jobs.problems):
             log.warning("%s: %d more bad job lines skipped", path,
                         jobs.skipped - len(jobs.problems))
+        # Each job's own timeout (docs/results.md, "Timeouts that fit each test"), made
+        # again by a successor master from the same tables.
+        options = runlimits.run_options(RunSpec.parse(start.queue), self.cfg)
+        jobs.timeouts = jobtimeouts.for_run(jobs, self.home.tables, start, options, self.cfg)
         return jobs
 
     def build_py(self, args: list[str], out: TextIO, timeout: float) -> tuple[str, str]:

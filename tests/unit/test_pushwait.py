@@ -1,0 +1,73 @@
+"""Following a pushed run to its archive (cluster.cli.pushwait) and clusterpush --wait's
+usage checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cluster.cli import clusterpush, pushwait
+from cluster.home import Home
+
+
+def archive_run(home: Home, name: str, queue: str, outcome: str = "done",
+                changed: int | None = 0, differences: int | None = None) -> Path:
+    folder = home.archive / name
+    folder.mkdir(parents=True)
+    (folder / "report.txt").write_text("report\n")
+    if changed is not None:
+        (folder / "result.json").write_text(json.dumps({"changed": changed}))
+    info = f"queue {queue}\noutcome {outcome}\n"
+    if differences is not None:
+        info += f"differences {differences}\n"
+    (folder / "run.info").write_text(info)
+    return folder
+
+
+def test_the_new_archive_of_the_queue_line_is_found(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    archive_run(home, "old", "user alice gs")
+    before = pushwait.archived(home)
+    polls: list[int] = []
+
+    def on_poll() -> None:
+        polls.append(1)
+        if len(polls) == 2:
+            archive_run(home, "other", "user bob gs")
+            archive_run(home, "new", "user alice gs")
+
+    folder = pushwait.wait_for_archive(home, "user alice gs", before, 60, on_poll=on_poll,
+                                       sleep=lambda s: None)
+    assert folder == home.archive / "new"
+
+
+def test_the_wait_gives_up_after_its_timeout(tmp_path: Path) -> None:
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    assert pushwait.wait_for_archive(Home(tmp_path), "user alice gs", set(), 5,
+                                     clock=lambda: now[0], sleep=sleep) is None
+    assert now[0] >= 5
+
+
+def test_the_verdict_is_0_unchanged_1_changed_3_incomplete(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    assert pushwait.verdict(archive_run(home, "a", "q", changed=0)) == 0
+    assert pushwait.verdict(archive_run(home, "b", "q", changed=3)) == 1
+    assert pushwait.verdict(archive_run(home, "c", "q", outcome="failed", changed=0)) == 3
+    # Without the CI result (a sweep run): run.info's differences.
+    assert pushwait.verdict(archive_run(home, "d", "q", changed=None, differences=2)) == 1
+    assert pushwait.verdict(archive_run(home, "e", "q", changed=None)) == 0
+
+
+def test_wait_options_are_checked_before_anything_is_pushed(tmp_path: Path, capsys) -> None:
+    base = ["--home", str(tmp_path / "home"), "--user", "alice", "--tree", str(tmp_path)]
+    assert clusterpush.main([*base, "--junit", str(tmp_path / "j.xml")]) == 2
+    assert "go with --wait" in capsys.readouterr().err
+    assert clusterpush.main([*base, "--wait", "abort"]) == 2
+    assert clusterpush.main([*base, "--wait", "--wait-timeout", "0"]) == 2
+    assert clusterpush.main(["--master", "host", "--user", "alice", "--wait"]) == 2
+    assert "--master" in capsys.readouterr().err
+    assert not (tmp_path / "home" / "queue").exists() and not (tmp_path / "j.xml").exists()
