@@ -12,6 +12,7 @@ import pytest
 from cluster.cli import clusterpush
 from cluster.demotree import write_demo_tree
 from cluster.report import cifiles
+from tests.helpers import assert_valid_junit
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +32,7 @@ def test_push_wait_exits_0_when_unchanged_and_1_with_failures_when_an_option_cha
         rc = clusterpush.main([*cluster.config_args(), "--user", "tester", "--copy",
                                "--tree", str(tree), "--wait", "--wait-timeout", "300",
                                "--junit", str(junit), "--json", str(result)])
+        assert_valid_junit(junit)  # what Jenkins' JUnit reader takes
         return rc, ET.parse(junit).getroot(), json.loads(result.read_text())
 
     first, _, _ = push(plain, "first")

@@ -12,6 +12,7 @@ from cluster.console import archivefiles
 from cluster.console.archivefiles import ArchiveRefused
 from cluster.home import Home
 from cluster.report import cifiles, ciresult
+from tests.helpers import assert_valid_junit
 from tests.unit.test_ciresult import ROWS, result
 
 RUN = "20270101000000-p0-0001"
@@ -66,10 +67,19 @@ def test_no_facts_and_bad_facts_say_what_is_wrong(tmp_path: Path) -> None:
         cifiles.render(tmp_path, "html")
 
 
-def test_write_renders_into_a_file(tmp_path: Path) -> None:
+def test_write_renders_into_a_file_that_validates_as_jenkins_junit(tmp_path: Path) -> None:
     archived(tmp_path / "a")
     cifiles.write(tmp_path / "a", "junit", tmp_path / "out.xml")
     assert (tmp_path / "out.xml").read_text() == "".join(cifiles.render(tmp_path / "a", "junit"))
+    assert_valid_junit(tmp_path / "out.xml")
+    archived(tmp_path / "b", ciresult.incomplete_result("run1", 3.0, "failed: <no nodes>"))
+    cifiles.write(tmp_path / "b", "junit", tmp_path / "failed.xml")
+    assert_valid_junit(tmp_path / "failed.xml")
+    # The check can fail: a count that is not a number is refused.
+    (tmp_path / "bad.xml").write_text((tmp_path / "out.xml").read_text().replace(
+        'tests="5"', 'tests="five"'))
+    with pytest.raises(AssertionError, match="not valid JUnit XML"):
+        assert_valid_junit(tmp_path / "bad.xml")
 
 
 def test_the_status_page_renders_a_runs_ci_file_from_its_facts(tmp_path: Path) -> None:
