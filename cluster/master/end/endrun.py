@@ -5,7 +5,8 @@
 * ``sweep``: a sweep run's task folders, ``results.tsv`` and collected files into
   ``archive/<id>/`` (:func:`cluster.master.end.sweepend.end_sweep`; nothing for other runs
   and for a run that could not start);
-* ``report``: the node logs, the run's ``.tab``, ``report.txt`` and ``run.info`` into
+* ``report``: the node logs, the run's ``.tab``, ``report.txt``, ``run.info`` and the
+  compressed job list ``jobs.gz`` (:mod:`cluster.master.files.reprokeep`) into
   ``archive/<id>/``, and the stream's new tables staged in ``runs/<id>/tables``
   (:func:`cluster.master.end.finish.finish`).  The report counts the whole run: every node that
   sent a result and the time of every master that served it.  ``run.info`` is the run's
@@ -20,7 +21,9 @@
 * ``tree``: a commit run's exported tree becomes the master's clean tree;
 * ``dequeue``: the queue line leaves the queue, or stays for another attempt;
 
-then the run's files (job list, journal, its folder and the record) are removed (a run
+then a user run's source snapshot is moved to ``archive/<id>/source/`` (a rename; for
+``clusteradmin repro``) and the run's files (job list, journal, its folder and the record)
+are removed (a run
 that left its queue unstarted, ``queue-timeout``, has only its folder: the job list and
 journal are those of the run being served meanwhile).  The
 master that served the run calls it with the run's state in hand; a successor that finds
@@ -44,7 +47,7 @@ from cluster.home import Home
 from cluster.master.cache import reuse
 from cluster.master.cache.resultcache import FileDigests, ResultCache
 from cluster.master.end import finish, streamtables, sweepend
-from cluster.master.files import abort, ending, journal
+from cluster.master.files import abort, ending, journal, reprokeep
 from cluster.master.files.attempts import Attempts
 from cluster.master.files.ending import EndRecord, Outcome
 from cluster.master.model.joblist import JobFile
@@ -159,6 +162,9 @@ class RunEnder:
             for path in (home.jobs(self.priority), home.results(self.priority)):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+        if spec.kind == "user" and spec.sweep_file is None and outcome.started:
+            # For clusteradmin repro: a rename, the snapshot's hard links kept.
+            reprokeep.keep_source(home.root / start.source, archive)
         shutil.rmtree(home.run_dir(run_id), ignore_errors=True)  # the record goes last
         if outcome is not Outcome.QUEUE_TIMEOUT:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.clock.time()))
@@ -208,6 +214,8 @@ class RunEnder:
                 slowdown=SlowdownRule(self.cfg.slowdown_factor, self.cfg.slowdown_min_seconds,
                                       self.cfg.slowdown_runs)))
             nodes = len(state.machines)
+            # The job lines as the nodes got them, for clusteradmin repro (reprokeep).
+            reprokeep.keep_jobs(home.jobs(self.priority), archive)
             if record.outcome is Outcome.DONE and reuse.stores(self.cfg, spec, start):
                 self._store_results(start, state)
         fsutil.atomic_write(archive / "report.txt", made.text)
