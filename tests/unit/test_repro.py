@@ -179,3 +179,20 @@ def test_find_in_a_run_archived_without_a_job_list_cannot_run(tmp_path: Path) ->
     _archive(home, jobs=False)
     with pytest.raises(repro.ReproCannot, match="kept no job list"):
         repro.find(home, RUN, NAME)
+
+
+def test_the_home_clean_up_leaves_a_kept_snapshot_alone(tmp_path: Path) -> None:
+    """A dead writer's temp file is removed from an archived run's folders, never from the
+    user's files of its kept snapshot (a file there may be named like one)."""
+    home = Home(tmp_path)
+    folder = _archive(home)
+    dead = 999_999_999  # no such pid
+    name = f".x.{dead}.abcdefgh.tmp"
+    for where in (folder / "logs", folder / "source" / "ghostpdl" / "base"):
+        where.mkdir(parents=True)
+        (where / name).write_text("", encoding="utf-8")
+    removed = home.clean_temps()
+    assert removed == [folder / "logs" / name]
+    assert (folder / "source" / "ghostpdl" / "base" / name).is_file()
+    (folder / "logs" / name).write_text("", encoding="utf-8")
+    assert home.clean_temps(RUN) == [folder / "logs" / name]
