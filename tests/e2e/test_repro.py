@@ -24,6 +24,7 @@ import pytest
 from cluster.demotree import write_demo_tree
 from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
+from cluster.runspec import RunSpec
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import REPO
 
@@ -113,3 +114,48 @@ def test_repro_gives_the_runs_md5_on_its_node_and_here(tmp_path: Path,
     assert unknown.returncode == 2 and "unknown test 'nope.ps.ppmraw.72.0'" in unknown.stderr
     unknown = admin(cluster, "20200101000000-p0-0000", test)
     assert unknown.returncode == 2 and "unknown run" in unknown.stderr
+
+
+def test_repro_here_of_a_commit_run_exports_the_commit_again(
+        tmp_path: Path, make_cluster: MakeCluster) -> None:
+    """A commit run's exported tree is not archived (it becomes the clean tree): --here
+    exports the commit again from the master's clone and builds it; the md5 is the run's,
+    even after a later commit replaced the clean tree."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "text1.ps").write_text(TEXT_PS.format(n=1), encoding="ascii")
+    upstream = tmp_path / "upstream"
+    write_demo_tree(upstream, "gs", ["-dTextAlphaBits=4"])
+    git(upstream, "init", "-q", "-b", "master")
+    sha = commit(upstream, "Antialiased text")
+    cluster = make_cluster(corpus=corpus, gs_configs="ppmraw.72.0", status_port="0",
+                           repositories=f"ghostpdl={upstream}", path_products="=gs",
+                           git_branch="master")
+    cluster.start()
+    run = cluster.wait_for_run(RunSpec("git", sha, ("gs",), ("tree=ghostpdl",)), set(), 120,
+                               priority=1)
+    later = commit(upstream, "Plain text again", [])
+    cluster.wait_for_run(RunSpec("git", later, ("gs",), ("tree=ghostpdl",)), {run.name}, 120,
+                         priority=1)
+    (test, row), = read_tab(run / f"{run.name}.tab").items()
+    here = admin(cluster, run.name, test, "--here", "--work", str(tmp_path / "work"))
+    assert here.returncode == 0, here.stdout + here.stderr
+    assert f"built from commit {sha} of ghostpdl, exported again" in here.stdout
+    assert f"md5 {row.md5}  run {row.md5}  same" in here.stdout
+    assert "build digest gs " in here.stdout
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "user.name=Dev Eloper", "-c",
+                           "user.email=dev@example.org", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
+    return done.stdout.strip()
+
+
+def commit(repo: Path, message: str, options: list[str] | None = None) -> str:
+    if options is not None:
+        (repo / "options").write_text("".join(o + "\n" for o in options), encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
