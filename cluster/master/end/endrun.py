@@ -37,6 +37,7 @@ import contextlib
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,8 +164,9 @@ class RunEnder:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         if spec.kind == "user" and spec.sweep_file is None and outcome.started:
-            # For clusteradmin repro: a rename, the snapshot's hard links kept.
-            reprokeep.keep_source(home.root / start.source, archive)
+            # A rename: the snapshot's hard links kept.
+            self._keep_for_repro(lambda: reprokeep.keep_source(home.root / start.source,
+                                                               archive), run_id)
         shutil.rmtree(home.run_dir(run_id), ignore_errors=True)  # the record goes last
         if outcome is not Outcome.QUEUE_TIMEOUT:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.clock.time()))
@@ -214,8 +216,8 @@ class RunEnder:
                 slowdown=SlowdownRule(self.cfg.slowdown_factor, self.cfg.slowdown_min_seconds,
                                       self.cfg.slowdown_runs)))
             nodes = len(state.machines)
-            # The job lines as the nodes got them, for clusteradmin repro (reprokeep).
-            reprokeep.keep_jobs(home.jobs(self.priority), archive)
+            self._keep_for_repro(lambda: reprokeep.keep_jobs(home.jobs(self.priority),
+                                                             archive), start.id)
             if record.outcome is Outcome.DONE and reuse.stores(self.cfg, spec, start):
                 self._store_results(start, state)
         fsutil.atomic_write(archive / "report.txt", made.text)
@@ -228,6 +230,16 @@ class RunEnder:
             finish.write_ci_files(archive, ci)
         fsutil.atomic_write(archive / "run.info", run_info(
             start, record, nodes, made, state.reused if state is not None else None))
+
+    @staticmethod
+    def _keep_for_repro(keep: Callable[[], object], run_id: str) -> None:
+        """What ``clusteradmin repro`` needs kept in the archive (:mod:`cluster.master.files.
+        reprokeep`): best effort, never what stops a run's end (a full disk is logged; repro
+        of that run then says what is missing)."""
+        try:
+            keep()
+        except OSError as exc:
+            log.warning("run %s: not kept for clusteradmin repro: %s", run_id, exc)
 
     def _store_results(self, start: JobStart, state: RunState) -> None:
         """A complete run's keyed results into the result cache (docs/results.md, "Results
