@@ -101,11 +101,14 @@ def on_node(found: Found, node: str, cfg: Config) -> Place:
         raise ReproCannot(f"node {node} did not build run {found.made_in} (no build folder "
                           f"in its archived build log): its build is not known")
     build_dir = Path(keys.build_dir)
+    work = build_dir.parent.parent
     if not build_dir.is_dir():
+        if (work / "build").is_dir():
+            raise ReproCannot(f"node {node}'s build folder {build_dir} is gone (a node keeps "
+                              "its build_keep most recent builds); run repro with --here")
         raise ReproCannot(f"node {node}'s build folder {build_dir} is not on this machine: "
                           "the master keeps no ssh address for its nodes; run repro with "
                           "--here, or on the node's machine")
-    work = build_dir.parent.parent
     place = Place(f"node {node}, work folder {work}", build_dir,
                   bin_dir(build_dir, found.start, cfg), work / "tests",
                   build_dir.with_name(f".{build_dir.name}.lock"))
@@ -203,6 +206,11 @@ def _hash(place: Place, found: Found, cfg: Config) -> None:
 def run(found: Found, place: Place, folder: Path, cfg: Config) -> Ran:
     """Run the job at ``place`` with its temp folder ``folder`` (emptied first)."""
     job = found.job
+    for program in repro.programs(job.command):
+        path = place.bin_dir / program
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ReproCannot(f"{path} is missing or not executable ({place.label}: the build "
+                              "did not make it)")
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)

@@ -4,12 +4,14 @@ build log, a reused row's maker, the placeholders filled and the output kept."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 from pathlib import Path
 
 import pytest
 
-from cluster.console import repro
+from cluster.config import Config
+from cluster.console import repro, reprorun
 from cluster.home import Home
 from cluster.jobs.commands import (
     JobConfig,
@@ -196,3 +198,23 @@ def test_the_home_clean_up_leaves_a_kept_snapshot_alone(tmp_path: Path) -> None:
     assert (folder / "source" / "ghostpdl" / "base" / name).is_file()
     (folder / "logs" / name).write_text("", encoding="utf-8")
     assert home.clean_temps(RUN) == [folder / "logs" / name]
+
+
+def test_a_node_build_that_is_gone_or_elsewhere_cannot_run(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    _archive(home)
+    found = repro.find(home, RUN, NAME)
+    work = tmp_path / "node-work" / "node1"
+    build_dir = work / "build" / "user__alice__ghostpdl"
+    found = dataclasses.replace(found, keys=repro.NodeKeys(str(build_dir), None, ()))
+    with pytest.raises(repro.ReproCannot, match="is not on this machine"):
+        reprorun.on_node(found, "node1", Config())
+    (work / "build").mkdir(parents=True)
+    with pytest.raises(repro.ReproCannot, match="is gone"):
+        reprorun.on_node(found, "node1", Config())
+    build_dir.mkdir()
+    place = reprorun.on_node(found, "node1", Config())
+    assert place.bin_dir == build_dir / "bin" and place.tests == work / "tests"
+    with pytest.raises(repro.ReproCannot, match="bin/gs is missing or not executable"):
+        reprorun.run(dataclasses.replace(found, job=dataclasses.replace(
+            found.job, command="__bin__/gs -v")), place, tmp_path / "out", Config())
