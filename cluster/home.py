@@ -78,8 +78,28 @@ _QUEUE_NAME = re.compile(r"queue((?:\.[0-9]+)?)\.lst")
 #: system, and the pid in a remote writer's temp name means nothing on the master
 #: (see fsutil.remove_dead_temps).
 REMOTE_TEMP_AGE = 3600.0
-#: The folder of a run's source (an export, or a snapshot of a user's files): never cleaned.
+#: The folder of a run's source (an export, or a snapshot of a user's files; a user run's
+#: archive keeps its snapshot there too): never cleaned.
 SOURCE_DIR = "source"
+
+
+def _folders(parent: Path) -> list[Path]:
+    """The folders in ``parent`` (not links), sorted; none when it is not there."""
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def _clean_run_folder(run: Path, min_age: float) -> list[Path]:
+    """The dead temporary files of a run's folder (in ``runs/`` or ``archive/``) removed:
+    the folder and every subfolder but its ``source/``, which holds a user's own files."""
+    if not run.is_dir():
+        return []
+    removed = fsutil.remove_dead_temps(run, min_age=min_age)
+    for sub in sorted(run.iterdir()):
+        if sub.is_dir() and not sub.is_symlink() and sub.name != SOURCE_DIR:
+            removed += fsutil.remove_dead_temps(sub, recursive=True, min_age=min_age)
+    return removed
 
 
 def suffixed(name: str, priority: int) -> str:
@@ -232,29 +252,25 @@ class Home:
         over that run): the home's own files, ``tables/``, ``runs/<run_id>/`` and
         ``archive/<run_id>/`` only, so the archive is not walked at every run.  Below
         ``runs/`` a file must also be :data:`REMOTE_TEMP_AGE` old (uploads from other
-        machines), and a run's ``source/`` is left alone: it holds a user's own files,
-        hard-linked, and one of them may be named like a temporary file.  ``users/`` is
+        machines), and a run's ``source/`` is left alone, in ``runs/`` and in ``archive/``
+        (a user run's kept snapshot): it holds a user's own files, hard-linked, and one of
+        them may be named like a temporary file (and a whole tree for each archived run
+        would make the walk long).  ``users/`` is
         never cleaned: the next push's mirror (rsync --delete) removes what a killed push
         left, and the trees there are the users' files.
         """
         flat = [self.root, self.tables]
         if run_id is None:
             flat += [self.nodes, self.root / "repos"]
-            runs = sorted(p for p in self.runs.iterdir() if p.is_dir() and not p.is_symlink()) \
-                if self.runs.is_dir() else []
-            archived = self.archive
+            runs, archived = _folders(self.runs), _folders(self.archive)
+            flat.append(self.archive)
         else:
-            runs, archived = [self.run_dir(run_id)], self.archive / run_id
+            runs, archived = [self.run_dir(run_id)], [self.archive / run_id]
         removed = [path for folder in flat for path in fsutil.remove_dead_temps(folder)]
         for run in runs:
-            if not run.is_dir():
-                continue
-            removed += fsutil.remove_dead_temps(run, min_age=REMOTE_TEMP_AGE)
-            for sub in sorted(run.iterdir()):
-                if sub.is_dir() and not sub.is_symlink() and sub.name != SOURCE_DIR:
-                    removed += fsutil.remove_dead_temps(sub, recursive=True,
-                                                        min_age=REMOTE_TEMP_AGE)
-        removed += fsutil.remove_dead_temps(archived, recursive=True)
+            removed += _clean_run_folder(run, REMOTE_TEMP_AGE)
+        for run in archived:  # a user run's kept snapshot is a user's files (reprokeep)
+            removed += _clean_run_folder(run, 0.0)
         return removed
 
     def create(self) -> None:

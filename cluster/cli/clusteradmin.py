@@ -36,6 +36,17 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   tables RUN was compared with (the baseline; a user
                                   run's previous push too); audited in
                                   tables/blessings.tsv and shown by history
+  repro RUN TEST [--node N | --here] [--work DIR]
+                                  run one job of archived run RUN again, as its node ran
+                                  it: prints the job line, the node, the build key, the
+                                  build and environment digests (now and the run's), then
+                                  "md5 <new>  run <old>  same|DIFFERENT" and the output
+                                  kept (a raster that differs from the baseline's is
+                                  compared with it by bmpcmp when the clean tree renders
+                                  the baseline's md5).  Default: on the node that made the
+                                  result (its work folder must be on this machine);
+                                  --node N: on node N; --here: the run's source built in
+                                  DIR (default ~/.cache/cluster-repro) and run there
   flaky [--json]                  the tests found indeterminate (a second run gave
                                   another output), newest first: when, run, nodes, md5s
   history TEST --times [--json]   TEST's times (time1..3 and their sum) in every archived
@@ -58,6 +69,10 @@ RUN is a run id (as stat, info and the reports show it), a waiting run's p<prior
 reports show it (tests/ex/golfer.eps.ppmraw.72.0).  The options before COMMAND may also
 follow it.
 
+repro's exit status: 0 the same md5 (and error code) as the run's, 1 a different one, 2
+an unknown run or test, 3 the job could not be run (no job list kept, the node's folder
+not on this machine, a failed build).
+
 Exit status: 0 done (for stop --wait: the run ended as stopped, or completed first);
 1 an unknown run, node or test, a run or test that cannot be blessed, a crontab that
 could not be read, or a stop --wait that timed out (the message names it);
@@ -75,7 +90,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.cli import common, progname
+from cluster.cli import common, progname, reprocli
 from cluster.config import Config
 from cluster.console import admin, bless, cronlist
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
@@ -144,6 +159,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN")
     p.add_argument("tests", metavar="TEST", nargs="*")
     p.add_argument("--reason", default="", help="why (recorded, shown by history)")
+    p = command("repro", "run one job of an archived run again, on its node or here")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("test", metavar="TEST")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--node", metavar="N", help="run it on node N (default: the node "
+                       "that made the run's result)")
+    where.add_argument("--here", action="store_true",
+                       help="build the run's source on this machine and run it here")
+    p.add_argument("--work", type=Path, metavar="DIR",
+                   help="the repro work folder: builds and outputs "
+                        "(default ~/.cache/cluster-repro)")
     command("cron", "the scheduled entries and their next times", json_option=True)
     command("flaky", "the tests found indeterminate, newest first", json_option=True)
     command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
@@ -251,6 +277,9 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
                 _print(admin.history(home, args.test), as_json, admin.format_history)
         case "bless":
             return _bless(home, args)
+        case "repro":
+            return reprocli.main(home, cfg, args.run, args.test, args.node, args.here,
+                                 args.work)
         case "cron":
             _print(cronlist.listing(home), as_json, cronlist.format_listing)
         case "flaky":

@@ -51,6 +51,7 @@ import json
 import logging
 import os
 import platform
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +157,41 @@ def build_keys(tree: Path, bin_dir: Path, programs: Iterable[str], *,
         _write_keys(keys_path, {"version": KEYS_VERSION, "programs": programs_new,
                                 "tree": new_tree})
     return BuildKeys(tuple(digests), tuple(changes))
+
+
+def environment_digest(env: Mapping[str, str] | None = None,
+                       environment: Sequence[str | Path] = ()) -> str:
+    """The digest of the parts every program of this node shares, and nothing of the build:
+    ``os``, ``arch``, the ``env:<VAR>`` of the jobs' environment ``env`` (default: this
+    process's) and the ``reuse_environment`` files ``environment``.  Two machines with the
+    same environment digest differ, for a program's key, only in what it loads and its
+    tree.  Each file is read (no hash cache): a few files, unless ``environment`` names
+    large folders."""
+    parts = _node_parts(dict(os.environ if env is None else env), environment, HashCache(None))
+    return _digest_of(["environment 1", sorted(parts.items())])
+
+
+#: How a node's build log says the keys it sent (:func:`keys_line`).
+KEYS_LINE = re.compile(r"node (\S+): keys of run (\S+): environment ([0-9a-f]{64})"
+                       r"((?: [A-Za-z0-9_.+-]+=[0-9a-f]{64})*)$")
+
+
+def keys_line(node: str, run: str, environment: str,
+              digests: Iterable[tuple[str, str]]) -> str:
+    """The build log's line of a node's keys for a run: its environment digest and each
+    program's digest (``clusteradmin repro`` reads it from the archived build log)."""
+    words = "".join(f" {program}={digest}" for program, digest in digests)
+    return f"node {node}: keys of run {run}: environment {environment}{words}"
+
+
+def parse_keys_line(line: str) -> tuple[str, str, str, tuple[tuple[str, str], ...]] | None:
+    """(node, run, environment digest, program digests) of a :func:`keys_line`; None for
+    any other line."""
+    m = KEYS_LINE.match(line.rstrip("\n"))
+    if m is None:
+        return None
+    digests = tuple(tuple(w.split("=", 1)) for w in m.group(4).split())
+    return m.group(1), m.group(2), m.group(3), digests  # type: ignore[return-value]
 
 
 def program_digests(tree: Path, bin_dir: Path, programs: Iterable[str], *,

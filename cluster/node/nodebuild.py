@@ -216,7 +216,23 @@ class NodeBuild:
             log.info("node %s: %s's key changed in %d part(s): %s", self.ctx.name, program,
                      count, ", ".join(parts))
         self.keychanges = keys.keychanges
+        self._log_keys(keys.digests)
         return keys.digests
+
+    def _log_keys(self, digests: tuple[tuple[str, str], ...]) -> None:
+        """Say the keys of the build in its log (archived with the run): its environment
+        digest and each program's digest, which ``clusteradmin repro`` prints and checks."""
+        ctx = self.ctx
+        try:
+            line = builddigest.keys_line(
+                ctx.name, ctx.start.id,
+                builddigest.environment_digest(job_environment(), ctx.cfg.reuse_environment),
+                digests)
+            with open(ctx.build_log, "a", encoding="utf-8") as out:
+                out.write(line + "\n")
+        except OSError as exc:
+            log.warning("node %s: cannot write the build's keys to %s: %s", ctx.name,
+                        ctx.build_log, exc)
 
     # ------------------------------------------------------------------ the BUILD itself
     def run(self) -> None:

@@ -47,7 +47,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, Any, BinaryIO, TextIO
 
 log = logging.getLogger("cluster.fsutil")
 
@@ -121,6 +121,14 @@ def atomic_writer(path: Path | str, *, fsync: bool = True, mode: int | None = No
     """
     with _replacing(Path(path), False, fsync, mode, encoding) as fh:
         yield fh  # type: ignore[misc]  # opened in text mode above
+
+
+@contextlib.contextmanager
+def atomic_bytes_writer(path: Path | str, *, fsync: bool = True,
+                        mode: int | None = None) -> Iterator[BinaryIO]:
+    """:func:`atomic_writer` for bytes (a compressed stream written in pieces)."""
+    with _replacing(Path(path), True, fsync, mode, "utf-8") as fh:
+        yield fh  # type: ignore[misc]  # opened in binary mode above
 
 
 def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *, fsync: bool = True,

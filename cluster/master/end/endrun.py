@@ -5,7 +5,8 @@
 * ``sweep``: a sweep run's task folders, ``results.tsv`` and collected files into
   ``archive/<id>/`` (:func:`cluster.master.end.sweepend.end_sweep`; nothing for other runs
   and for a run that could not start);
-* ``report``: the node logs, the run's ``.tab``, ``report.txt`` and ``run.info`` into
+* ``report``: the node logs, the run's ``.tab``, ``report.txt``, ``run.info`` and the
+  compressed job list ``jobs.gz`` (:mod:`cluster.master.files.reprokeep`) into
   ``archive/<id>/``, and the stream's new tables staged in ``runs/<id>/tables``
   (:func:`cluster.master.end.finish.finish`).  The report counts the whole run: every node that
   sent a result and the time of every master that served it.  ``run.info`` is the run's
@@ -20,7 +21,9 @@
 * ``tree``: a commit run's exported tree becomes the master's clean tree;
 * ``dequeue``: the queue line leaves the queue, or stays for another attempt;
 
-then the run's files (job list, journal, its folder and the record) are removed (a run
+then a user run's source snapshot is moved to ``archive/<id>/source/`` (a rename; for
+``clusteradmin repro``) and the run's files (job list, journal, its folder and the record)
+are removed (a run
 that left its queue unstarted, ``queue-timeout``, has only its folder: the job list and
 journal are those of the run being served meanwhile).  The
 master that served the run calls it with the run's state in hand; a successor that finds
@@ -34,6 +37,7 @@ import contextlib
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +48,7 @@ from cluster.home import Home
 from cluster.master.cache import reuse
 from cluster.master.cache.resultcache import FileDigests, ResultCache
 from cluster.master.end import finish, streamtables, sweepend
-from cluster.master.files import abort, ending, journal
+from cluster.master.files import abort, ending, journal, reprokeep
 from cluster.master.files.attempts import Attempts
 from cluster.master.files.ending import EndRecord, Outcome
 from cluster.master.model.joblist import JobFile
@@ -159,6 +163,10 @@ class RunEnder:
             for path in (home.jobs(self.priority), home.results(self.priority)):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+        if spec.kind == "user" and spec.sweep_file is None and outcome.started:
+            # A rename: the snapshot's hard links kept.
+            self._keep_for_repro(lambda: reprokeep.keep_source(home.root / start.source,
+                                                               archive), run_id)
         shutil.rmtree(home.run_dir(run_id), ignore_errors=True)  # the record goes last
         if outcome is not Outcome.QUEUE_TIMEOUT:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.clock.time()))
@@ -208,6 +216,8 @@ class RunEnder:
                 slowdown=SlowdownRule(self.cfg.slowdown_factor, self.cfg.slowdown_min_seconds,
                                       self.cfg.slowdown_runs)))
             nodes = len(state.machines)
+            self._keep_for_repro(lambda: reprokeep.keep_jobs(home.jobs(self.priority),
+                                                             archive), start.id)
             if record.outcome is Outcome.DONE and reuse.stores(self.cfg, spec, start):
                 self._store_results(start, state)
         fsutil.atomic_write(archive / "report.txt", made.text)
@@ -220,6 +230,16 @@ class RunEnder:
             cifiles.save(archive, ci)
         fsutil.atomic_write(archive / "run.info", run_info(
             start, record, nodes, made, state.reused if state is not None else None))
+
+    @staticmethod
+    def _keep_for_repro(keep: Callable[[], object], run_id: str) -> None:
+        """What ``clusteradmin repro`` needs kept in the archive (:mod:`cluster.master.files.
+        reprokeep`): best effort, never what stops a run's end (a full disk is logged; repro
+        of that run then says what is missing)."""
+        try:
+            keep()
+        except OSError as exc:
+            log.warning("run %s: not kept for clusteradmin repro: %s", run_id, exc)
 
     def _store_results(self, start: JobStart, state: RunState) -> None:
         """A complete run's keyed results into the result cache (docs/results.md, "Results
