@@ -105,7 +105,8 @@ def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: P
             bisection = archive_run(home, run_id, line, Outcome.FAILED)
             culprit.after_run(cfg, home, bisection, line, Outcome.RETRY)  # another try
             assert culprits.load(home, start.id).steps[number].state == culprits.QUEUED
-            culprit.after_run(cfg, home, bisection, line, Outcome.FAILED)
+            culprit.after_run(cfg, home, bisection, line, Outcome.FAILED,
+                              "node1's build failed:\n make: *** [all] Error 2")
         else:
             digests = {t: NEW[t] if index >= CULPRIT[t] else OLD[t] for t in tests}
             bisection = archive_run(home, run_id, line, Outcome.DONE, digests)
@@ -115,7 +116,8 @@ def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: P
 
     search = culprits.load(home, start.id)
     assert search is not None and search.state == culprits.DONE and search.mailed
-    assert search.steps[0].state == culprits.SKIPPED and search.steps[0].why == "failed"
+    assert search.steps[0].state == culprits.SKIPPED and search.steps[0].why == \
+        "failed: node1's build failed: make: *** [all] Error 2"
     t1, t2 = search.tests
     assert (t2.good, t2.bad) == (1, 2)
     assert t1.bad == 4 and t1.pinned and 3 in t1.skipped
@@ -127,7 +129,7 @@ def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: P
     assert f"  {shas[3]} Dev Eloper <dev@example.org> Change number 4" in ambiguous
     assert f"  {shas[4]} Dev Eloper <dev@example.org> Change number 5" in ambiguous
     assert "tests:\n  t1\n" in ambiguous
-    assert f"Bisection runs:     {runs}" in report and "skipped (failed)" in report
+    assert f"Bisection runs:     {runs}" in report and "skipped (failed: node1's build" in report
 
     # What clusteradmin culprit shows, by the commit run or by one of its bisection runs.
     shown = console_culprit.search(home, "2026112812" + "0002-p1-cc02")
@@ -138,7 +140,7 @@ def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: P
     text = "\n".join(console_culprit.format_search(shown))
     assert f"t2: culprit {shas[2][:12]} (#3)" in text
     assert f"t1: culprit one of {shas[3][:12]} (#4), {shas[4][:12]} (#5)" in text
-    assert f"0: {shas[3][:12]} (#4) run 20261128120001-p1-cc01 skipped (failed)" in text
+    assert f"0: {shas[3][:12]} (#4) run 20261128120001-p1-cc01 skipped (failed: " in text
 
 
 def test_no_search_without_untested_commits_or_confirmed_differences(tmp_path: Path) -> None:

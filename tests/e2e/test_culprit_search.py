@@ -47,28 +47,52 @@ PICTURE_PS = """%!PS
 """
 
 
-def test_the_fifth_of_eight_commits_is_named_after_at_most_four_bisection_runs(
-        make_cluster: MakeCluster, tmp_path: Path) -> None:
+#: A build that fails as a compile error in the tree does (the run fails, not the node).
+BROKEN_WRAPPER = "echo \"broken.c:1:1: error: expected ';'\" >&2\nexit 1\n"
+
+
+def make_corpus(tmp_path: Path) -> Path:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for n in (1, 2):
         (corpus / f"text{n}.ps").write_text(TEXT_PS.format(n=n), encoding="ascii")
     (corpus / "picture.ps").write_text(PICTURE_PS, encoding="ascii")
+    return corpus
+
+
+def first_commit(tmp_path: Path) -> tuple[Path, str]:
     upstream = tmp_path / "upstream"
     write_demo_tree(upstream, "gs", [])
     git(upstream, "init", "-q", "-b", "master")
-    shas = [commit(upstream, "Demo product, plain gs")]
+    return upstream, commit(upstream, "Demo product, plain gs")
+
+
+def seven_more(upstream: Path, broken: int | None = None) -> list[str]:
+    """Commits 2 to 8: 2..7 never queued (CLUSTER_UNTESTED), the 5th changes the text
+    tests; the ``broken`` one's build fails (the next one mends it)."""
+    shas = []
+    script = upstream / "make_wrapper.sh"
+    good_script = script.read_text(encoding="utf-8")
+    for n in range(2, 9):
+        (upstream / "NOTES").write_text(f"change {n}\n", encoding="utf-8")
+        script.write_text(BROKEN_WRAPPER if n == broken else good_script, encoding="utf-8")
+        options = ["-dTextAlphaBits=4"] if n == 5 else None
+        mark = "" if n == 8 else " CLUSTER_UNTESTED"
+        shas.append(commit(upstream, f"Change number {n}{mark}", options))
+    return shas
+
+
+def test_the_fifth_of_eight_commits_is_named_after_at_most_four_bisection_runs(
+        make_cluster: MakeCluster, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path)
+    upstream, sha = first_commit(tmp_path)
+    shas = [sha]
     with smtp_server() as (mails, port):
         cluster = make_cluster(corpus=corpus, repositories=f"ghostpdl={upstream}",
                                smtp_port=str(port), **SETTINGS)
         cluster.start()
         first = cluster.wait_for_run(spec_of(shas[0]), set(), 180, priority=1)
-        # Commits 2..7 are never queued (CLUSTER_UNTESTED); the 5th changes the text tests.
-        for n in range(2, 9):
-            (upstream / "NOTES").write_text(f"change {n}\n", encoding="utf-8")
-            options = ["-dTextAlphaBits=4"] if n == 5 else None
-            mark = "" if n == 8 else " CLUSTER_UNTESTED"
-            shas.append(commit(upstream, f"Change number {n}{mark}", options))
+        shas += seven_more(upstream)
         eighth = cluster.wait_for_run(spec_of(shas[7]), {first.name}, 180, priority=1)
         table = read_tab(eighth / f"{eighth.name}.tab")
         text_tests = sorted(n for n in table if "text" in n)
@@ -138,3 +162,38 @@ def test_the_fifth_of_eight_commits_is_named_after_at_most_four_bisection_runs(
         assert data["good"] == shas[0] and data["bad"] == shas[7] and data["untested"] == 6
         missing = admin(first.name)
         assert missing.returncode == 1 and "no culprit search" in missing.stderr
+
+
+def test_a_commit_whose_build_fails_is_skipped_and_named_among_the_suspects(
+        make_cluster: MakeCluster, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path)
+    upstream, sha = first_commit(tmp_path)
+    shas = [sha]
+    with smtp_server() as (mails, port):
+        cluster = make_cluster(corpus=corpus, repositories=f"ghostpdl={upstream}",
+                               smtp_port=str(port), **SETTINGS)
+        cluster.start()
+        first = cluster.wait_for_run(spec_of(shas[0]), set(), 180, priority=1)
+        shas += seven_more(upstream, broken=4)
+        eighth = cluster.wait_for_run(spec_of(shas[7]), {first.name}, 180, priority=1)
+        wait_for(lambda: culprits.path(cluster.home, eighth.name).exists(), 60,
+                 "the culprit search's record")
+        received = mails.wait_for(3, 300)
+        search = culprits.load(cluster.home, eighth.name)
+        assert search is not None and search.state == culprits.DONE
+        # The run at the 4th commit failed: skipped; the others ran.
+        states = {search.commits[s.commit]: s.state for s in search.steps}
+        assert states[shas[3]] == culprits.SKIPPED, states
+        assert list(states.values()).count(culprits.SKIPPED) == 1
+        skipped = next(s for s in search.steps if s.state == culprits.SKIPPED)
+        assert skipped.why.startswith("failed"), skipped
+        report = (eighth / "culprit.txt").read_text()
+        assert received[2].body.strip() == report.strip()
+        ambiguous = report.split("first changed in one of these commits", 1)[1]
+        assert f"  {shas[3]} Dev Eloper <dev@example.org> Change number 4" in ambiguous
+        assert f"  {shas[4]} Dev Eloper <dev@example.org> Change number 5" in ambiguous
+        assert "culprit commit(s) found" in report and "0 culprit commit(s)" in report
+        failed = cluster.home.archive / skipped.run
+        assert "outcome failed" in (failed / "run.info").read_text()
+        assert len(search.steps) <= math.ceil(math.log2(7)) + 1
+        assert len(mails.received) == 3  # the failed bisection run mailed nothing

@@ -55,13 +55,14 @@ TESTS_FILE = "culprit.lst"
 
 
 def after_run(cfg: Config, home: Home, start: JobStart, spec: RunSpec,
-              outcome: Outcome) -> None:
-    """The step for a run that ended so: a bisection run's results taken, or a commit
-    run's search started; nothing for other runs.  Problems are logged, never raised: a
-    search that cannot go on must not keep a run from ending."""
+              outcome: Outcome, reason: str = "") -> None:
+    """The step for a run that ended so (``reason``: why, when it did not complete): a
+    bisection run's results taken, or a commit run's search started; nothing for other
+    runs.  Problems are logged, never raised: a search that cannot go on must not keep a
+    run from ending."""
     try:
         if spec.culprit is not None:
-            _bisection_ended(cfg, home, start, spec, outcome)
+            _bisection_ended(cfg, home, start, spec, outcome, reason)
         elif (spec.kind == "git" and outcome is Outcome.DONE and spec.sweep_file is None
               and spec.tree in datatypes.parse_repositories(cfg.repositories)):
             _maybe_start(cfg, home, start, spec)
@@ -165,7 +166,7 @@ def step_tests(home: Home, spec: RunSpec) -> list[str]:
 
 
 def _bisection_ended(cfg: Config, home: Home, start: JobStart, spec: RunSpec,
-                     outcome: Outcome) -> None:
+                     outcome: Outcome, reason: str) -> None:
     if outcome is Outcome.RETRY:
         return  # queued again: its step waits for the next attempt
     assert spec.culprit is not None
@@ -183,7 +184,7 @@ def _bisection_ended(cfg: Config, home: Home, start: JobStart, spec: RunSpec,
             digests = {name: indeterminate.digest(row.error, row.md5)
                        for name, row in table.items()}
         else:
-            why = outcome.value
+            why = outcome.value + (f": {' '.join(reason.split())[:200]}" if reason else "")
         bisect.take(search, number, digests, start.id, why)
         bisect.plan(search)
         if bisect.finished(search):

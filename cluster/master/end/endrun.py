@@ -153,7 +153,7 @@ class RunEnder:
                 self._mail(spec, start, archive, record)
             record.mark(ending.MAIL)
         if not record.is_done(ending.CULPRIT):
-            culprit.after_run(self.cfg, home, start, spec, outcome)
+            culprit.after_run(self.cfg, home, start, spec, outcome, record.reason)
             record.mark(ending.CULPRIT)
         if not record.is_done(ending.TREE):
             if outcome is not Outcome.RETRY and regular:
