@@ -3,8 +3,9 @@ master home and its real priority-1 queue; the runs' archives are written as the
 run writes them (run.info, the .tab, confirm.tsv), without nodes.
 
 Eight commits; the 8th's run has two confirmed differences, t1 first changed by the 5th
-commit and t2 by the 3rd; the run at the 4th commit fails (its build): it is skipped, the
-tests split, t2 is pinned to the 3rd commit and t1 left between the 4th (skipped) and 5th.
+commit and t2 by the 3rd; the run at the 4th commit fails (its build): it is skipped for
+both, and t2 times out at the 2nd: skipped for t2.  The tests split; each is left among
+two suspects, t2 the 2nd (skipped) and 3rd commits, t1 the 4th (skipped) and 5th.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ NEW = {"t1": "a" * 32, "t2": "b" * 32}
 CULPRIT = {"t1": 4, "t2": 2}
 #: The commit whose bisection run fails.
 BROKEN = 3
+#: The commit where t2 times out (error 3): no answer for t2 there.
+TIMED_OUT = 1
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -41,7 +44,8 @@ def git(cwd: Path, *args: str) -> str:
 
 def archive_run(home: Home, run_id: str, spec: RunSpec, outcome: Outcome,
                 digests: dict[str, str] | None = None,
-                confirmed: dict[str, tuple[str, str]] | None = None) -> JobStart:
+                confirmed: dict[str, tuple[str, str]] | None = None,
+                timed_out: tuple[str, ...] = ()) -> JobStart:
     start = JobStart(id=run_id, priority=1, queue=spec.line(), kind="git", ref=spec.ref,
                      products=spec.products, tree="ghostpdl",
                      source=f"runs/{run_id}/source/ghostpdl", build="make", tests="tests",
@@ -51,7 +55,8 @@ def archive_run(home: Home, run_id: str, spec: RunSpec, outcome: Outcome,
     (folder / "run.info").write_text(start.format() + f"outcome {outcome.value}\n")
     if digests is not None:
         (folder / f"{run_id}.tab").write_text("".join(
-            TabRow(name, 0, 1.0, 0.0, 0.0, md5, spec.ref, "gs", "node1").line() + "\n"
+            TabRow(name, 3 if name in timed_out else 0, 1.0, 0.0, 0.0, md5, spec.ref, "gs",
+                   "node1").line() + "\n"
             for name, md5 in sorted(digests.items())))
     if confirmed:
         (folder / "confirm.tsv").write_text("".join(
@@ -109,7 +114,8 @@ def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: P
                               "node1's build failed:\n make: *** [all] Error 2")
         else:
             digests = {t: NEW[t] if index >= CULPRIT[t] else OLD[t] for t in tests}
-            bisection = archive_run(home, run_id, line, Outcome.DONE, digests)
+            bisection = archive_run(home, run_id, line, Outcome.DONE, digests,
+                                    timed_out=("t2",) if index == TIMED_OUT else ())
             culprit.after_run(cfg, home, bisection, line, Outcome.DONE)
         queue.remove(line)  # the run's dequeue step
         assert runs < 10
@@ -119,26 +125,28 @@ def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: P
     assert search.steps[0].state == culprits.SKIPPED and search.steps[0].why == \
         "failed: node1's build failed: make: *** [all] Error 2"
     t1, t2 = search.tests
-    assert (t2.good, t2.bad) == (1, 2)
+    # t2 timed out at the 2nd commit: skipped there, so its culprit is the 2nd or 3rd.
+    assert (t2.good, t2.bad, t2.skipped) == (0, 2, [1, 3]) and t2.pinned
     assert t1.bad == 4 and t1.pinned and 3 in t1.skipped
     report = (home.archive / start.id / culpritreport.REPORT_NAME).read_text()
     assert search.report == f"archive/{start.id}/{culpritreport.REPORT_NAME}"
-    pinned = report.split(f"commit {shas[2]}\nAuthor: Dev Eloper <dev@example.org>", 1)[1]
-    assert "Change number 3" in pinned and "first changed 1 test(s):\n  t2\n" in pinned
-    ambiguous = report.split("first changed in one of these commits", 1)[1]
-    assert f"  {shas[3]} Dev Eloper <dev@example.org> Change number 4" in ambiguous
-    assert f"  {shas[4]} Dev Eloper <dev@example.org> Change number 5" in ambiguous
-    assert "tests:\n  t1\n" in ambiguous
+    second, first = report.split("first changed in one of these commits")[1:]
+    assert f"  {shas[1]} Dev Eloper <dev@example.org> Change number 2" in second
+    assert f"  {shas[2]} Dev Eloper <dev@example.org> Change number 3" in second
+    assert "tests:\n  t2\n" in second
+    assert f"  {shas[3]} Dev Eloper <dev@example.org> Change number 4" in first
+    assert f"  {shas[4]} Dev Eloper <dev@example.org> Change number 5" in first
+    assert "tests:\n  t1\n" in first
     assert f"Bisection runs:     {runs}" in report and "skipped (failed: node1's build" in report
 
     # What clusteradmin culprit shows, by the commit run or by one of its bisection runs.
     shown = console_culprit.search(home, "2026112812" + "0002-p1-cc02")
     assert shown["run"] == start.id and shown["untested"] == 6
     assert [(t["test"], t["culprit"]) for t in shown["tests"]] == [("t1", None),
-                                                                    ("t2", shas[2])]
+                                                                    ("t2", None)]
     assert shown["tests"][0]["suspects"] == [shas[3], shas[4]]
     text = "\n".join(console_culprit.format_search(shown))
-    assert f"t2: culprit {shas[2][:12]} (#3)" in text
+    assert f"t2: culprit one of {shas[1][:12]} (#2), {shas[2][:12]} (#3)" in text
     assert f"t1: culprit one of {shas[3][:12]} (#4), {shas[4][:12]} (#5)" in text
     assert f"0: {shas[3][:12]} (#4) run 20261128120001-p1-cc01 skipped (failed: " in text
 

@@ -31,6 +31,7 @@ from cluster.config import Config
 from cluster.defaults import COMMIT_PRIORITY
 from cluster.errors import ClusterError
 from cluster.home import Home
+from cluster.master.cache.resultcache import CACHED_ERRORS
 from cluster.master.end.finish import archived_runs
 from cluster.master.files import culprits
 from cluster.master.files.culprits import ChangedTest, Search
@@ -181,8 +182,10 @@ def _bisection_ended(cfg: Config, home: Home, start: JobStart, spec: RunSpec,
         why = ""
         if outcome is Outcome.DONE:
             table = read_tab(home.archive / start.id / f"{start.id}.tab")
+            # A timeout, an internal error or a lost job says nothing of the commit's
+            # output (as the result cache, which never keeps them): no result, a skip.
             digests = {name: indeterminate.digest(row.error, row.md5)
-                       for name, row in table.items()}
+                       for name, row in table.items() if str(row.error) in CACHED_ERRORS}
         else:
             why = outcome.value + (f": {' '.join(reason.split())[:200]}" if reason else "")
         bisect.take(search, number, digests, start.id, why)
