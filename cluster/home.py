@@ -28,6 +28,8 @@ Layout of a home::
     names/<name>         the latest ended run named <name> (name=): its id and outcome,
                          for other runs' after= (cluster/deps.py)
     tables/              the previous result table of each stream (baselines)
+    culprits/<id>.toml   the culprit search of commit run <id>: its commits, each changed
+                         test's range, its bisection runs (cluster/master/files/culprits.py)
     users/<user>/<tree>/ trees pushed by clusterpush, with their droppings:
                          cluster_command.run, or the legacy gs.run / ghostscript.run
     users/<user>/.<tree>.lock   the tree's lock: a push's sync, a run's snapshot of it
@@ -168,6 +170,12 @@ class Home:
     @property
     def archive(self) -> Path:
         return self.root / "archive"
+
+    @property
+    def culprits(self) -> Path:
+        """The culprit searches' records, ``culprits/<run id>.toml`` (docs/results.md,
+        "Finding the culprit commit")."""
+        return self.root / "culprits"
 
     @property
     def run_names(self) -> Path:

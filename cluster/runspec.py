@@ -20,8 +20,8 @@ waiting to be done (ARTIFEX.md §2.1/§2.2)::
 ``option``
     a flag (``lowres``, ``highres``, ``relaxtimeout``, ``bmpcmp``; ``lowres`` and ``highres``
     exclude each other) or ``key=value`` with key ``filter``, ``ifilter``, ``extras``, ``rev``,
-    ``tree``, ``sweep`` or ``resume``; or a per-run option (docs/runoptions.md; the flags
-    ``exclusive``, ``no_reschedule``, ``every_node`` and the keys ``job_timeout``,
+    ``tree``, ``sweep``, ``resume`` or ``culprit``; or a per-run option (docs/runoptions.md;
+    the flags ``exclusive``, ``no_reschedule``, ``every_node`` and the keys ``job_timeout``,
     ``queue_timeout``, ``task_timeout``, ``max_failed_nodes``, ``max_worker_instances``,
     ``max_cluster_instances``, ``groups``, ``exclude``, ``name``, ``after``: their grammar
     is :mod:`cluster.runoptions`', and any run, a sweep too, may have them).
@@ -30,7 +30,9 @@ waiting to be done (ARTIFEX.md §2.1/§2.2)::
     ``resume=<run id>`` (:data:`RESUME_RUN`, the name of a folder of ``archive/``) makes a
     sweep run run only the tasks without a valid result in that earlier run
     (docs/sweeps.md, section 8).  Both go with product ``sweep`` only; a sweep run takes no
-    other option but ``relaxtimeout``.  Each flag or key at most once; canonical order is
+    other option but ``relaxtimeout``.  ``culprit=<run id>.<step>`` (:data:`CULPRIT_STEP`,
+    git runs only) makes a commit run a bisection run of a culprit search (docs/results.md,
+    "Finding the culprit commit").  Each flag or key at most once; canonical order is
     sorted.
 
 Fields are separated by spaces or tabs; a line holds at most :data:`MAX_LINE` characters and
@@ -59,7 +61,7 @@ KINDS = ("user", "git", "auto")
 # PRODUCTS, ALONE and TREE (the grammar of ``tree=``) are cluster.datatypes': the commit
 # triggers' path -> products map and the configuration check the same names.
 FLAGS = ("lowres", "highres", "relaxtimeout", "bmpcmp") + runoptions.FLAGS
-OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep", "resume") + \
+OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep", "resume", "culprit") + \
     runoptions.VALUE_KEYS
 EXCLUSIVE_FLAGS = (("lowres", "highres"),)
 MAX_LINE = 4096
@@ -79,6 +81,10 @@ SWEEP = "sweep"
 #: ``archive/`` (a run id of the master: ``20260101020304-p0-1a2b``; no ``/``, never ``.``
 #: or ``..``).
 RESUME_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: ``culprit=``: a bisection run's search and step, ``<run id>.<step>`` (docs/results.md,
+#: "Finding the culprit commit"): the commit run whose confirmed differences are searched
+#: for and the number of the step in its record ``culprits/<run id>.toml``.
+CULPRIT_STEP = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]{0,58})\.([0-9]{1,4})")
 #: The options a sweep run may have (the corpus's selection words and bmpcmp mean nothing
 #: to a sweep).
 SWEEP_OPTIONS = ("sweep", "resume", "relaxtimeout") + runoptions.KEYS
@@ -158,6 +164,9 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
                 raise _Problem(f"bad resume run {value!r}; expected the id of an archived "
                                "run (letters, digits, '.', '_' or '-', starting with a "
                                "letter or digit, at most 64)")
+            if key == "culprit" and (kind != "git" or not CULPRIT_STEP.fullmatch(value)):
+                raise _Problem(f"bad culprit step {value!r}; expected <run id>.<step> on a "
+                               "git run (a bisection run the master queues)")
             if key == "sweep":
                 if not SWEEP_FILE.fullmatch(value):
                     raise _Problem(f"bad sweep file {value!r}; expected a file name in the "
@@ -272,6 +281,14 @@ class RunSpec:
         if self.products in (("mupdf",), ("shell",), (SWEEP,)):
             return self.products[0]
         return "ghostpdl"
+
+    @property
+    def culprit(self) -> tuple[str, int] | None:
+        """A bisection run's search (the commit run whose differences it searches) and step
+        number (option ``culprit=``), or None for any other run."""
+        value = self.option("culprit")
+        match = CULPRIT_STEP.fullmatch(value) if value is not None else None
+        return (match.group(1), int(match.group(2))) if match else None
 
     @property
     def resume(self) -> str | None:

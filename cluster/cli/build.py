@@ -3,7 +3,7 @@
 Usage::
 
     build.py [--config FILE] [--home DIR] [--tests DIR] [--set key=value ...] [--seed N]
-             [PRODUCT ...] [lowres|highres] [nightly] [filter=a,b ...]
+             [--only FILE] [PRODUCT ...] [lowres|highres] [nightly] [filter=a,b ...]
 
     build.py [--config FILE] [--home DIR] [--tests DIR] [--set key=value ...] \\
              bmpcmp --from FILE
@@ -45,6 +45,8 @@ Options:
   --tests DIR     test corpus (default: <home>/<tests_dir>)
   --set key=value override one configuration key (repeatable)
   --seed N        seed of the shuffle (ignored by bmpcmp: its jobs keep FILE's order)
+  --only FILE     keep only the jobs of the test ids FILE lists, one a line (a bisection
+                  run's tests, docs/results.md "Finding the culprit commit")
   --from FILE     the tests of a bmpcmp run: '<test id> <product>' per line
   --sweep FILE    the sweep file of a sweep run
   --resume DIR    sweep only: the archive folder of the run being resumed
@@ -108,6 +110,8 @@ def _parser() -> _Parser:
                    help="bmpcmp only: the tests to compare, '<test id> <product>' per line")
     p.add_argument("--sweep", dest="sweep_file", type=Path, metavar="FILE",
                    help="sweep only: the sweep file")
+    p.add_argument("--only", type=Path, metavar="FILE",
+                   help="keep only the jobs of the test ids FILE lists, one a line")
     p.add_argument("--resume", type=Path, metavar="DIR",
                    help="sweep only: the archive folder of the run this run resumes")
     p.add_argument("words", nargs="*", metavar="WORD", help="products and selection words")
@@ -181,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(seed)
     try:
         jobs = jobgen.generate(cfg, products, tests_root, options, rng)
+        if args.only is not None:
+            keep = set(args.only.read_text(encoding="utf-8").split())
+            jobs = [job for job in jobs if job.name in keep]
     except (ValueError, ClusterError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -47,6 +47,10 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   result (its work folder must be on this machine);
                                   --node N: on node N; --here: the run's source built in
                                   DIR (default ~/.cache/cluster-repro) and run there
+  culprit RUN [--json]            the culprit search of commit run RUN (or of the search
+                                  bisection run RUN belongs to): the commits searched,
+                                  each bisection run (commit, run id, state), each
+                                  changed test's range or culprit
   flaky [--json]                  the tests found indeterminate (a second run gave
                                   another output), newest first: when, run, nodes, md5s
   history TEST --times [--json]   TEST's times (time1..3 and their sum) in every archived
@@ -74,7 +78,8 @@ an unknown run or test, 3 the job could not be run (no job list kept, the node's
 not on this machine, a failed build).
 
 Exit status: 0 done (for stop --wait: the run ended as stopped, or completed first);
-1 an unknown run, node or test, a run or test that cannot be blessed, a crontab that
+1 an unknown run, node or test, a run or test that cannot be blessed, a run without a
+culprit search, a crontab that
 could not be read, or a stop --wait that timed out (the message names it);
 2 bad usage or configuration, or a refused .dag file (nothing queued); 3 stop --wait: the
 run ended otherwise before the stop took effect (failed, timed out, lost its nodes), which
@@ -92,7 +97,7 @@ from typing import Any
 
 from cluster.cli import common, progname, reprocli
 from cluster.config import Config
-from cluster.console import admin, bless, cronlist
+from cluster.console import admin, bless, cronlist, culprit
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
@@ -172,6 +177,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(default ~/.cache/cluster-repro)")
     command("cron", "the scheduled entries and their next times", json_option=True)
     command("flaky", "the tests found indeterminate, newest first", json_option=True)
+    command("culprit", "a commit run's culprit search", json_option=True).add_argument(
+        "run", metavar="RUN")
     command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
         "file", metavar="FILE", type=Path)
     return parser
@@ -284,6 +291,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
             _print(cronlist.listing(home), as_json, cronlist.format_listing)
         case "flaky":
             _print(admin.flaky(home), as_json, admin.format_flaky)
+        case "culprit":
+            _print(culprit.search(home, args.run), as_json, culprit.format_search)
         case "stop":
             return _stop(home, args)
         case "stopall":

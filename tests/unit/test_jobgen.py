@@ -348,6 +348,19 @@ def test_cli_prints_job_lines(tree: Path, capsys: pytest.CaptureFixture[str]) ->
     assert capsys.readouterr().out.splitlines() == first
 
 
+def test_cli_only_keeps_the_listed_tests(tree: Path, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """--only FILE (a bisection run's tests) keeps exactly the jobs of the ids it lists."""
+    assert build_cli.main(["--tests", str(tree), "gs", "lowres"]) == 0
+    every = [Job.parse(line).name for line in capsys.readouterr().out.splitlines()]
+    wanted = sorted(every[::5])
+    listing = tmp_path / "culprit.lst"
+    listing.write_text("".join(n + "\n" for n in [*wanted, "not__a.ps.test"]))
+    assert build_cli.main(["--tests", str(tree), "--only", str(listing), "gs", "lowres"]) == 0
+    kept = [Job.parse(line).name for line in capsys.readouterr().out.splitlines()]
+    assert sorted(kept) == wanted and len(wanted) < len(every)
+
+
 def test_cli_defaults_to_the_non_mupdf_products(tree: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """With no product, build.py builds gs, pdfwrite and ps2write as build.pl did."""

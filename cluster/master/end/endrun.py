@@ -18,14 +18,19 @@
 * ``tables``: the staged tables replace the old ones (the baseline rotates once);
 * ``cache``: the "seen before" cache is rebuilt after a baseline run;
 * ``mail``: the report is mailed (not for a run queued again);
+* ``culprit``: a commit run with confirmed differences and untested commits before it
+  starts a culprit search, and a bisection run's results narrow its search
+  (:mod:`cluster.master.end.culprit`; docs/results.md, "Finding the culprit commit");
 * ``tree``: a commit run's exported tree becomes the master's clean tree;
 * ``dequeue``: the queue line leaves the queue, or stays for another attempt;
 
-then a user run's source snapshot is moved to ``archive/<id>/source/`` (a rename; for
-``clusteradmin repro``) and the run's files (job list, journal, its folder and the record)
-are removed (a run
-that left its queue unstarted, ``queue-timeout``, has only its folder: the job list and
-journal are those of the run being served meanwhile).  The
+A bisection run (queue option ``culprit=``) skips ``tables``, ``cache``, ``mail`` and
+``tree``: it never becomes the stream's baseline nor the clean tree, and only its search's
+follow-up report is mailed.  Then a user run's source snapshot is moved to
+``archive/<id>/source/`` (a rename; for ``clusteradmin repro``) and the run's files (job
+list, journal, its folder and the record) are removed (a run that left its queue unstarted,
+``queue-timeout``, has only its folder: the job list and journal are those of the run being
+served meanwhile).  The
 master that served the run calls it with the run's state in hand; a successor that finds
 the record calls it without, and the state is rebuilt from the job list and the journal
 only if the report still has to be made.
@@ -47,8 +52,8 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.cache import reuse
 from cluster.master.cache.resultcache import FileDigests, ResultCache
-from cluster.master.end import finish, streamtables, sweepend
-from cluster.master.files import abort, ending, journal, reprokeep
+from cluster.master.end import culprit, finish, streamtables, sweepend
+from cluster.master.files import abort, culprits, ending, journal, reprokeep
 from cluster.master.files.attempts import Attempts
 from cluster.master.files.ending import EndRecord, Outcome
 from cluster.master.model.joblist import JobFile
@@ -117,6 +122,8 @@ class RunEnder:
         remove_if_run(home.live(self.priority), run_id)  # no longer live (a killed master's)
         archive = home.archive / run_id
         outcome = record.outcome
+        # A bisection run answers its search only: no baseline, cache, mail or clean tree.
+        regular = not culprits.is_bisection(spec.options)
         if not record.is_done(ending.SWEEP):
             if outcome.started:
                 sweepend.end_sweep(home, start, spec)
@@ -135,22 +142,25 @@ class RunEnder:
             deps.record_end(home, deps.run_name(spec), run_id, outcome.value)
             record.mark(ending.REPORT)
         if not record.is_done(ending.TABLES):
-            if outcome.changes_tables:
+            if outcome.changes_tables and regular:
                 moved = streamtables.install_tables(home.run_dir(run_id) / STAGE_DIR, home.tables)
                 if moved:
                     log.info("run %s: tables %s installed", run_id, ", ".join(moved))
             record.mark(ending.TABLES)
         if not record.is_done(ending.CACHE):
             if (outcome.changes_tables and spec.kind in ending.BASELINE_KINDS
-                    and spec.sweep_file is None):
+                    and spec.sweep_file is None and regular):
                 finish.rebuild_cache(home)
             record.mark(ending.CACHE)
         if not record.is_done(ending.MAIL):
-            if outcome is not Outcome.RETRY:
+            if outcome is not Outcome.RETRY and regular:
                 self._mail(spec, start, archive, record)
             record.mark(ending.MAIL)
+        if not record.is_done(ending.CULPRIT):
+            culprit.after_run(self.cfg, home, start, spec, outcome, record.reason)
+            record.mark(ending.CULPRIT)
         if not record.is_done(ending.TREE):
-            if outcome is not Outcome.RETRY:
+            if outcome is not Outcome.RETRY and regular:
                 self._adopt_clean_tree(spec, start)
             record.mark(ending.TREE)
         abort.clear(home, run_id)
@@ -260,6 +270,11 @@ class RunEnder:
         except ClusterError as exc:
             log.warning("run %s: no commit details: %s", run_id, exc)
             return header
+        if spec.culprit is not None:
+            search, step = spec.culprit
+            header += (f"\nBisection run (step {step}) of the culprit search for run "
+                       f"{search}: only the tests it searches; never the baseline, not "
+                       "mailed (docs/results.md, \"Finding the culprit commit\")")
         lines = [header, "", f"commit {info.sha}", f"Author: {info.author}",
                  f"Date:   {info.date}", "", *("    " + line for line in
                                                  info.message.rstrip().splitlines()),

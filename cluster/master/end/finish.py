@@ -57,7 +57,7 @@ from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
 from cluster.master.cache import reuse, reuseverify
 from cluster.master.end import samebuild, streamtables, sweepend
 from cluster.master.end.buildfailure import failure_report
-from cluster.master.files import confirmplan
+from cluster.master.files import confirmplan, culprits
 from cluster.master.files.abort import STOPPED_BY
 from cluster.master.files.ending import BASELINE_KINDS, Outcome
 from cluster.master.model.unbuilt import ABSENT
@@ -438,11 +438,13 @@ def archived_runs(home: Home) -> Iterator[tuple[Path, JobStart]]:
 
 
 def baseline_tabs(home: Home, window: int = CACHE_WINDOW) -> list[tuple[str, Path]]:
-    """(run id, archived table) of the newest ``window`` git and auto runs, newest first."""
+    """(run id, archived table) of the newest ``window`` git and auto runs, newest first
+    (a bisection run's few tests never made a baseline: left out)."""
     found: list[tuple[str, Path]] = []
     for folder, start in archived_runs(home):
         table = folder / f"{folder.name}.tab"
-        if start.kind in BASELINE_KINDS and SWEEP not in start.products and table.is_file():
+        if start.kind in BASELINE_KINDS and SWEEP not in start.products and table.is_file() \
+                and not culprits.is_bisection(start.options):
             found.append((folder.name, table))
             if len(found) >= window:
                 break

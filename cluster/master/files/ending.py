@@ -42,9 +42,10 @@ REPORT = "report"      # archive: logs, the run's .tab, report.txt, run.info; ta
 TABLES = "tables"      # the staged stream tables replace the old ones (baseline rotation)
 CACHE = "cache"        # the "seen before" md5 cache rebuilt from the archive
 MAIL = "mail"          # the report mailed
+CULPRIT = "culprit"    # a culprit search started or narrowed (cluster/master/end/culprit.py)
 TREE = "tree"          # a commit run's exported tree becomes the master's clean tree
 DEQUEUE = "dequeue"    # the queue line removed (or kept for another attempt)
-STEPS = (SWEEP, REPORT, TABLES, CACHE, MAIL, TREE, DEQUEUE)
+STEPS = (SWEEP, REPORT, TABLES, CACHE, MAIL, CULPRIT, TREE, DEQUEUE)
 
 #: Kinds of run whose results make the baseline (and the cache) at their TABLES step.
 BASELINE_KINDS = ("git", "auto")

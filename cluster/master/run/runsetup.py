@@ -4,9 +4,10 @@ A clustermaster (:mod:`cluster.master.run.clustermaster`) that serves the run at
 its queue first has :class:`RunSetup` put the run in place: job.start reused when it
 describes that queue line (a takeover), else a new run id and the run's source made ready
 (a commit exported, a pushed tree or an auto sweep's folder snapshotted, a bmpcmp run's
-test list taken from the user's last run) before job.start is written; then the job list,
-the jobs file if it is there (a takeover), else build.py's.  Each step leaves the home as a
-killed master would: the next master redoes what is missing and nothing twice.
+test list taken from the user's last run, a bisection run's from its culprit search)
+before job.start is written; then the job list, the jobs file if it is there (a
+takeover), else build.py's.  Each step leaves the home as a killed master would: the next
+master redoes what is missing and nothing twice.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
-from cluster.master.end import finish
+from cluster.master.end import culprit, finish
 from cluster.master.end.endrun import exported_source
 from cluster.master.files import codelock, nodefiles
 from cluster.master.model import joborder, jobtimeouts, placement, runlimits
@@ -232,6 +233,7 @@ class RunSetup:
         run_dir = self.home.run_dir(start.id)
         try:
             self.bmpcmp_listing(spec, start, run_dir)
+            self.culprit_listing(spec, run_dir)
             dest = self.home.root / start.source
             if exported_source(start):
                 if not dest.is_dir():
@@ -272,6 +274,18 @@ class RunSetup:
             run_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(previous / finish.CHANGED_LIST, listing)
 
+    def culprit_listing(self, spec: RunSpec, run_dir: Path) -> None:
+        """A bisection run's tests (docs/results.md, "Finding the culprit commit"): its
+        step's in its search's record, one a line, for build.py's ``--only``
+        (ClusterError when the search or the step is gone)."""
+        if spec.culprit is None:
+            return
+        listing = run_dir / culprit.TESTS_FILE
+        if not listing.exists():
+            tests = culprit.step_tests(self.home, spec)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fsutil.atomic_write(listing, "".join(t + "\n" for t in tests))
+
     def every_node(self, policy: placement.RunPolicy) -> list[str] | None:
         """The nodes an every_node run's jobs are made for: up (heard from within
         ``heartbeat_timeout``), enabled and placed now (None: not an every_node run)."""
@@ -308,6 +322,8 @@ class RunSetup:
             else:
                 argv += [*start.products, *[o for o in start.options
                                             if o in BUILD_OPTIONS or o.startswith("filter=")]]
+                if queued.culprit is not None:  # a bisection run: its step's tests only
+                    argv += ["--only", str(self.home.run_dir(start.id) / culprit.TESTS_FILE)]
             timeout = self.cfg.build_timeout
             # Straight into the file, fsync'ed before the rename (a takeover reuses it); a
             # failure leaves no jobs file, and the temporary file is removed.
