@@ -22,8 +22,9 @@ run's, so a repro against another build or environment says so.
 
 **Run.** The job's command, placeholders filled with the place's values and its output
 kept (:func:`cluster.console.repro.keeping_output`), runs in ``sh`` in a fresh temp folder
-``<work>/out/<run>/<test>/<node or here>`` under ``job_timeout``; its log and md5 are read
-as a node reads them (:func:`cluster.node.readlog.classify`).
+``<work>/out/<run>/<test>/<node or here>`` under the job's own timeout (the line's
+``timeout=<s>``, written by the run's master) or else ``job_timeout``; its log and md5 are
+read as a node reads them (:func:`cluster.node.readlog.classify`).
 
 **bmpcmp.** When the new md5 differs from the baseline's (``tables/current.tab``) and the
 kept output is a raster, the master's clean tree is built here too and the job run with
