@@ -65,19 +65,25 @@ def archive_run(home: Home, run_id: str, spec: RunSpec, outcome: Outcome,
     return start
 
 
-def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: Path) -> None:
+def repository(tmp_path: Path, commits: int) -> tuple[Path, list[str], Home, Config]:
+    """A git repository of ``commits`` commits (their shas, oldest first), and a master
+    home whose configuration names it as the ghostpdl tree."""
     repo = tmp_path / "upstream"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "master")
     shas = []
-    for n in range(1, 9):
+    for n in range(1, commits + 1):
         (repo / "NOTES").write_text(f"{n}\n")
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"Change number {n}")
         shas.append(git(repo, "rev-parse", "HEAD"))
     home = Home(tmp_path / "home")
     home.create()
-    cfg = Config(home=home.root, repositories=(f"ghostpdl={repo}",))
+    return repo, shas, home, Config(home=home.root, repositories=(f"ghostpdl={repo}",))
+
+
+def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: Path) -> None:
+    repo, shas, home, cfg = repository(tmp_path, 8)
     queue = QueueFile.for_priority(home, 1)
 
     def spec(sha: str, *options: str) -> RunSpec:
@@ -152,18 +158,7 @@ def test_a_search_skips_a_failed_commit_splits_its_tests_and_reports(tmp_path: P
 
 
 def test_no_search_without_untested_commits_or_confirmed_differences(tmp_path: Path) -> None:
-    repo = tmp_path / "upstream"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "master")
-    shas = []
-    for n in range(1, 5):
-        (repo / "NOTES").write_text(f"{n}\n")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"Change number {n}")
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    home = Home(tmp_path / "home")
-    home.create()
-    cfg = Config(home=home.root, repositories=(f"ghostpdl={repo}",))
+    repo, shas, home, cfg = repository(tmp_path, 4)
 
     def spec(sha: str) -> RunSpec:
         return RunSpec("git", sha, ("gs",), ("tree=ghostpdl",))

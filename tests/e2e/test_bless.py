@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.demotree import write_demo_tree
 from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
 from tests.e2e.conftest import MakeCluster
+from tests.e2e.textpages import push_gs, text_cluster
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.e2e
@@ -48,19 +48,10 @@ def differences(folder: Path) -> str:
 
 def test_a_blessed_change_is_no_difference_in_later_runs(tmp_path: Path,
                                                          make_cluster: MakeCluster) -> None:
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for n in (1, 2):
-        (corpus / f"text{n}.ps").write_text(TEXT_PS.format(n=n), encoding="ascii")
-    cluster = make_cluster(corpus=corpus, gs_configs="ppmraw.72.0", status_port="0")
-    cluster.start()
-    cluster.wait_for_nodes()
+    cluster = text_cluster(tmp_path, make_cluster, TEXT_PS)
 
     def push(options: list[str]) -> Path:
-        tree = write_demo_tree(cluster.home_dir / "alice" / "ghostpdl", "gs", options)
-        before = cluster.archives()
-        spec = cluster.push(tree, "alice", ["gs"], [])
-        return cluster.wait_for_run(spec, before, 90)
+        return push_gs(cluster, options)
 
     first = push([])
     tables = cluster.home.tables

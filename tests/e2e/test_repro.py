@@ -26,6 +26,7 @@ from cluster.localcluster import LocalCluster
 from cluster.report.tab import read_tab
 from cluster.runspec import RunSpec
 from tests.e2e.conftest import MakeCluster
+from tests.e2e.textpages import push_gs, text_cluster
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.e2e
@@ -50,19 +51,10 @@ def kept_output(stdout: str) -> Path:
 
 def test_repro_gives_the_runs_md5_on_its_node_and_here(tmp_path: Path,
                                                        make_cluster: MakeCluster) -> None:
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for n in (1, 2):
-        (corpus / f"text{n}.ps").write_text(TEXT_PS.format(n=n), encoding="ascii")
-    cluster = make_cluster(corpus=corpus, gs_configs="ppmraw.72.0", status_port="0")
-    cluster.start()
-    cluster.wait_for_nodes()
+    cluster = text_cluster(tmp_path, make_cluster, TEXT_PS)
 
     def push(options: list[str]) -> Path:
-        tree = write_demo_tree(cluster.home_dir / "alice" / "ghostpdl", "gs", options)
-        before = cluster.archives()
-        spec = cluster.push(tree, "alice", ["gs"], [])
-        return cluster.wait_for_run(spec, before, 90)
+        return push_gs(cluster, options)
 
     first = push([])
     shutil.copy(first / f"{first.name}.tab", cluster.home.tables / "current.tab")
