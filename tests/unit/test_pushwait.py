@@ -68,6 +68,11 @@ def test_wait_options_are_checked_before_anything_is_pushed(tmp_path: Path, caps
     assert "go with --wait" in capsys.readouterr().err
     assert clusterpush.main([*base, "--wait", "abort"]) == 2
     assert clusterpush.main([*base, "--wait", "--wait-timeout", "0"]) == 2
-    assert clusterpush.main(["--master", "host", "--user", "alice", "--wait"]) == 2
-    assert "--master" in capsys.readouterr().err
+    # --fetch, --stop and --rerun go alone (checked before ssh is tried).
+    assert clusterpush.main(["--master", "host", "--user", "alice", "--fetch", "r1",
+                             "--wait"]) == 2
+    assert "--fetch RUN goes alone" in capsys.readouterr().err
+    assert clusterpush.main([*base, "--stop", "r1", "--rerun", "r2"]) == 2
+    assert clusterpush.main([*base, "--dest", str(tmp_path), "gs"]) == 2
+    assert "--dest says where --fetch" in capsys.readouterr().err
     assert not (tmp_path / "home" / "queue").exists() and not (tmp_path / "j.xml").exists()

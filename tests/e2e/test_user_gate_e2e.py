@@ -1,0 +1,125 @@
+"""End to end: developers' keys restricted to the user gate (docs/operating.md, "The user
+gate"): ``clusterpush --master ... --wait --junit`` against a real local cluster through a
+private OpenSSH server, ``--fetch``, and another developer refused.
+
+The keys are let in with the real ``clusteradmin adduser`` (a ``restrict,command=...
+usergate.py --user NAME`` line); the real ``clusterpush.py`` runs with no view of the
+master home but the ssh server.  Through the gate nothing is shipped: the master's own code
+runs every step.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from cluster.demotree import write_demo_tree
+from cluster.runtime.sshd import PrivateSshd
+from tests.e2e.conftest import MakeCluster
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.e2e
+
+SMALL_GS = "ppmraw.72.0 pbmraw.72.0 pgmraw.300.1 pkmraw.72.0"
+
+
+def keygen(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f",
+                    str(path)], check=True, capture_output=True, timeout=60)
+    return path
+
+
+def test_gated_push_waits_fetches_and_refuses_another_users_run(
+        make_cluster: MakeCluster, tmp_path: Path) -> None:
+    cluster = make_cluster(gs_configs=SMALL_GS)
+    home = cluster.home_dir
+    with PrivateSshd(tmp_path / "sshd") as sshd:
+        keys = {name: keygen(tmp_path / f"{name}_key") for name in ("alice", "bob")}
+        for name, key in keys.items():
+            done = subprocess.run(
+                [sys.executable, str(REPO / "clusteradmin.py"), "--home", str(home),
+                 "adduser", name, str(key.with_suffix(".pub")), "--authorized-keys",
+                 str(sshd.authorized_keys)], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert "the user gate" in done.stdout
+        lines = sshd.authorized_keys.read_text().splitlines()
+        assert any(line.startswith('restrict,command="') and "--user alice" in line
+                   for line in lines)
+        cluster.start()
+
+        def clusterpush(user: str, *words: str, cwd: Path = tmp_path
+                        ) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, str(REPO / "clusterpush.py"),
+                 "--master", f"{sshd.user}@{sshd.address}:{home}",
+                 "--ssh-port", str(sshd.port), "--ssh-key", str(keys[user]),
+                 "--known-hosts", str(sshd.known_hosts),
+                 "--master-cache", str(tmp_path / "no-cache"), "--user", user, *words],
+                cwd=cwd, capture_output=True, text=True, timeout=400)
+
+        def push(options: list[str], name: str) -> tuple[int, ET.Element, str]:
+            tree = write_demo_tree(tmp_path / name / "ghostpdl", "gs", options)
+            junit = tmp_path / f"{name}.xml"
+            done = clusterpush("alice", "gs", "--wait", "--wait-timeout", "300",
+                               "--junit", str(junit), cwd=tree)
+            assert "Traceback" not in done.stderr, done.stderr
+            return done.returncode, ET.parse(junit).getroot(), done.stdout
+
+        rc, xml, out = push([], "plain")
+        assert rc == 0, out
+        suite = xml.find("testsuite")
+        assert suite is not None and suite.get("failures") == "0"
+        assert int(suite.get("tests") or 0) == len(suite.findall("testcase")) > 0
+        # Nothing was shipped: the gate ran the master's own code.
+        assert not (tmp_path / "no-cache").exists()
+        assert not (Path.home() / "no-cache").exists()
+
+        rc, xml, out = push(["-dTextAlphaBits=4", "-dGraphicsAlphaBits=4"], "changed")
+        assert rc == 1, out
+        suite = xml.find("testsuite")
+        assert suite is not None
+        failures = [c for c in suite.findall("testcase") if c.find("failure") is not None]
+        assert failures and int(suite.get("failures") or 0) == len(failures)
+        assert len(failures) < int(suite.get("tests") or 0)
+        for case in failures:
+            assert case.get("name") in out  # the report printed names it too
+        run = out.strip().splitlines()[-1].rsplit("/", 1)[1]
+
+        dest = tmp_path / "fetched"
+        done = clusterpush("alice", "--fetch", run, "--dest", str(dest))
+        assert done.returncode == 0, done.stderr
+        got = {p.relative_to(dest / run).as_posix() for p in (dest / run).rglob("*")
+               if p.is_file()}
+        assert {"report.txt", f"{run}.tab"} <= got
+        assert not any(name.endswith(".log") or name == "run.info" for name in got)
+        assert (dest / run / "report.txt").read_bytes() == \
+            (home / "archive" / run / "report.txt").read_bytes()
+
+        # Bob's key cannot fetch or stop alice's run, nor push as alice.
+        for words in (["--fetch", run, "--dest", str(tmp_path / "bob")], ["--stop", run]):
+            done = clusterpush("bob", *words)
+            assert done.returncode == 2, done.stdout
+            assert "refused for user bob" in done.stderr
+            assert "not a run of user bob" in done.stderr
+        assert not (tmp_path / "bob" / run).exists()
+        done = clusterpush("alice", "--fetch", run, "--user", "alice")  # own: fine
+        assert done.returncode == 0, done.stderr
+        tree = tmp_path / "plain" / "ghostpdl"
+        done = subprocess.run(
+            [sys.executable, str(REPO / "clusterpush.py"),
+             "--master", f"{sshd.user}@{sshd.address}:{home}", "--ssh-port", str(sshd.port),
+             "--ssh-key", str(keys["bob"]), "--known-hosts", str(sshd.known_hosts),
+             "--user", "alice", "gs"], cwd=tree, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "refused for user bob" in done.stderr
+        log = (home / "log" / "usergate.log").read_text()
+        assert [line.split(" ", 4)[3] for line in log.splitlines()] == ["bob:"] * 3
+        assert run in log
+        audit = [line.split("\t") for line in
+                 (home / "log" / "usergate-audit.tsv").read_text().splitlines()]
+        refused = [row for row in audit if row[2] == "refused"]
+        assert [row[1] for row in refused] == ["bob"] * 3
+        assert any(row[1] == "alice" and row[3] == "commit" for row in audit)
