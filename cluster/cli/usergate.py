@@ -44,6 +44,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -187,11 +188,17 @@ class UserGate:
             if len(data) > MAX_MODES_BYTES:
                 raise self._refuse(command, f"a modes list over {MAX_MODES_BYTES} bytes")
         user_dir = self.home.users / self.user
-        user_dir.mkdir(parents=True, exist_ok=True)
-        if user_dir.is_symlink():
-            raise self._refuse(command, f"{user_dir} is a symlink")
-        path = self._modes_path(args[1])
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        for folder in (self.home.users, user_dir):  # never through a link planted there
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder, 0o755)
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                raise self._refuse(command, f"{folder} is not a directory (a symlink?)")
+        try:
+            fd = os.open(self._modes_path(args[1]),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            raise self._refuse(command, f"the push {args[1]} has a modes list already; "
+                                        "expected a new push token") from None
         with os.fdopen(fd, "wb") as fh:
             fh.write(bytes(data))
         self.audit("allowed", "modes", args[1])

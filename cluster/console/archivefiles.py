@@ -135,9 +135,7 @@ def fetchable(home: Home, run_id: str) -> list[tuple[str, Path]]:
             if entry.name.startswith(".") or _BAD_CHARS.search(entry.name):
                 continue
             if entry.is_dir(follow_symlinks=False):
-                if not parts and entry.name in FOLDERS:
-                    stack.append((here, Path(entry.path)))
-                elif parts:
+                if parts or entry.name in FOLDERS:  # below the top: only FOLDERS
                     stack.append((here, Path(entry.path)))
             elif entry.is_file(follow_symlinks=False) and is_served(run_id, here):
                 found.append(("/".join(here), Path(entry.path)))

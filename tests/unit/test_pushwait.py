@@ -76,3 +76,22 @@ def test_wait_options_are_checked_before_anything_is_pushed(tmp_path: Path, caps
     assert clusterpush.main([*base, "--dest", str(tmp_path), "gs"]) == 2
     assert "--dest says where --fetch" in capsys.readouterr().err
     assert not (tmp_path / "home" / "queue").exists() and not (tmp_path / "j.xml").exists()
+
+
+def test_a_remote_wait_takes_only_a_run_started_after_the_commit(tmp_path: Path) -> None:
+    """Over ssh the client knows when the master committed the push, not the archive
+    before it: a run of the same line that started earlier (it ran while the push was
+    queued behind it) is not the pushed one."""
+    home = Home(tmp_path)
+    commit = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+    polls: list[int] = []
+
+    def on_poll() -> None:
+        polls.append(1)
+        if len(polls) == 2:
+            archive_run(home, "20270115075959-p0-aaaa", "user alice gs")
+            archive_run(home, "20270115080000-p0-bbbb", "user alice gs")
+
+    folder = pushwait.wait_for_archive(home, "user alice gs", set(), 60, on_poll=on_poll,
+                                       since=commit, sleep=lambda s: None)
+    assert folder == home.archive / "20270115080000-p0-bbbb"
