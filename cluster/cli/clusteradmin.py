@@ -46,10 +46,11 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   clusterpull's) with its schedule and next time (local
                                   time, as cron); a schedule with jobs but no entry is
                                   listed as not installed
-  adduser NAME KEYFILE [--admin] [--authorized-keys FILE]
+  adduser NAME KEYFILE [--admin] [--sweeps] [--authorized-keys FILE]
                                   restrict the ssh key in KEYFILE (a .pub) to the user
                                   gate as user NAME (usergate.py; --admin: any user's
-                                  runs, and clusteradmin), in the master account's
+                                  runs, and clusteradmin; --sweeps: may queue sweeps,
+                                  whose check scripts run on the master), in the master account's
                                   authorized_keys (docs/operating.md, "The user gate")
   dag FILE                        queue a graph of runs at once, all or none: one run per
                                   line as a queue line, with name= and after= and an
@@ -160,6 +161,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("keyfile", metavar="KEYFILE", type=Path)
     p.add_argument("--admin", action="store_true",
                    help="an administrator: any user's runs, and clusteradmin")
+    p.add_argument("--sweeps", action="store_true",
+                   help="may queue sweeps (whose check scripts run on the master)")
     p.add_argument("--authorized-keys", type=Path, metavar="FILE",
                    help="the master account's authorized_keys (default ~/.ssh/"
                    "authorized_keys)")
@@ -241,7 +244,7 @@ def _adduser(home: Home, args: argparse.Namespace) -> int:
     try:
         key = args.keyfile.read_text(encoding="utf-8").strip()
         line = gate.authorized_line(gate.user_gate_command(
-            home.root.resolve(), args.name, admin=args.admin,
+            home.root.resolve(), args.name, admin=args.admin, sweeps=args.sweeps,
             config=getattr(args, "config", None)), key)
     except (OSError, ValueError) as exc:
         raise UsageError(f"{args.keyfile}: {exc}") from None

@@ -9,6 +9,8 @@ Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree 
        clusterpush.py --master [USER@]HOST[:HOME] [--ssh-port P] [--ssh-key K]
                       [--known-hosts F] [--master-python PY] [--master-cache DIR]
                       [--tree DIR] [--user NAME] [PRODUCT...] ... [abort]
+       clusterpush.py [--master ...] [--user NAME] --fetch RUN [--dest DIR]
+                      | --stop RUN [--reason R] | --rerun RUN
 
 PRODUCT is gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf or shell (the last two
 alone); the default is gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree
@@ -60,13 +62,22 @@ of the push is the same code as a local push.  Exit status: 0 queued or aborted,
 master could not be reached, 2 refused (a bad argument, a refused key or host key, a failed
 transfer or an aborted push: nothing was queued), 130 interrupted, 143 terminated.
 
---wait (a local push) follows the run until it ends -- a one-line progress on a terminal,
+--wait follows the run until it ends -- a one-line progress on a terminal,
 nothing when stdout is not one -- prints its report and its archive folder, and exits 0
 when nothing changed, 1 when tests changed (confirmed differences or new errors), 3 when
 the run did not complete (a last line on stderr says how) or did not end within
 --wait-timeout SECONDS (default a day; the run goes on).  --junit FILE and --json FILE
-copy the run's JUnit XML and JSON result (archived beside report.txt) to FILE
-(docs/operating.md, "Waiting for a run from CI").
+write the run's JUnit XML and JSON result to FILE (docs/operating.md, "Waiting for a
+run from CI").  With --master the master follows the run and the report and files come
+over the same ssh.
+
+--fetch RUN [--dest DIR] brings your finished run RUN's report.txt, RUN.tab, CI files, a
+sweep's results/ and collected/ and the bmpcmp images into DIR/RUN/ (default: the current
+directory); --stop RUN [--reason R] stops your running run RUN; --rerun RUN queues your
+finished run RUN again with your tree as last pushed.  Each goes alone, with --master or
+on a master home this machine sees.  With --master, a key restricted to the master's user
+gate (usergate.py, clusteradmin adduser) is detected and no code is shipped; the gate
+lets you act only on your own runs (docs/operating.md, "The user gate").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Usage (in the master account's authorized_keys; ``clusteradmin adduser`` writes it)::
 
     restrict,command="<python> <repo>/usergate.py --home HOME --user NAME [--admin]
-        [--config FILE]" <key>
+        [--sweeps] [--config FILE]" <key>
 
 sshd runs it for every session of that key, with what the client asked for in
 ``SSH_ORIGINAL_COMMAND``.  It runs no code the client sends: it reads the request as words
@@ -18,7 +18,8 @@ the user fixed to NAME:
 ``clusterpush-gate receive|commit|abort|previous|wait|report|fetch|stop|rerun ...``
     the steps of :mod:`cluster.cli.pushremote`, parsed with its parser and run with its
     :func:`~cluster.cli.pushremote.execute`, the home the gate's; a queue line must be
-    ``user NAME ...``, a ``--user`` NAME, a run named by id NAME's run.  ``receive`` is
+    ``user NAME ...``, a ``--user`` NAME, a run named by id NAME's run, and a sweep
+    (whose check script runs on the master) needs ``--sweeps``.  ``receive`` is
     rsync's receiving server: its flags and options are checked (:data:`RECEIVE_FLAGS`,
     :data:`_RECEIVE_OPTION`), the arguments an ``rsync -s`` client sends on stdin are read
     and passed on the command line, and it receives only into ``.`` (the staged tree of
@@ -89,11 +90,12 @@ class UserGate:
     :meth:`run` takes ``SSH_ORIGINAL_COMMAND``."""
 
     def __init__(self, home: Path | str, user: str, *, admin: bool = False,
-                 config: Path | None = None, stdin_fd: int = 0,
+                 sweeps: bool = False, config: Path | None = None, stdin_fd: int = 0,
                  err: Callable[[str], None] | None = None) -> None:
         self.home = Home(Path(home))
         self.user = user
         self.admin = admin
+        self.sweeps = sweeps or admin
         self.config = config
         self.stdin_fd = stdin_fd
         self.err = err or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -248,6 +250,7 @@ class UserGate:
             if spec.kind != "user" or (spec.ref != self.user and not self.admin):
                 raise self._refuse(command, f"--line {opts.line!r}: this key queues only "
                                             f"'user {self.user} ...' runs")
+            self._check_sweep(command, spec)
             if getattr(opts, "rsync", "rsync") != "rsync":
                 raise self._refuse(command, "--rsync: the gate runs the master's rsync")
             if getattr(opts, "modes", None) is not None:
@@ -256,11 +259,22 @@ class UserGate:
             return opts.line
         if hasattr(opts, "run"):
             try:
-                pushsteps.check_owner(self.home, opts.run, None if self.admin else self.user)
-            except ClusterError as exc:
+                line = pushsteps.check_owner(self.home, opts.run,
+                                             None if self.admin else self.user)
+                spec = RunSpec.parse(line, source=f"run {opts.run}")
+            except (ClusterError, ValueError) as exc:
                 raise self._refuse(command, str(exc)) from None
+            if opts.step == "rerun":
+                self._check_sweep(command, spec)
             return opts.run
         return str(getattr(opts, "user", ""))
+
+    def _check_sweep(self, command: str, spec: RunSpec) -> None:
+        """A sweep's check script runs on the master as its account (docs/security.md):
+        only a key given ``--sweeps`` (or ``--admin``) queues sweeps."""
+        if "sweep" in spec.products and not self.sweeps:
+            raise self._refuse(command, "a sweep's check script runs on the master: this "
+                                        "key may not queue sweeps (usergate.py --sweeps)")
 
     def _receive_server(self, command: str, server: list[str]) -> list[str]:
         """rsync's receiving server arguments, checked, with those an ``rsync -s`` client
@@ -303,6 +317,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--user", required=True, help="the developer this key belongs to")
     p.add_argument("--admin", action="store_true",
                    help="an administrator: any user's runs, and clusteradmin")
+    p.add_argument("--sweeps", action="store_true",
+                   help="may queue sweeps (whose check scripts run on the master)")
     p.add_argument("--config", type=Path, help="the master's configuration file")
     return p
 
@@ -320,5 +336,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: --home {args.home!r}: expected the master home's absolute path",
               file=sys.stderr)
         return EXIT_USAGE
-    return UserGate(args.home, args.user, admin=args.admin, config=args.config).run(
+    return UserGate(args.home, args.user, admin=args.admin, sweeps=args.sweeps,
+                    config=args.config).run(
         os.environ.get("SSH_ORIGINAL_COMMAND"))

@@ -4,12 +4,15 @@ private OpenSSH server, ``--fetch``, and another developer refused.
 
 The keys are let in with the real ``clusteradmin adduser`` (a ``restrict,command=...
 usergate.py --user NAME`` line); the real ``clusterpush.py`` runs with no view of the
-master home but the ssh server.  Through the gate nothing is shipped: the master's own code
-runs every step.
+master home but the ssh server, alice's as an account that is not root
+(tests/jobaccount.py).  Through the gate nothing is shipped: the master's own code runs
+every step.  A plain login (no forced command) still works, with the shipped code.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -18,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from cluster.demotree import write_demo_tree
+from cluster.runspec import RunSpec
 from cluster.runtime.sshd import PrivateSshd
 from tests.e2e.conftest import MakeCluster
 from tests.helpers import REPO
+from tests.jobaccount import made_account, searchable
 
 pytestmark = pytest.mark.e2e
 
@@ -37,8 +42,14 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
         make_cluster: MakeCluster, tmp_path: Path) -> None:
     cluster = make_cluster(gs_configs=SMALL_GS)
     home = cluster.home_dir
-    with PrivateSshd(tmp_path / "sshd") as sshd:
-        keys = {name: keygen(tmp_path / f"{name}_key") for name in ("alice", "bob")}
+    with PrivateSshd(tmp_path / "sshd") as sshd, made_account() as account, \
+            searchable(tmp_path), searchable(Path(sys.executable).parent):
+        laptop = tmp_path / "laptop"  # alice's side: her account's own files
+        laptop.mkdir()
+        keys = {"alice": keygen(laptop / "alice_key"), "bob": keygen(tmp_path / "bob_key")}
+        shutil.copy(sshd.known_hosts, laptop / "known_hosts")
+        for path in [laptop, *laptop.iterdir()]:
+            os.chown(path, account.uid, account.gid)
         for name, key in keys.items():
             done = subprocess.run(
                 [sys.executable, str(REPO / "clusteradmin.py"), "--home", str(home),
@@ -51,19 +62,24 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
                    for line in lines)
         cluster.start()
 
-        def clusterpush(user: str, *words: str, cwd: Path = tmp_path
+        def clusterpush(user: str, *words: str, cwd: Path = laptop
                         ) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [sys.executable, str(REPO / "clusterpush.py"),
-                 "--master", f"{sshd.user}@{sshd.address}:{home}",
-                 "--ssh-port", str(sshd.port), "--ssh-key", str(keys[user]),
-                 "--known-hosts", str(sshd.known_hosts),
-                 "--master-cache", str(tmp_path / "no-cache"), "--user", user, *words],
-                cwd=cwd, capture_output=True, text=True, timeout=400)
+            argv = [sys.executable, str(REPO / "clusterpush.py"),
+                    "--master", f"{sshd.user}@{sshd.address}:{home}",
+                    "--ssh-port", str(sshd.port), "--ssh-key", str(keys[user]),
+                    "--known-hosts", str(laptop / "known_hosts"),
+                    "--master-cache", str(tmp_path / "no-cache"), "--user", user, *words]
+            env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(laptop)}
+            if user == "alice":  # as a developer's own account, not root
+                return subprocess.run(argv, cwd=cwd, capture_output=True, text=True,
+                                      timeout=400, env=env, user=account.uid,
+                                      group=account.gid, extra_groups=[])
+            return subprocess.run(argv, cwd=cwd, capture_output=True, text=True,
+                                  timeout=400, env=env)
 
         def push(options: list[str], name: str) -> tuple[int, ET.Element, str]:
             tree = write_demo_tree(tmp_path / name / "ghostpdl", "gs", options)
-            junit = tmp_path / f"{name}.xml"
+            junit = laptop / f"{name}.xml"
             done = clusterpush("alice", "gs", "--wait", "--wait-timeout", "300",
                                "--junit", str(junit), cwd=tree)
             assert "Traceback" not in done.stderr, done.stderr
@@ -76,7 +92,7 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
         assert int(suite.get("tests") or 0) == len(suite.findall("testcase")) > 0
         # Nothing was shipped: the gate ran the master's own code.
         assert not (tmp_path / "no-cache").exists()
-        assert not (Path.home() / "no-cache").exists()
+        assert os.stat(laptop / "plain.xml").st_uid == account.uid
 
         rc, xml, out = push(["-dTextAlphaBits=4", "-dGraphicsAlphaBits=4"], "changed")
         assert rc == 1, out
@@ -89,7 +105,7 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
             assert case.get("name") in out  # the report printed names it too
         run = out.strip().splitlines()[-1].rsplit("/", 1)[1]
 
-        dest = tmp_path / "fetched"
+        dest = laptop / "fetched"
         done = clusterpush("alice", "--fetch", run, "--dest", str(dest))
         assert done.returncode == 0, done.stderr
         got = {p.relative_to(dest / run).as_posix() for p in (dest / run).rglob("*")
@@ -123,3 +139,38 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
         refused = [row for row in audit if row[2] == "refused"]
         assert [row[1] for row in refused] == ["bob"] * 3
         assert any(row[1] == "alice" and row[3] == "commit" for row in audit)
+
+
+def test_a_plain_login_waits_fetches_and_reruns_with_the_shipped_code(
+        make_cluster: MakeCluster, tmp_path: Path) -> None:
+    cluster = make_cluster(gs_configs="ppmraw.72.0")
+    home = cluster.home_dir
+    with PrivateSshd(tmp_path / "sshd") as sshd:
+        cluster.start()
+        cache = tmp_path / "cache"
+
+        def clusterpush(*words: str, cwd: Path = tmp_path) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, str(REPO / "clusterpush.py"),
+                 "--master", f"{sshd.user}@{sshd.address}:{home}",
+                 "--ssh-port", str(sshd.port), "--ssh-key", str(sshd.client_key),
+                 "--known-hosts", str(sshd.known_hosts), "--master-cache", str(cache),
+                 "--user", "ann", *words], cwd=cwd, capture_output=True, text=True,
+                timeout=400)
+
+        tree = write_demo_tree(tmp_path / "ghostpdl", "gs", [])
+        done = clusterpush("gs", "--wait", "--json", str(tmp_path / "r.json"), cwd=tree)
+        assert done.returncode == 0, done.stderr
+        assert list(cache.glob("cluster-*.pyz"))  # the shipped code ran the steps
+        run = done.stdout.strip().splitlines()[-1].rsplit("/", 1)[1]
+        assert f'"run": "{run}"' in (tmp_path / "r.json").read_text()
+        done = clusterpush("--fetch", run, "--dest", str(tmp_path / "got"))
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "got" / run / f"{run}.tab").is_file()
+        done = clusterpush("--rerun", run)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("queueing: user ann gs")
+        before = {run}
+        again = cluster.wait_for_run(RunSpec.parse("user ann gs"), before, 240)
+        assert again.name != run
+        assert "queue user ann gs\n" in (again / "run.info").read_text()

@@ -70,6 +70,8 @@ RECEIVE = f"clusterpush-gate receive --line='user bob gs' --token={TOKEN}"
     (f"{RECEIVE} -- --server --sender -ltpre.iLsfxCIvu . .", "receiving server only"),
     (f"{RECEIVE} -- --server -ltpre.iLsfxCIvu . /root/.ssh", "receive into '.'"),
     ("clusterpush-gate modes --token=../../x", "expected modes --token"),
+    (f"clusterpush-gate commit --line='user bob sweep sweep=s.toml' --token={TOKEN}",
+     "may not queue sweeps"),
     ("clusterpush-gate frobnicate", "not a step of clusterpush --master"),
     ("clusterpush-gate 'unbalanced", "cannot be split"),
 ])

@@ -85,13 +85,15 @@ def gate_command(home: Path | str, node: str, *, python: str = sys.executable,
 
 
 def user_gate_command(home: Path | str, user: str, *, admin: bool = False,
-                      python: str = sys.executable, repo: Path = REPO_ROOT,
+                      sweeps: bool = False, python: str = sys.executable, repo: Path = REPO_ROOT,
                       config: Path | str | None = None) -> str:
     """The forced command of developer ``user``'s key: the user gate
     (:mod:`cluster.cli.usergate`), ``--admin`` for an administrator."""
     argv = [python, str(Path(repo) / "usergate.py"), "--home", str(home), "--user", user]
     if admin:
         argv.append("--admin")
+    if sweeps:
+        argv.append("--sweeps")
     if config is not None:
         argv += ["--config", os.path.abspath(config)]
     return shlex.join(argv)
