@@ -13,10 +13,11 @@ string is for ``sh`` and may use the placeholders a node substitutes before runn
 ``__tree__``   the node's build folder of the run's tree (the fetched tree, built there):
                for a sweep run, the sweep folder (docs/sweeps.md)
 
-In a JOBS reply (never in the run's jobs file) the master may put the job's own timeout in
-place of ``true``: ``<test> <logfile> timeout=<seconds> ; <command string>`` (docs/results.md,
-"Timeouts that fit each test"); the node kills that job after the shorter of it and its own
-limit.  :data:`JOB_TIMEOUT_WORD` is the word's prefix, :func:`timed_line` writes it.
+The master may put a job's own timeout in place of ``true``: ``<test> <logfile>
+timeout=<seconds> ; <command string>`` (docs/results.md, "Timeouts that fit each test";
+written into the run's jobs file once, when the master orders it); the node kills that job
+after the shorter of it and its own limit.  :data:`JOB_TIMEOUT_WORD` is the word's prefix,
+:func:`timed_line` writes it and :func:`untimed_line` takes it out again.
 
 A result carries what the 10-column ``.tab`` of ARTIFEX.md §2.5 needs, less the run's
 revision, which the master adds.
@@ -54,6 +55,17 @@ def timed_line(line: str, seconds: float) -> str:
         return line
     name, logfile, rest = line.split(" ", 2)
     return f"{name} {logfile} {JOB_TIMEOUT_WORD}{seconds:.6g} {rest[len('true '):]}"
+
+
+def untimed_line(line: str) -> str:
+    """The job line ``line`` with ``true`` in place of its own timeout, if it has one: what
+    the job runs, whatever its timeout (a result cache key, :mod:`cluster.master.cache`)."""
+    if " " + JOB_TIMEOUT_WORD not in line:  # the usual line: one scan, no split
+        return line
+    name, logfile, third, rest = line.split(" ", 3)
+    if not third.startswith(JOB_TIMEOUT_WORD):
+        return line
+    return f"{name} {logfile} true {rest}"
 
 
 #: Error codes of ARTIFEX.md §2.5 (readlog.pl).

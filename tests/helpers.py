@@ -243,3 +243,15 @@ def open_test_run(home_root: Path, cfg: Config, start: JobStart | None = None,
     give_key(home_root, cfg.effective_node_name())
     return open_run(cfg, LocalTransport(home_root), 0, clock or SystemClock(), StopFlag(),
                     workdir.UseHold())
+
+
+#: The JUnit XML schema the cluster's junit.xml is checked against (tests/schemas/).
+JUNIT_XSD = Path(__file__).parent / "schemas" / "jenkins-junit.xsd"
+
+
+def assert_valid_junit(path: Path) -> None:
+    """``path`` validates against :data:`JUNIT_XSD` by ``xmllint`` (Debian's libxml2-utils;
+    a missing xmllint fails the test)."""
+    done = subprocess.run(["xmllint", "-noout", "-schema", str(JUNIT_XSD), str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{path} is not valid JUnit XML: {done.stderr[-2000:]}"

@@ -85,7 +85,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -101,7 +100,7 @@ from cluster.errors import ClusterError, SshError
 from cluster.home import Home
 from cluster.localrunend import run_end
 from cluster.master.files.abort import request_abort
-from cluster.report import ciresult
+from cluster.report import cifiles
 from cluster.runoptions import RunOptionError
 from cluster.runspec import SWEEP_ONLY_OPTIONS, RunSpec
 from cluster.runtime.ssh import SshTarget
@@ -387,14 +386,14 @@ def _wait(home: Home, cfg: Config, spec: RunSpec, before: set[str],
         return EXIT_RUN_FAILED
     sys.stdout.write((archive / "report.txt").read_text(encoding="utf-8", errors="replace"))
     print(archive, flush=True)
-    for wanted, name in ((args.junit, ciresult.JUNIT_NAME), (args.json, ciresult.JSON_NAME)):
+    for wanted, kind in ((args.junit, "junit"), (args.json, "json")):
         if wanted is None:
             continue
-        if not (archive / name).is_file():
-            print(f"{PROG}: the run has no {name} (a sweep or bmpcmp run): {wanted} not "
-                  "written", file=sys.stderr)
+        if not cifiles.has_ci(archive):
+            print(f"{PROG}: the run has no {cifiles.KINDS[kind]} (a sweep or bmpcmp run): "
+                  f"{wanted} not written", file=sys.stderr)
             continue
-        shutil.copyfile(archive / name, wanted)
+        cifiles.write(archive, kind, wanted)
     status = pushwait.verdict(archive)
     if status == EXIT_RUN_FAILED:
         print(f"{PROG}: the run did not complete: {run_end(archive).describe()} (report: "

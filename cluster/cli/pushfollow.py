@@ -65,11 +65,16 @@ def wait_remote(target: SshTarget, home: str, spec: RunSpec, pushed: RemotePushe
 def fetch_local(home: Home, run: str, dest: Path) -> list[str]:
     """``--fetch RUN`` from a master home this machine sees: the files copied."""
     names = []
-    for rel, path in archivefiles.fetchable(home, run):
+    files = archivefiles.fetchable(home, run)
+    for rel, path in files:
         target = dest / run / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
         names.append(f"{run}/{rel}")
+    for name, data in pushsteps.ci_members(home.archive / run, {rel for rel, _ in files}):
+        (dest / run).mkdir(parents=True, exist_ok=True)
+        (dest / run / name).write_bytes(data)
+        names.append(f"{run}/{name}")
     return names
 
 

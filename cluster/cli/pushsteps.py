@@ -17,8 +17,9 @@ administrator's step (any run).
 :func:`report_bytes`
     the run's report, or its CI file (``junit``, ``json``).
 :func:`fetch_tar`
-    the files :func:`cluster.console.archivefiles.fetchable` lists, as an uncompressed tar
-    stream (names ``<run>/<path>``), every file opened without following a symlink.
+    the files :func:`cluster.console.archivefiles.fetchable` lists and the CI files
+    rendered from the run's facts, as an uncompressed tar stream (names ``<run>/<path>``),
+    every file opened without following a symlink.
 :func:`stop_step`, :func:`rerun_step`
     a running run stopped (:func:`cluster.console.admin.stop`), an archived run queued again
     with the tree as last pushed (:func:`cluster.triggers.push.requeue`).
@@ -26,7 +27,7 @@ administrator's step (any run).
 
 from __future__ import annotations
 
-import importlib
+import io
 import math
 import os
 import tarfile
@@ -40,7 +41,7 @@ from cluster.console import admin, archivefiles, runinfo
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.localrunend import run_end
-from cluster.report import ciresult
+from cluster.report import cifiles
 from cluster.runspec import RunSpec
 from cluster.triggers.push import requeue
 
@@ -132,21 +133,25 @@ def wait_step(home: Home, line: str, after: float, timeout: float, out: TextIO, 
 
 
 def ci_bytes(archive: Path, kind: str) -> bytes | None:
-    """The run's CI file of ``kind`` ("junit" or "json"), None when it has none."""
+    """The run's CI file of ``kind`` ("junit" or "json"), rendered from its facts
+    (:func:`cluster.report.cifiles.render`); None when it has none."""
     try:
-        cifiles = importlib.import_module("cluster.report.cifiles")
-    except ImportError:
-        cifiles = None
-    if cifiles is not None:
-        try:
-            return "".join(cifiles.render(archive, kind)).encode("utf-8")
-        except (OSError, ValueError):
-            return None
-    name = ciresult.JUNIT_NAME if kind == "junit" else ciresult.JSON_NAME
-    try:
-        return (archive / name).read_bytes()
-    except OSError:
+        return "".join(cifiles.render(archive, kind)).encode("utf-8")
+    except (cifiles.NoCiFacts, OSError, ValueError):
         return None
+
+
+def ci_members(archive: Path, have: set[str]) -> list[tuple[str, bytes]]:
+    """The CI files a fetch adds, rendered (names not in ``have``: an older master's
+    archived files are fetched as they are)."""
+    found = []
+    for kind, name in cifiles.KINDS.items():
+        if name in have:
+            continue
+        data = ci_bytes(archive, kind)
+        if data is not None:
+            found.append((name, data))
+    return found
 
 
 def report_bytes(home: Home, run_id: str, kind: str, user: str | None) -> bytes:
@@ -170,7 +175,12 @@ def fetch_tar(home: Home, run_id: str, user: str | None, out: BinaryIO) -> int:
     """Write run ``run_id``'s fetchable files to ``out`` as a tar stream; how many."""
     check_owner(home, run_id, user)
     files = archivefiles.fetchable(home, run_id)
+    rendered = ci_members(home.archive / run_id, {rel for rel, _ in files})
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in rendered:
+            info = tarfile.TarInfo(f"{run_id}/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
         for rel, path in files:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -184,7 +194,7 @@ def fetch_tar(home: Home, run_id: str, user: str | None, out: BinaryIO) -> int:
                 info.uname = info.gname = ""
                 info.mode = 0o644
                 tar.addfile(info, fh)
-    return len(files)
+    return len(files) + len(rendered)
 
 
 def stop_step(home: Home, run_id: str, user: str | None, who: str,

@@ -4,13 +4,12 @@ for a run from CI: `clusterpush --wait --junit`").
 :func:`wait_for_archive` polls the master home's ``archive/`` for the folder of the run
 queued as a given queue line that was not there before the push: the run has ended once
 its folder holds ``report.txt`` and a ``run.info`` naming that queue line (the end step
-writes run.info last, after the CI files).  :func:`verdict` turns the archived run into
+writes run.info last, after the CI facts).  :func:`verdict` turns the archived run into
 clusterpush's exit status.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,7 @@ from cluster.console.runinfo import run_started
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED
 from cluster.home import Home
 from cluster.localrunend import run_end
-from cluster.report.ciresult import JSON_NAME
+from cluster.report import cifiles
 
 #: How often the archive is looked at [seconds].
 POLL = 1.0
@@ -63,13 +62,12 @@ def wait_for_archive(home: Home, queue_line: str, before: set[str], timeout: flo
 
 
 def changed_tests(archive: Path) -> int:
-    """How many tests of the archived run changed: the CI result's ``changed`` (confirmed
-    differences and new errors), else run.info's ``differences`` (a run without CI files,
-    a sweep's); 0 when neither says."""
-    try:
-        return int(json.loads((archive / JSON_NAME).read_text(encoding="utf-8"))["changed"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    """How many tests of the archived run changed: its CI facts' ``changed`` (confirmed
+    differences and new errors; :func:`cluster.report.cifiles.changed`), else run.info's
+    ``differences`` (a run without CI facts, a sweep's); 0 when neither says."""
+    changed = cifiles.changed(archive)
+    if changed is not None:
+        return changed
     for line in (archive / "run.info").read_text(encoding="utf-8",
                                                  errors="replace").splitlines():
         key, _, value = line.partition(" ")

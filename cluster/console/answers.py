@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any, BinaryIO, Generic, TypeVar
 from urllib.parse import unquote
 
@@ -368,6 +369,11 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def _archive(self, rest: str, head: bool) -> None:
         try:
+            rendered = archivefiles.ci_file(self.server.model.home, rest)
+            if rendered is not None:  # a CI file, rendered from the run's facts
+                fh, size, name = rendered
+                self._file(fh, size, archivefiles.content_type(Path(name)), head)
+                return
             target = archivefiles.resolve(self.server.model.home, rest)
             fh = open(target, "rb")  # noqa: SIM115 -- closed here, or by the loop once sent
         except ArchiveRefused as exc:
@@ -377,10 +383,13 @@ class RequestHandler(BaseHTTPRequestHandler):
             self._send(error_answer(404, f"archive/{rest}: cannot be read "
                                          f"({exc.strerror or exc})"), head)
             return
-        size = os.fstat(fh.fileno()).st_size
+        self._file(fh, os.fstat(fh.fileno()).st_size, archivefiles.content_type(target), head)
+
+    def _file(self, fh: BinaryIO, size: int, content_type: str, head: bool) -> None:
+        """Answer 200 with the ``size`` bytes of the open file ``fh`` (closed here for a
+        HEAD or an empty file, else by the loop once sent)."""
         self.send_response(200)
-        self._headers(archivefiles.content_type(target), size, ARCHIVE_POLICY,
-                      no_store=False)
+        self._headers(content_type, size, ARCHIVE_POLICY, no_store=False)
         if head or size == 0:
             fh.close()
         else:

@@ -11,7 +11,8 @@ Contract of :func:`resolve`:
   ``-``, starting with a letter or a digit: ``20261123120000-p0-ab12``), one path component
   that is never ``.`` or ``..``;
 * only :data:`SERVED` files are served: ``report.txt``, ``<id>.tab``, the CI files
-  ``junit.xml`` and ``result.json`` (:mod:`cluster.report.ciresult`), and anything below
+  ``junit.xml`` and ``result.json`` (rendered when asked from the run's CI facts and its
+  table by :func:`ci_file`, :mod:`cluster.report.cifiles`), and anything below
   :data:`FOLDERS`: ``bmpcmp/`` (the bmpcmp page, ``bmpcmp/index.html``, and its images)
   and a sweep's ``results/`` and ``collected/``; anything else of the archive (node logs,
   the audit trail, run.info) is a 404 (:func:`is_served`);
@@ -31,12 +32,14 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from cluster.defaults import BMPCMP_DIR
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.report import ciresult
+from cluster.report import cifiles, ciresult
 from cluster.wire.protocol import JOB_ID
 
 #: A run id in a URL: the node protocol's job id, one harmless path component.
@@ -175,6 +178,43 @@ def resolve(home: Home, rest: str) -> Path:
     if folder.parent != archive or not target.is_relative_to(folder) or not target.is_file():
         raise missing
     return target
+
+
+def run_folder(home: Home, run_id: str) -> Path:
+    """The real path of the archive folder of the run ``run_id`` (checked as
+    :func:`resolve` checks it); ArchiveRefused(404) when there is none."""
+    check_run_id(run_id)
+    try:
+        archive = Path(os.path.realpath(home.archive, strict=True))
+        folder = Path(os.path.realpath(home.archive / run_id, strict=True))
+    except OSError:
+        folder = archive = Path("/")
+    if folder.parent != archive or not folder.is_dir():
+        raise ArchiveRefused(404, f"archive/{run_id}: no such run (is run {run_id} finished "
+                                  f"and archived?)")
+    return folder
+
+
+def ci_file(home: Home, rest: str) -> tuple[BinaryIO, int, str] | None:
+    """When ``rest`` is ``<id>/junit.xml`` or ``<id>/result.json``: that CI file of the run
+    rendered (:func:`cluster.report.cifiles.render`) into a temporary file, open at its
+    start, with its size and name; None for any other path.  ArchiveRefused(404) when the
+    run has no CI files."""
+    run_id, _, name = rest.partition("/")
+    kind = next((k for k, n in cifiles.KINDS.items() if n == name), None)
+    if kind is None:
+        return None
+    folder = run_folder(home, run_id)
+    out = tempfile.TemporaryFile()  # noqa: SIM115 -- handed to the caller, which closes it
+    try:
+        for chunk in cifiles.render(folder, kind):
+            out.write(chunk.encode("utf-8"))
+    except (cifiles.NoCiFacts, ValueError, OSError) as exc:
+        out.close()
+        raise ArchiveRefused(404, f"archive/{rest}: no CI file ({exc})") from None
+    size = out.tell()
+    out.seek(0)
+    return out, size, name
 
 
 def content_type(path: Path) -> str:

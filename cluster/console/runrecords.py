@@ -33,7 +33,7 @@ from cluster.console.runinfo import (
 )
 from cluster.defaults import BMPCMP_DIR
 from cluster.master.files import journal
-from cluster.report import ciresult, indeterminate
+from cluster.report import cifiles, ciresult, indeterminate
 
 log = logging.getLogger("cluster.console")
 
@@ -108,6 +108,7 @@ def archive_entry(folder: Path, run_id: str) -> JSON | None:
         return None
     info = parse_info(text)
     base = f"/archive/{run_id}"
+    has_ci = cifiles.has_ci(folder)  # rendered when asked (cluster.report.cifiles)
     entry: JSON = {
         "run": run_id, "kind": info.get("kind", ""), "what": info.get("queue", ""),
         "who": info.get("ref", ""), "priority": int_or_none(info.get("priority")),
@@ -118,10 +119,8 @@ def archive_entry(folder: Path, run_id: str) -> JSON | None:
                   else None,
                   "bmpcmp": f"{base}/{BMPCMP_PAGE}" if (folder / BMPCMP_PAGE).is_file()
                   else None,
-                  "junit": f"{base}/{ciresult.JUNIT_NAME}"
-                  if (folder / ciresult.JUNIT_NAME).is_file() else None,
-                  "json": f"{base}/{ciresult.JSON_NAME}"
-                  if (folder / ciresult.JSON_NAME).is_file() else None},
+                  "junit": f"{base}/{ciresult.JUNIT_NAME}" if has_ci else None,
+                  "json": f"{base}/{ciresult.JSON_NAME}" if has_ci else None},
     }
     for key in SUMMARY_KEYS:
         entry[key] = int_or_none(info.get(key))

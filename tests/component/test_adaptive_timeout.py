@@ -13,7 +13,7 @@ from cluster.config import Config
 from cluster.defaults import NODE_EXIT_DONE
 from cluster.master.model import jobtimeouts, runlimits
 from cluster.master.model.joblist import MemoryJobList
-from cluster.records import ERROR_TIMEOUT, Job
+from cluster.records import ERROR_TIMEOUT, Job, timed_line
 from cluster.report.compare import error_description
 from cluster.runspec import RunSpec
 from cluster.wire import protocol
@@ -64,9 +64,13 @@ def test_a_hung_test_is_killed_after_its_own_timeout_not_the_nodes(
         Job(HUNG, f"__temp__/{HUNG}.log", f"echo gs > __temp__/{HUNG}.log ; sleep 1000"),
         Job(QUICK, f"__temp__/{QUICK}.log", f"echo gs > __temp__/{QUICK}.log ; true")])
     cfg = Config(adaptive_timeout_floor=2.0)
-    jobs.timeouts = jobtimeouts.for_run(jobs, tables, start, runlimits.run_options(spec, cfg),
-                                        cfg)
-    lines = jobs.wire_lines([0, 1])
+    fit = jobtimeouts.fit_for_run(start, runlimits.run_options(spec, cfg), cfg)
+    assert fit is not None
+    timeouts = jobtimeouts.job_timeouts(jobs, [tables / name for name in jobtimeouts.TABLES],
+                                        fit.multiple, fit.floor, fit.limit)
+    assert timeouts is not None
+    lines = [timed_line(line, seconds)  # as the ordering writes them into the jobs file
+             for line, seconds in zip(jobs.lines([0, 1]), timeouts, strict=True)]
     assert lines[0].startswith(f"{HUNG} __temp__/{HUNG}.log timeout=2 ; ")
     master = ScriptedMaster(script(lines))
     port = serve(master)

@@ -110,7 +110,8 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
         assert done.returncode == 0, done.stderr
         got = {p.relative_to(dest / run).as_posix() for p in (dest / run).rglob("*")
                if p.is_file()}
-        assert {"report.txt", f"{run}.tab"} <= got
+        assert {"report.txt", f"{run}.tab", "junit.xml", "result.json"} <= got
+        assert (dest / run / "junit.xml").read_bytes() == (laptop / "changed.xml").read_bytes()
         assert not any(name.endswith(".log") or name == "run.info" for name in got)
         assert (dest / run / "report.txt").read_bytes() == \
             (home / "archive" / run / "report.txt").read_bytes()

@@ -4,17 +4,17 @@ timeout, the stream's tables it is read from, and the job line that carries it."
 from __future__ import annotations
 
 import math
-from array import array
 from pathlib import Path
 
 import pytest
 
 from cluster.config import Config
-from cluster.master.model import jobtimeouts
-from cluster.master.model.joblist import MemoryJobList
+from cluster.master.cache.resultcache import job_key
+from cluster.master.model import joborder, jobtimeouts
+from cluster.master.model.joblist import JobFile, MemoryJobList
 from cluster.master.model.jobtimeouts import fitted_timeout, median
 from cluster.node.slots import SlotPool
-from cluster.records import Job, timed_line
+from cluster.records import Job, timed_line, untimed_line
 from cluster.runoptions import RunOptionError, RunOptions
 from cluster.wire.jobstart import JobStart
 
@@ -84,21 +84,26 @@ def start(queue: str, options: tuple[str, ...] = ()) -> JobStart:
                     options=options)
 
 
-def test_for_run_uses_the_runs_option_and_task_timeout_and_spares_relaxtimeout(
+def test_the_fit_uses_the_runs_option_and_task_timeout_and_spares_relaxtimeout(
         tmp_path: Path) -> None:
     jobs = MemoryJobList([Job("a", "__temp__/a.log", "true")])
-    tab(tmp_path / "current.tab", {"a": 1.0})
+    tables = [tab(tmp_path / "current.tab", {"a": 1.0})]
     cfg = Config(adaptive_timeout=0.0, adaptive_timeout_floor=2.0)
     off = RunOptions.of((), cfg)
-    assert jobtimeouts.for_run(jobs, tmp_path, start("user t gs"), off, cfg) is None
+    assert jobtimeouts.fit_for_run(start("user t gs"), off, cfg) is None
     on = RunOptions.of(("adaptive_timeout=3",), cfg)
     assert on.adaptive_timeout == 3.0
-    got = jobtimeouts.for_run(jobs, tmp_path, start("user t gs adaptive_timeout=3"), on, cfg)
+    fit = jobtimeouts.fit_for_run(start("user t gs adaptive_timeout=3"), on, cfg)
+    assert fit == jobtimeouts.TimeoutFit(3.0, 2.0, cfg.job_timeout)
+    got = jobtimeouts.job_timeouts(jobs, tables, fit.multiple, fit.floor, fit.limit)
     assert got is not None and got[0] == 3.0
     short = RunOptions.of(("adaptive_timeout=3", "task_timeout=3"), cfg)
-    assert jobtimeouts.for_run(jobs, tmp_path, start("user t gs"), short, cfg) is None
+    fit = jobtimeouts.fit_for_run(start("user t gs"), short, cfg)
+    assert fit is not None and fit.limit == 3.0  # 3 x 1 s is not below it: none
+    assert jobtimeouts.job_timeouts(jobs, tables, fit.multiple, fit.floor, fit.limit) is None
     relaxed = start("user t gs relaxtimeout", ("relaxtimeout",))
-    assert jobtimeouts.for_run(jobs, tmp_path, relaxed, on, cfg) is None
+    assert jobtimeouts.fit_for_run(relaxed, on, cfg) is None
+    assert [float(w) for w in jobtimeouts.TimeoutFit(0.1, 2.5, 450.0).argv()] == [0.1, 2.5, 450]
 
 
 def test_the_job_line_carries_its_own_timeout_only_when_it_has_one() -> None:
@@ -118,13 +123,38 @@ def test_a_bad_timeout_word_is_refused(word: str) -> None:
         Job.parse(f"t.ps __temp__/t.log {word} ; true")
 
 
-def test_the_job_list_hands_out_lines_with_their_timeouts() -> None:
-    jobs = MemoryJobList([Job("a", "__temp__/a.log", "echo a"),
-                          Job("b", "__temp__/b.log", "echo b")])
-    assert jobs.wire_lines([0, 1]) == jobs.lines([0, 1])
-    jobs.timeouts = array("f", [0.0, 12.0])
-    assert jobs.wire_lines([1, 0]) == ["b __temp__/b.log timeout=12 ; echo b",
-                                       "a __temp__/a.log true ; echo a"]
+def test_the_ordering_writes_each_jobs_own_timeout_into_the_jobs_file(
+        tmp_path: Path) -> None:
+    path = tmp_path / "jobs"
+    path.write_text("a __temp__/a.log true ; echo a true ; x\n"
+                    "b __temp__/b.log true ; echo b\nc __temp__/c.log true ; echo c\n")
+    tab(tmp_path / "current.tab", {"a": 0.1, "b": 9.0})  # c: no recorded time
+    done = joborder.order_jobs_file(path, tmp_path / "current.tab",
+                                    jobtimeouts.TimeoutFit(10.0, 60.0, 450.0))
+    assert done.rewritten and done.timed == 2
+    assert path.read_text().splitlines() == [
+        "c __temp__/c.log true ; echo c",            # unknown first, the node's limit
+        "b __temp__/b.log timeout=90 ; echo b",      # 10 x 9 s
+        "a __temp__/a.log timeout=60 ; echo a true ; x"]  # the floor; the command unchanged
+    jobs = JobFile(path)  # the master reads the lines as they are, and the node parses them
+    try:
+        assert jobs.names == ["c", "b", "a"] and not jobs.skipped
+        assert [Job.parse(line).timeout for line in jobs.lines([0, 1, 2])] == [0.0, 90.0, 60.0]
+    finally:
+        jobs.close()
+    # What a job runs, and so its result cache key, does not depend on its timeout.
+    assert untimed_line("a __temp__/a.log timeout=60 ; echo a") == "a __temp__/a.log true ; echo a"
+    assert untimed_line("a x true ; echo timeout=60 ;") == "a x true ; echo timeout=60 ;"
+    key = job_key("b __temp__/b.log true ; __bin__/gs", [], [])
+    assert job_key("b __temp__/b.log timeout=9 ; __bin__/gs", [], []) == key
+
+
+def test_without_a_fit_an_ordered_file_keeps_true(tmp_path: Path) -> None:
+    path = tmp_path / "jobs"
+    path.write_text("a __temp__/a.log true ; echo a\nb __temp__/b.log true ; echo b\n")
+    tab(tmp_path / "current.tab", {"a": 0.1, "b": 9.0})
+    assert joborder.order_jobs_file(path, tmp_path / "current.tab").timed == 0
+    assert "timeout=" not in path.read_text()
 
 
 @pytest.mark.parametrize("word", ["adaptive_timeout=x", "adaptive_timeout=-1",

@@ -53,7 +53,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.records import BASELINE, BIN, TESTS, TREE_DIR
+from cluster.records import BASELINE, BIN, TESTS, TREE_DIR, untimed_line
 from cluster.runtime import fsutil
 
 log = logging.getLogger("cluster.resultcache")
@@ -109,7 +109,9 @@ def job_key(line: str, tests: Sequence[tuple[str, str]],
     """The key of job ``line`` whose test files are ``tests`` ((path, sha256) each) and
     whose programs were built as ``programs`` ((program, digest) each)."""
     h = hashlib.sha256(b"job 1\n")
-    h.update(line.encode("utf-8", "surrogateescape"))
+    # A job's own timeout is not what it computes: a key without it (docs/results.md,
+    # "Timeouts that fit each test"), so a timeout fitted anew keeps the cached results.
+    h.update(untimed_line(line).encode("utf-8", "surrogateescape"))
     for path, digest in tests:
         h.update(f"\ntest {path} {digest}".encode("utf-8", "surrogateescape"))
     for program, digest in programs:

@@ -52,7 +52,7 @@ from cluster.master.state.livestatus import remove_if_run
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
 from cluster.queue import QueueFile
-from cluster.report import mail
+from cluster.report import cifiles, mail
 from cluster.report.ciresult import incomplete_result
 from cluster.report.slowdowns import SlowdownRule
 from cluster.runspec import RunSpec
@@ -217,7 +217,7 @@ class RunEnder:
                                    f"{record.reason}" if record.reason
                                    else record.outcome.value)
         if ci is not None:  # before run.info: a waiter takes run.info for the end
-            finish.write_ci_files(archive, ci)
+            cifiles.save(archive, ci)
         fsutil.atomic_write(archive / "run.info", run_info(
             start, record, nodes, made, state.reused if state is not None else None))
 

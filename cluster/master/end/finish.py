@@ -256,27 +256,6 @@ def confirmed_report(home: Home, run: FinishedRun, text: str, header: str,
     return after_header(text, header, added)
 
 
-def write_ci_files(archive: Path, ci: ciresult.CiResult) -> None:
-    """The run's JUnit XML and JSON (:mod:`cluster.report.ciresult`) into ``archive``, the
-    rows read from the run's ``.tab`` there as they are written (twice: the count comes
-    first in both files); a line that does not parse is left out of both."""
-    table = archive / f"{ci.run_id}.tab"
-
-    def rows() -> Iterator[tab.TabRow]:
-        if not ci.complete or not table.exists():
-            return
-        with open(table, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    yield tab.TabRow.parse(line)
-                except ValueError:
-                    continue
-
-    count = sum(1 for _ in rows())
-    fsutil.atomic_write(archive / ciresult.JUNIT_NAME, ciresult.junit_chunks(ci, rows(), count))
-    fsutil.atomic_write(archive / ciresult.JSON_NAME, ciresult.json_chunks(ci, rows(), count))
-
-
 def find_slower(home: Home, run: FinishedRun, run_tab: Path
                 ) -> tuple[list[slowdowns.Slowdown], int | None]:
     """The slower tests of the report's ``Slower tests`` section (docs/results.md, "Slowest

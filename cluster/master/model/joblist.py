@@ -13,9 +13,10 @@ has a name (``names[i]``, ``index[name] == i``) and a line, read in bulk by
   file order, so a batch of 50 jobs is usually a single read.  About 150 bytes per job stay
   in memory (the name, its dict entry, two offsets) whatever the length of the commands.
 
-A job list may carry each job's own timeout (:attr:`JobList.timeouts`: docs/results.md,
-"Timeouts that fit each test"; :mod:`cluster.master.model.jobtimeouts`): the lines handed to
-the nodes (:meth:`JobList.wire_lines`) then say it; the jobs file never does.
+A job line may carry the job's own timeout in place of ``true`` (``timeout=<seconds>``,
+:func:`cluster.records.timed_line`; docs/results.md, "Timeouts that fit each test"): the
+master writes it into the jobs file when it orders it (:mod:`cluster.master.model.joborder`),
+so the lines go to the nodes as they are read.
 
 The jobs file is what build.py printed: one ``<test> <logfile> true ; <command>`` per line.
 Blank lines are skipped; a malformed line, or a second line with a test id already used, is
@@ -31,10 +32,11 @@ from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from cluster.records import Job, timed_line
+from cluster.records import Job
 
 #: A job line as :meth:`cluster.records.Job.parse` accepts it (test id: records.TEST_ID).
-_JOB_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400}) [^ ]* true ; (.*)", re.S)
+_JOB_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.+,@%=-]{0,400}) [^ ]* "
+                       r"(?:true|timeout=[0-9][0-9.e+-]{0,20}) ; (.*)", re.S)
 #: Bytes read from the jobs file at a time while indexing it.
 _CHUNK = 1 << 22
 #: Problems described one by one; beyond that they are only counted.
@@ -58,9 +60,6 @@ class JobList:
 
     names: list[str]
     index: dict[str, int]
-    #: Each job's own timeout in seconds (0: none, the node's limit), or None: no job has
-    #: one.  Set by the master once the list is made.
-    timeouts: array[float] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -74,15 +73,6 @@ class JobList:
     def lines(self, indexes: Sequence[int]) -> list[str]:
         """The job lines of ``indexes``, in that order (without newlines)."""
         raise NotImplementedError
-
-    def wire_lines(self, indexes: Sequence[int]) -> list[str]:
-        """The lines of ``indexes`` as a JOBS reply carries them: each with its job's own
-        timeout, if it has one (:func:`cluster.records.timed_line`)."""
-        lines = self.lines(indexes)
-        timeouts = self.timeouts
-        if timeouts is None:
-            return lines
-        return [timed_line(line, timeouts[i]) for line, i in zip(lines, indexes, strict=True)]
 
     def close(self) -> None:
         """Release what the list holds open (nothing, unless it reads a file)."""

@@ -18,6 +18,12 @@ out in the same order.
 A test's time is ``time1 + time2 + time3`` of its ``.tab`` row: the user CPU seconds of
 its stages (a ``shell`` job's wall seconds, :func:`cluster.node.readlog.with_wall_time`).
 
+The same rewrite writes each job's own timeout into its line (``timeout=<seconds>`` in place
+of ``true``; docs/results.md, "Timeouts that fit each test";
+:mod:`cluster.master.model.jobtimeouts`) when the run fits timeouts (:class:`TimeoutFit`):
+done once, in the child, so the master hands the lines out as it reads them (nothing per
+job while it serves) and a successor master reads them from the file.
+
 Cost, for a million jobs: one 8-byte time per job (an ``array``), filled while the
 baseline is read a line at a time (never a table of rows, nor a second dict of names),
 the permutation (a list of ints), and the lines copied as bytes from a map of the old file
@@ -36,7 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster.master.model import jobtimeouts
 from cluster.master.model.joblist import JobFile, JobList
+from cluster.master.model.jobtimeouts import TimeoutFit
+from cluster.records import JOB_TIMEOUT_WORD
 from cluster.runtime import forkrun, fsutil
 
 log = logging.getLogger("cluster.master")
@@ -52,11 +61,13 @@ _WRITE_CHUNK = 8192
 @dataclass(frozen=True)
 class Ordering:
     """What :func:`order_jobs_file` did: jobs, how many had a known time, whether the
-    file was rewritten (not when it was already in that order)."""
+    file was rewritten (not when it was already in that order and no job got its own
+    timeout), and how many jobs got their own timeout."""
 
     jobs: int
     known: int
     rewritten: bool
+    timed: int = 0
 
 
 def slowest_first(times: Sequence[float]) -> list[int]:
@@ -95,29 +106,48 @@ def known_times(jobs: JobList, baseline: Path) -> tuple[array[float], int]:
     return times, known
 
 
-def order_jobs_file(path: Path, baseline: Path) -> Ordering:
+def order_jobs_file(path: Path, baseline: Path, fit: TimeoutFit | None = None) -> Ordering:
     """Rewrite the jobs file ``path`` slowest first by ``baseline``'s times (atomically:
-    a reader sees the old order or the new one).  Bad lines build.py wrote are dropped
-    from the rewritten file (:class:`JobFile` skips them anyway)."""
+    a reader sees the old order or the new one), each job with its own timeout when ``fit``
+    says how (by the stream's tables beside ``baseline``, :data:`jobtimeouts.TABLES`).
+    Bad lines build.py wrote are dropped from the rewritten file (:class:`JobFile` skips
+    them anyway)."""
     jobs = JobFile(path)
     try:
         times, known = known_times(jobs, baseline)
         order = slowest_first(times)
-        if not known or all(i == k for i, k in enumerate(order)):
+        timeouts = None if fit is None else jobtimeouts.job_timeouts(
+            jobs, [baseline.with_name(name) for name in jobtimeouts.TABLES], fit.multiple,
+            fit.floor, fit.limit)
+        timed = sum(1 for t in timeouts if t) if timeouts is not None else 0
+        if timeouts is None and (not known or all(i == k for i, k in enumerate(order))):
             return Ordering(len(jobs), known, rewritten=False)
         starts, ends = jobs.starts, jobs.ends
+        words: dict[float, bytes] = {}  # a few distinct timeouts: each word made once
+
+        def line(i: int) -> bytes:
+            text_i = text[starts[i]:ends[i]]
+            seconds = timeouts[i] if timeouts is not None else 0.0
+            if not seconds:
+                return text_i
+            word = words.get(seconds)
+            if word is None:
+                word = words[seconds] = f" {JOB_TIMEOUT_WORD}{seconds:.6g} ; ".encode()
+            # The first " true ; " ends the third word: test ids and log names hold no space.
+            return text_i.replace(b" true ; ", word, 1)
+
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as text, \
                 fsutil.atomic_writer(path, encoding="utf-8") as out:
             raw = out.buffer  # the lines are copied as bytes, never decoded
             for first in range(0, len(order), _WRITE_CHUNK):
                 chunk = order[first:first + _WRITE_CHUNK]
-                raw.write(b"\n".join([text[starts[i]:ends[i]] for i in chunk]))
+                raw.write(b"\n".join([line(i) for i in chunk]))
                 raw.write(b"\n")
                 # The chunk's lines are all over the file: let its pages go from the
                 # master's memory (they stay in the page cache), or a million-job file
                 # would add its whole size to the master's peak.
                 text.madvise(mmap.MADV_DONTNEED)
-        return Ordering(len(jobs), known, rewritten=True)
+        return Ordering(len(jobs), known, rewritten=True, timed=timed)
     finally:
         jobs.close()
 
@@ -127,9 +157,11 @@ def baseline_of(tables: Path) -> Path:
     return tables / "current.tab"
 
 
-def order_run_jobs(path: Path, tables: Path, timeout: float = ORDER_TIMEOUT) -> None:
+def order_run_jobs(path: Path, tables: Path, fit: TimeoutFit | None = None,
+                   timeout: float = ORDER_TIMEOUT) -> None:
     """The master's one call, when it has made a run's jobs file: order it by the
-    baseline in ``tables`` (:func:`order_jobs_file`) in a forked child
+    baseline in ``tables``, each job with its own timeout by ``fit`` (None: none;
+    :func:`order_jobs_file`) in a forked child
     (:mod:`cluster.runtime.forkrun`), and log what was done.  Without a baseline (a
     first run) there is nothing to order by, and nothing is started.
 
@@ -147,7 +179,8 @@ def order_run_jobs(path: Path, tables: Path, timeout: float = ORDER_TIMEOUT) -> 
         return
     with tempfile.TemporaryFile("w+", encoding="utf-8") as said:
         try:
-            done = forkrun.run(main, [str(path), str(baseline)], said, timeout)
+            done = forkrun.run(main, [str(path), str(baseline),
+                                      *(fit.argv() if fit is not None else [])], said, timeout)
         except OSError as exc:  # no fork (no memory, no process slot)
             log.warning("%s: not ordered slowest first: %s", path, exc)
             return
@@ -161,11 +194,16 @@ def order_run_jobs(path: Path, tables: Path, timeout: float = ORDER_TIMEOUT) -> 
 
 
 def main(argv: list[str]) -> int:
-    """The child's entry: ``<jobs file> <baseline table>``; prints what was done."""
-    if len(argv) != 2:
-        print("usage: joborder JOBS_FILE BASELINE_TAB", file=sys.stderr)
+    """The child's entry: ``<jobs file> <baseline table> [MULTIPLE FLOOR LIMIT]`` (the
+    last three: a :class:`TimeoutFit`); prints what was done."""
+    if len(argv) not in (2, 5):
+        print("usage: joborder JOBS_FILE BASELINE_TAB [MULTIPLE FLOOR LIMIT]", file=sys.stderr)
         return 2
-    done = order_jobs_file(Path(argv[0]), Path(argv[1]))
+    fit = TimeoutFit(*map(float, argv[2:])) if len(argv) == 5 else None
+    done = order_jobs_file(Path(argv[0]), Path(argv[1]), fit)
     print(f"{done.jobs} jobs, {done.known} with a known time; "
-          + ("ordered slowest first" if done.rewritten else "left in build.py's order"))
+          + ("ordered slowest first" if done.rewritten else "left in build.py's order")
+          + (f"; {done.timed} with their own timeout ({fit.multiple:g} x their median "
+             f"recorded time, at least {fit.floor:g} s, below {fit.limit:g} s)"
+             if fit is not None else ""))
     return 0

@@ -18,19 +18,20 @@ ARTIFEX.md §2.8): a test's time is ``time1 + time2 + time3`` of its row, as
 :mod:`cluster.master.model.joborder` orders by.  Each table is read a line at a time and
 only the run's tests are kept: three times per job in one ``array`` (24 bytes a job).
 
-The timeouts live beside the job list (:attr:`cluster.master.model.joblist.JobList.timeouts`,
-4 bytes a job, 0 = none) and travel only in the JOBS reply, as the job line's
-``timeout=<seconds>`` word (:func:`cluster.records.timed_line`): a few bytes for the jobs
-that have one, nothing in job.start, nothing in the jobs file.  A successor master that
-takes the run over computes them again from the same tables.
+The timeouts are computed once, by the child that orders the run's jobs file
+(:func:`cluster.master.model.joborder.order_jobs_file`), and written into the job lines as
+the ``timeout=<seconds>`` word (:func:`cluster.records.timed_line`): the master hands the
+lines out as it reads them (nothing per job while it serves), a successor master that takes
+the run over reads them from the file, and the confirm phase's second runs keep them.  The
+result cache keys a job without the word (:func:`cluster.records.untimed_line`).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.config import Config
@@ -39,8 +40,6 @@ from cluster.records import MAX_OWN_TIMEOUT
 from cluster.runoptions import RunOptions
 from cluster.runspec import RunSpec
 from cluster.wire.jobstart import JobStart
-
-log = logging.getLogger("cluster.master")
 
 #: The tables whose times are a test's recorded times, newest first.
 TABLES = ("current.tab", "previous.tab", "previous2.tab")
@@ -124,20 +123,26 @@ def job_timeouts(jobs: JobList, tables: Sequence[Path], multiple: float, floor: 
     return timeouts if any_set else None
 
 
-def for_run(jobs: JobList, tables: Path, start: JobStart, options: RunOptions,
-            cfg: Config) -> array[float] | None:
-    """The own timeouts of the jobs of the run ``start`` (its effective ``options``), by the
-    stream's tables in ``tables``; None for a run that keeps the node's limit (see the
-    module docstring).  Logs how many jobs got one."""
+@dataclass(frozen=True)
+class TimeoutFit:
+    """How a run's own timeouts are fitted (:func:`fitted_timeout`): ``multiple`` x a test's
+    median recorded time, at least ``floor``, below ``limit``."""
+
+    multiple: float
+    floor: float
+    limit: float
+
+    def argv(self) -> list[str]:
+        """The three numbers as words (exactly: ``float(word)`` gives each back)."""
+        return [repr(self.multiple), repr(self.floor), repr(self.limit)]
+
+
+def fit_for_run(start: JobStart, options: RunOptions, cfg: Config) -> TimeoutFit | None:
+    """How the jobs of the run ``start`` (its effective ``options``) get their own
+    timeouts; None for a run that keeps the node's limit (see the module docstring)."""
     multiple = options.adaptive_timeout
     if (multiple <= 0 or "relaxtimeout" in start.options or options.every_node
             or RunSpec.parse(start.queue).sweep_file is not None):
         return None
-    limit = options.task_timeout or cfg.job_timeout
-    timeouts = job_timeouts(jobs, [tables / name for name in TABLES], multiple,
-                            cfg.adaptive_timeout_floor, limit)
-    own = sum(1 for t in timeouts if t) if timeouts is not None else 0
-    log.info("run %s: %d of %d jobs have their own timeout (%g x their median recorded "
-             "time, at least %g s, below %g s)", start.id, own, len(jobs), multiple,
-             cfg.adaptive_timeout_floor, limit)
-    return timeouts
+    return TimeoutFit(multiple, cfg.adaptive_timeout_floor,
+                      options.task_timeout or cfg.job_timeout)

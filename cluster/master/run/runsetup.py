@@ -322,7 +322,11 @@ class RunSetup:
                 with open(path, encoding="utf-8") as made, fsutil.atomic_writer(path) as out:
                     out.writelines(placement.expand_every_node(made, every_node))
             elif sweep_file is None:
-                joborder.order_run_jobs(path, self.home.tables)  # slowest first
+                # Slowest first, each job with its own timeout (docs/results.md, "Timeouts
+                # that fit each test"), written into the file once.
+                options = runlimits.run_options(queued, self.cfg)
+                joborder.order_run_jobs(path, self.home.tables,
+                                        jobtimeouts.fit_for_run(start, options, self.cfg))
         try:
             jobs = JobFile(path)
         except ValueError as exc:
@@ -332,10 +336,6 @@ class RunSetup:
         if jobs.skipped > len(jobs.problems):
             log.warning("%s: %d more bad job lines skipped", path,
                         jobs.skipped - len(jobs.problems))
-        # Each job's own timeout (docs/results.md, "Timeouts that fit each test"), made
-        # again by a successor master from the same tables.
-        options = runlimits.run_options(RunSpec.parse(start.queue), self.cfg)
-        jobs.timeouts = jobtimeouts.for_run(jobs, self.home.tables, start, options, self.cfg)
         return jobs
 
     def build_py(self, args: list[str], out: TextIO, timeout: float) -> tuple[str, str]:

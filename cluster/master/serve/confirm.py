@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import enum
 import logging
-from array import array
 from pathlib import Path
 
 from cluster.config import Config
@@ -144,17 +143,11 @@ class ConfirmPhase:
             self.phase = Phase.OVER
             return
         index = first.jobs.index
-        chosen = list(dict.fromkeys(index[t] for t in plan.tests if t in index))
-        lines = first.jobs.lines(chosen)
+        lines = first.jobs.lines([index[t] for t in plan.tests if t in index])
         jrnl = journal.Journal(self.run_dir / JOURNAL_FILE, run_id,
                                self.cfg.journal_sync_interval)
         confirm = RunState(run_id, [Job.parse(line) for line in lines], now, first.settings,
                            first.suitable, done=jrnl.lines)
-        timeouts = first.jobs.timeouts
-        if timeouts is not None:
-            # Each test's own timeout holds when it runs again (docs/results.md, "Timeouts
-            # that fit each test"): a test that hung is not given the node's whole limit.
-            confirm.jobs.timeouts = array("f", [timeouts[i] for i in chosen])
         jrnl.lines = []
         confirm.confirming = True
         confirm.options = first.options

@@ -114,7 +114,7 @@ class Handout(RunCore):
         if node.state is NodeState.DONE:
             node.state = NodeState.READY  # DONE -> READY: work came back after a death
         self.leases.grant(node.name, node.session, batch)
-        return Reply(protocol.JOBS, tuple(self.jobs.wire_lines(batch)))
+        return Reply(protocol.JOBS, tuple(self.jobs.lines(batch)))
 
     def _end_reply(self, node: NodeInfo) -> Reply:
         """The reply to ``node`` once every job is settled: UPLOAD its logs once, then
