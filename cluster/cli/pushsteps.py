@@ -98,7 +98,8 @@ def _config(home: Home, config: Path | None) -> object:
 
 def wait_step(home: Home, line: str, after: float, timeout: float, out: TextIO, *,
               progress: bool = False, config: Path | None = None,
-              clock: Callable[[], float] = time.monotonic) -> dict[str, object]:
+              clock: Callable[[], float] = time.monotonic,
+              sleep: Callable[[float], None] = time.sleep) -> dict[str, object]:
     """Follow the run queued as ``line`` that started at or after ``after`` (epoch seconds)
     until it is archived (see the module docstring)."""
     RunSpec.parse(line, source="wait")  # a queue line, or ValueError
@@ -125,7 +126,8 @@ def wait_step(home: Home, line: str, after: float, timeout: float, out: TextIO, 
         out.flush()
 
     archive = pushwait.wait_for_archive(home, line, set(), timeout, on_poll=poll,
-                                        since=float(math.floor(after)))
+                                        since=float(math.floor(after)), clock=clock,
+                                        sleep=sleep)
     if archive is None:
         return {"timeout": True}
     return {"run": archive.name, "status": pushwait.verdict(archive),

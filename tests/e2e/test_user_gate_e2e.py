@@ -22,9 +22,11 @@ import pytest
 
 from cluster.demotree import write_demo_tree
 from cluster.runspec import RunSpec
+from cluster.runtime.ssh import SshTarget, ssh_command
 from cluster.runtime.sshd import PrivateSshd
+from cluster.wire.jobstart import JobStart
 from tests.e2e.conftest import MakeCluster
-from tests.helpers import REPO
+from tests.helpers import REPO, slow_demo_tree, wait_for
 from tests.jobaccount import made_account, searchable
 
 pytestmark = pytest.mark.e2e
@@ -175,3 +177,63 @@ def test_a_plain_login_waits_fetches_and_reruns_with_the_shipped_code(
         again = cluster.wait_for_run(RunSpec.parse("user ann gs"), before, 240)
         assert again.name != run
         assert "queue user ann gs\n" in (again / "run.info").read_text()
+
+
+def test_through_the_gate_only_the_owner_stops_a_running_run_and_an_admin_sees_all(
+        make_cluster: MakeCluster, tmp_path: Path) -> None:
+    cluster = make_cluster(gs_configs="ppmraw.72.0 ppmraw.72.1 pkmraw.72.0 pgmraw.72.1")
+    home = cluster.home_dir
+    with PrivateSshd(tmp_path / "sshd") as sshd:
+        keys = {name: keygen(tmp_path / f"{name}_key") for name in ("alice", "bob", "carol")}
+        for name, key in keys.items():
+            done = subprocess.run(
+                [sys.executable, str(REPO / "clusteradmin.py"), "--home", str(home),
+                 "adduser", name, str(key.with_suffix(".pub")), "--authorized-keys",
+                 str(sshd.authorized_keys), *(["--admin"] if name == "carol" else [])],
+                capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+        cluster.start()
+
+        def clusterpush(user: str, *words: str, cwd: Path = tmp_path
+                        ) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, str(REPO / "clusterpush.py"),
+                 "--master", f"{sshd.user}@{sshd.address}:{home}",
+                 "--ssh-port", str(sshd.port), "--ssh-key", str(keys[user]),
+                 "--known-hosts", str(sshd.known_hosts), "--user", user, *words],
+                cwd=cwd, capture_output=True, text=True, timeout=300)
+
+        tree = slow_demo_tree(tmp_path / "ghostpdl", "gs", [])
+        before = cluster.archives()
+        done = clusterpush("alice", "gs", cwd=tree)
+        assert done.returncode == 0, done.stderr
+        start_file = cluster.home.job_start(0)
+        wait_for(lambda: start_file.exists(), 120, "alice's run started")
+        run = JobStart.parse(start_file.read_text()).id
+
+        done = clusterpush("bob", "--stop", run, "--reason", "mine now")
+        assert done.returncode == 2
+        assert "refused for user bob" in done.stderr and "not a run of user bob" in done.stderr
+        assert not cluster.home.stop_request(run).exists()
+
+        ssh = subprocess.run(
+            [*ssh_command(SshTarget(sshd.address, sshd.port, sshd.user, str(keys["carol"]),
+                                    sshd.known_hosts)),
+             f"{sshd.user}@{sshd.address}", "clusteradmin stat"],
+            capture_output=True, text=True, timeout=60)
+        assert ssh.returncode == 0, ssh.stderr
+        assert run in ssh.stdout
+        ssh = subprocess.run(
+            [*ssh_command(SshTarget(sshd.address, sshd.port, sshd.user, str(keys["bob"]),
+                                    sshd.known_hosts)),
+             f"{sshd.user}@{sshd.address}", "clusteradmin stat"],
+            capture_output=True, text=True, timeout=60)
+        assert ssh.returncode == 1 and "for an administrator's key" in ssh.stderr
+
+        done = clusterpush("alice", "--stop", run, "--reason", "wrong tree")
+        assert done.returncode == 0, done.stderr
+        assert f"stop run {run}" in done.stdout
+        archive = cluster.wait_for_run(RunSpec.parse("user alice gs"), before, 120)
+        assert archive.name == run
+        assert "stopped by alice (clusterpush through the user gate): wrong tree" in \
+            (archive / "report.txt").read_text()
