@@ -11,10 +11,12 @@ every step.  A plain login (no forced command) still works, with the shipped cod
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -44,10 +46,13 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
         make_cluster: MakeCluster, tmp_path: Path) -> None:
     cluster = make_cluster(gs_configs=SMALL_GS)
     home = cluster.home_dir
+    # Alice's side: her account's own folder, outside pytest's (whose parents other test
+    # sessions on the machine may make searchable and back meanwhile).
+    laptop = Path(tempfile.mkdtemp(prefix="usergate-laptop-"))
     with PrivateSshd(tmp_path / "sshd") as sshd, made_account() as account, \
-            searchable(tmp_path), searchable(Path(sys.executable).parent):
-        laptop = tmp_path / "laptop"  # alice's side: her account's own files
-        laptop.mkdir()
+            searchable(Path(sys.executable).parent), contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, laptop, ignore_errors=True)
+        os.chmod(laptop, 0o755)
         keys = {"alice": keygen(laptop / "alice_key"), "bob": keygen(tmp_path / "bob_key")}
         shutil.copy(sshd.known_hosts, laptop / "known_hosts")
         for path in [laptop, *laptop.iterdir()]:
@@ -80,7 +85,7 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
                                   timeout=400, env=env)
 
         def push(options: list[str], name: str) -> tuple[int, ET.Element, str]:
-            tree = write_demo_tree(tmp_path / name / "ghostpdl", "gs", options)
+            tree = write_demo_tree(laptop / name / "ghostpdl", "gs", options)
             junit = laptop / f"{name}.xml"
             done = clusterpush("alice", "gs", "--wait", "--wait-timeout", "300",
                                "--junit", str(junit), cwd=tree)
@@ -127,7 +132,7 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
         assert not (tmp_path / "bob" / run).exists()
         done = clusterpush("alice", "--fetch", run, "--user", "alice")  # own: fine
         assert done.returncode == 0, done.stderr
-        tree = tmp_path / "plain" / "ghostpdl"
+        tree = laptop / "plain" / "ghostpdl"
         done = subprocess.run(
             [sys.executable, str(REPO / "clusterpush.py"),
              "--master", f"{sshd.user}@{sshd.address}:{home}", "--ssh-port", str(sshd.port),
