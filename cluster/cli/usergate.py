@@ -168,7 +168,9 @@ class UserGate:
         if not self.admin:
             raise self._refuse(command, "clusteradmin is for an administrator's key "
                                         "(usergate.py --admin)")
-        fixed = [a for a in args if a.split("=", 1)[0] in _ADMIN_FIXED]
+        # argparse takes any unambiguous start of an option: --hom is --home.
+        fixed = [a for a in args if a.startswith("--") and len(a.split("=", 1)[0]) > 2
+                 and any(f.startswith(a.split("=", 1)[0]) for f in _ADMIN_FIXED)]
         if fixed:
             raise self._refuse(command, f"{fixed[0]!r}: the gate's home and configuration "
                                         "hold")
@@ -223,6 +225,9 @@ class UserGate:
         opts.home = str(self.home.root)
         step = opts.step
         subject = self._check(command, opts, server)
+        if hasattr(opts, "token") and not PUSH_TOKEN.fullmatch(opts.token):
+            raise self._refuse(command, f"--token {opts.token!r}: expected 16 lowercase hex "
+                                        "digits")
         if step == "receive":
             server = self._receive_server(command, server)
             modes = self._modes_path(opts.token)

@@ -70,6 +70,12 @@ RECEIVE = f"clusterpush-gate receive --line='user bob gs' --token={TOKEN}"
     (f"{RECEIVE} -- --server --sender -ltpre.iLsfxCIvu . .", "receiving server only"),
     (f"{RECEIVE} -- --server -ltpre.iLsfxCIvu . /root/.ssh", "receive into '.'"),
     ("clusterpush-gate modes --token=../../x", "expected modes --token"),
+    ("clusterpush-gate receive --line='user bob gs' --token=/../../../../victim -- --server "
+     "-ltpre.iLsfxCIvu . .", "expected 16 lowercase hex digits"),
+    ("clusterpush-gate commit --line='user bob gs' --token=x", "16 lowercase hex digits"),
+    ("clusterpush-gate wait --ho=/elsewhere --line='user bob gs' --after=0 --timeout=1",
+     "the gate's home holds"),
+    (f"{RECEIVE} --rs=/bin/sh -- --server -ltpre.iLsfxCIvu . .", "--rsync"),
     (f"clusterpush-gate commit --line='user bob sweep sweep=s.toml' --token={TOKEN}",
      "may not queue sweeps"),
     ("clusterpush-gate frobnicate", "not a step of clusterpush --master"),
@@ -96,11 +102,25 @@ def test_rsync_arguments_sent_on_stdin_are_checked_too(tmp_path: Path) -> None:
     assert "'--backup-dir=/root'" in said[0]
 
 
-def test_clusteradmin_of_an_admin_keeps_the_gates_home(tmp_path: Path) -> None:
+@pytest.mark.parametrize("words", ["--home /elsewhere stat", "stat --hom=/elsewhere",
+                                   "--conf /tmp/x stat", "stat --se home=/x"])
+def test_clusteradmin_of_an_admin_keeps_the_gates_home(tmp_path: Path, words: str) -> None:
     home = make_home(tmp_path)
     g, said = gate(home, "root-ish", admin=True)
-    assert g.run("clusteradmin --home /elsewhere stat") == 1
+    assert g.run(f"clusteradmin {words}") == 1
     assert "the gate's home and configuration hold" in said[0]
+
+
+def test_a_token_is_checked_before_any_file_is_named_by_it(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (home / "users" / "bob" / ".modes.").mkdir(parents=True)
+    g, said = gate(home, "bob")
+    token = "/" + "../" * 6 + str(victim).lstrip("/")
+    assert g.run(f"clusterpush-gate receive --line='user bob gs' --token={token} -- "
+                 "--server -ltpre.iLsfxCIvu . .") == 1
+    assert victim.read_text() == "keep me"
 
 
 def test_hello_names_the_user_and_the_protocol(tmp_path: Path,
