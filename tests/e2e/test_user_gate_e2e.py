@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pty
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -149,6 +151,34 @@ def test_gated_push_waits_fetches_and_refuses_another_users_run(
         assert any(row[1] == "alice" and row[3] == "commit" for row in audit)
 
 
+def on_terminal(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """Run ``argv`` with its stdout a pseudo-terminal: (exit status, what it showed there,
+    its stderr)."""
+    master, slave = pty.openpty()
+    shown = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other side closed
+                return
+            if not chunk:
+                return
+            shown.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        done = subprocess.run(argv, cwd=cwd, stdout=slave, stderr=subprocess.PIPE, text=True,
+                              timeout=400)
+    finally:
+        os.close(slave)
+    reader.join(30)
+    os.close(master)
+    return done.returncode, shown.decode("utf-8", "replace").replace("\r\n", "\n"), done.stderr
+
+
 def test_a_plain_login_waits_fetches_and_reruns_with_the_shipped_code(
         make_cluster: MakeCluster, tmp_path: Path) -> None:
     cluster = make_cluster(gs_configs="ppmraw.72.0")
@@ -166,11 +196,18 @@ def test_a_plain_login_waits_fetches_and_reruns_with_the_shipped_code(
                  "--user", "ann", *words], cwd=cwd, capture_output=True, text=True,
                 timeout=400)
 
-        tree = write_demo_tree(tmp_path / "ghostpdl", "gs", [])
-        done = clusterpush("gs", "--wait", "--json", str(tmp_path / "r.json"), cwd=tree)
-        assert done.returncode == 0, done.stderr
+        # On a terminal, the wait shows the master's progress as one line rewritten in place.
+        tree = slow_demo_tree(tmp_path / "ghostpdl", "gs", [])
+        status, shown, err = on_terminal(
+            [sys.executable, str(REPO / "clusterpush.py"),
+             "--master", f"{sshd.user}@{sshd.address}:{home}",
+             "--ssh-port", str(sshd.port), "--ssh-key", str(sshd.client_key),
+             "--known-hosts", str(sshd.known_hosts), "--master-cache", str(cache),
+             "--user", "ann", "gs", "--wait", "--json", str(tmp_path / "r.json")], tree)
+        assert status == 0, err
+        assert "\r" in shown and "jobs done" in shown, shown
         assert list(cache.glob("cluster-*.pyz"))  # the shipped code ran the steps
-        run = done.stdout.strip().splitlines()[-1].rsplit("/", 1)[1]
+        run = shown.strip().splitlines()[-1].rsplit("/", 1)[1]
         assert f'"run": "{run}"' in (tmp_path / "r.json").read_text()
         done = clusterpush("--fetch", run, "--dest", str(tmp_path / "got"))
         assert done.returncode == 0, done.stderr
