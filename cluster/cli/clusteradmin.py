@@ -61,6 +61,12 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   clusterpull's) with its schedule and next time (local
                                   time, as cron); a schedule with jobs but no entry is
                                   listed as not installed
+  adduser NAME KEYFILE [--admin] [--sweeps] [--authorized-keys FILE]
+                                  restrict the ssh key in KEYFILE (a .pub) to the user
+                                  gate as user NAME (usergate.py; --admin: any user's
+                                  runs, and clusteradmin; --sweeps: may queue sweeps,
+                                  whose check scripts run on the master), in the master account's
+                                  authorized_keys (docs/operating.md, "The user gate")
   dag FILE                        queue a graph of runs at once, all or none: one run per
                                   line as a queue line, with name= and after= and an
                                   optional priority=N (default: user 0, git 1, auto 2);
@@ -98,10 +104,12 @@ from typing import Any
 from cluster.cli import common, progname, reprocli
 from cluster.config import Config
 from cluster.console import admin, bless, cronlist, culprit
+from cluster.datatypes import valid_node_name
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
 from cluster.master.files import groups
+from cluster.master.gate import gate
 from cluster.triggers import dag
 
 PROG = progname.prog("clusteradmin.py")
@@ -181,6 +189,16 @@ def _parser() -> argparse.ArgumentParser:
         "run", metavar="RUN")
     command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
         "file", metavar="FILE", type=Path)
+    p = command("adduser", "let a developer's ssh key in through the user gate")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("keyfile", metavar="KEYFILE", type=Path)
+    p.add_argument("--admin", action="store_true",
+                   help="an administrator: any user's runs, and clusteradmin")
+    p.add_argument("--sweeps", action="store_true",
+                   help="may queue sweeps (whose check scripts run on the master)")
+    p.add_argument("--authorized-keys", type=Path, metavar="FILE",
+                   help="the master account's authorized_keys (default ~/.ssh/"
+                   "authorized_keys)")
     return parser
 
 
@@ -252,6 +270,24 @@ def _stop(home: Home, args: argparse.Namespace) -> int:
     return EXIT_OK if outcome in ("aborted", "done") else EXIT_RUN_FAILED
 
 
+def _adduser(home: Home, args: argparse.Namespace) -> int:
+    """Write the authorized_keys line that restricts a developer's key to the user gate."""
+    if not valid_node_name(args.name):
+        raise UsageError(f"user {args.name!r}: expected 1-64 of [A-Za-z0-9._-]")
+    try:
+        key = args.keyfile.read_text(encoding="utf-8").strip()
+        line = gate.authorized_line(gate.user_gate_command(
+            home.root.resolve(), args.name, admin=args.admin, sweeps=args.sweeps,
+            config=getattr(args, "config", None)), key)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{args.keyfile}: {exc}") from None
+    keys = args.authorized_keys or Path.home() / ".ssh" / "authorized_keys"
+    done = gate.authorize(keys, line)
+    print(f"{done}: {args.name}'s key in {keys} -> the user gate"
+          + (" (administrator)" if args.admin else ""))
+    return EXIT_OK
+
+
 def _bless(home: Home, args: argparse.Namespace) -> int:
     if not args.reason.strip():
         raise UsageError("bless needs --reason R: every blessing is audited")
@@ -305,6 +341,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
             return _group(home, args, as_json)
         case "dag":
             return _dag(home, args.file)
+        case "adduser":
+            return _adduser(home, args)
         case "node":
             if args.action == "disable":
                 print(admin.disable_node(home, args.name, admin.who_am_i(), args.reason))

@@ -9,6 +9,8 @@ Usage: clusterpush.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [--tree 
        clusterpush.py --master [USER@]HOST[:HOME] [--ssh-port P] [--ssh-key K]
                       [--known-hosts F] [--master-python PY] [--master-cache DIR]
                       [--tree DIR] [--user NAME] [PRODUCT...] ... [abort]
+       clusterpush.py [--master ...] [--user NAME] --fetch RUN [--dest DIR]
+                      | --stop RUN [--reason R] | --rerun RUN
 
 PRODUCT is gs, pdfwrite, ps2write, xpswrite, pcl, xps, mupdf or shell (the last two
 alone); the default is gs.  The user is --user, else $CLUSTER_USER, else $USER.  The tree
@@ -60,13 +62,22 @@ of the push is the same code as a local push.  Exit status: 0 queued or aborted,
 master could not be reached, 2 refused (a bad argument, a refused key or host key, a failed
 transfer or an aborted push: nothing was queued), 130 interrupted, 143 terminated.
 
---wait (a local push) follows the run until it ends -- a one-line progress on a terminal,
+--wait follows the run until it ends -- a one-line progress on a terminal,
 nothing when stdout is not one -- prints its report and its archive folder, and exits 0
 when nothing changed, 1 when tests changed (confirmed differences or new errors), 3 when
 the run did not complete (a last line on stderr says how) or did not end within
 --wait-timeout SECONDS (default a day; the run goes on).  --junit FILE and --json FILE
-copy the run's JUnit XML and JSON result (archived beside report.txt) to FILE
-(docs/operating.md, "Waiting for a run from CI").
+write the run's JUnit XML and JSON result to FILE (docs/operating.md, "Waiting for a
+run from CI").  With --master the master follows the run and the report and files come
+over the same ssh.
+
+--fetch RUN [--dest DIR] brings your finished run RUN's report.txt, RUN.tab, CI files, a
+sweep's results/ and collected/ and the bmpcmp images into DIR/RUN/ (default: the current
+directory); --stop RUN [--reason R] stops your running run RUN; --rerun RUN queues your
+finished run RUN again with your tree as last pushed.  Each goes alone, with --master or
+on a master home this machine sees.  With --master, a key restricted to the master's user
+gate (usergate.py, clusteradmin adduser) is detected and no code is shipped; the gate
+lets you act only on your own runs (docs/operating.md, "The user gate").
 """
 
 from __future__ import annotations
@@ -80,7 +91,7 @@ import threading
 from pathlib import Path
 
 from cluster import runoptions
-from cluster.cli import common, progname, pushwait
+from cluster.cli import common, progname, pushfollow, pushwait
 from cluster.config import Config
 from cluster.console.progress import ProgressLine
 from cluster.datatypes import PRODUCTS
@@ -194,6 +205,15 @@ def _main(argv: list[str] | None) -> int:
                         help="with --wait: write the run's JUnit XML to FILE")
     parser.add_argument("--json", type=Path, metavar="FILE",
                         help="with --wait: write the run's result as JSON to FILE")
+    parser.add_argument("--fetch", metavar="RUN",
+                        help="bring your finished run RUN's report, .tab, sweep results "
+                        "and bmpcmp images to --dest (default: the current directory)")
+    parser.add_argument("--dest", type=Path, metavar="DIR", help="with --fetch: where")
+    parser.add_argument("--stop", metavar="RUN", help="stop your running run RUN")
+    parser.add_argument("--reason", default="", help="with --stop: why (the report says)")
+    parser.add_argument("--rerun", metavar="RUN",
+                        help="queue your finished run RUN again, with your tree as last "
+                        "pushed")
     parser.add_argument("words", nargs="*")
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
@@ -206,6 +226,11 @@ def _main(argv: list[str] | None) -> int:
             raise ClusterError("no user name: pass --user or set $CLUSTER_USER or $USER")
         if args.resume and args.sweep is None:
             raise ClusterError("--resume resumes a sweep: it goes with --sweep FILE")
+        follow = [o for o in ("fetch", "stop", "rerun") if getattr(args, o)]
+        if follow:
+            return _follow(args, cfg, follow)
+        if args.dest is not None:
+            raise ClusterError("--dest says where --fetch puts a run's files")
         args.words = [*args.words, *check_opts(args.opt, args.words)]
         _check_wait(args)
         if args.sweep is not None:
@@ -226,9 +251,24 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USAGE
 
 
+def _follow(args: argparse.Namespace, cfg: Config, follow: list[str]) -> int:
+    """--fetch, --stop or --rerun (one of them, alone), locally or with --master."""
+    if len(follow) > 1 or args.words or args.wait or args.sweep is not None:
+        raise ClusterError(f"--{follow[0]} RUN goes alone (no products, words, --wait, "
+                           "--sweep, or another of --fetch, --stop and --rerun)")
+    if args.master is None:
+        home, target, remote_home = Home(cfg.home), None, ""
+    else:
+        home = None
+        target, remote_home = _target(args, cfg.ssh_port, cfg.ssh_key, cfg.ssh_known_hosts)
+    ssh = {"python": args.master_python, "cache": args.master_cache}
+    if args.fetch:
+        return pushfollow.fetch(args, home, target, remote_home, ssh)
+    return pushfollow.stop_or_rerun(args, home, target, remote_home, ssh)
+
+
 def _check_wait(args: argparse.Namespace) -> None:
-    """--wait's options: --junit, --json and --wait-timeout go with it; not with abort,
-    not (yet) with --master."""
+    """--wait's options: --junit, --json and --wait-timeout go with it; not with abort."""
     if not args.wait:
         if args.junit is not None or args.json is not None:
             raise ClusterError("--junit and --json write the result of the run: they go "
@@ -236,9 +276,6 @@ def _check_wait(args: argparse.Namespace) -> None:
         return
     if "abort" in args.words:
         raise ClusterError("abort removes your runs; there is no run to --wait for")
-    if args.master is not None:
-        raise ClusterError("--wait follows the run in a master home this machine sees; "
-                           "it does not go with --master yet")
     if args.wait_timeout <= 0:
         raise ClusterError(f"--wait-timeout {args.wait_timeout:g}: expected a number of "
                            "seconds above 0")
@@ -364,11 +401,9 @@ def _wait(home: Home, cfg: Config, spec: RunSpec, before: set[str],
     return status
 
 
-def _remote(args: argparse.Namespace, port: int, key: str, known_hosts: Path) -> int:
-    """A push (or abort) over ssh (``--master``); the config gives the ssh defaults."""
-    if args.copy:
-        raise ClusterError("--copy mirrors into a master home this machine sees; with "
-                           "--master the tree always goes by rsync over ssh")
+def _target(args: argparse.Namespace, port: int, key: str,
+            known_hosts: Path) -> tuple[SshTarget, str]:
+    """The ssh target and the master home on it (``--master``, the ssh options)."""
     if args.home is not None:
         raise ClusterError("--home names a master home this machine sees; with --master give "
                            "the home on the master as --master HOST:HOME")
@@ -379,6 +414,16 @@ def _remote(args: argparse.Namespace, port: int, key: str, known_hosts: Path) ->
     target = SshTarget(master.host, port, master.user,
                        args.ssh_key if args.ssh_key is not None else key,
                        Path(os.path.expanduser(args.known_hosts or known_hosts)))
+    return target, master.home
+
+
+def _remote(args: argparse.Namespace, port: int, key: str, known_hosts: Path) -> int:
+    """A push (or abort) over ssh (``--master``); the config gives the ssh defaults."""
+    if args.copy:
+        raise ClusterError("--copy mirrors into a master home this machine sees; with "
+                           "--master the tree always goes by rsync over ssh")
+    target, home = _target(args, port, key, known_hosts)
+    master = parse_master(args.master)
     if "abort" in args.words:
         aborted = remote_abort(target, master.home, args.user, python=args.master_python,
                                cache=args.master_cache)
@@ -396,10 +441,14 @@ def _remote(args: argparse.Namespace, port: int, key: str, known_hosts: Path) ->
     spec = _spec(args)
     pushed = remote_push(target, master.home, args.tree, spec, python=args.master_python,
                          cache=args.master_cache)
-    print(f"queueing: {spec.line()}")
+    print(f"queueing: {spec.line()}", flush=True)
     if pushed.files is not None:
         print(f"sent {pushed.files} changed file(s), {pushed.size} bytes "
               f"({pushed.literal} literal) to {target.where()}:{pushed.target}")
     if pushed.note:
-        print(pushed.note)
+        print(pushed.note, flush=True)
+    if args.wait:
+        return pushfollow.wait_remote(target, home, spec, pushed, args,
+                                      {"python": args.master_python,
+                                       "cache": args.master_cache})
     return EXIT_OK

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cluster.console.runinfo import run_started
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED
 from cluster.home import Home
 from cluster.localrunend import run_end
@@ -32,17 +33,21 @@ def archived(home: Home) -> set[str]:
 
 def wait_for_archive(home: Home, queue_line: str, before: set[str], timeout: float, *,
                      on_poll: Callable[[], None] | None = None,
+                     since: float | None = None,
                      clock: Callable[[], float] = time.monotonic,
                      sleep: Callable[[float], None] = time.sleep) -> Path | None:
     """The archive folder of the run queued as ``queue_line`` not in ``before``, once it
     is complete; None when ``timeout`` seconds passed first.  ``on_poll`` is called at every
-    look (it must be quick)."""
+    look (it must be quick).  ``since`` (epoch seconds): only runs whose id says they
+    started then or later (a remote wait knows the commit's time, not the archive before)."""
     wanted = f"queue {queue_line}\n"
     end = clock() + timeout
     while True:
         if on_poll is not None:
             on_poll()
         for name in sorted(archived(home) - before):
+            if since is not None and (run_started(name) or 0.0) < since:
+                continue
             folder = home.archive / name
             info = folder / "run.info"
             try:

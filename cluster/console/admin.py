@@ -266,6 +266,11 @@ def _running(home: Home) -> dict[int, JobStart]:
     return found
 
 
+def running_starts(home: Home) -> list[JobStart]:
+    """The job.start of every run running now (one per priority at most)."""
+    return list(_running(home).values())
+
+
 def resolve_queued(home: Home, ref: str) -> str | None:
     """``p<priority>:<position>`` of the first waiting run whose queue line is ``ref``
     (None if ``ref`` is not a queue line, or no such run waits)."""

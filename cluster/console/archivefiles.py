@@ -13,8 +13,9 @@ Contract of :func:`resolve`:
 * only :data:`SERVED` files are served: ``report.txt``, ``<id>.tab``, the CI files
   ``junit.xml`` and ``result.json`` (rendered when asked from the run's CI facts and its
   table by :func:`ci_file`, :mod:`cluster.report.cifiles`), and anything below
-  ``bmpcmp/`` (the bmpcmp page, ``bmpcmp/index.html``, and its images); anything else of
-  the archive (node logs, the audit trail, run.info) is a 404;
+  :data:`FOLDERS`: ``bmpcmp/`` (the bmpcmp page, ``bmpcmp/index.html``, and its images)
+  and a sweep's ``results/`` and ``collected/``; anything else of the archive (node logs,
+  the audit trail, run.info) is a 404 (:func:`is_served`);
 * every component of the rest is checked before the file system is touched: not empty, not
   ``.`` or ``..``, not starting with a dot, no backslash, no NUL or other control
   character (400);
@@ -23,6 +24,8 @@ Contract of :func:`resolve`:
   a 404 as if the file did not exist, and so is anything that is not a regular file.
 
 :func:`content_type` gives the Content-Type of a served file from its name.
+:func:`fetchable` lists the same files of one run, for ``clusterpush --fetch``
+(:mod:`cluster.cli.pushremote`): what the status page serves is what a developer brings home.
 """
 
 from __future__ import annotations
@@ -47,7 +50,12 @@ MAX_PATH = 1024
 #: and the control characters (no file the cluster writes has them).
 _BAD_CHARS = re.compile(r"[\\\x00-\x1f\x7f]")
 #: What :func:`resolve` serves, for the messages: the report, the table, the bmpcmp page.
-SERVED = "report.txt, <id>.tab, junit.xml, result.json and the bmpcmp/ page and its images"
+SERVED = ("report.txt, <id>.tab, junit.xml, result.json, the bmpcmp/ page and its images, "
+          "and a sweep's results/ and collected/")
+#: The folders of a run's archive served whole (the bmpcmp page, a sweep's results).
+FOLDERS = (BMPCMP_DIR, "results", "collected")
+#: Most files :func:`fetchable` lists of one run (a bound on its walk).
+MAX_FETCH_FILES = 200_000
 
 #: Content types by file name suffix; anything else is served as bytes.
 CONTENT_TYPES = {
@@ -100,6 +108,46 @@ def _check_component(part: str, whole: str) -> None:
                                   f"dot-names, no backslashes or control characters)")
 
 
+def is_served(run_id: str, parts: list[str]) -> bool:
+    """Whether the file ``parts`` (its path's components below the run's folder) of run
+    ``run_id`` is one the archive gives out (see the module docstring)."""
+    return (parts == ["report.txt"] or parts == [f"{run_id}.tab"]
+            or parts in ([ciresult.JUNIT_NAME], [ciresult.JSON_NAME])
+            or (parts[0] in FOLDERS and len(parts) > 1))
+
+
+def fetchable(home: Home, run_id: str) -> list[tuple[str, Path]]:
+    """The files of archived run ``run_id`` that :func:`resolve` would serve, as (path
+    relative to the run's folder, POSIX; the file): regular files only, never through a
+    symlink (a link is left out, whatever it points to), no dot-names.  ArchiveRefused
+    (404) when the run has no archive folder."""
+    check_run_id(run_id)
+    folder = home.archive / run_id
+    if folder.is_symlink() or not folder.is_dir() or home.archive.is_symlink():
+        raise ArchiveRefused(404, f"run {run_id} has no archive folder (is it finished?)")
+    found: list[tuple[str, Path]] = []
+    stack: list[tuple[list[str], Path]] = [([], folder)]
+    while stack:  # bounded: links are never followed, and MAX_FETCH_FILES
+        parts, where = stack.pop()
+        try:
+            entries = sorted(os.scandir(where), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            here = [*parts, entry.name]
+            if entry.name.startswith(".") or _BAD_CHARS.search(entry.name):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if parts or entry.name in FOLDERS:  # below the top: only FOLDERS
+                    stack.append((here, Path(entry.path)))
+            elif entry.is_file(follow_symlinks=False) and is_served(run_id, here):
+                found.append(("/".join(here), Path(entry.path)))
+                if len(found) > MAX_FETCH_FILES:
+                    raise ArchiveRefused(400, f"run {run_id} has more than "
+                                              f"{MAX_FETCH_FILES} files to fetch")
+    return sorted(found)
+
+
 def resolve(home: Home, rest: str) -> Path:
     """The file of the home's archive that ``rest`` (``<id>/<file>``, already
     percent-decoded) names, checked as the module docstring says; ArchiveRefused if not."""
@@ -114,9 +162,7 @@ def resolve(home: Home, rest: str) -> Path:
     parts = file_part.split("/")
     for part in parts:
         _check_component(part, rest)
-    if not (parts == ["report.txt"] or parts == [f"{run_id}.tab"]
-            or parts in ([ciresult.JUNIT_NAME], [ciresult.JSON_NAME])
-            or (parts[0] == BMPCMP_DIR and len(parts) > 1)):
+    if not is_served(run_id, parts):
         raise ArchiveRefused(404, f"archive/{rest}: not served (the status page serves a "
                                   f"finished run's {SERVED})")
     missing = ArchiveRefused(404, f"archive/{rest}: no such file (is run {run_id} finished "

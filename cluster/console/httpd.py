@@ -10,7 +10,8 @@ standard library's request handler, on a request already read); GET and HEAD onl
     /api/nodes             {"version", "now", "nodes"}: the snapshot's nodes
     /api/runs/<id>         cluster.console.status.run_detail as JSON; 404 naming the run when
                            it is unknown, 400 when the id is not a run id
-    /archive/<id>/<file>   a finished run's report.txt, <id>.tab, bmpcmp/ page and images
+    /archive/<id>/<file>   a finished run's report.txt, <id>.tab, bmpcmp/ page and images,
+                           a sweep's results/ and collected/
                            (cluster.console.archivefiles decides what is served, safely)
 
 Every error is JSON, ``{"error": "<what was refused and what was expected>", "status": N}``;

@@ -65,7 +65,37 @@ def progress_line(snap: dict[str, Any], queue_line: str) -> str:
     return "waiting for the run to be queued"
 
 
-class ProgressLine:
+class TerminalLine:
+    """One terminal line rewritten in place with :meth:`show` (nothing when the stream is
+    not a terminal), blanked with :meth:`clear`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._shown = 0  # characters of the line now on the terminal
+        try:
+            self.enabled = stream.isatty()
+        except (AttributeError, ValueError):  # no isatty, or a closed stream
+            self.enabled = False
+
+    def show(self, text: str) -> None:
+        """Put ``text`` (cut to the terminal's width) in place of the line."""
+        if not self.enabled:
+            return
+        width = max(20, shutil.get_terminal_size().columns - 1)
+        text = text[:width]
+        self.stream.write("\r" + text.ljust(self._shown))
+        self.stream.flush()
+        self._shown = len(text)
+
+    def clear(self) -> None:
+        """Blank the line (before other output), if anything was written."""
+        if self.enabled and self._shown:
+            self.stream.write("\r" + " " * self._shown + "\r")
+            self.stream.flush()
+            self._shown = 0
+
+
+class ProgressLine(TerminalLine):
     """Rewrites one terminal line with :func:`progress_line` of a run (see the module).
 
     ``snapshot`` defaults to cluster.console.status.snapshot, imported at the first line
@@ -77,7 +107,7 @@ class ProgressLine:
                  interval: float = INTERVAL,
                  snapshot: Callable[[Home, Config], dict[str, Any]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.stream = stream
+        super().__init__(stream)
         self.home = home
         self.cfg = cfg
         self.queue_line = queue_line
@@ -85,11 +115,6 @@ class ProgressLine:
         self._snapshot = snapshot
         self._clock = clock
         self._last = -interval
-        self._shown = 0  # characters of the line now on the terminal
-        try:
-            self.enabled = stream.isatty()
-        except (AttributeError, ValueError):  # no isatty, or a closed stream
-            self.enabled = False
 
     def update(self) -> None:
         """Rewrite the line if ``interval`` has passed since the last time (else nothing)."""
@@ -103,15 +128,4 @@ class ProgressLine:
             text = progress_line(self._snapshot(self.home, self.cfg), self.queue_line)
         except Exception as exc:  # noqa: BLE001 -- a progress line must never end a run
             text = f"(no progress: {type(exc).__name__}: {exc})"
-        width = max(20, shutil.get_terminal_size().columns - 1)
-        text = text[:width]
-        self.stream.write("\r" + text.ljust(self._shown))
-        self.stream.flush()
-        self._shown = len(text)
-
-    def clear(self) -> None:
-        """Blank the line (before other output), if anything was written."""
-        if self.enabled and self._shown:
-            self.stream.write("\r" + " " * self._shown + "\r")
-            self.stream.flush()
-            self._shown = 0
+        self.show(text)

@@ -38,7 +38,7 @@ import select
 import shlex
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
@@ -291,9 +291,11 @@ def _describe(exc: BaseException, kind: str) -> str:
 # Commands
 
 def exec_bytes(client: paramiko.SSHClient, command: str, timeout: float, *,
-               input: bytes | None = None) -> tuple[int, bytes, bytes]:
+               input: bytes | None = None,
+               on_out: Callable[[bytes], None] | None = None) -> tuple[int, bytes, bytes]:
     """Run ``command`` (a shell line for the remote user's shell) and return its exit status
-    and raw output.  ``input`` is sent to its stdin, which is then closed.
+    and raw output.  ``input`` is sent to its stdin, which is then closed.  ``on_out``
+    takes the standard output as it comes instead (then none is returned).
 
     Raises SshError "unreachable" if the connection is gone or lost meanwhile, or if the
     command's channel closed without an exit status (the session was cut after the login:
@@ -323,7 +325,11 @@ def exec_bytes(client: paramiko.SSHClient, command: str, timeout: float, *,
             while True:
                 got = False
                 while chan.recv_ready():
-                    out.append(chan.recv(65536))
+                    chunk = chan.recv(65536)
+                    if on_out is None:
+                        out.append(chunk)
+                    else:
+                        on_out(chunk)
                     got = True
                 while chan.recv_stderr_ready():
                     err.append(chan.recv_stderr(65536))

@@ -512,3 +512,14 @@ def _link_or_copy(src: Path, dst: Path) -> bool:
             raise
     shutil.copy2(src, dst, follow_symlinks=False)
     return False
+
+
+def requeue(home: Home, spec: RunSpec) -> Pushed:
+    """Queue ``spec`` again with the tree as last pushed (``clusterpush --rerun``): the
+    dropping written under the tree's lock, as a push writes it, the tree left as it is.
+    ClusterError when the user has no pushed tree for it."""
+    target = user_tree(home, spec.ref, spec.tree)
+    if not target.is_dir():
+        raise ClusterError(f"{spec.ref} has no pushed {spec.tree} tree to run again "
+                           f"({target} is missing); push it")
+    return _push_locked(home, spec, lambda tree: None)

@@ -88,6 +88,7 @@ from cluster.runtime.mirror import _walk, anchored
 from cluster.runtime.ssh import SshTarget, connect, exec_bytes, put_atomic, remote_spec, rsync_argv
 from cluster.triggers.push import MAX_PUSH_BYTES, PUSH_LOCK_WAIT, is_excluded
 from cluster.triggers.pushreceive import source_modes, write_modes
+from cluster.triggers.remotegate import GATE_WORD, hello
 
 log = logging.getLogger("cluster.push")
 
@@ -178,6 +179,8 @@ class RemotePushed:
     size: int | None
     literal: int | None
     stats: str
+    #: When the master committed the push (its clock) [epoch s], None if it did not say.
+    committed: float | None = None
 
 
 @dataclass(frozen=True)
@@ -354,23 +357,28 @@ def remote_push(target: SshTarget, home: str, tree: Path, spec: RunSpec, *,
     modes_path = f"{cache}/modes.{os.getpid()}.{os.urandom(6).hex()}"
     token = os.urandom(8).hex()
     try:
-        with _sftp_step(where, "upload the push's code and file modes"):
-            sftp = client.open_sftp()
-        try:
-            with _sftp_step(where, "upload the push's code and file modes"):
-                code = _remote_code(sftp, cache)
-                _upload(sftp, modes, modes_path, 0o600)
-            # --opt=value: a value starting with "-" is never taken for an option there.
-            server = shlex.join([python, code, "receive", f"--home={home}",
-                                 f"--line={spec.line()}", f"--modes={modes_path}",
-                                 f"--token={token}", "--"])
+        steps = [f"--line={spec.line()}", f"--token={token}"]
+        if hello(client) is not None:  # the user gate: the master's code, no zip
+            _gate_modes(client, token, modes, where)
+            server = shlex.join([GATE_WORD, "receive", *steps, "--"])
             done, out = _rsync(target, source, home, server, rules, io_timeout)
-        finally:
-            with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
-                sftp.remove(modes_path)  # the master's side removes it once read
-            sftp.close()
-        commit = shlex.join([python, code, "commit", f"--home={home}",
-                             f"--line={spec.line()}", f"--token={token}"])
+            commit = shlex.join([GATE_WORD, "commit", *steps])
+        else:
+            with _sftp_step(where, "upload the push's code and file modes"):
+                sftp = client.open_sftp()
+            try:
+                with _sftp_step(where, "upload the push's code and file modes"):
+                    code = _remote_code(sftp, cache)
+                    _upload(sftp, modes, modes_path, 0o600)
+                # --opt=value: a value starting with "-" is never taken for an option.
+                server = shlex.join([python, code, "receive", f"--home={home}", *steps,
+                                     f"--modes={modes_path}", "--"])
+                done, out = _rsync(target, source, home, server, rules, io_timeout)
+            finally:
+                with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
+                    sftp.remove(modes_path)  # the master's side removes it once read
+                sftp.close()
+            commit = shlex.join([python, code, "commit", f"--home={home}", *steps])
         try:
             outcome = _commit(client, commit, where, home)
         except KeyboardInterrupt:
@@ -380,8 +388,19 @@ def remote_push(target: SshTarget, home: str, tree: Path, spec: RunSpec, *,
     finally:
         client.close()
     note = outcome.get("note")
+    stamp = outcome.get("time")
     return RemotePushed(str(outcome.get("target")), str(note) if note else None,
-                        _stat(out, "files"), _stat(out, "bytes"), _stat(out, "literal"), out)
+                        _stat(out, "files"), _stat(out, "bytes"), _stat(out, "literal"), out,
+                        float(stamp) if isinstance(stamp, int | float) else None)
+
+
+def _gate_modes(client: paramiko.SSHClient, token: str, modes: bytes, where: str) -> None:
+    """Hand the modes list to the gate (it keeps it for the push's receive)."""
+    status, out, err = exec_bytes(client, shlex.join([GATE_WORD, "modes", "--token", token]),
+                                  ABORT_TIMEOUT, input=modes)
+    if status != 0:
+        raise PushRefused(f"push to {where} refused; nothing was queued: "
+                          f"{_tail((out + err).decode('utf-8', 'replace'))}")
 
 
 @contextlib.contextmanager
@@ -498,17 +517,26 @@ def _stop_group(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
-def _run_shipped(target: SshTarget, python: str, words: list[str], connect_timeout: float,
-                 retries: int, cache: str) -> tuple[int, bytes, bytes]:
-    """Run the push's shipped code on the master with ``words`` (its step and options),
-    uploading the code first when it is missing: (exit status, stdout, stderr), within
-    :data:`ABORT_TIMEOUT`.  SshError when the master cannot be reached or refuses us."""
+def run_step(target: SshTarget, home: str, words: list[str], *, python: str = "python3",
+             connect_timeout: float = 15.0, retries: int = 1, cache: str = REMOTE_CACHE,
+             timeout: float = ABORT_TIMEOUT, on_out: Callable[[bytes], None] | None = None
+             ) -> tuple[int, bytes, bytes]:
+    """Run the remote step ``words`` (its name, then its options but ``--home``) on the
+    master: through the user gate when the key is restricted to it, else by the push's
+    shipped code (uploaded first when missing) with ``--home``.  (exit status, stdout,
+    stderr), within ``timeout``; ``on_out`` takes stdout as it comes (see
+    :func:`~cluster.runtime.ssh.exec_bytes`).  SshError when the master cannot be reached
+    or refuses us."""
     client = _connect(target, connect_timeout, retries)
     try:
-        with _sftp_step(target.where(), "upload the push's code"):
-            with client.open_sftp() as sftp:
-                code = _remote_code(sftp, cache)
-        return exec_bytes(client, shlex.join([python, code, *words]), ABORT_TIMEOUT)
+        if hello(client) is not None:
+            command = shlex.join([GATE_WORD, *words])
+        else:
+            with _sftp_step(target.where(), "upload the push's code"):
+                with client.open_sftp() as sftp:
+                    code = _remote_code(sftp, cache)
+            command = shlex.join([python, code, words[0], f"--home={home}", *words[1:]])
+        return exec_bytes(client, command, timeout, on_out=on_out)
     finally:
         client.close()
 
@@ -520,9 +548,9 @@ def remote_abort(target: SshTarget, home: str, user: str, *, python: str = "pyth
     (:func:`cluster.master.files.abort.request_abort`, by the shipped code).  SshError when the
     master cannot be reached or refuses us, ClusterError when the abort failed there."""
     where = target.where()
-    status, out, err = _run_shipped(target, python, ["abort", f"--home={home}",
-                                                     f"--user={user}"],
-                                    connect_timeout, retries, cache)
+    status, out, err = run_step(target, home, ["abort", f"--user={user}"], python=python,
+                                connect_timeout=connect_timeout, retries=retries,
+                                cache=cache)
     text = out.decode("utf-8", "replace")
     outcome = _outcome(text, where)
     if outcome is None or "error" in outcome:
@@ -546,9 +574,10 @@ def remote_previous_sweep(target: SshTarget, home: str, user: str, sweep_file: s
     cannot be reached or refuses us, ClusterError (the master's reason: no such run) when
     it found none.  Nothing is written in the master home."""
     where = target.where()
-    status, out, err = _run_shipped(target, python, ["previous", f"--home={home}",
-                                                     f"--user={user}", f"--sweep={sweep_file}"],
-                                    connect_timeout, retries, cache)
+    status, out, err = run_step(target, home, ["previous", f"--user={user}",
+                                               f"--sweep={sweep_file}"], python=python,
+                                connect_timeout=connect_timeout, retries=retries,
+                                cache=cache)
     text = out.decode("utf-8", "replace")
     outcome = _outcome(text, where)
     if outcome is None or "error" in outcome or not isinstance(outcome.get("run"), str):

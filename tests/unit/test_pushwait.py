@@ -68,6 +68,30 @@ def test_wait_options_are_checked_before_anything_is_pushed(tmp_path: Path, caps
     assert "go with --wait" in capsys.readouterr().err
     assert clusterpush.main([*base, "--wait", "abort"]) == 2
     assert clusterpush.main([*base, "--wait", "--wait-timeout", "0"]) == 2
-    assert clusterpush.main(["--master", "host", "--user", "alice", "--wait"]) == 2
-    assert "--master" in capsys.readouterr().err
+    # --fetch, --stop and --rerun go alone (checked before ssh is tried).
+    assert clusterpush.main(["--master", "host", "--user", "alice", "--fetch", "r1",
+                             "--wait"]) == 2
+    assert "--fetch RUN goes alone" in capsys.readouterr().err
+    assert clusterpush.main([*base, "--stop", "r1", "--rerun", "r2"]) == 2
+    assert clusterpush.main([*base, "--dest", str(tmp_path), "gs"]) == 2
+    assert "--dest says where --fetch" in capsys.readouterr().err
     assert not (tmp_path / "home" / "queue").exists() and not (tmp_path / "j.xml").exists()
+
+
+def test_a_remote_wait_takes_only_a_run_started_after_the_commit(tmp_path: Path) -> None:
+    """Over ssh the client knows when the master committed the push, not the archive
+    before it: a run of the same line that started earlier (it ran while the push was
+    queued behind it) is not the pushed one."""
+    home = Home(tmp_path)
+    commit = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+    polls: list[int] = []
+
+    def on_poll() -> None:
+        polls.append(1)
+        if len(polls) == 2:
+            archive_run(home, "20270115075959-p0-aaaa", "user alice gs")
+            archive_run(home, "20270115080000-p0-bbbb", "user alice gs")
+
+    folder = pushwait.wait_for_archive(home, "user alice gs", set(), 60, on_poll=on_poll,
+                                       since=commit, sleep=lambda s: None)
+    assert folder == home.archive / "20270115080000-p0-bbbb"

@@ -175,6 +175,10 @@ def home(tmp_path: Path) -> Home:
     (folder / "junit.xml").write_text("<testsuites/>")
     (folder / "result.json").write_text("{}")
     (folder / "bmpcmp" / "set1" / "a.diff.png").write_bytes(b"\x89PNG")
+    (folder / "results" / "t1").mkdir(parents=True)
+    (folder / "results" / "t1" / "out.csv").write_text("1,2\n")
+    (folder / "collected").mkdir()
+    (folder / "collected" / "all.csv").write_text("1,2\n")
     (tmp_path / "outside.txt").write_text("secret\n")
     (home.root / "cluster.secret").write_text("key\n")
     return home
@@ -182,9 +186,24 @@ def home(tmp_path: Path) -> Home:
 
 @pytest.mark.parametrize("rest", [
     f"{RUN}/report.txt", f"{RUN}/{RUN}.tab", f"{RUN}/bmpcmp/index.html",
-    f"{RUN}/bmpcmp/set1/a.diff.png", f"{RUN}/junit.xml", f"{RUN}/result.json"])
+    f"{RUN}/bmpcmp/set1/a.diff.png", f"{RUN}/junit.xml", f"{RUN}/result.json",
+    f"{RUN}/results/t1/out.csv", f"{RUN}/collected/all.csv"])
 def test_the_report_table_and_bmpcmp_files_are_served(home: Home, rest: str) -> None:
     assert archivefiles.resolve(home, rest) == (home.archive / rest).resolve()
+
+
+def test_fetch_lists_exactly_the_files_the_page_serves(home: Home, tmp_path: Path) -> None:
+    folder = home.archive / RUN
+    (folder / "results" / "escape").symlink_to(tmp_path / "outside.txt")
+    (folder / "results" / ".partial").write_text("x")
+    names = [rel for rel, _ in archivefiles.fetchable(home, RUN)]
+    assert names == [f"{RUN}.tab", "bmpcmp/index.html", "bmpcmp/set1/a.diff.png",
+                     "collected/all.csv", "junit.xml", "report.txt", "result.json",
+                     "results/t1/out.csv"]
+    for rel in names:
+        archivefiles.resolve(home, f"{RUN}/{rel}")
+    with pytest.raises(ArchiveRefused):
+        archivefiles.fetchable(home, "20990101000000-p0-none")
 
 
 @pytest.mark.parametrize("rest", [

@@ -84,6 +84,21 @@ def gate_command(home: Path | str, node: str, *, python: str = sys.executable,
     return shlex.join(argv)
 
 
+def user_gate_command(home: Path | str, user: str, *, admin: bool = False,
+                      sweeps: bool = False, python: str = sys.executable, repo: Path = REPO_ROOT,
+                      config: Path | str | None = None) -> str:
+    """The forced command of developer ``user``'s key: the user gate
+    (:mod:`cluster.cli.usergate`), ``--admin`` for an administrator."""
+    argv = [python, str(Path(repo) / "usergate.py"), "--home", str(home), "--user", user]
+    if admin:
+        argv.append("--admin")
+    if sweeps:
+        argv.append("--sweeps")
+    if config is not None:
+        argv += ["--config", os.path.abspath(config)]
+    return shlex.join(argv)
+
+
 def authorized_line(command: str, public_key: str) -> str:
     """The ``authorized_keys`` line that limits ``public_key`` (``type base64 [comment]``)
     to ``command``: ``restrict`` (no forwarding, no pty, no agent, no X11, no user rc) and
@@ -271,23 +286,12 @@ class Gate:
         return 0  # only when execv was a test's recorder
 
     def _protected_args(self, command: str) -> list[str]:
-        """The arguments an ``rsync -s`` client sends first on stdin: NUL-terminated words,
-        ``rsync`` first, ended by an empty one.  Read a byte at a time, so that what follows
-        (the protocol) is left for the rsync we start."""
-        data = bytearray()
-        while len(data) < MAX_PROTECTED_ARGS:  # bounded
-            byte = os.read(0, 1)
-            if not byte:
-                raise self._refuse(command, "the stream ended inside rsync's arguments")
-            data += byte
-            if data.endswith(b"\0\0"):
-                words = [os.fsdecode(w) for w in bytes(data[:-2]).split(b"\0")]
-                if not words or words[0] != "rsync":
-                    raise self._refuse(command, "rsync's arguments on stdin do not start "
-                                                "with rsync")
-                return words[1:]
-        raise self._refuse(command, f"rsync's arguments on stdin exceed "
-                                    f"{MAX_PROTECTED_ARGS} bytes")
+        """The arguments an ``rsync -s`` client sends first on stdin
+        (:func:`read_protected_args`)."""
+        try:
+            return read_protected_args()
+        except ValueError as exc:
+            raise self._refuse(command, str(exc)) from None
 
     def _outward_links(self, command: str, root: str) -> list[str]:
         """The anchored rsync rules excluding every link in the tree ``root`` that is not a
@@ -318,6 +322,25 @@ class Gate:
                     elif entry.is_dir(follow_symlinks=False):
                         stack.append(rel + "/")
         return rules
+
+
+def read_protected_args(fd: int = 0) -> list[str]:
+    """The arguments an ``rsync -s`` client sends first on ``fd``: NUL-terminated words,
+    ``rsync`` first, ended by an empty one; returned without that first word.  Read a byte
+    at a time, so that what follows (the protocol) is left for the rsync started next.
+    ValueError saying what was wrong."""
+    data = bytearray()
+    while len(data) < MAX_PROTECTED_ARGS:  # bounded
+        byte = os.read(fd, 1)
+        if not byte:
+            raise ValueError("the stream ended inside rsync's arguments")
+        data += byte
+        if data.endswith(b"\0\0"):
+            words = [os.fsdecode(w) for w in bytes(data[:-2]).split(b"\0")]
+            if not words or words[0] != "rsync":
+                raise ValueError("rsync's arguments on stdin do not start with rsync")
+            return words[1:]
+    raise ValueError(f"rsync's arguments on stdin exceed {MAX_PROTECTED_ARGS} bytes")
 
 
 def _link_inside(link: str, root: str) -> bool:
