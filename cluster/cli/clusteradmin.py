@@ -66,6 +66,15 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   optional priority=N (default: user 0, git 1, auto 2);
                                   a cycle, a name given twice or an after= naming no run
                                   is refused, naming it (docs/runoptions.md section 5)
+  schedule add NAME CRON (--run LINE | --sweep PATH | --dag FILE)
+                                  queue a run ('<products> [option ...]', as auto
+                                  cron-NAME, priority 2), a sweep or a whole .dag graph
+                                  at the cron expression CRON ('0 3 * * 0', '@daily'):
+                                  writes auto/cron/NAME/ and installs its crontab entry;
+                                  a bad name, field or line is refused, naming it, with
+                                  nothing installed (docs/operating.md, "Schedules")
+  schedule ls [--json]            the named schedules, their lines and next times
+  schedule rm NAME                remove its crontab entry and auto/cron/NAME/
 
 RUN is a run id (as stat, info and the reports show it), a waiting run's p<priority>:<n>
 (its place in queue <priority>, from stat), or its queue line in quotes
@@ -95,7 +104,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.cli import common, progname, reprocli
+from cluster.cli import common, progname, reprocli, schedulecli
 from cluster.config import Config
 from cluster.console import admin, bless, cronlist, culprit
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
@@ -181,6 +190,8 @@ def _parser() -> argparse.ArgumentParser:
         "run", metavar="RUN")
     command("dag", "queue a graph of runs (a .dag file), all or none").add_argument(
         "file", metavar="FILE", type=Path)
+    schedulecli.add_arguments(command("schedule", "named schedules at any cron expression: "
+                                      "add, ls, rm"))
     return parser
 
 
@@ -305,6 +316,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
             return _group(home, args, as_json)
         case "dag":
             return _dag(home, args.file)
+        case "schedule":
+            return schedulecli.main(home, cfg, args, PROG)
         case "node":
             if args.action == "disable":
                 print(admin.disable_node(home, args.name, admin.who_am_i(), args.reason))
