@@ -166,3 +166,42 @@ def test_a_shell_push_with_a_bad_num_execution_queues_nothing(make_cluster: Make
                               capture_output=True, text=True, timeout=60)
         assert done.returncode != 0 and expected in done.stderr, (done.stdout, done.stderr)
     assert queued(cluster) == {0: [], 1: [], 2: []}
+
+
+def test_install_cron_installs_hand_written_schedules_all_or_none(
+        user_crontab: str, tmp_path: Path) -> None:  # noqa: F811
+    """A schedule folder written by hand (a user's jobdef copied into ``auto/cron/<name>/``
+    with a ``schedule.toml``) is installed by ``enqueue_auto.py --install-cron`` with the
+    nightly and weekly entries; one bad schedule is named and nothing is installed."""
+    home = (tmp_path / "home").resolve()
+    for name, when, line in (("hand", "15 6 * * 1-5", "shell num_execution=2"),
+                             ("broken", "15 6 * * 1-9", "gs")):
+        folder = home / "auto" / "cron" / name
+        folder.mkdir(parents=True)
+        (folder / "jobdef.txt").write_text(f"# {name}\n{line}\n")
+        (folder / "schedule.toml").write_text(f'cron = "{when}"\n')
+    before = crontab_l()
+
+    def enqueue_auto(*words: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(REPO / "enqueue_auto.py"), "--home",
+                               str(home), *words], capture_output=True, text=True, timeout=60)
+
+    refused = enqueue_auto("--install-cron")
+    assert refused.returncode == 2
+    assert "schedule broken: cron expression '15 6 * * 1-9': field 5 (day of week)" in \
+        refused.stderr and "nothing installed" in refused.stderr, refused.stderr
+    assert crontab_l() == before
+    (home / "auto" / "cron" / "broken" / "schedule.toml").write_text('cron = "@weekly"\n')
+    done = enqueue_auto("--install-cron")
+    assert done.returncode == 0, done.stderr
+    [hand] = ours(f"schedule-hand:{home}")
+    assert hand.startswith("15 6 * * 1-5 cd ")
+    assert len(ours(f"schedule-broken:{home}")) == len(ours(f"enqueue_auto-nightly:{home}")) \
+        == 1
+    ran = as_cron_runs_it(hand, tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert (home / "queue.2.lst").read_text().splitlines() == [
+        "auto cron-hand shell num_execution=2"]
+    removed = enqueue_auto("--remove-cron")
+    assert removed.returncode == 0 and "removed 4 crontab entries" in removed.stdout
+    assert crontab_l() == before

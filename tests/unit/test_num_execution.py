@@ -66,3 +66,19 @@ def test_ranks_that_would_not_make_test_ids_are_left_out() -> None:
     assert rank_name("t.1", 0) == "t.1.rank0"
     with pytest.raises(ValueError, match="1 or more"):
         list(expand_ranks([], 0))
+
+
+def test_with_every_node_each_rank_is_made_once_per_node() -> None:
+    from cluster.master.model.placement import RunPolicy, expand_every_node
+    from cluster.runoptions import RunOptions as Options
+
+    job = Job("c.1", f"{TEMP}/c.1.log", shell_command("c.1", "echo $CLUSTER_RANK"))
+    lines = list(expand_every_node(expand_ranks([job.line + "\n"], 2), ["n1", "n2"]))
+    copies = [Job.parse(line) for line in lines]
+    assert [c.name for c in copies] == ["c.1.rank0@n1", "c.1.rank0@n2", "c.1.rank1@n1",
+                                        "c.1.rank1@n2"]
+    assert copies[3].command.startswith("export CLUSTER_RANK=1 CLUSTER_COUNT=2 ; ")
+    assert f"{TEMP}/c.1.rank1@n2.out" in copies[3].command
+    policy = RunPolicy.of(Options.of(["every_node", "num_execution=2"], DEFAULTS))
+    policy.pin(c.name for c in copies)
+    assert policy.pinned_to("n2") == [1, 3]
