@@ -90,7 +90,9 @@ Exit status: 0 done (for stop --wait: the run ended as stopped, or completed fir
 1 an unknown run, node or test, a run or test that cannot be blessed, a run without a
 culprit search, a crontab that
 could not be read, or a stop --wait that timed out (the message names it);
-2 bad usage or configuration, or a refused .dag file (nothing queued); 3 stop --wait: the
+2 bad usage or configuration, a refused .dag file (nothing queued) or a refused schedule
+(nothing written or installed); 1 also for schedule rm of no schedule, or a schedule whose
+crontab entry could not be installed (its folder taken back); 3 stop --wait: the
 run ended otherwise before the stop took effect (failed, timed out, lost its nodes), which
 its last line says.
 """

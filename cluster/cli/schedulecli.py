@@ -85,10 +85,15 @@ def _rm(home: Home, args: argparse.Namespace, prog: str) -> int:
         print(f"{prog}: schedule rm takes one NAME", file=sys.stderr)
         return EXIT_USAGE
     try:
-        schedules.check_name(args.name)
+        folder = schedules.folder_of(home, schedules.check_name(args.name))
         count = cron.remove([schedules.tag(home, args.name)])
-        folder = schedules.remove(home, args.name)
-    except schedules.ScheduleError as exc:
+        if not folder.is_dir():  # an entry left without its folder goes all the same
+            if not count:
+                raise schedules.ScheduleError(f"no schedule {args.name} in {home.root} "
+                                              "(clusteradmin schedule ls lists them)")
+        else:
+            schedules.remove(home, args.name)
+    except ClusterError as exc:  # a ScheduleError, or the crontab's CronError
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     print(f"removed schedule {args.name}: {folder} and {count} crontab "
