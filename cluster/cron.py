@@ -135,6 +135,45 @@ def _check_entry(entry: CronEntry) -> None:
                         f"schedule {entry.schedule!r} is not five cron fields or an @special")
 
 
+#: The five fields of a cron schedule, in order: name and what each takes (man 5 crontab).
+FIELDS = (("minute", "0-59"), ("hour", "0-23"), ("day of month", "1-31"),
+          ("month", "1-12 or jan-dec"), ("day of week", "0-7 or sun-sat, 0 and 7 Sunday"))
+#: The @nicknames cron takes for a whole schedule.
+NICKNAMES = ("@reboot", "@yearly", "@annually", "@monthly", "@weekly", "@daily",
+             "@midnight", "@hourly")
+_EXPECTED = ("five fields 'minute hour day-of-month month day-of-week' such as '0 3 * * 0' "
+             f"(each '*', N, N-M, a list of them with ',', any with '/step'), or one of "
+             f"{', '.join(NICKNAMES)}")
+
+
+def schedule_problem(schedule: str) -> str | None:
+    """What is wrong with the cron ``schedule`` (five fields or an @nickname), naming the
+    field and what it takes; None when cron takes it (as :func:`cluster.datatypes.is_schedule`
+    says)."""
+    normal = " ".join(schedule.split())
+    if not normal:
+        return f"an empty schedule; expected {_EXPECTED}"
+    if normal.startswith("@"):
+        return None if normal in NICKNAMES else \
+            f"{normal!r} is no cron nickname; expected {_EXPECTED}"
+    fields = normal.split(" ")
+    if len(fields) != 5:
+        return f"{normal!r} has {len(fields)} field(s); expected {_EXPECTED}"
+    from crontab import S_INFO, CronSlice  # noqa: PLC0415  (see render)
+
+    for number, (text, info, (name, takes)) in enumerate(zip(fields, S_INFO, FIELDS,
+                                                             strict=True), start=1):
+        try:
+            CronSlice(info, text)
+        except (ValueError, KeyError) as exc:
+            why = exc.args[0] if exc.args else type(exc).__name__
+            return (f"field {number} ({name}) is {text!r} ({why}); expected {takes}, as '*', "
+                    "N, N-M or a list of them with ',', any with '/step'")
+    if not is_schedule(normal):
+        return f"{normal!r} is not a schedule cron takes; expected {_EXPECTED}"
+    return None
+
+
 def render(entry: CronEntry) -> str:
     """The crontab line of ``entry`` (python-crontab's rendering: ``%`` escaped, comment last)."""
     _check_entry(entry)

@@ -9,6 +9,8 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     queue_timeout=DURATION        the longest a run may wait in its queue before it starts
     task_timeout=DURATION         each job's timeout on the node
     adaptive_timeout=N            each job's timeout N times its median recorded time (0: off)
+    num_execution=N               product shell: each job run N times, as ranks 0..N-1
+                                  (1 <= N <= MAX_NUM_EXECUTION; docs/runoptions.md section 7)
     max_failed_nodes=N            nodes lost or failed before the run is stopped (N >= 0)
     max_worker_instances=N        at most N of the run's jobs at once on one node (N >= 1)
     max_cluster_instances=N       at most N of the run's jobs in flight in all (N >= 1)
@@ -49,7 +51,7 @@ from cluster.config import Config
 #: Options with a value (``key=value``).
 DURATION_KEYS = ("job_timeout", "queue_timeout", "task_timeout")
 COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances",
-              "adaptive_timeout")
+              "adaptive_timeout", "num_execution")
 LIST_KEYS = ("groups", "exclude", "after")
 NAME_KEYS = ("name",)
 #: Options whose value is ``yes`` or ``no``.
@@ -67,9 +69,14 @@ MAX_DURATION = 30 * 86400.0
 MAX_COUNT = 100_000
 #: The most entries of a list option.
 MAX_LIST = 64
+#: The most copies of each job ``num_execution=`` may ask for (a run of one command line
+#: makes this many jobs; more is a sweep's work: docs/sweeps.md).
+MAX_NUM_EXECUTION = 1000
 #: The smallest value of each count option.
 COUNT_LOW = {"max_failed_nodes": 0, "max_worker_instances": 1, "max_cluster_instances": 1,
-             "adaptive_timeout": 0}
+             "adaptive_timeout": 0, "num_execution": 1}
+#: The largest value of each count option, where it is not :data:`MAX_COUNT`.
+COUNT_HIGH = {"num_execution": MAX_NUM_EXECUTION}
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
@@ -96,14 +103,14 @@ def parse_duration(key: str, value: str) -> float:
 def parse_count(key: str, value: str) -> int:
     """``value`` of option ``key`` as an integer; RunOptionError unless it is a whole number
     in the key's range."""
-    low = COUNT_LOW[key]
+    low, high = COUNT_LOW[key], COUNT_HIGH.get(key, MAX_COUNT)
     if not value.isascii() or not value.isdigit():
         raise RunOptionError(f"option {key}={value}: expected a whole number from {low} to "
-                             f"{MAX_COUNT}")
+                             f"{high}")
     number = int(value)
-    if not low <= number <= MAX_COUNT:
+    if not low <= number <= high:
         raise RunOptionError(f"option {key}={value}: expected a whole number from {low} to "
-                             f"{MAX_COUNT}")
+                             f"{high}")
     return number
 
 
@@ -197,6 +204,9 @@ class RunOptions:
     #: master.conf's ``adaptive_timeout``: each job's timeout as a multiple of its median
     #: recorded time; 0: the node's limit for every job.
     adaptive_timeout: float = 0.0
+    #: ``num_execution=N`` (product shell): each job run N times, ranks 0..N-1
+    #: (:mod:`cluster.jobs.ranks`); None: once, as written.
+    num_execution: int | None = None
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
     given: tuple[str, ...] = field(default=())
 
@@ -236,6 +246,7 @@ class RunOptions:
                    confirm=SWITCH_VALUES[values["confirm"]] if "confirm" in values else None,
                    adaptive_timeout=cfg.adaptive_timeout if "adaptive_timeout" not in values
                    else float(parse_count("adaptive_timeout", values["adaptive_timeout"])),
+                   num_execution=count("num_execution"),
                    given=tuple(sorted(words)))
 
     def placed(self, node: str, node_groups: Iterable[str]) -> bool:

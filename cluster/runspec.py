@@ -24,7 +24,8 @@ waiting to be done (ARTIFEX.md §2.1/§2.2)::
     the flags ``exclusive``, ``no_reschedule``, ``every_node`` and the keys ``job_timeout``,
     ``queue_timeout``, ``task_timeout``, ``max_failed_nodes``, ``max_worker_instances``,
     ``max_cluster_instances``, ``groups``, ``exclude``, ``name``, ``after``: their grammar
-    is :mod:`cluster.runoptions`', and any run, a sweep too, may have them).
+    is :mod:`cluster.runoptions`', and any run, a sweep too, may have them; but
+    ``num_execution`` goes with product ``shell`` only).
     ``sweep=<file>`` names a sweep run's sweep file in the top of its folder
     (:data:`SWEEP_FILE`; default :data:`DEFAULT_SWEEP_FILE`);
     ``resume=<run id>`` (:data:`RESUME_RUN`, the name of a folder of ``archive/``) makes a
@@ -88,6 +89,10 @@ CULPRIT_STEP = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]{0,58})\.([0-9]{1,4})")
 #: The options a sweep run may have (the corpus's selection words and bmpcmp mean nothing
 #: to a sweep).
 SWEEP_OPTIONS = ("sweep", "resume", "relaxtimeout") + runoptions.KEYS
+#: The product whose jobs are the corpus's command lines, and the option that runs each of
+#: them N times (docs/runoptions.md section 7): product shell only.
+SHELL = "shell"
+RANKED = "num_execution"
 #: The options that go with product ``sweep`` only.
 SWEEP_ONLY_OPTIONS = ("sweep", "resume")
 
@@ -187,6 +192,9 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
         check_words(opts)  # together: after= may not name the run's own name=
     except RunOptionError as exc:
         raise _Problem(str(exc)) from None
+    if RANKED in names and prods != (SHELL,):
+        raise _Problem(f"option {RANKED}= goes with product {SHELL} only (each command run "
+                       f"as N ranks); got {','.join(prods)}")
     if prods == (SWEEP,):
         other = sorted(names - set(SWEEP_OPTIONS))
         if other:

@@ -72,6 +72,15 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   optional priority=N (default: user 0, git 1, auto 2);
                                   a cycle, a name given twice or an after= naming no run
                                   is refused, naming it (docs/runoptions.md section 5)
+  schedule add NAME CRON (--run LINE | --sweep PATH | --dag FILE)
+                                  queue a run ('<products> [option ...]', as auto
+                                  cron-NAME, priority 2), a sweep or a whole .dag graph
+                                  at the cron expression CRON ('0 3 * * 0', '@daily'):
+                                  writes auto/cron/NAME/ and installs its crontab entry;
+                                  a bad name, field or line is refused, naming it, with
+                                  nothing installed (docs/operating.md, "Schedules")
+  schedule ls [--json]            the named schedules, their lines and next times
+  schedule rm NAME                remove its crontab entry and auto/cron/NAME/
 
 RUN is a run id (as stat, info and the reports show it), a waiting run's p<priority>:<n>
 (its place in queue <priority>, from stat), or its queue line in quotes
@@ -87,7 +96,9 @@ Exit status: 0 done (for stop --wait: the run ended as stopped, or completed fir
 1 an unknown run, node or test, a run or test that cannot be blessed, a run without a
 culprit search, a crontab that
 could not be read, or a stop --wait that timed out (the message names it);
-2 bad usage or configuration, or a refused .dag file (nothing queued); 3 stop --wait: the
+2 bad usage or configuration, a refused .dag file (nothing queued) or a refused schedule
+(nothing written or installed); 1 also for schedule rm of no schedule, or a schedule whose
+crontab entry could not be installed (its folder taken back); 3 stop --wait: the
 run ended otherwise before the stop took effect (failed, timed out, lost its nodes), which
 its last line says.
 """
@@ -101,7 +112,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster.cli import common, progname, reprocli
+from cluster.cli import common, progname, reprocli, schedulecli
 from cluster.config import Config
 from cluster.console import admin, bless, cronlist, culprit
 from cluster.datatypes import valid_node_name
@@ -199,6 +210,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--authorized-keys", type=Path, metavar="FILE",
                    help="the master account's authorized_keys (default ~/.ssh/"
                    "authorized_keys)")
+    schedulecli.add_arguments(command("schedule", "named schedules at any cron expression: "
+                                      "add, ls, rm"))
     return parser
 
 
@@ -343,6 +356,8 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
             return _dag(home, args.file)
         case "adduser":
             return _adduser(home, args)
+        case "schedule":
+            return schedulecli.main(home, cfg, args, PROG)
         case "node":
             if args.action == "disable":
                 print(admin.disable_node(home, args.name, admin.who_am_i(), args.reason))

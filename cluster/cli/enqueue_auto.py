@@ -1,7 +1,7 @@
 """enqueue_auto.py -- queue the nightly or weekly auto runs (port of enqueueAuto.pl).
 
 Usage: enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... [-q]
-                       nightly|weekly [NAME...]
+                       nightly|weekly|cron [NAME...]
        enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... --install-cron
        enqueue_auto.py [--config FILE] [--home DIR] [--set KEY=VALUE]... --remove-cron
 
@@ -11,17 +11,25 @@ folder: docs/sweeps.md section 8) and appends one `auto <schedule>-<name> ...` r
 to the priority-2 queue, where clustermaster2.py picks it up.  A sweep is checked first as
 clusterpush.py --sweep checks it; a bad one is not queued.  Typically run from cron.
 
+`cron NAME...` queues the named schedules NAME (<home>/auto/cron/NAME/jobdef.txt, each with
+its own cron expression in schedule.toml beside it: docs/operating.md, "Schedules"); a
+jobdef line `dag <file>` queues that whole graph of runs, each at its own priority, all or
+none.
+
 --install-cron puts two entries in the current user's crontab, nightly_schedule and
-weekly_schedule, each running this script with the same --config/--home/--set options and
---quiet (which leaves out the "queued:" lines, so cron mails only problems); running it
-again replaces them (never duplicates).  --remove-cron takes them out.  Neither
-queues anything.  The entries are tagged with the master home, so each home has its own.
+weekly_schedule, and one per named schedule at its own cron expression, each running this
+script with the same --config/--home/--set options and --quiet (which leaves out the
+"queued:" lines, so cron mails only problems); running it again replaces them (never
+duplicates).  A named schedule that is bad (its cron expression, its jobdef) is named and
+nothing is installed.  --remove-cron takes them all out.  Neither queues anything.  The
+entries are tagged with the master home, so each home has its own.
 With no job definition for the schedule it says where it looked (the directory, the master
 home and where that came from: --home, a --set, the `home` key of --config, or the default)
 and exits 1: the run the caller asked for cannot happen (a wrong --home or configuration,
 most likely), just as when a named job is missing; cron mails the message either way.
 Exit status: 0 done, 1 no job definition, a named job was not found, a jobdef was bad or
-the crontab could not be changed, 2 bad usage or configuration.
+the crontab could not be changed, 2 bad usage or configuration, or a bad named schedule
+(--install-cron: nothing installed).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from cluster.config import Config
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.triggers import auto
+from cluster.triggers import auto, schedules
 
 #: This command's name in its usage line and messages (see progname).
 PROG = progname.prog("enqueue_auto.py")
@@ -59,9 +67,25 @@ def cron_entries(args: argparse.Namespace, cfg: Config) -> list[cron.CronEntry]:
 
 
 def _manage_cron(args: argparse.Namespace, cfg: Config) -> int:
-    """--install-cron / --remove-cron; the exit status (0 done, 1 crontab failed, 2 config)."""
-    return common.manage_cron("enqueue_auto.py", args.remove_cron, cron_tags(cfg),
-                              lambda: cron_entries(args, cfg))
+    """--install-cron / --remove-cron; the exit status (0 done, 1 crontab failed, 2 config
+    or a bad named schedule: then nothing is installed)."""
+    home = Home(cfg.home)
+    tags = cron_tags(cfg)
+    try:
+        named = [schedules.read(home, name) for name in schedules.names(home)]
+        if args.remove_cron:
+            tags += [schedules.tag(home, s.name) for s in named]
+            tags += schedules.stale_tags(home, cron.listed())
+    except schedules.ScheduleError as exc:
+        print(f"{PROG}: {exc}; nothing installed", file=sys.stderr)
+        return EXIT_USAGE
+    except ClusterError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    options = cron.config_argv(args.config, args.home, args.set, cfg, pin=("home",))
+    return common.manage_cron(
+        "enqueue_auto.py", args.remove_cron, tags,
+        lambda: cron_entries(args, cfg) + [schedules.entry(home, s, options) for s in named])
 
 
 def home_source(args: argparse.Namespace) -> str:
@@ -86,14 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     manage.add_argument("--remove-cron", action="store_true",
                         help="remove this master home's crontab entries")
     common.add_quiet_option(parser)
-    parser.add_argument("schedule", nargs="?", choices=auto.SCHEDULES)
+    parser.add_argument("schedule", nargs="?", choices=auto.JOBDEF_FOLDERS)
     parser.add_argument("names", nargs="*", metavar="NAME")
     args = parser.parse_args(argv)
     cron_mode = args.install_cron or args.remove_cron
     if cron_mode and args.schedule is not None:
         parser.error("--install-cron/--remove-cron take no schedule or NAME")
     if not cron_mode and args.schedule is None:
-        parser.error("a schedule is required: nightly or weekly")
+        parser.error("a schedule is required: nightly, weekly or cron (with the names of "
+                     "named schedules)")
     try:
         cfg = common.load_config(args)
     except ClusterError as exc:

@@ -3,7 +3,9 @@ in the crontab of the user running it, with when it next fires.
 
 The entries are the ones the cluster's scripts install (:mod:`cluster.cron`: each carries
 its tag, ``<program>:<instance>``): ``enqueue_auto.py --install-cron``'s nightly and weekly
-entries of a master home, and a node's ``clusterpull.py --install-cron`` entry.  Each is
+entries of a master home and its named schedules' entries (any cron expression:
+:mod:`cluster.triggers.schedules`, ``auto/cron/<name>/``), and a node's
+``clusterpull.py --install-cron`` entry.  Each is
 listed with its schedule and next time (:func:`cluster.cron.next_time`, local time as cron
 keeps it); one commented out by hand is listed as disabled.  For this master home's
 schedules the named runs each entry queues are listed under it (``auto/<schedule>/<name>/``,
@@ -21,7 +23,7 @@ from typing import Any
 from cluster import cron
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.triggers import auto
+from cluster.triggers import auto, schedules
 
 JSON = dict[str, Any]
 
@@ -52,11 +54,41 @@ def _entry(entry: cron.Listed, now: dt.datetime) -> JSON:
             "installed": True}
 
 
+def _named(home: Home, name: str, entries: list[JSON]) -> None:
+    """Mark the entry of ``home``'s schedule ``name`` in ``entries`` with its name and
+    jobdef line, or add it as not installed (with its cron expression, or what is wrong)."""
+    tag = schedules.tag(home, name)
+    mine = [e for e in entries if e["tag"] == tag]
+    jobdef = schedules.folder_of(home, name) / schedules.JOBDEF_FILE
+    problem, when = "", ""
+    try:
+        found = schedules.read(home, name)
+        line, when = found.line, found.cron
+    except ClusterError as exc:
+        problem = str(exc)
+        try:
+            line = auto.first_line(jobdef)
+        except (ClusterError, OSError, ValueError) as why:
+            line = f"(unreadable: {why})"
+    if not mine:
+        program, _, instance = tag.partition(":")
+        mine = [{"tag": tag, "program": program, "instance": instance, "schedule": when,
+                 "enabled": False, "command": "", "next": None, "problem": problem,
+                 "installed": False}]
+        entries.append(mine[0])
+    for entry in mine:
+        entry.update({"auto": auto.NAMED, "name": name,
+                      "jobs": [{"name": name, "line": line, "jobdef": str(jobdef)}]})
+        if problem and not entry["problem"]:
+            entry["problem"] = problem
+
+
 def listing(home: Home, now: float | None = None) -> JSON:
     """The cluster's crontab entries (the module's docstring) as JSON: ``entries``, each
     with ``tag``, ``program``, ``instance``, ``schedule``, ``enabled``, ``command``,
     ``next`` (epoch seconds, None for never or disabled), ``installed`` and, for this
-    home's enqueue_auto entries, ``auto`` (the schedule) and ``jobs``.  CronError when the
+    home's enqueue_auto entries and named schedules, ``auto`` (``nightly``, ``weekly`` or
+    ``cron``) and ``jobs``, and for a named schedule its ``name``.  CronError when the
     crontab cannot be read."""
     moment = dt.datetime.fromtimestamp(time.time() if now is None else now)
     entries = [_entry(e, moment) for e in cron.listed()]
@@ -72,6 +104,8 @@ def listing(home: Home, now: float | None = None) -> JSON:
             entries.append(mine[0])
         for entry in mine:
             entry.update({"auto": schedule, "jobs": jobs})
+    for name in schedules.names(home):
+        _named(home, name, entries)
     return {"home": str(home.root.resolve()), "now": moment.timestamp(), "entries": entries}
 
 
@@ -97,7 +131,8 @@ def format_listing(data: JSON) -> list[str]:
         head = f"{entry['program']} ({where})"
         if not entry["installed"]:
             lines.append(f"{head}: not in the crontab, so never run (enqueue_auto.py "
-                         "--install-cron puts it there)")
+                         "--install-cron puts it there)"
+                         + (f"; {entry['problem']}" if entry["problem"] else ""))
         elif not entry["enabled"]:
             lines.append(f"{head}: {entry['schedule']}, commented out: never run")
         elif entry["problem"]:

@@ -19,6 +19,16 @@ jobdef, the file and the key, and not queued), then appends
 master reads the jobdef again and copies the folder it names, less what a push leaves out,
 into the run's ``runs/<id>/source/sweep`` (:func:`snapshot_sweep`): the nodes fetch that
 copy, and build.py reads the sweep file there, as for a pushed sweep.
+
+A whole graph of runs (a ``.dag`` file, :mod:`cluster.triggers.dag`; seed 003's
+``cron.meta``) is the line ``dag <file>``, the file absolute or relative to the jobdef's
+folder, quoted as a sweep's path is: queuing it queues every run of the graph at its own
+priority, all or none, as ``clusteradmin dag`` does (a refused graph is logged naming the
+jobdef and why, and nothing of it is queued).
+
+Besides ``nightly`` and ``weekly``, ``auto/cron/<name>/`` (:data:`NAMED`) holds the jobdef
+of a named schedule (:mod:`cluster.triggers.schedules`: its own cron expression in
+``schedule.toml`` beside it); its runs are ``auto cron-<name> ...``.
 """
 
 from __future__ import annotations
@@ -37,12 +47,19 @@ from cluster.queue import QueueFile
 from cluster.runspec import DEFAULT_SWEEP_FILE, SWEEP, RunSpec
 from cluster.runtime import fsutil
 from cluster.runtime.mirror import mirror
+from cluster.triggers.dag import DagRun, queue_dag, read_dag
 from cluster.triggers.push import MAX_PUSH_BYTES, is_excluded
 from cluster.triggers.sweeppush import prepare_sweep
 
 log = logging.getLogger("cluster.auto")
 
 SCHEDULES = ("nightly", "weekly")
+#: The folder of the named schedules' jobdefs, each with its own cron expression.
+NAMED = "cron"
+#: Every folder of ``auto/`` that holds jobdefs.
+JOBDEF_FOLDERS = (*SCHEDULES, NAMED)
+#: The first word of a jobdef line that queues a whole graph of runs.
+DAG = "dag"
 MAX_JOBDEF_BYTES = 4096
 
 
@@ -84,6 +101,21 @@ def sweep_file_of(path: Path, line: str) -> Path | None:
                          "or relative to the jobdef's folder", str(path), 1)
 
 
+def dag_of(path: Path, line: str) -> list[DagRun] | None:
+    """The runs of the graph a jobdef line ``dag <file>`` names (the module's docstring),
+    the file resolved against the jobdef ``path``'s folder; None for any other line.
+    QueueLineError naming the jobdef for a line without one file; DagError (naming the
+    .dag file, its line and why) for a graph that cannot be read."""
+    if line.split()[0] != DAG:
+        return None
+    words = _sweep_words(path, line)
+    if len(words) != 2:
+        raise QueueLineError(line, f"a dag jobdef names one .dag file: expected '{DAG} "
+                             "<file>', a path with blanks in quotes", str(path), 1)
+    named = Path(words[1])
+    return read_dag(named if named.is_absolute() else path.parent / named)
+
+
 def _sweep_words(path: Path, line: str) -> list[str]:
     """The words of a sweep line: split as a shell splits them, so a path with a blank is
     written in quotes (``sweep "/srv/team sweeps/model"``); QueueLineError naming the
@@ -115,9 +147,9 @@ def jobdef_of(home: Home, spec: RunSpec) -> Path:
     """The jobdef.txt of the auto run ``spec`` (``auto <schedule>-<name> ...``); ValueError
     when its ref is not of that form."""
     schedule, dash, name = spec.ref.partition("-")
-    if spec.kind != "auto" or schedule not in SCHEDULES or not dash or not name:
+    if spec.kind != "auto" or schedule not in JOBDEF_FOLDERS or not dash or not name:
         raise ValueError(f"{spec.line()!r} is not an auto run of a jobdef; expected "
-                         f"'auto <{'|'.join(SCHEDULES)}>-<name> ...'")
+                         f"'auto <{'|'.join(JOBDEF_FOLDERS)}>-<name> ...'")
     return jobs_dir(home, schedule) / name / "jobdef.txt"
 
 
@@ -176,8 +208,9 @@ def enqueue(home: Home, schedule: str, names: list[str] | None = None) -> list[R
     pattern ``<home>/auto/<schedule>/*/jobdef.txt`` and whether that directory exists), as
     is a named job that is not there: a cron entry that queues nothing must say so.
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+    if schedule not in JOBDEF_FOLDERS:
+        raise ValueError(f"schedule {schedule!r}: expected one of "
+                         f"{', '.join(JOBDEF_FOLDERS)}")
     root = jobs_dir(home, schedule)
     queue = QueueFile.for_priority(home, AUTO_PRIORITY)
     wanted = set(names or [])
@@ -198,6 +231,13 @@ def enqueue(home: Home, schedule: str, names: list[str] | None = None) -> list[R
             continue
         found.add(name)
         try:
+            graph = dag_of(jobdef, first_line(jobdef))
+            if graph is not None:
+                queue_dag(home, graph)  # all or none
+                for run in graph:
+                    log.info("queued at priority %d: %s", run.priority, run.spec.line())
+                added.extend(run.spec for run in graph)
+                continue
             spec = read_jobdef(jobdef, schedule)
         except (ClusterError, OSError) as exc:  # a QueueLineError, a sweep's SweepError
             log.error("skipping auto job %s: %s", jobdef, exc)

@@ -100,6 +100,18 @@ def read_dag(path: Path) -> list[DagRun]:
     return parse_dag(text, str(path))
 
 
+def check_dag(home: Home, runs: list[DagRun]) -> None:
+    """Check the graph ``runs`` as :func:`queue_dag` would queue it now, without queuing
+    anything (a name given twice, an ``after=`` naming no run, a cycle: DagError naming
+    it); a run already queued is no error here (a schedule queues it later)."""
+    queued = {p: QueueFile.for_priority(home, p).read() for p in PRIORITIES}
+    try:
+        deps.check_graph([(r.label, r.spec) for r in runs], queued,
+                         deps.Resolver(home, queued))
+    except deps.GraphError as exc:
+        raise DagError(str(exc)) from None
+
+
 def queue_dag(home: Home, runs: list[DagRun]) -> None:
     """Queue ``runs`` all together, or none (DagError naming the run and why; see the
     module docstring)."""

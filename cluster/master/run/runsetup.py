@@ -28,6 +28,7 @@ from cluster.config import Config
 from cluster.defaults import REPO_ROOT
 from cluster.errors import ClusterError
 from cluster.home import Home
+from cluster.jobs import ranks as jobranks
 from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
 from cluster.master.end import culprit, finish
@@ -300,8 +301,9 @@ class RunSetup:
 
     def jobs(self, start: JobStart, every_node: list[str] | None = None) -> JobFile:
         """The run's job list: the jobs file if it is there (takeover), else build.py's
-        (for an every_node run, each job once per node of ``every_node``:
-        :func:`cluster.master.model.placement.expand_every_node`).
+        (for a ``num_execution=N`` run, each job as its N ranks:
+        :func:`cluster.jobs.ranks.expand_ranks`; for an every_node run, each job once per
+        node of ``every_node``: :func:`cluster.master.model.placement.expand_every_node`).
 
         build.py writes straight into the file (a million job lines are 200 MB or more: the
         master never holds them), which is then indexed (:class:`JobFile`).
@@ -334,6 +336,10 @@ class RunSetup:
                                        + (f": {problems}" if problems else ""))
             if problems:
                 log.warning("build.py: %s", problems)
+            ranks = runlimits.run_options(queued, self.cfg).num_execution
+            if ranks is not None:  # each job as its ranks (docs/runoptions.md section 7)
+                with open(path, encoding="utf-8") as made, fsutil.atomic_writer(path) as out:
+                    out.writelines(jobranks.expand_ranks(made, ranks))
             if every_node is not None:
                 with open(path, encoding="utf-8") as made, fsutil.atomic_writer(path) as out:
                     out.writelines(placement.expand_every_node(made, every_node))
