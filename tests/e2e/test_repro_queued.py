@@ -6,8 +6,9 @@ second push is built with ``-dTextAlphaBits=4``.  ``clusteradmin repro RUN TEST 
 node2 --queue`` queues a one-job repro run that only node2 takes, built from the run's
 archived snapshot: it prints the run's md5 as ``same``, with node2's log block of the job.
 The repro run leaves the stream's tables as they were, sends no mail, and is not the
-user's last run.  A commit run's repro run exports the commit again and leaves the clean
-tree and the baseline alone.
+user's last run; one whose node never takes it ends by its own job_timeout (exit 3).  A
+commit run's repro run exports the commit again and leaves the clean tree and the
+baseline alone.
 """
 
 from __future__ import annotations
@@ -96,6 +97,19 @@ def test_repro_queued_on_node2_gives_the_runs_md5_outside_the_stream(
 
         unknown = admin(cluster, second.name, test, "--node", "nosuchnode", "--queue")
         assert unknown.returncode == 2 and "unknown node 'nosuchnode'" in unknown.stderr
+
+        # A node that never takes it (disabled): the run ends by its own job_timeout.
+        disabled = subprocess.run([sys.executable, str(REPO / "clusteradmin.py"),
+                                   *cluster.config_args(), "node", "disable", "node2"],
+                                  capture_output=True, text=True, timeout=60)
+        assert disabled.returncode == 0, disabled.stderr
+        never = admin(cluster, second.name, test, "--node", "node2", "--queue",
+                      "--wait-timeout", "3")
+        assert never.returncode == 3, never.stdout + never.stderr
+        assert "ended timed-out" in never.stderr and "(node node2 never took it)" in \
+            never.stderr, never.stderr
+        repro_archive(cluster, never.stdout)
+        assert tables(cluster) == before and len(mails.received) == mailed  # no FAILED mail
 
 
 def test_repro_queued_of_a_commit_run_leaves_the_clean_tree_and_baseline(

@@ -164,3 +164,17 @@ def test_the_ended_repro_run_is_read_from_its_archive(tmp_path: Path) -> None:
     assert reproqueue.why_not(ended, "node2") == (
         f"repro run {archive.name} ended timed-out: it ran 61.0 s, longer than its "
         "job_timeout 60 s (node node2 never took it)")
+
+
+def test_clusteradmin_repro_usage_errors_exit_2(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from cluster.cli import clusteradmin
+
+    home = Home(tmp_path)
+    home.create()
+    _found(home)
+    for words in (["--queue", "--here"], ["--wait-timeout", "0"],
+                  ["--wait-timeout", "nan"], ["--node", "node9", "--queue"]):
+        assert clusteradmin.main(["--home", str(tmp_path), "repro", RUN, NAME, *words]) == 2
+        assert "clusteradmin" in capsys.readouterr().err, words
+    assert QueueFile.for_priority(home, reproqueue.REPRO_PRIORITY).read() == []
