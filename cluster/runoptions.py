@@ -18,6 +18,7 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     no_reschedule                 a lost node's jobs are reported lost, never handed out again
     every_node                    the run is one job per enabled node
     groups=G[,G...]               only nodes of these groups (``groups/<G>`` in the home)
+    nodes=NODE[,NODE...]          only these nodes (``clusteradmin repro`` pins its run so)
     exclude=NODE[,NODE...]        never these nodes
     name=NAME                     the run's name, for ``after=`` of other runs
     after=REF[,REF...]            start only once these runs have ended well (a run id or name)
@@ -52,7 +53,7 @@ from cluster.config import Config
 DURATION_KEYS = ("job_timeout", "queue_timeout", "task_timeout")
 COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances",
               "adaptive_timeout", "num_execution")
-LIST_KEYS = ("groups", "exclude", "after")
+LIST_KEYS = ("groups", "nodes", "exclude", "after")
 NAME_KEYS = ("name",)
 #: Options whose value is ``yes`` or ``no``.
 SWITCH_KEYS = ("reuse", "confirm")
@@ -117,7 +118,8 @@ def parse_count(key: str, value: str) -> int:
 def parse_names(key: str, value: str) -> tuple[str, ...]:
     """``value`` of list option ``key`` as its names; RunOptionError for an empty entry, a
     bad name (a ``/`` included), a duplicate or too many."""
-    what = {"groups": "group names", "exclude": "node names", "after": "run ids or names"}[key]
+    what = {"groups": "group names", "nodes": "node names", "exclude": "node names",
+            "after": "run ids or names"}[key]
     names = value.split(",")
     if len(names) > MAX_LIST:
         raise RunOptionError(f"option {key}= has {len(names)} entries; expected at most "
@@ -191,6 +193,8 @@ class RunOptions:
     no_reschedule: bool = False
     every_node: bool = False
     groups: tuple[str, ...] = ()
+    #: ``nodes=``: only these nodes may take the run (empty: any the other options let).
+    nodes: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     name: str = ""
     after: tuple[str, ...] = ()
@@ -239,7 +243,7 @@ class RunOptions:
                    max_cluster_instances=count("max_cluster_instances"),
                    exclusive="exclusive" in flags, no_reschedule="no_reschedule" in flags,
                    every_node="every_node" in flags, groups=names("groups"),
-                   exclude=names("exclude"), name=values.get("name", ""),
+                   nodes=names("nodes"), exclude=names("exclude"), name=values.get("name", ""),
                    after=names("after"),
                    reuse=SWITCH_VALUES[values["reuse"]] if "reuse" in values
                    else cfg.result_cache,
@@ -251,7 +255,8 @@ class RunOptions:
 
     def placed(self, node: str, node_groups: Iterable[str]) -> bool:
         """Whether node ``node``, a member of ``node_groups``, may take this run's jobs:
-        not excluded, and in one of ``groups`` when the run names groups."""
-        if node in self.exclude:
+        not excluded, one of ``nodes`` when the run names nodes, and in one of ``groups``
+        when the run names groups."""
+        if node in self.exclude or (self.nodes and node not in self.nodes):
             return False
         return not self.groups or any(g in self.groups for g in node_groups)

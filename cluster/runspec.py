@@ -33,8 +33,11 @@ waiting to be done (ARTIFEX.md §2.1/§2.2)::
     (docs/sweeps.md, section 8).  Both go with product ``sweep`` only; a sweep run takes no
     other option but ``relaxtimeout``.  ``culprit=<run id>.<step>`` (:data:`CULPRIT_STEP`,
     git runs only) makes a commit run a bisection run of a culprit search (docs/results.md,
-    "Finding the culprit commit").  Each flag or key at most once; canonical order is
-    sorted.
+    "Finding the culprit commit").  ``repro=<run id>:<test id>`` (:data:`REPRO_JOB`) makes
+    a run a repro run: the one job of that archived run, as its archived line says
+    (docs/operating.md, "Reproducing one job: `clusteradmin repro`").  Bisection and repro
+    runs never become part of the stream (:func:`outside_stream`).  Each flag or key at
+    most once; canonical order is sorted.
 
 Fields are separated by spaces or tabs; a line holds at most :data:`MAX_LINE` characters and
 no control characters.  Blank lines and lines starting with ``#`` are ignored.
@@ -62,8 +65,8 @@ KINDS = ("user", "git", "auto")
 # PRODUCTS, ALONE and TREE (the grammar of ``tree=``) are cluster.datatypes': the commit
 # triggers' path -> products map and the configuration check the same names.
 FLAGS = ("lowres", "highres", "relaxtimeout", "bmpcmp") + runoptions.FLAGS
-OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep", "resume", "culprit") + \
-    runoptions.VALUE_KEYS
+OPTION_KEYS = ("filter", "ifilter", "extras", "rev", "tree", "sweep", "resume", "culprit",
+               "repro") + runoptions.VALUE_KEYS
 EXCLUSIVE_FLAGS = (("lowres", "highres"),)
 MAX_LINE = 4096
 
@@ -86,6 +89,12 @@ RESUME_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: "Finding the culprit commit"): the commit run whose confirmed differences are searched
 #: for and the number of the step in its record ``culprits/<run id>.toml``.
 CULPRIT_STEP = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]{0,58})\.([0-9]{1,4})")
+#: ``repro=``: a repro run's archived run and test, ``<run id>:<test id>``: the run id as
+#: ``culprit=``'s (no ``/``, no ``.``), the test id any word (a job line's first word).
+REPRO_JOB = re.compile(r"([A-Za-z0-9][A-Za-z0-9_-]{0,58}):([^\s/][^\s]*)")
+#: The options that make a run one that never becomes part of the stream: a bisection run
+#: (``culprit=``), a repro run (``repro=``).
+OUTSIDE_STREAM = ("culprit", "repro")
 #: The options a sweep run may have (the corpus's selection words and bmpcmp mean nothing
 #: to a sweep).
 SWEEP_OPTIONS = ("sweep", "resume", "relaxtimeout") + runoptions.KEYS
@@ -172,6 +181,9 @@ def _normalize(kind: str, ref: str, products: Iterable[str],
             if key == "culprit" and (kind != "git" or not CULPRIT_STEP.fullmatch(value)):
                 raise _Problem(f"bad culprit step {value!r}; expected <run id>.<step> on a "
                                "git run (a bisection run the master queues)")
+            if key == "repro" and (prods == (SWEEP,) or not REPRO_JOB.fullmatch(value)):
+                raise _Problem(f"bad repro job {value!r}; expected <run id>:<test id> on a "
+                               "run that is no sweep (a repro run clusteradmin queues)")
             if key == "sweep":
                 if not SWEEP_FILE.fullmatch(value):
                     raise _Problem(f"bad sweep file {value!r}; expected a file name in the "
@@ -299,6 +311,18 @@ class RunSpec:
         return (match.group(1), int(match.group(2))) if match else None
 
     @property
+    def repro(self) -> tuple[str, str] | None:
+        """A repro run's archived run and test (option ``repro=``), or None."""
+        value = self.option("repro")
+        match = REPRO_JOB.fullmatch(value) if value is not None else None
+        return (match.group(1), match.group(2)) if match else None
+
+    @property
+    def outside_stream(self) -> bool:
+        """Whether the run never becomes part of the stream (:func:`outside_stream`)."""
+        return outside_stream(self.options)
+
+    @property
     def resume(self) -> str | None:
         """The run a sweep run resumes (option ``resume=``), or None."""
         return self.option("resume")
@@ -315,3 +339,10 @@ class RunSpec:
         return self.line()
 
 
+def outside_stream(options: Iterable[str]) -> bool:
+    """Whether a run with these queue options never becomes part of the stream: a
+    bisection run (``culprit=``) or a repro run (``repro=``).  Its end installs no tables,
+    rebuilds no cache, mails no report and adopts no clean tree
+    (:mod:`cluster.master.end.endrun`); it is never the stream's last tested commit, a
+    baseline table, a user's last run, nor a step of a test's history."""
+    return any(o.partition("=")[0] in OUTSIDE_STREAM and "=" in o for o in options)

@@ -36,7 +36,7 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   tables RUN was compared with (the baseline; a user
                                   run's previous push too); audited in
                                   tables/blessings.tsv and shown by history
-  repro RUN TEST [--node N | --here] [--work DIR]
+  repro RUN TEST [--node N [--queue] [--wait-timeout S] | --here] [--work DIR]
                                   run one job of archived run RUN again, as its node ran
                                   it: prints the job line, the node, the build key, the
                                   build and environment digests (now and the run's), then
@@ -44,9 +44,12 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   kept (a raster that differs from the baseline's is
                                   compared with it by bmpcmp when the clean tree renders
                                   the baseline's md5).  Default: on the node that made the
-                                  result (its work folder must be on this machine);
-                                  --node N: on node N; --here: the run's source built in
-                                  DIR (default ~/.cache/cluster-repro) and run there
+                                  result; --node N: on node N, in its work folder when
+                                  that is on this machine, else (or with --queue) as a
+                                  one-job repro run queued at priority 0 that only N may
+                                  take, waited for up to S seconds (default 3600), its
+                                  node's log block printed; --here: the run's source
+                                  built in DIR (default ~/.cache/cluster-repro), run here
   culprit RUN [--json]            the culprit search of commit run RUN (or of the search
                                   bisection run RUN belongs to): the commits searched,
                                   each bisection run (commit, run id, state), each
@@ -89,8 +92,8 @@ reports show it (tests/ex/golfer.eps.ppmraw.72.0).  The options before COMMAND m
 follow it.
 
 repro's exit status: 0 the same md5 (and error code) as the run's, 1 a different one, 2
-an unknown run or test, 3 the job could not be run (no job list kept, the node's folder
-not on this machine, a failed build).
+an unknown run, test or node, 3 the job could not be run (no job list kept, a failed
+build, a repro run that failed, whose node never came, or that did not end in time).
 
 Exit status: 0 done (for stop --wait: the run ended as stopped, or completed first);
 1 an unknown run, node or test, a run or test that cannot be blessed, a run without a
@@ -194,6 +197,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--work", type=Path, metavar="DIR",
                    help="the repro work folder: builds and outputs "
                         "(default ~/.cache/cluster-repro)")
+    p.add_argument("--queue", action="store_true",
+                   help="run it on the node as a repro run through the master even when "
+                        "the node's work folder is on this machine")
+    p.add_argument("--wait-timeout", type=float, metavar="S", default=reprocli.WAIT_TIMEOUT,
+                   help="the longest a repro run may wait and run, in seconds "
+                        f"(default {reprocli.WAIT_TIMEOUT:g})")
     command("cron", "the scheduled entries and their next times", json_option=True)
     command("flaky", "the tests found indeterminate, newest first", json_option=True)
     command("culprit", "a commit run's culprit search", json_option=True).add_argument(
@@ -334,8 +343,14 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
         case "bless":
             return _bless(home, args)
         case "repro":
+            if args.queue and args.here:
+                raise UsageError("--queue sends the job to a node; --here runs it "
+                                        "here: expected one of them")
+            if not 0 < args.wait_timeout <= reprocli.MAX_WAIT:
+                raise UsageError(f"--wait-timeout {args.wait_timeout:g}: expected "
+                                        f"more than 0 and at most {reprocli.MAX_WAIT:g} s")
             return reprocli.main(home, cfg, args.run, args.test, args.node, args.here,
-                                 args.work)
+                                 args.work, args.queue, args.wait_timeout)
         case "cron":
             _print(cronlist.listing(home), as_json, cronlist.format_listing)
         case "flaky":

@@ -37,8 +37,8 @@ from typing import Any, BinaryIO
 from cluster.console.runinfo import parse_info, run_started
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.master.files import culprits
 from cluster.master.files.ending import BASELINE_KINDS, Outcome
+from cluster.runspec import outside_stream
 
 #: Below this many bytes between the bounds, the bisection reads lines in order.
 _SCAN = 8192
@@ -136,8 +136,8 @@ def history(home: Home, test: str, blessings: Iterable[Blessed] = ()) -> list[Ch
         if found is None:
             continue
         kind, ref = run.info.get("kind", ""), run.info.get("ref", "")
-        if culprits.is_bisection(run.info.get("queue", "").split()):
-            continue  # a bisection run's results never made the baseline
+        if outside_stream(run.info.get("queue", "").split()):
+            continue  # a bisection or repro run's results never made the baseline
         if kind in BASELINE_KINDS:
             stream, previous = "baseline", baseline
             baseline = (found, run.run_id)

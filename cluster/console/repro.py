@@ -12,8 +12,9 @@ changes a job's command so that its raster stays beside its md5 (the same bytes 
 :mod:`cluster.console.reprorun` builds and runs.
 
 Errors: :class:`ReproUsage` (exit 2) names an unknown run or test and what was expected;
-:class:`ReproCannot` (exit 3) says why the job cannot be run (no job list kept, the
-node's folder not on this machine, a build that failed).
+:class:`ReproCannot` (exit 3) says why the job cannot be run (no job list kept, a build
+that failed); its :class:`NotHere` that the node's build is not on this machine (then a
+repro run takes the job to the node: :mod:`cluster.console.reproqueue`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ class ReproUsage(ClusterError):
 
 class ReproCannot(ClusterError):
     """The job cannot be run again (exit 3): the message says why."""
+
+
+class NotHere(ReproCannot):
+    """The node's build of the run is not on this machine (its work folder is elsewhere, it
+    did not build the run, or its build folder is gone): the job goes to the node as a
+    repro run (:mod:`cluster.console.reproqueue`)."""
 
 
 @dataclass(frozen=True)

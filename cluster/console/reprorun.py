@@ -5,9 +5,10 @@ its node or here, against the same build, and its md5 set beside the run's (docs
 **Where.** :func:`on_node`: in the work folder of a node that runs on this machine (a
 local cluster's nodes are processes with folders of their own), found from the node's
 archived build log, against the build in its build folder as it is now (its lock held
-while the job runs).  A node on another machine cannot be reached: the master keeps no
-ssh address for its nodes (``bootstrap_node.py`` is given it once), so that is a
-:class:`~cluster.console.repro.ReproCannot`.  :func:`here`: the run's source built in a
+while the job runs).  A node on another machine cannot be reached from here (the master
+keeps no ssh address for its nodes; they call it), so that is a
+:class:`~cluster.console.repro.NotHere`: the job then goes to the node as a repro run
+(:mod:`cluster.console.reproqueue`).  :func:`here`: the run's source built in a
 repro work folder on this machine with the node's build machinery
 (:mod:`cluster.node.buildtree`, :mod:`cluster.node.buildcmd`): ``<work>/build/<build
 key>``, kept and brought up to date from the source by its manifest, so the next repro of
@@ -46,7 +47,7 @@ from pathlib import Path
 from cluster.bmpcmp import MAX_IMAGES, PnmError, compare_files
 from cluster.config import Config
 from cluster.console import repro
-from cluster.console.repro import Found, ReproCannot
+from cluster.console.repro import Found, NotHere, ReproCannot
 from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.files import reprokeep
@@ -99,17 +100,16 @@ def on_node(found: Found, node: str, cfg: Config) -> Place:
     keys = found.keys if node == found.node else repro.node_keys(
         found.archive / "logs" / f"{node}.build.log", node, found.run)
     if keys.build_dir is None:
-        raise ReproCannot(f"node {node} did not build run {found.made_in} (no build folder "
+        raise NotHere(f"node {node} did not build run {found.made_in} (no build folder "
                           f"in its archived build log): its build is not known")
     build_dir = Path(keys.build_dir)
     work = build_dir.parent.parent
     if not build_dir.is_dir():
         if (work / "build").is_dir():
-            raise ReproCannot(f"node {node}'s build folder {build_dir} is gone (a node keeps "
-                              "its build_keep most recent builds); run repro with --here")
-        raise ReproCannot(f"node {node}'s build folder {build_dir} is not on this machine: "
-                          "the master keeps no ssh address for its nodes; run repro with "
-                          "--here, or on the node's machine")
+            raise NotHere(f"node {node}'s build folder {build_dir} is gone (a node keeps "
+                          "its build_keep most recent builds)")
+        raise NotHere(f"node {node}'s build folder {build_dir} is not on this machine (the "
+                      "master never reaches its nodes: they call it)")
     place = Place(f"node {node}, work folder {work}", build_dir,
                   bin_dir(build_dir, found.start, cfg), work / "tests",
                   build_dir.with_name(f".{build_dir.name}.lock"))

@@ -130,9 +130,10 @@ def waiting_paths(home: Home) -> list[str]:
 
 def same_push(spec: RunSpec) -> Callable[[RunSpec], bool]:
     """A predicate: is a queued run the same push as ``spec`` (a user run of the same user,
-    products and tree; the options may differ)?"""
+    products and tree; the options may differ; never a repro run, which builds an archived
+    snapshot, not the pushed tree)?"""
     def same(other: RunSpec) -> bool:
-        return (other.kind == "user" and other.ref == spec.ref
+        return (other.kind == "user" and other.ref == spec.ref and other.repro is None
                 and other.products == spec.products and other.tree == spec.tree)
     return same
 

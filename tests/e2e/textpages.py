@@ -11,14 +11,16 @@ from tests.e2e.conftest import MakeCluster
 
 
 def text_cluster(tmp_path: Path, make_cluster: MakeCluster, page: str,
-                 pages: int = 2) -> LocalCluster:
+                 pages: int = 2, **settings: str) -> LocalCluster:
     """A started local cluster of real gs at ppmraw 72 dpi over ``pages`` PostScript files
-    ``text<n>.ps`` made from ``page`` (a template with ``{n}``), its nodes up."""
+    ``text<n>.ps`` made from ``page`` (a template with ``{n}``), its nodes up; ``settings``
+    more master.conf settings."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for n in range(1, pages + 1):
         (corpus / f"text{n}.ps").write_text(page.format(n=n), encoding="ascii")
-    cluster = make_cluster(corpus=corpus, gs_configs="ppmraw.72.0", status_port="0")
+    cluster = make_cluster(corpus=corpus, **{"gs_configs": "ppmraw.72.0", "status_port": "0",
+                                             **settings})
     cluster.start()
     cluster.wait_for_nodes()
     return cluster

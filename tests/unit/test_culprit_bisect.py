@@ -166,7 +166,7 @@ def test_a_bisection_run_s_queue_line() -> None:
     spec = RunSpec.parse("git 0123abc gs tree=ghostpdl culprit=20261128140000-p1-ab12.3 "
                          "confirm=no")
     assert spec.culprit == ("20261128140000-p1-ab12", 3)
-    assert culprits.is_bisection(spec.options)
+    assert spec.outside_stream
     assert RunSpec.parse("git 0123abc gs tree=ghostpdl").culprit is None
     with pytest.raises(QueueLineError, match="bad culprit step"):
         RunSpec.parse("user alice gs culprit=20261128140000-p1-ab12.3")

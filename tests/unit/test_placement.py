@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.config import DEFAULTS
-from cluster.errors import ClusterError
+from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
 from cluster.master.files import groups
 from cluster.master.model.placement import (
@@ -20,6 +20,7 @@ from cluster.master.model.placement import (
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
 from cluster.runoptions import RunOptions
+from cluster.runspec import RunSpec
 from cluster.wire import protocol
 from tests.unit.test_runstate import RUN, finish, jobs, names, ready, req, result
 
@@ -47,6 +48,21 @@ def test_a_run_no_node_up_may_take_says_why() -> None:
         "no node of groups win64, mac is up"
     assert waiting_reason(Placement(groups=("win64",)), ["l1", "w2"], GROUPS) == ""
     assert "exclude=l1" in waiting_reason(Placement(exclude=("l1",)), ["l1"], GROUPS)
+
+
+def test_nodes_pins_a_run_and_says_why_it_waits() -> None:
+    assert RunOptions.of(["nodes=n1,n2"], DEFAULTS).nodes == ("n1", "n2")
+    for bad in ("nodes=", "nodes=a/b", "nodes=n1,n1"):
+        with pytest.raises(QueueLineError, match="nodes"):
+            RunSpec.parse(f"user bob gs {bad}")
+    where = Placement.of_words(["nodes=node2"])
+    assert where.restricted and where.may_take("node2", {})
+    assert where.refusal("node1", {}) == \
+        "node node1 is not one of this run's nodes (nodes=node2)"
+    assert waiting_reason(where, ["node1"], {}) == "node node2 is not up"
+    assert waiting_reason(where, ["node1", "node2"], {}) == ""
+    assert waiting_reason(Placement(nodes=("a", "b")), [], {}) == "none of nodes a, b is up"
+    assert "excluded" in Placement(exclude=("node2",), nodes=("node2",)).refusal("node2", {})
 
 
 def test_the_monitor_offers_a_node_only_the_runs_it_may_take() -> None:

@@ -200,17 +200,17 @@ def test_the_home_clean_up_leaves_a_kept_snapshot_alone(tmp_path: Path) -> None:
     assert home.clean_temps(RUN) == [folder / "logs" / name]
 
 
-def test_a_node_build_that_is_gone_or_elsewhere_cannot_run(tmp_path: Path) -> None:
+def test_a_node_build_that_is_gone_or_elsewhere_is_not_here(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     _archive(home)
     found = repro.find(home, RUN, NAME)
     work = tmp_path / "node-work" / "node1"
     build_dir = work / "build" / "user__alice__ghostpdl"
     found = dataclasses.replace(found, keys=repro.NodeKeys(str(build_dir), None, ()))
-    with pytest.raises(repro.ReproCannot, match="is not on this machine"):
+    with pytest.raises(repro.NotHere, match="is not on this machine"):
         reprorun.on_node(found, "node1", Config())
     (work / "build").mkdir(parents=True)
-    with pytest.raises(repro.ReproCannot, match="is gone"):
+    with pytest.raises(repro.NotHere, match="is gone"):
         reprorun.on_node(found, "node1", Config())
     build_dir.mkdir()
     place = reprorun.on_node(found, "node1", Config())

@@ -41,7 +41,7 @@ from cluster.queue import QueueFile
 from cluster.report import culpritreport, indeterminate, mail
 from cluster.report.culpritreport import CommitFacts, Finding
 from cluster.report.tab import read_tab
-from cluster.runspec import RunSpec
+from cluster.runspec import RunSpec, outside_stream
 from cluster.runtime import fsutil
 from cluster.triggers.git.clone import configured_url, ensure_commit
 from cluster.triggers.git.gitcmd import GitFailed, rev_list
@@ -65,6 +65,7 @@ def after_run(cfg: Config, home: Home, start: JobStart, spec: RunSpec,
         if spec.culprit is not None:
             _bisection_ended(cfg, home, start, spec, outcome, reason)
         elif (spec.kind == "git" and outcome is Outcome.DONE and spec.sweep_file is None
+              and not spec.outside_stream
               and spec.tree in datatypes.parse_repositories(cfg.repositories)):
             _maybe_start(cfg, home, start, spec)
     except (ClusterError, OSError, ValueError, GitFailed) as exc:
@@ -91,10 +92,11 @@ def confirmed(archive: Path) -> list[tuple[str, str, str]]:
 
 def last_tested(home: Home, run_id: str, tree: str) -> tuple[str, str] | None:
     """(run id, commit) of the stream's last tested commit before run ``run_id``: the
-    newest earlier commit run of ``tree`` that completed and is no bisection run."""
+    newest earlier commit run of ``tree`` that completed and is part of the stream (no
+    bisection or repro run: :func:`cluster.runspec.outside_stream`)."""
     for folder, start in archived_runs(home):
         if folder.name >= run_id or start.kind != "git" or start.tree != tree \
-                or culprits.is_bisection(start.options):
+                or outside_stream(start.options):
             continue
         try:
             info = (folder / "run.info").read_text(encoding="utf-8")

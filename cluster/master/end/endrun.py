@@ -24,9 +24,11 @@
 * ``tree``: a commit run's exported tree becomes the master's clean tree;
 * ``dequeue``: the queue line leaves the queue, or stays for another attempt;
 
-A bisection run (queue option ``culprit=``) skips ``tables``, ``cache``, ``mail`` and
-``tree``: it never becomes the stream's baseline nor the clean tree, and only its search's
-follow-up report is mailed.  Then a user run's source snapshot is moved to
+A run outside the stream (:func:`cluster.runspec.outside_stream`: a bisection run, queue
+option ``culprit=``, or a repro run, ``repro=``) skips ``tables``, ``cache``, ``mail`` and
+``tree``: it never becomes the stream's baseline nor the clean tree; only a search's
+follow-up report is mailed, and a repro run's report is read by the clusteradmin that
+queued it.  Then a user run's source snapshot is moved to
 ``archive/<id>/source/`` (a rename; for ``clusteradmin repro``) and the run's files (job
 list, journal, its folder and the record) are removed (a run that left its queue unstarted,
 ``queue-timeout``, has only its folder: the job list and journal are those of the run being
@@ -53,7 +55,7 @@ from cluster.home import Home
 from cluster.master.cache import reuse
 from cluster.master.cache.resultcache import FileDigests, ResultCache
 from cluster.master.end import culprit, finish, streamtables, sweepend
-from cluster.master.files import abort, culprits, ending, journal, reprokeep
+from cluster.master.files import abort, ending, journal, reprokeep
 from cluster.master.files.attempts import Attempts
 from cluster.master.files.ending import EndRecord, Outcome
 from cluster.master.model.joblist import JobFile
@@ -122,8 +124,9 @@ class RunEnder:
         remove_if_run(home.live(self.priority), run_id)  # no longer live (a killed master's)
         archive = home.archive / run_id
         outcome = record.outcome
-        # A bisection run answers its search only: no baseline, cache, mail or clean tree.
-        regular = not culprits.is_bisection(spec.options)
+        # A bisection or repro run is no part of the stream: no baseline, cache, mail or
+        # clean tree (the one predicate: cluster.runspec.outside_stream).
+        regular = not spec.outside_stream
         if not record.is_done(ending.SWEEP):
             if outcome.started:
                 sweepend.end_sweep(home, start, spec)

@@ -57,7 +57,7 @@ from cluster.jobs.generate import MUTOOL, PRODUCT_SPECS, SHELL
 from cluster.master.cache import reuse, reuseverify
 from cluster.master.end import samebuild, streamtables, sweepend
 from cluster.master.end.buildfailure import failure_report
-from cluster.master.files import confirmplan, culprits
+from cluster.master.files import confirmplan
 from cluster.master.files.abort import STOPPED_BY
 from cluster.master.files.ending import BASELINE_KINDS, Outcome
 from cluster.master.model.unbuilt import ABSENT
@@ -72,7 +72,7 @@ from cluster.report import (
     userreport,
 )
 from cluster.report import compare as report
-from cluster.runspec import SWEEP, RunSpec
+from cluster.runspec import SWEEP, RunSpec, outside_stream
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
 
@@ -439,12 +439,12 @@ def archived_runs(home: Home) -> Iterator[tuple[Path, JobStart]]:
 
 def baseline_tabs(home: Home, window: int = CACHE_WINDOW) -> list[tuple[str, Path]]:
     """(run id, archived table) of the newest ``window`` git and auto runs, newest first
-    (a bisection run's few tests never made a baseline: left out)."""
+    (a bisection or repro run's few tests never made a baseline: left out)."""
     found: list[tuple[str, Path]] = []
     for folder, start in archived_runs(home):
         table = folder / f"{folder.name}.tab"
         if start.kind in BASELINE_KINDS and SWEEP not in start.products and table.is_file() \
-                and not culprits.is_bisection(start.options):
+                and not outside_stream(start.options):
             found.append((folder.name, table))
             if len(found) >= window:
                 break
@@ -452,10 +452,11 @@ def baseline_tabs(home: Home, window: int = CACHE_WINDOW) -> list[tuple[str, Pat
 
 
 def last_user_run(home: Home, user: str) -> Path | None:
-    """The archive of ``user``'s newest run with a changed list (not a bmpcmp run)."""
+    """The archive of ``user``'s newest run with a changed list (not a bmpcmp run, nor a
+    repro run: :func:`cluster.runspec.outside_stream`)."""
     for folder, start in archived_runs(home):
         if start.kind == "user" and start.ref == user and "bmpcmp" not in start.options \
-                and (folder / CHANGED_LIST).is_file():
+                and not outside_stream(start.options) and (folder / CHANGED_LIST).is_file():
             return folder
     return None
 

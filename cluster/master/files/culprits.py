@@ -59,11 +59,6 @@ DONE = "done"
 QUEUED, STEP_DONE, SKIPPED = "queued", "done", "skipped"
 
 
-def is_bisection(options: Iterable[str]) -> bool:
-    """Whether a run with these queue options is a bisection run (``culprit=``)."""
-    return any(o.startswith(OPTION + "=") for o in options)
-
-
 @dataclass
 class ChangedTest:
     """What a search knows of one changed test: its output before (``old``) and after

@@ -7,8 +7,10 @@ Two things, each written once at the run's end, nothing per job:
   ``<test> <logfile> true ; <command>`` a line, its placeholders unfilled), gzip-compressed
   (about a twentieth of its size: a million gs jobs, some 300 MB of lines, keep as about
   15 MB).  Written by the end's report step (:func:`keep_jobs`) from the jobs file the
-  run was served from, before the end removes it.  The job's own timeout
-  (``timeout=<s>`` of a JOBS reply) is not in it: the jobs file never says it.
+  run was served from, before the end removes it.  A job's own timeout is in its line
+  (``timeout=<s>`` in place of ``true``: the ordering child writes it into the jobs file),
+  so a repro run that runs the line as it is (:mod:`cluster.master.run.runsetup`) runs
+  it under the same limit.
 * ``archive/<id>/source/<tree>``: a user run's snapshot of the pushed tree (hard links to
   the user's tree, taken when the run started), moved there by a rename instead of being
   removed with the run's folder (:func:`keep_source`).  A commit run's exported tree is not

@@ -2,9 +2,11 @@
 docs/runoptions.md, section 4), as pure
 decisions: :class:`RunPolicy` is what :class:`~cluster.master.state.runstate.RunState` asks.
 
-* **groups / exclude**: a node may take the run when ``RunOptions.placed`` says so, from the
-  groups it is in (``groups/<name>``, :mod:`cluster.master.files.groups`, reread by the master
-  every ``pid_check_interval``).  A node that may not is refused at its first call with a
+* **groups / nodes / exclude**: a node may take the run when ``RunOptions.placed`` says
+  so, from its name (``nodes=``: only those named; ``clusteradmin repro`` pins its run to
+  one node so) and the groups it is in (``groups/<name>``,
+  :mod:`cluster.master.files.groups`, reread by the master every ``pid_check_interval``).
+  A node that may not is refused at its first call with a
   final ABORT (``unsuitable: ...``): it is not a failed node, and its clusterpull goes on to
   other runs.  The monitor does not offer the run to it in the first place
   (:func:`offered`).  A run that no node up may take waits, and says why
@@ -41,31 +43,33 @@ PIN = "@"
 
 @dataclass(frozen=True)
 class Placement:
-    """A run's ``groups=`` and ``exclude=``; both empty: every node."""
+    """A run's ``groups=``, ``exclude=`` and ``nodes=``; all empty: every node."""
 
     groups: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, options: RunOptions) -> Placement:
-        return cls(options.groups, options.exclude)
+        return cls(options.groups, options.exclude, options.nodes)
 
     @classmethod
     def of_words(cls, words: Iterable[str]) -> Placement:
         """From a run's option words (job.start's ``options``); a bad word places nowhere
         differently from the queue's check, which refused it before."""
-        opts = RunOptions.of(words, DEFAULTS)
-        return cls(opts.groups, opts.exclude)
+        return cls.of(RunOptions.of(words, DEFAULTS))
 
     @property
     def restricted(self) -> bool:
-        return bool(self.groups or self.exclude)
+        return bool(self.groups or self.exclude or self.nodes)
 
     def refusal(self, node: str, groups: Mapping[str, Iterable[str]]) -> str:
         """Why ``node`` may not take the run ('' when it may), ``groups`` being every group
         and its nodes."""
         if node in self.exclude:
             return f"node {node} is excluded from this run (exclude={','.join(self.exclude)})"
+        if self.nodes and node not in self.nodes:
+            return f"node {node} is not one of this run's nodes (nodes={','.join(self.nodes)})"
         if self.groups and not any(node in groups.get(g, ()) for g in self.groups):
             return (f"node {node} is in none of this run's groups "
                     f"(groups={','.join(self.groups)})")
@@ -82,6 +86,12 @@ def waiting_reason(placement: Placement, up: Iterable[str],
     group win64 is up``."""
     if any(placement.may_take(node, groups) for node in up):
         return ""
+    if placement.nodes:
+        reason = (f"node {placement.nodes[0]} is not up" if len(placement.nodes) == 1
+                  else f"none of nodes {', '.join(placement.nodes)} is up")
+        if placement.groups or placement.exclude:
+            reason += " (or the run's groups= or exclude= refuse it)"
+        return reason
     if placement.groups:
         which = (f"group {placement.groups[0]}" if len(placement.groups) == 1
                  else f"groups {', '.join(placement.groups)}")

@@ -4,10 +4,11 @@ A clustermaster (:mod:`cluster.master.run.clustermaster`) that serves the run at
 its queue first has :class:`RunSetup` put the run in place: job.start reused when it
 describes that queue line (a takeover), else a new run id and the run's source made ready
 (a commit exported, a pushed tree or an auto sweep's folder snapshotted, a bmpcmp run's
-test list taken from the user's last run, a bisection run's from its culprit search)
-before job.start is written; then the job list, the jobs file if it is there (a
-takeover), else build.py's.  Each step leaves the home as a killed master would: the next
-master redoes what is missing and nothing twice.
+test list taken from the user's last run, a bisection run's from its culprit search, a
+repro run's user snapshot linked from its archived run) before job.start is written; then
+the job list, the jobs file if it is there (a takeover), else build.py's (a repro run's:
+its archived job line as it is, :meth:`RunSetup.repro_jobs`).  Each step leaves the home
+as a killed master would: the next master redoes what is missing and nothing twice.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +35,7 @@ from cluster.jobs.generate import required_programs
 from cluster.jobs.sweepjobs import node_job_timeout
 from cluster.master.end import culprit, finish
 from cluster.master.end.endrun import exported_source
-from cluster.master.files import codelock, nodefiles
+from cluster.master.files import codelock, nodefiles, reprokeep
 from cluster.master.model import joborder, jobtimeouts, placement, runlimits
 from cluster.master.model.joblist import JobFile
 from cluster.node import buildcmd
@@ -240,6 +242,9 @@ class RunSetup:
                 if not dest.is_dir():
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     export_commit(self.home, self.cfg, spec.tree, spec.ref, dest)
+            elif spec.kind == "user" and spec.repro is not None:
+                if not dest.is_dir():
+                    self.repro_source(spec, dest)
             elif spec.kind == "user":
                 if not dest.is_dir():
                     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -259,6 +264,42 @@ class RunSetup:
             raise RunSetupError(start, str(exc)) from None
         if publish is not None:
             publish()
+
+    def repro_source(self, spec: RunSpec, dest: Path) -> None:
+        """A repro run of a user run: the archived run's snapshot (``archive/<run>/source/
+        <tree>``, kept by its end) linked to ``dest`` (files hard links; a half copy is
+        never under ``dest``'s name).  ClusterError when the archive kept none."""
+        assert spec.repro is not None
+        run = spec.repro[0]
+        kept = reprokeep.kept_source(self.home.archive / run, spec.tree)
+        if kept is None:
+            raise ClusterError(f"repro run {spec.line()}: run {run} kept no source snapshot "
+                               f"({self.home.archive / run / reprokeep.SOURCE_DIR / spec.tree})")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.",
+                                    suffix=fsutil.TEMP_SUFFIX))
+        try:
+            push.link_tree(kept, tmp)
+            os.rename(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def repro_jobs(self, spec: RunSpec, out: TextIO) -> None:
+        """A repro run's job list: its test's line of the archived run's ``jobs.gz`` as it
+        is, its own timeout included (not build.py's line for today's corpus and
+        configuration, nor today's timeout fit).  JobListError when it is not there."""
+        assert spec.repro is not None
+        run, test = spec.repro
+        try:
+            line = reprokeep.job_line(self.home.archive / run, test)
+        except (OSError, EOFError) as exc:
+            raise JobListError(f"repro run: run {run}'s {reprokeep.JOBS_NAME} does not "
+                               f"read: {exc}") from None
+        if line is None:
+            raise JobListError(f"repro run: run {run}'s {reprokeep.JOBS_NAME} has no line "
+                               f"of test {test}")
+        out.write(line + "\n")
 
     def bmpcmp_listing(self, spec: RunSpec, start: JobStart, run_dir: Path) -> None:
         """A bmpcmp run's tests: the user's last run's changed list (ClusterError if none)."""
@@ -309,9 +350,12 @@ class RunSetup:
         master never holds them), which is then indexed (:class:`JobFile`).
         """
         path = self.home.jobs(self.priority)
+        queued = RunSpec.parse(start.queue)
+        if not path.exists() and queued.repro is not None:
+            with fsutil.atomic_writer(path) as out:
+                self.repro_jobs(queued, out)
         if not path.exists():
             argv = [*self.config_args, "--home", str(self.home.root)]
-            queued = RunSpec.parse(start.queue)
             sweep_file = queued.sweep_file
             if "bmpcmp" in start.options:
                 argv += ["bmpcmp", "--from", str(self.home.run_dir(start.id) / "bmpcmp.lst")]
