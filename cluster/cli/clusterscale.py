@@ -70,7 +70,7 @@ from cluster.provision.exclusions import FILE_NAME as EXCLUDED_FILE
 from cluster.provision.exclusions import Exclusions
 from cluster.provision.jobkeys import JobKeys
 from cluster.provision.pilots import PilotSettings, PilotWatch, node_python, pilot_log_dir
-from cluster.provision.scaler import Demand, Provisioner, ScaleSettings, Step
+from cluster.provision.scaler import Demand, Provisioner, ScaleSettings, Step, job_number
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
@@ -150,9 +150,10 @@ def wait_for_change(path: Path, seen: tuple[int, int] | None, seconds: float,
         stop.wait(min(WATCH_POLL, left), clock)
 
 
-def _job_order(job: ProvisionJob) -> tuple[int, int, str]:
-    """Oldest first: a batch system numbers its jobs upwards (Slurm does)."""
-    return (0, int(job.job_id), "") if job.job_id.isdigit() else (1, 0, job.job_id)
+def _job_order(job: ProvisionJob) -> tuple[int, tuple[int, ...], str]:
+    """Oldest first: a batch system numbers its jobs upwards (Slurm's 42, Grid Engine's
+    42.3)."""
+    return job_number(job.job_id)
 
 
 def provision_status(provisioner: Provisioner, step: Step, interval: float,

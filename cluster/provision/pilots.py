@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -344,7 +345,10 @@ class PilotWatch:
         left = self.pause_until - self.clock.monotonic()
         why = f"{self.streak} pilot{'s' if self.streak > 1 else ''} failed in a row"
         if left > 0:
-            return 0, f"held back by the back-off ({why}, the next submit in {left:.0f} s)"
+            # The time of day, not a countdown: the line stays the same from look to look
+            # (logged once, then at DEBUG), however long the pause.
+            at = time.strftime("%H:%M:%S", time.localtime(self.clock.time() + left))
+            return 0, f"held back by the back-off ({why}, the next submit at {at})"
         return 1, f"one at a time while pilots fail ({why})"
 
     def excluded(self) -> list[str]:

@@ -113,11 +113,21 @@ class Decision:
         return ", ".join(f"{n} {reason}" for reason, n in counts.most_common())
 
 
+def job_number(job_id: str) -> tuple[int, tuple[int, ...], str]:
+    """A sort key that orders job ids as a batch system numbers them, upwards: Slurm's
+    ``42``, Grid Engine's tasks ``42.3``; an id of another form after them, by its text."""
+    parts = job_id.split(".")
+    if all(part.isdigit() for part in parts):
+        return (0, tuple(int(part) for part in parts), "")
+    return (1, (), job_id)
+
+
 def _newest_first(jobs: list[EngineJob]) -> list[EngineJob]:
     """``jobs`` newest first: a batch system numbers its jobs upwards (Slurm does)."""
-    def order(job: EngineJob) -> tuple[int, int, str]:
-        return (1, int(job.job_id), "") if job.job_id.isdigit() else (0, 0, job.job_id)
-    return sorted(jobs, key=order, reverse=True)
+    numbered = [job for job in jobs if job_number(job.job_id)[0] == 0]
+    others = [job for job in jobs if job_number(job.job_id)[0] == 1]
+    return (sorted(numbered, key=lambda job: job_number(job.job_id), reverse=True)
+            + sorted(others, key=lambda job: job.job_id, reverse=True))
 
 
 def _ids(jobs: tuple[EngineJob, ...] | list[EngineJob]) -> str:
@@ -298,6 +308,8 @@ class Provisioner:
                 # The next look tries again; a refusal now is likely a refusal again.
                 errors.append(f"submit failed: {exc}")
                 trouble = str(exc)
+                if self.pilots is not None:
+                    self.pilots.probed()  # while pilots fail, a refusal waits its pause too
         for job in decision.cancel:
             try:
                 self.engine.cancel(job.job_id)
