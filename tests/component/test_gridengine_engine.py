@@ -6,6 +6,7 @@ refused submission quoting qsub, and a cell that leaves nothing running when sto
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,10 +70,11 @@ def test_a_refused_submission_quotes_qsub(private_gridengine: PrivateGridEngine)
 
 
 def test_a_stopped_cell_leaves_nothing_running(tmp_path: Path) -> None:
+    marker = f"getest-{uuid.uuid4().hex}"  # other tests on this machine sleep too
     with PrivateGridEngine(tmp_path / "sge", slots=2) as cell:
         pids = dict(cell.pids)
         engine = GridEngine(env=cell.env)
-        engine.submit_many("getest-left", ["sleep", "300"], 1, 2)
+        engine.submit_many("getest-left", ["sh", "-c", "sleep 300; true", marker], 1, 2)
         wait_for("the tasks running", lambda: len([
             j for j in engine.jobs("getest") if j.state == "running"]) == 2)
     assert not [pid for pid in pids.values() if psutil.pid_exists(pid)
@@ -80,7 +82,7 @@ def test_a_stopped_cell_leaves_nothing_running(tmp_path: Path) -> None:
     left = [p.info for p in psutil.process_iter(["pid", "name", "cmdline", "status"])
             if p.info["status"] != psutil.STATUS_ZOMBIE
             and (p.info["name"] == "sge_shepherd"
-                 or p.info["cmdline"] == ["sleep", "300"])]
+                 or marker in " ".join(p.info["cmdline"] or []))]
     assert left == []
     # No command reaches it any more.
     with pytest.raises(EngineError, match="qstat: exit status"):
