@@ -110,35 +110,34 @@ def test_nodes_start_under_a_cron_path_and_leave_the_lists_when_they_end(
                    for p in logs), [p.read_text() for p in logs]
 
 
-def _submit_times(log: str) -> list[float]:
-    times = []
-    for line in log.splitlines():
-        if re.search(r": submitted [1-9]", line):
-            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
-            times.append(stamp.timestamp())
-    return times
+def _times(log: str, pattern: str) -> list[float]:
+    """When the log lines matching ``pattern`` were written."""
+    return [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            for line in log.splitlines() if re.search(pattern, line)]
 
 
 def test_pilots_that_always_die_back_off_warn_once_and_exclude_the_host(
         tmp_path: Path, bare_python: Path) -> None:
     host = short_hostname()
     with _cluster(tmp_path / "home", bare_python, max_nodes="1",
-                  node_python=str(bare_python / "python3"), pilot_backoff="2",
-                  pilot_backoff_max="8", pilot_exclude_after="3") as cluster:
+                  node_python=str(bare_python / "python3"), pilot_backoff="3",
+                  pilot_backoff_max="12", pilot_exclude_after="3") as cluster:
         tree = write_demo_tree(tmp_path / "tree", "gs", [])
         cluster.push(tree, "tester", ["gs"], [])
         log_path = cluster.home.log_dir / "clusterscale.log"
         excluded = cluster.home_dir / EXCLUDED_FILE
         wait_for(excluded.exists, 90, f"{excluded}")
-        time.sleep(12)  # a while longer: the back-off keeps the submissions few
+        time.sleep(15)  # past the next pause (12 s): the back-off keeps the submissions few
         log = log_path.read_text(errors="replace")
-        times = _submit_times(log)
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        times = _times(log, r": submitted [1-9]")
+        failed = _times(log, r" (WARNING|INFO) pilot failed")
         # A handful of submissions, not one a look (the look is every second): pauses of
-        # 2, 4, 8 s after the failures, and after the third the host is excluded, which
-        # on a one-host Slurm sbatch refuses -- said once a pause, not once a look.
-        assert len(times) == 3, log
-        assert gaps[1] > gaps[0] + 1, gaps
+        # 3, 6, 12 s after the failures (from each failure seen to the next submit), and
+        # after the third the host is excluded, which on a one-host Slurm sbatch refuses
+        # -- said once a pause, not once a look.
+        assert len(times) == 3 and len(failed) == 3, log
+        pauses = [next(t for t in times if t > f) - f for f in failed[:2]]
+        assert 3 <= pauses[0] < 5 and 6 <= pauses[1] < 8, pauses
         refusals = log.count("submit failed: sbatch: exit status 1: sbatch: error: Batch job "
                              "submission failed: Requested node configuration is not available")
         assert 1 <= refusals <= 3, log
