@@ -164,7 +164,7 @@ class Config:
                            "the slots an ephemeral node brings (its Slurm job's CPUs)",
                            positive=True, high=4096)
     node_prefix: str = _opt("slurm", MASTER, "name",
-                            "ephemeral nodes are named <prefix>-<Slurm job id>")
+                            "ephemeral nodes are named <prefix>-<batch job id>")
     node_config: str = _opt("", MASTER, "path",
                             "the node.conf an ephemeral node starts with, as the batch nodes "
                             "see it (--config; '' = none: a node on this machine or a shared "
@@ -183,6 +183,40 @@ class Config:
     slurm_max_submit_rate: float = _opt(30.0, MASTER, "jobs per minute",
                                         "the provisioner submits at most this many Slurm "
                                         "jobs a minute", positive=True, high=100_000)
+    provision_engine: str = _opt("slurm", MASTER, "engine",
+                                 "the provisioner's batch system: slurm, gridengine, or "
+                                 "module:Class (docs/provisioning.md, \"The engine "
+                                 "interface\")")
+    gridengine_queue: str = _opt("", MASTER, "name",
+                                 "qsub -q of each ephemeral node's job ('' = any queue)")
+    gridengine_pe: str = _opt("smp", MASTER, "name",
+                              "the parallel environment a job of more than one slot asks "
+                              "for (qsub -pe PE SLOTS)")
+    gridengine_options: str = _opt("", MASTER, "words",
+                                   "more qsub words for each ephemeral node's job "
+                                   "(shell-quoted)")
+    node_python: str = _opt("", MASTER, "path",
+                            "the Python that runs an ephemeral node in its batch job ('' = "
+                            "the provisioner's own interpreter)")
+    pilot_log: str = _opt("", MASTER, "path",
+                          "the folder each batch job's output goes to, as the batch nodes "
+                          "see it ('' = <home>/log/pilots)")
+    pilot_log_keep: int = _opt(200, MASTER, "files",
+                               "the pilot logs kept (the oldest removed beyond)",
+                               positive=True, high=1_000_000)
+    pilot_min_life: float = _opt(60.0, MASTER, "seconds",
+                                 "a batch job that ends sooner, other than by exit 0 or a "
+                                 "stop signal, counts as a failed pilot", high=DAY)
+    pilot_backoff: float = _opt(20.0, MASTER, "seconds",
+                                "after a failed pilot, the pause before the next submit "
+                                "(doubling with each failure in a row)", positive=True,
+                                high=DAY)
+    pilot_backoff_max: float = _opt(1800.0, MASTER, "seconds",
+                                    "the longest pause between submits while pilots fail",
+                                    positive=True, high=WEEK)
+    pilot_exclude_after: int = _opt(3, MASTER, "pilots",
+                                    "this many failed pilots on one host exclude it from the "
+                                    "submissions until cleared (0 = never)", high=1000)
     max_result_bytes: int = _opt(64 << 20, MASTER, "bytes",
                                  "a sweep task whose command writes more than this (its result "
                                  "files, stdout and stderr together) is failed and nothing of it "

@@ -81,6 +81,7 @@ from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers.push import push_tree
 
 if TYPE_CHECKING:
+    from cluster.provision.sgehost import PrivateGridEngine
     from cluster.provision.slurmhost import PrivateSlurm
     from cluster.runtime.sshd import PrivateSshd
 
@@ -98,8 +99,9 @@ SUPERVISOR_SCRIPT = "run_clustermaster.py"
 STATUS_SCRIPT = "clusterstatus.py"
 PROVISIONER_SCRIPT = "clusterscale.py"
 #: A clustermaster's script, as the supervisor starts it (its priority in the name).
-#: Where the nodes come from: started here (""), or asked of a private Slurm ("slurm").
-PROVIDERS = ("", "slurm")
+#: Where the nodes come from: started here (""), or asked of a private Slurm ("slurm") or
+#: Grid Engine ("gridengine").
+PROVIDERS = ("", "slurm", "gridengine")
 #: How many of a dead daemon's last log lines an error shows.
 LOG_TAIL_LINES = 20
 #: How much of a dead daemon's log is read for them, at most [bytes].
@@ -171,12 +173,15 @@ class LocalCluster:
     daemons: dict[str, _Daemon] = field(default_factory=dict)
     transport: str = "local"
     wrap: Wrap | None = None
-    #: "slurm": no node is started here; a private single-host Slurm and the provisioner
-    #: (clusterscale.py) start ephemeral nodes as runs wait (docs/provisioning.md,
-    #: "Ephemeral nodes"), at most ``max_nodes`` of them.
+    #: "slurm", "gridengine": no node is started here; a private single-host batch system
+    #: and the provisioner (clusterscale.py, with ``provider_env`` added to its
+    #: environment) start ephemeral nodes as runs wait (docs/provisioning.md), at most
+    #: ``max_nodes`` of them.
     provider: str = ""
-    #: The private Slurm of ``provider="slurm"``, while it runs.
+    provider_env: dict[str, str] = field(default_factory=dict)
+    #: The private Slurm or Grid Engine of ``provider``, while it runs.
     slurm: PrivateSlurm | None = None
+    gridengine: PrivateGridEngine | None = None
     #: The private sshd of ``transport="ssh"``, while it runs.  Set it before
     #: :meth:`start` to use one started elsewhere (:meth:`stop` stops it all the same).
     sshd: PrivateSshd | None = None
@@ -189,7 +194,11 @@ class LocalCluster:
             raise LocalClusterError(f"transport {self.transport!r}: expected one of "
                                     f"{', '.join(TRANSPORTS)}")
         if self.provider not in PROVIDERS:
-            raise LocalClusterError(f"provider {self.provider!r}: expected slurm or none")
+            raise LocalClusterError(f"provider {self.provider!r}: expected slurm, gridengine "
+                                    "or none")
+        if self.provider:  # the engine of the provisioner: one line of master.conf
+            prefix = {"node_prefix": "sge"} if self.provider == "gridengine" else {}
+            self.overrides = {"provision_engine": self.provider, **prefix, **self.overrides}
 
     # ------------------------------------------------------------------ setup
     def prepare(self) -> Config:
@@ -281,28 +290,33 @@ class LocalCluster:
         for i in range(1, self.nodes + 1):
             name = f"node{i}"
             self.start_node(name, (node_env or {}).get(name))
-        if self.provider == "slurm":
-            self.start_slurm()
+        if self.provider:
+            self.start_provider()
 
-    def start_slurm(self) -> PrivateSlurm:
-        """Start a private single-host Slurm in ``<home>/slurm`` (with CPUs for
-        ``max_nodes`` nodes of ``node_slots``) and the provisioner, which asks it for
-        ephemeral nodes as runs wait."""
-        # Here, not at the top: only provider slurm needs Slurm.
+    def start_provider(self) -> dict[str, str]:
+        """Start a private single-host Slurm or Grid Engine in ``<home>/<provider>`` (with
+        CPUs for ``max_nodes`` nodes of ``node_slots``) and the provisioner, which asks it
+        for ephemeral nodes as runs wait; the environment its commands need."""
+        # Here, not at the top: only a provider needs its batch system.
+        from cluster.provision.sgehost import PrivateGridEngine
         from cluster.provision.slurmhost import PrivateSlurm
 
         cfg = self.config()
-        self.slurm = PrivateSlurm(self.home_dir / "slurm",
-                                  cpus=max(1, cfg.max_nodes) * cfg.node_slots).start()
-        # sbatch gives the jobs the provisioner's environment: an ephemeral node works in
-        # $TMPDIR/<name>, here in this home (a private Slurm counts job ids from 1 again,
-        # so /tmp/slurm-1 would be another cluster's too).
-        tmp = self.home_dir / "slurm" / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        self._spawn(PROVISIONER_SCRIPT, [], "clusterscale.out",
-                    env={**self.slurm.env, "TMPDIR": str(tmp)}, daemon=True,
-                    role="provisioner")
-        return self.slurm
+        cpus, folder = max(1, cfg.max_nodes) * cfg.node_slots, self.home_dir / self.provider
+        if self.provider == "slurm":
+            self.slurm = PrivateSlurm(folder, cpus=cpus).start()
+            env = self.slurm.env
+        else:
+            self.gridengine = PrivateGridEngine(folder, slots=cpus).start()
+            env = self.gridengine.env
+        # The jobs get the provisioner's environment: an ephemeral node works in
+        # $TMPDIR/<name>, here in this home (a private batch system counts job ids from 1
+        # again, so /tmp/slurm-1 would be another cluster's too).
+        (folder / "tmp").mkdir(parents=True, exist_ok=True)
+        self._spawn(PROVISIONER_SCRIPT, [], "clusterscale.out", env={
+            **env, "TMPDIR": str(folder / "tmp"), **self.provider_env}, daemon=True,
+            role="provisioner")
+        return env
 
     def start_sshd(self) -> PrivateSshd:
         """Start the private sshd of ``transport="ssh"`` on a free port of ``master_host``
@@ -551,11 +565,12 @@ class LocalCluster:
             except (OSError, ValueError):
                 pass
         self.procs.clear()
-        if self.slurm is not None:
+        for batch in (self.slurm, self.gridengine):
             # After the provisioner: it submits nothing more.  Its stop cancels every job
             # (the ephemeral nodes) and ends the daemons by PID.
-            self.slurm.stop()
-            self.slurm = None
+            if batch is not None:
+                batch.stop()
+        self.slurm = self.gridengine = None
         if self.sshd is not None:
             # After the nodes: none of them is left talking to it.
             self.sshd.stop()

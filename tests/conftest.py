@@ -19,6 +19,7 @@ from pathlib import Path
 import pluggy
 import pytest
 
+from cluster.provision.sgehost import PrivateGridEngine
 from cluster.provision.slurmhost import PrivateSlurm
 from cluster.runtime.ports import PORTS_ENV
 
@@ -100,3 +101,13 @@ def private_slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateS
     :class:`cluster.provision.slurm.SlurmEngine` needs to use it."""
     with PrivateSlurm(tmp_path_factory.mktemp("slurm")) as slurm:
         yield slurm
+
+
+@pytest.fixture(scope="module")
+def private_gridengine(tmp_path_factory: pytest.TempPathFactory
+                       ) -> Iterator[PrivateGridEngine]:
+    """A private single-host Grid Engine cell (sge_qmaster, sge_execd, the queue ``main``
+    with 4 slots), started for the module and stopped after it by PID; its ``env`` is what
+    a Grid Engine command or a :class:`cluster.provision.gridengine.GridEngine` needs."""
+    with PrivateGridEngine(tmp_path_factory.mktemp("sge"), slots=4) as cell:
+        yield cell

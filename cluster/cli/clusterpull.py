@@ -213,7 +213,10 @@ def _ephemeral(args: argparse.Namespace, cfg: Config) -> int:
         with SingleInstance(cfg.work_dir / "clusterpull.lock", "clusterpull.py"):
             clean_work_dir(work)
             install_signal_handlers(pull.stop_flag)
-            return session.run()
+            status = session.run()
+            if status == ephemeral.EXIT_NOT_WANTED and pull.heartbeats:
+                pull.say_goodbye()  # it leaves the node lists now, not when its lease ends
+            return status
     except AlreadyRunning as exc:
         log.error("ephemeral node %s: %s (another session uses the work folder %s)", name,
                   exc, work)

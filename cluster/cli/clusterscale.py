@@ -2,6 +2,7 @@
 number the master's resource file wants (docs/provisioning.md, "The provisioner").
 
 Usage: clusterscale.py [--config master.conf] [--home DIR] [--set key=value]... [--once] [-q]
+       clusterscale.py [--config master.conf] --clear-host HOST|all
 
 Every ``resource_interval`` seconds, and within :data:`WATCH_POLL` of each rewrite of the
 resource file (the master rewrites it at once when a run starts or ends), it reads it
@@ -30,9 +31,18 @@ jobs it finds by their name: it submits nothing twice.  SIGTERM or SIGINT ends t
 after the current look; the batch jobs are left as they are (the ephemeral nodes leave by
 themselves when nothing is wanted of them).
 
-The batch system is Slurm (:class:`cluster.provision.slurm.SlurmEngine`: ``sbatch``,
-``squeue``, ``scancel`` on PATH, ``SLURM_CONF`` as the site sets it, and the ``slurm_*``
-settings); :data:`ENGINE_FACTORY` makes it, and a test or another engine swaps it.
+Each job runs a pilot (:mod:`cluster.provision.pilots`): the node under ``node_python``,
+else this process's own interpreter, its imports checked first, its output in
+``<pilot_log>/<node>.log``.  A pilot that ends within ``pilot_min_life`` (not by exit 0 or
+a stop signal) failed: one WARNING with its last lines per streak of failures, the submits
+paused (doubling, up to ``pilot_backoff_max``), and after ``pilot_exclude_after`` failures
+on one host that host excluded from the submissions until ``--clear-host HOST`` (or
+``all``) clears it.  The node of a job that has ended leaves ``nodes/`` (and so the
+console's lists) at the look that sees it gone.
+
+The batch system is master.conf's ``provision_engine`` (``slurm``, ``gridengine`` or a
+site's ``module:Class``; :func:`cluster.provision.engines.make_engine`);
+:data:`ENGINE_FACTORY` makes it, and a test swaps it.
 
 Exit status: 0 stopped, or another instance runs; 2 a bad option or configuration, or the
 engine cannot be set up (its message on stderr).
@@ -43,7 +53,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -52,10 +61,16 @@ from cluster.cli import common, progname
 from cluster.config import Config
 from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import ClusterError
+from cluster.home import Home
+from cluster.master.files.nodefiles import forget_node
 from cluster.master.files.resources import resource_path
 from cluster.provision.engine import PENDING, RUNNING, Engine
+from cluster.provision.engines import make_engine
+from cluster.provision.exclusions import FILE_NAME as EXCLUDED_FILE
+from cluster.provision.exclusions import Exclusions
 from cluster.provision.jobkeys import JobKeys
-from cluster.provision.scaler import Demand, Provisioner, ScaleSettings, Step
+from cluster.provision.pilots import PilotSettings, PilotWatch, node_python, pilot_log_dir
+from cluster.provision.scaler import Demand, Provisioner, ScaleSettings, Step, job_number
 from cluster.runtime import fsutil
 from cluster.runtime.clock import Clock, SystemClock
 from cluster.runtime.service import StopFlag, install_signal_handlers
@@ -79,17 +94,8 @@ LOG_NAME = "clusterscale.log"
 WATCH_POLL = 0.2
 
 
-def slurm_engine(cfg: Config) -> Engine:
-    """The Slurm engine with ``cfg``'s ``slurm_*`` settings."""
-    from cluster.provision.slurm import SlurmEngine  # Slurm's module only where it is used
-
-    return SlurmEngine(partition=cfg.slurm_partition, account=cfg.slurm_account,
-                       time_limit=cfg.slurm_time_limit,
-                       options=shlex.split(cfg.slurm_options))
-
-
 #: Makes the engine from the configuration (ClusterError when it cannot); tests swap it.
-ENGINE_FACTORY: Callable[[Config], Engine] = slurm_engine
+ENGINE_FACTORY: Callable[[Config], Engine] = make_engine
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,6 +103,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "ephemeral nodes at the number the master wants.")
     common.add_config_options(p)
     p.add_argument("--once", action="store_true", help="one look (read, decide, act), then exit")
+    p.add_argument("--clear-host", metavar="HOST", help="let the provisioner submit to HOST "
+                   "again after failed pilots excluded it ('all': every host), then exit")
     common.add_quiet_option(p)
     return p
 
@@ -142,9 +150,10 @@ def wait_for_change(path: Path, seen: tuple[int, int] | None, seconds: float,
         stop.wait(min(WATCH_POLL, left), clock)
 
 
-def _job_order(job: ProvisionJob) -> tuple[int, int, str]:
-    """Oldest first: a batch system numbers its jobs upwards (Slurm does)."""
-    return (0, int(job.job_id), "") if job.job_id.isdigit() else (1, 0, job.job_id)
+def _job_order(job: ProvisionJob) -> tuple[int, tuple[int, ...], str]:
+    """Oldest first: a batch system numbers its jobs upwards (Slurm's 42, Grid Engine's
+    42.3)."""
+    return job_number(job.job_id)
 
 
 def provision_status(provisioner: Provisioner, step: Step, interval: float,
@@ -159,11 +168,21 @@ def provision_status(provisioner: Provisioner, step: Step, interval: float,
             for job in step.jobs or ()]
     jobs += [ProvisionJob(job_id, settings.job_name, settings.node_name(job_id), SUBMITTED)
              for job_id in step.submitted]
+    pilots = provisioner.pilots
+    failing, failure, next_submit = 0, "", 0.0
+    excluded: tuple[str, ...] = ()
+    if pilots is not None:
+        failing, excluded = pilots.streak, tuple(pilots.excluded())
+        last = pilots.last_failure
+        if failing and last is not None:
+            failure = last.describe() + (": " + " / ".join(last.tail) if last.tail else "")
+            next_submit = max(0.0, pilots.pause_until - pilots.clock.monotonic())
     return ProvisionStatus(written=now, pid=os.getpid(), engine=provisioner.engine.label,
                            interval=interval, wanted=step.wanted,
                            pending=step.count(PENDING), running=step.count(RUNNING),
                            jobs=tuple(sorted(jobs, key=_job_order)), action=step.line,
-                           trouble=step.trouble)
+                           trouble=step.trouble, failing=failing, failure=failure,
+                           next_submit=next_submit, excluded=excluded)
 
 
 class StatusWriter:
@@ -191,10 +210,12 @@ class StatusWriter:
 
 
 def serve(provisioner: Provisioner, path: Path, interval: float, stop: StopFlag,
-          clock: Clock, once: bool = False, status: StatusWriter | None = None) -> None:
+          clock: Clock, once: bool = False, status: StatusWriter | None = None,
+          home: Home | None = None) -> None:
     """Look every ``interval`` seconds, and at once when the resource file is rewritten
     (a run starting or ending), until ``stop`` is set (or once); after each look,
-    ``status`` (when given) writes what it saw and did."""
+    ``status`` (when given) writes what it saw and did, and the nodes of the jobs that
+    ended leave ``home``'s ``nodes/``."""
     previous = ""
     while not stop.is_set():  # bounded by the stop flag: a daemon's loop
         started = clock.monotonic()
@@ -207,6 +228,15 @@ def serve(provisioner: Provisioner, path: Path, interval: float, stop: StopFlag,
             logger.log(logging.INFO if step.line != previous else logging.DEBUG, "%s",
                        step.line)
         previous = step.line
+        if home is not None and provisioner.pilots is not None:
+            for node in provisioner.pilots.gone_nodes:
+                try:
+                    if forget_node(home, node):
+                        logger.info("node %s has ended (its job is gone): it leaves the "
+                                    "node lists", node)
+                except OSError as exc:
+                    logger.warning("cannot remove the files of ended node %s: %s", node,
+                                   exc.strerror or exc)
         if status is not None:
             status.write(provision_status(provisioner, step, interval, clock.time()))
         if once:
@@ -220,6 +250,8 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         return parsed
     args, cfg = parsed
     clock = clock or SystemClock()
+    if args.clear_host:
+        return clear_host(Home(cfg.home), args.clear_host)
     started = common.start_master_daemon(cfg, PROG, LOG_NAME, LOCK_NAME, args.quiet, logger)
     if isinstance(started, int):
         return started
@@ -231,8 +263,12 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return EXIT_USAGE
         # Each job's node key, made here beside the master home: a node over ssh cannot.
+        pilots = PilotWatch(PilotSettings.from_config(cfg), clock,
+                            pilot_log_dir(cfg, home.root), cfg.node_prefix,
+                            node_python(cfg, sys.executable),
+                            Exclusions(home.root / EXCLUDED_FILE))
         provisioner = Provisioner(engine, ScaleSettings.from_config(cfg), clock,
-                                  jobs_seen=JobKeys(home.root, cfg.node_prefix))
+                                  jobs_seen=JobKeys(home.root, cfg.node_prefix), pilots=pilots)
         path = resource_path(cfg)
         logger.info("provisioning from %s every %g s: at most %d nodes of %d slots named "
                     "%s-*, at most %g submits a minute", path, cfg.resource_interval,
@@ -241,7 +277,7 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         restore = install_signal_handlers(stop)
         try:
             serve(provisioner, path, cfg.resource_interval, stop, clock, once=args.once,
-                  status=StatusWriter(home.provision_status))
+                  status=StatusWriter(home.provision_status), home=home)
         finally:
             restore()
         if stop.is_set():
@@ -249,3 +285,20 @@ def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
         return EXIT_OK
     finally:
         guard.release()
+
+
+def clear_host(home: Home, host: str) -> int:
+    """--clear-host: take ``host`` ("all": every host) off the excluded list."""
+    exclusions = Exclusions(home.root / EXCLUDED_FILE)
+    try:
+        gone = exclusions.clear(host)
+    except OSError as exc:
+        print(f"{PROG}: cannot change {exclusions.path}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if gone:
+        print(f"{PROG}: cleared {', '.join(gone)}: the provisioner submits there again")
+    else:
+        left = ", ".join(sorted(exclusions.hosts())) or "none"
+        print(f"{PROG}: {host} is not excluded (excluded: {left})")
+    return EXIT_OK

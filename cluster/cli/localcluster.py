@@ -111,10 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transport", choices=TRANSPORTS, default="local",
                         help="how the nodes reach the master's files: local (directly, the "
                         "default) or ssh (a private sshd on loopback, keys in HOME/ssh)")
-    parser.add_argument("--provider", choices=("slurm",),
-                        help="slurm: start no node here; a private single-host Slurm (Debian's "
-                        "slurmctld, slurmd, munge) and the provisioner start ephemeral nodes "
-                        "as the run waits, at most --nodes of them (docs/provisioning.md)")
+    parser.add_argument("--provider", choices=("slurm", "gridengine"),
+                        help="slurm or gridengine: start no node here; a private single-host "
+                        "Slurm (Debian's slurmctld, slurmd, munge) or Grid Engine "
+                        "(gridengine-master, -exec, -client) and the provisioner start "
+                        "ephemeral nodes as the run waits, at most --nodes of them "
+                        "(docs/provisioning.md)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.nodes < 1:
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             sweep = prepare_sweep(args.sweep)
         overrides = parse_overrides(args.set)
         static = args.nodes
-        if args.provider == "slurm":
+        if args.provider:
             # --nodes is the most the provisioner asks Slurm for; it looks often here.
             overrides = {"max_nodes": str(args.nodes), "resource_interval": "1",
                          **overrides}

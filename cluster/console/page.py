@@ -21,7 +21,7 @@ Hooks for scripts and tests (stable; keep them when restyling):
   ``[data-field=state|last-heard|run|done|errors|timeouts|status|caps]`` cells, and in its
   name's cell ``[data-field=batch-job]`` ("Slurm job 42") for a node a batch job runs;
 * ``#provision[data-state=ok|trouble|stale|error]`` (hidden when the home has no
-  ``provision.json``: no provisioner), its ``[data-field=summary|trouble|stale|error]``
+  ``provision.json``: no provisioner), its ``[data-field=summary|trouble|pilots|stale|error]``
   and its ``li.provision-job[data-job=<id>][data-state=<state>]``;
 * ``#recent tr.recent[data-run=<id>]``, its ``a.link-report``, ``a.link-tab``,
   ``a.link-bmpcmp``, ``a.link-junit`` and ``a.link-json``;
@@ -357,6 +357,8 @@ function drawProvision(p) {
                  : null,
     p.trouble ? el("div", {class: "note bad", "data-field": "trouble",
                            text: "trouble: " + p.trouble}) : null,
+    ...(p.pilot_notes || []).map((t) => el("div", {class: "note bad", "data-field": "pilots",
+                                                   text: t})),
     jobs.length ? el("ul", {class: "provision-jobs"}, ...jobs) : null);
 }
 

@@ -26,6 +26,8 @@ Schema of the entry (keys may be added)::
      "jobs": [{"job_id", "name", "node", "state", "reason", "text"}],
      "action": "<the look's log line>", "trouble": "<message>" | "",
      "summary": "from Slurm: wanted ...", "stale_note": "" | "the provisioner is not ...",
+     "failing": <int>, "failure": "<the last failed pilot>", "next_submit": <seconds>,
+     "excluded": [<host>], "pilot_notes": [<the lines saying them>],
      "lines": [<the text views' lines, the jobs cut at JOBS_SHOWN>]}
 
 A node of the snapshot whose name is a job's ``node`` gets ``batch_job``:
@@ -111,9 +113,11 @@ def entry(path: Path, loaded: Loaded | str, now: float) -> JSON:
     stale_note = (f"the provisioner is not running: {path.name} was written {age:.0f} s ago "
                   f"(more than {STALE_INTERVALS} x {s.interval:g} s)" if stale else "")
     trouble = clean(s.trouble)
+    notes = pilot_notes(s)
     lines = [loaded.summary]
     lines += [f"  {stale_note}"] if stale_note else []
     lines += [f"  trouble: {trouble}"] if trouble else []
+    lines += [f"  {note}" for note in notes]
     lines += [f"  {job['text']}" for job in loaded.jobs[:JOBS_SHOWN]]
     if len(loaded.jobs) > JOBS_SHOWN:
         lines.append(f"  ... and {len(loaded.jobs) - JOBS_SHOWN} more jobs")
@@ -121,7 +125,26 @@ def entry(path: Path, loaded: Loaded | str, now: float) -> JSON:
             "age": age, "stale": stale, "interval": s.interval, "pid": s.pid,
             "wanted": s.wanted, "pending": s.pending, "running": s.running,
             "jobs": loaded.jobs, "action": s.action, "trouble": trouble,
-            "summary": loaded.summary, "stale_note": stale_note, "lines": lines}
+            "summary": loaded.summary, "stale_note": stale_note, "failing": s.failing,
+            "failure": clean(s.failure, 2 * TEXT_LIMIT), "next_submit": s.next_submit,
+            "excluded": list(s.excluded), "pilot_notes": notes, "lines": lines}
+
+
+def pilot_notes(s: ProvisionStatus) -> list[str]:
+    """``pilots failing: 3 in a row (the next submit in 80 s); the last: job 7 ...`` and
+    ``hosts excluded: vm (...)``: what the back-off and the exclusions say, [] when all is
+    well (docs/provisioning.md, "Pilots that cannot start")."""
+    notes = []
+    if s.failing:
+        wait = f"the next submit in {s.next_submit:.0f} s" if s.next_submit > 0 else \
+            "one submit at a time"
+        notes.append(f"pilots failing: {s.failing} in a row ({wait}); the last: "
+                     f"{clean(s.failure, 2 * TEXT_LIMIT)}")
+    if s.excluded:
+        notes.append(f"hosts excluded from the submissions: "
+                     f"{clean(', '.join(s.excluded))} (clusterscale.py --clear-host HOST "
+                     "clears one)")
+    return notes
 
 
 def mark_nodes(nodes: list[JSON], provision: JSON | None) -> list[JSON]:

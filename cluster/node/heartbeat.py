@@ -111,7 +111,7 @@ def forget_node_secrets() -> None:
 def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str = "",
                    timeout: float = 10.0, *, wait: float = 0.0, skip: Iterable[str] = (),
                    stop: Callable[[], bool] | None = None, wakeup_fd: int | None = None,
-                   secret: str) -> list[tuple[int, str]]:
+                   secret: str, bye: bool = False) -> list[tuple[int, str]]:
     """Send one heartbeat; return the waiting runs as ``(priority, job id)``, by priority.
 
     Empty ``status``/``caps`` are not sent (the master keeps what it had).  ``wait`` > 0
@@ -120,6 +120,7 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
     ``stop`` is looked at every :data:`STOP_POLL` seconds while the answer is awaited, and
     at once when ``wakeup_fd`` (a stop flag's, :mod:`cluster.runtime.service`) turns
     readable: once it returns true the connection is closed and HeartbeatStopped raised.
+    ``bye``: the node's goodbye (it leaves for good; the monitor removes its files).
     ``secret`` is the text of the node's own key (64 hex digits, :func:`node_secret`): the
     request is signed with the heartbeat key derived from it and the answer must verify
     under that key, else HeartbeatUnverified.
@@ -138,7 +139,7 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
     try:
         request = signing.sign_request(
             format_heartbeat(Heartbeat(node, status or None, caps or None,
-                                       wait if wait > 0 else None, frozenset(skip))),
+                                       wait if wait > 0 else None, frozenset(skip), bye)),
             key, nonce)
     except ValueError as exc:
         raise HeartbeatError(host, port, str(exc)) from None

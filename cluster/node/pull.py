@@ -74,6 +74,8 @@ REAP_POLL = 0.05
 #: after the other (0.25 s before); a monitor that stays down costs a node nine calls in
 #: its first 13 s, then one an interval.
 FIRST_RETRY = 0.05
+#: How long an exiting ephemeral node's goodbye may take [seconds].
+GOODBYE_TIMEOUT = 5.0
 
 
 @dataclass
@@ -183,6 +185,19 @@ class ClusterPull:
         if hold and self.skip_and_wait(later)[0] != skip:
             return later  # the monitor answered because of a run this node skips: re-ask
         return now + interval
+
+    def say_goodbye(self) -> bool:
+        """One heartbeat that says this node leaves for good (an ephemeral node that
+        exits): the monitor removes its files, so it leaves the node lists at once.  One
+        try, bounded; whether the monitor took it (a failure is one log line)."""
+        try:
+            heartbeat.send_heartbeat(self.cfg.master_host, self.cfg.monitor_port, self.name,
+                                     timeout=GOODBYE_TIMEOUT,
+                                     secret=heartbeat.node_secret(self.cfg), bye=True)
+        except Exception as exc:  # leaving anyway; the provisioner sees its job end too
+            log.info("node %s: goodbye not delivered: %s", self.name, exc)
+            return False
+        return True
 
     def heartbeat_retry(self, interval: float) -> float:
         """The pause after the last of :attr:`failures` failed heartbeats in a row:

@@ -2,14 +2,19 @@
 
 An engine starts a command as a batch job (:meth:`Engine.submit`), cancels one
 (:meth:`Engine.cancel`) and lists the jobs it holds under a name prefix
-(:meth:`Engine.jobs`); it has a name for people (:attr:`Engine.label`, "Slurm").  Slurm is
-one implementation (:mod:`cluster.provision.slurm`); another batch system is a new class
-with these three methods and a label, not a rewrite of the provisioner.  Every failure of
-the batch system is an :class:`EngineError` that names the command and quotes its message.
+(:meth:`Engine.jobs`); it has a name for people (:attr:`Engine.label`, "Slurm") and says
+how a job's shell finds its own id (:attr:`Engine.job_id_shell`).  Slurm
+(:mod:`cluster.provision.slurm`) and Grid Engine (:mod:`cluster.provision.gridengine`) are
+the implementations here; master.conf's ``provision_engine`` picks one, or names a class of
+the site's (:mod:`cluster.provision.engines`).  An engine may also submit several jobs at
+once (``submit_many``: Grid Engine's array jobs); the provisioner uses it when it is there.
+Every failure of the batch system is an :class:`EngineError` that names the command and
+quotes its message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,12 +51,18 @@ class EngineJob:
 
 class Engine(Protocol):
     """What the provisioner asks of a batch system.  ``label`` is its name for people
-    ("Slurm"): the console says "from Slurm: wanted W..." and "Slurm job 42"."""
+    ("Slurm"): the console says "from Slurm: wanted W..." and "Slurm job 42".
+    ``job_id_shell`` is a shell word that, inside a job, expands to the job id that
+    :meth:`submit` returned and :meth:`jobs` lists (Slurm's ``$SLURM_JOB_ID``): the pilot
+    names its node and its log by it."""
 
     label: str
+    job_id_shell: str
 
-    def submit(self, name: str, argv: list[str], slots: int) -> str:
-        """Start ``argv`` as a job called ``name`` with ``slots`` CPUs; return its job id."""
+    def submit(self, name: str, argv: list[str], slots: int, *,
+               exclude: Sequence[str] = ()) -> str:
+        """Start ``argv`` as a job called ``name`` with ``slots`` CPUs, on none of the hosts
+        ``exclude`` names; return its job id."""
         ...
 
     def cancel(self, job_id: str) -> None:

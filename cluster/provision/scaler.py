@@ -42,6 +42,7 @@ from typing import Protocol
 
 from cluster.config import Config
 from cluster.provision.engine import Engine, EngineError, EngineJob
+from cluster.provision.pilots import PilotEnd, PilotWatch
 from cluster.runtime.clock import Clock
 
 logger = logging.getLogger("cluster.provision")
@@ -112,11 +113,21 @@ class Decision:
         return ", ".join(f"{n} {reason}" for reason, n in counts.most_common())
 
 
+def job_number(job_id: str) -> tuple[int, tuple[int, ...], str]:
+    """A sort key that orders job ids as a batch system numbers them, upwards: Slurm's
+    ``42``, Grid Engine's tasks ``42.3``; an id of another form after them, by its text."""
+    parts = job_id.split(".")
+    if all(part.isdigit() for part in parts):
+        return (0, tuple(int(part) for part in parts), "")
+    return (1, (), job_id)
+
+
 def _newest_first(jobs: list[EngineJob]) -> list[EngineJob]:
     """``jobs`` newest first: a batch system numbers its jobs upwards (Slurm does)."""
-    def order(job: EngineJob) -> tuple[int, int, str]:
-        return (1, int(job.job_id), "") if job.job_id.isdigit() else (0, 0, job.job_id)
-    return sorted(jobs, key=order, reverse=True)
+    numbered = [job for job in jobs if job_number(job.job_id)[0] == 0]
+    others = [job for job in jobs if job_number(job.job_id)[0] == 1]
+    return (sorted(numbered, key=lambda job: job_number(job.job_id), reverse=True)
+            + sorted(others, key=lambda job: job.job_id, reverse=True))
 
 
 def _ids(jobs: tuple[EngineJob, ...] | list[EngineJob]) -> str:
@@ -234,6 +245,8 @@ class Step:
     jobs: tuple[EngineJob, ...] | None = None
     submitted: tuple[str, ...] = ()
     cancelled: tuple[str, ...] = ()
+    #: The pilots that ended since the last look (:mod:`cluster.provision.pilots`).
+    ended: tuple[PilotEnd, ...] = ()
 
     def count(self, state: str) -> int | None:
         """How many of the listed jobs are in ``state`` (None: they could not be listed)."""
@@ -254,11 +267,13 @@ class Provisioner:
     is told the job ids listed and submitted."""
 
     def __init__(self, engine: Engine, settings: ScaleSettings, clock: Clock,
-                 jobs_seen: JobsSeen | None = None) -> None:
+                 jobs_seen: JobsSeen | None = None, pilots: PilotWatch | None = None) -> None:
         self.engine = engine
         self.settings = settings
         self.scaler = Scaler(settings, clock)
         self.jobs_seen = jobs_seen
+        #: Judges the pilots that end, and holds submits back while they fail.
+        self.pilots = pilots
 
     def step(self, demand: Demand) -> Step:
         """One look; never raises EngineError (a failure is in the line, ``trouble``)."""
@@ -268,27 +283,33 @@ class Provisioner:
             wanted = max(0, min(demand.wanted, self.settings.max_nodes))
             return Step(f"wanted {wanted} pending ? running ?: did nothing, the jobs "
                         f"cannot be listed: {exc}", trouble=str(exc), wanted=wanted)
+        mine = [job for job in jobs if job.name.startswith(f"{self.settings.prefix}-")]
         if self.jobs_seen is not None:
-            mine = f"{self.settings.prefix}-"
-            self.jobs_seen([job.job_id for job in jobs if job.name.startswith(mine)],
-                           listed=True)
+            self.jobs_seen([job.job_id for job in mine], listed=True)
+        ended = tuple(self.pilots.look(mine)) if self.pilots is not None else ()
         decision = self.scaler.decide(demand, jobs)
+        exclude: list[str] = []
+        if self.pilots is not None:
+            exclude = self.pilots.excluded()
+            allowed, why = self.pilots.hold()
+            if allowed is not None and decision.submit > allowed:
+                decision = replace(decision, submit=allowed, why=f"{decision.why}, {why}")
         submitted: list[str] = []
         cancelled: list[EngineJob] = []
         errors: list[str] = []
         trouble = ""
-        for _ in range(decision.submit):  # bounded by max_nodes and the rate
+        if decision.submit:
+            command = list(demand.command)
+            if self.pilots is not None:
+                command = self.pilots.argv(command, self.engine.job_id_shell)
             try:
-                job_id = self.engine.submit(self.settings.job_name, list(demand.command),
-                                            self.settings.slots)
+                self._submit(command, decision.submit, exclude, submitted)
             except EngineError as exc:
+                # The next look tries again; a refusal now is likely a refusal again.
                 errors.append(f"submit failed: {exc}")
                 trouble = str(exc)
-                break  # the next look tries again; a refusal now is likely a refusal again
-            submitted.append(job_id)
-            self.scaler.record_submit()
-            if self.jobs_seen is not None:  # at once: the job may start within a second
-                self.jobs_seen([job_id])
+                if self.pilots is not None:
+                    self.pilots.probed()  # while pilots fail, a refusal waits its pause too
         for job in decision.cancel:
             try:
                 self.engine.cancel(job.job_id)
@@ -297,10 +318,34 @@ class Provisioner:
                 trouble = str(exc)
                 continue
             cancelled.append(job)
+        if self.pilots is not None:
+            self.pilots.was_cancelled(job.job_id for job in cancelled)
         return Step(self._line(decision, submitted, cancelled, errors), trouble=trouble,
                     wanted=decision.wanted,
                     jobs=decision.pending + decision.running + decision.ending,
-                    submitted=tuple(submitted), cancelled=tuple(j.job_id for j in cancelled))
+                    submitted=tuple(submitted), cancelled=tuple(j.job_id for j in cancelled),
+                    ended=ended)
+
+    def _submit(self, command: list[str], count: int, exclude: list[str],
+                done: list[str]) -> None:
+        """Submit ``count`` jobs (at once when the engine has ``submit_many``: Grid
+        Engine's array job), each id added to ``done`` and told to the hooks at once: the
+        job may start within a second.  EngineError from the first refusal."""
+        name, slots = self.settings.job_name, self.settings.slots
+        many = getattr(self.engine, "submit_many", None)
+        while len(done) < count:  # bounded by count
+            if many is not None:
+                ids = list(many(name, command, slots, count - len(done), exclude=exclude))
+            else:
+                ids = [self.engine.submit(name, command, slots, exclude=exclude)]
+            for job_id in ids:
+                done.append(job_id)
+                self.scaler.record_submit()
+                if self.jobs_seen is not None:
+                    self.jobs_seen([job_id])
+            if self.pilots is not None:
+                self.pilots.submitted(ids)
+                self.pilots.probed()
 
     @staticmethod
     def _line(decision: Decision, submitted: list[str], cancelled: list[EngineJob],

@@ -2,7 +2,8 @@
 and ``squeue``.
 
 * :meth:`SlurmEngine.submit` runs ``sbatch --parsable --job-name NAME --cpus-per-task SLOTS
-  [--partition P] [--account A] [--time T] [options...] --output OUT --wrap 'exec ARGV'``:
+  [--partition P] [--account A] [--time T] [--exclude HOSTS] [options...] --output OUT
+  --wrap 'exec ARGV'``:
   the command line is shell-quoted, and ``exec`` makes it the job's main process, so that
   Slurm's signals (``scancel``, the time limit) reach it and its exit status is the job's
   (an ephemeral node's 3 is what ``RequeueExit=3`` acts on).  ``OUT`` is ``/dev/null``, or
@@ -26,6 +27,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cluster.config import Config
 from cluster.provision.engine import ENDING, GONE, PENDING, RUNNING, EngineError, EngineJob
 from cluster.runtime import proc
 
@@ -109,6 +111,8 @@ class SlurmEngine:
 
     #: The batch system's name for people (the console's "from Slurm: ...").
     label = "Slurm"
+    #: A job's id, as its shell sees it.
+    job_id_shell = "$SLURM_JOB_ID"
 
     def __init__(self, partition: str = "", account: str = "", time_limit: str = "",
                  options: Sequence[str] = (), env: Mapping[str, str] | None = None, *,
@@ -121,11 +125,19 @@ class SlurmEngine:
         self.output_dir = output_dir
         self.timeout = timeout
 
+    @classmethod
+    def from_config(cls, cfg: Config) -> SlurmEngine:
+        """The engine with ``cfg``'s ``slurm_*`` settings (``slurm_options`` split as a
+        shell would)."""
+        return cls(partition=cfg.slurm_partition, account=cfg.slurm_account,
+                   time_limit=cfg.slurm_time_limit, options=shlex.split(cfg.slurm_options))
+
     def __repr__(self) -> str:
         return (f"SlurmEngine(partition={self.partition!r}, account={self.account!r}, "
                 f"time_limit={self.time_limit!r}, options={self.options!r})")
 
-    def sbatch_argv(self, name: str, argv: Sequence[str], slots: int) -> list[str]:
+    def sbatch_argv(self, name: str, argv: Sequence[str], slots: int,
+                    exclude: Sequence[str] = ()) -> list[str]:
         """The sbatch command line that :meth:`submit` runs."""
         if not argv:
             raise EngineError(f"sbatch: job {name!r} has no command to run")
@@ -140,12 +152,16 @@ class SlurmEngine:
                             ("--time", self.time_limit)):
             if value:
                 words += [flag, value]
+        if exclude:
+            words += ["--exclude", ",".join(exclude)]
         return [*words, *self.options, "--output", out,
                 "--wrap", "exec " + shlex.join(argv)]
 
-    def submit(self, name: str, argv: list[str], slots: int) -> str:
-        """Submit ``argv`` as job ``name`` with ``slots`` CPUs; its Slurm job id."""
-        return parse_job_id(self._run(self.sbatch_argv(name, argv, slots)))
+    def submit(self, name: str, argv: list[str], slots: int, *,
+               exclude: Sequence[str] = ()) -> str:
+        """Submit ``argv`` as job ``name`` with ``slots`` CPUs, on none of the hosts
+        ``exclude``; its Slurm job id."""
+        return parse_job_id(self._run(self.sbatch_argv(name, argv, slots, exclude)))
 
     def cancel(self, job_id: str) -> None:
         """scancel ``job_id``; a job Slurm no longer knows is already gone."""

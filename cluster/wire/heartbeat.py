@@ -7,6 +7,8 @@ One connection per heartbeat.  The node sends header lines of seed 001's format:
     caps <caps line>             optional  -> home/nodes/<name>.caps  (cluster.wire.caps)
     wait <seconds>               optional  hold the answer up to this long (long-poll)
     skip <run id> [<run id>...]  optional, may repeat: runs the node will not join
+    bye yes                      optional: the node is leaving for good (an ephemeral node
+                                 that exits): its nodes/ files are removed, not touched
     OK
 
 and the monitor answers one line per run waiting in the home, then ``END``::
@@ -72,6 +74,8 @@ MAX_SKIP = 64
 
 #: A ``wait`` value: a decimal number of seconds, e.g. ``10`` or ``0.5``.
 WAIT_VALUE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+#: The one value of ``bye``.
+BYE_VALUE = re.compile(r"yes")
 
 OK = "OK"
 END = "END"
@@ -84,6 +88,7 @@ HEADERS = {
     "status": text("status"),
     "caps": text("caps"),
     "wait": matching("wait", WAIT_VALUE, "takes a number of seconds such as 10 or 0.5"),
+    "bye": matching("bye", BYE_VALUE, "takes yes", unique=True),
 }
 #: The repeatable header of the run ids a node will not join (collected, not in HEADERS).
 SKIP = "skip"
@@ -102,6 +107,8 @@ class Heartbeat:
     caps: str | None = None
     wait: float | None = None
     skip: frozenset[str] = field(default_factory=frozenset)
+    #: The node's goodbye: it is leaving for good (the ``bye yes`` header).
+    bye: bool = False
 
 
 def framer(max_line: int = MAX_LINE, max_lines: int = MAX_LINES) -> LineFramer:
@@ -131,6 +138,8 @@ def format_heartbeat(hb: Heartbeat) -> bytes:
     if hb.wait is not None:
         out.append(f"wait {format_wait(hb.wait)}")
     out.extend(_skip_lines(hb.skip))
+    if hb.bye:
+        out.append("bye yes")
     out.append(OK)
     return ("\n".join(out) + "\n").encode("utf-8")
 
@@ -185,7 +194,7 @@ def parse_heartbeat(data: bytes, max_line: int = MAX_LINE, max_lines: int = MAX_
             raise ProtocolError(f"more than {MAX_SKIP} skip ids (expected the few runs the "
                                 "node will not join)", f"skip {value}", lineno)
     return Heartbeat(values["node"], values.get("status"), values.get("caps"), wait,
-                     frozenset(skip))
+                     frozenset(skip), bye="bye" in values)
 
 
 def format_reply(jobs: Sequence[tuple[int, str]]) -> bytes:

@@ -78,6 +78,14 @@ class ProvisionStatus:
     jobs: tuple[ProvisionJob, ...] = ()
     action: str = ""
     trouble: str = ""
+    #: Pilots that failed in a row (docs/provisioning.md, "Pilots that cannot start"), the
+    #: last one's account with its last lines, and the seconds until the next submit the
+    #: back-off allows (0: now).
+    failing: int = 0
+    failure: str = ""
+    next_submit: float = 0.0
+    #: The hosts excluded from the submissions.
+    excluded: tuple[str, ...] = ()
     stale: bool = False
 
     def age(self, now: float) -> float:
@@ -101,6 +109,10 @@ def format_status(status: ProvisionStatus) -> str:
                   "reason": j.reason} for j in status.jobs],
         "action": status.action,
         "trouble": status.trouble,
+        "failing": status.failing,
+        "failure": status.failure,
+        "next_submit": round(status.next_submit, 1),
+        "excluded": list(status.excluded),
     }
     return json.dumps(document, indent=1) + "\n"
 
@@ -137,12 +149,20 @@ def parse_status(data: bytes | str, now: float,
     if not isinstance(jobs, list):
         raise top.error("jobs", jobs, "a list of jobs")
     written = top.number("written")
+    excluded = top.get("excluded") if "excluded" in document else []
+    if not isinstance(excluded, list) or not all(isinstance(h, str) for h in excluded):
+        raise top.error("excluded", excluded, "a list of host names")
     return ProvisionStatus(
         written=written, pid=top.integer("pid", 1), engine=top.text("engine", empty=False),
         interval=interval, wanted=top.integer("wanted", 0), pending=pending, running=running,
         jobs=tuple(_job(JsonFields.of(job, source, f"jobs.{i}.", ProvisionFileError))
                    for i, job in enumerate(jobs)),
         action=top.text("action"), trouble=top.text("trouble"),
+        # Keys added within format 1: a file without them is an older provisioner's.
+        failing=top.integer("failing", 0) if "failing" in document else 0,
+        failure=top.text("failure") if "failure" in document else "",
+        next_submit=top.number("next_submit", 0.0) if "next_submit" in document else 0.0,
+        excluded=tuple(excluded),
         stale=now - written > STALE_INTERVALS * interval)
 
 

@@ -11,6 +11,7 @@ priority is finished), 3 when the master cannot be reached (Slurm's ``RequeueExi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -120,6 +121,12 @@ def _served_alone(cluster: LocalCluster, tmp_path: Path, name: str,
     assert {r.machine for r in table.values()} == {name}
     assert all(r.error == 0 for r in table.values()), table
     assert status == 0, out.read_text(errors="replace")
+    # Leaving, it said goodbye: the monitor removed its files, so no list shows it (no
+    # provisioner here to see its job end).
+    assert not any((cluster.home.nodes / f"{name}{ext}").exists()
+                   for ext in (".up", ".status", ".caps"))
+    monitor_log = (cluster.home.log_dir / "monitor_port.log").read_text(errors="replace")
+    assert re.search(rf"node {name} \(peer \S+\) said goodbye", monitor_log)
     # The node made its own key through its local transport, as a static node does.
     assert (cluster.home_dir / "node-keys" / f"{name}.key").is_file()
     assert (work / "runs").is_dir()  # run.py worked in the session's folder

@@ -101,8 +101,11 @@ def test_an_ephemeral_node_over_ssh_is_served_with_the_key_the_provisioner_made(
     status, log = _run_node(cluster, tmp_path, command, "slurm-77", timeout=IDLE + 30)
     assert status == 0, log
     assert f"nothing wanted of it for {IDLE:.0f} s" in log
-    # It called in, signed with that key, and the monitor took it.
-    assert (cluster.home.nodes / "slurm-77.up").is_file()
+    # It called in, signed with that key, and the monitor took it -- to the last
+    # heartbeat, its goodbye, which took its files off the lists.
+    monitor_log = (cluster.home.log_dir / "monitor_port.log").read_text(errors="replace")
+    assert re.search(r"node slurm-77 \(peer \S+\) said goodbye", monitor_log)
+    assert not (cluster.home.nodes / "slurm-77.up").exists()
     assert "heartbeat failed" not in log
     # Through the sshd, with the batch nodes' login key.
     sshd_log = (cluster.home_dir / "ssh" / "sshd.log").read_text(errors="replace")

@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,13 @@ def test_one_look_submits_the_nodes_the_resource_file_wants(
     caplog.set_level(logging.INFO)
     assert clusterscale.main(["--home", str(tmp_path), "--once", "--set", "max_nodes=5",
                               "--set", "node_slots=4"], clock=clock) == 0
-    assert engine.submits == [("slurm-node", list(COMMAND), 4)] * 3
+    # Each job runs the pilot: the node's command under this interpreter, its log in
+    # <home>/log/pilots (docs/provisioning.md, "Pilots that cannot start").
+    assert [(name, slots) for name, _argv, slots in engine.submits] == [("slurm-node", 4)] * 3
+    for _name, argv, _slots in engine.submits:
+        assert argv[:2] == ["/bin/sh", "-c"] and argv[-len(COMMAND):] == list(COMMAND)
+        assert argv[3:8] == ["pilot", str(tmp_path / "log" / "pilots"), "slurm",
+                             sys.executable, str(Path("clusterpull.py").resolve().parent)]
     assert "wanted 3 pending 0 running 0: submitted 3 (3 wanted beyond pending + running)" \
         in caplog.text
 
@@ -79,9 +86,10 @@ def test_each_submitted_job_gets_its_node_key_before_the_next_submit(
     seen_at_submit: list[list[str]] = []
     submit = engine.submit
 
-    def submitting(name: str, argv: list[str], slots: int) -> str:
+    def submitting(name: str, argv: list[str], slots: int, *,
+                   exclude: Sequence[str] = ()) -> str:
         seen_at_submit.append(sorted(p.name for p in keys.glob("*.key")))
-        return submit(name, argv, slots)
+        return submit(name, argv, slots, exclude=exclude)
 
     engine.submit = submitting  # type: ignore[method-assign]
     caplog.set_level(logging.INFO)

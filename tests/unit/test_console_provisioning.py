@@ -67,6 +67,30 @@ def test_the_snapshot_has_the_counts_the_jobs_the_trouble_and_the_nodes_job_ids(
     json.dumps(snap)  # the status page's API serves it
 
 
+def test_failing_pilots_and_excluded_hosts_are_said(tmp_path: Path) -> None:
+    """docs/provisioning.md, "Pilots that cannot start": the streak, the last failure with
+    its lines, the wait, the excluded hosts -- on the page's entry and in the text views."""
+    failing = replace(LOOK, trouble="", failing=3, next_submit=7.4, excluded=("n7",),
+                      failure="job 3 (node slurm-3) on host n7 exited 2 after 0 s: "
+                              "ModuleNotFoundError: No module named 'psutil'")
+    home, cfg = provisioned(tmp_path, failing)
+    p = StatusReader().snapshot(home, cfg, NOW)["provision"]
+    notes = ["pilots failing: 3 in a row (the next submit in 7 s); the last: job 3 (node "
+             "slurm-3) on host n7 exited 2 after 0 s: ModuleNotFoundError: No module named "
+             "'psutil'",
+             "hosts excluded from the submissions: n7 (clusterscale.py --clear-host HOST "
+             "clears one)"]
+    assert p["pilot_notes"] == notes and p["failing"] == 3 and p["excluded"] == ["n7"]
+    assert p["lines"][1:3] == [f"  {n}" for n in notes]
+    # A file an older provisioner wrote (without these keys) reads as all well.
+    document = json.loads(format_status(LOOK))
+    for key in ("failing", "failure", "next_submit", "excluded"):
+        del document[key]
+    home.provision_status.write_text(json.dumps(document), encoding="utf-8")
+    p = StatusReader().snapshot(home, cfg, NOW)["provision"]
+    assert p["pilot_notes"] == [] and p["failing"] == 0
+
+
 def test_a_stale_file_says_the_provisioner_is_not_running(tmp_path: Path) -> None:
     home, cfg = provisioned(tmp_path)
     reader = StatusReader()

@@ -68,3 +68,14 @@ def test_format_refuses_what_the_parser_would() -> None:
     with pytest.raises(ValueError, match=f"at most {MAX_SKIP}"):
         format_heartbeat(Heartbeat("a", skip=frozenset(f"r{i}" for i in range(MAX_SKIP + 1))))
     assert format_wait(10) == "10" and format_wait(0.5) == "0.5" and format_wait(0) == "0"
+
+
+def test_a_goodbye_is_one_header_and_an_older_monitor_ignores_it() -> None:
+    """``bye yes``: the node leaves for good (docs/provisioning.md, "Ended nodes leave the
+    lists"); any other value is refused, and a heartbeat without it is no goodbye."""
+    sent = format_heartbeat(Heartbeat("slurm-41", bye=True))
+    assert sent == b"node slurm-41\nbye yes\nOK\n"
+    assert parse_heartbeat(sent).bye
+    assert not parse_heartbeat(b"node slurm-41\nOK\n").bye
+    with pytest.raises(ProtocolError, match="bye"):
+        parse_heartbeat(b"node slurm-41\nbye no\nOK\n")

@@ -7,7 +7,7 @@ says (at once, or never: a Slurm that keeps them pending), and time is a FakeClo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -25,6 +25,7 @@ class ScriptedEngine:
     pending forever with ``reason`` (False).  Records every call."""
 
     label = "Slurm"
+    job_id_shell = "$SLURM_JOB_ID"
 
     def __init__(self, place: bool = True, reason: str = "Resources") -> None:
         self.place = place
@@ -35,6 +36,7 @@ class ScriptedEngine:
         self.cancels: list[str] = []
         self.fail_list: str = ""
         self.fail_submit: str = ""
+        self.excludes: list[list[str]] = []
 
     def add(self, name: str, state: str, reason: str = "") -> str:
         self.next_id += 1
@@ -42,7 +44,9 @@ class ScriptedEngine:
         self.table[job_id] = EngineJob(job_id, name, state, reason)
         return job_id
 
-    def submit(self, name: str, argv: list[str], slots: int) -> str:
+    def submit(self, name: str, argv: list[str], slots: int, *,
+               exclude: Sequence[str] = ()) -> str:
+        self.excludes.append(list(exclude))
         if self.fail_submit:
             raise EngineError(f"sbatch: {self.fail_submit}")
         self.submits.append((name, argv, slots))

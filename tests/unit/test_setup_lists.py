@@ -31,7 +31,8 @@ def test_packages_txt_is_a_list_of_debian_package_names() -> None:
                    "chromium", "chromium-driver", "cron", "git", "parallel",
                    "gcc", "libc6-dev",  # the build tests compile real C
                    "ccache", "pkg-config", "liblcms2-dev", "libmujs-dev",  # real products
-                   "slurmctld", "slurmd", "slurm-client", "munge"):  # a private Slurm
+                   "slurmctld", "slurmd", "slurm-client", "munge",  # a private Slurm
+                   "gridengine-master", "gridengine-exec", "gridengine-client"):  # and SGE
         assert needed in names
 
 

@@ -74,7 +74,7 @@ from cluster.home import Home
 from cluster.master.daemon.offers import jobs_for, waiting_jobs, waiting_runs
 from cluster.master.files import groups, keycache
 from cluster.master.files.keycache import heartbeat_keys
-from cluster.master.files.nodefiles import is_disabled, record_heartbeat
+from cluster.master.files.nodefiles import forget_node, is_disabled, record_heartbeat
 from cluster.master.model.placement import offered
 from cluster.runtime import fsutil, service
 from cluster.runtime.clock import Clock, SystemClock
@@ -369,7 +369,17 @@ class MonitorServer(FramedListener[_Conn]):
             self._close(conn)
 
     def _heartbeat(self, conn: _Conn, hb: Heartbeat) -> None:
-        """Record ``hb`` now; answer now, or hold the answer (long-poll)."""
+        """Record ``hb`` now; answer now, or hold the answer (long-poll).  A goodbye
+        removes the node's files instead (it leaves the lists at once)."""
+        if hb.bye:
+            try:
+                forget_node(self.home, hb.node)
+            except OSError as exc:
+                log.warning("node %s: cannot remove its files on its goodbye: %s", hb.node, exc)
+            log.info("node %s (peer %s) said goodbye: it leaves the node lists", hb.node,
+                     conn.peer)
+            self._reply(conn, format_reply([]))
+            return
         try:
             record_heartbeat(self.home, hb)
             jobs = jobs_for(self.home, hb.node)

@@ -71,3 +71,18 @@ def nodes_seen(home: Home, now: float | None = None) -> dict[str, tuple[float, s
             status = ""
         seen[name] = (max(0.0, now - mtime), status)
     return seen
+
+
+def forget_node(home: Home, node: str) -> bool:
+    """Remove ``nodes/<node>.up``, ``.status`` and ``.caps`` (never ``.down``: an admin's
+    flag): a node that has ended -- an ephemeral node whose batch job is gone -- leaves
+    the lists at once instead of showing as up until its lease runs out.  Whether it had
+    any."""
+    had = False
+    for suffix in (".up", ".status", ".caps"):
+        try:
+            (home.nodes / f"{node}{suffix}").unlink()
+            had = True
+        except FileNotFoundError:
+            pass
+    return had
