@@ -129,6 +129,11 @@ ABORT_MASTER_ERROR = "master error"
 ABORT_REFUSED = "refused"
 #: The request could not be parsed, or failed its signature: ``bad request: <problem>``.
 ABORT_BAD_REQUEST = "bad request"
+#: A more urgent run needs this node (docs/protocol.md, "Preemption at job boundaries"):
+#: ``preempted: for run <id> (priority <p>)``.  The node starts nothing more, finishes the
+#: jobs it runs and sends their results, uploads its logs, says ABORT itself and joins the
+#: most urgent run; it comes back to this one as any new node does.  Not final.
+ABORT_PREEMPTED = "preempted"
 #: ABORT reasons (prefixes) after which a node must not join the same run again; those
 #: matched whole by REJOIN_ABORTS are the exception.
 FINAL_ABORTS = (ABORT_RUN_COMPLETE, ABORT_UNSUITABLE, ABORT_WRONG_JOB_ID, RUN_ABORTED,
