@@ -105,3 +105,56 @@ def test_no_node_moves_below_the_runs_min_nodes(
     assert run.tick(1.0) is None
     assert state.nodes["n1"].moving_to == ""  # its one node is its min_nodes
     assert protocol.parse_reply(run.answered("slots 1", "jobs 1 1")).verb != protocol.ABORT
+
+
+def test_a_node_is_sent_to_one_urgent_run_once_and_an_every_node_run_keeps_its_nodes(
+        tmp_path: Path) -> None:
+    """The look itself (cluster.master.run.preemption) on a home with a waiting push: a
+    node that came back while the push still waits is not sent again; the need goes to
+    another node once the first is no longer counted on its way (30 s)."""
+    from cluster.config import Config
+    from cluster.home import Home
+    from cluster.master.model.placement import RunPolicy, pinned_name
+    from cluster.master.run.preemption import ON_THE_WAY, Preemption
+    from cluster.master.state.runstate import RunState
+    from cluster.runoptions import RunOptions
+    from cluster.runtime.clock import FakeClock
+    from cluster.wire.protocol import Request
+
+    home = Home(tmp_path / "home")
+    home.create()
+    cfg = Config().with_changes(home=home.root)
+    clock = FakeClock()
+
+    def state_with(nodes: tuple[str, ...], every_node: bool = False) -> RunState:
+        options = RunOptions(job_timeout=3600.0, every_node=every_node)
+        jobs = [Job(pinned_name(job.name, name), job.logfile, job.command)
+                for job in JOBS for name in nodes] if every_node else JOBS
+        state = RunState("20250101000000-p2-abcd", jobs, 0, policy=RunPolicy.of(options))
+        state.options = options
+        for name in nodes:
+            call = Request(node=name, job_id=state.run_id, built=state.run_id, slots=1)
+            assert state.handle(call, 0, session=name).reply.verb == protocol.BUILD
+            assert state.handle(call, 0, session=name).reply.verb == protocol.JOBS
+        return state
+
+    write_job_start(home.job_start(0), JobStart(
+        id=URGENT, priority=0, queue="user ann gs", kind="user", ref="ann", products=("gs",),
+        tree="ann", source="ann", build="true", tests="tests"))
+    look = Preemption(cfg, home, PRIORITY, clock)
+    state = state_with(("a", "b"))
+    assert look.tick(state, 1.0) and [n.name for n in state.moving()] == ["a"]
+    # a left (its leaving call) and came back as a new process while the push waits.
+    call = Request(node="a", job_id=state.run_id, built=state.run_id, slots=1, leaving=True)
+    state.handle(call, 2.0, session="a")
+    assert state.nodes["a"].state is NodeState.GONE
+    again = Request(node="a", job_id=state.run_id, built=state.run_id, slots=1)
+    assert state.handle(again, 3.0, session="a2").reply.verb == protocol.BUILD
+    assert state.handle(again, 3.0, session="a2").reply.verb == protocol.JOBS
+    assert look.tick(state, 5.0) == []  # a counts as on its way for ON_THE_WAY
+    assert look.tick(state, 2.0 + ON_THE_WAY)
+    assert [n.name for n in state.moving()] == ["b"]  # never a twice
+
+    pinned = Preemption(cfg, home, PRIORITY, clock)
+    every = state_with(("c", "d"), every_node=True)
+    assert pinned.tick(every, 1.0) == [] and not every.moving()

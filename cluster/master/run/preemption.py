@@ -11,7 +11,9 @@ says how many of its own nodes leave and which, and the run state marks them
 leaves at its next job boundary and joins the urgent run (docs/protocol.md, "Preemption at
 job boundaries").  A node sent away counts as on its way until the urgent run's live file
 or the node's heartbeat shows it there, or :data:`ON_THE_WAY` passes, so one need is
-never answered twice.
+never answered twice; and a node is sent to one urgent run once (one that came back while
+that run goes on -- refused there, or not needed -- stays).  An ``every_node`` run's nodes
+never leave it: its jobs are pinned to them.
 
 Off with master.conf's ``preempt = no``.  The cost while no more urgent run exists: one
 stat per more urgent priority a second.
@@ -67,6 +69,9 @@ class Preemption:
     clock: Clock
     #: Nodes sent away: name -> (the urgent run's id, monotonic time chosen).
     sent: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: Nodes ever sent to each urgent run (by its id): never sent there twice (one that
+    #: came back while it runs -- refused there, or not needed -- stays).
+    sent_to: dict[str, set[str]] = field(default_factory=dict)
     moves: list[dict[str, object]] = field(default_factory=list)
     next_at: float = 0.0
 
@@ -81,11 +86,13 @@ class Preemption:
         if now < self.next_at:
             return []
         self.next_at = now + PREEMPT_INTERVAL
-        if not self.cfg.preempt or state.fatal or state.all_results_in:
-            return []
+        if (not self.cfg.preempt or state.fatal or state.all_results_in
+                or state.policy.every_node):
+            return []  # an every_node run's jobs are pinned: its nodes never leave it
         urgent = [q for q in range(self.priority) if self.home.job_start(q).exists()]
         if not urgent:
             self.sent.clear()
+            self.sent_to.clear()
             return []
         return self._look(state, urgent, now)
 
@@ -130,12 +137,14 @@ class Preemption:
             if where.restricted:
                 known = groups.all_groups(home)
                 candidates = [n for n in candidates if where.may_take(n.name, known)]
+            been = self.sent_to.setdefault(start.id, set())
             names = preempt.choose((preempt.Candidate(n.name, len(n.held), n.slots)
-                                    for n in candidates), count)
+                                    for n in candidates if n.name not in been), count)
             target = f"run {start.id} (priority {q})"
             marked = state.preempt(names, target)
             for name in marked:
                 self.sent[name] = (start.id, now)
+                been.add(name)
             if marked:
                 return [f"run {state.run_id}: {len(marked)} node(s) sent to the more urgent "
                         f"{target}: {', '.join(marked)} ({need.nodes} there, "
