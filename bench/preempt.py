@@ -6,11 +6,12 @@ Usage: python3 bench/preempt.py [--night 60] [--sleep 1.5] [--push 4] [--nodes 2
                                 [--cases on,off] [--keep DIR]
 
 A local cluster of ``--nodes`` nodes of one slot, with the configuration's defaults (but
-the ports and ``result_cache = no``).  A nightly run at priority 2 (``auto nightly shell
-filter=night``) of ``--night`` shell jobs, each ``sleep <--sleep>; echo night <i>``; once
-both nodes are in it and 4 results are in, a push at priority 0 (``user ann shell
-filter=push``, ``--push`` jobs of ``echo``).  Case ``on`` runs with ``preempt = yes`` (the
-default), ``off`` with ``preempt = no``.
+the ports, ``result_cache = no`` and ``speculate_tail = no``: without tail copies every
+result past one per test would be a job run twice).  A nightly run at priority 2
+(``auto nightly shell filter=night``) of ``--night`` shell jobs, each
+``sleep <--sleep>; echo night <i>``; once both nodes are in it and 4 results are in, a
+push at priority 0 (``user ann shell filter=push``, ``--push`` jobs of ``echo``).  Case
+``on`` runs with ``preempt = yes`` (the default), ``off`` with ``preempt = no``.
 
 Figures, per case:
 
@@ -76,7 +77,8 @@ def case(work: Path, name: str, args: argparse.Namespace) -> dict[str, object]:
                                                for i in range(1, args.night + 1)))
     (corpus / "push.cmds").write_text("".join(f"echo push {i}\n"
                                               for i in range(1, args.push + 1)))
-    settings = {"slots": "1", "result_cache": "no", "preempt": "yes" if name == "on" else "no",
+    settings = {"slots": "1", "result_cache": "no", "speculate_tail": "no",
+                "preempt": "yes" if name == "on" else "no",
                 "base_port": str(free_port(3)), "monitor_port": str(free_port()),
                 "status_port": str(free_port())}
     cluster = LocalCluster(work / name / "home", args.nodes, corpus, settings)

@@ -66,13 +66,15 @@ def test_a_node_told_to_leave_gives_back_its_unstarted_jobs_and_finishes_the_res
     assert first.reason == f"preempted: for run {URGENT} (priority 0)"
     assert state.pending[:len(held) - 1] == held[1:]  # at the front of the list, at once
     assert list(state.nodes["n1"].held) == [held[0]]  # the running one stays its own
+    waiting = protocol.parse_reply(run.answered("slots 1", "jobs 0 1"))
+    assert waiting.verb == protocol.CONTINUE  # no new work for a node on its way out
     done = protocol.parse_reply(run.answered(
         "slots 1", "jobs 0 0", f"result {held[0]} 0 0.10 0.00 0.00 {MD5} gs"))
-    assert done.verb == protocol.CONTINUE  # no new work for a node on its way out
     assert held[0] in state.results
+    # Nothing running: told again (had it missed the first reply, it would learn it now);
+    # nothing more is put back.
+    assert done == first and state.pending[:len(held) - 1] == held[1:]
     # Its leaving call, after uploading its logs.
-    leaving = run.answered("slots 1", "jobs 0 0")  # a plain call: still CONTINUE
-    assert protocol.parse_reply(leaving).verb == protocol.CONTINUE
     bye = protocol.parse_reply(run.answered_leaving("slots 1", "jobs 0 0"))
     assert bye.verb == protocol.ABORT and bye.reason == protocol.ABORT_GOODBYE
     node = state.nodes["n1"]

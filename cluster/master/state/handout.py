@@ -116,16 +116,22 @@ class Handout(RunCore):
         at its next job boundary (ABORT ``preempted: for <run>``), its unstarted jobs put
         back at the front of the list at once (:meth:`_return_unstarted`); then CONTINUE
         while it finishes the jobs it runs and sends their results, until its leaving call
-        (:meth:`_leaving`)."""
+        (:meth:`_leaving`).  A later call with jobs waiting, or none running, is told
+        again."""
+        told = Reply(protocol.ABORT, reason=f"{protocol.ABORT_PREEMPTED}: for {node.moving_to}")
         if node.told_move:
-            return Reply(protocol.CONTINUE)
+            # Told already.  A node that still has jobs waiting, or none running, did not
+            # get that reply (a lost connection): told again (the node takes it twice
+            # alike); those jobs went back already, so one may run twice, the first result
+            # kept, as with a tail copy.
+            return told if req.pending or not req.running else Reply(protocol.CONTINUE)
         node.told_move = True
         back = self._return_unstarted(node, req.pending)
         what = (f"node {node.name} told to leave for {node.moving_to} at its next job "
                 f"boundary: {back} unstarted jobs put back, {len(node.held)} to finish")
         notes.append(what)
         self.move_events.append(what)
-        return Reply(protocol.ABORT, reason=f"{protocol.ABORT_PREEMPTED}: for {node.moving_to}")
+        return told
 
     def _return_unstarted(self, node: NodeInfo, pending: int) -> int:
         """The ``pending`` jobs ``node`` has not started, back at the front of the list; how
