@@ -111,9 +111,10 @@ def test_no_node_moves_below_the_runs_min_nodes(
 
 def test_a_node_is_sent_to_one_urgent_run_once_and_an_every_node_run_keeps_its_nodes(
         tmp_path: Path) -> None:
-    """The look itself (cluster.master.run.preemption) on a home with a waiting push: a
-    node that came back while the push still waits is not sent again; the need goes to
-    another node once the first is no longer counted on its way (30 s)."""
+    """The look itself (cluster.master.run.preemption) on a home with a waiting push: no
+    node moves while an idle node is up, or once one says it runs the push; a node that
+    came back while the push still waits is not sent again, the need goes to another node
+    once the first no longer counts as on its way (30 s); an every_node run gives none."""
     from cluster.config import Config
     from cluster.home import Home
     from cluster.master.model.placement import RunPolicy, pinned_name
@@ -145,7 +146,16 @@ def test_a_node_is_sent_to_one_urgent_run_once_and_an_every_node_run_keeps_its_n
         tree="ann", source="ann", build="true", tests="tests"))
     look = Preemption(cfg, home, PRIORITY, clock)
     state = state_with(("a", "b"))
-    assert look.tick(state, 1.0) and [n.name for n in state.moving()] == ["a"]
+    # An idle node is up: it joins the push on its own, so none of this run's moves.
+    home.nodes.mkdir(parents=True, exist_ok=True)
+    (home.nodes / "spare.status").write_text("idle\n")
+    (home.nodes / "spare.up").touch()
+    assert look.tick(state, 0.0) == [] and not state.moving()
+    (home.nodes / "spare.status").write_text(f"running run {URGENT} (priority 0)\n")
+    assert look.tick(state, 1.0) == [] and not state.moving()  # there now: enough
+    (home.nodes / "spare.up").unlink()
+    (home.nodes / "spare.status").unlink()
+    assert look.tick(state, 2.0) and [n.name for n in state.moving()] == ["a"]
     # a left (its leaving call) and came back as a new process while the push waits.
     call = Request(node="a", job_id=state.run_id, built=state.run_id, slots=1, leaving=True)
     state.handle(call, 2.0, session="a")

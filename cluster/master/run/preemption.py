@@ -16,7 +16,9 @@ that run goes on -- refused there, or not needed -- stays).  An ``every_node`` r
 never leave it: its jobs are pinned to them.
 
 Off with master.conf's ``preempt = no``.  The cost while no more urgent run exists: one
-stat per more urgent priority a second.
+stat per more urgent priority a second; while one exists, the job.starts and live files of
+the other priorities, and the nodes' heartbeat statuses (a file per node) only when the
+live files alone say nodes should move.
 """
 
 from __future__ import annotations
@@ -100,37 +102,45 @@ class Preemption:
         cfg, home = self.cfg, self.home
         facts = {q: resources.running_facts(cfg, home, q) for q in PRIORITIES
                  if q != self.priority}
-        fresh = 2 * cfg.heartbeat_interval + 5.0
-        seen = {name: status for name, (age, status) in
-                nodefiles.nodes_seen(home, self.clock.time()).items() if age <= fresh}
+        seen: dict[str, str] | None = None  # the nodes' heartbeat statuses, read once needed
         mine = {n.name for n in state.live_nodes()}
         for q in sorted(urgent):
             found = facts.get(q)
             if found is None:
                 continue
             start, info, in_live = found
-            there = set(in_live) | {name for name, status in seen.items()
-                                    if status.startswith(f"running run {start.id} ")}
-            self.sent = {name: (run, at) for name, (run, at) in self.sent.items()
-                         if name not in there and now - at < ON_THE_WAY}
-            coming = {n.name for n in state.moving() if n.moving_to.startswith(
-                f"run {start.id} ")}
-            coming |= {name for name, (run, _) in self.sent.items() if run == start.id}
-            coming -= there
-            idle = sum(1 for name, status in seen.items()
-                       if status == "idle" and name not in coming and name not in mine)
-            need = preempt.Urgent(q, start.id, info.jobs_left, len(there), info.nodes_wanted)
             candidates = state.movable()
             own = preempt.Donor(self.priority, state.remaining, len(candidates),
                                 state.options.min_nodes)
-            others = []
-            for p, other in facts.items():
-                if other is None or p <= q:
-                    continue
-                o_start, o_info, _ = other
-                others.append(preempt.Donor(p, o_info.jobs_left, o_info.nodes,
-                                            _min_nodes(o_start.options, cfg.min_nodes)))
-            count = preempt.how_many(need, own, others, idle, len(coming))
+            others = [preempt.Donor(p, o_info.jobs_left, o_info.nodes,
+                                    _min_nodes(o_start.options, cfg.min_nodes))
+                      for p, other in facts.items() if other is not None and p > q
+                      for o_start, o_info, _ in (other,)]
+            # Nodes seen there and idle ones only lower the need: the statuses are read
+            # (a file per node) only when the live file alone says nodes should move.
+            for look in ("live", "statuses"):
+                if look == "statuses" and seen is None:
+                    fresh = 2 * cfg.heartbeat_interval + 5.0
+                    seen = {name: status for name, (age, status) in
+                            nodefiles.nodes_seen(home, self.clock.time()).items()
+                            if age <= fresh}
+                there = set(in_live) if look == "live" else set(in_live) | {
+                    name for name, status in (seen or {}).items()
+                    if status.startswith(f"running run {start.id} ")}
+                self.sent = {name: (run, at) for name, (run, at) in self.sent.items()
+                             if name not in there and now - at < ON_THE_WAY}
+                coming = {n.name for n in state.moving()
+                          if n.moving_to.startswith(f"run {start.id} ")}
+                coming |= {name for name, (run, _) in self.sent.items() if run == start.id}
+                coming -= there
+                idle = 0 if look == "live" else sum(
+                    1 for name, status in (seen or {}).items()
+                    if status == "idle" and name not in coming and name not in mine)
+                need = preempt.Urgent(q, start.id, info.jobs_left, len(there),
+                                      info.nodes_wanted)
+                count = preempt.how_many(need, own, others, idle, len(coming))
+                if count <= 0:
+                    break
             if count <= 0:
                 continue
             where = Placement.of_words(list(start.options)) if start.options else Placement()
