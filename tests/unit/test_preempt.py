@@ -25,6 +25,17 @@ def test_a_big_push_takes_every_node_it_can_use_a_smaller_one_its_share() -> Non
     assert how_many(tiny, nightly) == 2
 
 
+def test_the_examples_of_the_manual() -> None:
+    """docs/runoptions.md, "7. Preemption": beside a nightly run of 10,000 jobs on 10 nodes
+    of one slot (one node per 20 jobs: wire/resources.nodes_wanted)."""
+    from cluster.wire.resources import nodes_wanted
+
+    nightly = Donor(2, jobs_left=10_000, nodes=10)
+    for jobs, owed in ((300, 8), (2000, 10), (30, 2)):
+        push = Urgent(0, "push", jobs, nodes=0, wanted=nodes_wanted(jobs, 1, 100))
+        assert how_many(push, nightly) == owed, jobs
+
+
 def test_sizes_and_priorities_weigh_a_commit_run_against_a_nightly_run() -> None:
     commit = Urgent(1, "commit", jobs_left=100, nodes=0, wanted=10)
     nightly = Donor(2, jobs_left=900, nodes=10)
