@@ -7,7 +7,8 @@ boundary; the push's first job starts within seconds (one job boundary, the node
 the push's run and its build), the push completes, the node goes back, and the nightly run
 completes with every test exactly once (the results its nodes reported add up to its
 tests: none was run twice) and the table an undisturbed run has: each job prints a fixed
-text, whose md5 is known here.  The moves are in the nightly run's audit trail.
+text, whose md5 is known here.  The moves are in the nightly run's audit trail, and the
+status page's API shows them while the nightly run goes on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import calendar
 import hashlib
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,16 @@ def test_a_push_takes_a_node_of_the_nightly_run_at_its_next_job_boundary(
     push = cluster.push(tree, "ann", ["shell"], ["filter=push"])
     first = cluster.wait_for_run(push, before, 120, priority=0)
     reported_at = time.time()
+    # The status page shows the nightly run's moves while it goes on.
+    url = cluster.wait_for_status_page()
+
+    def moves_shown() -> list[str]:
+        with urllib.request.urlopen(url + "api/status", timeout=10) as answer:
+            running = json.load(answer)["running"]
+        return [m["text"] for r in running if r["priority"] == 2 for m in r.get("moves", ())]
+
+    wait_for(lambda: len(moves_shown()) == 3, 30, "the status page showing the moves")
+    moves_seen = moves_shown()
     night = cluster.wait_for_run(nightly, before, 180, priority=2)
 
     # The push: complete, its first job handed out within a job boundary and a build.
@@ -106,6 +118,7 @@ def test_a_push_takes_a_node_of_the_nightly_run_at_its_next_job_boundary(
     assert reported(audit) == NIGHT  # no test ran twice, none was lost
     moves = [line.split(" move ", 1)[1] for line in audit if " - move " in line]
     assert len(moves) == 3, moves
+    assert moves_seen == moves  # the page showed what the audit trail has
     chosen, told, left = moves
     node = chosen.split(" ")[1]
     assert chosen.startswith(f"node {node} chosen to leave for run ") and \
