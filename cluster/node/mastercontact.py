@@ -163,7 +163,8 @@ class MasterContact:
             failure=ctx.status.failure, failure_reason=ctx.status.failure_reason,
             status=status, timeouts=jobs.counters.timeouts,
             max_timeouts=jobs.timeout_limit(),
-            results=tuple(jobs.unsent[:self.upload.batch(jobs.unsent)]), leaving=leaving)
+            results=tuple(jobs.unsent[:self.upload.batch(jobs.unsent)]), leaving=leaving,
+            moving=self.leaving_for)
 
     def call(self, now: float, leaving: bool = False) -> int | None:
         """One call to the master; returns an exit code when the node must stop."""

@@ -72,3 +72,24 @@ def test_the_nodes_chosen_hold_the_fewest_jobs_then_have_the_fewest_slots() -> N
     assert choose(nodes, 2) == ["d", "c"]
     assert choose(nodes, 0) == []
     assert choose(nodes, 9) == ["d", "c", "b", "a"]
+
+
+def test_a_successor_master_drops_a_moving_node_as_moved_not_lost() -> None:
+    """A master that took the run over knows nothing of the move but the node's `moving`
+    header: its leaving call drops it as moved, not lost; the header goes over the wire."""
+    from cluster.master.state.runstate import RunState
+    from cluster.records import Job
+    from cluster.wire import protocol
+    from cluster.wire.protocol import Request
+
+    state = RunState("run-1", [Job("t1.ps.ppmraw.72.0", "__temp__/t1.log", "true")], 0)
+    call = Request(node="a", job_id="run-1", built="run-1", slots=1)
+    assert state.handle(call, 0).reply.verb == protocol.BUILD
+    why = "preempted: for run 20260101000000-p0-beef (priority 0)"
+    leaving = Request(node="a", job_id="run-1", built="run-1", slots=1, leaving=True,
+                      moving=why)
+    assert protocol.parse_request(protocol.format_request(leaving)).moving == why
+    assert state.handle(leaving, 1).reply.reason == protocol.ABORT_GOODBYE
+    assert not state.lost
+    assert state.left == ["a (moved to run 20260101000000-p0-beef (priority 0); 0 unfinished "
+                          "jobs put back)"]

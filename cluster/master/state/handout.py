@@ -104,9 +104,13 @@ class Handout(RunCore):
             self._drop(node, f"failure {req.failure} {req.failure_reason}".rstrip(), notes)
             return Reply(protocol.ABORT,
                          reason=f"{protocol.ABORT_DROPPED} after failure {req.failure}")
-        if node.moving_to:
-            self._drop(node, f"moved to {node.moving_to}", notes, lost=False)
-            self.move_events.append(f"node {node.name} left for {node.moving_to}")
+        if node.moving_to or req.moving:
+            # Moved, not failed (a master that took the run over since knows it from the
+            # node's ``moving`` header only).
+            target = node.moving_to or req.moving.removeprefix(
+                f"{protocol.ABORT_PREEMPTED}: for ")
+            self._drop(node, f"moved to {target}", notes, lost=False)
+            self.move_events.append(f"node {node.name} left for {target}")
         else:
             self._drop(node, "left the run", notes)
         return Reply(protocol.ABORT, reason=protocol.ABORT_GOODBYE)
