@@ -246,6 +246,13 @@ class Config:
     slowdown_runs: int = _opt(5, MASTER, "runs",
                               "the baseline runs whose median time a test's time is "
                               "compared with (0 = no Slower tests section)", high=50)
+    preempt: bool = _opt(True, MASTER, "flag",
+                         "a master whose run is less urgent than one waiting sends some of its "
+                         "nodes there at their next job boundary when no node is free "
+                         "(docs/runoptions.md, \"Preemption\")")
+    min_nodes: int = _opt(0, MASTER, "nodes",
+                          "preemption never takes a run below this many nodes (a run's "
+                          "min_nodes=N overrides)", high=100_000)
     speculate_tail: bool = _opt(True, MASTER, "flag",
                                 "when no job is left to hand out, give idle nodes copies of "
                                 "jobs still running elsewhere (first result wins)")

@@ -37,11 +37,13 @@ EXIT_USAGE = 2
 #: ended without a complete result (failed, aborted, timed out, gave up); it says how.
 EXIT_RUN_FAILED = 3
 
-# run.py (a node's part in one run): 0 done, 1 failed, 3 master unreachable, 4 aborted.
+# run.py (a node's part in one run): 0 done, 1 failed, 3 master unreachable, 4 aborted,
+# 5 moved to a more urgent run (preempted: it may come back to this one at once).
 NODE_EXIT_DONE = EXIT_OK
 NODE_EXIT_FAILED = EXIT_FAILED
 NODE_EXIT_UNREACHABLE = 3
 NODE_EXIT_ABORTED = 4
+NODE_EXIT_MOVED = 5
 
 # heartbeat.py: 0 nothing waits, 1 a run waits (so clusterpull starts run.py), 2 error.
 HEARTBEAT_EXIT_NONE = 0

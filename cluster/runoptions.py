@@ -14,6 +14,7 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     max_failed_nodes=N            nodes lost or failed before the run is stopped (N >= 0)
     max_worker_instances=N        at most N of the run's jobs at once on one node (N >= 1)
     max_cluster_instances=N       at most N of the run's jobs in flight in all (N >= 1)
+    min_nodes=N                   preemption never takes the run below N nodes (N >= 0)
     exclusive                     a node taking this run's jobs runs nothing else meanwhile
     no_reschedule                 a lost node's jobs are reported lost, never handed out again
     every_node                    the run is one job per enabled node
@@ -52,7 +53,7 @@ from cluster.config import Config
 #: Options with a value (``key=value``).
 DURATION_KEYS = ("job_timeout", "queue_timeout", "task_timeout")
 COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances",
-              "adaptive_timeout", "num_execution")
+              "adaptive_timeout", "num_execution", "min_nodes")
 LIST_KEYS = ("groups", "nodes", "exclude", "after")
 NAME_KEYS = ("name",)
 #: Options whose value is ``yes`` or ``no``.
@@ -75,7 +76,7 @@ MAX_LIST = 64
 MAX_NUM_EXECUTION = 1000
 #: The smallest value of each count option.
 COUNT_LOW = {"max_failed_nodes": 0, "max_worker_instances": 1, "max_cluster_instances": 1,
-             "adaptive_timeout": 0, "num_execution": 1}
+             "adaptive_timeout": 0, "num_execution": 1, "min_nodes": 0}
 #: The largest value of each count option, where it is not :data:`MAX_COUNT`.
 COUNT_HIGH = {"num_execution": MAX_NUM_EXECUTION}
 
@@ -211,6 +212,9 @@ class RunOptions:
     #: ``num_execution=N`` (product shell): each job run N times, ranks 0..N-1
     #: (:mod:`cluster.jobs.ranks`); None: once, as written.
     num_execution: int | None = None
+    #: ``min_nodes=N``, else master.conf's ``min_nodes``: preemption (docs/runoptions.md,
+    #: "Preemption") never takes the run below N nodes.
+    min_nodes: int = 0
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
     given: tuple[str, ...] = field(default=())
 
@@ -251,6 +255,8 @@ class RunOptions:
                    adaptive_timeout=cfg.adaptive_timeout if "adaptive_timeout" not in values
                    else float(parse_count("adaptive_timeout", values["adaptive_timeout"])),
                    num_execution=count("num_execution"),
+                   min_nodes=cfg.min_nodes if "min_nodes" not in values
+                   else parse_count("min_nodes", values["min_nodes"]),
                    given=tuple(sorted(words)))
 
     def placed(self, node: str, node_groups: Iterable[str]) -> bool:

@@ -252,7 +252,8 @@ function drawRun(r) {
                          title: (n.status || "") + (n.state ? " [" + n.state + "]" : "")},
                 name + ": " + num(n.done) + " done, " + num(n.running) + " running"
                 + (n.errors ? ", " + n.errors + " failed" : "")
-                + (n.timeouts ? ", " + n.timeouts + " timed out" : ""));
+                + (n.timeouts ? ", " + n.timeouts + " timed out" : "")
+                + (n.moving ? ", leaving for " + n.moving : ""));
     })));
   if (r.run_options && r.run_options.length) {
     card.append(el("div", {class: "muted run-options",
@@ -260,6 +261,11 @@ function drawRun(r) {
   }
   if (r.lost && r.lost.length) {
     card.append(el("div", {class: "note", text: "lost: " + r.lost.join(", ")}));
+  }
+  if (r.moves && r.moves.length) {
+    card.append(el("div", {class: "note moves", "data-moves": String(r.moves.length)},
+      "moves: ", ...r.moves.slice(-5).map((m) => el("div", {class: "move",
+        text: clock(m.at) + " " + m.text}))));
   }
   if (r.waiting) card.append(el("div", {class: "note waiting", "data-waiting": r.waiting,
                                          text: "waiting: " + r.waiting}));

@@ -44,6 +44,7 @@ from cluster.defaults import (
     NODE_EXIT_ABORTED,
     NODE_EXIT_DONE,
     NODE_EXIT_FAILED,
+    NODE_EXIT_MOVED,
     NODE_EXIT_UNREACHABLE,
 )
 from cluster.errors import ClusterError, ProtocolError, TransportError
@@ -103,6 +104,10 @@ class MasterContact:
         self.hungry_after = 0.0  # do not ask for work before this (after an empty answer)
         self.continue_wait = CONTINUE_FIRST_WAIT  # after the next CONTINUE (doubling)
         self.low_water = ctx.slots  # ask for more when fewer jobs than this wait
+        #: Told to leave for a more urgent run (ABORT ``preempted: ...``): the reason; ""
+        #: while it stays.  It then starts no job and leaves once its jobs ended
+        #: (:meth:`leave_if_done`).
+        self.leaving_for = ""
 
     # ------------------------------------------------------------------ when to call
     def due(self, now: float) -> bool:
@@ -117,6 +122,8 @@ class MasterContact:
         if jobs.unsent and (now - jobs.first_unsent >= self.ctx.cfg.report_interval
                             or not jobs.pool.running()):
             return True
+        if self.leaving_for:
+            return False  # no more work wanted: it leaves once its jobs ended
         if self.background.current is not None:
             return self.background.current.done
         hungry = len(jobs.queue) < self.low_water and now >= self.hungry_after
@@ -129,7 +136,7 @@ class MasterContact:
         wake = self.ctx.status.next_contact
         if jobs.unsent:
             wake = min(wake, jobs.first_unsent + self.ctx.cfg.report_interval)
-        if len(jobs.queue) < self.low_water and self.build.built:
+        if len(jobs.queue) < self.low_water and self.build.built and not self.leaving_for:
             wake = min(wake, self.hungry_after)
         deadline = jobs.pool.next_deadline()
         if deadline is not None:
@@ -156,7 +163,8 @@ class MasterContact:
             failure=ctx.status.failure, failure_reason=ctx.status.failure_reason,
             status=status, timeouts=jobs.counters.timeouts,
             max_timeouts=jobs.timeout_limit(),
-            results=tuple(jobs.unsent[:self.upload.batch(jobs.unsent)]), leaving=leaving)
+            results=tuple(jobs.unsent[:self.upload.batch(jobs.unsent)]), leaving=leaving,
+            moving=self.leaving_for)
 
     def call(self, now: float, leaving: bool = False) -> int | None:
         """One call to the master; returns an exit code when the node must stop."""
@@ -302,8 +310,13 @@ class MasterContact:
                                      self.ctx.cfg.poll_interval)
         return None
 
-    def _aborted(self, reason: str) -> int:
-        """Told ABORT for ``reason``: everything running is killed and the node leaves."""
+    def _aborted(self, reason: str) -> int | None:
+        """Told ABORT for ``reason``: everything running is killed and the node leaves;
+        except when preempted (:meth:`_preempted`)."""
+        if (reason.strip().startswith(protocol.ABORT_PREEMPTED)
+                and not self.ctx.status.failure):
+            self._preempted(reason.strip())
+            return None
         self.jobs.kill_all()
         failure = self.ctx.status.failure
         final = is_final_abort(reason) or failure != 0
@@ -311,6 +324,39 @@ class MasterContact:
         if failure:
             return NODE_EXIT_FAILED
         return NODE_EXIT_DONE if final else NODE_EXIT_ABORTED
+
+    def _preempted(self, reason: str) -> None:
+        """Told to leave for a more urgent run: the jobs not started are dropped (the master
+        put them back when it said so), those running finish and their results go as
+        usual, then the node leaves (:meth:`leave_if_done`)."""
+        if not self.leaving_for:
+            log.info("node %s: %s; %d jobs not started given back, leaving once the %d "
+                     "running end", self.ctx.name, reason, len(self.jobs.queue),
+                     self.jobs.pool.running())
+        self.leaving_for = reason
+        self.jobs.queue.clear()
+
+    def leave_if_done(self, now: float) -> int | None:
+        """Preempted and no job running any more: the logs uploaded as at a run's end, the
+        last results sent in the leaving call; returns the exit code
+        (:data:`~cluster.defaults.NODE_EXIT_MOVED`: clusterpull then starts the most urgent
+        run), or None while jobs run or results wait beyond one call."""
+        jobs = self.jobs
+        if not self.leaving_for or jobs.pool.running() or self.background.current is not None:
+            return None
+        if jobs.unsent and self.upload.batch(jobs.unsent) < len(jobs.unsent):
+            return None  # more results than one call carries: the usual calls go first
+        try:
+            self.upload.run()  # the node's log, build log and bmpcmp sets, as at the end
+        except (ClusterError, OSError) as exc:
+            log.error("node %s: uploading its logs before leaving failed: %s", self.ctx.name,
+                      exc)
+        code = self.call(now, leaving=True)
+        if code not in (None, NODE_EXIT_ABORTED):
+            return code
+        log.info("node %s: left run %s (%s)", self.ctx.name, self.ctx.start.id,
+                 self.leaving_for)
+        return NODE_EXIT_MOVED
 
     def _take_jobs(self, lines: tuple[str, ...]) -> None:
         """A JOBS reply's ``lines`` into the queue; a line that does not parse is answered

@@ -140,6 +140,9 @@ class RunLoop:
                 if code is not None:
                     return code
                 continue
+            code = contact.leave_if_done(now)  # preempted: gone once its jobs ended
+            if code is not None:
+                return code
             self.wait(contact.next_wakeup(now) - now)
             jobs.check_timeouts(ctx.clock.monotonic())
 

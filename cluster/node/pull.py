@@ -33,8 +33,11 @@ manifest changed and checked file by file; else, or when nothing is published, t
 installed copy.  A run.py already running keeps its copy.  clusterpull itself is never
 replaced (its owner installs it; seed 000's clusterpull.sh re-pulled itself too).
 
-Deviation (docs/deviations.md): a node runs one run at a time and does not preempt a
-lower-priority run when a higher one appears; it picks the most urgent when it is free.
+A node runs one run at a time and picks the most urgent when it is free.  A more urgent
+run does not wait for it to be free: the master of the node's run tells it to leave at its
+next job boundary (docs/protocol.md, "Preemption at job boundaries"); run.py then exits 5
+(moved), and the node starts the most urgent waiting run at once, with no backoff from the
+run it left, to which it comes back as any new node when the urgent run lets it go.
 """
 
 from __future__ import annotations
@@ -47,7 +50,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cluster.config import DEFAULTS, Config
-from cluster.defaults import EXIT_OK, NODE_EXIT_DONE, NODE_EXIT_FAILED, REPO_ROOT
+from cluster.defaults import (
+    EXIT_OK,
+    NODE_EXIT_DONE,
+    NODE_EXIT_FAILED,
+    NODE_EXIT_MOVED,
+    REPO_ROOT,
+)
 from cluster.node import heartbeat
 from cluster.node.liveness import Liveness
 from cluster.node.selfupdate import CodeChoice, SelfUpdate
@@ -269,6 +278,10 @@ class ClusterPull:
         self.child = None
         if code in FINISHED_CODES:
             self.finished.add(child.run_id)
+        elif code == NODE_EXIT_MOVED:
+            # Preempted: the most urgent run is started next (_start_next), and this one is
+            # open to the node again as soon as that one lets it go.
+            self.retry_after.pop(child.run_id, None)
         else:
             self.retry_after[child.run_id] = now + self.rejoin_delay
         log.info("node %s: run.py for run %s exited with %d", self.name, child.run_id, code)

@@ -33,6 +33,7 @@ Request headers (node -> master)::
     timeouts <n> <max>        tests killed by timeout so far, and the limit
     bundle <name>             a sweep run's results' files, put before this call in
                               runs/<id>/results/incoming/<name> (docs/sweeps.md)
+    moving <reason>           told ABORT preempted: it leaves for a more urgent run
     result <test> <error> <t1> <t2> <t3> <md5> <product...>   one finished job (repeatable)
 
 Unknown headers are ignored (the format was made to grow); a malformed known header is an
@@ -129,6 +130,11 @@ ABORT_MASTER_ERROR = "master error"
 ABORT_REFUSED = "refused"
 #: The request could not be parsed, or failed its signature: ``bad request: <problem>``.
 ABORT_BAD_REQUEST = "bad request"
+#: A more urgent run needs this node (docs/protocol.md, "Preemption at job boundaries"):
+#: ``preempted: for run <id> (priority <p>)``.  The node starts nothing more, finishes the
+#: jobs it runs and sends their results, uploads its logs, says ABORT itself and joins the
+#: most urgent run; it comes back to this one as any new node does.  Not final.
+ABORT_PREEMPTED = "preempted"
 #: ABORT reasons (prefixes) after which a node must not join the same run again; those
 #: matched whole by REJOIN_ABORTS are the exception.
 FINAL_ABORTS = (ABORT_RUN_COMPLETE, ABORT_UNSUITABLE, ABORT_WRONG_JOB_ID, RUN_ABORTED,
@@ -264,6 +270,7 @@ REQUEST_HEADERS: dict[str, Header] = {
     "timeouts": integers("timeouts", "max_timeouts", minimum=0),
     "bundle": matching("bundle", BUNDLE_NAME, "takes a results bundle's name: "
                        "<node>.<16 hex instance>.<number>.tar or .d"),
+    "moving": text("moving"),
 }
 
 
@@ -298,6 +305,9 @@ class Request:
     max_timeouts: int = 0
     #: A sweep run's results bundle (:data:`BUNDLE_NAME`), "" when the call has none.
     bundle: str = ""
+    #: Told ``ABORT preempted: ...``: that reason (a master that took the run over since
+    #: learns from it that the node moves, not fails); "" otherwise.
+    moving: str = ""
     results: tuple[JobResult, ...] = ()
     leaving: bool = False  # terminated by ABORT instead of OK
     problems: tuple[str, ...] = ()  # result lines that were malformed (see parse_request)
@@ -536,6 +546,8 @@ def format_request(req: Request) -> bytes:
     out.append(f"timeouts {req.timeouts} {req.max_timeouts}")
     if req.bundle:
         out.append(f"bundle {req.bundle}")
+    if req.moving:
+        out.append(f"moving {one_line(req.moving)}")
     out.extend(format_result(r) for r in req.results)
     out.extend("result " + text for text in req.result_lines)
     out.append("ABORT" if req.leaving else "OK")

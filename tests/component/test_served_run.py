@@ -44,7 +44,7 @@ class Opened:
     """A run opened on a fresh home: its ServedRun, the FakeClock and the port it serves.
     ``replaced``: the PID file is no longer ours once set."""
 
-    def __init__(self, root: Path, line: str) -> None:
+    def __init__(self, root: Path, line: str, jobs: list[Job] = JOBS) -> None:
         self.port = free_port()
         self.cfg = Config().with_changes(home=root, base_port=self.port - PRIORITY,
                                          linger=0.0, result_cache=False)
@@ -78,7 +78,7 @@ class Opened:
                                  deadline=self.cfg.connection_deadline)
         handler.refusals = self.server.refusals
         options = runlimits.run_options(spec, self.cfg)
-        self.served = ServedRun.open(host, spec, start, MemoryJobList(JOBS), options,
+        self.served = ServedRun.open(host, spec, start, MemoryJobList(jobs), options,
                                      placement.RunPolicy.of(options), None, self.server,
                                      handler)
         self.served.serve_slice = 0.05  # the tests' turns are short; their times explicit
@@ -94,6 +94,21 @@ class Opened:
         replies: list[bytes] = []
         caller = threading.Thread(target=lambda: replies.append(
             signed_talk(self.port, request("n1", self.run_id, *extra))))
+        caller.start()
+        for _ in range(200):
+            if not caller.is_alive():
+                break
+            assert self.tick() is None
+        caller.join(10)
+        assert replies, "the node's call was not answered"
+        return replies[0]
+
+    def answered_leaving(self, *extra: str) -> bytes:
+        """As :meth:`answered`, for a call ended by ABORT (the node leaves)."""
+        replies: list[bytes] = []
+        data = request("n1", self.run_id, *extra)
+        data = data[:-len(b"OK\n")] + b"ABORT\n"
+        caller = threading.Thread(target=lambda: replies.append(signed_talk(self.port, data)))
         caller.start()
         for _ in range(200):
             if not caller.is_alive():

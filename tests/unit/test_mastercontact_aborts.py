@@ -74,6 +74,9 @@ class _Pool:
     def kill_all(self) -> None:
         self.killed += 1
 
+    def running(self) -> int:
+        return 1  # one job of the run still running
+
 
 def _obey(tmp_path: Path, reason: str, failure: int = 0) -> int | None:
     cfg = Config(node_name="n1", work_dir=tmp_path / "work")
@@ -118,3 +121,30 @@ def test_the_named_reasons_keep_their_wire_text_and_their_meaning() -> None:
         assert not is_final_abort(passing)
     assert (protocol.ABORT_BUSY, protocol.ABORT_MASTER_ERROR, protocol.ABORT_GOODBYE) == (
         "master busy, try again", "master error", "goodbye")
+
+
+def test_preempted_is_not_final_and_kills_nothing(tmp_path: Path) -> None:
+    """ABORT ``preempted: ...``: the node drops the jobs it has not started, lets those it
+    runs finish and stays in the run until they did (docs/protocol.md, "Preemption at job
+    boundaries")."""
+    reason = f"{protocol.ABORT_PREEMPTED}: for run 20260101000000-p0-beef (priority 0)"
+    assert not is_final_abort(reason)
+    cfg = Config(node_name="n1", work_dir=tmp_path / "work")
+    ctx = open_test_run(tmp_path / "home", cfg)
+    pool = _Pool()
+    loop = RunLoop(ctx, "tools=md5sum", pool)  # type: ignore[arg-type]
+    loop.jobs.queue.append(Job("t2.ps.ppmraw.72.0", "__temp__/t2.log", "true"))
+    try:
+        assert loop.contact._obey(Reply(protocol.ABORT, reason=reason)) is None
+    finally:
+        ctx.node_log.close()
+    assert pool.killed == 0 and not loop.jobs.queue
+    assert loop.contact.leaving_for == reason
+    ctx.status.next_contact = 10.0
+    assert not loop.contact.due(0.0)  # no call for more work on its way out
+    assert loop.contact.leave_if_done(0.0) is None  # its job still runs
+
+
+def test_a_failed_node_told_preempted_leaves_at_once(tmp_path: Path) -> None:
+    assert _obey(tmp_path, f"{protocol.ABORT_PREEMPTED}: for run x (priority 0)",
+                 failure=1) == NODE_EXIT_FAILED

@@ -9,6 +9,12 @@ Lines (fields separated by one space; ``<time>`` is UTC with milliseconds)::
     <time> <peer> node <name> reported results <n>[ refused <n>] jobs <p> <r>
         [busy <task>] [failure <code>] [leaving] status <text> given <VERB>[ <count>|: <reason>]
     <time> <peer> node <name or -> refused <reason>
+    <time> - move <text>
+
+A ``move`` line is a step of preemption (docs/protocol.md, "Preemption at job
+boundaries"): ``node n1 chosen to leave for run X (priority 0)`` (the master's choice),
+``node n1 told to leave for ...: 3 unstarted jobs put back, 1 to finish`` (the reply that
+said so), ``node n1 left for ...`` (its leaving call).
 
 ``given`` names the verb and, for JOBS, the count of jobs: never job lines (they are in
 the run's job list).  ``status`` is the node's free text, folded to one line and cut to
@@ -102,6 +108,11 @@ class AuditLog:
         claimed, "" if none)."""
         self._add(f"{self._time()} {peer} node {_one_line(node, 64) or '-'} refused "
                   f"{_one_line(reason, 400)}")
+
+    def move(self, text: str) -> None:
+        """A step of preemption: a node chosen to leave for a more urgent run, told so, or
+        gone."""
+        self._add(f"{self._time()} - move {_one_line(text, 400)}")
 
     def flush(self, force: bool = False) -> None:
         """Append the collected lines to the file (one write), if :data:`FLUSH_INTERVAL`

@@ -188,8 +188,26 @@ def _priority(cfg: Config, home: Home, p: int, ending_start: JobStart | None,
     return PriorityInfo(status=FINISHED, run=last) if last else PriorityInfo(status=IDLE)
 
 
-def _running(cfg: Config, home: Home, p: int, start: JobStart) -> PriorityInfo:
+def running_facts(cfg: Config, home: Home, p: int) -> tuple[JobStart, PriorityInfo,
+                                                             frozenset[str]] | None:
+    """For the run of priority ``p`` whose job.start exists: that job.start, its facts as
+    the resource file gives them, and the names of the nodes in it (not gone) by its live
+    file; None when there is no such run.  Preemption's look at a more urgent run
+    (:mod:`cluster.master.run.preemption`)."""
+    start = _job_start(home.job_start(p))
+    if start is None:
+        return None
     live = _live(home.live(p), start.id)
+    nodes = _mapping(live.get("nodes")) if live is not None else {}
+    names = frozenset(name for name, facts in nodes.items()
+                      if isinstance(facts, dict) and facts.get("state") != "gone")
+    return start, _running(cfg, home, p, start, live), names
+
+
+def _running(cfg: Config, home: Home, p: int, start: JobStart,
+             live: dict[str, Any] | None = None) -> PriorityInfo:
+    if live is None:
+        live = _live(home.live(p), start.id)
     if live is None:  # its job list is being made: no counts yet
         return PriorityInfo(status=RUNNING, run=start.id, nodes_wanted=resources.nodes_wanted(
             0, cfg.node_slots, cfg.max_nodes, starting=True))

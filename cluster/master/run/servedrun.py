@@ -39,6 +39,7 @@ from cluster.master.files.progress import RunProgress
 from cluster.master.model import placement, runlimits
 from cluster.master.model.joblist import JobList
 from cluster.master.model.leases import LEASES_FILE, LeaseLog, read_leases
+from cluster.master.run.preemption import Preemption
 from cluster.master.serve import confirm
 from cluster.master.serve.handler import NonceLog, RequestHandler, RunSession
 from cluster.master.serve.server import NodeServer
@@ -127,6 +128,10 @@ class ServedRun:
         self.live, self.confirming = live, confirming
         self.serving_state, self.serving_journal = state, jrnl
         self.next_tick = self.next_live = self.next_pid = 0.0
+        #: Its nodes sent to more urgent runs (docs/protocol.md, "Preemption at job
+        #: boundaries"); the live file shows its moves.
+        self.preemption = Preemption(host.cfg, host.home, host.priority, host.clock)
+        live.moves = self.preemption.moves
         #: When a node of the run was last alive (a successor's clock starts at the takeover).
         self.last_live = host.clock.monotonic()
 
@@ -184,7 +189,10 @@ class ServedRun:
         due at ``now`` is done, then the nodes' requests are served for
         :attr:`serve_slice`.  Returns how the serving ended, or None while it goes on.
 
-        Due are: every :data:`LIVENESS_INTERVAL` the nodes whose lease lapsed; every
+        Due are: every :data:`LIVENESS_INTERVAL` the nodes whose lease lapsed (and
+        preemption's steps into the audit trail); every
+        :data:`~cluster.master.run.preemption.PREEMPT_INTERVAL` the more urgent runs
+        (:mod:`cluster.master.run.preemption`); every
         :data:`PROGRESS_INTERVAL` the journal's sync, the status line, the progress and
         ``live[.p].json``; every ``pid_check_interval`` the disabled nodes
         (``nodes/*.down``), the placement, the waiting runs past their queue_timeout, a
@@ -196,6 +204,9 @@ class ServedRun:
             self.serving_state, self.serving_journal, now)
         if now >= self.next_live:
             self._liveness(now)
+        if now >= self.preemption.next_at:
+            for note in self.preemption.tick(self.serving_state, now):
+                log.info("%s", note)
         if now >= self.next_tick:
             self._progress(now)
         ended = self._pid_check(now) if now >= self.next_pid else None
@@ -213,6 +224,10 @@ class ServedRun:
         for note in state.tick(now):
             log.warning("%s", note)
         self.serving_journal.write(state.take_made_results())  # a no_reschedule run's lost
+        for event in state.take_move_events():  # preemption's steps: the audit trail
+            self.session.audit.move(event)
+            self.preemption.note(event)
+            log.info("run %s: %s", state.run_id, event)
         if state.live_nodes():
             self.last_live = now
             self.progress.had_nodes = True

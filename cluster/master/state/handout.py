@@ -80,6 +80,8 @@ class Handout(RunCore):
             # or never received our reply).  Put them back.
             self._requeue(node, front=True)
             notes.append(f"node {node.name} lost jobs it was given; put back in the list")
+        if node.moving_to:
+            return self._move(node, req, notes)
         if node.lacks and not self.all_results_in:
             verdict = self._judge(node, now, notes)
             if verdict is not None:
@@ -102,8 +104,67 @@ class Handout(RunCore):
             self._drop(node, f"failure {req.failure} {req.failure_reason}".rstrip(), notes)
             return Reply(protocol.ABORT,
                          reason=f"{protocol.ABORT_DROPPED} after failure {req.failure}")
-        self._drop(node, "left the run", notes)
+        if node.moving_to or req.moving:
+            # Moved, not failed (a master that took the run over since knows it from the
+            # node's ``moving`` header only).
+            target = node.moving_to or req.moving.removeprefix(
+                f"{protocol.ABORT_PREEMPTED}: for ")
+            self._drop(node, f"moved to {target}", notes, lost=False)
+            self.move_events.append(f"node {node.name} left for {target}")
+        else:
+            self._drop(node, "left the run", notes)
         return Reply(protocol.ABORT, reason=protocol.ABORT_GOODBYE)
+
+    def _move(self, node: NodeInfo, req: Request, notes: list[str]) -> Reply:
+        """The reply to ``node``, preempted (:meth:`RunState.preempt`): told once to leave
+        at its next job boundary (ABORT ``preempted: for <run>``), its unstarted jobs put
+        back at the front of the list at once (:meth:`_return_unstarted`); then CONTINUE
+        while it finishes the jobs it runs and sends their results, until its leaving call
+        (:meth:`_leaving`).  A later call with jobs waiting, or none running, is told
+        again."""
+        told = Reply(protocol.ABORT, reason=f"{protocol.ABORT_PREEMPTED}: for {node.moving_to}")
+        if node.told_move:
+            # Told already.  A node that still has jobs waiting, or none running, did not
+            # get that reply (a lost connection): told again (the node takes it twice
+            # alike); those jobs went back already, so one may run twice, the first result
+            # kept, as with a tail copy.
+            return told if req.pending or not req.running else Reply(protocol.CONTINUE)
+        node.told_move = True
+        back = self._return_unstarted(node, req.pending)
+        what = (f"node {node.name} told to leave for {node.moving_to} at its next job "
+                f"boundary: {back} unstarted jobs put back, {len(node.held)} to finish")
+        notes.append(what)
+        self.move_events.append(what)
+        return told
+
+    def _return_unstarted(self, node: NodeInfo, pending: int) -> int:
+        """The ``pending`` jobs ``node`` has not started, back at the front of the list; how
+        many had no result and went back.
+
+        A node runs its jobs in the order it was handed them and its queue is what it has
+        not started, so those are the newest ``pending`` of its ``held`` (handed out in
+        order, results taken out).  Jobs handed in a reply the node never read are newest
+        too: the jobs put back are never jobs it started (nothing runs twice), and those
+        it dropped but are still held here go back when it leaves (:meth:`_drop`).  Even in
+        a ``no_reschedule`` run they go back: they never ran."""
+        if pending <= 0 or not node.held:
+            return 0
+        held, holders, offsets = node.held, self.holders, self.results.offsets
+        newest = list(held)[-pending:]
+        back: list[str] = []
+        for name in newest:
+            i = held.pop(name)
+            count = holders[i]
+            if count > 1:
+                holders[i] = count - 1
+                continue
+            if count == 1:
+                holders[i] = 0
+                self.running -= 1
+            if offsets[i] < 0:
+                back.append(name)
+        self.front.extendleft(reversed(back))
+        return len(back)
 
     def _jobs(self, node: NodeInfo, req: Request, now: float) -> Reply:
         """JOBS for ready ``node`` while jobs are unsettled, leased to its process; or

@@ -32,6 +32,9 @@ Schema, version 1 (all times wall-clock epoch seconds)::
   included (``state`` "gone"); ``done`` counts the first results it delivered,
   ``running`` the jobs it holds, ``errors`` those results with an error code,
   ``timeouts`` those that timed out (codes 3 and 4).
+* ``moves``: the run's last preemption moves (docs/protocol.md, "Preemption at job
+  boundaries"), newest last, each ``{"at": <epoch>, "text": "node n1 chosen to leave for
+  run X (priority 0)"}``; a node told to leave has ``moving`` (where to) in its entry.
 * ``lost``: the nodes the run lost (every master's); ``fatal``: why the run is stopping
   (RunState.fatal); ``stopping``: set when an admin's stop request was seen; ``waiting``:
   why no node serves the run while none may take it (``no node of group win64 is up``,
@@ -120,6 +123,9 @@ class LiveStatus:
         #: Why no node serves the run, when none may (docs/runoptions.md, section 4; "no
         #: node of group win64 is up"); set by the master's placement tick.
         self.waiting = ""
+        #: The run's last preemption moves, newest last (docs/protocol.md, "Preemption at
+        #: job boundaries"): ``{"at": <epoch>, "text": "node n1 left for run X ..."}``.
+        self.moves: list[dict[str, Any]] = []
         self.failing = False  # the last write failed (logged once)
 
     def snapshot(self, state: RunState, lost: list[str]) -> dict[str, Any]:
@@ -135,7 +141,7 @@ class LiveStatus:
             n.name: {"state": n.state.value, "slots": n.slots, "done": n.results,
                      "running": len(n.held), "errors": n.errors, "timeouts": n.timeouts,
                      "last_seen": round(n.last_seen + skew, 3), "caps": n.caps,
-                     "status": n.status}
+                     "status": n.status, **({"moving": n.moving_to} if n.moving_to else {})}
             for n in state.nodes.values()}
         when = eta(wall, total - done, per_second)
         start = self.start
@@ -147,7 +153,7 @@ class LiveStatus:
                      "left": max(total - done - running, 0)},
             "rate": round(per_second, 3), "eta": None if when is None else round(when, 3),
             "nodes": nodes, "lost": list(lost), "fatal": state.fatal,
-            "stopping": self.stopping, "waiting": self.waiting,
+            "stopping": self.stopping, "waiting": self.waiting, "moves": self.moves,
         }
 
     def update(self, state: RunState, lost: list[str]) -> dict[str, Any]:

@@ -45,6 +45,11 @@ class NodeInfo:
     timeouts: int = 0           # of those, results that timed out (error 3 or 4)
     #: The programs of job.start its build did not make (``unbuilt``).
     lacks: frozenset[str] = frozenset()
+    #: Preempted (:mod:`cluster.master.model.preempt`): where it is to go, e.g. ``run X
+    #: (priority 0)``; "" while it stays.  Told once (``told_move``), it gets no new job,
+    #: and its leaving call drops it without counting it lost.
+    moving_to: str = ""
+    told_move: bool = False
 
     def job_seconds(self, now: float) -> float | None:
         """Wall seconds one of its slots has spent per job so far; None if unknown."""

@@ -199,6 +199,9 @@ class RunCore:
         #: True for a confirm phase's state: its jobs run again tests whose output changed,
         #: and must never be answered from a results cache.
         self.confirming = False
+        #: What preemption did since the master last took them (nodes told to leave for a
+        #: more urgent run, nodes that left): lines for the audit trail and the log.
+        self.move_events: list[str] = []
 
     def _take_journaled(self, done: Iterable[JobResult | str]) -> None:
         """Take the results ``done`` already journaled (JobResults or journal lines) into

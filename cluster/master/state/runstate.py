@@ -126,6 +126,37 @@ class RunState(Admission, Recording, Handout):
                 + (f" - {held} reused, being checked" if held else "")
                 + (f" - aborted: {self.fatal}" if self.fatal else ""))
 
+    def movable(self) -> list[NodeInfo]:
+        """The nodes that could be sent to a more urgent run (preemption): in the run,
+        built, not disabled, not leaving already."""
+        return [n for n in self.nodes.values()
+                if n.state is NodeState.READY and not n.moving_to
+                and n.name not in self.disabled]
+
+    def preempt(self, names: Iterable[str], target: str) -> list[str]:
+        """Nodes ``names`` are to leave for ``target`` (``run X (priority 0)``) at their
+        next job boundary: each is told at its next call (:meth:`Handout._move`).  Returns
+        the names marked (those of :meth:`movable`)."""
+        marked = []
+        for name in names:
+            node = self.nodes.get(name)
+            if node is None or node not in self.movable():
+                continue
+            node.moving_to = target
+            marked.append(name)
+            self.move_events.append(f"node {name} chosen to leave for {target}")
+        return marked
+
+    def moving(self) -> list[NodeInfo]:
+        """The nodes told (or about to be told) to leave that have not left yet."""
+        return [n for n in self.nodes.values()
+                if n.moving_to and n.state is not NodeState.GONE]
+
+    def take_move_events(self) -> list[str]:
+        """The preemption's events since the last call (for the audit trail)."""
+        events, self.move_events = self.move_events, []
+        return events
+
     def set_disabled(self, names: Iterable[str]) -> None:
         """The nodes disabled now (the master rereads ``nodes/*.down`` every
         ``pid_check_interval``).  A node in it is told ABORT at its next request."""
@@ -156,7 +187,9 @@ class RunState(Admission, Recording, Handout):
         remembered), the journal lines of its new results (``journal``) and of those the
         state made while deciding (a dropped node's jobs reported lost), the ``notes``, and
         how many results it ``carried`` and how many were ``refused``."""
-        if reply.verb == protocol.ABORT:
+        if reply.verb == protocol.ABORT and not (node.told_move
+                                                 and node.state is not NodeState.GONE):
+            # A node told to move still sends its last results: it is not done with yet.
             node.told_abort = True
         made = self.take_made_results()  # a dropped node's jobs reported lost
         if made and self.checks is not None and self.checks.samples:
