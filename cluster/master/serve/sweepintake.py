@@ -55,12 +55,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
+import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from cluster.master.files.journal import result_text
+from cluster.master.serve.checkpool import CheckPool
 from cluster.master.serve.sweepbundle import (
     BundleReader,
     Staged,
@@ -84,6 +87,8 @@ ATTEMPTS_FILE = "sweep-attempts.tsv"
 RESULTS_DIR = "results"
 INCOMING_DIR = "incoming"
 STAGE_DIR = ".stage"
+#: The tries held for their check script: ``<key>/`` (the files) and ``<key>.json``.
+PENDING_DIR = ".pending"
 #: The statuses of a try that are not a verdict of the checks.
 FILES_MISSING = "failed: result files missing"
 TIMEOUT = "timeout"
@@ -97,6 +102,37 @@ def files_md5(md5s: Mapping[str, str]) -> str:
     change in any result file changes it."""
     text = "".join(f"{name} {md5s[name]}\n" for name in sorted(md5s))
     return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """A try held for its check script (:mod:`cluster.master.serve.checkpool`): its files
+    are ``results/.pending/<key>/``, this in ``<key>.json`` beside them, so a successor
+    judges it again."""
+
+    key: str
+    node: str
+    task: str
+    text: str  # the result as the node sent it (canonical text)
+    report: TaskReport
+    md5s: Mapping[str, str]
+    receive: int
+
+    def to_json(self) -> bytes:
+        r = self.report
+        return json.dumps({"node": self.node, "task": self.task, "text": self.text,
+                           "start": r.start, "runtime": r.runtime, "exit": r.exit_status,
+                           "files": {n: list(v) for n, v in r.files.items()},
+                           "md5s": dict(self.md5s), "receive": self.receive}).encode()
+
+    @classmethod
+    def from_json(cls, key: str, data: bytes) -> Held:
+        """ValueError, KeyError or TypeError when ``data`` is not one."""
+        d = json.loads(data)
+        files = {str(n): (int(v[0]), str(v[1])) for n, v in d["files"].items()}
+        report = TaskReport(float(d["start"]), float(d["runtime"]), int(d["exit"]), files)
+        return cls(key, str(d["node"]), str(d["task"]), str(d["text"]), report,
+                   {str(n): str(m) for n, m in d["md5s"].items()}, int(d["receive"]))
 
 
 class SweepIntake:
@@ -122,13 +158,26 @@ class SweepIntake:
         #: The last bundle this master took of each node: a node calling again with it (it
         #: lost the reply; it makes no new call before it has one) gets no second try.
         self.taken: dict[str, str] = {}
+        #: The rules judged in the request path: all but the check script.
+        self.rules = dataclasses.replace(spec.validate, script="")
+        #: The check scripts' pool (None: no script, or run in the request path).
+        self.pool: CheckPool | None = None
+        self.pending_dir = self.results_dir / PENDING_DIR
+        #: The tries held for their check script, by key; how many of each task.
+        self.held: dict[str, Held] = {}
+        self.judging: dict[str, int] = {}
+        self._serial = 0
+        #: The tries judged in this request, written to the attempts log at its end.
+        self._batch: list[Attempt] = []
 
     @classmethod
     def open(cls, run_dir: Path, spec: SweepSpec, max_result_bytes: int,
-             state: RunState) -> SweepIntake:
+             state: RunState, workers: int = 0) -> SweepIntake:
         """The intake of the run in ``run_dir``: its folders made, what a killed master
         left cleaned, the tries so far counted and the nodes of each task put back told to
-        ``state``."""
+        ``state``.  ``workers``: how many check scripts run at once off the request path
+        (master.conf ``sweep_check_workers``); 0 runs each in the request path (tests).
+        The tries a killed master held for their check are judged again."""
         results = run_dir / RESULTS_DIR
         (results / INCOMING_DIR).mkdir(parents=True, exist_ok=True)
         shutil.rmtree(results / STAGE_DIR, ignore_errors=True)
@@ -153,7 +202,50 @@ class SweepIntake:
         if count:
             log.info("run %s: %d tries of %d tasks read from %s", run_dir.name, count,
                      len(intake.tries), ATTEMPTS_FILE)
+        if spec.validate.script and workers:
+            intake.pool = CheckPool(workers, intake._check)
+        else:
+            intake.rules = spec.validate
+        intake._reload(state)
         return intake
+
+    def _check(self, folder: Path, stop: Callable[[], bool]) -> checks.Verdict:
+        """A pool worker's check (its thread: it reads only the sweep file's values)."""
+        return checks.run_script(folder, self.spec.validate.script, self.spec.folder,
+                                 self.spec.timeout, stop)
+
+    def _reload(self, state: RunState) -> None:
+        """The tries a killed master held for their check, submitted again (what is not
+        whole is removed)."""
+        try:
+            entries = sorted(os.listdir(self.pending_dir))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            path = self.pending_dir / entry
+            if not entry.endswith(".json"):
+                if not (self.pending_dir / f"{entry}.json").exists() or self.pool is None:
+                    remove_path(path)
+                continue
+            key = entry[:-len(".json")]
+            try:
+                held = Held.from_json(key, path.read_bytes())
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("run %s: %s is not a held try (%s); removed", self.run_dir.name,
+                            path, exc)
+                held = None
+            folder = self.pending_dir / key
+            if (held is None or self.pool is None or not folder.is_dir()
+                    or held.task in state.results):
+                path.unlink(missing_ok=True)
+                remove_path(folder)
+                continue
+            self.held[key] = held
+            self.judging[held.task] = self.judging.get(held.task, 0) + 1
+            self.pool.submit(key, folder)
+        if self.held:
+            log.info("run %s: %d tries held for their check script by an earlier master, "
+                     "judged again", self.run_dir.name, len(self.held))
 
     # ------------------------------------------------------------------ a request
     def take(self, req: Request, state: RunState, session: str = "") -> Request:
@@ -197,6 +289,9 @@ class SweepIntake:
                 else:
                     out[position] = taken
         finally:
+            if self._batch:
+                self.log.write_many(self._batch)
+                self._batch.clear()
             shutil.rmtree(self.stage_dir, ignore_errors=True)
         return _with_results(req, [t for p, t in enumerate(out) if p not in withheld])
 
@@ -207,8 +302,94 @@ class SweepIntake:
             self.bundles.discard(req, "")
 
     def close(self) -> None:
-        """Sync and close the attempts log."""
+        """Stop the check scripts (the tries they judge stay held, on disk, for a
+        successor), sync and close the attempts log."""
+        if self.pool is not None:
+            self.pool.close()
         self.log.close()
+
+    # ------------------------------------------------------------------ the check pool
+    def settle(self, state: RunState, write: Callable[[bytes], None], now: float) -> int:
+        """Take the verdicts of the check scripts that ended: each try settled as
+        :meth:`_judge` settles one (its result journaled through ``write`` before its
+        hold is removed); how many."""
+        if self.pool is None:
+            return 0
+        verdicts = self.pool.drain()
+        for key, verdict in verdicts:
+            held = self.held.pop(key, None)
+            if held is not None:
+                self._settle(held, verdict.status, state, write, now)
+        return len(verdicts)
+
+    def abandon(self, state: RunState, write: Callable[[bytes], None], now: float,
+                why: str) -> int:
+        """The run ended (``why``) with tries still held: each is recorded as the task's
+        last try, ``failed: not judged (<why>)``, its files kept; how many."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        held = list(self.held.values())
+        self.held.clear()
+        for h in held:
+            self._settle(h, f"failed: not judged ({why})", state, write, now, last=True)
+        if held:
+            log.warning("run %s: %d tries were not judged before the run ended (%s)",
+                        self.run_dir.name, len(held), why)
+        return len(held)
+
+    def _hold(self, node: str, task: str, text: str, report: TaskReport, staged: Staged,
+              state: RunState) -> None:
+        """Hold a try that passed every rule but the check script, and submit the check."""
+        assert self.pool is not None
+        self._serial += 1
+        key = f"{task}.{os.getpid()}.{self._serial}"
+        held = Held(key, node, task, text, report, dict(staged.md5s),
+                    sum(staged.sizes.values()))
+        if self._serial == 1:
+            self.pending_dir.mkdir(exist_ok=True)
+        fd = os.open(self.pending_dir / f"{key}.json",
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, held.to_json())
+        finally:
+            os.close(fd)
+        os.rename(staged.folder, self.pending_dir / key)  # now it is held: on disk whole
+        self.held[key] = held
+        self.judging[task] = self.judging.get(task, 0) + 1
+        state.judging(node, task)
+        self.pool.submit(key, self.pending_dir / key)
+
+    def _settle(self, held: Held, status: str, state: RunState,
+                write: Callable[[bytes], None], now: float, last: bool = False) -> None:
+        task = held.task
+        left = self.judging.get(task, 1) - 1
+        if left:
+            self.judging[task] = left
+        else:
+            self.judging.pop(task, None)
+        folder = self.pending_dir / held.key
+        if task in state.results:  # another try's result came first: not a try
+            state.duplicates += 1
+            remove_path(folder)
+        else:
+            tries = self.tries.get(task, 0) + 1
+            self.tries[task] = tries
+            final = last or status == "ok" or tries >= self.tries_allowed
+            report = held.report
+            self.log.write(Attempt(task, held.node, report.start, report.runtime,
+                                   report.exit_status, held.receive, status, tries, final))
+            if final:
+                self._place(task, None, folder)
+                write(state.record_judged(held.node, task,
+                                          _settled_text(held.text, status, held.md5s), now))
+            else:
+                log.info("sweep task %s on node %s: %s (try %d of %d); tried again", task,
+                         held.node, status, tries, self.tries_allowed)
+                remove_path(folder)
+                if not left:  # another try of it still held decides
+                    state.retry(held.node, task)
+        (self.pending_dir / f"{held.key}.json").unlink(missing_ok=True)
 
     @property
     def dirty(self) -> bool:
@@ -222,31 +403,35 @@ class SweepIntake:
     def _judge(self, node: str, task: str, text: str, report: TaskReport | None,
                staged: Staged | None, state: RunState) -> str | None:
         """Judge one try; log it; return the result text to record (None: withheld)."""
-        fields = text.split(" ", 6)
-        timed_out = fields[_ERROR_FIELD] == str(ERROR_TIMEOUT)
+        if task in self.judging:
+            # A copy of a task whose try waits for its check: a duplicate, as a copy after
+            # a result is (the task is tried again if that try is not valid).
+            state.judging(node, task)
+            state.duplicates += 1
+            return None
+        timed_out = text.split(" ", 2)[_ERROR_FIELD] == str(ERROR_TIMEOUT)
         status = self._status(task, report, staged, timed_out)
+        if status == "ok" and self.pool is not None and report is not None \
+                and staged is not None:
+            self._hold(node, task, text, report, staged, state)
+            return None
         tries = self.tries.get(task, 0) + 1
         self.tries[task] = tries
         final = status == "ok" or tries >= self.tries_allowed
         receive = sum(staged.sizes.values()) if staged else 0  # every result file home
         report = report or TaskReport()
-        self.log.write(Attempt(task, node, report.start, report.runtime, report.exit_status,
-                               receive, status, tries, final))
+        self._batch.append(Attempt(task, node, report.start, report.runtime,
+                                   report.exit_status, receive, status, tries, final))
         if not final:
             log.info("sweep task %s on node %s: %s (try %d of %d); tried again", task, node,
                      status, tries, self.tries_allowed)
             state.retry(node, task)
             return None
         self._place(task, staged)
-        if status == "ok":
-            fields[_ERROR_FIELD] = "0"
-            fields[_MD5_FIELD] = files_md5(staged.md5s if staged else {})
-        else:
+        if status != "ok":
             log.info("sweep task %s on node %s: %s (try %d of %d, the last)", task, node,
                      status, tries, self.tries_allowed)
-            fields[_ERROR_FIELD] = str(ERROR_TIMEOUT if status == TIMEOUT else ERROR_READ)
-            fields[_MD5_FIELD] = "0"
-        return " ".join(fields)
+        return _settled_text(text, status, staged.md5s if staged else {})
 
     def _status(self, task: str, report: TaskReport | None, staged: Staged | None,
                 timed_out: bool) -> str:
@@ -269,21 +454,40 @@ class SweepIntake:
                        f"tasks.json says {size} bytes, md5 {md5}")
                 log.warning("sweep task %s: result file %s: %s", task, name, why)
                 return FILES_MISSING
-        verdict = checks.validate(staged.folder, report.exit_status, self.spec.validate,
-                                  self.spec.folder, self.spec.timeout,
-                                  required=sorted(self.result_names))
+        for name in sorted(self.result_names - staged.sizes.keys()):
+            return f"invalid: result {name} is missing"
+        verdict = checks.validate(staged.folder, report.exit_status, self.rules,
+                                  self.spec.folder, self.spec.timeout)
         return verdict.status
 
-    def _place(self, task: str, staged: Staged | None) -> None:
-        """The task's files into ``results/<task id>/``, a stale folder replaced (an
-        empty folder when none came)."""
+    def _place(self, task: str, staged: Staged | None, folder: Path | None = None) -> None:
+        """The task's files (``staged``'s, or ``folder``) into ``results/<task id>/``, a
+        stale folder replaced (an empty folder when none came)."""
         final = self.results_dir / task
-        if staged is None:
+        source = staged.folder if staged is not None else folder
+        if source is None:
             if final.exists() or final.is_symlink():
                 remove_path(final)
             final.mkdir()
-        else:
-            fsutil.swap_dir(staged.folder, final)
+            return
+        try:
+            # The usual case, one system call: nothing there (or an empty folder).
+            os.rename(source, final)
+        except OSError:
+            fsutil.swap_dir(source, final)
+
+
+def _settled_text(text: str, status: str, md5s: Mapping[str, str]) -> str:
+    """The result ``text`` as recorded for a try of ``status``: error 0 and the md5 of its
+    files when ``ok``, else error 1 (3 for ``timeout``) and md5 ``0``."""
+    fields = text.split(" ", 6)
+    if status == "ok":
+        fields[_ERROR_FIELD] = "0"
+        fields[_MD5_FIELD] = files_md5(md5s)
+    else:
+        fields[_ERROR_FIELD] = str(ERROR_TIMEOUT if status == TIMEOUT else ERROR_READ)
+        fields[_MD5_FIELD] = "0"
+    return " ".join(fields)
 
 
 def _with_results(req: Request, texts: Iterable[str]) -> Request:
