@@ -15,9 +15,15 @@ the node was handed and that has no result yet:
    file ``tasks.json`` lists did not arrive whole (no bundle, an unreadable one, a member
    missing, refused or not matching its size and md5), ``failed: results over
    max_result_bytes (<n> bytes)``, else :func:`cluster.sweep.checks.validate` (the exit
-   status from ``tasks.json``, the sweep's result names required, the check script run
-   here with the sweep's ``timeout`` in the run snapshot's sweep folder): ``ok`` or
-   ``invalid: <why>``;
+   status from ``tasks.json``, the sweep's result names required, ``nonempty``,
+   ``match``): ``ok`` or ``invalid: <why>``.  A try those leave ``ok`` in a sweep with a
+   check script is *held* (:meth:`SweepIntake._hold`): its files renamed to
+   ``results/.pending/<key>/<task id>/`` with ``<key>.json`` beside them, its result
+   withheld from the request, its job no longer the node's (:meth:`RunState.judging`),
+   and its script handed to the :class:`~cluster.master.serve.checkpool.CheckPool`; the
+   verdict settles it later (:meth:`SweepIntake.settle`, the steps below, its result
+   journaled through :meth:`RunState.record_judged`).  A copy's result for a task held
+   meanwhile is a duplicate;
 3. a valid try's folder is renamed to ``runs/<id>/results/<task id>/`` (a stale one from a
    killed master replaced) and its result recorded with error 0 and the md5 of the lines
    ``<result name> <md5 of the file>`` in name order (:func:`files_md5`);
@@ -42,11 +48,13 @@ without a second try.  The bundle is removed once the request's results are jour
 A master that takes the run over (:meth:`SweepIntake.open`) counts the tries in
 ``sweep-attempts.tsv`` and tells the run state which nodes tried each task put back; it
 removes the staging folder a killed master left, and the unfinished uploads in
-``incoming/`` (a complete bundle stays: its node calls again with it).
+``incoming/`` (a complete bundle stays: its node calls again with it); the tries a killed
+master held for their check are judged again.  A run that ends with tries held records
+them as failed (:meth:`SweepIntake.abandon`).
 
-The cost: a sweep's request path reads its bundle and writes its files, and runs the
-check script when there is one, bounded by the sweep's ``timeout`` per task; the master
-serves nothing else meanwhile, and that time is not counted against any node's heartbeat
+The cost: a sweep's request path reads its bundle and places its files (a folder bundle:
+one look at each task's folder, one rename); check scripts run off it, in the pool.  The
+time it takes is not counted against any node's heartbeat
 (:meth:`RunState.pause <cluster.master.state.runstate.RunState.pause>`, called by the handler).
 Runs that are not sweeps have no intake and pay nothing.
 """
@@ -87,7 +95,8 @@ ATTEMPTS_FILE = "sweep-attempts.tsv"
 RESULTS_DIR = "results"
 INCOMING_DIR = "incoming"
 STAGE_DIR = ".stage"
-#: The tries held for their check script: ``<key>/`` (the files) and ``<key>.json``.
+#: The tries held for their check script: ``<key>/<task id>/`` (the files) and
+#: ``<key>.json``.
 PENDING_DIR = ".pending"
 #: The statuses of a try that are not a verdict of the checks.
 FILES_MISSING = "failed: result files missing"
@@ -107,8 +116,8 @@ def files_md5(md5s: Mapping[str, str]) -> str:
 @dataclasses.dataclass(frozen=True)
 class Held:
     """A try held for its check script (:mod:`cluster.master.serve.checkpool`): its files
-    are ``results/.pending/<key>/``, this in ``<key>.json`` beside them, so a successor
-    judges it again."""
+    are ``results/.pending/<key>/<task id>/``, this in ``<key>.json`` beside them, so a
+    successor judges it again."""
 
     key: str
     node: str
@@ -234,15 +243,15 @@ class SweepIntake:
                 log.warning("run %s: %s is not a held try (%s); removed", self.run_dir.name,
                             path, exc)
                 held = None
-            folder = self.pending_dir / key
-            if (held is None or self.pool is None or not folder.is_dir()
+            if (held is None or self.pool is None
+                    or not (self.pending_dir / key / held.task).is_dir()
                     or held.task in state.results):
                 path.unlink(missing_ok=True)
-                remove_path(folder)
+                remove_path(self.pending_dir / key)
                 continue
             self.held[key] = held
             self.judging[held.task] = self.judging.get(held.task, 0) + 1
-            self.pool.submit(key, folder)
+            self.pool.submit(key, self.pending_dir / key / held.task)
         if self.held:
             log.info("run %s: %d tries held for their check script by an earlier master, "
                      "judged again", self.run_dir.name, len(self.held))
@@ -354,11 +363,13 @@ class SweepIntake:
             os.write(fd, held.to_json())
         finally:
             os.close(fd)
-        os.rename(staged.folder, self.pending_dir / key)  # now it is held: on disk whole
+        # The script's folder is named by the task id, as results/<task id>/ is.
+        os.mkdir(self.pending_dir / key)
+        os.rename(staged.folder, self.pending_dir / key / task)  # held: on disk whole
         self.held[key] = held
         self.judging[task] = self.judging.get(task, 0) + 1
         state.judging(node, task)
-        self.pool.submit(key, self.pending_dir / key)
+        self.pool.submit(key, self.pending_dir / key / task)
 
     def _settle(self, held: Held, status: str, state: RunState,
                 write: Callable[[bytes], None], now: float, last: bool = False) -> None:
@@ -368,10 +379,9 @@ class SweepIntake:
             self.judging[task] = left
         else:
             self.judging.pop(task, None)
-        folder = self.pending_dir / held.key
+        folder = self.pending_dir / held.key / task
         if task in state.results:  # another try's result came first: not a try
             state.duplicates += 1
-            remove_path(folder)
         else:
             tries = self.tries.get(task, 0) + 1
             self.tries[task] = tries
@@ -386,9 +396,9 @@ class SweepIntake:
             else:
                 log.info("sweep task %s on node %s: %s (try %d of %d); tried again", task,
                          held.node, status, tries, self.tries_allowed)
-                remove_path(folder)
                 if not left:  # another try of it still held decides
                     state.retry(held.node, task)
+        remove_path(self.pending_dir / held.key)  # what is left of it: the hold is over
         (self.pending_dir / f"{held.key}.json").unlink(missing_ok=True)
 
     @property
