@@ -210,3 +210,130 @@ def test_a_one_second_check_on_one_task_and_a_successor_judges_a_held_try(
     assert not (archive / "results" / ".pending").exists() or \
         os.listdir(archive / "results" / ".pending") == []
     assert "1 tries held for their check script by an earlier master, judged again" in err
+
+
+# ---------------------------------------------------------------------- the intake alone
+SLOW_SWEEP = """command = "echo {x}"
+timeout = 30
+retries = 1
+[axes]
+x = ["one", "two"]
+[results]
+log = "stdout"
+[validate]
+script = "check.sh"
+"""
+
+
+def _intake_run(tmp_path: Path, check: str) -> tuple[object, object, list[str]]:
+    """An intake with a check pool of two workers over a run state whose node n1 holds
+    both tasks; the intake, the state and the tasks."""
+    from cluster.master.serve.sweepintake import SweepIntake
+    from cluster.master.state.runcore import Settings
+    from cluster.master.state.runstate import RunState
+    from cluster.sweep import spec as sweepspec
+
+    folder = tmp_path / "snapshot" / "s"
+    folder.mkdir(parents=True)
+    (folder / "sweep.toml").write_text(SLOW_SWEEP)
+    (folder / "check.sh").write_text(check)
+    (folder / "check.sh").chmod(0o755)
+    spec = sweepspec.load(folder / "sweep.toml")
+    tasks = ["t1", "t2"]
+    state = RunState("run-1", [Job(t, f"__temp__/{t}.log", "true") for t in tasks], 0.0,
+                     Settings(batch_per_slot=1, speculate_tail=False))
+    run_dir = tmp_path / "runs" / "run-1"
+    run_dir.mkdir(parents=True)
+    intake = SweepIntake.open(run_dir, spec, 1 << 20, state, workers=2)
+    assert state.handle(protocol.Request(node="n1", job_id="run-1", slots=2), 0.0
+                        ).reply.verb == protocol.BUILD
+    reply = state.handle(protocol.Request(node="n1", job_id="run-1", slots=2,
+                                          built="run-1"), 0.0).reply
+    assert [j.split(" ", 1)[0] for j in reply.jobs] == tasks
+    return intake, state, tasks
+
+
+def _send(intake, state, tmp_path: Path, node: str, tasks: list[str], n: int) -> bytes:
+    """A folder bundle of ``tasks`` (each printing its name) through the intake and the
+    state; the journal lines."""
+    name = f"{node}.{INSTANCE}.{n}.d"
+    incoming = tmp_path / "runs" / "run-1" / "results" / "incoming"
+    folder = incoming / name
+    folder.mkdir()
+    entries = []
+    for t in tasks:
+        (folder / t).mkdir()
+        (folder / t / "log").write_bytes(f"{t}\n".encode())
+        entries.append({"task": t, "start": 1.0, "runtime": 0.1, "exit": 0, "failed": "",
+                        "files": {"log": [len(t) + 1, hashlib.md5(f"{t}\n".encode())
+                                          .hexdigest()]}})
+    (folder / "tasks.json").write_text(json.dumps({"node": node, "tasks": entries}))
+    req = protocol.Request(node=node, job_id="run-1", slots=2, built="run-1", bundle=name,
+                           result_lines=tuple(f"{t} 0 0.10 0.00 0.00 {'a' * 32} sweep"
+                                              for t in tasks))
+    taken = intake.take(req, state)
+    out = state.handle(taken, 1.0)
+    intake.done(taken)
+    return out.journal
+
+
+def test_a_run_that_ends_with_a_try_held_records_it_failed_not_judged(
+        tmp_path: Path) -> None:
+    check = '#!/bin/sh\ncase "$1" in */t1) sleep 30;; esac\nexit 0\n'
+    intake, state, tasks = _intake_run(tmp_path, check)
+    try:
+        assert _send(intake, state, tmp_path, "n1", tasks, 1) == b""  # both held
+        assert state.nodes["n1"].held == {} and state.running == 0
+        assert not state.all_results_in and state.pending == []  # not done, not handed out
+        lines: list[bytes] = []
+        wait_for(lambda: intake.settle(state, lines.append, 2.0) or lines, 10, "t2's check")
+        assert b"".join(lines).decode() == \
+            f"n1 result t2 0 0.10 0.00 0.00 {intake_md5('t2')} sweep\n"
+        began = time.monotonic()
+        assert intake.abandon(state, lines.append, 3.0, "aborted") == 1
+        assert time.monotonic() - began < 5  # the sleeping check was ended, not waited for
+        assert lines[-1].decode() == "n1 result t1 1 0.10 0.00 0.00 0 sweep\n"
+        assert state.all_results_in
+        run_dir = tmp_path / "runs" / "run-1"
+        assert (run_dir / "results" / "t1" / "log").read_bytes() == b"t1\n"  # kept
+        statuses = [(a.task, a.status, a.final) for a in
+                    read_attempts(run_dir / "sweep-attempts.tsv")]
+        assert statuses == [("t2", "ok", True),
+                            ("t1", "failed: not judged (aborted)", True)]
+        assert os.listdir(run_dir / "results" / ".pending") == []
+    finally:
+        intake.close()
+
+
+def test_an_invalid_held_try_is_tried_again_by_another_node(
+        tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    check = (f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n'
+             'grep -q t2 "$1/log"\n')  # t1 is invalid
+    intake, state, tasks = _intake_run(tmp_path, check)
+    try:
+        assert _send(intake, state, tmp_path, "n1", ["t1"], 1) == b""
+        # n2 joins; nothing is left to hand out, t1 is held (not held by n1 any more).
+        state.handle(protocol.Request(node="n2", job_id="run-1", slots=1), 1.0)
+        reply = state.handle(protocol.Request(node="n2", job_id="run-1", slots=1,
+                                              built="run-1"), 1.0).reply
+        assert reply.verb == protocol.CONTINUE
+        gate.touch()
+        lines: list[bytes] = []
+        wait_for(lambda: intake.settle(state, lines.append, 2.0), 10, "t1's check")
+        assert not lines  # invalid, a try left: nothing recorded
+        assert state.tried_by("t1") == {"n1"} and state.pending[0] == "t1"
+        reply = state.handle(protocol.Request(node="n2", job_id="run-1", slots=1,
+                                              built="run-1"), 3.0).reply
+        assert [j.split(" ", 1)[0] for j in reply.jobs] == ["t1"]  # another node's turn
+        statuses = [(a.task, a.node, a.status, a.attempt, a.final) for a in read_attempts(
+            tmp_path / "runs" / "run-1" / "sweep-attempts.tsv")]
+        assert statuses == [("t1", "n1", "invalid: check.sh exited 1 (no output)", 1,
+                             False)]
+    finally:
+        intake.close()
+
+
+def intake_md5(task: str) -> str:
+    from cluster.master.serve.sweepintake import files_md5
+    return files_md5({"log": hashlib.md5(f"{task}\n".encode()).hexdigest()})
