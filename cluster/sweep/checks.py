@@ -225,7 +225,11 @@ def run_check(argv: Sequence[str], *, cwd: Path, timeout: float,
                 timed_out = True
                 break
             if eof:
-                time.sleep(min(left, CHECK_POLL))
+                # Its output is closed: it is exiting (or left a child holding nothing).
+                try:
+                    child.wait(timeout=min(left, CHECK_POLL))
+                except subprocess.TimeoutExpired:
+                    pass
                 continue
             ready, _, _ = select.select([fd], [], [], min(left, CHECK_POLL))
             if ready:

@@ -113,6 +113,13 @@ class Node:
         return next(t for t, w in self.word.items() if w == word)
 
 
+def held_folders(results: Path) -> list[str]:
+    """The task folders held under ``results/.pending/`` (its ``.holds`` file aside)."""
+    pending = results / ".pending"
+    return [e for e in os.listdir(pending) if not e.startswith(".")] \
+        if pending.is_dir() else []
+
+
 def journaled(home: Home) -> set[str]:
     """The tasks with a result in the running run's journal."""
     try:
@@ -155,8 +162,8 @@ def test_a_slow_check_delays_none_of_the_other_tasks(tmp_path: Path) -> None:
         assert slow not in journaled(home)
         run_dir = home.run_dir(run_id)
         assert (run_dir / "results" / ".pending").is_dir()
-        assert [p for p in os.listdir(run_dir / "results" / ".pending")
-                if p.startswith(slow)]  # held: its files and its facts
+        assert held_folders(run_dir / "results") == [slow]  # held: its files
+        assert f'"task": "{slow}"' in (run_dir / "results" / ".pending" / ".holds").read_text()
         # Nothing left to hand out, the slow task not done: the node is told to wait.
         assert node.call()[0].verb == protocol.CONTINUE
         gate.touch()
@@ -166,7 +173,7 @@ def test_a_slow_check_delays_none_of_the_other_tasks(tmp_path: Path) -> None:
             (t, "ok", 1, True) for t in node.word)
         assert attempts[-1].task == slow  # settled last, after its check
         assert (run_dir / "results" / slow / "log").read_bytes() == b"slow\n"
-        assert os.listdir(run_dir / "results" / ".pending") == []
+        assert held_folders(run_dir / "results") == []
         # Every task has its result: the run ends.
         assert node.call()[0].verb in (protocol.UPLOAD, protocol.ABORT)
         master.kill()
@@ -191,7 +198,7 @@ def test_a_one_second_check_on_one_task_and_a_successor_judges_a_held_try(
         master.kill()  # SIGKILL with the slow try held
         master.wait()
     run_dir = home.run_dir(run_id)
-    assert [p for p in os.listdir(run_dir / "results" / ".pending") if p.startswith(slow)]
+    assert held_folders(run_dir / "results") == [slow]
     # The dead master's PID file: one invocation clears it, the next takes the run over.
     assert subprocess.run(argv, capture_output=True, timeout=60, env=env).returncode == 0
     with reaped(subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
@@ -207,8 +214,7 @@ def test_a_one_second_check_on_one_task_and_a_successor_judges_a_held_try(
     assert sorted((a.task, a.status, a.attempt) for a in attempts) == sorted(
         (t, "ok", 1) for t in node.word)
     assert (archive / "results" / slow / "log").read_bytes() == b"slow\n"
-    assert not (archive / "results" / ".pending").exists() or \
-        os.listdir(archive / "results" / ".pending") == []
+    assert held_folders(archive / "results") == []
     assert "1 tries held for their check script by an earlier master, judged again" in err
 
 
@@ -300,7 +306,7 @@ def test_a_run_that_ends_with_a_try_held_records_it_failed_not_judged(
                     read_attempts(run_dir / "sweep-attempts.tsv")]
         assert statuses == [("t2", "ok", True),
                             ("t1", "failed: not judged (aborted)", True)]
-        assert os.listdir(run_dir / "results" / ".pending") == []
+        assert held_folders(run_dir / "results") == []
     finally:
         intake.close()
 

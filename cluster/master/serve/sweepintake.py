@@ -18,12 +18,13 @@ the node was handed and that has no result yet:
    status from ``tasks.json``, the sweep's result names required, ``nonempty``,
    ``match``): ``ok`` or ``invalid: <why>``.  A try those leave ``ok`` in a sweep with a
    check script is *held* (:meth:`SweepIntake._hold`): its files renamed to
-   ``results/.pending/<key>/<task id>/`` with ``<key>.json`` beside them, its result
-   withheld from the request, its job no longer the node's (:meth:`RunState.judging`),
-   and its script handed to the :class:`~cluster.master.serve.checkpool.CheckPool`; the
-   verdict settles it later (:meth:`SweepIntake.settle`, the steps below, its result
-   journaled through :meth:`RunState.record_judged`).  A copy's result for a task held
-   meanwhile is a duplicate;
+   ``results/.pending/<task id>/``, a line of ``results/.pending/.holds`` saying what it
+   is, its result withheld from the request, its job no longer the node's
+   (:meth:`RunState.judging`), and its script handed to the
+   :class:`~cluster.master.serve.checkpool.CheckPool`; the verdict settles it later
+   (:meth:`SweepIntake.settle`, the steps below, its result journaled through
+   :meth:`RunState.record_judged`).  A copy's result for a task held meanwhile is a
+   duplicate;
 3. a valid try's folder is renamed to ``runs/<id>/results/<task id>/`` (a stale one from a
    killed master replaced) and its result recorded with error 0 and the md5 of the lines
    ``<result name> <md5 of the file>`` in name order (:func:`files_md5`);
@@ -95,9 +96,10 @@ ATTEMPTS_FILE = "sweep-attempts.tsv"
 RESULTS_DIR = "results"
 INCOMING_DIR = "incoming"
 STAGE_DIR = ".stage"
-#: The tries held for their check script: ``<key>/<task id>/`` (the files) and
-#: ``<key>.json``.
+#: The tries held for their check script: ``<task id>/`` (the files) and a line each in
+#: the holds file.
 PENDING_DIR = ".pending"
+HOLDS_FILE = ".holds"
 #: The statuses of a try that are not a verdict of the checks.
 FILES_MISSING = "failed: result files missing"
 TIMEOUT = "timeout"
@@ -116,10 +118,9 @@ def files_md5(md5s: Mapping[str, str]) -> str:
 @dataclasses.dataclass(frozen=True)
 class Held:
     """A try held for its check script (:mod:`cluster.master.serve.checkpool`): its files
-    are ``results/.pending/<key>/<task id>/``, this in ``<key>.json`` beside them, so a
-    successor judges it again."""
+    are ``results/.pending/<task id>/``, this one line of ``results/.pending/.holds``, so
+    a successor judges it again.  A task has at most one try held at a time."""
 
-    key: str
     node: str
     task: str
     text: str  # the result as the node sent it (canonical text)
@@ -128,19 +129,21 @@ class Held:
     receive: int
 
     def to_json(self) -> bytes:
+        """Its line of the holds file (newline-ended)."""
         r = self.report
         return json.dumps({"node": self.node, "task": self.task, "text": self.text,
                            "start": r.start, "runtime": r.runtime, "exit": r.exit_status,
                            "files": {n: list(v) for n, v in r.files.items()},
-                           "md5s": dict(self.md5s), "receive": self.receive}).encode()
+                           "md5s": dict(self.md5s), "receive": self.receive}
+                          ).encode() + b"\n"
 
     @classmethod
-    def from_json(cls, key: str, data: bytes) -> Held:
+    def from_json(cls, data: bytes) -> Held:
         """ValueError, KeyError or TypeError when ``data`` is not one."""
         d = json.loads(data)
         files = {str(n): (int(v[0]), str(v[1])) for n, v in d["files"].items()}
         report = TaskReport(float(d["start"]), float(d["runtime"]), int(d["exit"]), files)
-        return cls(key, str(d["node"]), str(d["task"]), str(d["text"]), report,
+        return cls(str(d["node"]), str(d["task"]), str(d["text"]), report,
                    {str(n): str(m) for n, m in d["md5s"].items()}, int(d["receive"]))
 
 
@@ -172,10 +175,11 @@ class SweepIntake:
         #: The check scripts' pool (None: no script, or run in the request path).
         self.pool: CheckPool | None = None
         self.pending_dir = self.results_dir / PENDING_DIR
-        #: The tries held for their check script, by key; how many of each task.
+        #: The tries held for their check script, by task (one at a time).
         self.held: dict[str, Held] = {}
-        self.judging: dict[str, int] = {}
-        self._serial = 0
+        #: The holds file (opened at the first hold) and its lines of this request.
+        self._holds_fd = -1
+        self._hold_lines: list[bytes] = []
         #: The tries judged in this request, written to the attempts log at its end.
         self._batch: list[Attempt] = []
 
@@ -224,34 +228,33 @@ class SweepIntake:
                                  self.spec.timeout, stop)
 
     def _reload(self, state: RunState) -> None:
-        """The tries a killed master held for their check, submitted again (what is not
-        whole is removed)."""
+        """The tries a killed master held for their check, submitted again: each task
+        whose folder is in ``.pending/``, with its last line of the holds file; any other
+        folder there is removed."""
         try:
-            entries = sorted(os.listdir(self.pending_dir))
+            tasks = {e for e in os.listdir(self.pending_dir) if not e.startswith(".")}
         except FileNotFoundError:
             return
-        for entry in entries:
-            path = self.pending_dir / entry
-            if not entry.endswith(".json"):
-                if not (self.pending_dir / f"{entry}.json").exists() or self.pool is None:
-                    remove_path(path)
-                continue
-            key = entry[:-len(".json")]
+        lines: dict[str, Held] = {}
+        if tasks:
             try:
-                held = Held.from_json(key, path.read_bytes())
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("run %s: %s is not a held try (%s); removed", self.run_dir.name,
-                            path, exc)
-                held = None
-            if (held is None or self.pool is None
-                    or not (self.pending_dir / key / held.task).is_dir()
-                    or held.task in state.results):
-                path.unlink(missing_ok=True)
-                remove_path(self.pending_dir / key)
+                with open(self.pending_dir / HOLDS_FILE, "rb") as fh:
+                    for line in fh:  # streamed: only the held tasks' lines are kept
+                        try:
+                            held = Held.from_json(line)
+                        except (ValueError, KeyError, TypeError):
+                            continue  # a torn last line
+                        if held.task in tasks:
+                            lines[held.task] = held
+            except FileNotFoundError:
+                pass
+        for task in sorted(tasks):
+            held_try = lines.get(task)
+            if held_try is None or self.pool is None or task in state.results:
+                remove_path(self.pending_dir / task)
                 continue
-            self.held[key] = held
-            self.judging[held.task] = self.judging.get(held.task, 0) + 1
-            self.pool.submit(key, self.pending_dir / key / held.task)
+            self.held[task] = held_try
+            self.pool.submit(task, self.pending_dir / task)
         if self.held:
             log.info("run %s: %d tries held for their check script by an earlier master, "
                      "judged again", self.run_dir.name, len(self.held))
@@ -298,6 +301,8 @@ class SweepIntake:
                 else:
                     out[position] = taken
         finally:
+            if self._hold_lines:
+                self._write_holds()
             if self._batch:
                 self.log.write_many(self._batch)
                 self._batch.clear()
@@ -315,6 +320,9 @@ class SweepIntake:
         successor), sync and close the attempts log."""
         if self.pool is not None:
             self.pool.close()
+        if self._holds_fd >= 0:
+            os.close(self._holds_fd)
+            self._holds_fd = -1
         self.log.close()
 
     # ------------------------------------------------------------------ the check pool
@@ -325,8 +333,8 @@ class SweepIntake:
         if self.pool is None:
             return 0
         verdicts = self.pool.drain()
-        for key, verdict in verdicts:
-            held = self.held.pop(key, None)
+        for task, verdict in verdicts:
+            held = self.held.pop(task, None)
             if held is not None:
                 self._settle(held, verdict.status, state, write, now)
         return len(verdicts)
@@ -349,37 +357,42 @@ class SweepIntake:
 
     def _hold(self, node: str, task: str, text: str, report: TaskReport, staged: Staged,
               state: RunState) -> None:
-        """Hold a try that passed every rule but the check script, and submit the check."""
+        """Hold a try that passed every rule but the check script, and submit the check:
+        its folder renamed to ``.pending/<task id>/`` (the script's argument ends in the
+        task id, as ``results/<task id>/`` does), its line of the holds file written with
+        the request's others before the reply (:meth:`_write_holds`)."""
         assert self.pool is not None
-        self._serial += 1
-        key = f"{task}.{os.getpid()}.{self._serial}"
-        held = Held(key, node, task, text, report, dict(staged.md5s),
-                    sum(staged.sizes.values()))
-        if self._serial == 1:
-            self.pending_dir.mkdir(exist_ok=True)
-        fd = os.open(self.pending_dir / f"{key}.json",
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        folder = self.pending_dir / task
         try:
-            os.write(fd, held.to_json())
-        finally:
-            os.close(fd)
-        # The script's folder is named by the task id, as results/<task id>/ is.
-        os.mkdir(self.pending_dir / key)
-        os.rename(staged.folder, self.pending_dir / key / task)  # held: on disk whole
-        self.held[key] = held
-        self.judging[task] = self.judging.get(task, 0) + 1
+            os.rename(staged.folder, folder)
+        except FileNotFoundError:
+            self.pending_dir.mkdir(exist_ok=True)
+            os.rename(staged.folder, folder)
+        except OSError:  # a stale folder a killed master left
+            remove_path(folder)
+            os.rename(staged.folder, folder)
+        held = Held(node, task, text, report, dict(staged.md5s), sum(staged.sizes.values()))
+        self._hold_lines.append(held.to_json())
+        self.held[task] = held
         state.judging(node, task)
-        self.pool.submit(key, self.pending_dir / key / task)
+        self.pool.submit(task, folder)
+
+    def _write_holds(self) -> None:
+        """Append the request's hold lines to the holds file, in one write."""
+        if self._holds_fd < 0:
+            self.pending_dir.mkdir(exist_ok=True)
+            self._holds_fd = os.open(self.pending_dir / HOLDS_FILE,
+                                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                                     0o644)
+        data = memoryview(b"".join(self._hold_lines))
+        self._hold_lines.clear()
+        while data:  # bounded: each write takes at least one byte
+            data = data[os.write(self._holds_fd, data):]
 
     def _settle(self, held: Held, status: str, state: RunState,
                 write: Callable[[bytes], None], now: float, last: bool = False) -> None:
         task = held.task
-        left = self.judging.get(task, 1) - 1
-        if left:
-            self.judging[task] = left
-        else:
-            self.judging.pop(task, None)
-        folder = self.pending_dir / held.key / task
+        folder = self.pending_dir / task
         if task in state.results:  # another try's result came first: not a try
             state.duplicates += 1
         else:
@@ -393,13 +406,11 @@ class SweepIntake:
                 self._place(task, None, folder)
                 write(state.record_judged(held.node, task,
                                           _settled_text(held.text, status, held.md5s), now))
-            else:
-                log.info("sweep task %s on node %s: %s (try %d of %d); tried again", task,
-                         held.node, status, tries, self.tries_allowed)
-                if not left:  # another try of it still held decides
-                    state.retry(held.node, task)
-        remove_path(self.pending_dir / held.key)  # what is left of it: the hold is over
-        (self.pending_dir / f"{held.key}.json").unlink(missing_ok=True)
+                return
+            log.info("sweep task %s on node %s: %s (try %d of %d); tried again", task,
+                     held.node, status, tries, self.tries_allowed)
+            state.retry(held.node, task)
+        remove_path(folder)  # the hold is over
 
     @property
     def dirty(self) -> bool:
@@ -413,7 +424,7 @@ class SweepIntake:
     def _judge(self, node: str, task: str, text: str, report: TaskReport | None,
                staged: Staged | None, state: RunState) -> str | None:
         """Judge one try; log it; return the result text to record (None: withheld)."""
-        if task in self.judging:
+        if task in self.held:
             # A copy of a task whose try waits for its check: a duplicate, as a copy after
             # a result is (the task is tried again if that try is not valid).
             state.judging(node, task)
