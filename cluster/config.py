@@ -221,6 +221,11 @@ class Config:
                                  "a sweep task whose command writes more than this (its result "
                                  "files, stdout and stderr together) is failed and nothing of it "
                                  "kept (docs/sweeps.md)", positive=True, high=1 << 40)
+    sweep_check_workers: int = _opt(4, MASTER, "processes",
+                                    "a sweep's check scripts run at most this many at a "
+                                    "time, off the master's request path: a slow check "
+                                    "delays only its own task (docs/sweeps.md)",
+                                    positive=True, high=256)
     max_upload_bytes: int = _opt(4 * GIB, MASTER, "bytes",
                                  "the most one run's upload area may hold when a node "
                                  "writes to it through the node gate (bootstrap_node.py "

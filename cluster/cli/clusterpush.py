@@ -64,7 +64,8 @@ transfer or an aborted push: nothing was queued), 130 interrupted, 143 terminate
 
 --wait follows the run until it ends -- a one-line progress on a terminal,
 nothing when stdout is not one -- prints its report and its archive folder, and exits 0
-when nothing changed, 1 when tests changed (confirmed differences or new errors), 3 when
+when nothing changed, 1 when tests changed (confirmed differences or new errors) or, for
+a sweep, tasks did not end ok (invalid, failed or timed out: its results.tsv), 3 when
 the run did not complete (a last line on stderr says how) or did not end within
 --wait-timeout SECONDS (default a day; the run goes on).  --junit FILE and --json FILE
 write the run's JUnit XML and JSON result to FILE (docs/operating.md, "Waiting for a

@@ -54,7 +54,10 @@ Exit status: 0 the run completed and its report was printed; 3 the run ended wit
 complete result -- it failed (a node's build failed: the report quotes the compiler's
 error lines), was aborted or stopped, ran out of time or lost its nodes -- its report is
 printed all the same, and a last line on stderr says how it ended and why; 1 the cluster
-stopped or the run did not finish within --timeout; 2 bad usage or set-up.
+stopped or the run did not finish within --timeout, or (--sweep) the run completed but
+tasks did not end ok -- invalid, failed or timed out: the report is printed and a last
+line on stderr counts them (as GNU parallel exits non-zero when jobs failed); 2 bad usage
+or set-up.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.demotree import write_demo_tree
 from cluster.errors import ClusterError, LocalClusterError
 from cluster.localcluster import DEFAULT_CORPUS, TRANSPORTS, LocalCluster
-from cluster.localrunend import run_end
+from cluster.localrunend import RESULTS_TSV, run_end, sweep_not_ok
 from cluster.runspec import RunSpec
 from cluster.runtime import proc
 
@@ -204,4 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: the run did not complete: {end.describe()} (report: "
               f"{archive / 'report.txt'})", file=sys.stderr)
         return EXIT_RUN_FAILED
+    if sweep is not None:
+        not_ok = sweep_not_ok(archive)
+        if not_ok:
+            # As GNU parallel exits with the number that failed: not a clean result.
+            print(f"{PROG}: {not_ok} task(s) of the sweep did not end ok: invalid, failed "
+                  f"or timed out (results.tsv: {archive / RESULTS_TSV})", file=sys.stderr)
+            return EXIT_FAILED
     return EXIT_OK

@@ -17,7 +17,7 @@ from pathlib import Path
 from cluster.console.runinfo import run_started
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED
 from cluster.home import Home
-from cluster.localrunend import run_end
+from cluster.localrunend import run_end, sweep_not_ok
 from cluster.report import cifiles
 
 #: How often the archive is looked at [seconds].
@@ -78,7 +78,7 @@ def changed_tests(archive: Path) -> int:
 
 def verdict(archive: Path) -> int:
     """The exit status of ``clusterpush --wait`` for the archived run: 3 it did not
-    complete, 1 tests changed, 0 nothing changed."""
+    complete, 1 tests changed or (a sweep) tasks did not end ok, 0 nothing changed."""
     if not run_end(archive).complete:
         return EXIT_RUN_FAILED
-    return EXIT_FAILED if changed_tests(archive) else EXIT_OK
+    return EXIT_FAILED if changed_tests(archive) or sweep_not_ok(archive) else EXIT_OK

@@ -34,7 +34,7 @@ killed mid-line leaves at most one unfinished last line: :func:`read_attempts` s
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,6 +175,10 @@ class AttemptsWriter:
     def write(self, attempt: Attempt) -> None:
         """Append ``attempt``'s line (ValueError, nothing written, if it has none)."""
         self._write(format_attempt(attempt).encode(_ENCODING, _ERRORS))
+
+    def write_many(self, attempts: Iterable[Attempt]) -> None:
+        """Append the lines of ``attempts`` in one write."""
+        self._write("".join(map(format_attempt, attempts)).encode(_ENCODING, _ERRORS))
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)

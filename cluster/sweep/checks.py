@@ -40,7 +40,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -190,7 +190,8 @@ def contains(path: Path, pattern: re.Pattern[str], *, window: int = MATCH_WINDOW
 
 
 def run_check(argv: Sequence[str], *, cwd: Path, timeout: float,
-              keep: int = CHECK_OUTPUT_BYTES, kill_grace: float = proc.KILL_GRACE) -> CheckRun:
+              keep: int = CHECK_OUTPUT_BYTES, kill_grace: float = proc.KILL_GRACE,
+              stop: Callable[[], bool] | None = None) -> CheckRun:
     """Run a check script with bounded time and bounded captured output.
 
     The child starts in its own session (:func:`cluster.runtime.proc.spawn`), stdin
@@ -220,11 +221,15 @@ def run_check(argv: Sequence[str], *, cwd: Path, timeout: float,
             if child.poll() is not None:
                 break
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (stop is not None and stop()):
                 timed_out = True
                 break
             if eof:
-                time.sleep(min(left, CHECK_POLL))
+                # Its output is closed: it is exiting (or left a child holding nothing).
+                try:
+                    child.wait(timeout=min(left, CHECK_POLL))
+                except subprocess.TimeoutExpired:
+                    pass
                 continue
             ready, _, _ = select.select([fd], [], [], min(left, CHECK_POLL))
             if ready:
@@ -280,6 +285,14 @@ def _script_path(sweep_dir: Path, script: str) -> Path:
 
 
 def _run_script(task_dir: Path, script: str, sweep_dir: Path, timeout: float) -> Verdict:
+    return run_script(task_dir, script, sweep_dir, timeout)
+
+
+def run_script(task_dir: Path, script: str, sweep_dir: Path, timeout: float,
+               stop: Callable[[], bool] | None = None) -> Verdict:
+    """Rule 5 alone: the check script ``script`` (relative to ``sweep_dir``) run on the
+    result folder ``task_dir`` (its absolute path the only argument, the sweep folder the
+    working directory), within ``timeout`` seconds; ``stop`` as for :func:`run_check`."""
     path = _script_path(sweep_dir, script)
     if not path.is_file():
         return Verdict(False, f"check script {script} not found in the sweep folder")
@@ -287,7 +300,7 @@ def _run_script(task_dir: Path, script: str, sweep_dir: Path, timeout: float) ->
         return Verdict(False, f"check script {script} is not executable")
     try:
         ran = run_check([str(path.resolve()), str(task_dir.resolve())],
-                        cwd=sweep_dir, timeout=timeout)
+                        cwd=sweep_dir, timeout=timeout, stop=stop)
     except proc.ProcessError as exc:
         return Verdict(False, f"check script {script} could not start: {exc}")
     output = ran.output.decode("utf-8", "replace")

@@ -118,3 +118,27 @@ def test_localcluster_resume_runs_only_the_tasks_not_valid_in_the_previous_run(
     # The master's log says how many run (build.py's count, logged by the master).
     assert f"resume: 12 of 64 tasks to run, 52 valid in run {run}" in (
         home / "log" / "clustermaster.log").read_text()
+
+
+def test_localcluster_exits_1_when_tasks_end_invalid(tmp_path: Path) -> None:
+    """A run that completes with tasks not ok exits 1 (as GNU parallel exits non-zero when
+    jobs failed), its report printed and a last line counting them; the check script that
+    judges them runs in the master's check pool."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "sweep.toml").write_text(
+        'command = "echo {x}"\ntimeout = 30\n[axes]\nx = [1, 2, 3, 4]\n'
+        '[results]\nlog = "stdout"\n[validate]\nscript = "check.sh"\n')
+    (folder / "check.sh").write_text('#!/bin/sh\n! grep -qx 3 "$1/log" || '
+                                     '{ echo "three is refused"; exit 1; }\n')
+    (folder / "check.sh").chmod(0o755)
+    done = _localcluster(tmp_path / "home", folder / "sweep.toml")
+    assert done.returncode == 1, done.stderr[-3000:]
+    archive = Path(done.stdout.splitlines()[-1])
+    assert "Sweep sweep.toml: 4 tasks: 3 ok, 1 invalid" in done.stdout
+    assert done.stderr.strip().splitlines()[-1] == (
+        "localcluster.py: 1 task(s) of the sweep did not end ok: invalid, failed or timed "
+        f"out (results.tsv: {archive / 'results.tsv'})")
+    statuses = sorted(line.split("\t")[-2] for line in
+                      (archive / "results.tsv").read_text().splitlines()[1:])
+    assert statuses == ["invalid: check.sh exited 1: three is refused", "ok", "ok", "ok"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cluster.cli import clusterpush, pushwait
 from cluster.home import Home
+from cluster.sweep import joblog
 
 
 def archive_run(home: Home, name: str, queue: str, outcome: str = "done",
@@ -60,6 +61,25 @@ def test_the_verdict_is_0_unchanged_1_changed_3_incomplete(tmp_path: Path) -> No
     # Without the CI result (a sweep run): run.info's differences.
     assert pushwait.verdict(archive_run(home, "d", "q", changed=None, differences=2)) == 1
     assert pushwait.verdict(archive_run(home, "e", "q", changed=None)) == 0
+
+
+def test_a_sweep_with_tasks_not_ok_is_1_and_all_ok_is_0(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    header = ("x",)
+    for name, statuses in (("ok", ["ok", "ok"]), ("bad", ["ok", "invalid: no"]),
+                           ("timed", ["timeout", "ok"])):
+        folder = archive_run(home, name, "user alice sweep", changed=None)
+        (folder / "sweep.json").write_text("{}")
+        with joblog.open_joblog(folder / "results.tsv", header) as log:
+            for seq, status in enumerate(statuses, 1):
+                log.write(joblog.JoblogRow(seq, "n1", 1.0, 0.1, 0, 0, 0, 0, "true",
+                                           (("x", str(seq)),), status, 1))
+    assert pushwait.verdict(home.archive / "ok") == 0
+    assert pushwait.verdict(home.archive / "bad") == 1
+    assert pushwait.verdict(home.archive / "timed") == 1
+    # A sweep run whose end step wrote no results.tsv: nothing says its tasks are ok.
+    (home.archive / "ok" / "results.tsv").unlink()
+    assert pushwait.verdict(home.archive / "ok") == 1
 
 
 def test_wait_options_are_checked_before_anything_is_pushed(tmp_path: Path, capsys) -> None:

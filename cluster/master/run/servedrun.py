@@ -154,7 +154,8 @@ class ServedRun:
         intake = None
         if sweep is not None:
             # Before any request: the tries of earlier masters counted, their leftovers gone.
-            intake = SweepIntake.open(run_dir, sweep, cfg.max_result_bytes, state)
+            intake = SweepIntake.open(run_dir, sweep, cfg.max_result_bytes, state,
+                                      cfg.sweep_check_workers)
             jrnl.attach(intake)
         # The time of every master that served the run, and the gap while none did (at
         # most the PID file's staleness and wait, and a minute of starting).
@@ -170,6 +171,9 @@ class ServedRun:
                           clock)
         state.set_disabled(nodefiles.disabled_nodes(home))
         handler.bind(state, jrnl, session, intake)
+        if intake is not None and intake.pool is not None:
+            # A check script's verdict is taken as soon as it is ready.
+            server.watch_fd(intake.pool.wake_fd, handler.settle)
         log.info("run %s: %s, %d jobs (%d to do), port %d, %.0f s run so far", run_id,
                  spec.line(), len(jobs), state.remaining, cfg.port_for(host.priority),
                  progress.elapsed())
@@ -347,6 +351,12 @@ class ServedRun:
                 host.attempts.count(self.spec.line()) + 1 >= cfg.max_tries:
             outcome = Outcome.GAVE_UP
             reason += f" (attempt {cfg.max_tries} of {cfg.max_tries})"
+        if self.intake is not None:
+            # Tries still held for their check script are the tasks' last (their files
+            # kept): the run's end does not wait for them.
+            self._unwatch_checks()
+            self.intake.abandon(state, self.jrnl.write, host.clock.monotonic(),
+                                reason or outcome.value)
         self.jrnl.sync()  # every result is on disk before the run counts as ended
         self.confirming.sync()  # and every confirm result
         record = EndRecord.create(host.home.run_dir(run_id), self.start, outcome, reason,
@@ -365,6 +375,7 @@ class ServedRun:
         nonce and lease logs."""
         self.confirming.close()
         if self.intake is not None:
+            self._unwatch_checks()
             self.intake.close()
         self.jrnl.close()
         self.server.refusals.flush()  # the bursts' counts, into the log and the audit trail
@@ -372,6 +383,11 @@ class ServedRun:
         if self.session.nonces is not None:
             self.session.nonces.close()
         self.lease_log.close()
+
+    def _unwatch_checks(self) -> None:
+        """The server no longer watches the check pool (before the pool closes)."""
+        if self.intake is not None and self.intake.pool is not None:
+            self.server.unwatch_fd(self.intake.pool.wake_fd)
 
     def hand_over(self) -> list[RunState]:
         """For the end steps, once the serving is over: the handler unbound (the server is

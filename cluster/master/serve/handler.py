@@ -13,8 +13,9 @@ each complete request it:
 4. checks its nonce against the replay guard (a replayed request is refused) and logs it
    (:class:`NonceLog`: the guard survives a takeover);
 5. for a sweep run, lets its :class:`~cluster.master.serve.sweepintake.SweepIntake` take the
-   results' files and judge them (the results withheld for a retry taken out, the last
-   tries' rewritten; the time it took not counted against any node's heartbeat:
+   results' files and judge them (the results withheld for a retry or held for their
+   check script taken out, the last tries' rewritten; the time it took not counted
+   against any node's heartbeat:
    :meth:`~cluster.master.state.runstate.RunState.pause`), then lets
    :class:`~cluster.master.state.runstate.RunState` decide the reply, journals the new
    results before the node hears back, and records the connection in the audit trail;
@@ -128,6 +129,15 @@ class RequestHandler:
     def unbind(self) -> None:
         """The serving is over: drop the references to the run (its state is large)."""
         self._served = None
+
+    def settle(self) -> int:
+        """A sweep run's verdicts of its check scripts that ended (the server calls this
+        when the check pool's wake-up fd is readable): each try settled, its result
+        journaled.  How many verdicts."""
+        served = self._served
+        if served is None or served.intake is None:
+            return 0
+        return served.intake.settle(served.state, served.journal.write, self.monotonic())
 
     def server_refused(self, peer: str, reason: str) -> None:
         """The server's refusal hook: a request it refused itself, into the audit trail."""

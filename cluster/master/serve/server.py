@@ -34,6 +34,7 @@ port fills neither (one line per slow socket).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import selectors
 import socket
@@ -74,6 +75,18 @@ class _Conn(FramedConnection):
         self.held = 0  # request bytes this connection holds (counted in NodeServer.buffered)
         self.out = b""
         self.sent = 0
+
+
+class _Wake:
+    """A file descriptor the server watches beside its connections (a sweep's check pool
+    says a verdict is ready): ``callback`` runs in the serving thread when it is
+    readable."""
+
+    __slots__ = ("fd", "callback")
+
+    def __init__(self, fd: int, callback: Callable[[], object]) -> None:
+        self.fd = fd
+        self.callback = callback
 
 
 class NodeServer(FramedListener[_Conn]):
@@ -128,10 +141,13 @@ class NodeServer(FramedListener[_Conn]):
     def serve_once(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for activity and deal with all of it."""
         for key, events in self.selector.select(timeout):
-            if key.data is None:
+            data = key.data
+            if data is None:
                 self._accept()
+            elif data.__class__ is _Wake:
+                self._woken(data)
             else:
-                conn: _Conn = key.data
+                conn: _Conn = data
                 if events & selectors.EVENT_READ and not conn.out:
                     self._read(conn)
                 elif events & selectors.EVENT_WRITE:
@@ -143,6 +159,21 @@ class NodeServer(FramedListener[_Conn]):
     def close(self) -> None:
         """:meth:`server_close`, by the name the master calls."""
         self.server_close()
+
+    def watch_fd(self, fd: int, callback: Callable[[], object]) -> None:
+        """Call ``callback`` (in :meth:`serve_once`) whenever ``fd`` is readable, until
+        :meth:`unwatch_fd`; the callback reads what made it readable."""
+        self.selector.register(fd, selectors.EVENT_READ, _Wake(fd, callback))
+
+    def unwatch_fd(self, fd: int) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(fd)
+
+    def _woken(self, wake: _Wake) -> None:
+        try:
+            wake.callback()
+        except Exception:  # its bug must not take the master down
+            log.exception("the callback of fd %d failed", wake.fd)
 
     # ------------------------------------------------------------------ internals
     def _ended_early(self, conn: _Conn) -> None:

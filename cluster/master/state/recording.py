@@ -204,6 +204,47 @@ class Recording(RunCore):
         if not holders[i] and i < self.cursor and test not in self.front:
             self.front.appendleft(test)
 
+    def judging(self, name: str, test: str) -> None:
+        """Node ``name``'s result for job ``test`` came and is held for its check script
+        (:mod:`cluster.master.serve.checkpool`): the node holds the job no more, and the job
+        is not handed out again, but it has no result yet (the run is not done) until
+        :meth:`record_judged` or :meth:`retry`."""
+        i = self.jobs.index.get(test)
+        node = self.nodes.get(name)
+        if i is None or node is None or node.held.pop(test, None) is None:
+            return
+        holders = self.holders
+        if holders[i]:
+            holders[i] -= 1
+            if not holders[i]:
+                self.running -= 1
+
+    def record_judged(self, name: str, test: str, text: str, now: float) -> bytes:
+        """Record ``text``, node ``name``'s result for job ``test`` once its check judged
+        it (:meth:`judging`), whatever the node's state now: its journal line, or nothing
+        when the job has a result already (counted as a duplicate)."""
+        i = self.jobs.index.get(test)
+        if i is None:
+            return b""
+        if self.results.offsets[i] >= 0:
+            self.duplicates += 1
+            return b""
+        if self.unbuilt.count and self.not_run[i]:
+            self.unbuilt.unmark(i)
+        if self.holders[i]:  # a copy still out on another node: finished all the same
+            self.holders[i] = 0
+            self.running -= 1
+        data = self.results.add([i], [text], line_prefix(name))
+        node = self.nodes.get(name)
+        if node is not None:
+            self._count_new(node, [text.partition(" ")])
+        else:  # a successor judging its predecessor's try: the node has not called it
+            self.machines.add(name)
+            self.errors += text.split(" ", 2)[1] != "0"
+        if self.all_results_in and self.all_results_at is None:
+            self.all_results_at = now
+        return data
+
     def tried_by(self, test: str) -> frozenset[str]:
         """The nodes whose try of job ``test`` was not taken (:meth:`retry`)."""
         i = self.jobs.index.get(test)
