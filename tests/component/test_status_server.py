@@ -19,7 +19,6 @@ import os
 import select
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -479,7 +478,7 @@ def clusterstatus(home: Path, *settings: str) -> list[str]:
     return argv
 
 
-def test_the_daemon_serves_fast_stops_on_sigterm_and_is_single(tmp_path: Path) -> None:
+def test_the_daemon_serves_stops_on_sigterm_and_is_single(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     home.create()
     run_under_way(home)
@@ -490,14 +489,11 @@ def test_the_daemon_serves_fast_stops_on_sigterm_and_is_single(tmp_path: Path) -
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: b"200" in _try(port), 30, "clusterstatus to answer")
-        times = []
+        # Every one of 100 requests in a row is answered (how fast: bench/status_latency.py,
+        # docs/performance.md -- a timing target is a benchmark's figure, not a test's).
         for _ in range(100):
-            start = time.perf_counter()
             assert _try(port).startswith(b"HTTP/1.0 200 ")
-            times.append(time.perf_counter() - start)
             time.sleep(0.01)
-        p95 = statistics.quantiles(times, n=20)[-1]
-        assert p95 < 0.05, f"p95 {p95 * 1000:.1f} ms"
         # A second one on the same home: "already running", exit 0, the first serves on.
         second = subprocess.run(clusterstatus(home.root, f"status_port={free_port()}"),
                                 capture_output=True, text=True, timeout=60)
