@@ -77,7 +77,9 @@ class SweepFacts:
     ('' for none); ``collect``: each ``[collect]`` rule's outcome as the end step kept it
     (``target``, ``source``, ``files``, ``error``); ``error``: why ``results.tsv`` was not
     made ('' when it was); ``changed``: the task ids whose results changed since the
-    previous run, None when there is no previous run to compare with.
+    previous run, None when there is no previous run to compare with; ``script``: what
+    became of the collection script (``script``, ``files``, ``left_out``, ``error``), None
+    without one.
     """
 
     sweep_file: str
@@ -89,6 +91,7 @@ class SweepFacts:
     collect: Sequence[Mapping[str, object]] = ()
     error: str = ""
     changed: Collection[str] | None = None
+    script: Mapping[str, object] | None = None
 
 
 @dataclass
@@ -262,6 +265,7 @@ def render(header: str, facts: SweepFacts, results_tsv: Path, attempts: Path,
         lines.append("")
     lines += node_lines(node_stats(attempts))
     lines += collected_lines(collected, facts.collect)
+    lines += script_lines(facts.script)
     lines += changed_lines(results_tsv, facts.changed)
     return "\n".join(lines) + "\n", counted
 
@@ -299,6 +303,30 @@ def collected_lines(folder: Path, rules: Sequence[Mapping[str, object]]) -> list
         lines.append(f"  collect {rule.get('target')!r} from {rule.get('source')}: not "
                      f"made: {rule.get('error')}")
     return [*lines, ""]
+
+
+def script_lines(script: Mapping[str, object] | None) -> list[str]:
+    """What the collection script did: its files, or why it failed."""
+    if not script:
+        return []
+    name = script.get("script")
+    if script.get("error"):
+        return [f"Collection script {name} failed: {script.get('error')} (its output is in "
+                "collect-script.log, its files in collect-script.failed/).", ""]
+    files = [str(f) for f in _seq(script.get("files"))]
+    line = (f"Collection script {name}: {script.get('tasks')} task(s) given, made "
+            + (", ".join(files[:MAX_LISTED]) if files else "no file") + " in collected/.")
+    if len(files) > MAX_LISTED:
+        line += f" ... and {len(files) - MAX_LISTED} more."
+    left_out = [str(f) for f in _seq(script.get("left_out"))]
+    lines = [line]
+    if left_out:
+        lines.append("  left out, made by a [collect] rule: " + ", ".join(left_out))
+    return [*lines, ""]
+
+
+def _seq(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
 
 
 def changed_lines(results_tsv: Path, changed: Collection[str] | None) -> list[str]:

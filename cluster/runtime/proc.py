@@ -218,13 +218,14 @@ def _parent_watch(parent: int) -> Callable[[], None]:
 def spawn(argv: Sequence[str] | str, *, cwd: Path | str | None = None,
           env: Mapping[str, str] | None = None, stdout: Output = DEVNULL,
           stderr: Output = DEVNULL, shell: bool = False,
-          watch_parent: bool | None = None) -> subprocess.Popen[bytes]:
+          watch_parent: bool | None = None, stdin: Output = DEVNULL) -> subprocess.Popen[bytes]:
     """Start a long-lived child in its own session; the caller reaps it (``poll``/``wait``).
 
     ``watch_parent``: the child gets SIGTERM when this process dies, and so does what it
     spawns (see the module docstring); None (the default): as :func:`watching_parent` says
     of this process's environment.  Ignored (the child is started unwatched) when called
-    from a thread other than the main thread, or where prctl is missing.
+    from a thread other than the main thread, or where prctl is missing.  ``stdin``: what
+    the child reads (``/dev/null`` unless given, e.g. an open file).
 
     Raises :class:`ProcessError` if it cannot start (no such program, no permission).
     """
@@ -240,7 +241,7 @@ def spawn(argv: Sequence[str] | str, *, cwd: Path | str | None = None,
             child_env = {**(os.environ if child_env is None else child_env),
                          PARENT_WATCH_ENV: "1"}
     try:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+        return subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr,
                                 cwd=cwd, env=child_env, shell=shell, start_new_session=True,
                                 preexec_fn=preexec)
     except OSError as exc:

@@ -40,7 +40,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -191,20 +191,26 @@ def contains(path: Path, pattern: re.Pattern[str], *, window: int = MATCH_WINDOW
 
 def run_check(argv: Sequence[str], *, cwd: Path, timeout: float,
               keep: int = CHECK_OUTPUT_BYTES, kill_grace: float = proc.KILL_GRACE,
-              stop: Callable[[], bool] | None = None) -> CheckRun:
+              stop: Callable[[], bool] | None = None,
+              env: Mapping[str, str] | None = None, stdin: proc.Output = proc.DEVNULL
+              ) -> CheckRun:
     """Run a check script with bounded time and bounded captured output.
 
-    The child starts in its own session (:func:`cluster.runtime.proc.spawn`), stdin
-    ``/dev/null``, stderr merged into stdout.  Its output is read as it comes (so it never
+    The child starts in its own session (:func:`cluster.runtime.proc.spawn`), stderr
+    merged into stdout.  Its output is read as it comes (so it never
     blocks on a full pipe); the first ``keep`` bytes are kept, the rest dropped.  When
     ``timeout`` passes, its process group gets SIGTERM, then SIGKILL after ``kill_grace``
     seconds.  Once the script has exited, whatever its group left running (a background
     child holding the pipe) is killed too, and the runner does not wait for it.  Raises
-    :class:`cluster.runtime.proc.ProcessError` when the script cannot start.
+    :class:`cluster.runtime.proc.ProcessError` when the script cannot start.  ``env`` is
+    its whole environment (this process's when None); ``stdin`` what it reads (an open
+    file; ``/dev/null`` unless given); ``stop``, asked at each poll, ends it early as a
+    timeout does (a master that stops).
     """
     started = time.monotonic()
     deadline = started + timeout
-    child = proc.spawn(list(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=proc.STDOUT)
+    child = proc.spawn(list(argv), cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                       stderr=proc.STDOUT)
     assert child.stdout is not None  # spawn was given a pipe
     fd = child.stdout.fileno()
     kept = bytearray()

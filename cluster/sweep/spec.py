@@ -10,8 +10,8 @@ no retries).  The checks here are the ones that need no table: the placeholders 
 :class:`cluster.sweep.expand.Expander`, before any row is read.
 
 Every name that becomes a file -- an input, a result's file, a collect target, the table,
-the check script -- must be a relative path inside its folder (:mod:`.names`); the table
-and the check script must exist in the sweep folder, symbolic links resolved.
+the check script, the collection script -- must be a relative path inside its folder
+(:mod:`.names`); the table and the scripts must exist in the sweep folder, symbolic links resolved.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ RESULT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 #: The keys of the file, of ``[validate]`` and of a ``[collect]`` entry.
 TOP_KEYS = ("command", "table", "axes", "timeout", "retries", "inputs", "results",
-            "validate", "collect", "run")
+            "validate", "collect", "collect_script", "run")
 VALIDATE_KEYS = ("exit_status", "nonempty", "match", "script")
 COLLECT_KEYS = ("from",)
 
@@ -95,7 +95,8 @@ class SweepSpec:
     """A checked sweep file.  ``folder`` is the sweep folder (the file's own); ``table``
     is the table's path relative to it ('' when the rows come from ``axes``);
     ``run`` holds the ``[run]`` table's per-run options as queue-line words, checked and
-    sorted (:mod:`.runtable`; docs/runoptions.md)."""
+    sorted (:mod:`.runtable`; docs/runoptions.md); ``collect_script`` is the collection
+    script's path relative to the folder ('' for none; :mod:`.collectscript`)."""
 
     path: Path
     folder: Path
@@ -109,6 +110,7 @@ class SweepSpec:
     validate: ValidateRules
     collect: tuple[CollectRule, ...]
     run: tuple[str, ...]
+    collect_script: str = ""
 
     def rows(self) -> RowSource:
         """The sweep's rows: the table file (its header read now) or the axes."""
@@ -166,6 +168,7 @@ def parse(data: Mapping[str, Any], folder: Path, where: str,
         validate=_validate(data, folder, where, results),
         collect=_collect(data, where, results),
         run=_run(data, where),
+        collect_script=_collect_script(data, folder, where),
     )
 
 
@@ -379,6 +382,17 @@ def _collect(data: Mapping[str, Any], where: str,
                               results)
         rules.append(CollectRule(target=target, source=source))
     return tuple(rules)
+
+
+def _collect_script(data: Mapping[str, Any], folder: Path, where: str) -> str:
+    if "collect_script" not in data:
+        return ""
+    script = data["collect_script"]
+    if not isinstance(script, str):
+        raise SweepError(where, f"got {kind(script)}, expected the collection script's "
+                         "path in the sweep folder", "collect_script")
+    check_inside(folder, script, where, "collect_script", "the collection script")
+    return script
 
 
 def _run(data: Mapping[str, Any], where: str) -> tuple[str, ...]:

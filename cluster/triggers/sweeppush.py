@@ -86,6 +86,8 @@ def prepare_sweep(path: Path) -> SweepSubmission:
         _travels(spec, spec.table, "table")
     if spec.validate.script:
         _travels(spec, spec.validate.script, "validate.script")
+    if spec.collect_script:
+        _travels(spec, spec.collect_script, "collect_script")
     count = 0
     for _ in tasks(spec):
         count += 1

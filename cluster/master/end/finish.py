@@ -311,7 +311,8 @@ def _sweep_facts(run: FinishedRun, facts: report.RunFacts,
     return sweepreport.SweepFacts(
         sweep_file=kept.sweep_file or run.spec.sweep_file or "", seconds=facts.seconds,
         nodes=facts.nodes, lost_nodes=facts.lost_nodes, resumed=kept.resumed,
-        taken=kept.taken, collect=kept.collect, error=kept.error, changed=changed)
+        taken=kept.taken, collect=kept.collect, error=kept.error, changed=changed,
+        script=kept.script)
 
 
 def _sweep_files(archive: Path) -> tuple[Path, Path, Path]:

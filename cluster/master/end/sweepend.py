@@ -18,9 +18,13 @@ Into ``archive/<run>/`` it puts:
 * ``collected/``: the ``[collect]`` files made from the valid tasks in task order
   (:func:`cluster.sweep.collect.collect`), each valid task's folder as it is now in
   ``results/``.
+* the collection script's files, when the sweep file names one (``collect_script``):
+  run over ``collect-tasks.jsonl`` (each valid task's parameters and folder, written in
+  the same pass as ``results.tsv``), its files moved into ``collected/``, its output in
+  ``collect-script.log`` (:mod:`cluster.sweep.collectscript`).
 * ``sweep.json``: what the report needs that the files above do not say: the sweep file,
-  the resumed run, how many rows were taken from it, what became of each collect rule, and
-  the error that stopped the step, if one did.
+  the resumed run, how many rows were taken from it, what became of each collect rule and
+  of the collection script, and the error that stopped the step, if one did.
 
 The sweep file is read from the run's snapshot of the pushed folder
 (``runs/<run>/source/sweep/<sweep file>``), which is still there: the run folder is
@@ -29,8 +33,9 @@ removed only after the last end step.
 **Once, and after a kill.**  Each part can be done again: a task folder already moved is
 not there to move; ``results.tsv`` and ``sweep.json`` are replaced atomically; a resumed
 folder is linked under a temporary name and renamed, so one that exists is whole; the
-collection replaces the files it makes.  So the master that finds the end record redoes
-the step from the start and gets the same archive.
+collection replaces the files it makes; the collection script runs again in a fresh
+folder and its files replace those it made before.  So the master that finds the end
+record redoes the step from the start and gets the same archive.
 
 **Memory.**  The table is streamed once; the tries of the run are held as
 :class:`cluster.sweep.outcomes.FinalAttempts` (about 180 bytes a task tried); the
@@ -43,6 +48,7 @@ end: the folders and the tries are still archived, the error is logged and kept 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -56,7 +62,8 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
-from cluster.sweep import collect, outcomes, spec
+from cluster.sweep import collect, collectscript, outcomes, spec
+from cluster.sweep.collectscript import TaskLines
 from cluster.sweep.expand import ID_HEX_DIGITS, tasks
 from cluster.sweep.joblog import JoblogError, JoblogRow, JoblogWriter, read_joblog
 from cluster.wire.jobstart import JobStart
@@ -81,7 +88,9 @@ class SweepEnd:
     """What the step did (``sweep.json``): ``resumed`` is the run a ``resume`` run takes
     rows from ('' for none) and ``taken`` how many rows it took; ``collect`` one entry per
     ``[collect]`` rule (:class:`cluster.sweep.collect.Collected` as a dict); ``error`` why
-    ``results.tsv`` and ``collected/`` were not made ('' when they were)."""
+    ``results.tsv`` and ``collected/`` were not made ('' when they were); ``script`` what
+    became of the collection script
+    (:class:`cluster.sweep.collectscript.ScriptOutcome` as a dict; None without one)."""
 
     sweep_file: str
     tasks: int = 0
@@ -89,6 +98,7 @@ class SweepEnd:
     taken: int = 0
     collect: tuple[dict[str, object], ...] = ()
     error: str = ""
+    script: dict[str, object] | None = None
 
 
 def end_sweep(home: Home, start: JobStart, run: RunSpec) -> SweepEnd | None:
@@ -183,15 +193,35 @@ def _results(home: Home, archive: Path, sweep_path: Path, resumed: str) -> Sweep
             if outcome.row.ok:
                 yield outcome.task.number, dict(outcome.row.params), folder
 
+    def listed(valid: Iterator[collect.Task], lines: TaskLines) -> Iterator[collect.Task]:
+        # The collection script's tasks file, written in the same pass.
+        for number, params, folder in valid:
+            lines.add(number, folder.name, params, folder)
+            yield number, params, folder
+
     try:
-        with fsutil.atomic_writer(archive / RESULTS_TSV) as stream:
-            writer = JoblogWriter(stream, header)
-            made = collect.collect(rows_then_valid(writer), sweep.collect,
-                                   archive / COLLECTED_DIR)
+        with contextlib.ExitStack() as stack:
+            writer = JoblogWriter(stack.enter_context(
+                fsutil.atomic_writer(archive / RESULTS_TSV)), header)
+            valid = rows_then_valid(writer)
+            lines: TaskLines | None = None
+            if sweep.collect_script:
+                lines = TaskLines(stack.enter_context(
+                    fsutil.atomic_writer(archive / collectscript.TASKS_FILE)))
+                valid = listed(valid, lines)
+            made = collect.collect(valid, sweep.collect, archive / COLLECTED_DIR)
     except JoblogError as exc:
         raise ClusterError(f"the resumed run {resumed}'s {RESULTS_TSV}: {exc}") from None
+    script = None
+    if lines is not None:
+        names = {path.split("/")[0] for rule in made for path in rule.files}
+        outcome = collectscript.run_collect_script(
+            archive, sweep.collect_script, sweep.folder, sweep.timeout, names, lines.count)
+        if outcome.error:
+            log.warning("run %s: collection script: %s", archive.name, outcome.error)
+        script = asdict(outcome)
     return SweepEnd(sweep_path.name, counts["tasks"], resumed, counts["taken"],
-                    tuple(asdict(c) for c in made))
+                    tuple(asdict(c) for c in made), script=script)
 
 
 def _link_folder(source: Path, dest: Path) -> None:
