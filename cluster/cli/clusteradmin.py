@@ -20,6 +20,10 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   G): running ones as stop RUN does, waiting ones
                                   withdrawn
   stopall [--reason R]            stop every running run, withdraw every waiting one
+  order RUN N                     give a run order=N (-100..100, lower starts first,
+                                  default 0): a waiting run's queue line is rewritten so
+                                  its master takes it in that order; for the running run
+                                  it is recorded and shown.  Logged in log/admin.log
   node disable NAME [--reason R]  the master gives node NAME no work until enabled
   node enable NAME
   group ls [G] [--json]           the node groups (groups/<name> in the home) and their
@@ -55,7 +59,8 @@ follow it.
 Exit status: 0 done (for stop --wait: the run ended as stopped, or completed first);
 1 an unknown run, node or test, a crontab that could not be read, or a stop --wait that
 timed out (the message names it);
-2 bad usage or configuration, or a refused .dag file (nothing queued); 3 stop --wait: the
+2 bad usage or configuration, a bad order N (nothing changed), or a refused .dag file
+(nothing queued); 3 stop --wait: the
 run ended otherwise before the stop took effect (failed, timed out, lost its nodes), which
 its last line says.
 """
@@ -71,11 +76,12 @@ from typing import Any
 
 from cluster.cli import common, progname
 from cluster.config import Config
-from cluster.console import admin, cronlist
+from cluster.console import admin, cronlist, reorder
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
 from cluster.master.files import groups
+from cluster.runoptions import RunOptionError
 from cluster.triggers import dag
 
 PROG = progname.prog("clusteradmin.py")
@@ -121,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="wait until the stopped run's report is written")
     command("stopall", "stop every run, withdraw every waiting run").add_argument(
         "--reason", default="", help="why (the reports say it)")
+    p = command("order", "change a run's order= (lower starts first)")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("value", metavar="N", help="a whole number from -100 to 100")
     p = command("node", "disable or enable a node")
     p.add_argument("action", choices=("disable", "enable"))
     p.add_argument("name", metavar="NAME")
@@ -240,6 +249,13 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
                 print(item.message())
             if not done:
                 print("nothing runs or waits")
+        case "order":
+            try:
+                reordered = reorder.set_order(home, args.run, args.value,
+                                              admin.who_am_i())
+            except RunOptionError as exc:
+                raise UsageError(f"{exc}; nothing changed") from exc
+            print(reordered.message())
         case "group":
             return _group(home, args, as_json)
         case "dag":
