@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster.home import Home
-from cluster.runoptions import NAME, parse_names
+from cluster.runoptions import NAME, order_of, parse_names
 from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 
@@ -278,12 +278,19 @@ def verdict(spec: RunSpec, priority: int, position: int, queued: Queued,
     return Verdict(waiting=tuple(waiting))
 
 
+def serving_order(runs: Sequence[RunSpec]) -> list[tuple[int, RunSpec]]:
+    """``runs`` (one queue, in file order) as (position, run) in the order a master looks
+    at them: lowest ``order=`` first (docs/runoptions.md, "Order within a queue"), file
+    order among equals (a stable sort)."""
+    return sorted(enumerate(runs), key=lambda item: order_of(item[1].options))
+
+
 def choose(priority: int, queued: Queued, resolver: Resolver) -> Choice:
-    """The next run of ``priority``: the first queued run whose dependencies are all met;
-    each run before it whose dependency failed (or names no run) is dropped, and the others
-    before it wait.  The look stops at the run it serves."""
+    """The next run of ``priority``: the first queued run, in :func:`serving_order`, whose
+    dependencies are all met; each run before it whose dependency failed (or names no run)
+    is dropped, and the others before it wait.  The look stops at the run it serves."""
     choice = Choice()
-    for position, spec in enumerate(queued.get(priority, ())):
+    for position, spec in serving_order(queued.get(priority, ())):
         found = verdict(spec, priority, position, queued, resolver)
         if found.failed is not None:
             choice.drop.append((spec, found.reason()))

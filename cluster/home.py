@@ -38,6 +38,7 @@ Layout of a home::
     groups/<name>        a node group: node names, one a line (docs/runoptions.md,
                          section 4; runs' groups=)
     runs/<id>/stop       an admin asked to stop run <id> (who, and why)
+    runs/<id>/order      an admin's order= for run <id> while it ran (value, who, when)
     node-code/           the node side of the package, published for nodes to fetch, and
                          its MANIFEST (an md5 per file)
     node-code.lock       held by the supervisor while a tick publishes node-code/; a run
@@ -56,7 +57,8 @@ Layout of a home::
                          digests of a running run's nodes, runs/<id>/keychanges: what
                          each node said moved in a program's key (cluster/master/cache/reuse.py);
                          runs/<id>/reuse-checks: the checks of the reused results
-    log/                 logs of the master processes
+    log/                 logs of the master processes; log/admin.log: who changed what
+                         with clusteradmin order (one line each)
     resources.json       the resource file (docs/provisioning.md, "The resource file";
                          cluster.wire.resources), unless resource_file puts it elsewhere
     provision.json       the provisioner's last look (clusterscale.py; cluster.wire.provision)
@@ -159,6 +161,15 @@ class Home:
     def stop_request(self, run_id: str) -> Path:
         """``runs/<id>/stop``: an admin's request that the master stop run ``run_id``."""
         return self.run_dir(run_id) / "stop"
+
+    def run_order(self, run_id: str) -> Path:
+        """``runs/<id>/order``: the ``order=`` an admin gave run ``run_id`` while it ran."""
+        return self.run_dir(run_id) / "order"
+
+    @property
+    def admin_log(self) -> Path:
+        """``log/admin.log``: one line per change an admin made to a run's order."""
+        return self.log_dir / "admin.log"
 
     @property
     def runs(self) -> Path:

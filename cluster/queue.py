@@ -232,6 +232,21 @@ class QueueFile:
             logger.info("%s: withdrew %s", self.path, spec)
         return [spec for _i, spec in gone]
 
+    def replace(self, old: RunSpec, new: RunSpec, *, running: RunSpec | None = None) -> bool:
+        """Rewrite the first waiting line equal to ``old`` as ``new``, in its place, in one
+        transaction (``clusteradmin order``); the running run (as for :meth:`submit`) is
+        never touched.  False when no waiting run is ``old`` (it started or left)."""
+        with self._transaction(exclusive=True) as entries:
+            runs = [(i, e.spec) for i, e in enumerate(entries) if e.spec is not None]
+            busy = _running_index(runs, running, False)
+            found = next((i for i, spec in runs if i != busy and spec == old), None)
+            if found is None:
+                return False
+            entries[found] = _Entry.of(new)
+            self._rewrite(entries, carry=(old.line(), new.line()))
+        logger.info("%s: %s rewritten as %s", self.path, old, new)
+        return True
+
     def waiting_since(self) -> dict[str, float]:
         """Each queued run that has a ``queue_timeout``: its line -> when it was first
         queued (epoch seconds), in one exclusive transaction.
@@ -404,8 +419,9 @@ class QueueFile:
             self._rewrite(entries)
         return moved, kept
 
-    def _rewrite(self, entries: list[_Entry]) -> None:
-        """Atomically replace the queue file with ``entries``.  Caller holds the lock."""
+    def _rewrite(self, entries: list[_Entry], carry: tuple[str, str] | None = None) -> None:
+        """Atomically replace the queue file with ``entries``.  Caller holds the lock.
+        ``carry`` (old line, new line): the new line keeps the old one's enqueue time."""
 
         def pieces() -> Iterator[str]:
             # latin-1 maps each byte to one character and back: the bytes go through the
@@ -428,9 +444,10 @@ class QueueFile:
 
         fsutil.atomic_write(self.path, pieces(), encoding="latin-1")
         fsutil.fsync_dir(self.path.parent)
-        self._note_times(entries)
+        self._note_times(entries, carry)
 
-    def _note_times(self, entries: list[_Entry]) -> dict[str, float]:
+    def _note_times(self, entries: list[_Entry],
+                    carry: tuple[str, str] | None = None) -> dict[str, float]:
         """Bring the side file of enqueue times in line with ``entries`` (a run without a
         time gets now; a time without its run goes) and return line -> time.  Caller holds
         the exclusive lock.  An unreadable entry of the file is dropped (its run's time
@@ -450,6 +467,10 @@ class QueueFile:
         lines = {e.spec.line() for e in entries
                  if e.spec is not None and e.spec.option("queue_timeout") is not None}
         digests = {line: hashlib.sha256(line.encode("utf-8")).hexdigest() for line in lines}
+        if carry is not None:  # a rewritten line waits since its old line was queued
+            old, new = (hashlib.sha256(x.encode("utf-8")).hexdigest() for x in carry)
+            if old in known:
+                known = {**known, new: known.get(new, known[old])}
         kept = {d: known.get(d, now) for d in digests.values()}
         if kept != known:
             if kept:

@@ -26,6 +26,9 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     reuse=yes|no                  take results of earlier complete runs for jobs whose key is
                                   unchanged (default: master.conf's ``result_cache``)
     confirm=yes|no                run changed tests again before reporting (docs/results.md), or not
+    order=N                       the run's place among the waiting runs of its queue: the
+                                  lowest value starts first, equal values in queue order
+                                  (an integer from ORDER_MIN to ORDER_MAX; default 0)
 
 ``DURATION`` is a number of seconds with at most one suffix ``s``, ``m``, ``h`` or ``d``
 (``90``, ``90s``, ``15m``, ``1.5h``, ``2d``), more than 0 and at most 30 days.  Names
@@ -59,7 +62,11 @@ NAME_KEYS = ("name",)
 #: Options whose value is ``yes`` or ``no``.
 SWITCH_KEYS = ("reuse", "confirm")
 SWITCH_VALUES = {"yes": True, "no": False}
-VALUE_KEYS = DURATION_KEYS + COUNT_KEYS + LIST_KEYS + NAME_KEYS + SWITCH_KEYS
+#: The option that orders the waiting runs of one queue (prun's per-job ``priority``; named
+#: ``order`` because a queue's number 0/1/2 is already its priority, and a ``.dag`` line's
+#: ``priority=`` picks that queue).  Lower first, as prun and nice: see :func:`parse_order`.
+ORDER_KEY = "order"
+VALUE_KEYS = DURATION_KEYS + COUNT_KEYS + LIST_KEYS + NAME_KEYS + SWITCH_KEYS + (ORDER_KEY,)
 #: Options that are flags.
 FLAGS = ("exclusive", "no_reschedule", "every_node")
 #: Every per-run option, for messages and for the other modules' lists.
@@ -79,6 +86,10 @@ COUNT_LOW = {"max_failed_nodes": 0, "max_worker_instances": 1, "max_cluster_inst
              "adaptive_timeout": 0, "num_execution": 1, "min_nodes": 0}
 #: The largest value of each count option, where it is not :data:`MAX_COUNT`.
 COUNT_HIGH = {"num_execution": MAX_NUM_EXECUTION}
+
+#: The range of ``order=`` (as nice's -20..19, wider), and a run's value without it.
+ORDER_MIN, ORDER_MAX, ORDER_DEFAULT = -100, 100, 0
+_ORDER = re.compile(r"-?(0|[1-9][0-9]{0,2})")
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
@@ -114,6 +125,28 @@ def parse_count(key: str, value: str) -> int:
         raise RunOptionError(f"option {key}={value}: expected a whole number from {low} to "
                              f"{high}")
     return number
+
+
+def parse_order(value: str, key: str = ORDER_KEY) -> int:
+    """``value`` of ``order=`` as an integer; RunOptionError unless it is a whole number
+    written as Python writes it (``-5``, ``0``, ``12``: so a queue line has one spelling)
+    from ORDER_MIN to ORDER_MAX."""
+    if not _ORDER.fullmatch(value) or value == "-0" or \
+            not ORDER_MIN <= int(value) <= ORDER_MAX:
+        raise RunOptionError(f"option {key}={value}: expected a whole number from "
+                             f"{ORDER_MIN} to {ORDER_MAX} (lower starts first; default "
+                             f"{ORDER_DEFAULT})")
+    return int(value)
+
+
+def order_of(option_words: Iterable[str]) -> int:
+    """The ``order=`` value among a queue line's option words (a parsed line's are
+    valid), else ORDER_DEFAULT."""
+    for word in option_words:
+        key, eq, value = word.partition("=")
+        if key == ORDER_KEY and eq:
+            return parse_order(value)
+    return ORDER_DEFAULT
 
 
 def parse_names(key: str, value: str) -> tuple[str, ...]:
@@ -156,6 +189,8 @@ def check_word(key: str, value: str | None) -> None:
         parse_count(key, value)
     elif key in LIST_KEYS:
         parse_names(key, value)
+    elif key == ORDER_KEY:
+        parse_order(value)
     elif key in SWITCH_KEYS:
         if value not in SWITCH_VALUES:
             raise RunOptionError(f"option {key}={value}: expected {key}=yes or {key}=no")
@@ -215,6 +250,8 @@ class RunOptions:
     #: ``min_nodes=N``, else master.conf's ``min_nodes``: preemption (docs/runoptions.md,
     #: "Preemption") never takes the run below N nodes.
     min_nodes: int = 0
+    #: ``order=N``: the run's place among the waiting runs of its queue (lower first).
+    order: int = ORDER_DEFAULT
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
     given: tuple[str, ...] = field(default=())
 
@@ -257,6 +294,8 @@ class RunOptions:
                    num_execution=count("num_execution"),
                    min_nodes=cfg.min_nodes if "min_nodes" not in values
                    else parse_count("min_nodes", values["min_nodes"]),
+                   order=parse_order(values[ORDER_KEY]) if ORDER_KEY in values
+                   else ORDER_DEFAULT,
                    given=tuple(sorted(words)))
 
     def placed(self, node: str, node_groups: Iterable[str]) -> bool:

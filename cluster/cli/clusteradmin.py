@@ -20,6 +20,10 @@ Usage: clusteradmin.py [--config FILE] [--home DIR] [--set KEY=VALUE]... COMMAND
                                   G): running ones as stop RUN does, waiting ones
                                   withdrawn
   stopall [--reason R]            stop every running run, withdraw every waiting one
+  order RUN N                     give a run order=N (-100..100, lower starts first,
+                                  default 0): a waiting run's queue line is rewritten so
+                                  its master takes it in that order; for the running run
+                                  it is recorded and shown.  Logged in log/admin.log
   node disable NAME [--reason R]  the master gives node NAME no work until enabled
   node enable NAME
   group ls [G] [--json]           the node groups (groups/<name> in the home) and their
@@ -99,7 +103,8 @@ Exit status: 0 done (for stop --wait: the run ended as stopped, or completed fir
 1 an unknown run, node or test, a run or test that cannot be blessed, a run without a
 culprit search, a crontab that
 could not be read, or a stop --wait that timed out (the message names it);
-2 bad usage or configuration, a refused .dag file (nothing queued) or a refused schedule
+2 bad usage or configuration, a bad order N (nothing changed), a refused .dag file
+(nothing queued) or a refused schedule
 (nothing written or installed); 1 also for schedule rm of no schedule, or a schedule whose
 crontab entry could not be installed (its folder taken back); 3 stop --wait: the
 run ended otherwise before the stop took effect (failed, timed out, lost its nodes), which
@@ -117,13 +122,14 @@ from typing import Any
 
 from cluster.cli import common, progname, reprocli, schedulecli
 from cluster.config import Config
-from cluster.console import admin, bless, cronlist, culprit
+from cluster.console import admin, bless, cronlist, culprit, reorder
 from cluster.datatypes import valid_node_name
 from cluster.defaults import EXIT_FAILED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from cluster.errors import ClusterError, ConfigError
 from cluster.home import Home
 from cluster.master.files import groups
 from cluster.master.gate import gate
+from cluster.runoptions import RunOptionError
 from cluster.triggers import dag
 
 PROG = progname.prog("clusteradmin.py")
@@ -169,6 +175,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="wait until the stopped run's report is written")
     command("stopall", "stop every run, withdraw every waiting run").add_argument(
         "--reason", default="", help="why (the reports say it)")
+    p = command("order", "change a run's order= (lower starts first)")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("value", metavar="N", help="a whole number from -100 to 100")
     p = command("node", "disable or enable a node")
     p.add_argument("action", choices=("disable", "enable"))
     p.add_argument("name", metavar="NAME")
@@ -365,6 +374,13 @@ def run_command(cfg: Config, args: argparse.Namespace) -> int:
                 print(item.message())
             if not done:
                 print("nothing runs or waits")
+        case "order":
+            try:
+                reordered = reorder.set_order(home, args.run, args.value,
+                                              admin.who_am_i())
+            except RunOptionError as exc:
+                raise UsageError(f"{exc}; nothing changed") from exc
+            print(reordered.message())
         case "group":
             return _group(home, args, as_json)
         case "dag":

@@ -108,7 +108,7 @@ def stat(home: Home, cfg: Config, now: float | None = None) -> JSON:
             "rate": r.get("rate"), "eta": r.get("eta"), "elapsed": r.get("elapsed"),
             "nodes": len(r.get("nodes") or {}), "stopping": r.get("stopping") or "",
             "stop_requested": r.get("stop_requested"),
-            "waiting": r.get("waiting") or "",
+            "waiting": r.get("waiting") or "", "order": r.get("order", 0),
         } for r in snap["running"]],
         "queues": [{"priority": q["priority"], "waiting": sum(not r["running"]
                                                               for r in q["runs"]),
@@ -131,6 +131,8 @@ def format_stat(data: JSON) -> list[str]:
                    f"{r['done']}/{total} done{pct}, {r['running']} running, {r['left']} left, "
                    f"{r['rate'] or 0:.1f}/s, eta {_when(r['eta'], now)}, {r['nodes']} nodes, "
                    f"{_span(r['elapsed'])} so far"))
+        if r.get("order"):
+            line += f" [order {r['order']}]"
         if r.get("waiting"):
             line += f" [waiting: {r['waiting']}]"
         if r["stopping"] or r["stop_requested"]:
@@ -145,7 +147,8 @@ def format_stat(data: JSON) -> list[str]:
         for run in q["runs"]:
             lines.append(f"    {run['id']:<24} {run['line']}"
                          + ("  (running)" if run["running"] else
-                            f"  queued {_when(run['queued'], now)}"))
+                            f"  queued {_when(run['queued'], now)}")
+                         + (f"  [order {run['order']}]" if run.get("order") else ""))
             if run.get("waits"):  # its after= runs, or the run a bmpcmp compares
                 lines.append(f"      {run['waits']}")
     n = data["nodes"]

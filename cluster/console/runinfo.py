@@ -2,7 +2,8 @@
 
 ``key value`` records (run.info, job.start) as dicts, the per-run options of a queue line
 (docs/runoptions.md), a run's start time from its id, a waiting run's name
-``p<priority>:<position>``, the running run of a priority (its job.start), and the small
+``p<priority>:<position>``, the running run of a priority (its job.start), its ``order=``
+(an admin's ``runs/<id>/order``, else its line's), and the small
 file reads they need: a missing file is None or "", an unreadable one is logged and the
 same.  Used by the status model (:mod:`cluster.console.status`), clusteradmin and the
 history.  Nothing here writes to the home.
@@ -11,6 +12,7 @@ history.  Nothing here writes to the home.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -146,3 +148,22 @@ def queued_info(spec: RunSpec, priority: int, position: int) -> dict[str, Any]:
     return with_run_options({"line": spec.line(), "kind": spec.kind, "who": spec.ref,
                              "products": list(spec.products), "options": list(spec.options),
                              "priority": priority, "position": position})
+
+
+def recorded_order(home: Home, run_id: str) -> int | None:
+    """The ``order=`` an admin gave the running run ``run_id`` (``runs/<id>/order``), or
+    None."""
+    first = small_text(str(home.run_order(run_id))).partition("\n")[0]
+    with contextlib.suppress(runoptions.RunOptionError):
+        return runoptions.parse_order(first) if first else None
+    return None
+
+
+def running_order(home: Home, start: JobStart) -> int:
+    """The running run's order: an admin's (:func:`recorded_order`), else its queue line's."""
+    given = recorded_order(home, start.id)
+    if given is not None:
+        return given
+    with contextlib.suppress(QueueLineError):
+        return runoptions.order_of(RunSpec.parse(start.queue).options)
+    return runoptions.ORDER_DEFAULT

@@ -14,8 +14,9 @@ Schema of :func:`snapshot` (version 1; keys may be added, never renamed)::
 
     {"version": 1, "now": <epoch>, "master": "<hostname>",
      "queues": [{"priority": 0, "runs": [{"line", "kind", "who", "products", "queued",
-                 "running", "id", "options", "waits"}]}],
-     "running": [<live.json dict> + "elapsed", "state", "stop_requested", "status"],
+                 "running", "id", "options", "waits", "order"}]}],
+     "running": [<live.json dict> + "elapsed", "state", "stop_requested", "status",
+                 "order"],
      "nodes": [{"name", "caps", "status", "last_heard", "down_since", "disabled", "run",
                 "done", "errors", "timeouts", "down", "disabled_reason"}],
      "recent": [{"run", "kind", "what", "who", "started", "ended", "elapsed", "outcome",
@@ -99,7 +100,9 @@ from cluster.console.runinfo import (
     job_start,
     queue_ref,
     queued_info,
+    recorded_order,
     run_options,
+    running_order,
     small_text,
     start_info,
     with_run_options,
@@ -110,6 +113,7 @@ from cluster.errors import ClusterError
 from cluster.home import Home
 from cluster.master.files import ending
 from cluster.queue import QueueFile
+from cluster.runoptions import ORDER_KEY, order_of
 from cluster.runspec import SWEEP, RunSpec
 from cluster.wire.jobstart import JobStart
 
@@ -227,6 +231,12 @@ class StatusReader:
             live["stop_requested"] = first_line(home.stop_request(start.id))
             live["status"] = self._parsed(home.status(p), first_line) or ""
             live["run_options"] = run_options(start.queue)
+            # clusteradmin order on a running run: recorded beside it, shown (not preempting).
+            live["order"] = running_order(home, start)
+            if recorded_order(home, start.id) is not None:
+                live["run_options"] = sorted(
+                    [w for w in live["run_options"] if not w.startswith(f"{ORDER_KEY}=")]
+                    + [f"{ORDER_KEY}={live['order']}"])
             running.append(live)
         return running, starts
 
@@ -267,6 +277,7 @@ class StatusReader:
                 runs.append({"line": line, "kind": spec.kind, "who": spec.ref,
                              "products": list(spec.products), "options": list(spec.options),
                              "run_options": given_options(spec.options), "queued": queued,
+                             "order": order_of(spec.options),
                              "running": is_running,
                              "id": start.id if is_running and start is not None
                              else queue_ref(p, position)})

@@ -40,7 +40,8 @@ def _value_text(key: str, value: Any, where: str) -> str:
         raise SweepError(where, f"got a boolean, expected {_expected(key)}", name)
     if isinstance(value, str):
         return value
-    if isinstance(value, int) and key in runoptions.DURATION_KEYS + runoptions.COUNT_KEYS:
+    if isinstance(value, int) and key in runoptions.DURATION_KEYS + runoptions.COUNT_KEYS + \
+            (runoptions.ORDER_KEY,):
         return str(value)
     if isinstance(value, float) and key in runoptions.DURATION_KEYS:
         return repr(value)
@@ -55,7 +56,7 @@ def _expected(key: str) -> str:
     """What option ``key`` takes in a ``[run]`` table, for messages."""
     if key in runoptions.DURATION_KEYS:
         return 'a duration: a string such as "2h" or "90s", or a number of seconds'
-    if key in runoptions.COUNT_KEYS:
+    if key in runoptions.COUNT_KEYS or key == runoptions.ORDER_KEY:
         return "a whole number"
     if key in runoptions.LIST_KEYS:
         return 'a string of comma-separated names or an array of strings ("a,b" or ["a", "b"])'

@@ -1,13 +1,16 @@
 """Which queued run a priority's master serves next (docs/runoptions.md, section 5;
 :mod:`cluster.deps`).
 
-Seed 000's master served the head of its queue.  It still does, at the cost of one read of
-its queue, when the head waits for nothing (no ``after=``, no bmpcmp) or is already
-running (``job[.p].start`` exists: a successor master takes it over, whatever its
-dependencies say now).  Otherwise every priority's queue is read and the first run whose
-dependencies are met is served (:func:`cluster.deps.choose`); it is moved to the head of
-its queue first (:meth:`cluster.queue.QueueFile.promote`), so the head is the running run
-as everything else expects.  The runs before it whose dependency failed leave the queue
+Seed 000's master served the head of its queue.  It still serves the head when it is
+already running (``job[.p].start`` exists: a successor master takes it over, whatever its
+dependencies or ``order=`` say now).  Otherwise the waiting runs are looked at in
+:func:`cluster.deps.serving_order` -- lowest ``order=`` first, queue order among equals
+(docs/runoptions.md, "Order within a queue") -- and the first of them is served at the
+cost of one read of its queue when it waits for nothing (no ``after=``, no bmpcmp).
+Otherwise every priority's queue is read and the first run in that order whose
+dependencies are met is served (:func:`cluster.deps.choose`); the run served is moved to
+the head of its queue first (:meth:`cluster.queue.QueueFile.promote`), so the head is the
+running run as everything else expects.  The runs before it whose dependency failed leave the queue
 with a report (:meth:`cluster.master.run.clustermaster.ClusterMaster.work`).
 """
 
@@ -24,8 +27,11 @@ def look(home: Home, priority: int, queue: QueueFile) -> deps.Choice:
     runs = queue.read()
     if not runs:
         return deps.Choice()
-    if not deps.needs_look(runs[0]) or home.job_start(priority).exists():
+    if home.job_start(priority).exists():
         return deps.Choice(serve=runs[0])
+    first = deps.serving_order(runs)[0][1]
+    if not deps.needs_look(first):
+        return deps.Choice(serve=first)
     queued = {p: runs if p == priority else QueueFile.for_priority(home, p).read()
               for p in PRIORITIES}
     return deps.choose(priority, queued, deps.Resolver(home, queued))
