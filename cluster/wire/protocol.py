@@ -54,7 +54,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
 
 from cluster.config import DEFAULTS
 
@@ -80,6 +79,13 @@ from cluster.wire.framing import (
     text,
 )
 from cluster.wire.jobstart import MAX_PROGRAMS, PROGRAM, parse_programs
+
+# The keychanges header's grammar lives in its own module; re-exported for its users.
+from cluster.wire.keychanges import MAX_KEY_PART as MAX_KEY_PART
+from cluster.wire.keychanges import MAX_KEY_PARTS as MAX_KEY_PARTS
+from cluster.wire.keychanges import KeyChanges as KeyChanges
+from cluster.wire.keychanges import format_keychanges as format_keychanges
+from cluster.wire.keychanges import parse_keychanges as parse_keychanges
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 #: A node's instance id (``instance`` header): 16 lower-case hex digits.
@@ -171,65 +177,6 @@ def parse_digests(value: str) -> tuple[tuple[str, str], ...]:
 
 def _digests(value: str) -> tuple[tuple[tuple[str, str], ...]]:
     return (parse_digests(value),)
-
-
-#: The most changed parts a ``keychanges`` header names per program (the count says how
-#: many changed in all), and the longest part named [characters, encoded].
-MAX_KEY_PARTS = 8
-MAX_KEY_PART = 512
-#: What a part may hold once percent-encoded (:func:`format_keychanges`).
-_KEY_PART = re.compile(r"[A-Za-z0-9_.~/:@+%-]{1," + str(MAX_KEY_PART) + "}")
-
-KeyChanges = tuple[tuple[str, int, tuple[str, ...]], ...]
-
-
-def parse_keychanges(value: str) -> KeyChanges:
-    """The ``keychanges`` header as (program, parts changed in all, the parts named)
-    sorted by program; the parts decoded.  ValueError says what is wrong."""
-    out: dict[str, tuple[int, tuple[str, ...]]] = {}
-    words = value.split(";") if value.strip() else []
-    if len(words) > MAX_PROGRAMS:
-        raise ValueError(f"takes at most {MAX_PROGRAMS} <program>=<n>:<parts> words, got "
-                         f"{len(words)}")
-    for word in words:
-        name, eq, rest = word.strip().partition("=")
-        count, colon, joined = rest.partition(":")
-        parts = joined.split("|") if joined else []
-        if (not eq or not colon or not PROGRAM.fullmatch(name) or not count.isdigit()
-                or len(count) > 9 or len(parts) > MAX_KEY_PARTS
-                or not all(_KEY_PART.fullmatch(part) for part in parts)
-                or int(count) < len(parts)):
-            raise ValueError(f"takes <program>=<count>:<part>|<part>... words (at most "
-                             f"{MAX_KEY_PARTS} percent-encoded parts of at most "
-                             f"{MAX_KEY_PART} characters, no more than the count), got "
-                             f"{word[:120]!r}")
-        if name in out:
-            raise ValueError(f"program {name!r} given twice")
-        out[name] = (int(count), tuple(unquote(part, errors="surrogateescape")
-                                       for part in parts))
-    return tuple((name, count, parts) for name, (count, parts) in sorted(out.items()))
-
-
-def _encode_part(part: str) -> str:
-    """``part`` percent-encoded for a ``keychanges`` word, cut to :data:`MAX_KEY_PART`
-    characters (never inside a ``%XX`` escape)."""
-    encoded = quote(part, safe="/:@+~", errors="surrogateescape")
-    if len(encoded) <= MAX_KEY_PART:
-        return encoded
-    cut = encoded[:MAX_KEY_PART]
-    escape = cut.rfind("%", len(cut) - 2)
-    return cut[:escape] if escape >= 0 else cut
-
-
-def format_keychanges(changes: KeyChanges) -> str:
-    """The ``keychanges`` header's value (the inverse of :func:`parse_keychanges`): at most
-    :data:`MAX_KEY_PARTS` parts per program, each percent-encoded and cut to
-    :data:`MAX_KEY_PART` characters."""
-    words = []
-    for name, count, parts in changes[:MAX_PROGRAMS]:
-        encoded = [_encode_part(part) for part in parts[:MAX_KEY_PARTS] if part]
-        words.append(f"{name}={max(count, len(encoded))}:{'|'.join(encoded)}")
-    return ";".join(words)
 
 
 def _keychanges(value: str) -> tuple[KeyChanges]:
