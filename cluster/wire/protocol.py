@@ -33,12 +33,17 @@ Request headers (node -> master)::
     timeouts <n> <max>        tests killed by timeout so far, and the limit
     bundle <name>             a sweep run's results' files, put before this call in
                               runs/<id>/results/incoming/<name> (docs/sweeps.md)
+    features <word>...        the optional reply lines the node understands
+                              (:mod:`cluster.wire.withdraw`: ``withdraw``)
     result <test> <error> <t1> <t2> <t3> <md5> <product...>   one finished job (repeatable)
 
 Unknown headers are ignored (the format was made to grow); a malformed known header is an
 error.  Replies (master -> node)::
 
     ABORT [reason] | BUILD | UPLOAD | CONTINUE | JOBS\\n<count>\\n<job line>...
+
+then, to a node that asked for them (``features withdraw``), ``withdraw <test>...`` lines:
+the jobs it holds whose result came from another node (:mod:`cluster.wire.withdraw`).
 
 Signed (docs/protocol.md, "Signed messages"; :mod:`cluster.wire.signing`): a node adds
 ``nonce <32 hex>`` and, last before ``OK``/``ABORT``, ``sig <64 hex>`` (HMAC-SHA256 under
@@ -86,6 +91,10 @@ from cluster.wire.keychanges import MAX_KEY_PARTS as MAX_KEY_PARTS
 from cluster.wire.keychanges import KeyChanges as KeyChanges
 from cluster.wire.keychanges import format_keychanges as format_keychanges
 from cluster.wire.keychanges import parse_keychanges as parse_keychanges
+from cluster.wire.withdraw import WITHDRAW, format_withdraw, parse_features, parse_withdraw
+
+#: The feature word a node sends (``features withdraw``) to be told ``withdraw`` lines.
+FEATURE_WITHDRAW = WITHDRAW
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 #: A node's instance id (``instance`` header): 16 lower-case hex digits.
@@ -211,6 +220,7 @@ REQUEST_HEADERS: dict[str, Header] = {
     "timeouts": integers("timeouts", "max_timeouts", minimum=0),
     "bundle": matching("bundle", BUNDLE_NAME, "takes a results bundle's name: "
                        "<node>.<16 hex instance>.<number>.tar or .d"),
+    "features": Header(("features",), lambda value: (parse_features(value),)),
 }
 
 
@@ -245,6 +255,8 @@ class Request:
     max_timeouts: int = 0
     #: A sweep run's results bundle (:data:`BUNDLE_NAME`), "" when the call has none.
     bundle: str = ""
+    #: The optional reply lines the node understands (``features``; :data:`FEATURE_WITHDRAW`).
+    features: tuple[str, ...] = ()
     results: tuple[JobResult, ...] = ()
     leaving: bool = False  # terminated by ABORT instead of OK
     problems: tuple[str, ...] = ()  # result lines that were malformed (see parse_request)
@@ -260,6 +272,8 @@ class Reply:
     verb: str
     jobs: tuple[str, ...] = field(default=())
     reason: str = ""
+    #: The tests whose jobs the node is to stop (``withdraw`` lines; any verb but ABORT).
+    withdraw: tuple[str, ...] = ()
 
 
 def parse_result(value: str, machine: str = "") -> JobResult:
@@ -483,6 +497,8 @@ def format_request(req: Request) -> bytes:
     out.append(f"timeouts {req.timeouts} {req.max_timeouts}")
     if req.bundle:
         out.append(f"bundle {req.bundle}")
+    if req.features:
+        out.append("features " + " ".join(req.features))
     out.extend(format_result(r) for r in req.results)
     out.extend("result " + text for text in req.result_lines)
     out.append("ABORT" if req.leaving else "OK")
@@ -502,6 +518,9 @@ class RequestFramer(LineFramer):
 
 
 def format_reply(reply: Reply) -> bytes:
+    if reply.withdraw:
+        return (format_reply(Reply(reply.verb, reply.jobs, reply.reason))
+                + format_withdraw(reply.withdraw).encode())
     if reply.verb == JOBS:
         if not reply.jobs:
             return b"JOBS\n0\n"
@@ -525,10 +544,14 @@ def parse_reply(data: bytes) -> Reply:
             count = int(lines[1])
         except ValueError:
             raise ProtocolError("JOBS count is not an integer", lines[1], 2) from None
-        jobs = lines[2:]
+        jobs = lines[2:2 + max(count, 0)]
         if count != len(jobs):
             raise ProtocolError(f"JOBS announced {count} jobs but carried {len(jobs)}")
-        return Reply(JOBS, tuple(jobs))
-    if verb not in VERBS or (rest and verb != ABORT) or len(lines) > 1:
+        return Reply(JOBS, tuple(jobs), withdraw=parse_withdraw(lines[2 + count:], 3 + count))
+    if verb not in VERBS or (rest and verb != ABORT):
         raise ProtocolError("reply must be ABORT, BUILD, UPLOAD, CONTINUE or JOBS", lines[0], 1)
-    return Reply(verb, reason=rest)
+    withdraw = parse_withdraw(lines[1:], 2)
+    if withdraw and verb == ABORT:
+        raise ProtocolError("an ABORT reply withdraws nothing (the node stops every job)",
+                            lines[1], 2)
+    return Reply(verb, reason=rest, withdraw=withdraw)
