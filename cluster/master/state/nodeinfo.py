@@ -45,6 +45,10 @@ class NodeInfo:
     timeouts: int = 0           # of those, results that timed out (error 3 or 4)
     #: The programs of job.start its build did not make (``unbuilt``).
     lacks: frozenset[str] = frozenset()
+    #: Whether its process understands ``withdraw`` lines (``features withdraw``), and the
+    #: jobs its next reply withdraws: their results came from another node.
+    withdraws: bool = False
+    withdraw: list[str] = field(default_factory=list)
 
     def job_seconds(self, now: float) -> float | None:
         """Wall seconds one of its slots has spent per job so far; None if unknown."""
