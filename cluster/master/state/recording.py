@@ -84,7 +84,7 @@ class Recording(RunCore):
             data = self.results.add(jobs, texts, line_prefix(machine))
             self._count_new(node, parts)
             if self.copied:
-                self._withdraw(node, jobs, notes)
+                self._withdraw(node, jobs)
             return data
         return self._record_each(node, texts, parts, idx, notes)
 
@@ -137,32 +137,33 @@ class Recording(RunCore):
         data = self.results.add(new_idx, new_texts, line_prefix(machine))
         self._count_new(node, new_parts)
         if self.copied:
-            self._withdraw(node, new_idx, notes)
+            self._withdraw(node, new_idx)
         return data
 
-    def _withdraw(self, winner: NodeInfo, indexes: list[int], notes: list[str]) -> None:
+    def _withdraw(self, winner: NodeInfo, indexes: list[int]) -> None:
         """Jobs ``indexes`` got their first result, from ``winner``: the other copies of
         those with a tail copy out (:attr:`copied`) are withdrawn (docs/results.md,
         "Withdrawn copies").  A node holding one no longer holds it, and its next reply
         names it in a ``withdraw`` line, if its process understands that
         (``features withdraw``; an older node keeps it, and its result is a duplicate, as
-        before).  A walk over the nodes per such job: a few jobs a run, in the tail."""
+        before).  The nodes holding a job are found from its leases (two for a copy), never
+        by a walk over the nodes; and no log line is written per copy (the audit trail's
+        ``withdrew <n>`` says it per reply): a tail of a thousand nodes copies thousands."""
         won = self.copied.intersection(indexes)
         if not won:
             return
         self.copied -= won
-        names = self.jobs.names
+        names, nodes = self.jobs.names, self.nodes
         for i in sorted(won):
             name = names[i]
-            for other in self.nodes.values():
-                if (other is winner or not other.withdraws or other.state is NodeState.GONE
-                        or name not in other.held):
+            for lessee, session in self.leases.lessees(i):
+                other = nodes.get(lessee)
+                if (other is None or other is winner or other.session != session
+                        or not other.withdraws or other.state is NodeState.GONE
+                        or other.held.pop(name, None) is None):
                     continue
-                del other.held[name]
                 other.withdraw.append(name)
                 self.withdrawn += 1
-                notes.append(f"node {other.name}: its copy of {name} withdrawn (its result "
-                             f"came from node {winner.name})")
 
     def _not_recorded(self, node: NodeInfo, unknown: list[str], stray: list[str],
                       notes: list[str]) -> None:
