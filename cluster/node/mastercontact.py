@@ -30,6 +30,13 @@ instead of retrying.  The reply itself decides nothing.
 
 Results are dropped from the node's memory only after the master's reply has been read, so
 a failed call sends them again (the master records the first copy and counts the rest).
+
+Every call says ``features withdraw`` (:data:`FEATURES`): a reply of any verb but ABORT may
+then end with ``withdraw <test>...`` lines, the jobs whose result came first from another
+node's copy, which the node stops at once and sends no result for
+(:meth:`cluster.node.nodejobs.NodeJobs.withdraw`; docs/results.md, "Withdrawn copies").
+Since the node calls at least every ``poll_interval`` (its heartbeat to its master), a
+withdrawn copy stops within one heartbeat of the other's result.
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ REJOIN_ABORTS = protocol.REJOIN_ABORTS
 #: at each further CONTINUE, up to :data:`CONTINUE_LONGEST_WAIT` (or ``poll_interval``).
 CONTINUE_FIRST_WAIT = 0.05
 CONTINUE_LONGEST_WAIT = 0.5
+#: The optional reply lines this node understands (``features``): ``withdraw``.
+FEATURES = (protocol.FEATURE_WITHDRAW,)
 
 
 def is_final_abort(reason: str) -> bool:
@@ -162,7 +171,7 @@ class MasterContact:
             keychanges=build.keychanges if build.built else (), instance=ctx.instance,
             failure=ctx.status.failure, failure_reason=ctx.status.failure_reason,
             status=status, timeouts=jobs.counters.timeouts,
-            max_timeouts=jobs.timeout_limit(),
+            max_timeouts=jobs.timeout_limit(), features=FEATURES,
             results=tuple(jobs.unsent[:self.upload.batch(jobs.unsent)]), leaving=leaving,
             moving=self.leaving_for)
 
@@ -294,6 +303,9 @@ class MasterContact:
         verb = reply.verb
         if verb == protocol.ABORT:
             return self._aborted(reply.reason)
+        if reply.withdraw:
+            # Another node's copy of these jobs gave their results first: stop ours.
+            self.jobs.withdraw(reply.withdraw)
         if verb == protocol.BUILD:
             if self.build.built:
                 self.ctx.status.next_contact = 0.0  # already built (master took over)

@@ -21,6 +21,10 @@ for the next call (:mod:`cluster.node.mastercontact`).  In a sweep run (job.star
 ``max_result_bytes``) each task's result files are read when it ends and kept in the run's
 outbox (:mod:`cluster.node.sweepresults`); its result line's md5 is that of its results.
 
+A job the master withdraws (``withdraw`` in a reply: another node's copy of it gave its
+result first; docs/results.md, "Withdrawn copies") is dropped from the queue or killed in
+its slot at once, sends no result, and its slot takes the next job (:meth:`NodeJobs.withdraw`).
+
 A job that says nothing of its test, only that this node cannot run it (its program could
 not be started, an input is missing from the node's corpus, a binary its build lacks),
 fails the node (:class:`CannotRunJobs`): failure 1, and its jobs go to the other nodes.
@@ -247,6 +251,34 @@ class NodeJobs:
         for done in finished:
             self.finish(done)
 
+    def withdraw(self, names: tuple[str, ...]) -> int:
+        """Stop the jobs ``names`` the master withdrew: dropped from the queue, or killed
+        in their slot at once (:meth:`SlotPool.withdraw`; one waiting in a shell's input
+        as it starts); none sends a result, and the freed slots take the next jobs.  A
+        name the node does not hold (its job ended, its result sent) is ignored.  Returns
+        how many were stopped now."""
+        wanted = set(names)
+        queued = [job for job in self.queue if job.name in wanted]
+        if queued:
+            kept = [job for job in self.queue if job.name not in wanted]
+            self.queue.clear()
+            self.queue.extend(kept)
+        now = self.ctx.clock.monotonic()
+        stopped = self.pool.withdraw(wanted, now)
+        for done in stopped:
+            self.finish(done)
+        self._take_back(self.pool.take_returned())
+        for job in queued:
+            self._note_withdrawn(job.name, "dropped from the queue")
+        self.spawn(now)
+        return len(queued) + len(stopped)
+
+    def _note_withdrawn(self, name: str, how: str) -> None:
+        log.info("node %s: job %s withdrawn by the master (its result came from another "
+                 "node): %s", self.ctx.name, name, how)
+        self.ctx.node_log.write(f"node {self.ctx.name}: job {name} withdrawn by the master "
+                                f"(its result came from another node): {how}\n")
+
     def _take_back(self, jobs: list[Job]) -> None:
         """Jobs a slot handed back unrun (its shell had to go first): first in line again,
         in their order, with anything a start of theirs may have written removed."""
@@ -281,6 +313,12 @@ class NodeJobs:
         """What the job that ended as ``done`` left in its folder (or, in a sweep run, the
         run's temp folder), read: its result added, or the node failed."""
         ctx, name = self.ctx, done.job.name
+        if done.withdrawn:
+            # Another node's copy gave its result first: nothing of this one is sent.
+            self._note_withdrawn(name, "its process tree killed")
+            if ctx.outbox is not None:
+                sweepresults.clear_task(ctx.temp / name)
+            return
         if self._stopping(done):
             # The node is being stopped, and the signal that stops it (a batch system's
             # scancel signals every process of the job) may have cut this job too, even

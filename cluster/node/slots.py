@@ -52,8 +52,16 @@ as the jobs have always run.
 Each slot's shell has its number, 1-based, in ``CLUSTER_SLOT`` (:data:`SLOT_VARIABLE`),
 so a job knows which slot runs it (a sweep's ``{%}``).
 
+A job the master withdraws (its result came from another node: docs/results.md,
+"Withdrawn copies") is stopped at once, not after ``kill_grace``: the slot's whole group is
+killed with SIGKILL and a fresh shell takes the slot (:meth:`SlotPool.withdraw`); a job
+behind it in the shell's input never ran and is handed back.  One withdrawn while it waits
+in a shell's input behind another job is killed the moment it starts.  Either way it ends
+as :attr:`Finished.withdrawn`.
+
 Callers use :meth:`SlotPool.start`, :meth:`SlotPool.wait`, :meth:`SlotPool.take_returned`,
-:meth:`SlotPool.check_timeouts`, :meth:`SlotPool.kill_all` and :meth:`SlotPool.close`.
+:meth:`SlotPool.check_timeouts`, :meth:`SlotPool.withdraw`, :meth:`SlotPool.kill_all` and
+:meth:`SlotPool.close`.
 """
 
 from __future__ import annotations
@@ -126,6 +134,8 @@ class Finished:
     killed: bool
     started: float = 0.0
     ended: float = 0.0
+    #: Stopped because the master withdrew it (:meth:`SlotPool.withdraw`): no result.
+    withdrawn: bool = False
 
 
 class Slot:
@@ -297,6 +307,8 @@ class SlotPool:
         self.slots = [self._new_slot(i) for i in range(count)]
         self.by_fd = {s.status_fd: s for s in self.slots}
         self.returned: list[Job] = []
+        #: Withdrawn jobs waiting in a shell's input behind another: killed as they start.
+        self.doomed: set[str] = set()
 
     def limit_of(self, job: Job) -> float:
         """How long ``job`` may run: its own timeout when it has one shorter than the
@@ -363,6 +375,11 @@ class SlotPool:
                                          slot.started, now))
                     if slot.sent:  # the next one started just now
                         slot._next(now, self.limit_of(slot.sent[0]))
+                        if self.doomed and slot.sent[0].name in self.doomed:
+                            # Withdrawn while it waited: the slot goes, and the job with
+                            # it (_retire ends it as withdrawn).
+                            gone = head_ended = True
+                            break
                     if killed:
                         # It ended after SIGHUP, but a descendant may ignore HUP: kill the
                         # slot's whole group (and with it any job started after it) and
@@ -403,8 +420,25 @@ class SlotPool:
                 slot.kill_group(signal.SIGKILL)
         return new
 
+    def withdraw(self, names: set[str], now: float) -> list[Finished]:
+        """Stop the jobs named ``names`` (withdrawn by the master): a running one's slot
+        group killed with SIGKILL at once and the slot given a fresh shell (the job behind
+        it handed back, :meth:`take_returned`, unless withdrawn too); one waiting behind a
+        running job killed as it starts (:meth:`wait`).  Returns those stopped now, each
+        :attr:`Finished.withdrawn`."""
+        done: list[Finished] = []
+        for slot in list(self.slots):
+            self.doomed.update(job.name for job in slot.sent if job.name in names)
+            if slot.sent and slot.sent[0].name in self.doomed:
+                self.doomed.discard(slot.sent[0].name)
+                done.append(Finished(slot.sent.popleft(), None, True, slot.started, now,
+                                     withdrawn=True))
+                self._retire(slot, done, True, now)  # the jobs behind it: back, or withdrawn
+        return done
+
     def kill_all(self) -> list[Job]:
         """Kill every job (and its slot's shell); return the jobs that were sent."""
+        self.doomed.clear()
         jobs = [job for s in self.slots for job in s.sent]
         for slot in list(self.slots):
             if slot.sent:
@@ -426,7 +460,12 @@ class SlotPool:
         if slot.sent and not head_ended:
             done.append(Finished(slot.sent.popleft(), None, slot.hup_sent > 0,
                                  slot.started, now))
-        self.returned.extend(slot.sent)
+        for job in slot.sent:
+            if self.doomed and job.name in self.doomed:
+                self.doomed.discard(job.name)  # withdrawn: it does not run again
+                done.append(Finished(job, None, True, now, now, withdrawn=True))
+            else:
+                self.returned.append(job)
         slot.sent.clear()
         self._replace(slot)
 

@@ -34,12 +34,17 @@ Request headers (node -> master)::
     bundle <name>             a sweep run's results' files, put before this call in
                               runs/<id>/results/incoming/<name> (docs/sweeps.md)
     moving <reason>           told ABORT preempted: it leaves for a more urgent run
+    features <word>...        the optional reply lines the node understands
+                              (:mod:`cluster.wire.withdraw`: ``withdraw``)
     result <test> <error> <t1> <t2> <t3> <md5> <product...>   one finished job (repeatable)
 
 Unknown headers are ignored (the format was made to grow); a malformed known header is an
 error.  Replies (master -> node)::
 
     ABORT [reason] | BUILD | UPLOAD | CONTINUE | JOBS\\n<count>\\n<job line>...
+
+then, to a node that asked for them (``features withdraw``), ``withdraw <test>...`` lines:
+the jobs it holds whose result came from another node (:mod:`cluster.wire.withdraw`).
 
 Signed (docs/protocol.md, "Signed messages"; :mod:`cluster.wire.signing`): a node adds
 ``nonce <32 hex>`` and, last before ``OK``/``ABORT``, ``sig <64 hex>`` (HMAC-SHA256 under
@@ -55,7 +60,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
 
 from cluster.config import DEFAULTS
 
@@ -81,6 +85,17 @@ from cluster.wire.framing import (
     text,
 )
 from cluster.wire.jobstart import MAX_PROGRAMS, PROGRAM, parse_programs
+
+# The keychanges header's grammar lives in its own module; re-exported for its users.
+from cluster.wire.keychanges import MAX_KEY_PART as MAX_KEY_PART
+from cluster.wire.keychanges import MAX_KEY_PARTS as MAX_KEY_PARTS
+from cluster.wire.keychanges import KeyChanges as KeyChanges
+from cluster.wire.keychanges import format_keychanges as format_keychanges
+from cluster.wire.keychanges import parse_keychanges as parse_keychanges
+from cluster.wire.withdraw import WITHDRAW, format_withdraw, parse_features, parse_withdraw
+
+#: The feature word a node sends (``features withdraw``) to be told ``withdraw`` lines.
+FEATURE_WITHDRAW = WITHDRAW
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 #: A node's instance id (``instance`` header): 16 lower-case hex digits.
@@ -179,65 +194,6 @@ def _digests(value: str) -> tuple[tuple[tuple[str, str], ...]]:
     return (parse_digests(value),)
 
 
-#: The most changed parts a ``keychanges`` header names per program (the count says how
-#: many changed in all), and the longest part named [characters, encoded].
-MAX_KEY_PARTS = 8
-MAX_KEY_PART = 512
-#: What a part may hold once percent-encoded (:func:`format_keychanges`).
-_KEY_PART = re.compile(r"[A-Za-z0-9_.~/:@+%-]{1," + str(MAX_KEY_PART) + "}")
-
-KeyChanges = tuple[tuple[str, int, tuple[str, ...]], ...]
-
-
-def parse_keychanges(value: str) -> KeyChanges:
-    """The ``keychanges`` header as (program, parts changed in all, the parts named)
-    sorted by program; the parts decoded.  ValueError says what is wrong."""
-    out: dict[str, tuple[int, tuple[str, ...]]] = {}
-    words = value.split(";") if value.strip() else []
-    if len(words) > MAX_PROGRAMS:
-        raise ValueError(f"takes at most {MAX_PROGRAMS} <program>=<n>:<parts> words, got "
-                         f"{len(words)}")
-    for word in words:
-        name, eq, rest = word.strip().partition("=")
-        count, colon, joined = rest.partition(":")
-        parts = joined.split("|") if joined else []
-        if (not eq or not colon or not PROGRAM.fullmatch(name) or not count.isdigit()
-                or len(count) > 9 or len(parts) > MAX_KEY_PARTS
-                or not all(_KEY_PART.fullmatch(part) for part in parts)
-                or int(count) < len(parts)):
-            raise ValueError(f"takes <program>=<count>:<part>|<part>... words (at most "
-                             f"{MAX_KEY_PARTS} percent-encoded parts of at most "
-                             f"{MAX_KEY_PART} characters, no more than the count), got "
-                             f"{word[:120]!r}")
-        if name in out:
-            raise ValueError(f"program {name!r} given twice")
-        out[name] = (int(count), tuple(unquote(part, errors="surrogateescape")
-                                       for part in parts))
-    return tuple((name, count, parts) for name, (count, parts) in sorted(out.items()))
-
-
-def _encode_part(part: str) -> str:
-    """``part`` percent-encoded for a ``keychanges`` word, cut to :data:`MAX_KEY_PART`
-    characters (never inside a ``%XX`` escape)."""
-    encoded = quote(part, safe="/:@+~", errors="surrogateescape")
-    if len(encoded) <= MAX_KEY_PART:
-        return encoded
-    cut = encoded[:MAX_KEY_PART]
-    escape = cut.rfind("%", len(cut) - 2)
-    return cut[:escape] if escape >= 0 else cut
-
-
-def format_keychanges(changes: KeyChanges) -> str:
-    """The ``keychanges`` header's value (the inverse of :func:`parse_keychanges`): at most
-    :data:`MAX_KEY_PARTS` parts per program, each percent-encoded and cut to
-    :data:`MAX_KEY_PART` characters."""
-    words = []
-    for name, count, parts in changes[:MAX_PROGRAMS]:
-        encoded = [_encode_part(part) for part in parts[:MAX_KEY_PARTS] if part]
-        words.append(f"{name}={max(count, len(encoded))}:{'|'.join(encoded)}")
-    return ";".join(words)
-
-
 def _keychanges(value: str) -> tuple[KeyChanges]:
     return (parse_keychanges(value),)
 
@@ -271,6 +227,7 @@ REQUEST_HEADERS: dict[str, Header] = {
     "bundle": matching("bundle", BUNDLE_NAME, "takes a results bundle's name: "
                        "<node>.<16 hex instance>.<number>.tar or .d"),
     "moving": text("moving"),
+    "features": Header(("features",), lambda value: (parse_features(value),)),
 }
 
 
@@ -308,6 +265,8 @@ class Request:
     #: Told ``ABORT preempted: ...``: that reason (a master that took the run over since
     #: learns from it that the node moves, not fails); "" otherwise.
     moving: str = ""
+    #: The optional reply lines the node understands (``features``; :data:`FEATURE_WITHDRAW`).
+    features: tuple[str, ...] = ()
     results: tuple[JobResult, ...] = ()
     leaving: bool = False  # terminated by ABORT instead of OK
     problems: tuple[str, ...] = ()  # result lines that were malformed (see parse_request)
@@ -323,6 +282,8 @@ class Reply:
     verb: str
     jobs: tuple[str, ...] = field(default=())
     reason: str = ""
+    #: The tests whose jobs the node is to stop (``withdraw`` lines; any verb but ABORT).
+    withdraw: tuple[str, ...] = ()
 
 
 def parse_result(value: str, machine: str = "") -> JobResult:
@@ -548,6 +509,8 @@ def format_request(req: Request) -> bytes:
         out.append(f"bundle {req.bundle}")
     if req.moving:
         out.append(f"moving {one_line(req.moving)}")
+    if req.features:
+        out.append("features " + " ".join(req.features))
     out.extend(format_result(r) for r in req.results)
     out.extend("result " + text for text in req.result_lines)
     out.append("ABORT" if req.leaving else "OK")
@@ -567,6 +530,9 @@ class RequestFramer(LineFramer):
 
 
 def format_reply(reply: Reply) -> bytes:
+    if reply.withdraw:
+        return (format_reply(Reply(reply.verb, reply.jobs, reply.reason))
+                + format_withdraw(reply.withdraw).encode())
     if reply.verb == JOBS:
         if not reply.jobs:
             return b"JOBS\n0\n"
@@ -590,10 +556,14 @@ def parse_reply(data: bytes) -> Reply:
             count = int(lines[1])
         except ValueError:
             raise ProtocolError("JOBS count is not an integer", lines[1], 2) from None
-        jobs = lines[2:]
+        jobs = lines[2:2 + max(count, 0)]
         if count != len(jobs):
             raise ProtocolError(f"JOBS announced {count} jobs but carried {len(jobs)}")
-        return Reply(JOBS, tuple(jobs))
-    if verb not in VERBS or (rest and verb != ABORT) or len(lines) > 1:
+        return Reply(JOBS, tuple(jobs), withdraw=parse_withdraw(lines[2 + count:], 3 + count))
+    if verb not in VERBS or (rest and verb != ABORT):
         raise ProtocolError("reply must be ABORT, BUILD, UPLOAD, CONTINUE or JOBS", lines[0], 1)
-    return Reply(verb, reason=rest)
+    withdraw = parse_withdraw(lines[1:], 2)
+    if withdraw and verb == ABORT:
+        raise ProtocolError("an ABORT reply withdraws nothing (the node stops every job)",
+                            lines[1], 2)
+    return Reply(verb, reason=rest, withdraw=withdraw)

@@ -164,3 +164,76 @@ def test_a_long_command_waits_for_an_idle_slot() -> None:
         assert [(d.job.name, d.exit_status) for d in done] == [("long", 0)]
     finally:
         pool.close()
+
+
+def gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def wait_for(path: Path, limit: float = 10) -> None:
+    end = time.monotonic() + limit
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.02)
+    assert path.exists(), f"{path} never appeared"
+
+
+def test_a_withdrawn_running_job_is_killed_at_once_and_the_job_behind_handed_back(
+        tmp_path: Path) -> None:
+    """Withdrawn (its result came from another node's copy): the running job's whole tree
+    dies at once -- even a child ignoring SIGHUP, with no kill_grace wait -- it ends as
+    withdrawn, the job waiting behind it never ran and is handed back, and a fresh shell
+    runs the next job."""
+    pool = SlotPool(1, os.environ, timeout=300, kill_grace=30)
+    try:
+        pidfile, ran = tmp_path / "p", tmp_path / "ran"
+        assert pool.start(job("copy"), f"sh -c 'trap \"\" HUP; sleep 300 & echo $! > "
+                          f"{pidfile}; wait'", time.monotonic())
+        assert pool.start(job("behind"), f"echo ran > {ran}", time.monotonic())
+        wait_for(pidfile)
+        sleeper = int(pidfile.read_text())
+        began = time.monotonic()
+        done = pool.withdraw({"copy"}, time.monotonic())
+        assert [(d.job.name, d.withdrawn) for d in done] == [("copy", True)]
+        while not gone(sleeper) and time.monotonic() - began < 5:
+            time.sleep(0.01)
+        assert gone(sleeper) and time.monotonic() - began < 1.0
+        assert [j.name for j in pool.take_returned()] == ["behind"] and not ran.exists()
+        assert pool.running() == 0 and pool.free() == 2
+        assert run(pool, "next", "true").exit_status == 0
+    finally:
+        pool.close()
+
+
+def test_a_job_withdrawn_while_it_waits_is_killed_as_it_starts(tmp_path: Path) -> None:
+    """A withdrawn job still in a shell's input behind a job that is not withdrawn: the
+    running job goes on to its own end; the withdrawn one is killed as it starts (it writes
+    nothing past its first command) and ends as withdrawn, never as a result."""
+    pool = SlotPool(1, os.environ, timeout=300, kill_grace=30)
+    try:
+        started, finished = tmp_path / "started", tmp_path / "finished"
+        assert pool.start(job("own"), "sleep 0.5; exit 3", time.monotonic())
+        assert pool.start(job("copy"), f"touch {started}; sleep 2; touch {finished}",
+                          time.monotonic())
+        assert pool.withdraw({"copy"}, time.monotonic()) == []  # not running yet
+        done: list[Finished] = []
+        end = time.monotonic() + 10
+        while len(done) < 2 and time.monotonic() < end:
+            done += pool.wait(0.05)
+        assert [(d.job.name, d.exit_status, d.withdrawn) for d in done] == [
+            ("own", 3, False), ("copy", None, True)]
+        assert pool.take_returned() == [] and pool.running() == 0
+        time.sleep(2.5)
+        assert not finished.exists()
+        assert run(pool, "next", "true").exit_status == 0
+    finally:
+        pool.close()
+
+
+def test_withdrawing_a_job_the_pool_does_not_hold_changes_nothing(pool: SlotPool) -> None:
+    assert pool.start(job("mine"), "sleep 0.2", time.monotonic())
+    assert pool.withdraw({"other"}, time.monotonic()) == []
+    done: list[Finished] = []
+    end = time.monotonic() + 10
+    while not done and time.monotonic() < end:
+        done = pool.wait(0.05)
+    assert [(d.job.name, d.exit_status, d.withdrawn) for d in done] == [("mine", 0, False)]

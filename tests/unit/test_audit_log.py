@@ -71,3 +71,13 @@ def test_a_failed_write_is_logged_and_does_not_raise(tmp_path: Path,
     log.refusal("p", "n", "x")
     log.flush()
     assert "cannot append to the audit log" in caplog.text and log.lines == []
+
+
+def test_a_reply_that_withdraws_copies_says_how_many(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.log", FakeClock(1_795_000_000.25))
+    log.connection("10.0.0.7:5123", Request(node="n2"),
+                   Reply(protocol.CONTINUE, withdraw=("t1.ps", "t2.ps")), 0)
+    log.flush()
+    assert log.path.read_text().splitlines() == [
+        "2026-11-18T11:06:40.250Z 10.0.0.7:5123 node n2 reported results 0 jobs 0 0 "
+        "status - given CONTINUE withdrew 2"]

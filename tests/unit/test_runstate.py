@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cluster.master.state.nodeinfo import NodeState
 from cluster.master.state.runcore import Settings
 from cluster.master.state.runstate import RunState
@@ -475,18 +477,26 @@ def check_holders(state: RunState) -> None:
     assert state.running == sum(1 for h in expected if h)
 
 
-def test_holder_counts_stay_true_through_deaths_rejoins_copies_and_stray_results() -> None:
+@pytest.mark.parametrize("features", [(), (protocol.FEATURE_WITHDRAW,)])
+def test_holder_counts_stay_true_through_deaths_rejoins_copies_and_stray_results(
+        features: tuple[str, ...]) -> None:
     """A seeded random walk of six nodes over a run of 60 jobs: each call reports some of
     its jobs (now and then twice, or one of another node's, or an unknown test), some
     nodes go silent and are dropped, come back, and the tail copies jobs.  The counts are
-    checked after every step, and every job ends with exactly one result."""
+    checked after every step, and every job ends with exactly one result.  With nodes that
+    take ``withdraw`` lines too: a copied job's first result leaves no other node holding
+    it, and no job with a result stays marked as copied."""
     import random
     rng = random.Random(11)
     state = RunState(RUN, jobs(60), 0, Settings(batch_per_slot=2, heartbeat_timeout=5))
     nodes = [f"n{i}" for i in range(6)]
     now = 0.0
+
+    def call(node: str, **kw: object) -> Request:
+        return req(node, features=features, **kw)
+
     for node in nodes:
-        state.handle(req(node, slots=2), now)
+        state.handle(call(node, slots=2), now)
     for _ in range(400):
         if state.all_results_in:
             break
@@ -494,7 +504,7 @@ def test_holder_counts_stay_true_through_deaths_rejoins_copies_and_stray_results
         node = rng.choice(nodes)
         info = state.nodes[node]
         if info.state is NodeState.GONE or rng.random() < 0.1:
-            state.handle(req(node, slots=2), now)  # (re)join: BUILD, or a call without news
+            state.handle(call(node, slots=2), now)  # (re)join: BUILD, or a call without news
         else:
             held = list(info.held)
             done = [n for n in held[:rng.randint(0, len(held))]]
@@ -506,13 +516,15 @@ def test_holder_counts_stay_true_through_deaths_rejoins_copies_and_stray_results
                 done.append(rng.choice(others))  # never handed to it: refused
             if rng.random() < 0.05:
                 done.append("nosuch.1")  # not in the run
-            state.handle(req(node, slots=2, results=tuple(result(n, node) for n in done),
+            state.handle(call(node, slots=2, results=tuple(result(n, node) for n in done),
                              running=len(held) - len(set(done) & set(held))), now)
         if rng.random() < 0.1:
             state.tick(now + 6)  # the silent ones are dropped, their jobs put back
         check_holders(state)
+        assert not any(state.jobs.names[i] in state.results for i in state.copied)
     assert state.all_results_in and state.results.count == 60
     assert state.running == 0
+    assert (state.withdrawn > 0) == bool(features)
 
 
 # ------------------------------------------------------------------ a node is a process

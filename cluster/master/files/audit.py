@@ -101,6 +101,8 @@ class AuditLog:
         elif reply.verb == ABORT and reply.reason:
             parts[-1] += ":"
             parts.append(_one_line(reply.reason))
+        if reply.withdraw:
+            parts += ["withdrew", str(len(reply.withdraw))]
         self._add(" ".join(parts))
 
     def refusal(self, peer: str, node: str, reason: str) -> None:

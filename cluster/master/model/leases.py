@@ -125,6 +125,8 @@ class Leases:
 
     def __init__(self, total: int) -> None:
         self.numbers: dict[tuple[str, str], int] = {}
+        #: The (name, session) of each number, in number order (:meth:`lessees`).
+        self.processes: list[tuple[str, str]] = []
         self.lessee = array("i", [-1]) * total
         self.more: dict[int, set[int]] = {}
         #: Told every lease :meth:`grant` makes (a :class:`LeaseLog`'s ``append``; None:
@@ -135,7 +137,15 @@ class Leases:
         """Node ``name``'s process ``session`` was handed the jobs ``indexes``."""
         if self.log is not None:
             self.log(name, session, indexes)
-        self._mark(self.numbers.setdefault((name, session), len(self.numbers)), indexes)
+        self._mark(self._number(name, session), indexes)
+
+    def _number(self, name: str, session: str) -> int:
+        """The number of node ``name``'s process ``session`` (a new one when it has none)."""
+        number = self.numbers.get((name, session))
+        if number is None:
+            number = self.numbers[(name, session)] = len(self.processes)
+            self.processes.append((name, session))
+        return number
 
     def load(self, leases: Iterable[tuple[str, str, list[int]]]) -> int:
         """The leases an earlier master of the run made (:func:`read_leases`), not logged
@@ -143,8 +153,7 @@ class Leases:
         count = 0
         for name, session, indexes in leases:
             if indexes:
-                self._mark(self.numbers.setdefault((name, session), len(self.numbers)),
-                           indexes)
+                self._mark(self._number(name, session), indexes)
                 count += len(indexes)
         return count
 
@@ -153,6 +162,15 @@ class Leases:
         released since)."""
         number = self.numbers.get((name, session), -1)
         return number >= 0 and (self.lessee[i] == number or number in self.more.get(i, ()))
+
+    def lessees(self, i: int) -> list[tuple[str, str]]:
+        """The (name, session) of every node process that holds a lease of job ``i``: the
+        first, then those it was handed to again (a tail copy: two)."""
+        first = self.lessee[i]
+        if first < 0:
+            return []
+        processes = self.processes
+        return [processes[first], *(processes[n] for n in sorted(self.more.get(i, ())))]
 
     def release(self, i: int, name: str, session: str) -> None:
         """Node ``name``'s process ``session`` no longer holds a lease of job ``i`` (its

@@ -121,7 +121,8 @@ class Admission(RunCore):
         if old is not None:
             notes.append(f"node {name} rejoined the run")
             self.slots_known -= old.slots
-        node = NodeInfo(name, NodeState.BUILDING, now, session=session, instance=req.instance)
+        node = NodeInfo(name, NodeState.BUILDING, now, session=session, instance=req.instance,
+                        withdraws=protocol.FEATURE_WITHDRAW in req.features)
         self.slots_known += node.slots
         self.nodes[name] = node
         return node

@@ -406,8 +406,11 @@ class Handout(RunCore):
             # A node does not copy a task whose try it made was not valid (sweeps).
             number = self.node_numbers.get(node.name, -1)
             skip = {i for i, numbers in self.tried.items() if number in numbers}
-        return self.tail_plan.copies(node, free, now, self.nodes.values(), self.holders,
-                                     self.jobs.names, skip)
+        batch = self.tail_plan.copies(node, free, now, self.nodes.values(), self.holders,
+                                      self.jobs.names, skip)
+        if batch:
+            self.copied.update(batch)  # their first result withdraws the other copy
+        return batch
 
     def _has_pending(self) -> bool:
         """Drop finished jobs from the head of the list; True if a job is left to hand out."""

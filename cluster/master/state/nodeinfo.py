@@ -50,6 +50,10 @@ class NodeInfo:
     #: and its leaving call drops it without counting it lost.
     moving_to: str = ""
     told_move: bool = False
+    #: Whether its process understands ``withdraw`` lines (``features withdraw``), and the
+    #: jobs its next reply withdraws: their results came from another node.
+    withdraws: bool = False
+    withdraw: list[str] = field(default_factory=list)
 
     def job_seconds(self, now: float) -> float | None:
         """Wall seconds one of its slots has spent per job so far; None if unknown."""

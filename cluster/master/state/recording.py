@@ -9,10 +9,12 @@ never given).  A result for a test not in the run is counted (``unknown_results`
 logged once per request.
 
 The first result for a job wins; later ones (from a node presumed dead, or from a
-speculative copy in the tail) are counted as duplicates.  A result for a job marked not
-run (its program was judged not built) unmarks it.  The usual request -- every result new,
-once, for a job the node holds -- is taken in bulk, with no Python step per job beyond
-the split of its line.
+speculative copy in the tail) are counted as duplicates.  The first result of a job with a
+tail copy out withdraws the other copy (:meth:`Recording._withdraw`): its node, if it
+understands ``withdraw`` lines, is told in its next reply and stops it.  A result for a
+job marked not run (its program was judged not built) unmarks it.  The usual request --
+every result new, once, for a job the node holds -- is taken in bulk, with no Python step
+per job beyond the split of its line.
 
 A sweep task whose try was not valid is put back (:meth:`Recording.retry`, called by
 :mod:`cluster.master.serve.sweepintake` before the request is handled, which then does not
@@ -30,7 +32,7 @@ from typing import cast
 
 from cluster.master.files.journal import line_prefix, result_text
 from cluster.master.model.joblist import consecutive
-from cluster.master.state.nodeinfo import NodeInfo
+from cluster.master.state.nodeinfo import NodeInfo, NodeState
 from cluster.master.state.runcore import RunCore
 from cluster.wire.protocol import Request
 
@@ -81,6 +83,8 @@ class Recording(RunCore):
             self._finish(jobs)
             data = self.results.add(jobs, texts, line_prefix(machine))
             self._count_new(node, parts)
+            if self.copied:
+                self._withdraw(node, jobs)
             return data
         return self._record_each(node, texts, parts, idx, notes)
 
@@ -132,7 +136,34 @@ class Recording(RunCore):
             offsets[i] = -1
         data = self.results.add(new_idx, new_texts, line_prefix(machine))
         self._count_new(node, new_parts)
+        if self.copied:
+            self._withdraw(node, new_idx)
         return data
+
+    def _withdraw(self, winner: NodeInfo, indexes: list[int]) -> None:
+        """Jobs ``indexes`` got their first result, from ``winner``: the other copies of
+        those with a tail copy out (:attr:`copied`) are withdrawn (docs/results.md,
+        "Withdrawn copies").  A node holding one no longer holds it, and its next reply
+        names it in a ``withdraw`` line, if its process understands that
+        (``features withdraw``; an older node keeps it, and its result is a duplicate, as
+        before).  The nodes holding a job are found from its leases (two for a copy), never
+        by a walk over the nodes; and no log line is written per copy (the audit trail's
+        ``withdrew <n>`` says it per reply): a tail of a thousand nodes copies thousands."""
+        won = self.copied.intersection(indexes)
+        if not won:
+            return
+        self.copied -= won
+        names, nodes = self.jobs.names, self.nodes
+        for i in sorted(won):
+            name = names[i]
+            for lessee, session in self.leases.lessees(i):
+                other = nodes.get(lessee)
+                if (other is None or other is winner or other.session != session
+                        or not other.withdraws or other.state is NodeState.GONE
+                        or other.held.pop(name, None) is None):
+                    continue
+                other.withdraw.append(name)
+                self.withdrawn += 1
 
     def _not_recorded(self, node: NodeInfo, unknown: list[str], stray: list[str],
                       notes: list[str]) -> None:

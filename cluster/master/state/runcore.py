@@ -169,6 +169,11 @@ class RunCore:
         self.refused_results = 0
         self.slots_known = 0               # sum of the slots of self.nodes (any state)
         self.tail_plan = TailPlan()        # the tail's speculative copies
+        #: The jobs with a tail copy out and no result yet (by index; empty but in the
+        #: tail): their first result withdraws the other copies (``Recording._withdraw``).
+        self.copied: set[int] = set()
+        #: Copies withdrawn so (told to their nodes).
+        self.withdrawn = 0
         self.culled: dict[str, str] = {}
         self.lost: list[str] = []          # "name (reason)" for the report
         self.duplicates = 0

@@ -187,6 +187,12 @@ class RunState(Admission, Recording, Handout):
         remembered), the journal lines of its new results (``journal``) and of those the
         state made while deciding (a dropped node's jobs reported lost), the ``notes``, and
         how many results it ``carried`` and how many were ``refused``."""
+        if node.withdraw:
+            # The copies whose result came from another node (docs/results.md, "Withdrawn
+            # copies"); ABORT stops every job anyway.
+            if reply.verb != protocol.ABORT:
+                reply = dataclasses.replace(reply, withdraw=tuple(node.withdraw))
+            node.withdraw = []
         if reply.verb == protocol.ABORT and not (node.told_move
                                                  and node.state is not NodeState.GONE):
             # A node told to move still sends its last results: it is not done with yet.
@@ -229,13 +235,15 @@ class RunState(Admission, Recording, Handout):
         tests named") takes over the nodes of the run's first state ``other`` that have not
         left it, as they are (built, building), holding nothing of its jobs; its culled and
         disabled nodes too.  A node adopted keeps its session, so it is not told BUILD
-        again."""
+        again, and the withdrawals its next reply was to carry (a copy of the first
+        phase's jobs may still run on it)."""
         for name, node in other.nodes.items():
             if node.state is NodeState.GONE or node.told_abort:
                 continue
             copy = dataclasses.replace(node, held={}, working_since=None, capacity=0,
                                        last_batch_at=None, results=0, errors=0,
-                                       timeouts=0, lacks=frozenset())
+                                       timeouts=0, lacks=frozenset(),
+                                       withdraw=list(node.withdraw))
             self.nodes[name] = copy
             self.slots_known += copy.slots
         self.culled.update(other.culled)
