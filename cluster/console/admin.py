@@ -290,6 +290,28 @@ def resolve_queued(home: Home, ref: str) -> str | None:
     raise ClusterError(f"no run {spec.line()!r} is queued (see clusteradmin stat)")
 
 
+def queue_place(home: Home, ref: str, priority: int, position: int
+                ) -> tuple[int, QueueFile, list[RunSpec], int]:
+    """The queue that ``ref`` (``p<priority>:<position>``) names, its lines and the
+    position, checked: ClusterError naming ``ref`` for an unknown priority or a position
+    past the queue's end."""
+    if priority not in PRIORITIES:
+        raise ClusterError(f"{ref}: there is no priority {priority} (expected one of "
+                           f"{', '.join(map(str, PRIORITIES))})")
+    queue = QueueFile.for_priority(home, priority)
+    specs = queue.read()
+    if position > len(specs):
+        raise ClusterError(f"{ref}: queue {priority} holds {len(specs)} run(s), not {position}")
+    return priority, queue, specs, position
+
+
+def is_running_line(current: JobStart | None, specs: list[RunSpec], position: int) -> bool:
+    """Whether line ``position`` (1-based) of a queue holding ``specs`` is the running run
+    ``current``: the first line equal to its job.start's (QueueFile.withdraw's rule)."""
+    return (current is not None and current.queue == specs[position - 1].line()
+            and [s.line() for s in specs].index(current.queue) == position - 1)
+
+
 def stop(home: Home, run: str, who: str, reason: str = "") -> Stopped:
     """Stop ``run``: a running run by its id (or its queue line, or its ``p<p>:1``), a
     waiting one by ``p<priority>:<position>`` or its queue line.  ClusterError if no such
@@ -309,19 +331,12 @@ def stop(home: Home, run: str, who: str, reason: str = "") -> Stopped:
                                f"nothing to stop")
         raise ClusterError(f"run {ref!r} is neither running nor waiting (see clusteradmin "
                            f"stat)")
-    priority, position = int(match.group(1)), int(match.group(2))
-    if priority not in PRIORITIES:
-        raise ClusterError(f"{ref}: there is no priority {priority} (expected one of "
-                           f"{', '.join(map(str, PRIORITIES))})")
-    queue = QueueFile.for_priority(home, priority)
-    specs = queue.read()
-    if position > len(specs):
-        raise ClusterError(f"{ref}: queue {priority} holds {len(specs)} run(s), not {position}")
+    priority, queue, specs, position = queue_place(home, ref, int(match.group(1)),
+                                                   int(match.group(2)))
     spec = specs[position - 1]
     current = running.get(priority)
-    # The running run is the first line equal to its job.start's (QueueFile.withdraw's rule).
-    if current is not None and current.queue == spec.line() and \
-            [s.line() for s in specs].index(current.queue) == position - 1:
+    if is_running_line(current, specs, position):
+        assert current is not None
         abort.request_stop(home, current.id, who, reason)
         return Stopped("stop requested", current.id, priority, current.queue)
     # Withdraw that line (every waiting copy of it: the same run), never the running one.

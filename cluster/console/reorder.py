@@ -25,11 +25,10 @@ from dataclasses import dataclass
 
 from cluster import runoptions
 from cluster.console import runinfo, status
-from cluster.console.admin import resolve_queued
+from cluster.console.admin import is_running_line, queue_place, resolve_queued
 from cluster.defaults import PRIORITIES
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
-from cluster.queue import QueueFile
 from cluster.runspec import RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
@@ -80,19 +79,12 @@ def set_order(home: Home, run: str, value: str, who: str) -> Reordered:
                 return _record_running(home, p, start, new, who)
         raise ClusterError(f"run {ref!r} is neither running nor waiting (see clusteradmin "
                            "stat)")
-    priority, position = int(match.group(1)), int(match.group(2))
-    if priority not in PRIORITIES:
-        raise ClusterError(f"{ref}: there is no priority {priority} (expected one of "
-                           f"{', '.join(map(str, PRIORITIES))})")
-    queue = QueueFile.for_priority(home, priority)
-    specs = queue.read()
-    if position > len(specs):
-        raise ClusterError(f"{ref}: queue {priority} holds {len(specs)} run(s), not {position}")
+    priority, queue, specs, position = queue_place(home, ref, int(match.group(1)),
+                                                   int(match.group(2)))
     spec = specs[position - 1]
     current = starts.get(priority)
-    # The running run is the first line equal to its job.start's (QueueFile's rule).
-    if current is not None and current.queue == spec.line() and \
-            [s.line() for s in specs].index(current.queue) == position - 1:
+    if is_running_line(current, specs, position):
+        assert current is not None
         return _record_running(home, priority, current, new, who)
     old = runoptions.order_of(spec.options)
     changed = with_order(spec, new)
