@@ -63,8 +63,9 @@ def from_document(doc: dict[str, object]) -> CiResult:
         failures_doc = doc["failures"]
         skipped_doc = doc["skipped"]
         slower_doc = doc["slower"]
-        assert isinstance(failures_doc, dict) and isinstance(skipped_doc, dict)
-        assert isinstance(slower_doc, list)
+        if not (isinstance(failures_doc, dict) and isinstance(skipped_doc, dict)
+                and isinstance(slower_doc, list)):
+            raise TypeError("failures and skipped must be objects, slower a list")
         failures = {str(name): Failure(str(f["why"]), TabRow.parse(f["old"])
                                        if f["old"] is not None else None)
                     for name, f in failures_doc.items()}
@@ -76,7 +77,7 @@ def from_document(doc: dict[str, object]) -> CiResult:
         return CiResult(str(doc["run"]), float(doc["seconds"]),  # type: ignore[arg-type]
                         complete=bool(doc["complete"]), ending=str(doc["ending"]),
                         failures=failures, skipped=skipped, slower=slower)
-    except (KeyError, TypeError, ValueError, AssertionError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"CI facts: expected the document {FACTS_NAME} holds "
                          f"(run, seconds, complete, ending, failures, skipped, slower): "
                          f"{type(exc).__name__} {exc}") from None
