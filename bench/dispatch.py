@@ -145,7 +145,7 @@ def quick_cluster(root: Path, nodes: int, slots: int, corpus: Path,
     """A prepared local cluster of ``nodes`` nodes of ``slots`` slots on free ports, with
     intervals that react in well under a second."""
     cluster = LocalCluster(root, nodes, corpus, {
-        **QUICK, **(settings or {}), "slots": str(slots), "base_port": str(free_port(3)),
+        **QUICK, **(settings or {}), "slots": str(slots), "base_port": str(free_port(5)),
         "monitor_port": str(free_port()), "status_port": str(free_port())})
     cluster.prepare()
     return cluster
@@ -210,7 +210,7 @@ class OneCommand:
         home = self.root / f"home{self.reps}"
         argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
                 "--corpus", str(self.corpus),
-                "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+                "--set", f"base_port={free_port(5)}", "--set", f"monitor_port={free_port()}",
                 "--set", f"status_port={free_port()}"]
         began = time.monotonic()
         done = subprocess.run(argv, capture_output=True, check=False, cwd=self.root)

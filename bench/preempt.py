@@ -79,7 +79,7 @@ def case(work: Path, name: str, args: argparse.Namespace) -> dict[str, object]:
                                               for i in range(1, args.push + 1)))
     settings = {"slots": "1", "result_cache": "no", "speculate_tail": "no",
                 "preempt": "yes" if name == "on" else "no",
-                "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+                "base_port": str(free_port(5)), "monitor_port": str(free_port()),
                 "status_port": str(free_port())}
     cluster = LocalCluster(work / name / "home", args.nodes, corpus, settings)
     cluster.prepare()

@@ -47,7 +47,7 @@ def one_command(home: Path, corpus: Path, verify: str | None) -> tuple[float, in
     """``localcluster.py --home home`` once: (wall seconds, exit status, stderr's tail)."""
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
             "--corpus", str(corpus),
-            "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", f"base_port={free_port(5)}", "--set", f"monitor_port={free_port()}",
             "--set", f"status_port={free_port()}"]
     if verify is not None:
         argv += ["--set", f"reuse_verify={verify}"]

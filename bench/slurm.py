@@ -95,7 +95,7 @@ def first_submit(log: Path) -> float | None:
 
 def make_cluster(root: Path, contender: str, nodes: int, slots: int, corpus: Path,
                  interval: str) -> LocalCluster:
-    settings = {"base_port": str(free_port(3)), "monitor_port": str(free_port()),
+    settings = {"base_port": str(free_port(5)), "monitor_port": str(free_port()),
                 "status_port": "0", "slots": str(slots), "resource_interval": interval}
     if contender == "slurm":
         settings.update({"max_nodes": str(nodes), "node_slots": str(slots)})

@@ -243,7 +243,7 @@ class TailRun:
         self.expected = {f"{CORPUS_NAME}__{CMDS}.{i}":
                          hashlib.md5(f"{i}\n".encode()).hexdigest()
                          for i in range(1, len(durations) + 1)}
-        settings = {**QUICK, "slots": str(args.slots), "base_port": str(free_port(3)),
+        settings = {**QUICK, "slots": str(args.slots), "base_port": str(free_port(5)),
                     "monitor_port": str(free_port()), "status_port": str(free_port())}
         if case.kill:
             settings["heartbeat_timeout"] = str(args.heartbeat_timeout)

@@ -57,7 +57,7 @@ class TransportContender:
                  md5s: dict[str, str]) -> None:
         self.md5s = md5s
         self.cluster = LocalCluster(root, nodes, DEFAULT_CORPUS, {
-            **QUICK, **settings, "base_port": str(free_port(3)),
+            **QUICK, **settings, "base_port": str(free_port(5)),
             "monitor_port": str(free_port()), "status_port": str(free_port())},
         transport=transport)
         self.cluster.prepare()

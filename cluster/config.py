@@ -255,6 +255,15 @@ class Config:
                          "a master whose run is less urgent than one waiting sends some of its "
                          "nodes there at their next job boundary when no node is free "
                          "(docs/runoptions.md, \"Preemption\")")
+    user_lanes: int = _opt(3, MASTER, "runs",
+                           "how many priority-0 runs of different users are served at once, "
+                           "each by its own clustermaster on base_port + 0, + 3, + 4 ...; the "
+                           "nodes are shared between them by their shares (docs/runoptions.md, "
+                           "\"Fair share\"); 1 = one run at a time, as seed 000",
+                           positive=True, high=8)
+    user_shares: str = _opt("", MASTER, "user=weight list",
+                            "fair-share weights of users' priority-0 runs, e.g. 'alice=2 bob=1' "
+                            "(a user not named weighs 1; a run's share=N overrides)")
     min_nodes: int = _opt(0, MASTER, "nodes",
                           "preemption never takes a run below this many nodes (a run's "
                           "min_nodes=N overrides)", high=100_000)
@@ -513,9 +522,10 @@ class Config:
                                  positive=True, high=DAY)
 
     # ------------------------------------------------------------------------------------------
-    def port_for(self, priority: int) -> int:
-        """The TCP port of the clustermaster of ``priority``."""
-        return self.base_port + priority
+    def port_for(self, lane: int) -> int:
+        """The TCP port of the clustermaster of ``lane`` (a priority's own lane is its
+        number: cluster.lanes)."""
+        return self.base_port + lane
 
     def effective_node_name(self) -> str:
         """The configured node name, or the host's short name."""

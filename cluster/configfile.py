@@ -169,6 +169,7 @@ def validate(cfg: Config) -> None:
     datatypes.parse_repositories(cfg.repositories)
     datatypes.check_branch(cfg.git_branch)
     datatypes.parse_path_products(cfg.path_products)
+    datatypes.parse_user_shares(cfg.user_shares)
 
 
 def _check_number(f: dataclasses.Field[Any], kind: str, value: float) -> None:

@@ -244,3 +244,24 @@ def parse_path_products(entries: Iterable[str]) -> tuple[PathRule, ...]:
         keys.add((tree, prefix))
         rules.append(PathRule(tree, prefix, tuple(p for p in PRODUCTS if p in names)))
     return tuple(rules)
+
+
+#: A ``user_shares`` entry: ``<user>=<weight>``.
+_USER_SHARE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9._-]{0,63})=([0-9]{1,3})")
+#: The largest weight a ``user_shares`` entry may give (cluster.runoptions.MAX_SHARE).
+MAX_USER_SHARE = 100
+
+
+def parse_user_shares(text: str) -> dict[str, int]:
+    """master.conf's ``user_shares`` (``alice=2 bob=1``, space or comma separated) as
+    user -> weight; ConfigError naming the entry unless each is ``<user>=<1..100>``, each
+    user once."""
+    shares: dict[str, int] = {}
+    for entry in text.replace(",", " ").split():
+        match = _USER_SHARE.fullmatch(entry)
+        weight = int(match.group(2)) if match else 0
+        if match is None or not 1 <= weight <= MAX_USER_SHARE or match.group(1) in shares:
+            raise ConfigError("user_shares", entry, "space-separated <user>=<weight> entries, "
+                              f"each weight from 1 to {MAX_USER_SHARE}, each user once")
+        shares[match.group(1)] = weight
+    return shares

@@ -1,6 +1,6 @@
 """The ports of a local cluster: which it listens on, and whether each is free now.
 
-:func:`cluster_ports` (the master's, the monitor's and each priority's clustermaster port,
+:func:`cluster_ports` (the master's, the monitor's and each lane's clustermaster port,
 each with its role; two roles on one port refused) and :func:`status_port` (the status
 page's), checked before anything starts by :func:`check_port`, whose error names the port,
 its role and, when psutil can tell, the process holding it (:func:`port_holder`).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 
+from cluster import lanes
 from cluster.config import Config
 from cluster.errors import LocalClusterError
 
@@ -58,7 +59,8 @@ def check_port(address: str, port: int, role: str) -> None:
             raise LocalClusterError(
                 f"port {port} on {address} ({role}) cannot be bound: "
                 f"{exc.strerror or exc}{by}. Stop what holds it, or choose other ports "
-                f"with --set base_port=N (uses N, N+1, N+2), --set monitor_port=M and "
+                f"with --set base_port=N (uses N to N+2, and N+3 on for user_lanes above 1), "
+                f"--set monitor_port=M and "
                 f"--set status_port=S (0: no status page)"
             ) from None
 
@@ -66,8 +68,9 @@ def check_port(address: str, port: int, role: str) -> None:
 def cluster_ports(cfg: Config) -> dict[int, str]:
     """The ports a cluster with ``cfg`` listens on, each with its role; LocalClusterError
     when two roles share one port (one of them could never bind it)."""
-    roles = [(cfg.port_for(p), f"clustermaster of priority {p}: base_port + {p}")
-             for p in (0, 1, 2)]
+    roles = [(cfg.port_for(lane), f"clustermaster of {lanes.describe(lane)}: "
+                                  f"base_port + {lane}")
+             for lane in lanes.served_lanes(cfg.user_lanes)]
     roles.append((cfg.monitor_port, "monitor: monitor_port"))
     ports: dict[int, str] = {}
     for port, role in roles:

@@ -15,6 +15,9 @@ the products (``cluster.queue`` checks every word with :func:`check_word`)::
     max_worker_instances=N        at most N of the run's jobs at once on one node (N >= 1)
     max_cluster_instances=N       at most N of the run's jobs in flight in all (N >= 1)
     min_nodes=N                   preemption never takes the run below N nodes (N >= 0)
+    share=N                       the run's fair-share weight among the priority-0 runs served
+                                  at once (1 <= N <= MAX_SHARE; default: its user's weight in
+                                  master.conf's user_shares, else 1)
     exclusive                     a node taking this run's jobs runs nothing else meanwhile
     no_reschedule                 a lost node's jobs are reported lost, never handed out again
     every_node                    the run is one job per enabled node
@@ -56,7 +59,7 @@ from cluster.config import Config
 #: Options with a value (``key=value``).
 DURATION_KEYS = ("job_timeout", "queue_timeout", "task_timeout")
 COUNT_KEYS = ("max_failed_nodes", "max_worker_instances", "max_cluster_instances",
-              "adaptive_timeout", "num_execution", "min_nodes")
+              "adaptive_timeout", "num_execution", "min_nodes", "share")
 LIST_KEYS = ("groups", "nodes", "exclude", "after")
 NAME_KEYS = ("name",)
 #: Options whose value is ``yes`` or ``no``.
@@ -83,9 +86,11 @@ MAX_LIST = 64
 MAX_NUM_EXECUTION = 1000
 #: The smallest value of each count option.
 COUNT_LOW = {"max_failed_nodes": 0, "max_worker_instances": 1, "max_cluster_instances": 1,
-             "adaptive_timeout": 0, "num_execution": 1, "min_nodes": 0}
+             "adaptive_timeout": 0, "num_execution": 1, "min_nodes": 0, "share": 1}
+#: The largest fair-share weight of a run (``share=``) or a user (``user_shares``).
+MAX_SHARE = 100
 #: The largest value of each count option, where it is not :data:`MAX_COUNT`.
-COUNT_HIGH = {"num_execution": MAX_NUM_EXECUTION}
+COUNT_HIGH = {"num_execution": MAX_NUM_EXECUTION, "share": MAX_SHARE}
 
 #: The range of ``order=`` (as nice's -20..19, wider), and a run's value without it.
 ORDER_MIN, ORDER_MAX, ORDER_DEFAULT = -100, 100, 0
@@ -250,6 +255,9 @@ class RunOptions:
     #: ``min_nodes=N``, else master.conf's ``min_nodes``: preemption (docs/runoptions.md,
     #: "Preemption") never takes the run below N nodes.
     min_nodes: int = 0
+    #: ``share=N``: the run's fair-share weight (docs/runoptions.md, "Fair share"); None:
+    #: its user's weight in master.conf's ``user_shares``, else 1.
+    share: int | None = None
     #: ``order=N``: the run's place among the waiting runs of its queue (lower first).
     order: int = ORDER_DEFAULT
     #: The per-run options the queue line gave, as ``key=value`` or the flag (for display).
@@ -294,6 +302,7 @@ class RunOptions:
                    num_execution=count("num_execution"),
                    min_nodes=cfg.min_nodes if "min_nodes" not in values
                    else parse_count("min_nodes", values["min_nodes"]),
+                   share=count("share"),
                    order=parse_order(values[ORDER_KEY]) if ORDER_KEY in values
                    else ORDER_DEFAULT,
                    given=tuple(sorted(words)))

@@ -229,7 +229,7 @@ def real_cluster(root: Path, package: str, tree_name: str, corpus: Path,
     settings = {**settings, key: both_nodes_build(
         settings.get(key) or str(getattr(DEFAULTS, key)), root)}
     cluster = LocalCluster(home, 0, corpus, {
-        **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+        **FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
         "status_port": "0", **settings})
     cluster.prepare()
     try:

@@ -53,13 +53,13 @@ from urllib.parse import quote, unquote
 
 KEYS = ("id", "priority", "queue", "kind", "ref", "products", "tree", "source", "build",
         "build_ghostpdl", "build_mupdf", "tests", "options", "baseline", "programs",
-        "max_result_bytes", "job_timeout", "sweep_results", "secret")
+        "max_result_bytes", "job_timeout", "sweep_results", "lane", "secret")
 #: Keys a job.start may lack.
 OPTIONAL = ("options", "build_ghostpdl", "build_mupdf", "baseline", "programs",
-            "max_result_bytes", "job_timeout", "sweep_results", "secret")
+            "max_result_bytes", "job_timeout", "sweep_results", "lane", "secret")
 #: Optional keys whose line is left out when empty (job.start files without them unchanged).
 _OMITTED_WHEN_EMPTY = ("build_ghostpdl", "build_mupdf", "baseline", "programs",
-                       "max_result_bytes", "job_timeout", "sweep_results", "secret")
+                       "max_result_bytes", "job_timeout", "sweep_results", "lane", "secret")
 #: A sweep result's name (the sweep file's rule, cluster.sweep.spec.RESULT_NAME, spelled
 #: out here so the node's code set does not carry the sweep file's reader; a unit test
 #: keeps the two one).
@@ -75,6 +75,9 @@ MAX_JOB_TIMEOUT = 31 * 24 * 3600.0
 PROGRAM = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 #: The most programs a run may name (a run of every product names four).
 MAX_PROGRAMS = 32
+#: The highest lane number a job.start may name (cluster.lanes.ALL_LANES; spelled out
+#: here so the wire format stays a leaf, a unit test keeps the two one).
+MAX_LANE = 9
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,14 @@ class JobStart:
     job_timeout: float = 0.0
     #: A sweep run's ``[results]``: (result name, source) pairs; empty in other runs.
     sweep_results: tuple[tuple[str, str], ...] = ()
+    #: The lane whose master serves the run (cluster.lanes); -1: the lane of its priority
+    #: (the line is written only for a user lane beyond the seed's three).
+    lane_number: int = -1
+
+    @property
+    def lane(self) -> int:
+        """The lane serving this run: ``lane_number``, or the run's priority."""
+        return self.priority if self.lane_number < 0 else self.lane_number
 
     def format(self, *, with_secret: bool = False) -> str:
         """The file's text; the ``secret`` line only ``with_secret`` (job.start itself)."""
@@ -115,6 +126,7 @@ class JobStart:
             "job_timeout": repr(float(self.job_timeout)) if self.job_timeout else "",
             "sweep_results": " ".join(f"{name}={quote(source, safe='/')}"
                                       for name, source in self.sweep_results),
+            "lane": str(self.lane) if self.lane != self.priority else "",
             "secret": self.secret if with_secret else "",
         }
         return "".join(f"{k} {values[k]}".rstrip() + "\n" for k in KEYS
@@ -144,6 +156,8 @@ class JobStart:
         max_result_bytes = _number(values, "max_result_bytes", int, 1 << 62)
         job_timeout = _number(values, "job_timeout", float, MAX_JOB_TIMEOUT)
         sweep_results = parse_sweep_results(values.get("sweep_results", ""))
+        lane = int(_number(values, "lane", int, MAX_LANE)) if values.get("lane", "").strip() \
+            else -1
         return cls(id=values["id"], priority=priority, queue=values["queue"],
                    kind=values["kind"], ref=values["ref"],
                    products=tuple(p for p in values["products"].split(",") if p),
@@ -154,7 +168,8 @@ class JobStart:
                    build_ghostpdl=values.get("build_ghostpdl", "").strip(),
                    build_mupdf=values.get("build_mupdf", "").strip(),
                    programs=programs, max_result_bytes=int(max_result_bytes),
-                   job_timeout=float(job_timeout), sweep_results=sweep_results)
+                   job_timeout=float(job_timeout), sweep_results=sweep_results,
+                   lane_number=lane)
 
 
 def _number(values: dict[str, str], key: str, kind: type[int] | type[float],

@@ -114,7 +114,7 @@ def info_lines(home: Home, run_id: str) -> dict[str, str]:
 
 def test_live_status_grows_with_the_results_and_goes_at_the_end(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     # The baseline below is written once the run is served, for its report's differences.
     # Without confirm_differences=no, a master slowed between its first live.json and its
     # confirm phase's set-up (which looks for a baseline) would find it too and run the
@@ -175,7 +175,7 @@ def test_live_status_grows_with_the_results_and_goes_at_the_end(tmp_path: Path) 
 def test_an_admin_stop_ends_a_priority_2_run_and_the_report_names_who(tmp_path: Path
                                                                          ) -> None:
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     with smtp_server() as (collector, smtp_port):
         master = subprocess.Popen(argv(home, port, "smtp_host=127.0.0.1",
                                        f"smtp_port={smtp_port}"), stderr=subprocess.PIPE)
@@ -214,7 +214,7 @@ def test_an_admin_stop_ends_a_priority_2_run_and_the_report_names_who(tmp_path: 
 def test_disabled_nodes_get_no_work_and_are_not_lost(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
     home.node_down("n2").write_text("disabled by bob at 2026-11-23T10:00:00Z\nflaky disk\n")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     master = subprocess.Popen(argv(home, port, "max_failed_nodes=1"), stderr=subprocess.PIPE)
     try:
         run_id = wait_for_run(home, 2, port)
@@ -257,7 +257,7 @@ def test_disabled_nodes_get_no_work_and_are_not_lost(tmp_path: Path) -> None:
 def test_a_master_taking_over_rewrites_live_status_with_the_runs_true_start(
         tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     settings = ("pid_stale=600",)
     first = subprocess.Popen(argv(home, port, *settings), stderr=subprocess.DEVNULL)
     try:

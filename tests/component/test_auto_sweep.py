@@ -41,7 +41,7 @@ def test_a_nightly_sweep_is_queued_and_its_run_builds_from_a_copy_of_the_folder(
     assert done.returncode == 0, done.stderr
     assert done.stdout == "queued: auto nightly-model sweep sweep=sweep.toml\n"
 
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     master = subprocess.Popen(master_argv(home, port, "pid_check_interval=0.2"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

@@ -59,7 +59,7 @@ def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[str]]]:
     "auto weekly gs" waiting behind it."""
     home = make_home(tmp_path / "home")
     QueueFile.for_priority(home, 2).append(RunSpec.parse("auto weekly gs"))
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     argv = master_argv(home, port, "connection_deadline=5", "heartbeat_timeout=60",
                        "pid_check_interval=0.5")
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)

@@ -27,7 +27,7 @@ STROKE = "0 setgray 20 setlinewidth 7 31 moveto 577 726 lineto stroke\n"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    overrides = {**FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+    overrides = {**FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
                  "status_port": "0", "gs_configs": "ppmraw.72.0"}
     local = LocalCluster(tmp_path / "home", 2, CORPUS, overrides)
     local.prepare()

@@ -42,7 +42,7 @@ def results(names: list[str], md5: str) -> list[str]:
 def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[str]]]:
     """A real clustermaster serving an auto run of 6 jobs at priority 2."""
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     proc = subprocess.Popen(master_argv(home, port, "heartbeat_timeout=60"),
                             stderr=subprocess.PIPE, text=True)
     with reaped(proc):

@@ -69,7 +69,7 @@ def test_localcluster_py_stops_at_once_when_the_monitor_port_is_taken(
     _, port = taken
     home = tmp_path / "home"
     done, elapsed = run_localcluster(home, corpus, f"monitor_port={port}",
-                                     f"base_port={free_port(3)}")
+                                     f"base_port={free_port(5)}")
     assert done.returncode == 1, done.stderr
     assert elapsed < PROMPT, f"took {elapsed:.1f} s to notice port {port} was taken"
     assert f"port {port} on 127.0.0.1 (monitor: monitor_port) cannot be bound" in done.stderr
@@ -93,7 +93,7 @@ def test_start_spawns_nothing_when_a_port_is_taken(
         tmp_path: Path, corpus: Path, taken: tuple[socket.socket, int]) -> None:
     _, port = taken
     cluster = LocalCluster(tmp_path / "home", 1, corpus,
-                           {"base_port": str(free_port(3)), "monitor_port": str(port),
+                           {"base_port": str(free_port(5)), "monitor_port": str(port),
                             "status_port": str(free_port())})
     cluster.prepare()
     with pytest.raises(LocalClusterError, match=f"port {port} "):
@@ -103,7 +103,7 @@ def test_start_spawns_nothing_when_a_port_is_taken(
 
 def _started(tmp_path: Path, corpus: Path, monitor_port: int) -> LocalCluster:
     cluster = LocalCluster(tmp_path / "home", 1, corpus,
-                           {"base_port": str(free_port(3)),
+                           {"base_port": str(free_port(5)),
                             "monitor_port": str(monitor_port),
                             "status_port": str(free_port())})
     cluster.prepare()

@@ -86,7 +86,7 @@ def _stop(child: subprocess.Popen[bytes], signum: int) -> int:
 def test_a_stopped_master_frees_its_pid_file_and_the_next_takes_over_at_once(
         tmp_path: Path) -> None:
     home = make_home(tmp_path / "home", priority=PRIORITY)
-    port = free_port(3) + PRIORITY
+    port = free_port(5) + PRIORITY
     first = _master(home, port, "first")
     try:
         run_id = wait_for_run(home, PRIORITY, port)
@@ -158,7 +158,7 @@ def test_a_stop_during_the_job_list_leaves_the_run_to_the_next_master(
     leaving no PID file, the run unstarted but queued, and no report: the next invocation
     serves it.  In this process: invoke as clustermaster.py calls it, real signals."""
     home = make_home(tmp_path / "home", priority=PRIORITY)
-    port = free_port(3) + PRIORITY
+    port = free_port(5) + PRIORITY
     cfg = _config(home, port)
 
     def job_list_main(args: list[str]) -> int:

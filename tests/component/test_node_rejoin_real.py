@@ -93,7 +93,7 @@ def test_a_node_told_the_master_was_replaced_rejoins_the_successor(tmp_path: Pat
     (corpus / "jobs.cmds").write_text(
         "".join(f"sleep {JOB_SECONDS}; echo job {i}\n" for i in range(1, JOBS + 1)))
     cluster = LocalCluster(tmp_path / "home", 0, corpus, {
-        **SETTINGS, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+        **SETTINGS, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
         "status_port": str(free_port())})
     cluster.prepare()
     home = cluster.home

@@ -26,7 +26,7 @@ time.sleep(120)
 
 def test_a_taken_port_is_logged_once_a_minute(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(port)],
                               stdout=subprocess.PIPE, text=True)
     try:

@@ -73,7 +73,7 @@ def resources_when(home: Home, check: Callable[[Resources], bool], what: str,
 
 def test_the_file_follows_a_run_from_served_to_finished(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home", priority=PRIORITY)
-    port = free_port(3) + PRIORITY
+    port = free_port(5) + PRIORITY
     sup = supervisor(home, port, "resource_interval=3600", "max_nodes=5", "node_slots=2")
     try:
         run_id = wait_for_run(home, PRIORITY, port)
@@ -117,7 +117,7 @@ def test_the_file_follows_a_run_from_served_to_finished(tmp_path: Path) -> None:
 def test_the_supervisor_rewrites_the_file_every_interval(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     home.create()
-    sup = supervisor(home, free_port(3) + PRIORITY, "resource_interval=0.3")
+    sup = supervisor(home, free_port(5) + PRIORITY, "resource_interval=0.3")
     try:
         first = resources_when(home, lambda r: True, "the resource file to appear")
         assert all(info.status == "idle" for info in first.priorities.values())

@@ -65,7 +65,7 @@ def test_enospc_during_the_rotation_leaves_the_tables_whole(tmpfs: Path) -> None
               + b"\tr-2\tgs\toldest\n"}
     for name, data in tables.items():
         (home.tables / name).write_bytes(data)
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     argv = master_argv(home, port, "linger=0.5", suffixed=True)
     master = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     filler = tmpfs / "filler"
@@ -119,7 +119,7 @@ def test_a_full_disk_at_the_start_waits_with_one_line_then_runs(tmpfs: Path,
     with open(filler, "wb") as fh:
         fh.write(b"\0" * (st.f_bavail * st.f_frsize))
     assert os.statvfs(tmpfs).f_bavail == 0
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     argv = master_argv(home, port, "linger=0.5", suffixed=True)
     err_path = tmp_path / "first.err"  # off the full disk, as a terminal would be
     with open(err_path, "w") as err:

@@ -61,7 +61,7 @@ def stay_until_exit(master: subprocess.Popen[bytes], port: int, node: str, run_i
 
 def test_a_run_past_max_run_time_ends_with_the_tests_not_run_listed(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     master = subprocess.Popen(argv(home, port, "max_run_time=3"), stderr=subprocess.PIPE)
     try:
         run_id = wait_for_run(home, 2, port)
@@ -87,7 +87,7 @@ def test_max_run_time_counts_the_time_of_every_master(tmp_path: Path) -> None:
     """A master killed after 3.5 s of a 6 s run: its successor ends the run about 2.5 s
     later, not 6 s later."""
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     settings = ("max_run_time=6", "pid_stale=600")
     first = subprocess.Popen(argv(home, port, *settings), stderr=subprocess.DEVNULL)
     try:
@@ -125,7 +125,7 @@ def test_max_run_time_counts_the_time_of_every_master(tmp_path: Path) -> None:
 
 def test_a_run_whose_nodes_all_die_is_retried_then_reported_failed(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     queue = QueueFile(home.queue(2), home.queue_lock(2))
     with smtp_server() as (collector, smtp_port):
         settings = ("no_node_timeout=2", "heartbeat_timeout=1", "max_tries=2",
@@ -166,7 +166,7 @@ def test_a_run_whose_nodes_all_die_is_retried_then_reported_failed(tmp_path: Pat
 
 def test_a_run_that_loses_too_many_nodes_is_queued_again(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     settings = ("max_failed_nodes=1", "heartbeat_timeout=1", "no_node_timeout=600")
     master = subprocess.Popen(argv(home, port, *settings), stderr=subprocess.PIPE)
     try:

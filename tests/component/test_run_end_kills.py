@@ -124,7 +124,7 @@ def test_a_master_killed_at_any_end_step_ends_the_run_exactly_once(
     home = make_home(tmp_path / "home")
     names = [f"ex__{f}.{c}" for f in FILES for c in CONFIGS]
     old_current, old_previous = seed_baseline(home, names)
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     with smtp_server() as (collector, smtp_port):
         argv = master_argv(home, port, smtp_port)
         env = {**os.environ, "KILL_AT": point, "KILL_WHEN": when,

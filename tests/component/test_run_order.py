@@ -67,7 +67,7 @@ def test_the_master_starts_runs_in_order_and_clusteradmin_reorders(tmp_path: Pat
     queue = QueueFile.for_priority(home, 2)
     queue.append(RunSpec.parse("auto second gs order=-3"))
     queue.append(RunSpec.parse("auto third gs"))
-    port = free_port(3) + 2
+    port = free_port(5) + 2
 
     # -3 first, though second in the file; a change to the running run is recorded.
     assert serve_one(home, port, during=["7"]) == "auto second gs order=-3"

@@ -98,7 +98,7 @@ def _mark(repo: Path, marker: str) -> None:
 def _supervisor_once(repo: Path, home: Home) -> None:
     """The master's supervisor, one round, from the master's checkout (publishes)."""
     done = subprocess.run([sys.executable, str(repo / "run_clustermaster.py"), "--once",
-                           "--home", str(home.root), "-q", "--set", f"base_port={free_port(3)}"],
+                           "--home", str(home.root), "-q", "--set", f"base_port={free_port(5)}"],
                           capture_output=True, text=True, timeout=WAIT)
     assert done.returncode == 0, done.stderr
 

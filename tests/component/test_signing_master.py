@@ -58,7 +58,7 @@ NAMES = sorted(f"ex__{f}.{c}" for f in FILES for c in CONFIGS)
 def master(tmp_path: Path) -> Iterator[tuple[Home, int, subprocess.Popen[str]]]:
     """A real clustermaster serving an auto run of 6 jobs at priority 2."""
     home = make_home(tmp_path / "home")
-    port = free_port(3) + 2
+    port = free_port(5) + 2
     argv = master_argv(home, port, "connection_deadline=5", "heartbeat_timeout=60")
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     with reaped(proc):

@@ -131,7 +131,7 @@ def journaled(home: Home) -> set[str]:
 
 def start_run(tmp_path: Path, gate: Path | None) -> tuple[Home, int, list[str], dict[str, str]]:
     home = push_sweep(tmp_path)
-    port = free_port(3)
+    port = free_port(5)
     env = dict(os.environ)
     if gate is not None:
         env["GATE"] = str(gate)  # the master's environment reaches its check scripts

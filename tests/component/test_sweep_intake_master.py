@@ -103,7 +103,7 @@ class Node:
 def test_a_real_master_takes_bundles_retries_and_a_successor_counts_the_tries(
         tmp_path: Path) -> None:
     home = push_sweep(tmp_path)
-    port = free_port(3)
+    port = free_port(5)
     settings = ("connection_deadline=5", "heartbeat_timeout=60")
     with reaped(subprocess.Popen(master_argv(home, port, *settings, priority=0),
                                  stderr=subprocess.DEVNULL, text=True)) as master:

@@ -192,7 +192,7 @@ def test_clusterpush_resume_queues_a_run_that_builds_only_the_tasks_left(
     # The priority-0 master takes the dropping, snapshots the folder and asks build.py.
     # Its log in a file the test can read while it runs: the master is killed once the
     # job list is there, and build.py's line may be written a moment after the list.
-    port = free_port(3)
+    port = free_port(5)
     master_log = tmp_path / "master.err"
     said = f"resume: 5 of 8 tasks to run, 3 valid in run {R1}"
     with open(master_log, "w") as err:

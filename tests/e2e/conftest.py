@@ -20,7 +20,7 @@ def make_cluster(tmp_path: Path) -> Iterator[MakeCluster]:
     clusters: list[LocalCluster] = []
 
     def make(nodes: int = 2, corpus: Path = CORPUS, **settings: str) -> LocalCluster:
-        base = free_port(3)
+        base = free_port(5)
         overrides = {**FAST, "base_port": str(base), "monitor_port": str(free_port()),
                      "status_port": str(free_port()),
                      **settings}

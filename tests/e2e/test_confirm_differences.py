@@ -58,7 +58,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     (corpus / "random.ps").write_text(RANDOM_PS, encoding="ascii")
     for n in (1, 2):
         (corpus / f"text{n}.ps").write_text(TEXT_PS.format(n=n), encoding="ascii")
-    overrides = {**FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+    overrides = {**FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
                  "status_port": "0", "gs_configs": "ppmraw.72.0",
                  # The first node's lone slot would take every job of a 3-job run.
                  "batch_per_slot": "1",

@@ -199,7 +199,7 @@ def test_a_build_failure_aborts_the_run_with_a_report_quoting_the_compilers_word
         "\tgcc -c gdevxyz.c -o gdevxyz.o\n")
     home = tmp_path / "h"
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
-            "--tree", str(tree), "--set", f"base_port={free_port(3)}",
+            "--tree", str(tree), "--set", f"base_port={free_port(5)}",
             "--set", f"monitor_port={free_port()}", "--set", "status_port=0",
             "--set", f"gs_configs={SMALL_GS}"]
     for key, value in FAST.items():
@@ -277,7 +277,7 @@ def test_an_auto_run_queued_by_enqueue_auto_runs_at_priority_2(make_cluster) -> 
 def test_the_readme_command_runs_a_cluster_and_prints_the_archive_last(tmp_path: Path) -> None:
     """localcluster.py itself: report on stdout, archive folder as the last line."""
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(tmp_path / "h"),
-            "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", f"base_port={free_port(5)}", "--set", f"monitor_port={free_port()}",
             "--set", f"status_port={free_port()}",
             "--set", "gs_configs=ppmraw.72.0 pbmraw.300.1"]
     for key, value in FAST.items():
@@ -309,7 +309,7 @@ def test_the_readme_command_with_the_ssh_transport_goes_through_its_own_sshd(
         if user_ssh.is_dir() else None
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
             "--transport", "ssh", "--corpus", str(corpus),
-            "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", f"base_port={free_port(5)}", "--set", f"monitor_port={free_port()}",
             "--set", f"status_port={free_port()}",
             "--set", "gs_configs=ppmraw.72.0 pbmraw.300.1"]
     for key, value in FAST.items():

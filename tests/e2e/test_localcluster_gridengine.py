@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gridengine")]
 def _localcluster(home: Path, corpus: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
             "--corpus", str(corpus), "--nodes", "2", *extra,
-            "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", f"base_port={free_port(5)}", "--set", f"monitor_port={free_port()}",
             "--set", "status_port=0"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 

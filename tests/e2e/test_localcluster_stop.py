@@ -40,7 +40,7 @@ def _argv(home: Path, ports: list[int], user: str, *extra: str) -> list[str]:
 
 
 def _ports() -> list[int]:
-    base = free_port(3)
+    base = free_port(5)
     return [base, free_port(), free_port()]
 
 

@@ -49,7 +49,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     corpus.mkdir()
     for name in FILES:
         shutil.copy(CORPUS / name, corpus / name)
-    settings = {**FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+    settings = {**FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
                 "status_port": "0", "gs_configs": CONFIGS, "rejoin_delay": "1",
                 "heartbeat_timeout": "30"}
     local = LocalCluster(root / "home", 0, corpus, settings)

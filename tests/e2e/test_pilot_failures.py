@@ -53,7 +53,7 @@ def _cluster(home: Path, bare_bin: Path, **settings: str) -> Iterator[LocalClust
     corpus.mkdir(exist_ok=True)
     (corpus / "golfer.eps").write_bytes((CORPUS / "golfer.eps").read_bytes())
     cluster = LocalCluster(home, 0, corpus, {
-        **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+        **FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
         "status_port": "0", "node_slots": "1", "resource_interval": "1",
         "gs_configs": "ppmraw.72.0 pbmraw.72.0", **settings},
         provider="slurm", provider_env={"PATH": f"{bare_bin}:/usr/bin:/bin"})

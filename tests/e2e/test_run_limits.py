@@ -47,7 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     corpus.mkdir()
     for name in FILES:
         shutil.copy(CORPUS / name, corpus / name)
-    settings = {**FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+    settings = {**FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
                 "status_port": "0", "gs_configs": CONFIGS, "supervisor_interval": "2"}
     local = LocalCluster(root / "home", 2, corpus, settings)
     local.prepare()

@@ -80,7 +80,7 @@ def slurm_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     node_conf = tmp_path / "node.conf"
     node_conf.write_text(NODE_CONF, encoding="utf-8")
     cluster = LocalCluster(tmp_path / "home", 0, CORPUS, {
-        **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+        **FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
         "status_port": "0", "max_nodes": "2", "node_slots": "1",
         "resource_interval": f"{RESOURCE_INTERVAL:g}",
         "ephemeral_idle": f"{EPHEMERAL_IDLE:g}", "node_config": str(node_conf),

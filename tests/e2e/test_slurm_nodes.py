@@ -30,7 +30,7 @@ RUN_TIMEOUT = 240.0
 @pytest.fixture
 def slurm_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path / "home", 0, CORPUS, {
-        **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+        **FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
         "status_port": "0", "max_nodes": "2", "node_slots": "1", "resource_interval": "1",
         "ephemeral_idle": "30", "gs_configs": "ppmraw.72.0 pbmraw.72.0"},
         provider="slurm")

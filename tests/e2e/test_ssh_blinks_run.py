@@ -38,7 +38,7 @@ def _cluster(root: Path, transport: str) -> LocalCluster:
     corpus.mkdir(parents=True)
     for name in FILES:
         shutil.copy(CORPUS / name, corpus / name)
-    settings = {**FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+    settings = {**FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
                 "status_port": "0", "gs_configs": CONFIGS, "connect_retries": "20"}
     cluster = LocalCluster(root / "home", 0, corpus, settings, transport=transport)
     cluster.prepare()

@@ -35,7 +35,7 @@ def argv(tmp_path: Path, name: str, status_port: int) -> list[str]:
             "".join(f"sleep {JOB_SECONDS}; echo job {i}\n" for i in range(1, JOBS + 1)))
     line = [sys.executable, str(REPO / "localcluster.py"), "--home", str(tmp_path / name),
             "--corpus", str(corpus), "--product", "shell", "--timeout", str(TIMEOUT),
-            "--set", f"base_port={free_port(3)}", "--set", f"monitor_port={free_port()}",
+            "--set", f"base_port={free_port(5)}", "--set", f"monitor_port={free_port()}",
             "--set", f"status_port={status_port}"]
     for key, value in FAST.items():
         line += ["--set", f"{key}={value}"]

@@ -67,7 +67,7 @@ class Swept:
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swept]:
     root = tmp_path_factory.mktemp("sweep-cluster")
-    settings = {**FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+    settings = {**FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
                 "status_port": "0", "max_result_bytes": str(MAX_RESULT_BYTES)}
     cluster = LocalCluster(root / "home", 2, overrides=settings)
     cluster.prepare()

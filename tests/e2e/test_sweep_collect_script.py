@@ -63,7 +63,7 @@ def test_the_collection_script_writes_a_summary_into_the_archives_collected(
         tmp_path: Path) -> None:
     sweep = write_sweep(tmp_path / "sweep")
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(tmp_path / "home"),
-            "--sweep", str(sweep), "--set", f"base_port={free_port(3)}",
+            "--sweep", str(sweep), "--set", f"base_port={free_port(5)}",
             "--set", f"monitor_port={free_port()}", "--set", "status_port=0"]
     for key, value in FAST.items():
         argv += ["--set", f"{key}={value}"]
@@ -93,7 +93,7 @@ def test_a_script_path_out_of_the_sweep_folder_is_refused_nothing_queued(
     sweep = write_sweep(tmp_path / "sweep",
                         SWEEP.replace('"summarize.py"', '"../outside.py"'))
     cluster = LocalCluster(tmp_path / "home", 1, overrides={
-        **FAST, "base_port": str(free_port(3)), "monitor_port": str(free_port()),
+        **FAST, "base_port": str(free_port(5)), "monitor_port": str(free_port()),
         "status_port": "0"})
     cluster.prepare()
     pushed = subprocess.run(

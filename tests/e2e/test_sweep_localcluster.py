@@ -25,7 +25,7 @@ EXAMPLE = REPO / "examples" / "sweep" / "sweep.toml"
 
 def _localcluster(home: Path, sweep: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, str(REPO / "localcluster.py"), "--home", str(home),
-            "--sweep", str(sweep), *extra, "--set", f"base_port={free_port(3)}",
+            "--sweep", str(sweep), *extra, "--set", f"base_port={free_port(5)}",
             "--set", f"monitor_port={free_port()}", "--set", "status_port=0"]
     for key, value in FAST.items():
         argv += ["--set", f"{key}={value}"]

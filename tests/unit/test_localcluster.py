@@ -45,7 +45,7 @@ def spawned(script: str, name: str = "") -> dict[str, Any]:
 
 def _cluster(home: Path, nodes: int) -> LocalCluster:
     """A LocalCluster on free ports with a minimal cluster.conf (start() checks the ports)."""
-    cluster = LocalCluster(home, nodes=nodes, overrides={"base_port": str(free_port(3)),
+    cluster = LocalCluster(home, nodes=nodes, overrides={"base_port": str(free_port(5)),
                                                          "monitor_port": str(free_port()),
                                                          "status_port": str(free_port())})
     cluster.home.create()
@@ -130,7 +130,7 @@ class OfferedPorts:
 
 def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_offers_it_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # The CI failure this guards: free_port(3) gave base_port 47373, and a later
+    # The CI failure this guards: free_port(5) gave base_port 47373, and a later
     # free_port() for the status page was offered 47375 (base_port + 2, free since
     # nothing had bound it yet), so localcluster refused the configuration.
     from cluster.runtime import ports
@@ -140,7 +140,7 @@ def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_offers_it_a
     offers = OfferedPorts([47373, 47375, 47374, 47390, 47373, 47391])
     monkeypatch.setattr(ports, "socket", offers)
     monkeypatch.setattr(ports, "_HANDED_OUT", ports.deque(maxlen=4096))
-    assert free_port(3) == 47373
+    assert free_port(5) == 47373
     assert free_port() == 47390  # 47375 and 47374 are in the range handed out first
     assert free_port() == 47391  # and 47373 is its base
     assert offers.offers == []
@@ -152,7 +152,7 @@ def test_free_port_in_a_range_of_its_own(monkeypatch: pytest.MonkeyPatch) -> Non
     from cluster.runtime import ports
 
     monkeypatch.setenv(ports.PORTS_ENV, "21000-21040")
-    bases = [free_port(3) for _ in range(5)]
+    bases = [free_port(5) for _ in range(5)]
     picked = [p for b in bases for p in range(b, b + 3)]
     assert all(21000 <= p < 21040 for p in picked) and len(set(picked)) == 15
     for bad in ("21000", "9-80", "30000-20000", "a-b"):

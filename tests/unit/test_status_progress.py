@@ -124,7 +124,7 @@ def test_a_taken_status_port_stops_the_start_naming_it(tmp_path: Path) -> None:
         holder.listen()
         port = holder.getsockname()[1]
         cluster = LocalCluster(tmp_path / "home", 1)
-        cfg = configfile.load(None, {"base_port": str(free_port(3)),
+        cfg = configfile.load(None, {"base_port": str(free_port(5)),
                                  "monitor_port": str(free_port()), "status_port": str(port)})
         with pytest.raises(LocalClusterError, match=rf"port {port} on 127.0.0.1 \(status "
                                                     rf"page: status_port\) cannot be bound"):
