@@ -41,8 +41,8 @@ MAP_PRODUCTS = tuple(p for p in PRODUCTS if p not in ALONE)
 TREE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: Names of files and directories of the master home (cluster.home).  The master makes the
 #: last commit run's tree its clean tree ``<home>/<tree>``, so a tree may not be called so.
-RESERVED_TREES = ("archive", "auto", "log", "nodes", "repos", "runs", "tables", "tests",
-                  "users")
+RESERVED_TREES = ("archive", "auto", "lanes", "log", "nodes", "repos", "runs", "tables",
+                  "tests", "users")
 RESERVED_STEMS = ("queue", "job", "jobs", "results", "clustermaster", "status", "emails",
                   "md5sum", "run_clustermaster", "monitor_port")
 

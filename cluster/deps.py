@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster.home import Home
@@ -278,19 +278,32 @@ def verdict(spec: RunSpec, priority: int, position: int, queued: Queued,
     return Verdict(waiting=tuple(waiting))
 
 
-def serving_order(runs: Sequence[RunSpec]) -> list[tuple[int, RunSpec]]:
+def serving_order(runs: Sequence[RunSpec],
+                  later: Callable[[RunSpec], bool] | None = None
+                  ) -> list[tuple[int, RunSpec]]:
     """``runs`` (one queue, in file order) as (position, run) in the order a master looks
     at them: lowest ``order=`` first (docs/runoptions.md, "Order within a queue"), file
-    order among equals (a stable sort)."""
-    return sorted(enumerate(runs), key=lambda item: order_of(item[1].options))
+    order among equals (a stable sort).  ``later``: runs it is true of come after every
+    other (a lane prefers a user who has no run served: docs/runoptions.md, "Fair share")."""
+    if later is None:
+        return sorted(enumerate(runs), key=lambda item: order_of(item[1].options))
+    return sorted(enumerate(runs),
+                  key=lambda item: (later(item[1]), order_of(item[1].options)))
 
 
-def choose(priority: int, queued: Queued, resolver: Resolver) -> Choice:
+def choose(priority: int, queued: Queued, resolver: Resolver, *,
+           skip: Callable[[int, RunSpec], bool] | None = None,
+           later: Callable[[RunSpec], bool] | None = None) -> Choice:
     """The next run of ``priority``: the first queued run, in :func:`serving_order`, whose
     dependencies are all met; each run before it whose dependency failed (or names no run)
-    is dropped, and the others before it wait.  The look stops at the run it serves."""
+    is dropped, and the others before it wait.  The look stops at the run it serves.
+    ``skip(position, run)``: runs not looked at (served by another lane, or not this
+    lane's to take: :mod:`cluster.master.run.nextrun`); ``later``: as for
+    :func:`serving_order`."""
     choice = Choice()
-    for position, spec in serving_order(queued.get(priority, ())):
+    for position, spec in serving_order(queued.get(priority, ()), later):
+        if skip is not None and skip(position, spec):
+            continue
         found = verdict(spec, priority, position, queued, resolver)
         if found.failed is not None:
             choice.drop.append((spec, found.reason()))

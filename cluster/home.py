@@ -154,6 +154,11 @@ class Home:
         """``live[.p].json``: the running run's live status (cluster.master.state.livestatus)."""
         return self.per_priority("live.json", priority)
 
+    def lane_claim(self, lane: int) -> Path:
+        """``lanes/<lane>.claim``: the queue line a lane's master chose and is setting up
+        (cluster.master.run.nextrun), until the run has ended."""
+        return self.root / "lanes" / f"{lane}.claim"
+
     def node_down(self, name: str) -> Path:
         """``nodes/<name>.down``: the node is disabled (given no work) while this exists."""
         return self.nodes / f"{name}.down"

@@ -39,7 +39,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -277,20 +277,31 @@ class QueueFile:
         logger.info("%s: removed %s", self.path, spec)
         return True
 
-    def promote(self, spec: RunSpec) -> bool:
+    def promote(self, spec: RunSpec, *, behind: Sequence[RunSpec] = ()) -> bool:
         """Move the first line equal to ``spec`` before every other run, so it is the queue's
         head (a run whose dependencies are met passing runs that wait, cluster.deps); the
-        other lines keep their order.  False when ``spec`` is not queued."""
+        other lines keep their order.  ``behind``: the runs other lanes of the queue serve
+        (cluster.master.run.nextrun): one copy of each stays before ``spec``, so the running
+        runs are the queue's first lines.  False when ``spec`` is not queued."""
         with self._transaction(exclusive=True) as entries:
             runs = [i for i, e in enumerate(entries) if e.spec is not None]
-            found = next((i for i in runs if entries[i].spec == spec), None)
+            ahead: list[int] = []
+            for other in behind:
+                i = next((i for i in runs if entries[i].spec == other and i not in ahead),
+                         None)
+                if i is not None:
+                    ahead.append(i)
+            found = next((i for i in runs if entries[i].spec == spec and i not in ahead),
+                         None)
             if found is None:
                 return False
-            if found == runs[0]:
+            # Where it goes: before the first run that is neither running nor it.
+            place = next((i for i in runs if i not in ahead), found)
+            if found == place:
                 return True
-            entries.insert(runs[0], entries.pop(found))
+            entries.insert(place, entries.pop(found))
             self._rewrite(entries)
-        logger.info("%s: %s moved to the head (the runs before it wait)", self.path, spec)
+        logger.info("%s: %s moved to the front (the runs before it wait)", self.path, spec)
         return True
 
     @contextlib.contextmanager

@@ -19,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from cluster import lanes
 from cluster.cli import common
 from cluster.defaults import EXIT_USAGE, PRIORITIES
 from cluster.errors import ClusterError
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_config_options(parser)
     parser.add_argument("--priority", type=int, choices=PRIORITIES, default=0)
+    parser.add_argument("--lane", type=int, choices=lanes.ALL_LANES[len(PRIORITIES):],
+                        help="a run in a user lane of priority 0 (job.L.start, port "
+                             "base_port + L; docs/runoptions.md, \"Fair share\")")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -57,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     common.setup_logging(verbose=args.verbose)
     clean_work_dir(cfg.work_dir)
-    run = NodeRun(cfg, make_transport(cfg), args.priority, caps.detect().format())
+    lane = args.priority if args.lane is None else args.lane
+    if lanes.priority_of(lane) != args.priority:
+        print(f"run.py: lane {lane} serves priority {lanes.priority_of(lane)}, not "
+              f"{args.priority}", file=sys.stderr)
+        return EXIT_USAGE
+    run = NodeRun(cfg, make_transport(cfg), lane, caps.detect().format())
     install_signal_handlers(run.stop_flag, STOP_SIGNALS)
     return run.run()

@@ -48,6 +48,7 @@ import os
 import sys
 from pathlib import Path
 
+from cluster import lanes
 from cluster.cli import common, progname
 from cluster.defaults import EXIT_OK, EXIT_USAGE, REPO_ROOT
 from cluster.errors import ClusterError, ConfigError
@@ -85,9 +86,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def clustermaster_commands(root: Path, args: list[str]) -> list[list[str]]:
-    """One argv per priority: this interpreter running ``root``'s clustermaster scripts."""
-    return [[sys.executable, str(root / script), *args] for script in SCRIPTS]
+def clustermaster_commands(root: Path, args: list[str], user_lanes: int = 1
+                           ) -> list[list[str]]:
+    """One argv per lane (:func:`cluster.lanes.served_lanes`; its index is the lane's
+    number): this interpreter running ``root``'s clustermaster scripts, a user lane as
+    ``clustermaster.py --lane L``."""
+    commands = [[sys.executable, str(root / script), *args] for script in SCRIPTS]
+    commands += [[sys.executable, str(root / SCRIPTS[0]), *args, "--lane", str(lane)]
+                 for lane in lanes.served_lanes(user_lanes)[len(SCRIPTS):]]
+    return commands
 
 
 def compile_package(root: Path) -> None:
@@ -128,16 +135,25 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("removed %s, left by a killed process", left)
     compile_package(REPO_ROOT)
 
-    def nothing_to_do(priority: int) -> bool:
-        return idle.surely_idle(cfg, home, priority)
+    def nothing_to_do(lane: int) -> bool:
+        return idle.surely_idle(cfg, home, lane)
 
-    def claimed(priority: int) -> bool:
-        return os.path.lexists(home.pid_file(priority))
+    def claimed(lane: int) -> bool:
+        return os.path.lexists(home.pid_file(lane))
+
+    served = lanes.served_lanes(cfg.user_lanes)
+    watcher = WorkWatcher(home)
+
+    def woken() -> list[int]:
+        # The watcher says which priorities have work; each of their lanes looks.
+        found = set(watcher())
+        return [lane for lane in served if lanes.priority_of(lane) in found]
 
     try:
-        supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args)),
+        supervisor = Supervisor(clustermaster_commands(REPO_ROOT, common.config_argv(args),
+                                                       cfg.user_lanes),
                                 interval=interval, log_path=home.log_dir / CHILD_LOG_NAME,
-                                kill_children=args.kill_children, wakeup=WorkWatcher(home),
+                                kill_children=args.kill_children, wakeup=woken,
                                 poll=WAKEUP_POLL,
                                 on_tick=NodeCodePublisher(REPO_ROOT, home.node_code),
                                 idle=None if args.once else nothing_to_do,

@@ -112,7 +112,8 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
                    timeout: float = 10.0, *, wait: float = 0.0, skip: Iterable[str] = (),
                    stop: Callable[[], bool] | None = None, wakeup_fd: int | None = None,
                    secret: str, bye: bool = False) -> list[tuple[int, str]]:
-    """Send one heartbeat; return the waiting runs as ``(priority, job id)``, by priority.
+    """Send one heartbeat; return the waiting runs as ``(lane, job id)`` (cluster.lanes: a
+    priority's own lane is its number), most urgent first, in the monitor's order.
 
     Empty ``status``/``caps`` are not sent (the master keeps what it had).  ``wait`` > 0
     asks the monitor to hold the answer up to that many seconds unless a run not in
@@ -139,7 +140,8 @@ def send_heartbeat(host: str, port: int, node: str, status: str = "", caps: str 
     try:
         request = signing.sign_request(
             format_heartbeat(Heartbeat(node, status or None, caps or None,
-                                       wait if wait > 0 else None, frozenset(skip), bye)),
+                                       wait if wait > 0 else None, frozenset(skip), bye,
+                                       lanes=True)),
             key, nonce)
     except ValueError as exc:
         raise HeartbeatError(host, port, str(exc)) from None

@@ -196,7 +196,7 @@ class MasterContact:
             # node gives up as for an unreachable master, never with failure -1).
             log.error("node %s: reply from %s:%d refused, nothing of it run: %s",
                       self.ctx.name, self.ctx.cfg.master_host,
-                      self.ctx.cfg.port_for(self.ctx.priority), exc)
+                      self.ctx.cfg.port_for(self.ctx.lane), exc)
             self.upload.bundle_unsent(bundle)
             return self._failed_call(now, leaving, exc)
         except (OSError, ProtocolError) as exc:
@@ -229,7 +229,7 @@ class MasterContact:
         cfg = self.ctx.cfg
         nonce = self.nonces.next()
         data = signing.sign_request(data, self.ctx.key, nonce)
-        with socket.create_connection((cfg.master_host, cfg.port_for(self.ctx.priority)),
+        with socket.create_connection((cfg.master_host, cfg.port_for(self.ctx.lane)),
                                       timeout=cfg.io_timeout) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(data)
@@ -280,7 +280,7 @@ class MasterContact:
         the run ends; the next run writes its own), never from a reply: an unverified reply
         may be anyone's, and must not be able to send nodes away from a run.
         """
-        name = suffixed("job.start", self.ctx.priority)
+        name = suffixed("job.start", self.ctx.lane)
         try:
             text = self.ctx.transport.read_text(name)
         except TransportError as exc:

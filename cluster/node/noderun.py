@@ -64,11 +64,12 @@ class NodeRun:
     ``clock`` gives the loop's time (deadlines, report and poll intervals, its idle sleep).
     """
 
-    def __init__(self, cfg: Config, transport: Transport, priority: int, caps: str,
+    def __init__(self, cfg: Config, transport: Transport, lane: int, caps: str,
                  clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.transport = transport
-        self.priority = priority
+        #: The lane of the run (cluster.lanes: a priority's own lane is its number).
+        self.lane = lane
         self.caps = caps
         self.clock = clock or SystemClock()
         self.name = cfg.effective_node_name()
@@ -105,7 +106,7 @@ class NodeRun:
     def open(self) -> RunLoop:
         """The run opened (:func:`cluster.node.runcontext.open_run`) and its parts wired,
         its slot shells started; the caller closes it (:meth:`RunLoop.close`)."""
-        ctx = open_run(self.cfg, self.transport, self.priority, self.clock, self.stop_flag,
+        ctx = open_run(self.cfg, self.transport, self.lane, self.clock, self.stop_flag,
                        self.in_use)
         pool = SlotPool(ctx.slots, job_environment(), ctx.job_timeout, ctx.cfg.kill_grace,
                         clock=ctx.clock.monotonic, account=ctx.account,

@@ -1,8 +1,10 @@
 """clusterpull: the node's resident loop (port of clusterpull.sh).
 
 It sends heartbeats to the master's monitor, which answers with the runs waiting (one
-job.start per priority).  When no run.py is running it starts one for the most urgent run
-(lowest priority number) this node has not finished.
+job.start per lane: cluster.lanes).  When no run.py is running it starts one for the most
+urgent run (lowest priority number) this node has not finished; among the runs of one
+priority (priority 0 may have several, of different users), the first the monitor lists:
+it lists them in the order new nodes should join them (docs/runoptions.md, "Fair share").
 
 The heartbeats, at most one per ``heartbeat_interval`` when nothing happens:
 
@@ -49,6 +51,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cluster import lanes
 from cluster.config import DEFAULTS, Config
 from cluster.defaults import (
     EXIT_OK,
@@ -89,9 +92,13 @@ GOODBYE_TIMEOUT = 5.0
 
 @dataclass
 class Child:
-    priority: int
+    lane: int
     run_id: str
     proc: subprocess.Popen[bytes]
+
+    @property
+    def priority(self) -> int:
+        return lanes.priority_of(self.lane)
 
 
 @dataclass
@@ -110,7 +117,7 @@ class ClusterPull:
     stop_flag: StopFlag = field(default_factory=StopFlag)
     clock: Clock = field(default_factory=SystemClock)
 
-    #: The runs the monitor said were waiting, at the last heartbeat answered.
+    #: The runs the monitor said were waiting, at the last heartbeat answered: (lane, id).
     waiting: list[tuple[int, str]] = field(default_factory=list)
     #: Heartbeats answered so far (the traffic the long-poll must not increase).
     heartbeats: int = 0
@@ -223,21 +230,26 @@ class ClusterPull:
     def _start_next(self, now: float) -> bool:
         """Start run.py for the most urgent waiting run this node may join; whether one
         was started."""
-        for priority, run_id in sorted(self.waiting):
+        # Most urgent first; the monitor's order among the lanes of one priority (a stable
+        # sort keeps it).
+        for lane, run_id in sorted(self.waiting, key=lambda w: lanes.priority_of(w[0])):
             if run_id in self.finished or self.retry_after.get(run_id, 0.0) > now:
                 continue
-            return self._start(priority, run_id)
+            return self._start(lane, run_id)
         return False
 
-    def _start(self, priority: int, run_id: str) -> bool:
+    def _start(self, lane: int, run_id: str) -> bool:
         logs = self.cfg.work_dir / "log"
         logs.mkdir(parents=True, exist_ok=True)
         code = self.node_code()
         script = RUN_SCRIPT if code.version is None else code.run_script
         out = open(logs / "run.log", "ab")  # noqa: SIM115 - handed to the child
+        priority = lanes.priority_of(lane)
         argv = [sys.executable, str(script), *self.config_args, "--priority", str(priority)]
-        log.info("node %s: starting %s for run %s (priority %d)", self.name, script, run_id,
-                 priority)
+        if lane != priority:
+            argv += ["--lane", str(lane)]
+        log.info("node %s: starting %s for run %s (%s)", self.name, script, run_id,
+                 lanes.describe(lane))
         try:
             # Its own session: a terminal's ^C aimed at clusterpull does not reach it, and on
             # a hard stop its whole tree can be killed at once.
@@ -247,7 +259,7 @@ class ClusterPull:
             return False
         finally:
             out.close()
-        self.child = Child(priority, run_id, child)
+        self.child = Child(lane, run_id, child)
         return True
 
     def node_code(self) -> CodeChoice:

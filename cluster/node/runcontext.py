@@ -86,7 +86,9 @@ class RunContext:
     cfg: Config
     clock: Clock
     transport: Transport
-    priority: int
+    #: The lane whose job.start and port the run is at (cluster.lanes: a priority's own
+    #: lane is its number).
+    lane: int
     #: The node's name and slot count (``cfg``'s effective ones).
     name: str
     slots: int
@@ -124,13 +126,13 @@ class RunContext:
     status: NodeStatus
 
 
-def open_run(cfg: Config, transport: Transport, priority: int, clock: Clock,
+def open_run(cfg: Config, transport: Transport, lane: int, clock: Clock,
              stop_flag: StopFlag, in_use: workdir.UseHold) -> RunContext:
     """Open the run job.start describes (see the module docstring): ClusterError,
     ValueError or OSError when it cannot be (MasterUnreachable after the transport's own
     retries).  ``in_use`` takes the key of the run's build."""
     name = cfg.effective_node_name()
-    start = _read_start(transport, priority)
+    start = _read_start(transport, lane)
     key = signing.run_key(_node_key(transport, name), start.id)
     work = _checked_work(cfg)
     account = jobuser.job_account(cfg.job_user)
@@ -151,7 +153,7 @@ def open_run(cfg: Config, transport: Transport, priority: int, clock: Clock,
     baseline_dir = _baseline_dir(start, work)
     node_log_path = run_dir / f"{name}.log"
     return RunContext(
-        cfg=cfg, clock=clock, transport=transport, priority=priority, name=name,
+        cfg=cfg, clock=clock, transport=transport, lane=lane, name=name,
         slots=cfg.effective_slots(), stop_flag=stop_flag, start=start, key=key,
         instance=instance, work=work, run_dir=run_dir, temp=temp,
         src=work / workdir.SRC / tree, build_dir=build_dir, tests=work / "tests",
@@ -164,10 +166,10 @@ def open_run(cfg: Config, transport: Transport, priority: int, clock: Clock,
         output_blocks=size_limit_blocks(cfg.max_output_bytes), status=NodeStatus())
 
 
-def _read_start(transport: Transport, priority: int) -> JobStart:
-    text = transport.read_text(suffixed("job.start", priority))
+def _read_start(transport: Transport, lane: int) -> JobStart:
+    text = transport.read_text(suffixed("job.start", lane))
     if text is None:
-        raise ClusterError(f"no {suffixed('job.start', priority)} on the master")
+        raise ClusterError(f"no {suffixed('job.start', lane)} on the master")
     return JobStart.parse(text)
 
 

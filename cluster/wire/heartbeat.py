@@ -9,11 +9,18 @@ One connection per heartbeat.  The node sends header lines of seed 001's format:
     skip <run id> [<run id>...]  optional, may repeat: runs the node will not join
     bye yes                      optional: the node is leaving for good (an ephemeral node
                                  that exits): its nodes/ files are removed, not touched
+    lanes yes                    optional: the node knows lanes (cluster.lanes) and may be
+                                 told of runs in priority 0's user lanes
     OK
 
 and the monitor answers one line per run waiting in the home, then ``END``::
 
-    job <priority> <jobid>       one per job[.p].start, p = 0, 1, 2 (its ``id`` line)
+    job <lane> <jobid>           one per job[.n].start (its ``id`` line), most urgent
+                                 first: n = 0, 1, 2 -- the lane of priority n -- and, only
+                                 to a node that sent ``lanes yes``, the user lanes 3.. of
+                                 priority 0, listed with lane 0 in the order the monitor
+                                 would have new nodes join them (docs/runoptions.md,
+                                 "Fair share")
     END
 
 or ``ERROR <what was wrong>`` for a malformed request.  Unknown headers are ignored (seed 001:
@@ -47,8 +54,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from cluster.defaults import PRIORITIES
 from cluster.errors import ProtocolError
+from cluster.lanes import ALL_LANES
 from cluster.wire.framing import (
     LineFramer,
     decode_lines,
@@ -89,6 +96,7 @@ HEADERS = {
     "caps": text("caps"),
     "wait": matching("wait", WAIT_VALUE, "takes a number of seconds such as 10 or 0.5"),
     "bye": matching("bye", BYE_VALUE, "takes yes", unique=True),
+    "lanes": matching("lanes", BYE_VALUE, "takes yes", unique=True),
 }
 #: The repeatable header of the run ids a node will not join (collected, not in HEADERS).
 SKIP = "skip"
@@ -109,6 +117,8 @@ class Heartbeat:
     skip: frozenset[str] = field(default_factory=frozenset)
     #: The node's goodbye: it is leaving for good (the ``bye yes`` header).
     bye: bool = False
+    #: The node may be told of runs in user lanes (the ``lanes yes`` header).
+    lanes: bool = False
 
 
 def framer(max_line: int = MAX_LINE, max_lines: int = MAX_LINES) -> LineFramer:
@@ -140,6 +150,8 @@ def format_heartbeat(hb: Heartbeat) -> bytes:
     out.extend(_skip_lines(hb.skip))
     if hb.bye:
         out.append("bye yes")
+    if hb.lanes:
+        out.append("lanes yes")
     out.append(OK)
     return ("\n".join(out) + "\n").encode("utf-8")
 
@@ -194,11 +206,11 @@ def parse_heartbeat(data: bytes, max_line: int = MAX_LINE, max_lines: int = MAX_
             raise ProtocolError(f"more than {MAX_SKIP} skip ids (expected the few runs the "
                                 "node will not join)", f"skip {value}", lineno)
     return Heartbeat(values["node"], values.get("status"), values.get("caps"), wait,
-                     frozenset(skip), bye="bye" in values)
+                     frozenset(skip), bye="bye" in values, lanes="lanes" in values)
 
 
 def format_reply(jobs: Sequence[tuple[int, str]]) -> bytes:
-    """``job <priority> <id>`` lines and ``END``."""
+    """``job <lane> <id>`` lines and ``END`` (``jobs``: (lane, id) pairs, in order)."""
     return "".join(f"job {p} {job_id}\n" for p, job_id in jobs).encode() + b"END\n"
 
 
@@ -208,10 +220,10 @@ def format_error(what: str) -> bytes:
 
 
 def parse_reply(data: bytes) -> list[tuple[int, str]]:
-    """The waiting jobs of a monitor reply.
+    """The waiting jobs of a monitor reply: (lane, id) pairs in the reply's order.
 
     ProtocolError for an ``ERROR`` reply (its text is the problem), a missing ``END`` (the
-    reply was cut short), or a line that is not ``job <priority> <id>``.
+    reply was cut short), or a line that is not ``job <lane> <id>``.
     """
     lines = decode_lines(data, "reply")
     if lines and lines[0].startswith(ERROR):
@@ -222,7 +234,7 @@ def parse_reply(data: bytes) -> list[tuple[int, str]]:
     for lineno, line in enumerate(lines[:-1], 1):
         words = line.split(" ")
         if (len(words) != 3 or words[0] != "job" or not words[1].isdigit()
-                or int(words[1]) not in PRIORITIES or not JOB_ID.fullmatch(words[2])):
-            raise ProtocolError("expected 'job <priority 0-2> <id>'", line, lineno)
+                or int(words[1]) not in ALL_LANES or not JOB_ID.fullmatch(words[2])):
+            raise ProtocolError(f"expected 'job <lane 0-{max(ALL_LANES)}> <id>'", line, lineno)
         jobs.append((int(words[1]), words[2]))
     return jobs

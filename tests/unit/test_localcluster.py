@@ -88,8 +88,11 @@ def test_start_node_takes_env_and_overrides(tmp_path: Path,
 
 def test_cluster_ports_names_each_role() -> None:
     ports = cluster_ports(Config(base_port=9100, monitor_port=9110))
-    assert sorted(ports) == [9100, 9101, 9102, 9110]
+    assert sorted(ports) == [9100, 9101, 9102, 9103, 9104, 9110]
     assert "priority 2" in ports[9102] and "monitor" in ports[9110]
+    assert "priority 0 (lane 4)" in ports[9104]
+    assert sorted(cluster_ports(Config(base_port=9100, monitor_port=9110, user_lanes=1))) == [
+        9100, 9101, 9102, 9110]
 
 
 def test_a_port_shared_by_two_roles_is_refused() -> None:

@@ -141,10 +141,12 @@ def test_expired_runs_are_those_past_their_own_queue_timeout_never_the_served_on
     untimed = RunSpec.parse("user d gs queue_timeout=1")
     since = {served.line(): 0.0, late.line(): 0.0, young.line(): 0.0, plain.line(): 0.0}
     found = runlimits.expired([served, late, young, plain, untimed, late], since, 100.0,
-                              served, CFG)
+                              [served], CFG)
     assert [(e.spec, e.waited, e.limit) for e in found] == [(late, 100.0, 60.0)]
     assert "waited 100.0 s in its queue, longer than its queue_timeout 60 s" in found[0].reason
-    assert runlimits.expired([served], since, 100.0, None, CFG)[0].spec == served
+    assert runlimits.expired([served], since, 100.0, [], CFG)[0].spec == served
+    # A run another lane serves is never expired either (docs/runoptions.md, "Fair share").
+    assert runlimits.expired([served, late], since, 100.0, [served, late], CFG) == []
 
 
 def test_an_expired_run_leaves_the_queue_with_a_short_report(tmp_path: Path) -> None:

@@ -683,18 +683,35 @@ def _cli(repo: Path, *args: str) -> list[str]:
 
 
 def test_cli_once_starts_the_three_masters(fake_repo: Path, tmp_path: Path) -> None:
-    """--once starts clustermaster.py, clustermaster1.py and clustermaster2.py, then exits."""
+    """--once starts clustermaster.py, clustermaster1.py and clustermaster2.py, then exits;
+    with user_lanes = 1 nothing more (seed 000's three masters)."""
     home = tmp_path / "home"
     res = subprocess.run(_cli(fake_repo, "--home", str(home), "--set", "base_port=9300",
-                              "--once"), capture_output=True, text=True, timeout=30)
+                              "--set", "user_lanes=1", "--once"),
+                         capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     calls = fake_repo / "calls.log"
     assert wait_for(lambda: len(_lines(calls)) == 3)
     by_script = {line.split()[0]: line.split()[1:] for line in _lines(calls)}
     assert sorted(by_script) == ["clustermaster.py", "clustermaster1.py", "clustermaster2.py"]
     for args in by_script.values():
-        assert args == ["--home", str(home.resolve()), "--set", "base_port=9300"]
+        assert args == ["--home", str(home.resolve()), "--set", "base_port=9300",
+                        "--set", "user_lanes=1"]
     assert (home / "log" / cli.CHILD_LOG_NAME).exists()
+
+
+def test_cli_once_starts_a_master_per_user_lane(fake_repo: Path, tmp_path: Path) -> None:
+    """With user_lanes = 3 (the default) two more clustermaster.py start, as lanes 3 and 4
+    of priority 0 (docs/runoptions.md, "Fair share")."""
+    home = tmp_path / "home"
+    res = subprocess.run(_cli(fake_repo, "--home", str(home), "--once"),
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    calls = fake_repo / "calls.log"
+    assert wait_for(lambda: len(_lines(calls)) == 5)
+    lanes = sorted(" ".join(line.split()[3:]) for line in _lines(calls)
+                   if line.split()[0] == "clustermaster.py")
+    assert lanes == ["", "--lane 3", "--lane 4"]
 
 
 def test_cli_start_writes_the_package_bytecode_once(fake_repo: Path, tmp_path: Path) -> None:
@@ -734,7 +751,7 @@ def test_cli_daemon_starts_only_the_priorities_with_work(fake_repo: Path,
     first = subprocess.Popen(_cli(fake_repo, *args), stderr=subprocess.PIPE, text=True)
     try:
         log = home / "log" / cli.LOG_NAME
-        assert wait_for(lambda: "supervising 3 command(s)" in _text(log), 20)
+        assert wait_for(lambda: "supervising 5 command(s)" in _text(log), 20)
         time.sleep(1.0)  # five rounds
         calls = fake_repo / "calls.log"
         assert _lines(calls) == []

@@ -68,11 +68,19 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster.defaults import EXIT_OK, EXIT_USAGE, PRIORITIES
+from cluster.defaults import EXIT_OK, EXIT_USAGE
 from cluster.errors import AlreadyRunning, ClusterError, ProtocolError
 from cluster.home import Home
-from cluster.master.daemon.offers import jobs_for, waiting_jobs, waiting_runs
-from cluster.master.files import groups, keycache
+from cluster.lanes import ALL_LANES
+from cluster.master.daemon.offers import (
+    RunCounts,
+    fair_order,
+    for_node,
+    jobs_for,
+    waiting_jobs,
+    waiting_runs,
+)
+from cluster.master.files import groups, guardfile, keycache
 from cluster.master.files.keycache import heartbeat_keys
 from cluster.master.files.nodefiles import forget_node, is_disabled, record_heartbeat
 from cluster.master.model.placement import offered
@@ -128,28 +136,6 @@ GUARD_FILE = "heartbeat.nonces"
 GUARD_SAVE_INTERVAL = 2.0
 
 
-def _load_guard(path: Path, guard: signing.ReplayGuard) -> None:
-    """Restore ``guard`` from the file :meth:`MonitorServer.save_guard` wrote (nothing if
-    there is none; malformed lines are skipped)."""
-    try:
-        text = path.read_text(encoding="ascii", errors="replace")
-    except FileNotFoundError:
-        return
-    except OSError as exc:  # not readable, a folder: start with an empty guard, and say so
-        log.warning("cannot read the saved replay guard %s (%s); starting with an empty one",
-                    path, exc.strerror or exc)
-        return
-    entries = []
-    for line in text.splitlines():
-        words = line.split(" ")
-        if len(words) == 4 and signing.NONCE.fullmatch(f"{words[1]}{0:016x}".encode()):
-            try:
-                entries.append((words[0], words[1], int(words[2]), int(words[3], 16)))
-            except ValueError:
-                continue
-    guard.restore(entries)
-
-
 # ----------------------------------------------------------------------------------------------
 # Single instance
 
@@ -175,7 +161,7 @@ _DRAINING = "draining"  # after ERROR: half-closed, input discarded so the ERROR
 
 
 class _Conn(FramedConnection):
-    __slots__ = ("state", "then_drain", "skip", "node", "discarded", "nonce", "key")
+    __slots__ = ("state", "then_drain", "skip", "node", "discarded", "nonce", "key", "lanes")
 
     def __init__(self, server: MonitorServer, sock: socket.socket, peer: str, host: str,
                  now: float) -> None:
@@ -189,6 +175,7 @@ class _Conn(FramedConnection):
         self.discarded = 0  # bytes read and thrown away while held or draining
         self.nonce = ""  # of a verified request: its answer is signed for it
         self.key = b""  # the heartbeat key of the node it claims to be
+        self.lanes = False  # the node said ``lanes yes``: it may be told of user lanes
 
 
 class MonitorServer(FramedListener[_Conn]):
@@ -230,13 +217,16 @@ class MonitorServer(FramedListener[_Conn]):
         self.guard_path = home.root / GUARD_FILE
         self.guard_saved = clock.monotonic()
         self.guard_changed = False
-        _load_guard(self.guard_path, self.guard)
+        guardfile.load(self.guard_path, self.guard)
         self.deadline = deadline
         self.max_line = max_line
         self.max_lines = max_lines
         self.max_wait = max_wait
         self.hold_poll = hold_poll
         self.held: set[_Conn] = set()
+        #: How many nodes each run has, by the nodes' last heartbeats (the order in which
+        #: idle nodes are offered priority 0's runs).
+        self.nodes_in = RunCounts()
         self.served = 0
         self._next_poll = 0.0
         self._job_files: tuple[tuple[int, int, int] | None, ...] | None = None
@@ -294,10 +284,8 @@ class MonitorServer(FramedListener[_Conn]):
         that starts after this one."""
         self.guard_saved = self.clock.monotonic()
         self.guard_changed = False
-        lines = [f"{sender} {session} {newest} {seen:x}\n"
-                 for sender, session, newest, seen in self.guard.entries()]
         try:
-            fsutil.atomic_write(self.guard_path, "".join(lines), mode=0o600)
+            guardfile.save(self.guard_path, self.guard)
         except OSError as exc:  # a full disk: the next save tries again
             self.guard_changed = True
             log.warning("cannot save the replay guard to %s: %s", self.guard_path, exc)
@@ -306,9 +294,10 @@ class MonitorServer(FramedListener[_Conn]):
         """Close every connection and the listener.  Held heartbeats get their answer if it
         can be sent without waiting, so their nodes need not wait out a timeout."""
         if self.held:
-            jobs = waiting_jobs(self.home)
+            jobs = fair_order(waiting_jobs(self.home), self.nodes_in)
             for conn in list(self.held):
-                reply = format_reply([] if is_disabled(self.home, conn.node) else jobs)
+                reply = format_reply([] if is_disabled(self.home, conn.node)
+                                     else for_node(jobs, conn.lanes))
                 try:
                     conn.sock.send(signing.sign_reply(reply, conn.key, conn.nonce))
                 except OSError:
@@ -382,7 +371,8 @@ class MonitorServer(FramedListener[_Conn]):
             return
         try:
             record_heartbeat(self.home, hb)
-            jobs = jobs_for(self.home, hb.node)
+            self.nodes_in.note(hb.node, hb.status)
+            jobs = for_node(fair_order(jobs_for(self.home, hb.node), self.nodes_in), hb.lanes)
         except OSError as exc:
             log.error("node %s (peer %s): cannot record heartbeat in %s: %s",
                       hb.node, conn.peer, self.home.nodes, exc)
@@ -394,6 +384,7 @@ class MonitorServer(FramedListener[_Conn]):
             conn.state = _HELD
             conn.node = hb.node
             conn.skip = hb.skip
+            conn.lanes = hb.lanes
             conn.deadline = self.clock.monotonic() + wait
             self._push_deadline(conn)
             self.held.add(conn)
@@ -414,7 +405,7 @@ class MonitorServer(FramedListener[_Conn]):
         inotify sees no remote changes) and costs three stat() calls per poll whatever the
         number of held connections; the files are read only when one of them changed
         (job.start is written atomically, so a change is a new inode or mtime)."""
-        files = tuple(_file_id(self.home.job_start(p)) for p in PRIORITIES)
+        files = tuple(_file_id(self.home.job_start(lane)) for lane in ALL_LANES)
         if files == self._job_files:
             return
         self._job_files = files
@@ -427,14 +418,14 @@ class MonitorServer(FramedListener[_Conn]):
             plain = [(p, job_id) for p, job_id, _ in runs]
 
             def jobs_of(node: str) -> list[tuple[int, str]]:
-                return offered(plain, node, placements, known)
+                return fair_order(offered(plain, node, placements, known), self.nodes_in)
         else:
-            every = [(p, job_id) for p, job_id, _ in runs]
+            every = fair_order([(p, job_id) for p, job_id, _ in runs], self.nodes_in)
 
             def jobs_of(node: str) -> list[tuple[int, str]]:
                 return every
         for conn in list(self.held):
-            jobs = jobs_of(conn.node)
+            jobs = for_node(jobs_of(conn.node), conn.lanes)
             if not _news(jobs, conn.skip) or is_disabled(self.home, conn.node):
                 continue
             log.debug("node %s (peer %s): held heartbeat answered, a run waits", conn.node,

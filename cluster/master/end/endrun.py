@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster import datatypes, deps
+from cluster import datatypes, deps, lanes
 from cluster.config import Config
 from cluster.errors import ClusterError
 from cluster.home import Home
@@ -99,16 +99,18 @@ def write_status(path: Path, line: str) -> None:
 
 
 class RunEnder:
-    """Ends the runs of one priority.  Callers use :meth:`end`."""
+    """Ends the runs of one lane (cluster.lanes: a priority's own lane is its number).
+    Callers use :meth:`end`."""
 
-    def __init__(self, cfg: Config, home: Home, priority: int, queue: QueueFile,
+    def __init__(self, cfg: Config, home: Home, lane: int, queue: QueueFile,
                  clock: Clock) -> None:
         self.cfg = cfg
         self.home = home
-        self.priority = priority
+        self.lane = lane
+        self.priority = lanes.priority_of(lane)
         self.queue = queue
         self.clock = clock
-        self.attempts = Attempts(home.per_priority("attempts", priority))
+        self.attempts = Attempts(home.per_priority("attempts", lane))
 
     def end(self, record: EndRecord, state: list[RunState] | None = None) -> RunOutcome:
         """Do the steps of ``record`` not yet done; return what became of the run.
@@ -120,8 +122,8 @@ class RunEnder:
         home, start = self.home, record.start
         run_id = start.id
         spec = RunSpec.parse(start.queue, source=str(record.path))
-        _unlink_if_run(home.job_start(self.priority), run_id)  # nodes now learn it is over
-        remove_if_run(home.live(self.priority), run_id)  # no longer live (a killed master's)
+        _unlink_if_run(home.job_start(self.lane), run_id)  # nodes now learn it is over
+        remove_if_run(home.live(self.lane), run_id)  # no longer live (a killed master's)
         archive = home.archive / run_id
         outcome = record.outcome
         # A bisection or repro run is no part of the stream: no baseline, cache, mail or
@@ -173,7 +175,7 @@ class RunEnder:
         if outcome is not Outcome.QUEUE_TIMEOUT:
             # A run that left its queue unstarted may end while another run is served:
             # the job list, journal and status line are that run's.
-            for path in (home.jobs(self.priority), home.results(self.priority)):
+            for path in (home.jobs(self.lane), home.results(self.lane)):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         if spec.kind == "user" and spec.sweep_file is None and outcome.started:
@@ -183,7 +185,7 @@ class RunEnder:
         shutil.rmtree(home.run_dir(run_id), ignore_errors=True)  # the record goes last
         if outcome is not Outcome.QUEUE_TIMEOUT:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.clock.time()))
-            write_status(home.status(self.priority),
+            write_status(home.status(self.lane),
                          f"idle - last run {run_id} {outcome.value} {stamp} UTC")
         log.info("run %s: %s, archived in %s", run_id, outcome.value, archive)
         failed = "" if outcome is Outcome.DONE else (record.reason or outcome.value)
@@ -192,13 +194,13 @@ class RunEnder:
     # ------------------------------------------------------------------ report
     def _load_state(self, start: JobStart) -> RunState:
         """The run's state from its job list and journal (a successor ending the run)."""
-        path = self.home.jobs(self.priority)
+        path = self.home.jobs(self.lane)
         try:
             jobs = JobFile(path)
         except (OSError, ValueError) as exc:
             raise ClusterError(f"run {start.id}: cannot end it: its job list {path} is "
                                f"unreadable ({exc})") from None
-        lines = journal.load_lines(self.home.results(self.priority), start.id) or []
+        lines = journal.load_lines(self.home.results(self.lane), start.id) or []
         return RunState(start.id, jobs, self.clock.monotonic(), Settings.from_config(self.cfg),
                         done=lines)
 
@@ -229,7 +231,7 @@ class RunEnder:
                 slowdown=SlowdownRule(self.cfg.slowdown_factor, self.cfg.slowdown_min_seconds,
                                       self.cfg.slowdown_runs)))
             nodes = len(state.machines)
-            self._keep_for_repro(lambda: reprokeep.keep_jobs(home.jobs(self.priority),
+            self._keep_for_repro(lambda: reprokeep.keep_jobs(home.jobs(self.lane),
                                                              archive), start.id)
             if record.outcome is Outcome.DONE and reuse.stores(self.cfg, spec, start):
                 self._store_results(start, state)

@@ -157,8 +157,9 @@ class EndRecord:
         self.done.add(step)
 
 
-def pending(home: Home, priority: int) -> list[EndRecord]:
-    """The end records of ``priority``'s runs whose end was not finished, oldest first.
+def pending(home: Home, lane: int) -> list[EndRecord]:
+    """The end records of the runs of ``lane`` (cluster.lanes: a priority's own lane is its
+    number) whose end was not finished, oldest first.
 
     A record that cannot be read is logged and left where it is (nothing is deleted that a
     person may want to look at); its run is not ended by this master.
@@ -174,7 +175,7 @@ def pending(home: Home, priority: int) -> list[EndRecord]:
         except (OSError, ValueError) as exc:
             log.error("%s", exc)
             continue
-        if record.start.priority == priority and path.parent.name == record.run_id:
+        if record.start.lane == lane and path.parent.name == record.run_id:
             found.append(record)
     return found
 

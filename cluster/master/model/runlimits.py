@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cluster.config import Config
@@ -97,15 +97,15 @@ class Expired:
 
 
 def expired(runs: Iterable[RunSpec], since: Mapping[str, float], now: float,
-            serving: RunSpec | None, cfg: Config) -> list[Expired]:
+            serving: Sequence[RunSpec], cfg: Config) -> list[Expired]:
     """The runs of ``runs`` (a queue, in order) that waited longer than their own
     ``queue_timeout``: queued at ``since[line]`` (epoch seconds; a line without a time
-    has not waited), ``now`` being the same clock.  Never a run equal to ``serving``
-    (the run being served, or started: its copies too, since a dequeue removes the first
-    equal line, which is the served one)."""
+    has not waited), ``now`` being the same clock.  Never a run equal to one of
+    ``serving`` (the runs being served or started by the priority's lanes: their copies
+    too, since a dequeue removes the first equal line, which is the served one)."""
     found: list[Expired] = []
     for spec in runs:
-        if spec == serving or spec.option("queue_timeout") is None:
+        if spec in serving or spec.option("queue_timeout") is None:
             continue
         limit = run_options(spec, cfg).queue_timeout
         queued = since.get(spec.line())
@@ -126,7 +126,7 @@ def expired_start(spec: RunSpec, run_id: str, priority: int) -> JobStart:
 
 
 def drop_expired(home: Home, priority: int, queue: QueueFile, cfg: Config, now: float,
-                 serving: RunSpec | None, new_id: Callable[[], str],
+                 serving: Sequence[RunSpec], new_id: Callable[[], str],
                  end: Callable[[EndRecord], object]) -> list[str]:
     """Make every waiting run of ``queue`` whose ``queue_timeout`` has passed leave it:
     an end record with outcome ``queue-timeout`` and ``end`` (the master's end steps:

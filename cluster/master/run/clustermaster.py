@@ -3,11 +3,11 @@
 An invocation (:mod:`cluster.master.run.invocation`) does phase 1 -- the queue scan, through
 :data:`cluster.triggers.discovery.DISCOVERERS` -- and phase 2 -- the PID-file dance
 (:mod:`cluster.master.run.pidfile`) -- and loads this module only when it has work.  Phase 3,
-here: first the end of any run of this priority whose end was cut short
+here: first the end of any run of this lane whose end was cut short
 (:mod:`cluster.master.files.ending`), then the next run (:mod:`cluster.master.run.nextrun`: the head
 of the queue, or the first run whose dependencies are met, after dropping those whose
 dependencies failed, each with a report): job.start,
-build.py -> jobs (:mod:`cluster.master.run.runsetup`), serve nodes on base_port + priority
+build.py -> jobs (:mod:`cluster.master.run.runsetup`), serve nodes on base_port + lane
 (:mod:`cluster.master.run.servedrun`: the run opened once, then stepped turn by turn)
 until every job has a result and the nodes have uploaded, or the run is stopped (its
 user, an admin's
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 
+from cluster import lanes
 from cluster.config import Config
 from cluster.errors import ClusterError
 from cluster.home import Home, suffixed
@@ -75,22 +76,25 @@ PORT_STAMP = "port-taken.stamp"
 
 
 class ClusterMaster:
-    """Phase 3 of one clustermaster invocation at one priority: the run ends left and the
-    run at the head of the queue.  Phases 1 and 2, and the choice of whether to load this
-    module at all, are :mod:`cluster.master.run.invocation`'s; callers use its ``invoke``."""
+    """Phase 3 of one clustermaster invocation of one lane (:mod:`cluster.lanes`: a
+    priority's own lane is its number; priority 0 has more): the run ends left and the
+    next run of the queue (:mod:`cluster.master.run.nextrun`).  Phases 1 and 2, and the
+    choice of whether to load this module at all, are
+    :mod:`cluster.master.run.invocation`'s; callers use its ``invoke``."""
 
-    def __init__(self, cfg: Config, priority: int, config_args: list[str] | None = None,
+    def __init__(self, cfg: Config, lane: int, config_args: list[str] | None = None,
                  clock: Clock | None = None,
                  job_list_main: forkrun.Main | None = None) -> None:
         self.cfg = cfg
-        self.priority = priority
+        self.lane = lane
+        priority = self.priority = lanes.priority_of(lane)
         self.clock = clock or SystemClock()
         self.home = Home(cfg.home)
         self.queue = QueueFile(self.home.queue(priority), self.home.queue_lock(priority))
-        self.ender = RunEnder(cfg, self.home, priority, self.queue, self.clock)
+        self.ender = RunEnder(cfg, self.home, lane, self.queue, self.clock)
         #: The set-up of a run: its job.start and source, its job list (``config_args``
         #: and ``job_list_main`` are build.py's, :class:`RunSetup`).
-        self.setup = RunSetup(cfg, self.home, priority, self.queue, self.clock,
+        self.setup = RunSetup(cfg, self.home, lane, self.queue, self.clock,
                               config_args or [], job_list_main)
         #: The invocation's stop request (cluster.master.run.invocation sets it); this one,
         #: never installed, is never set.
@@ -109,20 +113,22 @@ class ClusterMaster:
                 return  # the queue waits until this run's end is done
         try:
             self._expire_waiting(self._started())
-            choice = nextrun.look(self.home, self.priority, self.queue)
+            choice = nextrun.look(self.home, self.lane, self.queue)
             for spec, reason in choice.drop:  # a run it waits for did not end well
                 if self._drop(spec, reason).failed == END_FAILED:
                     return
-            # Moved to the head first: the head of a queue is its running run.
-            if choice.serve is not None and self.queue.promote(choice.serve):
+            # Claimed first (another lane may have chosen it too), and moved to the front.
+            if choice.serve is not None and nextrun.claim(self.home, self.lane, self.queue,
+                                                           choice.serve):
                 self.run(choice.serve, pid)
         finally:
+            nextrun.release(self.home, self.lane)
             # A run ended (or could not start): the resource file says so at once.
             resources.refresh(self.cfg, self.clock)
 
     def run(self, spec: RunSpec, pid: PidFile) -> RunOutcome:
         """Run ``spec`` to the end (or until another master replaces this one)."""
-        p = self.priority
+        p = self.lane
         # Listen before job.start exists: a node that reads job.start at once then finds
         # the port open (its call waits in the backlog while build.py makes the job list)
         # instead of being refused and retrying connect_retry_delay later.  The handler
@@ -142,7 +148,7 @@ class ClusterMaster:
             # Another program holds the port: leave everything as it is and try again at
             # the next invocation (a run in progress keeps its id and journal).  Said at
             # most once a minute: every tick's invocation meets it (logonce's stamp file).
-            text = (f"priority {p}: cannot listen on {self.cfg.listen_address}:"
+            text = (f"{lanes.describe(p)}: cannot listen on {self.cfg.listen_address}:"
                     f"{self.cfg.port_for(p)}: {exc}")
             stamp = self.home.log_dir / suffixed(PORT_STAMP, p)
             if logonce.due(stamp, text, PORT_LOG_EVERY):
@@ -163,7 +169,7 @@ class ClusterMaster:
             with self.stop.held(), pid.keep_fresh(self.cfg.pid_check_interval):
                 start = self.setup.job_start(spec)
         except NotNow as exc:
-            log.info("priority %d: %s; trying again at the next invocation", self.priority,
+            log.info("%s: %s; trying again at the next invocation", lanes.describe(self.lane),
                      exc)
             return RunOutcome("", None, replaced=True)
         except RunSetupError as exc:
@@ -193,7 +199,8 @@ class ClusterMaster:
         except ClusterError as exc:
             log.error("run %s: %s", run_id, exc)
             return self._abandon(start, f"its sweep file could not be read: {exc}")
-        host = RunHost(self.cfg, self.home, self.priority, self.clock, self.stop, pid.refresh,
+        host = RunHost(self.cfg, self.home, self.priority, self.lane, self.clock, self.stop,
+                       pid.refresh,
                        self.ender.attempts, lambda: self._expire_waiting(spec))
         served = ServedRun.open(host, spec, start, jobs, options, policy, sweep, server,
                                 handler)
@@ -252,7 +259,8 @@ class ClusterMaster:
         start = JobStart(id=new_run_id(self.priority, self.clock), priority=self.priority,
                          queue=spec.line(), kind=spec.kind, ref=spec.ref,
                          products=spec.products, tree=spec.tree, source="", build="",
-                         tests="", options=spec.options)
+                         tests="", options=spec.options,
+                         lane_number=self.lane if self.lane != self.priority else -1)
         log.warning("run %s: %s leaves queue %d: %s", start.id, spec.line(), self.priority,
                     reason)
         return self._abandon(start, reason)
@@ -262,17 +270,23 @@ class ClusterMaster:
         None."""
         try:
             return RunSpec.parse(JobStart.parse(
-                self.home.job_start(self.priority).read_text(encoding="utf-8")).queue)
+                self.home.job_start(self.lane).read_text(encoding="utf-8")).queue)
         except (OSError, ValueError):
             return None
 
     def _expire_waiting(self, serving: RunSpec | None) -> None:
         """The waiting runs whose ``queue_timeout`` passed leave the queue, each with its
         short report (:func:`cluster.master.model.runlimits.drop_expired`); ``serving`` (the run
-        being served or started) stays.  A failed end is logged and left to the next try."""
+        being served or started) stays, and so do the other lanes' runs.  Only the
+        priority's own lane does this (two lanes would end one run twice).  A failed end is
+        logged and left to the next try."""
+        if self.lane != self.priority:
+            return
         try:
+            kept = [serving] if serving is not None else []
             runlimits.drop_expired(self.home, self.priority, self.queue, self.cfg,
-                                   self.clock.time(), serving,
+                                   self.clock.time(),
+                                   kept + nextrun.others_lines(self.home, self.lane),
                                    lambda: new_run_id(self.priority, self.clock), self._end)
         except (OSError, ClusterError) as exc:
             log.error("priority %d: the runs past their queue_timeout could not be "

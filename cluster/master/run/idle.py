@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cluster import lanes
 from cluster.config import Config
 from cluster.home import Home
 from cluster.master.files import ending
@@ -18,9 +19,10 @@ from cluster.runtime.clock import Clock, SystemClock
 from cluster.triggers import discovery
 
 
-def surely_idle(cfg: Config, home: Home, priority: int, clock: Clock | None = None) -> bool:
-    """Whether an invocation at ``priority`` would surely find nothing to do, from a few
-    stat calls; the supervisor does not start one then (docs/deviations.md).
+def surely_idle(cfg: Config, home: Home, lane: int, clock: Clock | None = None) -> bool:
+    """Whether an invocation of ``lane`` (:mod:`cluster.lanes`: a priority's own lane is its
+    number) would surely find nothing to do, from a few stat calls; the supervisor does
+    not start one then (docs/deviations.md).  A user lane: :func:`user_lane_idle`.
 
     True only when phase 1 could queue nothing (:func:`cluster.triggers.discovery.may_find`)
     and then either the PID file is held by a live clustermaster (:meth:`PidFile.
@@ -31,13 +33,16 @@ def surely_idle(cfg: Config, home: Home, priority: int, clock: Clock | None = No
     judge it.  Anything that cannot be read counts as work: a wrong True would leave work
     undone until the next tick, a wrong False costs one short invocation.
     """
+    priority = lanes.priority_of(lane)
     try:
-        if discovery.may_find(home, cfg, priority):
+        if lane == priority and discovery.may_find(home, cfg, priority):
             return False
-        if os.path.lexists(home.pid_file(priority)):
+        if os.path.lexists(home.pid_file(lane)):
             from cluster.master.run import pidfile
-            owner = pidfile.for_priority(cfg, home, priority, clock or SystemClock())
+            owner = pidfile.for_priority(cfg, home, lane, clock or SystemClock())
             return owner.held_by_live_master()
+        if lane != priority:
+            return user_lane_idle(home, lane)
         if any(_size(q) for q in (home.queue(priority), home.legacy_queue(priority))):
             return False
         return not any(home.runs.glob(f"*/{ending.FILE_NAME}"))
@@ -51,3 +56,24 @@ def _size(path: Path) -> int:
         return os.stat(path).st_size
     except FileNotFoundError:
         return 0
+
+
+def user_lane_idle(home: Home, lane: int) -> bool:
+    """Whether user lane ``lane``, with no PID file, has surely nothing to do: it serves
+    or claimed no run, no run's end waits, and its queue holds no run beyond those the
+    other lanes serve and the one the priority's own lane would take when it is free
+    (a line each; the queue is a small file).  Anything unreadable counts as work."""
+    if home.job_start(lane).exists() or home.lane_claim(lane).exists():
+        return False
+    if any(home.runs.glob(f"*/{ending.FILE_NAME}")):
+        return False
+    priority = lanes.priority_of(lane)
+    busy = [other for other in lanes.lanes_of(priority) if other != lane
+            and (home.job_start(other).exists() or home.lane_claim(other).exists())]
+    try:
+        with open(home.queue(priority), "rb") as fh:
+            queued = sum(1 for line in fh if line.strip() and not line.startswith(b"#"))
+    except FileNotFoundError:
+        queued = 0
+    free_own_lane = 0 if priority in busy else 1
+    return queued - len(busy) <= free_own_lane

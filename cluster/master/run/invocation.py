@@ -45,6 +45,7 @@ import os
 import threading
 from pathlib import Path
 
+from cluster import lanes
 from cluster.config import Config
 from cluster.defaults import EXIT_FAILED, EXIT_OK
 from cluster.home import Home
@@ -159,10 +160,11 @@ class DiskWait:
             self.fd = None
 
 
-def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
+def invoke(cfg: Config, lane: int, config_args: list[str] | None = None,
            clock: Clock | None = None, job_list_main: Main | None = None,
            stop: StopPoint | None = None) -> int:
-    """Phases 1 and 2 at ``priority``, then phase 3 if this invocation holds the PID file
+    """Phases 1 and 2 of ``lane`` (:mod:`cluster.lanes`: a priority's own lane is its
+    number), then phase 3 if this invocation holds the PID file
     and has work: the end of any run whose end was cut short, then the run at the head of
     the queue (:meth:`cluster.master.run.clustermaster.ClusterMaster.work`).  The PID file is
     kept fresh meanwhile and released at the end.
@@ -186,7 +188,7 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
     try:
         for _ in range(int(DISK_WAIT_LIMIT / DISK_POLL) + 2):  # each retry waited for room
             try:
-                code = _invoke_once(cfg, priority, config_args, clock, job_list_main, stop)
+                code = _invoke_once(cfg, lane, config_args, clock, job_list_main, stop)
             except OSError as exc:
                 if not disk_full(exc):
                     raise
@@ -205,8 +207,8 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
             return code
         return EXIT_FAILED
     except Stopped as exc:
-        log.warning("priority %d: clustermaster %d stopped by %s, leaving no PID file of "
-                    "its own", priority, os.getpid(), signal_name(exc.signum))
+        log.warning("%s: clustermaster %d stopped by %s, leaving no PID file of "
+                    "its own", lanes.describe(lane), os.getpid(), signal_name(exc.signum))
         return exc.exit_code
     finally:
         with stop.quiet():
@@ -216,14 +218,17 @@ def invoke(cfg: Config, priority: int, config_args: list[str] | None = None,
                 restore()
 
 
-def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
+def _invoke_once(cfg: Config, lane: int, config_args: list[str] | None,
                  clock: Clock, job_list_main: Main | None, stop: StopPoint) -> int:
-    """One try of :func:`invoke`: phases 1, 2 and 3."""
+    """One try of :func:`invoke`: phases 1, 2 and 3.  A user lane does no phase 1: its
+    priority's own lane scans the queue's sources."""
     home = Home(cfg.home)
     home.create()
+    priority = lanes.priority_of(lane)
     queue = QueueFile(home.queue(priority), home.queue_lock(priority))
-    queue_scan(cfg, home, priority, queue)
-    pid = pidfile.for_priority(cfg, home, priority, clock)
+    if lane == priority:
+        queue_scan(cfg, home, priority, queue)
+    pid = pidfile.for_priority(cfg, home, lane, clock)
     try:
         decision = pid.acquire()
     except OSError as exc:
@@ -237,16 +242,17 @@ def _invoke_once(cfg: Config, priority: int, config_args: list[str] | None,
             pid.release()
         raise
     if decision is not PidDecision.RUN:
-        log.debug("priority %d: %s, exiting", priority, decision.value)
+        log.debug("%s: %s, exiting", lanes.describe(lane), decision.value)
         return EXIT_OK
     try:
         with pid.keep_fresh(cfg.pid_check_interval):
-            pending = ending.pending(home, priority)
-            if not pending and not nextrun.look(home, priority, queue).has_work:
+            pending = ending.pending(home, lane)
+            if not pending and not nextrun.look(home, lane, queue).has_work:
+                nextrun.release(home, lane)  # a claim left by a master killed in its set-up
                 return EXIT_OK  # nothing queued, or every queued run waits (cluster.deps)
             # Loaded only now, on purpose: see the module's docstring.
             from cluster.master.run.clustermaster import ClusterMaster
-            master = ClusterMaster(cfg, priority, config_args, clock, job_list_main)
+            master = ClusterMaster(cfg, lane, config_args, clock, job_list_main)
             master.stop = stop
             master.work(pid, pending)
     finally:

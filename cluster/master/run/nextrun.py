@@ -1,37 +1,163 @@
-"""Which queued run a priority's master serves next (docs/runoptions.md, section 5;
-:mod:`cluster.deps`).
+"""Which queued run a lane's master serves next (docs/runoptions.md, sections 5 and
+"Fair share"; :mod:`cluster.deps`, :mod:`cluster.lanes`).
 
-Seed 000's master served the head of its queue.  It still serves the head when it is
-already running (``job[.p].start`` exists: a successor master takes it over, whatever its
-dependencies or ``order=`` say now).  Otherwise the waiting runs are looked at in
-:func:`cluster.deps.serving_order` -- lowest ``order=`` first, queue order among equals
-(docs/runoptions.md, "Order within a queue") -- and the first of them is served at the
-cost of one read of its queue when it waits for nothing (no ``after=``, no bmpcmp).
-Otherwise every priority's queue is read and the first run in that order whose
-dependencies are met is served (:func:`cluster.deps.choose`); the run served is moved to
-the head of its queue first (:meth:`cluster.queue.QueueFile.promote`), so the head is the
-running run as everything else expects.  The runs before it whose dependency failed leave the queue
+Seed 000's master served the head of its queue.  A lane's master still serves the run it
+already serves: the queue line its ``job[.n].start`` names (a successor master takes it
+over, whatever its dependencies or ``order=`` say now), or the line it claimed and is
+setting up (``lanes/<lane>.claim``, :func:`claim`).  Otherwise the waiting runs -- every
+line but one copy of each line another lane of the same priority serves or claimed --
+are looked at in :func:`cluster.deps.serving_order` (lowest ``order=`` first, queue order
+among equals), and the first of them is served at the cost of one read of its queue when
+it waits for nothing (no ``after=``, no bmpcmp).  Otherwise every priority's queue is read
+and the first run in that order whose dependencies are met is served
+(:func:`cluster.deps.choose`).  The runs before it whose dependency failed leave the queue
 with a report (:meth:`cluster.master.run.clustermaster.ClusterMaster.work`).
+
+Fair share between users (priority 0, whose queue several lanes serve): a *user lane*
+(3 and up) takes only a run whose user has no run in another lane; the priority's own
+lane (0) takes such a run first and, when there is none, the first waiting run as seed
+000's master did.  So with one user the runs go one at a time as before, and a second
+user's push starts at once on a user lane, taking its share of the nodes
+(:mod:`cluster.master.run.preemption`).
+
+The choice is made without a lock, and taken with one (:func:`claim`): two lanes that
+choose the same run cannot both serve it.  The claimed run moves to the front of its queue,
+behind the runs the other lanes serve, so the running runs are the queue's first lines.
 """
 
 from __future__ import annotations
 
-from cluster import deps
+import logging
+from collections import Counter
+
+from cluster import deps, lanes
 from cluster.defaults import PRIORITIES
 from cluster.home import Home
+from cluster.master.files import ending
 from cluster.queue import QueueFile
+from cluster.runspec import QueueLineError, RunSpec
+from cluster.runtime import fsutil
+from cluster.wire.jobstart import JobStart
+
+log = logging.getLogger("cluster.master")
+
+#: The longest claim file read [bytes] (a queue line is at most 4096).
+MAX_CLAIM = 1 << 14
 
 
-def look(home: Home, priority: int, queue: QueueFile) -> deps.Choice:
-    """What ``priority``'s master does next (see the module docstring)."""
+def owner(spec: RunSpec) -> str | None:
+    """The user a run is shared out by (fair share): a pushed tree's user; None for any
+    other run (a user lane never takes it)."""
+    return spec.ref if spec.kind == "user" else None
+
+
+def lane_line(home: Home, lane: int) -> RunSpec | None:
+    """The queue line ``lane`` serves: its job.start's, else its claim's; None when it
+    serves none, or what names it cannot be read (:func:`unreadable_start` tells that)."""
+    try:
+        text = home.job_start(lane).read_text(encoding="utf-8")
+        return RunSpec.parse(JobStart.parse(text).queue)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, QueueLineError):
+        return None
+    try:
+        with open(home.lane_claim(lane), "rb") as fh:
+            return RunSpec.parse(fh.read(MAX_CLAIM).decode("utf-8").strip())
+    except (OSError, UnicodeDecodeError, QueueLineError, ValueError):
+        return None
+
+
+def unreadable_start(home: Home, lane: int) -> bool:
+    """Whether ``lane``'s job.start exists and names no queue line that can be read: the
+    lane runs a run, not known which."""
+    try:
+        RunSpec.parse(JobStart.parse(home.job_start(lane).read_text(encoding="utf-8")).queue)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, QueueLineError):
+        return True
+    return False
+
+
+def others_lines(home: Home, lane: int) -> list[RunSpec]:
+    """The lines the other lanes of ``lane``'s priority serve or claimed."""
+    return [spec for other in lanes.lanes_of(lanes.priority_of(lane)) if other != lane
+            for spec in (lane_line(home, other),) if spec is not None]
+
+
+def taken_positions(runs: list[RunSpec], taken: list[RunSpec]) -> set[int]:
+    """The positions in ``runs`` of one copy -- the first free -- of each of ``taken``."""
+    left = Counter(spec.line() for spec in taken)
+    positions = set()
+    for i, spec in enumerate(runs):
+        if left[spec.line()] > 0:
+            left[spec.line()] -= 1
+            positions.add(i)
+    return positions
+
+
+def look(home: Home, lane: int, queue: QueueFile) -> deps.Choice:
+    """What ``lane``'s master does next (see the module docstring)."""
     runs = queue.read()
     if not runs:
         return deps.Choice()
-    if home.job_start(priority).exists():
-        return deps.Choice(serve=runs[0])
-    first = deps.serving_order(runs)[0][1]
-    if not deps.needs_look(first):
-        return deps.Choice(serve=first)
+    mine = lane_line(home, lane)
+    if mine is not None and mine in runs:
+        return deps.Choice(serve=mine)
+    priority = lanes.priority_of(lane)
+    others = others_lines(home, lane)
+    taken = taken_positions(runs, others)
+    served = {owner(spec) for spec in others} - {None}
+    user_lane = lane != priority
+
+    def skip(position: int, spec: RunSpec) -> bool:
+        if position in taken:
+            return True
+        return user_lane and (owner(spec) is None or owner(spec) in served)
+
+    def later(spec: RunSpec) -> bool:
+        return owner(spec) in served
+
+    prefer = later if served and not user_lane else None
+    order = [(i, spec) for i, spec in deps.serving_order(runs, prefer) if not skip(i, spec)]
+    if not order:
+        return deps.Choice()
+    if mine is None and unreadable_start(home, lane):
+        # It runs a run, not known which: as seed 000's master, the first it may serve.
+        first = min(i for i, _ in order)
+        return deps.Choice(serve=runs[first])
+    if not deps.needs_look(order[0][1]):
+        return deps.Choice(serve=order[0][1])
     queued = {p: runs if p == priority else QueueFile.for_priority(home, p).read()
               for p in PRIORITIES}
-    return deps.choose(priority, queued, deps.Resolver(home, queued))
+    return deps.choose(priority, queued, deps.Resolver(home, queued), skip=skip,
+                       later=prefer)
+
+
+def claim(home: Home, lane: int, queue: QueueFile, spec: RunSpec) -> bool:
+    """Take ``spec`` for ``lane`` under the queue's lock: False when it left the queue or
+    another lane serves or claimed every copy of it meanwhile; else ``lanes/<lane>.claim``
+    names it (a lane already serving it keeps its job.start) and it moves to the front of
+    the queue, behind the runs the other lanes serve."""
+    with queue.holding() as held:
+        runs = list(held.runs)
+        others = others_lines(home, lane)
+        free = [i for i in range(len(runs)) if i not in taken_positions(runs, others)]
+        if not any(runs[i] == spec for i in free):
+            log.info("lane %d: %s was taken by another lane or left %s meanwhile", lane,
+                     spec.line(), queue.path.name)
+            return False
+        path = home.lane_claim(lane)
+        path.parent.mkdir(exist_ok=True)
+        fsutil.atomic_write(path, spec.line() + "\n")
+    queue.promote(spec, behind=others)
+    return True
+
+
+def release(home: Home, lane: int) -> None:
+    """Forget ``lane``'s claim once its run is over -- its job.start gone and its end
+    steps done, so its line left the queue --: a later push of the same line is a new run.
+    Until then the line stays taken (another lane must not serve a run that is ending)."""
+    if not home.job_start(lane).exists() and not ending.pending(home, lane):
+        home.lane_claim(lane).unlink(missing_ok=True)

@@ -76,6 +76,8 @@ class Preemption:
     sent_to: dict[str, set[str]] = field(default_factory=dict)
     moves: list[dict[str, object]] = field(default_factory=list)
     next_at: float = 0.0
+    #: The lane serving the run (cluster.lanes); -1: the priority's own.
+    lane: int = -1
 
     def note(self, text: str) -> None:
         """A move, for the live file's ``moves`` (the last :data:`MOVES_SHOWN`)."""

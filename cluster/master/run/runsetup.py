@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from cluster import datatypes
+from cluster import datatypes, lanes
 from cluster.config import Config
 from cluster.defaults import REPO_ROOT
 from cluster.errors import ClusterError
@@ -99,9 +99,11 @@ class RunSetup:
     """How the runs of one priority's queue are set up: :meth:`job_start` (the run's id and
     source), :meth:`jobs` (its job list), :meth:`sweep` (a sweep run's sweep file)."""
 
-    def __init__(self, cfg: Config, home: Home, priority: int, queue: QueueFile, clock: Clock,
+    def __init__(self, cfg: Config, home: Home, lane: int, queue: QueueFile, clock: Clock,
                  config_args: list[str], job_list_main: forkrun.Main | None = None) -> None:
-        self.cfg, self.home, self.priority, self.queue = cfg, home, priority, queue
+        self.cfg, self.home, self.queue = cfg, home, queue
+        #: The lane whose files and port the run gets, and the priority of its queue.
+        self.lane, self.priority = lane, lanes.priority_of(lane)
         self.clock = clock
         #: build.py's extra arguments: the master's own configuration (--config, --set).
         self.config_args = config_args
@@ -123,7 +125,7 @@ class RunSetup:
         exported at its commit, a bmpcmp run's test list is taken from the user's last run.
         RunSetupError (carrying the unwritten JobStart) when that cannot be done.
         """
-        path = self.home.job_start(self.priority)
+        path = self.home.job_start(self.lane)
         try:
             old = JobStart.parse(path.read_text(encoding="utf-8"))
             if old.queue == spec.line():
@@ -140,15 +142,15 @@ class RunSetup:
             log.warning("%s is unreadable (%s); starting the run afresh", path, exc)
         run_id = new_run_id(self.priority, self.clock)
         start = self.new_start(spec, run_id)
-        for stale in (self.home.jobs(self.priority), self.home.results(self.priority)):
+        for stale in (self.home.jobs(self.lane), self.home.results(self.lane)):
             stale.unlink(missing_ok=True)
 
         def publish() -> None:
             nonlocal start
-            # A push may have replaced the waiting line since we read the head: running the
+            # A push may have replaced the waiting line since it was chosen: running the
             # old line now would run it twice (the new one stays queued).
-            if self.queue.head() != spec:
-                raise NotNow(f"the head of {self.queue.path.name} changed while run "
+            if spec not in self.queue.read():
+                raise NotNow(f"{spec.line()} left {self.queue.path.name} while run "
                              f"{run_id} was set up")
             start = self.sweep_limits(spec, start)  # the sweep file is in place now
             start = runlimits.with_task_timeout(start, runlimits.run_options(spec, self.cfg))
@@ -177,6 +179,7 @@ class RunSetup:
         programs = tuple(required_programs(self.cfg, spec.products))
         return JobStart(
             id=run_id, priority=self.priority,
+            lane_number=self.lane if self.lane != self.priority else -1,
             queue=spec.line(), kind=spec.kind, ref=spec.ref, products=spec.products,
             tree=spec.tree, source=self.source_for(spec, run_id),
             # A sweep folder needs no build unless it brings its own (cluster-build).
@@ -349,7 +352,7 @@ class RunSetup:
         build.py writes straight into the file (a million job lines are 200 MB or more: the
         master never holds them), which is then indexed (:class:`JobFile`).
         """
-        path = self.home.jobs(self.priority)
+        path = self.home.jobs(self.lane)
         queued = RunSpec.parse(start.queue)
         if not path.exists() and queued.repro is not None:
             with fsutil.atomic_writer(path) as out:

@@ -88,14 +88,15 @@ LEFT = Ended(None)
 @dataclasses.dataclass(frozen=True)
 class RunHost:
     """What a served run needs of the clustermaster serving it: its configuration, home,
-    priority and clock; its stop request; ``still_ours`` (the PID file refreshed: False
-    once another master took it); the tries of the run given up on so far; and
+    priority, lane (cluster.lanes) and clock; its stop request; ``still_ours`` (the PID
+    file refreshed: False once another master took it); the tries of the run given up on so far; and
     ``expire_waiting`` (the runs waiting behind this one past their queue_timeout
     dropped)."""
 
     cfg: Config
     home: Home
     priority: int
+    lane: int
     clock: Clock
     stop: StopPoint
     still_ours: Callable[[], bool]
@@ -130,7 +131,8 @@ class ServedRun:
         self.next_tick = self.next_live = self.next_pid = 0.0
         #: Its nodes sent to more urgent runs (docs/protocol.md, "Preemption at job
         #: boundaries"); the live file shows its moves.
-        self.preemption = Preemption(host.cfg, host.home, host.priority, host.clock)
+        self.preemption = Preemption(host.cfg, host.home, host.priority, host.clock,
+                                     lane=host.lane)
         live.moves = self.preemption.moves
         #: When a node of the run was last alive (a successor's clock starts at the takeover).
         self.last_live = host.clock.monotonic()
@@ -146,7 +148,7 @@ class ServedRun:
         loaded.  The live status and the resource file say at once that it is served."""
         cfg, home, clock = host.cfg, host.home, host.clock
         run_id, run_dir = start.id, home.run_dir(start.id)
-        jrnl = journal.Journal(home.results(host.priority), run_id, cfg.journal_sync_interval)
+        jrnl = journal.Journal(home.results(host.lane), run_id, cfg.journal_sync_interval)
         if jrnl.loaded:
             log.info("run %s: taking over, %d results already journaled", run_id,
                      len(jrnl.loaded))
@@ -167,7 +169,7 @@ class ServedRun:
             progress.had_nodes = True
         session, lease_log = _session(host, start, state, len(jobs))
         # Its start as the first master saw it: now less the elapsed time of them all.
-        live = LiveStatus(home.live(host.priority), start, clock.time() - progress.elapsed(),
+        live = LiveStatus(home.live(host.lane), start, clock.time() - progress.elapsed(),
                           clock)
         state.set_disabled(nodefiles.disabled_nodes(home))
         handler.bind(state, jrnl, session, intake)
@@ -175,7 +177,7 @@ class ServedRun:
             # A check script's verdict is taken as soon as it is ready.
             server.watch_fd(intake.pool.wake_fd, handler.settle)
         log.info("run %s: %s, %d jobs (%d to do), port %d, %.0f s run so far", run_id,
-                 spec.line(), len(jobs), state.remaining, cfg.port_for(host.priority),
+                 spec.line(), len(jobs), state.remaining, cfg.port_for(host.lane),
                  progress.elapsed())
         # The run is served from now on: its counts in the live file, and the resource
         # file saying so at once (provisioners start nodes for it).
@@ -240,7 +242,7 @@ class ServedRun:
     def _progress(self, now: float) -> None:
         state, host = self.serving_state, self.host
         self.serving_journal.sync_if_due(now)
-        write_status(host.home.status(host.priority),
+        write_status(host.home.status(host.lane),
                      f"run {state.run_id} - {state.status_line()}")
         self.progress.save(state.lost, bool(state.live_nodes()))
         self.live.update(state, self.progress.lost + state.lost)
@@ -364,7 +366,7 @@ class ServedRun:
                                   lost=tuple(self.progress.lost + state.lost))
         self.live.remove()
         # The run is over: nodes that call in now learn it and leave.
-        host.home.job_start(host.priority).unlink(missing_ok=True)
+        host.home.job_start(host.lane).unlink(missing_ok=True)
         resources.refresh(cfg, host.clock)  # finished: no more nodes wanted
         self.linger(self.confirming.state or state)
         return record
