@@ -26,7 +26,7 @@ def test_a_big_push_takes_every_node_it_can_use_a_smaller_one_its_share() -> Non
 
 
 def test_the_examples_of_the_manual() -> None:
-    """docs/runoptions.md, "7. Preemption": beside a nightly run of 10,000 jobs on 10 nodes
+    """docs/runoptions.md, "8. Preemption": beside a nightly run of 10,000 jobs on 10 nodes
     of one slot (one node per 20 jobs: wire/resources.nodes_wanted)."""
     from cluster.wire.resources import nodes_wanted
 

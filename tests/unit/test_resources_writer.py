@@ -129,6 +129,38 @@ def test_the_sum_over_priorities_is_bounded_by_max_nodes(tmp_path: Path) -> None
     assert facts.nodes_wanted == 4
 
 
+def test_priority_0_counts_the_runs_of_all_its_lanes(tmp_path: Path) -> None:
+    """Two users' pushes side by side (lane 0 and user lane 3, docs/runoptions.md, "Fair
+    share"): priority 0's counts are their sums, its run lane 0's; the format unchanged."""
+    cfg = config(tmp_path, "max_nodes=10", "node_slots=1")
+    home = Home(cfg.home)
+    push = "20261126090000-p0-0001"
+    other = "20261126090100-p0-0002"
+    home.job_start(0).write_text(start(0, push).format(with_secret=True))
+    write_live(cfg, 0, push, left=100, running=8)  # 6 nodes' worth at 20 jobs a slot
+    lane3 = JobStart(id=other, priority=0, queue="user bob gs", kind="user", ref="bob",
+                     products=("gs",), tree="bob", source="bob", build="make",
+                     tests="tests", lane_number=3)
+    home.job_start(3).write_text(lane3.format())
+    zero = written(cfg).priorities[0]
+    # Lane 3's list is being made: no counts yet, one node wanted.
+    assert (zero.status, zero.run, zero.jobs_left, zero.jobs_running, zero.nodes,
+            zero.nodes_wanted) == ("running", push, 100, 8, 2, 5 + 1)
+    write_live(cfg, 3, other, left=60, running=2)
+    facts = written(cfg)
+    zero = facts.priorities[0]
+    assert (zero.jobs_left, zero.jobs_running, zero.nodes, zero.nodes_wanted) == (
+        160, 10, 4, 8)  # 5 + 3 nodes wanted
+    assert facts.nodes_wanted == 8
+    home.job_start(0).unlink()  # lane 0's run over: the user lane's alone
+    alone = written(cfg).priorities[0]
+    assert (alone.run, alone.jobs_left, alone.nodes_wanted) == (other, 60, 3)
+    # Bounded by max_nodes as one run's count is.
+    cfg = cfg.with_changes(max_nodes=4)
+    home.job_start(0).write_text(start(0, push).format(with_secret=True))
+    assert written(cfg).priorities[0].nodes_wanted == 4
+
+
 def test_max_nodes_zero_wants_none(tmp_path: Path) -> None:
     cfg = config(tmp_path, "max_nodes=0")
     queue(cfg, 0)

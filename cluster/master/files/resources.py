@@ -8,10 +8,17 @@ once when its run starts and when it ends (:func:`refresh`, which never raises).
 
 Where each priority's facts come from, in this order:
 
-* ``job[.p].start`` exists: ``running`` its run; jobs left and running and the nodes connected
-  (those not gone) from ``live[.p].json`` when it names that run.  Without it (the job list
-  is being made) the counts are 0 and the run wants one node (``starting``).  A run that is
-  stopping (``fatal`` or ``stopping`` in its live file) wants none.
+* the ``job[.lane].start`` of one of its lanes (:func:`cluster.lanes.lanes_of`: priority 0's
+  lane 0 and its user lanes 3, 4 ...; priorities 1 and 2 one lane each) exists: ``running``;
+  each such lane's run gives its jobs left and running and the nodes connected (those not
+  gone) from its ``live[.lane].json`` when that names the run.  Without it (the job list is
+  being made) the counts are 0 and the run wants one node (``starting``).  A run that is
+  stopping (``fatal`` or ``stopping`` in its live file) wants none.  When more than one
+  lane runs (two users' pushes side by side, docs/runoptions.md, "Fair share"), the
+  priority's counts are the sums over its lanes' runs (its ``nodes_wanted`` bounded by
+  ``max_nodes``) and its ``run`` is the run of its lowest lane that runs (lane 0's, else
+  the first user lane's).  So the file's format is unchanged -- one entry per priority, one
+  run id each -- and a provisioner keeps nodes for every lane's run.
 * else a queue line waits that is not the line of a run being ended (``runs/<id>/end``):
   ``running`` with run "" (not started yet), wanting one node.
 * else a run of this priority is being ended, or the previous file said this priority ran
@@ -19,8 +26,9 @@ Where each priority's facts come from, in this order:
 * else ``idle``.
 
 Nothing here writes a secret: job.start's is never read into the file, and the node command
-carries settings only.  The cost is a few stats and small reads: three job.starts, three
-queue files, a listing of ``runs/`` (one folder per unfinished run) and the previous file.
+carries settings only.  The cost is a few stats and small reads: a job.start per lane
+(:data:`cluster.lanes.ALL_LANES`; a missing one is a lane with no run), three queue files, a
+listing of ``runs/`` (one folder per unfinished run) and the previous file.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from cluster.config import Config
 from cluster.defaults import PRIORITIES, REPO_ROOT
 from cluster.errors import ClusterError
 from cluster.home import Home
+from cluster.lanes import lanes_of
 from cluster.master.files import ending
 from cluster.queue import QueueFile
 from cluster.runtime import fsutil
@@ -177,9 +186,10 @@ class ResourceWriter:
 # --- the facts of one priority ---------------------------------------------------------------
 def _priority(cfg: Config, home: Home, p: int, ending_start: JobStart | None,
               previous_run: str) -> PriorityInfo:
-    start = _job_start(home.job_start(p))
-    if start is not None:
-        return _running(cfg, home, p, start)
+    runs = [_running(cfg, home, lane, start) for lane in lanes_of(p)
+            if (start := _job_start(home.job_start(lane))) is not None]
+    if runs:
+        return _combined(cfg, runs)
     ending_line = ending_start.queue if ending_start is not None else None
     if _waiting(home, p, ending_line):
         return PriorityInfo(status=RUNNING, nodes_wanted=resources.nodes_wanted(
@@ -188,26 +198,39 @@ def _priority(cfg: Config, home: Home, p: int, ending_start: JobStart | None,
     return PriorityInfo(status=FINISHED, run=last) if last else PriorityInfo(status=IDLE)
 
 
-def running_facts(cfg: Config, home: Home, p: int) -> tuple[JobStart, PriorityInfo,
-                                                             frozenset[str]] | None:
-    """For the run of priority ``p`` whose job.start exists: that job.start, its facts as
-    the resource file gives them, and the names of the nodes in it (not gone) by its live
-    file; None when there is no such run.  Preemption's look at a more urgent run
+def _combined(cfg: Config, runs: list[PriorityInfo]) -> PriorityInfo:
+    """One priority's entry for the runs of its lanes (lowest lane first): the first's run
+    id, the sums of the counts (the nodes wanted bounded by ``max_nodes``)."""
+    if len(runs) == 1:
+        return runs[0]
+    return PriorityInfo(status=RUNNING, run=runs[0].run,
+                        jobs_left=sum(r.jobs_left for r in runs),
+                        jobs_running=sum(r.jobs_running for r in runs),
+                        nodes=sum(r.nodes for r in runs),
+                        nodes_wanted=min(cfg.max_nodes, sum(r.nodes_wanted for r in runs)))
+
+
+def running_facts(cfg: Config, home: Home, lane: int) -> tuple[JobStart, PriorityInfo,
+                                                                frozenset[str]] | None:
+    """For the run of ``lane`` (:mod:`cluster.lanes`; a seed lane's number is its
+    priority) whose job.start exists: that job.start, its own facts as the resource file
+    counts them, and the names of the nodes in it (not gone) by its live file; None when
+    there is no such run.  Preemption's look at the other lanes' runs
     (:mod:`cluster.master.run.preemption`)."""
-    start = _job_start(home.job_start(p))
+    start = _job_start(home.job_start(lane))
     if start is None:
         return None
-    live = _live(home.live(p), start.id)
+    live = _live(home.live(lane), start.id)
     nodes = _mapping(live.get("nodes")) if live is not None else {}
     names = frozenset(name for name, facts in nodes.items()
                       if isinstance(facts, dict) and facts.get("state") != "gone")
-    return start, _running(cfg, home, p, start, live), names
+    return start, _running(cfg, home, lane, start, live), names
 
 
-def _running(cfg: Config, home: Home, p: int, start: JobStart,
+def _running(cfg: Config, home: Home, lane: int, start: JobStart,
              live: dict[str, Any] | None = None) -> PriorityInfo:
     if live is None:
-        live = _live(home.live(p), start.id)
+        live = _live(home.live(lane), start.id)
     if live is None:  # its job list is being made: no counts yet
         return PriorityInfo(status=RUNNING, run=start.id, nodes_wanted=resources.nodes_wanted(
             0, cfg.node_slots, cfg.max_nodes, starting=True))

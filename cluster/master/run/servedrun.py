@@ -130,7 +130,8 @@ class ServedRun:
         self.serving_state, self.serving_journal = state, jrnl
         self.next_tick = self.next_live = self.next_pid = 0.0
         #: Its nodes sent to more urgent runs (docs/protocol.md, "Preemption at job
-        #: boundaries"); the live file shows its moves.
+        #: boundaries") and to the other lanes' runs of its priority short of their fair
+        #: share (docs/runoptions.md, "Fair share"); the live file shows its moves.
         self.preemption = Preemption(host.cfg, host.home, host.priority, host.clock,
                                      lane=host.lane)
         live.moves = self.preemption.moves
