@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster import configfile, nodekeys
+from cluster import configfile, lanes, nodekeys
 from cluster.config import Config
 from cluster.defaults import REPO_ROOT
 from cluster.demotree import write_demo_tree
@@ -518,7 +518,8 @@ class LocalCluster:
         did.  A master removes its PID file before it exits (docs/architecture.md,
         "Stopping"), so a stop that follows leaves none."""
         return wait_for_masters(self.home, [m for m in self.clustermasters()
-                                            if m[1] == priority], end, self.clock)
+                                            if lanes.priority_of(m[1]) == priority],
+                                end, self.clock)
 
     def wait_masters_idle(self, timeout: float) -> bool:
         """Give the clustermasters that serve no run (a master doing a run's end steps, or

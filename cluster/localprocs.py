@@ -28,18 +28,20 @@ _MASTER_SCRIPT = re.compile(r"clustermaster(\d*)\.py")
 
 
 def master_priority(argv: list[str]) -> int | None:
-    """The priority of the clustermaster a command line runs (``clustermaster.py`` 0,
-    ``clustermaster<N>.py`` N, ``--priority N`` wins), or None when it runs none."""
+    """The lane of the clustermaster a command line runs (cluster.lanes: ``clustermaster.py``
+    0, ``clustermaster<N>.py`` N, ``--priority N`` wins, ``--lane L`` over both), or None
+    when it runs none."""
     priority = None
     for word in argv:
         match = _MASTER_SCRIPT.fullmatch(Path(word).name)
         if match:
             priority = int(match.group(1) or 0)
-    if priority is not None and "--priority" in argv[:-1]:
-        try:
-            priority = int(argv[argv.index("--priority") + 1])
-        except ValueError:
-            pass
+    for option in ("--priority", "--lane"):
+        if priority is not None and option in argv[:-1]:
+            try:
+                priority = int(argv[argv.index(option) + 1])
+            except ValueError:
+                pass
     return priority
 
 
@@ -83,8 +85,8 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def supervisor_masters(supervisor: int) -> list[tuple[int, int]]:
-    """The clustermasters supervisor ``supervisor`` has running now, as (pid, priority):
-    its children, each named for its priority as the supervisor starts them
+    """The clustermasters supervisor ``supervisor`` has running now, as (pid, lane): its
+    children, each named for its lane as the supervisor starts them
     (:func:`master_priority`)."""
     found = []
     for child in _children(supervisor):
@@ -97,9 +99,9 @@ def supervisor_masters(supervisor: int) -> list[tuple[int, int]]:
 def wait_for_masters(home: Home, masters: list[tuple[int, int]], end: float,
                      clock: Clock) -> bool:
     """Wait (up to monotonic ``end`` on ``clock``, a look every :data:`END_LOOK` seconds)
-    until each clustermaster of ``masters`` ((pid, priority), as
+    until each clustermaster of ``masters`` ((pid, lane), as
     :func:`supervisor_masters` gives them) has exited -- a zombie its supervisor has not
-    reaped yet counts as exited -- or serves a run: its priority's job.start exists (a
+    reaped yet counts as exited -- or serves a run: its lane's job.start exists (a
     master ending a run removed it first; one that serves is not waited for).  Whether
     none was left; those left are logged."""
     left = masters

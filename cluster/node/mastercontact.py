@@ -56,7 +56,7 @@ from cluster.defaults import (
 )
 from cluster.errors import ClusterError, ProtocolError, TransportError
 from cluster.home import suffixed
-from cluster.node import sweepresults
+from cluster.node import moves, sweepresults
 from cluster.node.background import BackgroundWork
 from cluster.node.nodebuild import BuildStopped, NodeBuild, build_failure
 from cluster.node.nodejobs import NodeJobs
@@ -368,6 +368,11 @@ class MasterContact:
             return code
         log.info("node %s: left run %s (%s)", self.ctx.name, self.ctx.start.id,
                  self.leaving_for)
+        target = protocol.preempted_for(self.leaving_for)
+        if target is not None:
+            # clusterpull joins that run next, not the first of its priority it is told
+            # of: a fair-share move would otherwise be undone at once.
+            moves.note(self.ctx.cfg.work_dir, target)
         return NODE_EXIT_MOVED
 
     def _take_jobs(self, lines: tuple[str, ...]) -> None:

@@ -60,7 +60,7 @@ from cluster.defaults import (
     NODE_EXIT_MOVED,
     REPO_ROOT,
 )
-from cluster.node import heartbeat
+from cluster.node import heartbeat, moves
 from cluster.node.liveness import Liveness
 from cluster.node.selfupdate import CodeChoice, SelfUpdate
 from cluster.node.transports import make_transport
@@ -130,6 +130,9 @@ class ClusterPull:
     #: The pause after a failed heartbeat [seconds]; None = a resident node's backoff
     #: (:meth:`heartbeat_retry`).  An ephemeral node retries at connect_retry_delay.
     retry_delay: float | None = None
+    #: The run a preempted run.py was sent to (:mod:`cluster.node.moves`): joined first
+    #: while it waits, until the node starts a run.
+    prefer: str | None = None
 
     @property
     def name(self) -> str:
@@ -231,10 +234,15 @@ class ClusterPull:
         """Start run.py for the most urgent waiting run this node may join; whether one
         was started."""
         # Most urgent first; the monitor's order among the lanes of one priority (a stable
-        # sort keeps it).
-        for lane, run_id in sorted(self.waiting, key=lambda w: lanes.priority_of(w[0])):
+        # sort keeps it), except that the run this node was just sent to comes first
+        # among the runs of its priority.
+        def key(w: tuple[int, str]) -> tuple[int, bool]:
+            return lanes.priority_of(w[0]), w[1] != self.prefer
+
+        for lane, run_id in sorted(self.waiting, key=key):
             if run_id in self.finished or self.retry_after.get(run_id, 0.0) > now:
                 continue
+            self.prefer = None
             return self._start(lane, run_id)
         return False
 
@@ -291,9 +299,11 @@ class ClusterPull:
         if code in FINISHED_CODES:
             self.finished.add(child.run_id)
         elif code == NODE_EXIT_MOVED:
-            # Preempted: the most urgent run is started next (_start_next), and this one is
-            # open to the node again as soon as that one lets it go.
+            # Preempted: the run it was sent to (or the most urgent) is started next
+            # (_start_next), and this one is open to the node again as soon as that one
+            # lets it go.
             self.retry_after.pop(child.run_id, None)
+            self.prefer = moves.take(self.cfg.work_dir)
         else:
             self.retry_after[child.run_id] = now + self.rejoin_delay
         log.info("node %s: run.py for run %s exited with %d", self.name, child.run_id, code)

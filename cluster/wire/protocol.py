@@ -150,6 +150,16 @@ ABORT_BAD_REQUEST = "bad request"
 #: jobs it runs and sends their results, uploads its logs, says ABORT itself and joins the
 #: most urgent run; it comes back to this one as any new node does.  Not final.
 ABORT_PREEMPTED = "preempted"
+
+
+def preempted_for(reason: str) -> str | None:
+    """The run id a ``preempted: for run <id> (...)`` reason sends the node to; None for
+    any other reason, or one whose id is not a job id."""
+    words = reason.strip().split()
+    if len(words) < 4 or words[:3] != [f"{ABORT_PREEMPTED}:", "for", "run"]:
+        return None
+    return words[3] if JOB_ID.fullmatch(words[3]) else None
+
 #: ABORT reasons (prefixes) after which a node must not join the same run again; those
 #: matched whole by REJOIN_ABORTS are the exception.
 FINAL_ABORTS = (ABORT_RUN_COMPLETE, ABORT_UNSUITABLE, ABORT_WRONG_JOB_ID, RUN_ABORTED,

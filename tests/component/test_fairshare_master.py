@@ -60,7 +60,7 @@ class Served:
         (self.home.run_dir(start.id) / "logs").mkdir(parents=True)
         self.run_id = known_run(self.home, 0)
         self.clock = FakeClock()
-        host = RunHost(self.cfg, self.home, 0, self.clock, StopPoint(), lambda: True,
+        host = RunHost(self.cfg, self.home, 0, 0, self.clock, StopPoint(), lambda: True,
                        Attempts(self.home.per_priority("attempts", 0)), lambda: None)
         handler = RequestHandler(self.cfg.max_line_bytes, self.cfg.max_request_lines,
                                  self.clock.monotonic)

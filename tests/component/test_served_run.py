@@ -64,7 +64,7 @@ class Opened:
         self.stop = StopPoint()
         self.replaced = False
         self.expired: list[bool] = []
-        host = RunHost(self.cfg, self.home, PRIORITY, self.clock, self.stop,
+        host = RunHost(self.cfg, self.home, PRIORITY, PRIORITY, self.clock, self.stop,
                        lambda: not self.replaced,
                        Attempts(self.home.per_priority("attempts", PRIORITY)),
                        lambda: self.expired.append(True))

@@ -401,6 +401,7 @@ def test_wait_for_run_lists_the_archive_again_though_its_mtime_stayed(
     (["/usr/bin/python3", "/r/clustermaster.py", "--config", "c"], 0),
     (["/usr/bin/python3", "/r/clustermaster2.py", "--home", "h"], 2),
     (["python3", "/r/clustermaster.py", "--priority", "1"], 1),
+    (["python3", "/r/clustermaster.py", "--home", "h", "--lane", "4"], 4),
     (["python3", "/r/run_clustermaster.py", "--kill-children"], None),
     (["python3", "/r/clusterpull.py", "--set", "node_name=clustermaster1.py"], None),
     ([], None),
