@@ -285,16 +285,6 @@ def _of(running: dict[int, JobStart], priority: int) -> list[JobStart]:
     return [running[lane] for lane in lanes.lanes_of(priority) if lane in running]
 
 
-def _specs(starts: list[JobStart]) -> list[RunSpec]:
-    """The queue lines of ``starts`` as runs (one that does not parse protects nothing:
-    its line cannot be in the queue)."""
-    out = []
-    for start in starts:
-        with contextlib.suppress(QueueLineError):
-            out.append(RunSpec.parse(start.queue))
-    return out
-
-
 def running_starts(home: Home) -> list[JobStart]:
     """The job.start of every run running now (one per busy lane: cluster.lanes)."""
     return list(_running(home).values())
@@ -377,7 +367,7 @@ def stop(home: Home, run: str, who: str, reason: str = "") -> Stopped:
         abort.request_stop(home, current.id, who, reason)
         return _asked(current, next(lane for lane, s in running.items() if s is current))
     # Withdraw that line (every waiting copy of it: the same run), never a running one.
-    gone = queue.withdraw(lambda s: s == spec, running=_specs(starts))
+    gone = queue.withdraw(lambda s: s == spec, running=runinfo.start_specs(starts))
     if not gone:
         raise ClusterError(f"{ref} ({spec.line()}) left queue {priority} meanwhile")
     return Stopped("withdrawn", ref, priority, spec.line())
@@ -392,7 +382,7 @@ def stop_all(home: Home, who: str, reason: str = "") -> list[Stopped]:
         done.append(_asked(start, lane))
     for p in PRIORITIES:
         queue = QueueFile.for_priority(home, p)
-        for spec in queue.withdraw(lambda s: True, running=_specs(_of(running, p))):
+        for spec in queue.withdraw(lambda s: True, running=runinfo.start_specs(_of(running, p))):
             done.append(Stopped("withdrawn", f"p{p}", p, spec.line()))
     # A run that started while the queues were emptied (its line was the head): stop it.
     for lane, late in _running(home).items():
@@ -418,11 +408,11 @@ def stop_group(home: Home, group: str, who: str, reason: str = "") -> list[Stopp
     done: list[Stopped] = []
     running = _running(home)
     for lane, start in running.items():
-        if any(placed(spec) for spec in _specs([start])):
+        if any(placed(spec) for spec in runinfo.start_specs([start])):
             abort.request_stop(home, start.id, who, reason)
             done.append(_asked(start, lane))
     for p in PRIORITIES:
-        keep = _specs(_of(running, p))
+        keep = runinfo.start_specs(_of(running, p))
         for spec in QueueFile.for_priority(home, p).withdraw(placed, running=keep):
             done.append(Stopped("withdrawn", f"p{p}", p, spec.line()))
     if not done and not home.group(group).is_file():

@@ -18,7 +18,6 @@ when, which run, from what to what), as ``stop`` and ``node disable`` record who
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -88,21 +87,12 @@ def set_order(home: Home, run: str, value: str, who: str) -> Reordered:
         return _record_running(home, priority, current, new, who)
     old = runoptions.order_of(spec.options)
     changed = with_order(spec, new)
-    if changed != spec and not queue.replace(spec, changed, running=_lines(mine)):
+    if changed != spec and not queue.replace(spec, changed, running=runinfo.start_specs(mine)):
         raise ClusterError(f"{ref} ({spec.line()}) left queue {priority} or started "
                            "meanwhile; nothing changed")
     done = Reordered(ref, priority, changed.line(), old, new, running=False)
     _audit(home, who, f"order {ref} {spec.line()!r} {old} -> {new}")
     return done
-
-
-def _lines(starts: list[JobStart]) -> list[RunSpec]:
-    """The queue lines of running runs (one that does not parse holds no queued line)."""
-    out = []
-    for start in starts:
-        with contextlib.suppress(QueueLineError):
-            out.append(RunSpec.parse(start.queue))
-    return out
 
 
 def _record_running(home: Home, priority: int, start: JobStart, new: int,

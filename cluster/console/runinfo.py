@@ -142,6 +142,16 @@ def lane_starts(home: Home, priority: int | None = None) -> dict[int, JobStart]:
     return found
 
 
+def start_specs(starts: Iterable[JobStart]) -> list[RunSpec]:
+    """The queue lines of running runs as runs, to protect them in a queue transaction
+    (one that does not parse holds no queued line and is left out)."""
+    out = []
+    for start in starts:
+        with contextlib.suppress(QueueLineError):
+            out.append(RunSpec.parse(start.queue))
+    return out
+
+
 def running_lines(starts: Iterable[JobStart], specs: Sequence[RunSpec]) -> dict[int, JobStart]:
     """Which lines of a queue holding ``specs`` are running: 0-based index -> the job.start
     of the run on it.  Each of ``starts`` (a priority's lanes' runs, in lane order) holds
