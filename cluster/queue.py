@@ -2,7 +2,9 @@
 
 A master home holds one queue per priority (``queue.lst``, ``queue.1.lst``, ``queue.2.lst``,
 seed 000's names; see :class:`cluster.home.Home`).  Each line is one run waiting to be done,
-and the first line is the current or next run (ARTIFEX.md §2.1/§2.2); a line's grammar is
+and the first line is the current or next run (ARTIFEX.md §2.1/§2.2); priority 0, which
+several lanes serve at once (:mod:`cluster.lanes`), has a running run per busy lane at its
+front, each named by its lane's job.start.  A line's grammar is
 :class:`cluster.runspec.RunSpec`'s.  Blank lines and lines starting with ``#`` are ignored.
 
 Locking follows the Perl (STYLE guideline 12): every read holds ``flock`` on the separate
@@ -105,6 +107,10 @@ class Submitted:
 
 QUEUED, REPLACED, UNCHANGED = "queued", "replaced", "unchanged"
 
+#: The running run(s) a transaction must not touch: one run, several (priority 0 has a
+#: running run per busy lane: cluster.lanes), or None.
+Running = RunSpec | Sequence[RunSpec] | None
+
 
 class QueueFile:
     """A queue file and its lock.
@@ -180,21 +186,23 @@ class QueueFile:
         return True
 
     def submit(self, spec: RunSpec, *, same: Callable[[RunSpec], bool],
-               running: RunSpec | None = None, head_running: bool = False) -> Submitted:
+               running: Running = None, head_running: bool = False) -> Submitted:
         """Queue ``spec``, replacing in place the first waiting run ``same`` matches.
 
-        A run is waiting unless it is the one running: the first run equal to ``running``,
-        or the first run of all when ``head_running`` (the running run is known to exist
-        but not which it is).  So a request that matches a waiting run takes its place in
-        the queue (with the new line if it differs), and one that matches only the running
-        run is queued after it, even as an identical second line (:meth:`remove` removes
-        one copy only).  See :class:`Submitted` for the result.
+        A run is waiting unless it is running: ``running`` is the running run or a sequence
+        of them (priority 0 runs one per busy lane), each the first line equal to it that
+        no other one took; ``head_running`` says a run is running whose line is not known
+        (an unreadable job.start): the first run none of ``running`` took is taken to be
+        it.  So a request that matches a waiting run takes its place in the queue (with the
+        new line if it differs), and one that matches only a running run is queued after
+        it, even as an identical second line (:meth:`remove` removes one copy only).  See
+        :class:`Submitted` for the result.
         """
         with self._transaction(exclusive=True) as entries:
             runs = [(i, e.spec) for i, e in enumerate(entries) if e.spec is not None]
-            busy = _running_index(runs, running, head_running)
+            busy = running_indices(runs, running, head_running)
             for position, (i, waiting) in enumerate(runs, start=1):
-                if i == busy or not same(waiting):
+                if i in busy or not same(waiting):
                     continue
                 if waiting == spec:
                     logger.debug("%s: %s already waits at position %d", self.path, spec,
@@ -210,19 +218,19 @@ class QueueFile:
         logger.info("%s: queued %s", self.path, spec)
         return Submitted(QUEUED, None, len(runs) + 1)
 
-    def withdraw(self, match: Callable[[RunSpec], bool], *, running: RunSpec | None = None,
+    def withdraw(self, match: Callable[[RunSpec], bool], *, running: Running = None,
                  head_running: bool = False) -> list[RunSpec]:
         """Remove every waiting run ``match`` accepts, in one transaction; return them.
 
-        The running run (as for :meth:`submit`: the first run equal to ``running``, or the
-        first run when ``head_running``) stays, while a second copy of its line queued
-        behind it goes (what ``clusterpush abort`` needs: :meth:`remove` would take the
-        running copy, the first).
+        The running runs (as for :meth:`submit`: the first line equal to each of
+        ``running``, and the first other run when ``head_running``) stay, while a second
+        copy of a running line queued behind it goes (what ``clusterpush abort`` needs:
+        :meth:`remove` would take the running copy, the first).
         """
         with self._transaction(exclusive=True) as entries:
             runs = [(i, e.spec) for i, e in enumerate(entries) if e.spec is not None]
-            busy = _running_index(runs, running, head_running)
-            gone = [(i, spec) for i, spec in runs if i != busy and match(spec)]
+            busy = running_indices(runs, running, head_running)
+            gone = [(i, spec) for i, spec in runs if i not in busy and match(spec)]
             if not gone:
                 return []
             for i, _spec in reversed(gone):
@@ -232,14 +240,14 @@ class QueueFile:
             logger.info("%s: withdrew %s", self.path, spec)
         return [spec for _i, spec in gone]
 
-    def replace(self, old: RunSpec, new: RunSpec, *, running: RunSpec | None = None) -> bool:
+    def replace(self, old: RunSpec, new: RunSpec, *, running: Running = None) -> bool:
         """Rewrite the first waiting line equal to ``old`` as ``new``, in its place, in one
-        transaction (``clusteradmin order``); the running run (as for :meth:`submit`) is
+        transaction (``clusteradmin order``); the running runs (as for :meth:`submit`) are
         never touched.  False when no waiting run is ``old`` (it started or left)."""
         with self._transaction(exclusive=True) as entries:
             runs = [(i, e.spec) for i, e in enumerate(entries) if e.spec is not None]
-            busy = _running_index(runs, running, False)
-            found = next((i for i, spec in runs if i != busy and spec == old), None)
+            busy = running_indices(runs, running, False)
+            found = next((i for i, spec in runs if i not in busy and spec == old), None)
             if found is None:
                 return False
             entries[found] = _Entry.of(new)
@@ -518,15 +526,25 @@ def holding_all(queues: list[QueueFile]) -> Iterator[list[Held]]:
         yield [stack.enter_context(q.holding(locked=True)) for q in queues]
 
 
-def _running_index(runs: list[tuple[int, RunSpec]], running: RunSpec | None,
-                   head_running: bool) -> int | None:
-    """The entry index of the running run among ``runs`` (entry index, run), or None: the
-    first run equal to ``running``, or the first run of all when ``head_running``."""
+def running_indices(runs: list[tuple[int, RunSpec]], running: Running,
+                     head_running: bool) -> set[int]:
+    """The entry indexes of the running runs among ``runs`` (entry index, run): for each of
+    ``running`` in turn, the first run equal to it not already taken (two lanes running
+    the same line hold its first two copies); then, when ``head_running``, the first run
+    not taken (a running run whose line is unknown: running runs are at the queue's
+    front)."""
+    wanted: Sequence[RunSpec] = () if running is None else \
+        (running,) if isinstance(running, RunSpec) else running
+    busy: set[int] = set()
+    for want in wanted:
+        found = next((i for i, spec in runs if i not in busy and spec == want), None)
+        if found is not None:
+            busy.add(found)
     if head_running:
-        return runs[0][0] if runs else None
-    if running is None:
-        return None
-    return next((i for i, spec in runs if spec == running), None)
+        first = next((i for i, _spec in runs if i not in busy), None)
+        if first is not None:
+            busy.add(first)
+    return busy
 
 
 #: Legacy queue paths that are not regular files, already reported by this process.

@@ -4,7 +4,8 @@ writes in the master home, and how its answer is printed.
 Reading commands return JSON-able dicts built from :mod:`cluster.console.status` (and
 :mod:`cluster.console.history`), and a ``format_*`` function turns each into text lines:
 
-* :func:`stat` -- the queues, the running runs (done/total, rate, estimated end), node
+* :func:`stat` -- the queues, the running runs (each named by its lane,
+  :func:`cluster.lanes.describe`; done/total, rate, estimated end), node
   counts and, when a provisioner runs, its last look ("from Slurm: wanted W, pending P,
   running R", its jobs, its trouble: :mod:`cluster.console.provisioning`);
 * :func:`nodes` -- one row per node: state (up, down, disabled), last heard, run, done, caps;
@@ -37,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cluster import lanes
 from cluster.config import Config
 from cluster.console import bless as blessed
 from cluster.console import history as test_history
@@ -101,7 +103,8 @@ def stat(home: Home, cfg: Config, now: float | None = None) -> JSON:
     return {
         "now": snap["now"], "master": snap["master"],
         "running": [{
-            "run": r["run"], "priority": r["priority"], "kind": r["kind"],
+            "run": r["run"], "priority": r["priority"], "lane": r.get("lane", r["priority"]),
+            "kind": r["kind"],
             "queue": r["queue"], "state": r.get("state", "running"),
             "done": r["jobs"].get("done", 0), "total": r["jobs"].get("total", 0),
             "running": r["jobs"].get("running", 0), "left": r["jobs"].get("left", 0),
@@ -131,6 +134,9 @@ def format_stat(data: JSON) -> list[str]:
                    f"{r['done']}/{total} done{pct}, {r['running']} running, {r['left']} left, "
                    f"{r['rate'] or 0:.1f}/s, eta {_when(r['eta'], now)}, {r['nodes']} nodes, "
                    f"{_span(r['elapsed'])} so far"))
+        lane = r.get("lane", r["priority"])
+        if lane != r["priority"]:  # a user lane: priority 0's second, third ... master
+            line += f" [{lanes.describe(lane)}]"
         if r.get("order"):
             line += f" [order {r['order']}]"
         if r.get("waiting"):
@@ -252,25 +258,35 @@ class Stopped:
     run: str  # the run id, or the waiting run's p<priority>:<position>
     priority: int
     line: str
+    #: The lane whose master serves the stopped run (cluster.lanes); None: a waiting run.
+    lane: int | None = None
 
     def message(self) -> str:
         if self.action == "withdrawn":
             return f"withdrew {self.line!r} from queue {self.priority} ({self.run})"
-        return (f"asked the priority-{self.priority} master to stop run {self.run} "
-                f"({self.line})")
+        lane = self.priority if self.lane is None else self.lane
+        master = f"priority-{self.priority} master" if lane == self.priority else \
+            f"master of {lanes.describe(lane)}"
+        return f"asked the {master} to stop run {self.run} ({self.line})"
 
 
 def _running(home: Home) -> dict[int, JobStart]:
-    found = {}
-    for p in PRIORITIES:
-        start = runinfo.job_start(home, p)
-        if start is not None:
-            found[p] = start
-    return found
+    """lane -> the job.start of the run it serves, every busy lane (cluster.lanes)."""
+    return runinfo.lane_starts(home)
+
+
+def _asked(start: JobStart, lane: int) -> Stopped:
+    return Stopped("stop requested", start.id, start.priority, start.queue, lane)
+
+
+def _of(running: dict[int, JobStart], priority: int) -> list[JobStart]:
+    """The runs of ``running`` (lane -> job.start) that hold lines of ``priority``'s
+    queue, in lane order."""
+    return [running[lane] for lane in lanes.lanes_of(priority) if lane in running]
 
 
 def running_starts(home: Home) -> list[JobStart]:
-    """The job.start of every run running now (one per priority at most)."""
+    """The job.start of every run running now (one per busy lane: cluster.lanes)."""
     return list(_running(home).values())
 
 
@@ -305,11 +321,22 @@ def queue_place(home: Home, ref: str, priority: int, position: int
     return priority, queue, specs, position
 
 
-def is_running_line(current: JobStart | None, specs: list[RunSpec], position: int) -> bool:
-    """Whether line ``position`` (1-based) of a queue holding ``specs`` is the running run
-    ``current``: the first line equal to its job.start's (QueueFile.withdraw's rule)."""
-    return (current is not None and current.queue == specs[position - 1].line()
-            and [s.line() for s in specs].index(current.queue) == position - 1)
+def running_at(starts: list[JobStart], specs: list[RunSpec], position: int
+               ) -> JobStart | None:
+    """The run of ``starts`` (the running runs of the queue's lanes, in lane order) whose
+    line is line ``position`` (1-based) of a queue holding ``specs``, or None: each holds
+    the first line equal to its job.start's that no other one holds (QueueFile.withdraw's
+    rule; :func:`cluster.console.runinfo.running_lines`)."""
+    return runinfo.running_lines(starts, specs).get(position - 1)
+
+
+def is_running_line(current: JobStart | list[JobStart] | None, specs: list[RunSpec],
+                    position: int) -> bool:
+    """Whether line ``position`` (1-based) of a queue holding ``specs`` is a running run
+    of ``current`` (one job.start or a list of them: see :func:`running_at`)."""
+    starts = [] if current is None else [current] if isinstance(current, JobStart) \
+        else current
+    return running_at(starts, specs, position) is not None
 
 
 def stop(home: Home, run: str, who: str, reason: str = "") -> Stopped:
@@ -320,10 +347,10 @@ def stop(home: Home, run: str, who: str, reason: str = "") -> Stopped:
     running = _running(home)
     match = status.QUEUED_REF.fullmatch(ref)
     if match is None:
-        for p, start in running.items():
+        for lane, start in running.items():
             if start.id == ref:
                 abort.request_stop(home, start.id, who, reason)
-                return Stopped("stop requested", start.id, p, start.queue)
+                return _asked(start, lane)
         if runinfo.is_run_id(ref) and (home.archive / ref / "run.info").is_file():
             outcome = runinfo.parse_info((home.archive / ref / "run.info").read_text(
                 encoding="utf-8", errors="replace")).get("outcome", "?")
@@ -334,14 +361,13 @@ def stop(home: Home, run: str, who: str, reason: str = "") -> Stopped:
     priority, queue, specs, position = queue_place(home, ref, int(match.group(1)),
                                                    int(match.group(2)))
     spec = specs[position - 1]
-    current = running.get(priority)
-    if is_running_line(current, specs, position):
-        assert current is not None
+    starts = _of(running, priority)
+    current = running_at(starts, specs, position)
+    if current is not None:
         abort.request_stop(home, current.id, who, reason)
-        return Stopped("stop requested", current.id, priority, current.queue)
-    # Withdraw that line (every waiting copy of it: the same run), never the running one.
-    gone = queue.withdraw(lambda s: s == spec, running=RunSpec.parse(current.queue)
-                          if current is not None else None)
+        return _asked(current, next(lane for lane, s in running.items() if s is current))
+    # Withdraw that line (every waiting copy of it: the same run), never a running one.
+    gone = queue.withdraw(lambda s: s == spec, running=runinfo.start_specs(starts))
     if not gone:
         raise ClusterError(f"{ref} ({spec.line()}) left queue {priority} meanwhile")
     return Stopped("withdrawn", ref, priority, spec.line())
@@ -351,20 +377,18 @@ def stop_all(home: Home, who: str, reason: str = "") -> list[Stopped]:
     """Stop every running run and withdraw every waiting run; return what was done."""
     done: list[Stopped] = []
     running = _running(home)
-    for p, start in running.items():
+    for lane, start in running.items():
         abort.request_stop(home, start.id, who, reason)
-        done.append(Stopped("stop requested", start.id, p, start.queue))
+        done.append(_asked(start, lane))
     for p in PRIORITIES:
-        current = running.get(p)
         queue = QueueFile.for_priority(home, p)
-        keep = RunSpec.parse(current.queue) if current is not None else None
-        for spec in queue.withdraw(lambda s: True, running=keep):
+        for spec in queue.withdraw(lambda s: True, running=runinfo.start_specs(_of(running, p))):
             done.append(Stopped("withdrawn", f"p{p}", p, spec.line()))
     # A run that started while the queues were emptied (its line was the head): stop it.
-    for p, late in _running(home).items():
-        if p not in running or running[p].id != late.id:
+    for lane, late in _running(home).items():
+        if lane not in running or running[lane].id != late.id:
             abort.request_stop(home, late.id, who, reason)
-            done.append(Stopped("stop requested", late.id, p, late.queue))
+            done.append(_asked(late, lane))
     return done
 
 
@@ -383,13 +407,12 @@ def stop_group(home: Home, group: str, who: str, reason: str = "") -> list[Stopp
 
     done: list[Stopped] = []
     running = _running(home)
-    for p, start in running.items():
-        if placed(RunSpec.parse(start.queue)):
+    for lane, start in running.items():
+        if any(placed(spec) for spec in runinfo.start_specs([start])):
             abort.request_stop(home, start.id, who, reason)
-            done.append(Stopped("stop requested", start.id, p, start.queue))
+            done.append(_asked(start, lane))
     for p in PRIORITIES:
-        current = running.get(p)
-        keep = RunSpec.parse(current.queue) if current is not None else None
+        keep = runinfo.start_specs(_of(running, p))
         for spec in QueueFile.for_priority(home, p).withdraw(placed, running=keep):
             done.append(Stopped("withdrawn", f"p{p}", p, spec.line()))
     if not done and not home.group(group).is_file():
@@ -418,8 +441,8 @@ def known_node(home: Home, name: str) -> bool:
     """Whether ``name`` was ever seen: a file of it in nodes/, or a running run names it."""
     if any((home.nodes / f"{name}.{ext}").exists() for ext in nodelist.NODE_FILES):
         return True
-    for p in PRIORITIES:
-        live = status.live_status(home, p)
+    for lane in lanes.ALL_LANES:
+        live = status.live_status(home, lane)
         if live is not None and name in (live.get("nodes") or {}):
             return True
     return False

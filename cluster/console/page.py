@@ -232,8 +232,8 @@ function drawRun(r) {
   const card = el("div", {class: "run", "data-run": r.run, "data-priority": r.priority,
                           "data-state": r.state || "running"},
     el("div", {class: "run-head"}, runLink(r.run),
-       el("span", {class: "badge p" + r.priority,
-                   text: "priority " + r.priority + " " + (r.kind || "")}),
+       el("span", {class: "badge p" + r.priority, "data-lane": r.lane,
+                   text: (r.lane_name || "priority " + r.priority) + " " + (r.kind || "")}),
        el("span", {class: "what", text: r.queue || ""}),
        el("span", {class: "products", text: (r.products || []).join(" ")}),
        r.state === "starting" ? el("span", {class: "badge", text: "building the job list"})

@@ -6,10 +6,10 @@ within a queue"; prun's per-job priority, seed 003).
   queue's lock (:meth:`cluster.queue.QueueFile.replace`: an atomic rewrite, never a torn
   file); its master looks at the waiting runs lowest ``order=`` first the next time it
   picks a run.  ``order=0``, the default, leaves the word out.
-* The **running** run (its id): its queue line stays as it is (the head of a queue is its
-  running run, found by that line), and ``runs/<id>/order`` records the value, who and when;
-  ``stat`` and the status page show it.  Nothing in the master reads it: a run once
-  started is not preempted.
+* A **running** run (its id): its queue line stays as it is (a queue's running runs, one
+  per busy lane at its front, are found by their lanes' job.start lines), and
+  ``runs/<id>/order`` records the value, who and when; ``stat`` and the status page show
+  it.  Nothing in the master reads it: a run once started is not preempted.
 
 ``N`` is checked first (:func:`cluster.runoptions.parse_order`): a bad one is a
 RunOptionError and nothing changes.  Every change is one line of ``log/admin.log`` (who,
@@ -25,8 +25,7 @@ from dataclasses import dataclass
 
 from cluster import runoptions
 from cluster.console import runinfo, status
-from cluster.console.admin import is_running_line, queue_place, resolve_queued
-from cluster.defaults import PRIORITIES
+from cluster.console.admin import queue_place, resolve_queued, running_at
 from cluster.errors import ClusterError, QueueLineError
 from cluster.home import Home
 from cluster.runspec import RunSpec
@@ -71,25 +70,24 @@ def set_order(home: Home, run: str, value: str, who: str) -> Reordered:
     neither running nor waiting; nothing changes then."""
     new = runoptions.parse_order(value)
     ref = resolve_queued(home, run) or run  # admin's reference rule, as stop
-    starts = {p: s for p in PRIORITIES if (s := runinfo.job_start(home, p)) is not None}
+    starts = runinfo.lane_starts(home)  # every busy lane's run (cluster.lanes)
     match = status.QUEUED_REF.fullmatch(ref)
     if match is None:
-        for p, start in starts.items():
+        for start in starts.values():
             if start.id == ref:
-                return _record_running(home, p, start, new, who)
+                return _record_running(home, start.priority, start, new, who)
         raise ClusterError(f"run {ref!r} is neither running nor waiting (see clusteradmin "
                            "stat)")
     priority, queue, specs, position = queue_place(home, ref, int(match.group(1)),
                                                    int(match.group(2)))
     spec = specs[position - 1]
-    current = starts.get(priority)
-    if is_running_line(current, specs, position):
-        assert current is not None
+    mine = [s for s in starts.values() if s.priority == priority]
+    current = running_at(mine, specs, position)
+    if current is not None:
         return _record_running(home, priority, current, new, who)
     old = runoptions.order_of(spec.options)
     changed = with_order(spec, new)
-    if changed != spec and not queue.replace(
-            spec, changed, running=RunSpec.parse(current.queue) if current else None):
+    if changed != spec and not queue.replace(spec, changed, running=runinfo.start_specs(mine)):
         raise ClusterError(f"{ref} ({spec.line()}) left queue {priority} or started "
                            "meanwhile; nothing changed")
     done = Reordered(ref, priority, changed.line(), old, new, running=False)

@@ -2,7 +2,8 @@
 
 ``key value`` records (run.info, job.start) as dicts, the per-run options of a queue line
 (docs/runoptions.md), a run's start time from its id, a waiting run's name
-``p<priority>:<position>``, the running run of a priority (its job.start), its ``order=``
+``p<priority>:<position>``, the running run of a lane (its job.start) and the running lines
+of a queue (priority 0 has one per busy lane: cluster.lanes), its ``order=``
 (an admin's ``runs/<id>/order``, else its line's), and the small
 file reads they need: a missing file is None or "", an unreadable one is logged and the
 same.  Used by the status model (:mod:`cluster.console.status`), clusteradmin and the
@@ -15,11 +16,11 @@ import calendar
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster import runoptions
+from cluster import lanes, runoptions
 from cluster.errors import QueueLineError
 from cluster.home import Home
 from cluster.runspec import RunSpec
@@ -116,16 +117,55 @@ def read_text(path: Path) -> str | None:
         return None
 
 
-def job_start(home: Home, priority: int) -> JobStart | None:
-    """The running run of ``priority`` (its job.start), or None."""
-    text = read_text(home.job_start(priority))
+def job_start(home: Home, lane: int) -> JobStart | None:
+    """The run running in ``lane`` (its job.start; a priority's own lane is its number:
+    cluster.lanes), or None."""
+    text = read_text(home.job_start(lane))
     if text is None:
         return None
     try:
         return JobStart.parse(text)
     except ValueError as exc:
-        log.warning("%s: %s", home.job_start(priority), exc)
+        log.warning("%s: %s", home.job_start(lane), exc)
         return None
+
+
+def lane_starts(home: Home, priority: int | None = None) -> dict[int, JobStart]:
+    """lane -> the job.start of the run it serves, for every lane that has one (of
+    ``priority``'s lanes only, when given), in lane order (:data:`cluster.lanes.ALL_LANES`:
+    a missing file is a lane with no run)."""
+    found: dict[int, JobStart] = {}
+    for lane in lanes.ALL_LANES if priority is None else lanes.lanes_of(priority):
+        start = job_start(home, lane)
+        if start is not None:
+            found[lane] = start
+    return found
+
+
+def start_specs(starts: Iterable[JobStart]) -> list[RunSpec]:
+    """The queue lines of running runs as runs, to protect them in a queue transaction
+    (one that does not parse holds no queued line and is left out)."""
+    out = []
+    for start in starts:
+        with contextlib.suppress(QueueLineError):
+            out.append(RunSpec.parse(start.queue))
+    return out
+
+
+def running_lines(starts: Iterable[JobStart], specs: Sequence[RunSpec]) -> dict[int, JobStart]:
+    """Which lines of a queue holding ``specs`` are running: 0-based index -> the job.start
+    of the run on it.  Each of ``starts`` (a priority's lanes' runs, in lane order) holds
+    the first line equal to its queue line that no other one holds
+    (:meth:`cluster.queue.QueueFile.withdraw`'s rule); one whose line left the queue holds
+    none."""
+    held: dict[int, JobStart] = {}
+    lines = [spec.line() for spec in specs]
+    for start in starts:
+        found = next((i for i, line in enumerate(lines) if i not in held
+                      and line == start.queue), None)
+        if found is not None:
+            held[found] = start
+    return held
 
 
 def start_info(start: JobStart) -> dict[str, str]:

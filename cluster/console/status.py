@@ -3,8 +3,8 @@
 Two entry points, both JSON-able dicts (the status page's API, clusteradmin's ``--json``,
 clustermonitor's input):
 
-* :func:`snapshot` -- the queues, the running runs (their ``live[.p].json``), the nodes and
-  the 20 newest archived runs;
+* :func:`snapshot` -- the queues, the running runs (their ``live[.lane].json``, one per busy
+  lane: :mod:`cluster.lanes`), the nodes and the 20 newest archived runs;
 * :func:`run_detail` -- one run, queued, running or finished: its description, which node
   ran which tests and which failed (seed 002's statistics).
 
@@ -15,20 +15,22 @@ Schema of :func:`snapshot` (version 1; keys may be added, never renamed)::
     {"version": 1, "now": <epoch>, "master": "<hostname>",
      "queues": [{"priority": 0, "runs": [{"line", "kind", "who", "products", "queued",
                  "running", "id", "options", "waits", "order"}]}],
-     "running": [<live.json dict> + "elapsed", "state", "stop_requested", "status",
-                 "order"],
+     "running": [<live.json dict> + "lane", "lane_name", "elapsed", "state",
+                 "stop_requested", "status", "order"],
      "nodes": [{"name", "caps", "status", "last_heard", "down_since", "disabled", "run",
                 "done", "errors", "timeouts", "down", "disabled_reason"}],
      "recent": [{"run", "kind", "what", "who", "started", "ended", "elapsed", "outcome",
                  "nodes", "differences", "errors", "indeterminate", "priority",
                  "links": {"report", "tab", "bmpcmp"}}],
-     "status": [{"priority", "line"}],
+     "status": [{"priority", "lane", "line"}],
      "provision": None | {"summary", "jobs", "trouble", "stale", ...}}
 
 Where the facts come from, and the decisions made:
 
 * ``queues[].runs[].who`` is the line's ref: a user run's user, a commit run's commit, an
-  auto run's schedule name.  ``id`` is the run id of the running line, else
+  auto run's schedule name.  ``running``: a lane's job.start holds the line (each lane's
+  run holds the first equal line no other holds; priority 0's queue may have several
+  running lines, at its front).  ``id`` is the run id of a running line, else
   ``p<priority>:<position>`` (1-based), the name :func:`run_detail` and ``clusteradmin``
   take for a waiting run.
 * ``waits``: what a waiting run that cannot start waits for (its ``after=`` runs, a bmpcmp
@@ -39,12 +41,15 @@ Where the facts come from, and the decisions made:
   the append that changed the mtime, so the time is exact unless the queue changed again
   in between; a line already queued when the process started gets the mtime of that first
   look, an upper bound ("waiting since at least").
-* ``running``: the ``live[.p].json`` of each priority whose ``job[.p].start`` names the same
-  run (a live file left by a killed master is ignored), plus ``elapsed`` (now - started),
-  ``state`` ("running"), ``stop_requested`` (the first line of ``runs/<id>/stop`` or None)
-  and ``status`` (the ``status[.p]`` line).  A run whose job.start exists but whose master
-  has not written its live file yet (it is building the job list) is listed with the same
-  keys, zero counts and ``state`` "starting".
+* ``running``: the ``live[.lane].json`` of each lane whose ``job[.lane].start`` names the
+  same run (a live file left by a killed master is ignored), in lane order
+  (:data:`cluster.lanes.ALL_LANES`: priority 0 may have several), plus ``lane`` and
+  ``lane_name`` (:func:`cluster.lanes.describe`: ``priority 0 (lane 3)``), ``elapsed`` (now -
+  started), ``state`` ("running"), ``stop_requested`` (the first line of
+  ``runs/<id>/stop`` or None) and ``status`` (the lane's ``status[.lane]`` line).  A run
+  whose job.start exists but whose master has not written its live file yet (it is
+  building the job list) is listed with the same keys, zero counts and ``state``
+  "starting".
 * ``nodes``: every name with a ``.up``, ``.down``, ``.status`` or ``.caps`` file in
   ``nodes/``, and every node a running run's live file names.  ``last_heard`` is the
   ``.up`` mtime; a node not heard from for ``node_down_after`` seconds (300) is down since
@@ -90,18 +95,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from cluster import deps
+from cluster import deps, lanes
 from cluster.config import Config
 from cluster.console import nodelist, provisioning, sweepdetail
 from cluster.console.runinfo import (
     first_line,
     given_options,
     is_run_id,
-    job_start,
+    lane_starts,
     queue_ref,
     queued_info,
     recorded_order,
     run_options,
+    running_lines,
     running_order,
     small_text,
     start_info,
@@ -191,13 +197,14 @@ class StatusReader:
             provision = self._provision(home, now)
             return {
                 "version": VERSION, "now": now, "master": self.host,
-                "queues": self._queues(home, starts),
+                "queues": self._queues(home, list(starts.values())),
                 "running": running,
                 "nodes": provisioning.mark_nodes(self._nodes(home, cfg, running, now),
                                                  provision),
                 "recent": self._recent(home),
-                "status": [{"priority": p, "line": line} for p in PRIORITIES
-                           if (line := self._parsed(home.status(p), first_line))],
+                "status": [{"priority": lanes.priority_of(lane), "lane": lane, "line": line}
+                           for lane in lanes.ALL_LANES
+                           if (line := self._parsed(home.status(lane), first_line))],
                 "provision": provision,
             }
 
@@ -208,16 +215,18 @@ class StatusReader:
         return None if loaded is None else provisioning.entry(path, loaded, now)
 
     def _running(self, home: Home, now: float) -> tuple[list[JSON], dict[int, JobStart]]:
+        """The running runs, one per busy lane (cluster.lanes) in lane order, and lane ->
+        job.start."""
         running: list[JSON] = []
         starts: dict[int, JobStart] = {}
-        for p in PRIORITIES:
-            start = self._parsed(home.job_start(p), _job_start)
+        for lane in lanes.ALL_LANES:
+            start = self._parsed(home.job_start(lane), _job_start)
             if start is None:
                 continue
-            starts[p] = start
-            live = self._live(home, p, start.id)
+            starts[lane] = start
+            live = self._live(home, lane, start.id)
             if live is None:
-                live = {"version": VERSION, "run": start.id, "priority": p,
+                live = {"version": VERSION, "run": start.id, "priority": start.priority,
                         "kind": start.kind, "queue": start.queue,
                         "products": list(start.products), "started": None, "updated": None,
                         "jobs": {"total": 0, "done": 0, "running": 0, "left": 0},
@@ -225,11 +234,13 @@ class StatusReader:
                         "stopping": "", "waiting": "", "state": "starting"}
             else:
                 live.setdefault("state", "running")
+            live["lane"] = lane
+            live["lane_name"] = lanes.describe(lane)
             started = live.get("started")
             live["elapsed"] = max(0.0, now - started) if isinstance(started, int | float) \
                 else None
             live["stop_requested"] = first_line(home.stop_request(start.id))
-            live["status"] = self._parsed(home.status(p), first_line) or ""
+            live["status"] = self._parsed(home.status(lane), first_line) or ""
             live["run_options"] = run_options(start.queue)
             # clusteradmin order on a running run: recorded beside it, shown (not preempting).
             live["order"] = running_order(home, start)
@@ -240,18 +251,19 @@ class StatusReader:
             running.append(live)
         return running, starts
 
-    def live_file(self, home: Home, priority: int) -> JSON | None:
+    def live_file(self, home: Home, lane: int) -> JSON | None:
         with self._lock:
-            return self._parsed(home.live(priority), _live_json)
+            return self._parsed(home.live(lane), _live_json)
 
-    def _live(self, home: Home, priority: int, run_id: str) -> JSON | None:
-        """A shallow copy of the run's live file (its nested values are the cache's)."""
-        live = self._parsed(home.live(priority), _live_json)
+    def _live(self, home: Home, lane: int, run_id: str) -> JSON | None:
+        """A shallow copy of the live file of the run ``lane`` serves (its nested values
+        are the cache's)."""
+        live = self._parsed(home.live(lane), _live_json)
         if live is None or live.get("run") != run_id:
             return None  # none yet, or another run's, left by a master that was killed
         return dict(live)
 
-    def _queues(self, home: Home, starts: dict[int, JobStart]) -> list[JSON]:
+    def _queues(self, home: Home, starts: list[JobStart]) -> list[JSON]:
         queues: list[JSON] = []
         by_priority: dict[int, list[RunSpec]] = {}
         for p in PRIORITIES:
@@ -263,8 +275,8 @@ class StatusReader:
                 read = None
             specs, mtime = read if read is not None else ([], None)
             by_priority[p] = specs
-            start = starts.get(p)
-            running_seen = False
+            # Its running runs: one per busy lane of the priority, at the queue's front.
+            held = running_lines([s for s in starts if s.priority == p], specs)
             counts: dict[str, int] = {}
             runs: list[JSON] = []
             for position, spec in enumerate(specs, start=1):
@@ -272,14 +284,13 @@ class StatusReader:
                 counts[line] = counts.get(line, 0) + 1
                 key = (queue.path, line, counts[line])
                 queued = self._queued.setdefault(key, mtime)
-                is_running = not running_seen and start is not None and start.queue == line
-                running_seen = running_seen or is_running
+                start = held.get(position - 1)
                 runs.append({"line": line, "kind": spec.kind, "who": spec.ref,
                              "products": list(spec.products), "options": list(spec.options),
                              "run_options": given_options(spec.options), "queued": queued,
                              "order": order_of(spec.options),
-                             "running": is_running,
-                             "id": start.id if is_running and start is not None
+                             "running": start is not None,
+                             "id": start.id if start is not None
                              else queue_ref(p, position)})
             # Forget lines that left this queue (a line queued again later is new).
             for key in [k for k in self._queued if k[0] == queue.path
@@ -390,10 +401,9 @@ class StatusReader:
             raise ClusterError(f"{run_id!r} is not a run id (expected a run id such as "
                                f"20250101120000-p0-ab12, or p<priority>:<position> for a "
                                f"waiting run)")
-        for p in PRIORITIES:
-            start = job_start(home, p)
-            if start is not None and start.id == run_id:
-                return self._running_detail(home, p, start)
+        for lane, start in lane_starts(home).items():
+            if start.id == run_id:
+                return self._running_detail(home, lane, start)
         record = home.run_dir(run_id) / ending.FILE_NAME
         if record.exists() and not (home.archive / run_id / "run.info").exists():
             try:
@@ -401,7 +411,7 @@ class StatusReader:
             except (OSError, ValueError) as exc:
                 raise ClusterError(f"run {run_id}: its end record is unreadable: {exc}"
                                    ) from None
-            detail = self._journal_detail(home, end.start.priority, run_id)
+            detail = self._journal_detail(home, end.start.lane, run_id)
             info = with_run_options(start_info(end.start))
             info.update({"outcome": end.outcome.value, "reason": end.reason,
                          "elapsed": f"{end.elapsed:.1f}"})
@@ -423,16 +433,18 @@ class StatusReader:
             raise ClusterError(f"{ref}: queue {priority} holds {len(specs)} run(s), not "
                                f"{position}")
         spec = specs[position - 1]
-        start = job_start(home, priority)
-        if position == 1 and start is not None and start.queue == spec.line():
-            return self._running_detail(home, priority, start)
+        starts = lane_starts(home, priority)
+        start = running_lines(starts.values(), specs).get(position - 1)
+        if start is not None:
+            return self._running_detail(home, next(lane for lane, s in starts.items()
+                                                   if s is start), start)
         return {"run": ref, "state": "queued",
                 "info": queued_info(spec, priority, position),
                 "by_node": {}, "failed": [], "counts": {}}
 
-    def _running_detail(self, home: Home, priority: int, start: JobStart) -> JSON:
-        detail = self._journal_detail(home, priority, start.id)
-        live = self._live(home, priority, start.id)
+    def _running_detail(self, home: Home, lane: int, start: JobStart) -> JSON:
+        detail = self._journal_detail(home, lane, start.id)
+        live = self._live(home, lane, start.id)
         if live is not None:
             jobs = live.get("jobs") or {}
             detail["counts"].update({k: jobs.get(k) for k in ("total", "running", "left")})
@@ -442,10 +454,11 @@ class StatusReader:
         return {"run": start.id, "state": "running", "info": info, "live": live,
                 "stop_requested": first_line(home.stop_request(start.id)), **detail}
 
-    def _journal_detail(self, home: Home, priority: int, run_id: str) -> JSON:
-        """by_node, failed and counts of a run from its results journal (read on from where
-        the last call stopped: the journal only grows while its run lasts)."""
-        path = home.results(priority)
+    def _journal_detail(self, home: Home, lane: int, run_id: str) -> JSON:
+        """by_node, failed and counts of a run from the results journal of the lane that
+        serves it (read on from where the last call stopped: the journal only grows while
+        its run lasts)."""
+        path = home.results(lane)
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -511,10 +524,11 @@ def _queue_reader(queue: QueueFile) -> Callable[[Path], tuple[list[RunSpec], flo
 READER = StatusReader()
 
 
-def live_status(home: Home, priority: int) -> JSON | None:
-    """The ``live[.p].json`` of ``priority`` as it is (any run's), or None.  Shared with the
-    cache: callers never change it."""
-    return READER.live_file(home, priority)
+def live_status(home: Home, lane: int) -> JSON | None:
+    """The ``live[.lane].json`` of ``lane`` (cluster.lanes: a priority's own lane is its
+    number) as it is (any run's), or None.  Shared with the cache: callers never change
+    it."""
+    return READER.live_file(home, lane)
 
 
 def snapshot(home: Home, cfg: Config, now: float | None = None) -> JSON:

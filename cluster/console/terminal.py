@@ -5,7 +5,7 @@ node's ``$m.up`` was older than 300 s) and the current ``queue.lst``, redrawn in
 ANSI codes.  This view shows the same from :func:`cluster.console.status.snapshot`:
 
 * a status line per running run (done/total, rate, estimated end, nodes, elapsed), or the
-  ``status[.p]`` line of an idle priority;
+  ``status[.lane]`` line of an idle lane (priority 0 may have several: cluster.lanes);
 * one line per node: ``--DOWN--`` (and since when) once not heard from for
   ``node_down_after`` seconds, ``--DISABLED--`` for a disabled node, else its run, jobs done
   in it and its status text;
@@ -51,9 +51,17 @@ def _span(seconds: float | None) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def _lane(entry: JSON) -> str:
+    """``p0`` for a run or status line of a priority's own lane, ``p0 (lane 3)`` for one of
+    a user lane (cluster.lanes: priority 0's second, third ... master)."""
+    priority = entry.get("priority")
+    lane = entry.get("lane", priority)
+    return f"p{priority}" if lane == priority else f"p{priority} (lane {lane})"
+
+
 def run_line(run: JSON, now: float) -> str:
     """The status line of one running run."""
-    head = f"p{run.get('priority')} {run.get('run')} {run.get('queue', '')}"
+    head = f"{_lane(run)} {run.get('run')} {run.get('queue', '')}"
     if run.get("state") == "starting":
         return f"{head}: starting (making the job list)"
     jobs = run.get("jobs") or {}
@@ -104,12 +112,13 @@ def render(snap: JSON, columns: int | None = None) -> list[str]:
     to ``columns`` characters when given."""
     now = float(snap.get("now") or 0.0)
     lines = [f"cluster {snap.get('master', '')} at {_clock(now)} UTC"]
-    busy = {r.get("priority") for r in snap.get("running", [])}
+    # A busy lane's live line replaces its status line (one per lane: cluster.lanes).
+    busy = {r.get("lane", r.get("priority")) for r in snap.get("running", [])}
     for run in snap.get("running", []):
         lines.append(run_line(run, now))
     for entry in snap.get("status", []):
-        if entry.get("priority") not in busy:
-            lines.append(f"p{entry['priority']} {entry['line']}")
+        if entry.get("lane", entry.get("priority")) not in busy:
+            lines.append(f"{_lane(entry)} {entry['line']}")
     if not snap.get("running") and not snap.get("status"):
         lines.append("idle")
     nodes = snap.get("nodes", [])

@@ -12,8 +12,9 @@ like ``cluster_command.run``'s; an empty one means "all products" (ARTIFEX §2.7
 turns each into a queued run and removes it, or sets a bad one aside.  No push is lost:
 a push of the same user, products and tree as a run that *waits* replaces that
 run in place (same position, the new line if its options differ); one that matches the run
-*running* (the queue line of ``job.start``, or of a run whose end steps are not done yet:
-see :func:`running`) is queued after it.
+*running* (the queue line of a lane's ``job.start``, or of a run whose end steps are not
+done yet: see :func:`running`) is queued after it.  Priority 0 may have several runs
+running at once, one per busy lane (cluster.lanes); a push replaces none of them.
 
 Only real directories are looked into: a symlink at ``users/<user>`` or
 ``users/<user>/<tree>`` is never followed (what it points to is outside the home's control).
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster import lanes
 from cluster.config import Config
 from cluster.defaults import USER_PRIORITY
 from cluster.errors import QueueLineError
@@ -140,13 +142,19 @@ def same_push(spec: RunSpec) -> Callable[[RunSpec], bool]:
 
 @dataclass(frozen=True)
 class Running:
-    """The run that holds its queue line at a priority (:func:`running`): ``spec`` (None
-    when none does), or ``unknown`` when a job.start or end record exists but cannot be read
-    (then the queue's first run is taken to be running: a push is never merged into a run
-    that may have started)."""
+    """The runs that hold their queue lines at a priority (:func:`running`): ``specs``, one
+    per busy lane (cluster.lanes: priority 0 may run several at once), in lane order; and
+    ``unknown`` when a job.start or end record exists but cannot be read (then the first
+    queued run none of ``specs`` holds is taken to be running too: a push is never merged
+    into a run that may have started)."""
 
-    spec: RunSpec | None
+    specs: tuple[RunSpec, ...] = ()
     unknown: bool = False
+
+    @property
+    def spec(self) -> RunSpec | None:
+        """The first running run, or None (one priority served by one lane)."""
+        return self.specs[0] if self.specs else None
 
 
 #: The end record of a run (cluster.master.files.ending: ``runs/<id>/end``), read here by its
@@ -156,32 +164,45 @@ END_RECORD = "end"
 
 
 def running(home: Home, priority: int = USER_PRIORITY) -> Running:
-    """The run of ``priority`` that holds its queue line (see :class:`Running`).
+    """Every run of ``priority`` that holds its queue line (see :class:`Running`).
 
-    That is the run ``job.start`` describes; or, once job.start is gone, a run whose end
+    Those are the runs the job.start of each of the priority's lanes describes
+    (:func:`cluster.lanes.lanes_of`); and the runs whose job.start is gone but whose end
     steps are not over: the master removes job.start as soon as the serving ends (so nodes
     leave) but dequeues the line only after the report, the tables and the mail, and a
     push of the same line meanwhile must not be merged into a run that has ended.
     """
-    path = home.job_start(priority)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return _ending(home, priority)
-    except OSError as exc:
-        log.warning("cannot read %s (%s); taking the queue's first run to be running",
-                    path, exc)
-        return Running(None, unknown=True)
-    try:
-        return Running(RunSpec.parse(JobStart.parse(text).queue, source=str(path)))
-    except (ValueError, QueueLineError) as exc:
-        log.warning("%s is unreadable (%s); taking the queue's first run to be running",
-                    path, exc)
-        return Running(None, unknown=True)
+    specs: list[RunSpec] = []
+    ids: set[str] = set()
+    unknown = False
+    for lane in lanes.lanes_of(priority):
+        path = home.job_start(lane)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("cannot read %s (%s); taking a queued run to be running", path, exc)
+            unknown = True
+            continue
+        try:
+            start = JobStart.parse(text)
+            specs.append(RunSpec.parse(start.queue, source=str(path)))
+        except (ValueError, QueueLineError) as exc:
+            log.warning("%s is unreadable (%s); taking a queued run to be running", path, exc)
+            unknown = True
+            continue
+        ids.add(start.id)
+    ending, ending_unknown = _ending(home, priority, ids)
+    return Running((*specs, *ending), unknown or ending_unknown)
 
 
-def _ending(home: Home, priority: int) -> Running:
-    """The run of ``priority`` whose end record says its line is not dequeued yet."""
+def _ending(home: Home, priority: int, serving: set[str]) -> tuple[list[RunSpec], bool]:
+    """The runs of ``priority`` whose end record says their line is not dequeued yet (but
+    those in ``serving``, the ids a job.start names: counted once), and whether a record
+    of one could not be read."""
+    found: list[RunSpec] = []
+    unknown = False
     for record in sorted(home.runs.glob(f"*/{END_RECORD}")):
         try:
             with open(record, "rb") as fh:
@@ -199,19 +220,22 @@ def _ending(home: Home, priority: int) -> Running:
                 start[name] = field
             elif line == "done dequeue":
                 dequeued = True
-        if dequeued or start.get("priority") != str(priority) or "queue" not in start:
+        if dequeued or start.get("priority") != str(priority) or "queue" not in start \
+                or start.get("id") in serving:
             continue
         try:
-            return Running(RunSpec.parse(start["queue"], source=str(record)))
+            found.append(RunSpec.parse(start["queue"], source=str(record)))
         except QueueLineError as exc:
-            log.warning("%s: %s; taking the queue's first run to be ending", record, exc)
-            return Running(None, unknown=True)
-    return Running(None)
+            log.warning("%s: %s; taking a queued run to be ending", record, exc)
+            unknown = True
+    return found, unknown
 
 
 def submit(queue: QueueFile, spec: RunSpec, now: Running) -> Submitted:
-    """Queue a push: replace a waiting run of the same push, else append (see the module)."""
-    return queue.submit(spec, same=same_push(spec), running=now.spec, head_running=now.unknown)
+    """Queue a push: replace a waiting run of the same push, else append (see the module).
+    A line running in any lane is never replaced."""
+    return queue.submit(spec, same=same_push(spec), running=now.specs,
+                        head_running=now.unknown)
 
 
 def read_dropping(drop: Dropping) -> RunSpec:

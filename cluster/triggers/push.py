@@ -49,7 +49,7 @@ from pathlib import Path
 from cluster.defaults import USER_PRIORITY
 from cluster.errors import ClusterError
 from cluster.home import Home
-from cluster.queue import QueueFile
+from cluster.queue import QueueFile, running_indices
 from cluster.runspec import RunSpec
 from cluster.runtime import fsutil, pathlock
 from cluster.runtime.mirror import TEMP_PREFIX, auto_method, mirror
@@ -300,22 +300,20 @@ def queue_note(home: Home, spec: RunSpec, *, replaces_dropping: bool = False) ->
     """
     runs = QueueFile.for_priority(home, USER_PRIORITY).read()
     now = droppings.running(home)
-    busy: int | None = None
-    if now.unknown and runs:
-        busy = 0
-    elif now.spec is not None:
-        busy = next((i for i, run in enumerate(runs) if run == now.spec), None)
+    # Every running run (one per busy lane of priority 0), as the scan's submit sees them.
+    busy = running_indices(list(enumerate(runs)), now.specs, now.unknown)
     same = droppings.same_push(spec)
     for i, run in enumerate(runs):
-        if i == busy or not same(run):
+        if i in busy or not same(run):
             continue
         if run == spec:
             return (f"your run '{run}' already waits at position {i + 1} in the queue; it "
                     "will build the tree as pushed now")
         return (f"replacing your waiting run '{run}' (position {i + 1} in the queue) with "
                 f"'{spec}'")
-    if busy is not None and same(runs[busy]):
-        return (f"your run '{runs[busy]}' is running (it keeps the tree it started with); "
+    mine = next((runs[i] for i in sorted(busy) if same(runs[i])), None)
+    if mine is not None:
+        return (f"your run '{mine}' is running (it keeps the tree it started with); "
                 "this push is queued after it")
     if replaces_dropping:
         return "this push replaces your previous push, which was not queued yet"

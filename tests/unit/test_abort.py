@@ -78,3 +78,32 @@ def test_garbage_in_abort_job_names_no_run(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     (home.root / abort.ABORT_FILE).write_bytes(b"\xff\xfe\x00junk")
     assert not abort.requested(home, "run-a")
+
+
+def test_a_run_in_a_user_lane_is_kept_and_named(tmp_path: Path) -> None:
+    """Priority 0's lane 3 runs carol's push while lane 0 runs bob's (cluster.lanes)."""
+    home = make_home(tmp_path)
+    q = queue_of(home)
+    bob, carol, later = (RunSpec.parse(line) for line in
+                         ("user bob gs", "user carol gs", "user carol gs lowres"))
+    for spec in (bob, carol, later):
+        q.append(spec)
+    start_run(home, bob, "run-of-bob")
+    home.job_start(3).write_text(JobStart(
+        id="run-of-carol", priority=0, queue=carol.line(), kind="user", ref="carol",
+        products=carol.products, tree=carol.tree, source="users/carol/ghostpdl",
+        build="make", tests="tests", lane_number=3).format())
+    outcome = abort.request_abort(home, "carol")
+    assert outcome == abort.AbortOutcome(removed=1, running="run-of-carol")
+    assert q.read() == [bob, carol]
+    assert abort.requested(home, "run-of-carol") and not abort.requested(home, "run-of-bob")
+
+
+def test_clear_takes_out_only_its_own_id_of_several(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home.root / abort.ABORT_FILE).write_text("run-a\nrun-b\n")
+    assert abort.requested(home, "run-a") and abort.requested(home, "run-b")
+    abort.clear(home, "run-a")
+    assert not abort.requested(home, "run-a") and abort.requested(home, "run-b")
+    abort.clear(home, "run-b")
+    assert not (home.root / abort.ABORT_FILE).exists()

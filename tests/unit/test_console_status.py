@@ -150,7 +150,7 @@ def test_a_run_under_way_shows_in_the_queues_running_and_nodes(tmp_path: Path) -
     assert nodes["n1"]["last_heard"] == pytest.approx(NOW - 5)
     assert nodes["n1"]["status"] == "working" and nodes["n1"]["caps"] == "tools=md5sum"
     assert nodes["n1"]["down_since"] is None and not nodes["n1"]["down"]
-    assert snap["status"] == [{"priority": 1, "line": f"run {RUN} - 3/10 done"}]
+    assert snap["status"] == [{"priority": 1, "lane": 1, "line": f"run {RUN} - 3/10 done"}]
     assert SECRET not in json.dumps(snap)
 
 

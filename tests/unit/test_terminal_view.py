@@ -116,3 +116,19 @@ def test_a_node_in_no_run_is_idle_and_a_stale_running_status_is_said_as_its_last
                                 "status": f"running run {RUN} (priority 1)"}, 2)
     assert stale == f"n4  idle  (last heartbeat: running run {RUN} (priority 1))"
     assert terminal.node_line({**base, "name": "n5", "status": "idle"}, 2) == "n5  idle"
+
+
+def test_two_priority_0_runs_each_with_its_lane() -> None:
+    """Lane 0 and user lane 3 both run priority-0 runs (cluster.lanes); lane 4 is idle."""
+    other = "20270115080500-p0-c3c3"
+    run = {**SNAP["running"][0], "priority": 0, "lane": 0, "queue": "user alice gs"}
+    snap = {**SNAP,
+            "running": [run, {**run, "run": other, "lane": 3, "queue": "user carol gs"}],
+            "status": [{"priority": 0, "lane": 0, "line": "run a - busy"},
+                       {"priority": 0, "lane": 3, "line": "run c - busy"},
+                       {"priority": 0, "lane": 4, "line": "idle - last"}]}
+    lines = terminal.render(snap)
+    assert lines[1].startswith(f"p0 {RUN} user alice gs: 50/200")
+    assert lines[2].startswith(f"p0 (lane 3) {other} user carol gs: 50/200")
+    assert "p0 (lane 4) idle - last" in lines
+    assert not any("busy" in line for line in lines)

@@ -1,12 +1,14 @@
 """``clusterpush abort``: withdraw a user's queued runs and stop the one running.
 
 Queued runs of the user are simply removed from the priority-0 queue.  A run that is already
-running (its line heads the queue and ``job.start`` describes it) is stopped by the master,
-not by clusterpush: clusterpush leaves ``abort.job`` in the master home holding that run's
-*id* (ARTIFEX §6.4 touches ``abort.job``), and the priority-0 master, which looks for it as
-often as it checks its PID file, tells its nodes ABORT, reports the run as aborted and
-dequeues it.  The id, not the queue line, is what names the run: an ``abort.job`` that
-arrives just after its run ended can never stop the user's next push of the same line.
+running (its line is at the queue's front and the ``job.start`` of one of priority 0's lanes
+describes it: :mod:`cluster.lanes`) is stopped by its master, not by clusterpush: clusterpush
+leaves ``abort.job`` in the master home holding that run's *id* (ARTIFEX §6.4 touches
+``abort.job``; one id a line should the user have runs in two lanes), and the master serving
+it, which looks for it as often as it checks its PID file, tells its nodes ABORT, reports
+the run as aborted and dequeues it.  The id, not the queue line, is what names the run: an
+``abort.job`` that arrives just after its run ended can never stop the user's next push of
+the same line.
 
 An admin stops a run of any priority the same way, with ``runs/<id>/stop``
 (:func:`request_stop`, ``clusteradmin stop``): first line who asks (``alice@host``), an
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from cluster import lanes
 from cluster.defaults import USER_PRIORITY
+from cluster.errors import QueueLineError
 from cluster.home import Home
 from cluster.queue import QueueFile
 from cluster.runspec import RunSpec
@@ -48,47 +52,70 @@ class AbortOutcome:
 
     removed: int
     running: str | None  # the id of the user's running run, now asked to stop
+    #: Every running run of the user asked to stop (``running`` first); more than one only
+    #: should the user's runs be running in two lanes at once.
+    running_ids: tuple[str, ...] = field(default=(), compare=False)
 
 
-def _running(home: Home) -> JobStart | None:
-    try:
-        return JobStart.parse(home.job_start(USER_PRIORITY).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
+def _running(home: Home) -> list[JobStart]:
+    """The runs running in priority 0's lanes (cluster.lanes), in lane order."""
+    found = []
+    for lane in lanes.lanes_of(USER_PRIORITY):
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            found.append(JobStart.parse(home.job_start(lane).read_text(encoding="utf-8")))
+    return found
 
 
 def request_abort(home: Home, user: str) -> AbortOutcome:
-    """Remove ``user``'s queued priority-0 runs; ask the master to stop the running one."""
+    """Remove ``user``'s queued priority-0 runs; ask the masters of the lanes running the
+    user's runs to stop them."""
     queue = QueueFile(home.queue(USER_PRIORITY), home.queue_lock(USER_PRIORITY))
-    start = _running(home)
-    running = start if start is not None and start.kind == "user" and start.ref == user \
-        else None
-    # The running copy of a line stays (the master dequeues it once its nodes have
+    starts = _running(home)
+    mine = [s for s in starts if s.kind == "user" and s.ref == user]
+    keep = []
+    for start in starts:
+        with contextlib.suppress(QueueLineError):
+            keep.append(RunSpec.parse(start.queue))
+    # Each running copy of a line stays (its master dequeues it once its nodes have
     # stopped); a second push of the same line queued behind it goes.
-    removed = len(queue.withdraw(lambda s: s.kind == "user" and s.ref == user,
-                                 running=RunSpec.parse(running.queue) if running else None))
-    if running is not None:
-        # Whole or absent, never torn: the master compares the content with its run id.
+    removed = len(queue.withdraw(lambda s: s.kind == "user" and s.ref == user, running=keep))
+    ids = tuple(s.id for s in mine)
+    if ids:
+        # Whole or absent, never torn: each master compares the lines with its run id.
         # No fsync (as before): lost in a crash, the user asks again.
-        fsutil.atomic_write(home.root / ABORT_FILE, running.id + "\n", fsync=False)
-        log.info("asked the master to abort run %s of %s", running.id, user)
-    return AbortOutcome(removed, running.id if running is not None else None)
+        fsutil.atomic_write(home.root / ABORT_FILE, "".join(f"{i}\n" for i in ids),
+                            fsync=False)
+        log.info("asked the master to abort run(s) %s of %s", " ".join(ids), user)
+    return AbortOutcome(removed, ids[0] if ids else None, ids)
+
+
+def _named(home: Home) -> list[str] | None:
+    """The run ids ``abort.job`` names, one a line (None: no file)."""
+    try:
+        text = (home.root / ABORT_FILE).read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def requested(home: Home, run_id: str) -> bool:
     """Whether ``abort.job`` asks to stop run ``run_id``."""
-    try:
-        text = (home.root / ABORT_FILE).read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError):
-        return False
-    return text.strip() == run_id
+    return run_id in (_named(home) or [])
 
 
 def clear(home: Home, run_id: str) -> None:
-    """Remove ``abort.job`` if it names ``run_id`` (one naming another run is left alone)."""
-    if requested(home, run_id):
-        with contextlib.suppress(FileNotFoundError):
-            (home.root / ABORT_FILE).unlink()
+    """Take ``run_id`` out of ``abort.job``: the file goes once it names no other run (one
+    naming only other runs is left alone)."""
+    named = _named(home)
+    if named is None or run_id not in named:
+        return
+    rest = [i for i in named if i != run_id]
+    if rest:
+        fsutil.atomic_write(home.root / ABORT_FILE, "".join(f"{i}\n" for i in rest),
+                            fsync=False)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        (home.root / ABORT_FILE).unlink()
 
 
 def request_stop(home: Home, run_id: str, who: str, reason: str = "") -> None:
