@@ -60,9 +60,10 @@ def _size(path: Path) -> int:
 
 def user_lane_idle(home: Home, lane: int) -> bool:
     """Whether user lane ``lane``, with no PID file, has surely nothing to do: it serves
-    or claimed no run, no run's end waits, and its queue holds no run beyond those the
-    other lanes serve and the one the priority's own lane would take when it is free
-    (a line each; the queue is a small file).  Anything unreadable counts as work."""
+    or claimed no run, no run's end waits, and either a lower lane of its priority is free
+    (that one takes the next run: the lanes fill in order) or its queue holds no run
+    beyond those the other lanes serve (a line each; the queue is a small file).  Anything
+    unreadable counts as work."""
     if home.job_start(lane).exists() or home.lane_claim(lane).exists():
         return False
     if any(home.runs.glob(f"*/{ending.FILE_NAME}")):
@@ -70,10 +71,11 @@ def user_lane_idle(home: Home, lane: int) -> bool:
     priority = lanes.priority_of(lane)
     busy = [other for other in lanes.lanes_of(priority) if other != lane
             and (home.job_start(other).exists() or home.lane_claim(other).exists())]
+    if any(other not in busy for other in lanes.lanes_of(priority) if other < lane):
+        return True  # a lower lane is free: it takes the run, so the lanes fill in order
     try:
         with open(home.queue(priority), "rb") as fh:
             queued = sum(1 for line in fh if line.strip() and not line.startswith(b"#"))
     except FileNotFoundError:
         queued = 0
-    free_own_lane = 0 if priority in busy else 1
-    return queued - len(busy) <= free_own_lane
+    return queued - len(busy) <= 0
