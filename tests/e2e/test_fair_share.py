@@ -3,10 +3,11 @@
 
 Alice's push of 24 shell jobs of ``sleep 1`` holds both nodes; Bob pushes 8 while it runs.
 Bob's run is served at once by priority 0's first user lane (``job.3.start``, its own
-clustermaster and port: the lanes fill in order); Alice's master sends one of her nodes there at its next job
-boundary (a ``move`` in her run's audit trail, "fair share"), so both runs are served at
-the same time -- each run's audit trail shows jobs handed out while the other's does --
-and each completes with every test exactly once and the output an undisturbed run gives.
+clustermaster and port: the lanes fill in order); Alice's master sends one of her nodes
+there at its next job boundary (a ``move`` in her run's audit trail, "fair share"), so both
+runs are served at the same time -- each run's audit trail shows jobs handed out while the
+other's does -- and each completes with every test exactly once and the output an
+undisturbed run gives.
 """
 
 from __future__ import annotations
