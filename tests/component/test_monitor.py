@@ -152,8 +152,9 @@ def test_reply_round_trip_and_errors() -> None:
         parse_reply(b"ERROR bad name\n")
     with pytest.raises(ProtocolError, match="END"):
         parse_reply(b"job 0 x\n")
-    with pytest.raises(ProtocolError, match="job <priority"):
-        parse_reply(b"job 7 x\nEND\n")
+    with pytest.raises(ProtocolError, match="job <lane 0-9>"):
+        parse_reply(b"job 12 x\nEND\n")
+    assert parse_reply(b"job 7 x\nEND\n") == [(7, "x")]  # a user lane (cluster.lanes)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -121,8 +121,11 @@ def test_a_sigkilled_localcluster_takes_its_daemons_with_it(tmp_path: Path) -> N
     # The master left its PID file removed and the run resumable; the ports are free: the
     # next localcluster.py in the home takes the run over, then runs its own.
     assert list(home.glob("clustermaster*.pid")) == []
-    done = subprocess.run(_argv(home, ports, "next"), capture_output=True, text=True,
-                          timeout=RUN_LIMIT)
+    # One priority-0 run at a time (user_lanes = 1), so that the push waits for the run
+    # taken over: in a user lane it would run beside it, and this localcluster.py would
+    # stop the cluster when its own run ended, leaving the other to the next start.
+    done = subprocess.run(_argv(home, ports, "next", "--set", "user_lanes=1"),
+                          capture_output=True, text=True, timeout=RUN_LIMIT)
     assert done.returncode == 0, done.stderr[-3000:]
     logs = "".join(p.read_text() for p in (home / "log").glob("*.log"))
     assert "takes over, waits" not in logs

@@ -79,14 +79,16 @@ def test_job_timeout_ends_a_run_with_its_partial_report_and_queue_timeout_drops_
     slow = cluster.push(tree, "slow", ["gs"], ["job_timeout=10"])
     wait_for(lambda: f"queue {slow.line()}\n" in _job_start(cluster), 60,
              "the slow run to start")
-    # Queued behind it (as any writer of a queue line does), never to start: no tree.
-    waiting = RunSpec.parse("user late gs queue_timeout=2")
+    # Queued behind it (as any writer of a queue line does), never to start: no tree.  The
+    # same user's: a user lane serves only a user with no run served (docs/runoptions.md,
+    # "Fair share"), so it waits for lane 0.
+    waiting = RunSpec.parse("user slow gs tree=late queue_timeout=2")
     assert QueueFile.for_priority(cluster.home, 0).append(waiting)
     queue = cluster.home.queue(0)
     wait_for(lambda: waiting.line() not in queue.read_text(), 30,
              "the waiting run to leave its queue")
     assert f"queue {slow.line()}\n" in _job_start(cluster), "the slow run ended first"
-    dropped = _wait_for_archive(cluster, before, "late", 1)
+    dropped = _wait_for_archive(cluster, before, "slow", 1)
     info = _run_info(dropped)
     assert info["outcome"] == "queue-timeout", info
     report = (dropped / "report.txt").read_text()

@@ -138,9 +138,10 @@ def test_the_page_follows_a_live_run_a_dead_node_and_the_report(
     assert field(browser, f"{card} .what") == spec.line()
     assert field(browser, f'{card} [data-field="total"]') == str(JOBS)
     first = done_count(browser, run_id)
-    # A second push waits behind it in the queue.
-    cluster.push(write_demo_tree(cluster.home_dir / "demo" / "bob", "shell", []), "bob",
-                 ["shell"], [])
+    # A second push of the same user (another tree) waits behind it in the queue: a user
+    # lane serves only a user with no run served (docs/runoptions.md, "Fair share").
+    cluster.push(write_demo_tree(cluster.home_dir / "demo" / "bob", "shell", []), "tester",
+                 ["shell"], ["tree=bob"])
     # Both nodes take part, and the count grows between two looks.
     until(browser, "both nodes in the run", lambda b: {
         el.get_attribute("data-node") for el in b.find_elements(By.CSS_SELECTOR,
@@ -155,7 +156,7 @@ def test_the_page_follows_a_live_run_a_dead_node_and_the_report(
         until(browser, f"{node} working in the run",
               lambda b, row=row: field(b, f'{row} [data-field="run"]') == run_id)
     until(browser, "the second push waiting", lambda b: any(
-        "user bob shell" in el.text and "waiting" in el.text
+        "user tester shell tree=bob" in el.text and "waiting" in el.text
         for el in b.find_elements(By.CSS_SELECTOR, "#queues tr.queued")))
     shot = tmp_path / "status-page.png"
     assert browser.save_screenshot(str(shot))
