@@ -132,6 +132,20 @@ def parse_count(key: str, value: str) -> int:
     return number
 
 
+
+def count_in(words: Iterable[str], key: str) -> int | None:
+    """The value of count option ``key`` among ``words`` (a job.start's or a queue line's
+    words; others are ignored), or None when it is absent or not a valid count (the queue
+    never lets a bad one in: a reader of a file it wrote falls back to its default)."""
+    for word in words:
+        name, _, value = word.partition("=")
+        if name == key:
+            try:
+                return parse_count(key, value)
+            except RunOptionError:
+                return None
+    return None
+
 def parse_order(value: str, key: str = ORDER_KEY) -> int:
     """``value`` of ``order=`` as an integer; RunOptionError unless it is a whole number
     written as Python writes it (``-5``, ``0``, ``12``: so a queue line has one spelling)

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from cluster.runoptions import RunOptionError, parse_count
+from cluster.runoptions import count_in
 
 #: A run's weight without ``share=`` and without an entry in ``user_shares``.
 DEFAULT_SHARE = 1
@@ -44,13 +44,9 @@ def run_share(options: Iterable[str], user: str | None, user_shares: Mapping[str
     :data:`DEFAULT_SHARE`.  A ``share=`` word that is not a valid weight (1 to
     :data:`cluster.runoptions.MAX_SHARE`; the queue never lets one in) counts as absent.
     Always >= 1."""
-    for word in options:
-        key, _, value = word.partition("=")
-        if key == "share":
-            try:
-                return parse_count("share", value)
-            except RunOptionError:
-                break
+    given = count_in(options, "share")
+    if given is not None:
+        return given
     if user is not None and user_shares.get(user, 0) >= 1:
         return user_shares[user]
     return DEFAULT_SHARE

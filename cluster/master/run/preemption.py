@@ -52,7 +52,7 @@ from cluster.master.files import groups, nodefiles, resources
 from cluster.master.model import fairshare, preempt
 from cluster.master.model.placement import Placement
 from cluster.master.state.runstate import RunState
-from cluster.runoptions import RunOptionError, parse_count
+from cluster.runoptions import count_in
 from cluster.runtime.clock import Clock
 from cluster.wire.jobstart import JobStart
 from cluster.wire.resources import PriorityInfo, nodes_wanted
@@ -71,14 +71,8 @@ MOVES_SHOWN = 20
 
 def _min_nodes(words: tuple[str, ...], default: int) -> int:
     """A run's ``min_nodes=`` among its job.start ``options``, else ``default``."""
-    for word in words:
-        key, _, value = word.partition("=")
-        if key == "min_nodes":
-            try:
-                return parse_count("min_nodes", value)
-            except RunOptionError:
-                return default
-    return default
+    found = count_in(words, "min_nodes")
+    return default if found is None else found
 
 
 
