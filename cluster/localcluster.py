@@ -480,7 +480,8 @@ class LocalCluster:
                     self.wait_masters_exit(priority, min(
                         end, self.clock.monotonic() + MASTER_EXIT_WAIT))
                     return folder
-            served = os.path.lexists(self.home.job_start(priority))
+            served = any(os.path.lexists(self.home.job_start(lane))
+                         for lane in lanes.lanes_of(priority))
             self.clock.sleep(_POLL if served else END_LOOK)
         raise TimeoutError(f"no archive for run {spec.line()!r} within {timeout:.0f} s "
                            f"(see {self.home.log_dir})")
@@ -553,7 +554,7 @@ class LocalCluster:
                 log.error("process %d did not die", child.pid)
         self.daemons.clear()
         # clustermasters started by the supervisor live in their own sessions.
-        for p in (0, 1, 2):
+        for p in lanes.ALL_LANES:
             pid_file = self.home.pid_file(p)
             try:
                 # The PID file's first line (a refresh stamp follows); 0 is the stop
