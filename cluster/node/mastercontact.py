@@ -342,9 +342,13 @@ class MasterContact:
         put them back when it said so), those running finish and their results go as
         usual, then the node leaves (:meth:`leave_if_done`)."""
         if not self.leaving_for:
+            # The job waiting in each slot's shell is not run either: killed as it starts,
+            # it sends no result, and the master hands it out again when the node leaves.
+            waiting = self.jobs.give_back_waiting()
             log.info("node %s: %s; %d jobs not started given back, leaving once the %d "
-                     "running end", self.ctx.name, reason, len(self.jobs.queue),
-                     self.jobs.pool.running())
+                     "running end", self.ctx.name, reason,
+                     len(self.jobs.queue) + len(waiting),
+                     self.jobs.pool.running() - len(waiting))
         self.leaving_for = reason
         self.jobs.queue.clear()
 

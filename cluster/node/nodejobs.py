@@ -125,6 +125,8 @@ class NodeJobs:
         #: A sweep run's sweep folder entries, linked into each task's folder (read when
         #: the first task is prepared).
         self.sweep_entries: list[tuple[Path, bool]] | None = None
+        #: Jobs given back unrun by a preempted node (:meth:`give_back_waiting`).
+        self.given_back: set[str] = set()
 
     # ------------------------------------------------------------------ starting jobs
     def spawn(self, now: float) -> None:
@@ -273,11 +275,19 @@ class NodeJobs:
         self.spawn(now)
         return len(queued) + len(stopped)
 
+    def give_back_waiting(self) -> list[str]:
+        """A preempted node's jobs waiting in a slot shell's input behind a running one:
+        killed as they start (:meth:`SlotPool.doom_waiting`), no result sent, so the
+        master hands them out again when the node leaves; their names."""
+        names = self.pool.doom_waiting()
+        self.given_back.update(names)
+        return names
+
     def _note_withdrawn(self, name: str, how: str) -> None:
-        log.info("node %s: job %s withdrawn by the master (its result came from another "
-                 "node): %s", self.ctx.name, name, how)
-        self.ctx.node_log.write(f"node {self.ctx.name}: job {name} withdrawn by the master "
-                                f"(its result came from another node): {how}\n")
+        why = ("given back: the node leaves for another run" if name in self.given_back
+               else "withdrawn by the master (its result came from another node)")
+        log.info("node %s: job %s %s: %s", self.ctx.name, name, why, how)
+        self.ctx.node_log.write(f"node {self.ctx.name}: job {name} {why}: {how}\n")
 
     def _take_back(self, jobs: list[Job]) -> None:
         """Jobs a slot handed back unrun (its shell had to go first): first in line again,

@@ -436,6 +436,15 @@ class SlotPool:
                 self._retire(slot, done, True, now)  # the jobs behind it: back, or withdrawn
         return done
 
+    def doom_waiting(self) -> list[str]:
+        """Mark every job waiting in a shell's input behind a running one to be killed as
+        it starts, as a withdrawn one is (:meth:`wait`): a preempted node gives those back
+        to the master instead of running them (docs/protocol.md, "Preemption at job
+        boundaries").  Returns their names."""
+        names = [job.name for slot in self.slots for job in list(slot.sent)[1:]]
+        self.doomed.update(names)
+        return names
+
     def kill_all(self) -> list[Job]:
         """Kill every job (and its slot's shell); return the jobs that were sent."""
         self.doomed.clear()

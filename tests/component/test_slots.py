@@ -229,6 +229,31 @@ def test_a_job_withdrawn_while_it_waits_is_killed_as_it_starts(tmp_path: Path) -
         pool.close()
 
 
+def test_a_preempted_node_gives_back_the_jobs_waiting_in_its_shells(tmp_path: Path) -> None:
+    """Preempted (docs/protocol.md, "Preemption at job boundaries"): the job running in a
+    slot goes on to its end; the one waiting behind it in the shell's input is killed as it
+    starts, ends as withdrawn (no result) and never does its work."""
+    pool = SlotPool(2, os.environ, timeout=300, kill_grace=30)
+    try:
+        finished = tmp_path / "finished"
+        now = time.monotonic()
+        assert pool.start(job("a"), "sleep 0.4", now)
+        assert pool.start(job("b"), "sleep 0.4", now)
+        assert pool.start(job("a2"), f"sleep 1; touch {finished}", now)
+        assert pool.doom_waiting() == ["a2"]
+        done: list[Finished] = []
+        end = time.monotonic() + 10
+        while len(done) < 3 and time.monotonic() < end:
+            done += pool.wait(0.05)
+        assert sorted((d.job.name, d.exit_status, d.withdrawn) for d in done) == [
+            ("a", 0, False), ("a2", None, True), ("b", 0, False)]
+        assert pool.take_returned() == [] and pool.running() == 0
+        time.sleep(1.2)
+        assert not finished.exists()
+    finally:
+        pool.close()
+
+
 def test_withdrawing_a_job_the_pool_does_not_hold_changes_nothing(pool: SlotPool) -> None:
     assert pool.start(job("mine"), "sleep 0.2", time.monotonic())
     assert pool.withdraw({"other"}, time.monotonic()) == []
