@@ -67,12 +67,17 @@ def test_the_masters_user_abort_reason_is_final() -> None:
 
 
 class _Pool:
-    """The slot pool's kill_all, all _obey needs of it."""
+    """The slot pool's kill_all, running and doom_waiting, all _obey needs of it."""
 
     killed = 0
+    given_back = 0
 
     def kill_all(self) -> None:
         self.killed += 1
+
+    def doom_waiting(self) -> list[str]:
+        self.given_back += 1
+        return []
 
     def running(self) -> int:
         return 1  # one job of the run still running
@@ -139,6 +144,7 @@ def test_preempted_is_not_final_and_kills_nothing(tmp_path: Path) -> None:
     finally:
         ctx.node_log.close()
     assert pool.killed == 0 and not loop.jobs.queue
+    assert pool.given_back == 1  # the job waiting in a slot's shell is not run either
     assert loop.contact.leaving_for == reason
     ctx.status.next_contact = 10.0
     assert not loop.contact.due(0.0)  # no call for more work on its way out
