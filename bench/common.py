@@ -8,7 +8,7 @@ import shutil
 import statistics
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
@@ -42,6 +42,24 @@ def print_machine() -> None:
 def figures(values: dict[str, object]) -> str:
     """One line of ``name=value`` pairs a script can read (values without spaces)."""
     return " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in values.items())
+
+
+def run_cases(names: str, case: Callable[[str], dict[str, object]]) -> int:
+    """Run each of the comma-separated case ``names`` (``case(name)`` gives its figures,
+    with ``correct`` yes or no), printing a figures line each; 0 when every case was
+    correct, else 1."""
+    ok = True
+    for name in names.split(","):
+        values = case(name)
+        ok = ok and values["correct"] == "yes"
+        print(figures(values), flush=True)
+    return 0 if ok else 1
+
+
+def reported(audit: list[str]) -> int:
+    """The results the nodes' calls carried, over a run's audit trail (its lines)."""
+    return sum(int(line.split(" reported results ", 1)[1].split(" ", 1)[0])
+               for line in audit if " reported results " in line)
 
 
 def median(values: list[float]) -> float:

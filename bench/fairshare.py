@@ -34,7 +34,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import figures, start  # noqa: E402
+from bench.common import reported, run_cases, start  # noqa: E402
 from bench.preempt import stamp, wait  # noqa: E402
 from cluster.demotree import write_demo_tree  # noqa: E402
 from cluster.localcluster import LocalCluster  # noqa: E402
@@ -57,9 +57,8 @@ def complete(folder: Path, user: str, count: int) -> bool:
     expected = {f"fair__{user}.cmds.{i}": (0, hashlib.md5(f"{user} {i}\n".encode()).hexdigest())
                 for i in range(1, count + 1)}
     lines = (folder / "audit.log").read_text().splitlines()
-    results = sum(int(line.split(" reported results ", 1)[1].split(" ", 1)[0])
-                  for line in lines if " reported results " in line)
-    return {n: (r.error, r.md5) for n, r in table.items()} == expected and results == count
+    return {n: (r.error, r.md5) for n, r in table.items()} == expected and \
+        reported(lines) == count
 
 
 def case(work: Path, name: str, args: argparse.Namespace) -> dict[str, object]:
@@ -116,12 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     work = start("fairshare", ("sh",), args.keep)
     if work is None:
         return 2
-    ok = True
-    for name in args.cases.split(","):
-        values = case(work, name, args)
-        ok = ok and values["correct"] == "yes"
-        print(figures(values), flush=True)
-    return 0 if ok else 1
+    return run_cases(args.cases, lambda name: case(work, name, args))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import figures, start  # noqa: E402
+from bench.common import reported, run_cases, start  # noqa: E402
 from cluster.demotree import write_demo_tree  # noqa: E402
 from cluster.localcluster import LocalCluster  # noqa: E402
 from cluster.queue import QueueFile  # noqa: E402
@@ -107,10 +107,8 @@ def case(work: Path, name: str, args: argparse.Namespace) -> dict[str, object]:
     expected = {f"pre__night.cmds.{i}": (0, hashlib.md5(f"night {i}\n".encode()).hexdigest())
                 for i in range(1, args.night + 1)}
     lines = (night / "audit.log").read_text().splitlines()
-    results = sum(int(line.split(" reported results ", 1)[1].split(" ", 1)[0])
-                  for line in lines if " reported results " in line)
     correct = ({n: (r.error, r.md5) for n, r in table.items()} == expected
-               and results == args.night)
+               and reported(lines) == args.night)
     return {"case": name, "nodes": args.nodes, "night": args.night, "sleep": args.sleep,
             "push": args.push, "first_job_s": f"{first_job:.1f}", "report_s": f"{report_s:.1f}",
             "night_s": f"{night_s:.1f}", "moves": sum(1 for x in lines if " - move " in x),
@@ -130,12 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     work = start("preempt", ("sh",), args.keep)
     if work is None:
         return 2
-    ok = True
-    for name in args.cases.split(","):
-        values = case(work, name, args)
-        ok = ok and values["correct"] == "yes"
-        print(figures(values), flush=True)
-    return 0 if ok else 1
+    return run_cases(args.cases, lambda name: case(work, name, args))
 
 
 if __name__ == "__main__":
