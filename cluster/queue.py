@@ -293,12 +293,8 @@ class QueueFile:
         runs are the queue's first lines.  False when ``spec`` is not queued."""
         with self._transaction(exclusive=True) as entries:
             runs = [i for i, e in enumerate(entries) if e.spec is not None]
-            ahead: list[int] = []
-            for other in behind:
-                i = next((i for i in runs if entries[i].spec == other and i not in ahead),
-                         None)
-                if i is not None:
-                    ahead.append(i)
+            ahead = running_indices([(i, e.spec) for i, e in enumerate(entries)
+                                     if e.spec is not None], behind, False)
             found = next((i for i in runs if entries[i].spec == spec and i not in ahead),
                          None)
             if found is None:

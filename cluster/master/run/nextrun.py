@@ -28,13 +28,12 @@ behind the runs the other lanes serve, so the running runs are the queue's first
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from cluster import deps, lanes
 from cluster.defaults import PRIORITIES
 from cluster.home import Home
 from cluster.master.files import ending
-from cluster.queue import QueueFile
+from cluster.queue import QueueFile, running_indices
 from cluster.runspec import QueueLineError, RunSpec
 from cluster.runtime import fsutil
 from cluster.wire.jobstart import JobStart
@@ -51,33 +50,27 @@ def owner(spec: RunSpec) -> str | None:
     return spec.ref if spec.kind == "user" else None
 
 
-def lane_line(home: Home, lane: int) -> RunSpec | None:
-    """The queue line ``lane`` serves: its job.start's, else its claim's; None when it
-    serves none, or what names it cannot be read (:func:`unreadable_start` tells that)."""
+def _lane_state(home: Home, lane: int) -> tuple[RunSpec | None, bool]:
+    """The queue line ``lane`` serves -- its job.start's, else its claim's; None when it
+    serves none or what names it cannot be read -- and whether its job.start exists but
+    names no line that can be read (the lane runs a run, not known which)."""
     try:
         text = home.job_start(lane).read_text(encoding="utf-8")
-        return RunSpec.parse(JobStart.parse(text).queue)
+        return RunSpec.parse(JobStart.parse(text).queue), False
     except FileNotFoundError:
         pass
     except (OSError, ValueError, QueueLineError):
-        return None
+        return None, True
     try:
         with open(home.lane_claim(lane), "rb") as fh:
-            return RunSpec.parse(fh.read(MAX_CLAIM).decode("utf-8").strip())
+            return RunSpec.parse(fh.read(MAX_CLAIM).decode("utf-8").strip()), False
     except (OSError, UnicodeDecodeError, QueueLineError, ValueError):
-        return None
+        return None, False
 
 
-def unreadable_start(home: Home, lane: int) -> bool:
-    """Whether ``lane``'s job.start exists and names no queue line that can be read: the
-    lane runs a run, not known which."""
-    try:
-        RunSpec.parse(JobStart.parse(home.job_start(lane).read_text(encoding="utf-8")).queue)
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError, QueueLineError):
-        return True
-    return False
+def lane_line(home: Home, lane: int) -> RunSpec | None:
+    """The queue line ``lane`` serves (:func:`_lane_state`), or None."""
+    return _lane_state(home, lane)[0]
 
 
 def others_lines(home: Home, lane: int) -> list[RunSpec]:
@@ -87,14 +80,9 @@ def others_lines(home: Home, lane: int) -> list[RunSpec]:
 
 
 def taken_positions(runs: list[RunSpec], taken: list[RunSpec]) -> set[int]:
-    """The positions in ``runs`` of one copy -- the first free -- of each of ``taken``."""
-    left = Counter(spec.line() for spec in taken)
-    positions = set()
-    for i, spec in enumerate(runs):
-        if left[spec.line()] > 0:
-            left[spec.line()] -= 1
-            positions.add(i)
-    return positions
+    """The positions in ``runs`` of one copy -- the first free -- of each of ``taken``
+    (the queue's own rule for running runs, :func:`cluster.queue.running_indices`)."""
+    return running_indices(list(enumerate(runs)), taken, False)
 
 
 def look(home: Home, lane: int, queue: QueueFile) -> deps.Choice:
@@ -102,7 +90,7 @@ def look(home: Home, lane: int, queue: QueueFile) -> deps.Choice:
     runs = queue.read()
     if not runs:
         return deps.Choice()
-    mine = lane_line(home, lane)
+    mine, unknown = _lane_state(home, lane)
     if mine is not None and mine in runs:
         return deps.Choice(serve=mine)
     priority = lanes.priority_of(lane)
@@ -123,7 +111,7 @@ def look(home: Home, lane: int, queue: QueueFile) -> deps.Choice:
     order = [(i, spec) for i, spec in deps.serving_order(runs, prefer) if not skip(i, spec)]
     if not order:
         return deps.Choice()
-    if mine is None and unreadable_start(home, lane):
+    if unknown:
         # It runs a run, not known which: as seed 000's master, the first it may serve.
         first = min(i for i, _ in order)
         return deps.Choice(serve=runs[first])
@@ -143,8 +131,8 @@ def claim(home: Home, lane: int, queue: QueueFile, spec: RunSpec) -> bool:
     with queue.holding() as held:
         runs = list(held.runs)
         others = others_lines(home, lane)
-        free = [i for i in range(len(runs)) if i not in taken_positions(runs, others)]
-        if not any(runs[i] == spec for i in free):
+        taken = taken_positions(runs, others)
+        if not any(run == spec for i, run in enumerate(runs) if i not in taken):
             log.info("lane %d: %s was taken by another lane or left %s meanwhile", lane,
                      spec.line(), queue.path.name)
             return False
