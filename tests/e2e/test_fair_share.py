@@ -21,6 +21,7 @@ import pytest
 from cluster.demotree import write_demo_tree
 from cluster.report.tab import read_tab
 from cluster.runspec import RunSpec
+from cluster.wire.jobstart import JobStart
 from tests.e2e.conftest import MakeCluster
 from tests.e2e.test_preemption import reported, stamp
 from tests.helpers import wait_for
@@ -83,8 +84,10 @@ def test_two_users_pushes_are_served_side_by_side(make_cluster: MakeCluster,
     bob = cluster.push(bob_tree, "bob", ["shell"], ["filter=bob"])
     # Bob's run is served by the first user lane while Alice's goes on in lane 0.
     wait_for(lambda: cluster.home.job_start(3).exists(), 30, "bob's run in lane 3")
-    assert RunSpec.parse("user alice shell filter=alice") == alice
+    in_lane_3 = JobStart.parse(cluster.home.job_start(3).read_text())
+    assert RunSpec.parse(in_lane_3.queue) == bob and in_lane_3.lane == 3
     first = cluster.wait_for_run(bob, before, 180, priority=0)
+    assert first.name == in_lane_3.id  # the run archived is the one lane 3 served
     second = cluster.wait_for_run(alice, before, 180, priority=0)
 
     bob_audit = check_run(first, "bob", BOB)
