@@ -2,7 +2,7 @@
 
 :func:`supervisor_masters` finds them among the supervisor's children (``/proc``: a few
 reads, where psutil would scan every process of the machine), with the priority each
-serves (:func:`master_priority`, from its command line); :func:`wait_for_masters` waits,
+serves (:func:`master_lane`, from its command line); :func:`wait_for_masters` waits,
 up to a deadline, until each has exited or serves a run again.
 """
 
@@ -27,7 +27,7 @@ END_LOOK = 0.01
 _MASTER_SCRIPT = re.compile(r"clustermaster(\d*)\.py")
 
 
-def master_priority(argv: list[str]) -> int | None:
+def master_lane(argv: list[str]) -> int | None:
     """The lane of the clustermaster a command line runs (cluster.lanes: ``clustermaster.py``
     0, ``clustermaster<N>.py`` N, ``--priority N`` wins, ``--lane L`` over both), or None
     when it runs none."""
@@ -87,12 +87,12 @@ def _cmdline(pid: int) -> list[str]:
 def supervisor_masters(supervisor: int) -> list[tuple[int, int]]:
     """The clustermasters supervisor ``supervisor`` has running now, as (pid, lane): its
     children, each named for its lane as the supervisor starts them
-    (:func:`master_priority`)."""
+    (:func:`master_lane`)."""
     found = []
     for child in _children(supervisor):
-        priority = master_priority(_cmdline(child))
-        if priority is not None:
-            found.append((child, priority))
+        lane = master_lane(_cmdline(child))
+        if lane is not None:
+            found.append((child, lane))
     return found
 
 

@@ -406,10 +406,10 @@ def test_wait_for_run_lists_the_archive_again_though_its_mtime_stayed(
     (["python3", "/r/clusterpull.py", "--set", "node_name=clustermaster1.py"], None),
     ([], None),
 ])
-def test_master_priority_names_the_supervisor_s_clustermasters(
+def test_master_lane_names_the_supervisor_s_clustermasters(
         argv: list[str], expected: int | None) -> None:
-    """Which of the supervisor's children are clustermasters, and of which priority: what
+    """Which of the supervisor's children are clustermasters, and of which lane: what
     wait_for_run and stop wait for (docs/architecture.md, "Stopping")."""
-    from cluster.localprocs import master_priority
+    from cluster.localprocs import master_lane
 
-    assert master_priority(argv) == expected
+    assert master_lane(argv) == expected

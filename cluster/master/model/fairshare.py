@@ -38,6 +38,12 @@ from cluster.runoptions import count_in
 DEFAULT_SHARE = 1
 
 
+def owner(kind: str, ref: str) -> str | None:
+    """The user a run is shared out by: a pushed tree's (``kind`` user, ``ref`` the
+    user's name); None for any other run (no user's weight, and no user lane takes it)."""
+    return ref if kind == "user" else None
+
+
 def run_share(options: Iterable[str], user: str | None, user_shares: Mapping[str, int]) -> int:
     """The run's weight: its ``share=N`` option word among ``options`` (a job.start's or a
     queue line's words; others are ignored), else ``user_shares[user]``, else

@@ -33,6 +33,7 @@ from cluster import deps, lanes
 from cluster.defaults import PRIORITIES
 from cluster.home import Home
 from cluster.master.files import ending
+from cluster.master.model import fairshare
 from cluster.queue import QueueFile, running_indices
 from cluster.runspec import QueueLineError, RunSpec
 from cluster.runtime import fsutil
@@ -45,9 +46,8 @@ MAX_CLAIM = 1 << 14
 
 
 def owner(spec: RunSpec) -> str | None:
-    """The user a run is shared out by (fair share): a pushed tree's user; None for any
-    other run (a user lane never takes it)."""
-    return spec.ref if spec.kind == "user" else None
+    """The user a run is shared out by (:func:`cluster.master.model.fairshare.owner`)."""
+    return fairshare.owner(spec.kind, spec.ref)
 
 
 def _lane_state(home: Home, lane: int) -> tuple[RunSpec | None, bool]:

@@ -79,8 +79,8 @@ def _min_nodes(words: tuple[str, ...], default: int) -> int:
 
 def _share(start: JobStart, user_shares: dict[str, int]) -> int:
     """A run's fair-share weight from its job.start: its ``share=``, else its user's."""
-    user = start.ref if start.kind == "user" else None
-    return fairshare.run_share(start.options, user, user_shares)
+    return fairshare.run_share(start.options, fairshare.owner(start.kind, start.ref),
+                               user_shares)
 
 
 def _can_use(cfg: Config, info: PriorityInfo) -> int:
@@ -121,10 +121,16 @@ class Preemption:
     my_share: int | None = None
     #: The nodes' heartbeat statuses of the current look, read once needed.
     _seen: dict[str, str] | None = field(default=None, repr=False)
+    #: master.conf's ``user_shares``, read once (:meth:`__post_init__`), not at every look.
+    user_shares: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.lane < 0:
             self.lane = self.priority
+        try:
+            self.user_shares = parse_user_shares(self.cfg.user_shares)
+        except ConfigError:
+            self.user_shares = {}  # checked when the configuration was read
 
     def note(self, text: str) -> None:
         """A move, for the live file's ``moves`` (the last :data:`MOVES_SHOWN`)."""
@@ -244,11 +250,7 @@ class Preemption:
     # ------------------------------------------------------- runs of its own priority
     def _fair(self, state: RunState, peers: list[int], facts: Facts,
               now: float) -> list[str]:
-        cfg = self.cfg
-        try:
-            user_shares = parse_user_shares(cfg.user_shares)
-        except ConfigError:
-            user_shares = {}  # checked when the configuration was read
+        cfg, user_shares = self.cfg, self.user_shares
         if self.my_share is None:
             mine = resources.running_facts(cfg, self.home, self.lane)
             if mine is None:
